@@ -1,0 +1,239 @@
+//! The one error type of the workspace, with a kind and a temporary/permanent verdict.
+
+use std::error::Error as StdError;
+use std::fmt;
+use std::sync::Arc;
+
+/// A boxed error from a backend driver or from user work.
+pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
+
+/// A `Result` whose error is [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What went wrong, in the terms a caller acts on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// Someone else holds the name. Not a failure: try again later.
+    Held,
+    /// The lease was lost: a renewal found it gone, or no renewal succeeded within the local
+    /// deadline. Work under it must stop.
+    Lost,
+    /// The coordinator was closed.
+    Closed,
+    /// The name is empty, too long for the store, or holds characters the store cannot keep.
+    InvalidName,
+    /// A duration or a set of timings is unsafe or out of range.
+    InvalidTimings,
+    /// The store could not be reached, or refused the connection.
+    Unavailable,
+    /// An operation did not finish within its bound; its outcome is unknown.
+    Timeout,
+    /// The store cannot do what was asked (see its capabilities).
+    Unsupported,
+    /// The store answered with an error of its own.
+    Backend,
+    /// The work run under a lease returned an error; the source is the work's error.
+    Work,
+    /// The work run under a lease panicked; the message carries the panic message.
+    Panicked,
+}
+
+impl ErrorKind {
+    /// A short lower-case label, used in metrics and log fields.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::Held => "held",
+            ErrorKind::Lost => "lost",
+            ErrorKind::Closed => "closed",
+            ErrorKind::InvalidName => "invalid_name",
+            ErrorKind::InvalidTimings => "invalid_timings",
+            ErrorKind::Unavailable => "unavailable",
+            ErrorKind::Timeout => "timeout",
+            ErrorKind::Unsupported => "unsupported",
+            ErrorKind::Backend => "backend",
+            ErrorKind::Work => "work",
+            ErrorKind::Panicked => "panicked",
+        }
+    }
+
+    /// The default verdict for this kind: `true` when trying again later may succeed.
+    fn default_temporary(self) -> bool {
+        matches!(
+            self,
+            ErrorKind::Held | ErrorKind::Unavailable | ErrorKind::Timeout
+        )
+    }
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The error of every lease operation.
+///
+/// It carries a [`kind`](Error::kind), a message that says what to change, a verdict on whether
+/// trying again may help ([`is_temporary`](Error::is_temporary)) and, for backend and work
+/// errors, the original error as its [`source`](StdError::source).
+///
+/// `Error` is cheap to clone: a term that ends hands the same error to every observer.
+#[derive(Clone)]
+pub struct Error {
+    kind: ErrorKind,
+    message: String,
+    temporary: bool,
+    source: Option<Arc<dyn StdError + Send + Sync + 'static>>,
+}
+
+impl Error {
+    /// A new error of `kind` with `message`, temporary as the kind's default.
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Error {
+            kind,
+            message: message.into(),
+            temporary: kind.default_temporary(),
+            source: None,
+        }
+    }
+
+    /// Attaches the underlying error.
+    pub fn with_source(mut self, source: impl Into<BoxError>) -> Self {
+        self.source = Some(Arc::from(source.into()));
+        self
+    }
+
+    /// Overrides the temporary/permanent verdict.
+    pub fn with_temporary(mut self, temporary: bool) -> Self {
+        self.temporary = temporary;
+        self
+    }
+
+    /// Someone else holds `name`.
+    pub fn held(name: &str) -> Self {
+        Error::new(
+            ErrorKind::Held,
+            format!("lease '{name}' is held by another holder"),
+        )
+    }
+
+    /// The lease on `name` was lost, for `why`.
+    pub fn lost(name: &str, why: impl fmt::Display) -> Self {
+        Error::new(ErrorKind::Lost, format!("lease '{name}' lost: {why}"))
+    }
+
+    /// The coordinator was closed.
+    pub fn closed() -> Self {
+        Error::new(ErrorKind::Closed, "coordinator is closed")
+    }
+
+    /// A name the store cannot hold.
+    pub fn invalid_name(message: impl Into<String>) -> Self {
+        Error::new(ErrorKind::InvalidName, message)
+    }
+
+    /// An unsafe or out-of-range duration.
+    pub fn invalid_timings(message: impl Into<String>) -> Self {
+        Error::new(ErrorKind::InvalidTimings, message)
+    }
+
+    /// The store could not be reached.
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Error::new(ErrorKind::Unavailable, message)
+    }
+
+    /// An operation did not finish within `bound`; its outcome is unknown.
+    pub fn timeout(what: impl fmt::Display, bound: std::time::Duration) -> Self {
+        Error::new(
+            ErrorKind::Timeout,
+            format!("{what} did not finish within {bound:?}; its outcome is unknown"),
+        )
+    }
+
+    /// The store cannot do this.
+    pub fn unsupported(message: impl Into<String>) -> Self {
+        Error::new(ErrorKind::Unsupported, message)
+    }
+
+    /// An error the store answered with; `temporary` says whether a retry may help.
+    pub fn backend(
+        message: impl Into<String>,
+        source: impl Into<BoxError>,
+        temporary: bool,
+    ) -> Self {
+        Error::new(ErrorKind::Backend, message)
+            .with_source(source)
+            .with_temporary(temporary)
+    }
+
+    /// What went wrong.
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    /// The message, without the source.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// `true` when trying again later may succeed: a held name, an unreachable store, a
+    /// timeout, or a backend error its driver calls transient.
+    pub fn is_temporary(&self) -> bool {
+        self.temporary
+    }
+
+    /// `true` when the error is of `kind`.
+    pub fn is(&self, kind: ErrorKind) -> bool {
+        self.kind == kind
+    }
+}
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("Error");
+        d.field("kind", &self.kind)
+            .field("message", &self.message)
+            .field("temporary", &self.temporary);
+        if let Some(source) = &self.source {
+            d.field("source", source);
+        }
+        d.finish()
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)?;
+        if let Some(source) = &self.source {
+            write!(f, ": {source}")?;
+        }
+        Ok(())
+    }
+}
+
+impl StdError for Error {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        self.source
+            .as_deref()
+            .map(|s| s as &(dyn StdError + 'static))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verdicts_follow_the_kind() {
+        assert!(Error::held("a").is_temporary());
+        assert!(!Error::lost("a", "gone").is_temporary());
+        assert!(!Error::invalid_name("x").is_temporary());
+        assert!(Error::unavailable("down").is_temporary());
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset");
+        let e = Error::backend("claim failed", io, true);
+        assert!(e.is_temporary());
+        assert_eq!(e.to_string(), "claim failed: reset");
+        assert!(StdError::source(&e).is_some());
+    }
+}

@@ -1,0 +1,77 @@
+//! Distributed leases and leader election over the databases you already run.
+//!
+//! A **lease** is a name that at most one healthy process holds at a time. Each holding is a
+//! [`Term`] with a **fencing token** that strictly increases every time the name changes hands,
+//! so a downstream system can refuse a stale holder. This crate holds the parts written once for
+//! every backend: the store contract ([`LeaseStore`]), the [`Coordinator`] that claims and
+//! keeps terms, [`Term::run`] and [`Coordinator::run_elected`], the [`Observer`], the
+//! [`Timings`] and their safety rules, and the [`PollingLeaser`]. Backends live in their own
+//! crates (`lease-local`, `lease-sql`, …) and provide a store.
+//!
+//! ```
+//! use std::time::Duration;
+//! use lease_core::{Coordinator, ErrorKind, Timings};
+//! use lease_local::MemoryStore;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> lease_core::Result<()> {
+//! let store = MemoryStore::new();
+//! let timings = Timings::from_lease(Duration::from_secs(3))?;
+//! let a = Coordinator::builder(store.clone()).instance("a").timings(timings).build()?;
+//! let b = Coordinator::builder(store).instance("b").timings(timings).build()?;
+//!
+//! let term = a.try_acquire("compactor").await?;
+//! assert_eq!(b.try_acquire("compactor").await.unwrap_err().kind(), ErrorKind::Held);
+//!
+//! // Fence downstream writes with the token: `UPDATE … WHERE fence < $token`.
+//! let first = term.token();
+//! term.resign().await?;
+//!
+//! let next = b.try_acquire("compactor").await?;
+//! assert!(next.token() > first);
+//! b.close().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # Guarantees and their limits
+//!
+//! - Expiry is judged by the store's clock only. A process clock is used for local deadlines
+//!   alone (monotonic, and counting through suspend on Linux).
+//! - A holder's term ends (`Lost`) when no renewal has succeeded within the local deadline of
+//!   the start of the last one that did; with valid [`Timings`] that is at least the step-down
+//!   grace plus a drift margin before the store lets anyone else claim.
+//! - Fencing tokens are only as durable as the store: see each backend's documentation.
+//! - A process paused for longer than the lease (a long GC pause, a stopped VM) can wake with
+//!   work in flight after its lease has passed to another holder. Only fencing protects a
+//!   downstream system against that: pass [`Term::token`] along and let the system refuse
+//!   lower tokens.
+
+mod clock;
+mod coordinator;
+mod error;
+mod observer;
+mod polling;
+mod run;
+mod store;
+pub mod telemetry;
+mod term;
+mod timings;
+mod validate;
+
+pub use clock::Stamp;
+pub use coordinator::{Coordinator, CoordinatorBuilder};
+pub use error::{BoxError, Error, ErrorKind, Result};
+pub use observer::Observer;
+pub use polling::{PollingLease, PollingLeaser, PollingState, PollingStore};
+pub use run::{FAIL_EXIT_CODE, FailAction, StepDownFailure, default_fail_action};
+pub use store::{
+    Capabilities, Grant, HolderToken, LeaseInfo, LeaseStore, MAX_INSTANCE_BYTES, validate_instance,
+};
+pub use term::Term;
+pub use timings::{DRIFT_MARGIN_PERCENT, Timings, TimingsBuilder};
+pub use validate::{
+    DEFAULT_MAX_NAME_BYTES, MAX_TTL, MIN_TTL, ceil_millis, validate_name, validate_ttl,
+};
+
+/// Re-exported so stores can implement the traits without naming the crate themselves.
+pub use async_trait::async_trait;

@@ -1,0 +1,45 @@
+//! Reading who holds a name, without taking part.
+
+use std::sync::Arc;
+
+use crate::error::Result;
+use crate::store::{LeaseInfo, LeaseStore};
+
+/// Tells who holds a name, by the store's clock, without claiming anything.
+///
+/// ```
+/// # async fn demo(store: impl lease_core::LeaseStore) -> lease_core::Result<()> {
+/// let observer = lease_core::Observer::new(std::sync::Arc::new(store));
+/// if let Some(holder) = observer.holder("nightly-report").await? {
+///     println!("{} holds term {} for {:?}", holder.instance, holder.term, holder.expires_in);
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Observer {
+    store: Arc<dyn LeaseStore>,
+}
+
+impl Observer {
+    /// An observer over `store`.
+    pub fn new(store: Arc<dyn LeaseStore>) -> Observer {
+        Observer { store }
+    }
+
+    /// `true` when someone holds `name` live.
+    pub async fn held(&self, name: &str) -> Result<bool> {
+        Ok(self.holder(name).await?.is_some())
+    }
+
+    /// The live holder of `name`: instance, term and time left; `None` when nobody holds it.
+    pub async fn holder(&self, name: &str) -> Result<Option<LeaseInfo>> {
+        Ok(self.get(name).await?.filter(|info| info.live))
+    }
+
+    /// Everything the store keeps about `name`, live or not (the last term survives release and
+    /// expiry); `None` when the name was never claimed.
+    pub async fn get(&self, name: &str) -> Result<Option<LeaseInfo>> {
+        self.store.validate_name(name)?;
+        self.store.get(name).await
+    }
+}

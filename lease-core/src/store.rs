@@ -1,0 +1,309 @@
+//! The backend contract: a small store of atomic lease operations.
+//!
+//! Every backend implements [`LeaseStore`]; [`Coordinator`](crate::Coordinator), the keeper,
+//! `run` and `run_elected` are written once over it.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::error::{Error, Result};
+use crate::validate::{DEFAULT_MAX_NAME_BYTES, validate_name, validate_ttl};
+
+/// The longest instance label, in bytes, every store must keep.
+pub const MAX_INSTANCE_BYTES: usize = 128;
+
+/// A holder token: 128 random bits minted for one claim and never reused.
+///
+/// The store keeps it in the lease's record; renew, verify and release match on it, so a claim
+/// made by an earlier incarnation of the same process is never taken for this one. It is a
+/// capability: whoever has it can renew or release the lease, so it is never shown by
+/// [`LeaseStore::get`] and its `Debug` form shows only a prefix.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct HolderToken([u8; 16]);
+
+impl HolderToken {
+    /// A fresh random token.
+    pub fn mint() -> HolderToken {
+        HolderToken(rand::random())
+    }
+
+    /// A token from its 16 bytes.
+    pub fn from_bytes(bytes: [u8; 16]) -> HolderToken {
+        HolderToken(bytes)
+    }
+
+    /// The token's 16 bytes.
+    pub fn as_bytes(&self) -> &[u8; 16] {
+        &self.0
+    }
+
+    /// The token as 32 lower-case hex digits, for stores that keep text.
+    pub fn to_hex(&self) -> String {
+        self.0.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// Parses 32 hex digits.
+    pub fn from_hex(s: &str) -> Option<HolderToken> {
+        if s.len() != 32 || !s.is_ascii() {
+            return None;
+        }
+        let mut out = [0u8; 16];
+        for (i, byte) in out.iter_mut().enumerate() {
+            *byte = u8::from_str_radix(s.get(2 * i..2 * i + 2)?, 16).ok()?;
+        }
+        Some(HolderToken(out))
+    }
+}
+
+impl fmt::Debug for HolderToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let hex = self.to_hex();
+        write!(f, "HolderToken({}…)", hex.get(..8).unwrap_or(&hex))
+    }
+}
+
+/// What a store tells the holder after a claim, renewal or verify.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Grant {
+    /// The fencing token: it strictly increases every time the name changes hands.
+    pub term: u64,
+    /// Time left on the lease by the store's clock when the store answered.
+    pub expires_in: Duration,
+}
+
+/// What anyone can learn about a name (the holder token excepted).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseInfo {
+    /// The lease's name.
+    pub name: String,
+    /// The instance label of the last holder.
+    pub instance: String,
+    /// The last term issued for the name.
+    pub term: u64,
+    /// `true` when the lease is live by the store's clock.
+    pub live: bool,
+    /// Time left by the store's clock; zero when not live.
+    pub expires_in: Duration,
+}
+
+/// What a store can do, so callers and the conformance suite choose what to use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Capabilities {
+    /// Leases expire when not renewed. `false` only for stores whose terms never expire.
+    pub expiry: bool,
+    /// Terms strictly increase every time a name changes hands, across release and expiry.
+    pub fencing: bool,
+    /// A transaction can verify the lease as its first statement (SQL stores).
+    pub verify_in_transaction: bool,
+    /// The store can push changes instead of being polled.
+    pub watch: bool,
+    /// Partitioned leases are supported.
+    pub partitions: bool,
+    /// Membership records are supported.
+    pub membership: bool,
+    /// Scheduler slots are supported.
+    pub slots: bool,
+    /// [`LeaseStore::force_release`] is supported.
+    pub force_release: bool,
+    /// The longest name, in bytes.
+    pub max_name_bytes: usize,
+    /// When set, the only lease duration the store accepts (a store whose expiry is fixed
+    /// server-side, such as a bucket's max age).
+    pub fixed_ttl: Option<Duration>,
+}
+
+impl Default for Capabilities {
+    /// Leases with expiry and fencing, names up to [`DEFAULT_MAX_NAME_BYTES`], nothing else.
+    fn default() -> Self {
+        Capabilities {
+            expiry: true,
+            fencing: true,
+            verify_in_transaction: false,
+            watch: false,
+            partitions: false,
+            membership: false,
+            slots: false,
+            force_release: false,
+            max_name_bytes: DEFAULT_MAX_NAME_BYTES,
+            fixed_ttl: None,
+        }
+    }
+}
+
+/// The backend contract: atomic lease operations, each one round trip to the store.
+///
+/// # The rules every store keeps
+///
+/// - One record per name, updated in place; its term (fencing token) starts at 1 and goes up
+///   by one on every claim that changes hands. Release and expiry keep the record, so the
+///   term keeps growing.
+/// - Expiry is judged by the **store's clock** alone. The caller's clock never decides whether
+///   a lease is live.
+/// - A lease is live while its expiry is in the future by the store's clock. Renew, verify and
+///   release act only on a live lease held under the given holder token.
+/// - Names and durations are checked ([`validate_name`](LeaseStore::validate_name),
+///   [`validate_ttl`](LeaseStore::validate_ttl)) before any I/O, and refused with
+///   `InvalidName` / `InvalidTimings`.
+/// - Errors from the driver keep their source; connection failures are `Unavailable`.
+///
+/// # Cancel safety
+///
+/// Every operation is a single atomic statement or script. If its future is dropped or times
+/// out after the request was sent, the operation either took effect whole or not at all, and
+/// the caller cannot tell which. The engine never guesses: after an unknown claim it reads back
+/// with [`verify`](LeaseStore::verify) and adopts the claim if it took effect under its holder
+/// token; an unknown renewal is simply retried (the deadline counts from the last renewal known
+/// to have succeeded); release is idempotent and may be repeated; verify and get only read.
+#[async_trait]
+pub trait LeaseStore: Send + Sync + fmt::Debug + 'static {
+    /// A short name of the backend, e.g. `"postgres"`, for logs and test output.
+    fn backend(&self) -> &'static str;
+
+    /// What this store can do.
+    fn capabilities(&self) -> Capabilities;
+
+    /// Refuses a name this store cannot hold; no I/O.
+    fn validate_name(&self, name: &str) -> Result<()> {
+        validate_name(name, self.capabilities().max_name_bytes)
+    }
+
+    /// Refuses a lease duration this store cannot keep; no I/O.
+    fn validate_ttl(&self, ttl: Duration) -> Result<()> {
+        validate_ttl(ttl)?;
+        match self.capabilities().fixed_ttl {
+            Some(fixed) if fixed != ttl => Err(Error::invalid_timings(format!(
+                "this {} store keeps every lease for exactly {fixed:?}; asked for {ttl:?}",
+                self.backend()
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// Checks at start-up that the store can carry leases (reachable, writable, clock
+    /// present, schema in place), failing fast with a message that says what to fix.
+    async fn available(&self) -> Result<()> {
+        Ok(())
+    }
+
+    /// Claims `name` for `holder` for `ttl`, if it is free (never claimed, released, or
+    /// expired by the store's clock). Returns the new term, one more than the last, and the
+    /// time left; `None` when someone holds it live — including this same holder token: a
+    /// claim never extends a live lease, [`renew`](LeaseStore::renew) does.
+    async fn claim(
+        &self,
+        name: &str,
+        holder: &HolderToken,
+        instance: &str,
+        ttl: Duration,
+    ) -> Result<Option<Grant>>;
+
+    /// Extends the live lease `holder` has on `name` to `ttl` from now by the store's clock.
+    /// `None` when the lease is not live under this holder (lost): an expired lease is never
+    /// revived, even if nobody claimed it since.
+    async fn renew(&self, name: &str, holder: &HolderToken, ttl: Duration)
+    -> Result<Option<Grant>>;
+
+    /// Ends the live lease `holder` has on `name`, keeping the record and its term, so the next
+    /// claim gets a higher term at once. `true` when this call ended a live lease.
+    async fn release(&self, name: &str, holder: &HolderToken) -> Result<bool>;
+
+    /// The term and time left when `holder` holds `name` live; `None` otherwise.
+    async fn verify(&self, name: &str, holder: &HolderToken) -> Result<Option<Grant>>;
+
+    /// What the store knows of `name`; `None` when it was never claimed.
+    async fn get(&self, name: &str) -> Result<Option<LeaseInfo>>;
+
+    /// Ends whoever's live lease on `name`: an administrator's break. **Unsafe**: the holder
+    /// may still be working. The record and its term are kept, so the next claim still gets a
+    /// higher term and a fenced resource refuses the old holder. `true` when a live lease was
+    /// ended.
+    async fn force_release(&self, name: &str) -> Result<bool> {
+        let _ = name;
+        Err(Error::unsupported(format!(
+            "the {} store does not support force release",
+            self.backend()
+        )))
+    }
+}
+
+macro_rules! forward_lease_store {
+    ($($ptr:ty),*) => {$(
+        #[async_trait]
+        impl<S: LeaseStore + ?Sized> LeaseStore for $ptr {
+            fn backend(&self) -> &'static str {
+                (**self).backend()
+            }
+            fn capabilities(&self) -> Capabilities {
+                (**self).capabilities()
+            }
+            fn validate_name(&self, name: &str) -> Result<()> {
+                (**self).validate_name(name)
+            }
+            fn validate_ttl(&self, ttl: Duration) -> Result<()> {
+                (**self).validate_ttl(ttl)
+            }
+            async fn available(&self) -> Result<()> {
+                (**self).available().await
+            }
+            async fn claim(
+                &self,
+                name: &str,
+                holder: &HolderToken,
+                instance: &str,
+                ttl: Duration,
+            ) -> Result<Option<Grant>> {
+                (**self).claim(name, holder, instance, ttl).await
+            }
+            async fn renew(
+                &self,
+                name: &str,
+                holder: &HolderToken,
+                ttl: Duration,
+            ) -> Result<Option<Grant>> {
+                (**self).renew(name, holder, ttl).await
+            }
+            async fn release(&self, name: &str, holder: &HolderToken) -> Result<bool> {
+                (**self).release(name, holder).await
+            }
+            async fn verify(&self, name: &str, holder: &HolderToken) -> Result<Option<Grant>> {
+                (**self).verify(name, holder).await
+            }
+            async fn get(&self, name: &str) -> Result<Option<LeaseInfo>> {
+                (**self).get(name).await
+            }
+            async fn force_release(&self, name: &str) -> Result<bool> {
+                (**self).force_release(name).await
+            }
+        }
+    )*};
+}
+
+forward_lease_store!(Arc<S>, Box<S>);
+
+/// Checks an instance label: non-empty, at most [`MAX_INSTANCE_BYTES`], printable.
+pub fn validate_instance(instance: &str) -> Result<()> {
+    validate_name(instance, MAX_INSTANCE_BYTES).map_err(|e| {
+        Error::invalid_name(format!(
+            "instance label: {}",
+            e.message().replace("lease name", "label")
+        ))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn holder_tokens_are_fresh_and_round_trip() {
+        let a = HolderToken::mint();
+        let b = HolderToken::mint();
+        assert_ne!(a, b);
+        assert_eq!(HolderToken::from_hex(&a.to_hex()), Some(a.clone()));
+        assert_eq!(HolderToken::from_hex("zz"), None);
+        assert!(format!("{a:?}").len() < 30);
+    }
+}

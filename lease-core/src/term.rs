@@ -1,0 +1,364 @@
+//! A term: one holding of a lease, with its fencing token, and the keeper that renews it.
+
+use std::fmt;
+use std::sync::atomic::AtomicUsize;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::time::{Instant, sleep_until, timeout};
+use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
+use tracing::{Instrument, debug, info, info_span, warn};
+
+use crate::clock::Stamp;
+use crate::coordinator::CoordShared;
+use crate::error::{Error, ErrorKind, Result};
+use crate::store::{Grant, HolderToken, LeaseStore};
+use crate::telemetry;
+use crate::timings::Timings;
+
+/// One holding of a lease: from a successful claim until it is resigned, lost or closed.
+///
+/// A `Term` carries the **fencing token** ([`token`](Term::token)), which strictly increases
+/// every time the name changes hands. Pass it to every downstream system that must refuse a
+/// stale holder (`UPDATE … SET … WHERE fence < $token`).
+///
+/// While the term lives, a keeper task renews the lease every
+/// [`renew_every`](Timings::renew_every). The term ends:
+///
+/// - with [`Lost`](ErrorKind::Lost) the moment a renewal reports the lease gone, or when no
+///   renewal has succeeded within the local [`deadline`](Timings::deadline) of the start of the
+///   last one that did — which is before the store lets anyone else claim;
+/// - with [`Closed`](ErrorKind::Closed) when its coordinator closes;
+/// - without an error when [`resign`](Term::resign)ed.
+///
+/// `Term` is a cheap handle; clones share one term. When the last clone is dropped, the keeper
+/// stops and releases the lease in the background. Renewals go on after
+/// [`done`](Term::done) fires for a close, until the holder resigns or drops the term, so the
+/// name is never freed while its work is still winding down.
+#[derive(Clone)]
+pub struct Term {
+    handle: Arc<TermHandle>,
+}
+
+struct TermHandle {
+    shared: Arc<TermShared>,
+}
+
+impl Drop for TermHandle {
+    fn drop(&mut self) {
+        self.shared.stop.cancel();
+    }
+}
+
+struct Status {
+    /// Start of the last claim or renewal known to have succeeded.
+    last_ok: Stamp,
+    /// Time left by the store's clock, as of `last_ok`'s answer.
+    expires_in: Duration,
+    /// The error the term ended with; `None` while live or when resigned.
+    end: Option<Error>,
+    /// Result of the release at the end, once done.
+    released: Option<Result<bool>>,
+}
+
+pub(crate) struct TermShared {
+    pub(crate) name: String,
+    pub(crate) token: u64,
+    pub(crate) instance: String,
+    pub(crate) holder: HolderToken,
+    pub(crate) store: Arc<dyn LeaseStore>,
+    pub(crate) timings: Timings,
+    pub(crate) coord: Arc<CoordShared>,
+    /// Fires when the term ends, for any reason.
+    pub(crate) done: CancellationToken,
+    /// Fires when the term is lost.
+    pub(crate) lost: CancellationToken,
+    /// Tells the keeper to stop renewing and release.
+    pub(crate) stop: CancellationToken,
+    /// Fires when the keeper has finished (released or given up).
+    pub(crate) finished: CancellationToken,
+    /// How many `run`s are using this term.
+    pub(crate) under_run: AtomicUsize,
+    status: Mutex<Status>,
+}
+
+impl TermShared {
+    fn status(&self) -> MutexGuard<'_, Status> {
+        // A poisoned lock only means a panic elsewhere while it was held; the data is plain.
+        self.status.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Ends the term with `err` (first reason wins, except that Lost overrides Closed).
+    pub(crate) fn end(&self, err: Option<Error>) {
+        let mut st = self.status();
+        let lost = err.as_ref().is_some_and(|e| e.is(ErrorKind::Lost));
+        let replace = if self.done.is_cancelled() {
+            lost && !self.lost.is_cancelled()
+        } else {
+            true
+        };
+        if replace {
+            st.end = err;
+        }
+        drop(st);
+        if lost && !self.lost.is_cancelled() {
+            telemetry::lost(&self.name);
+            self.lost.cancel();
+        }
+        if !self.done.is_cancelled() {
+            telemetry::held(&self.name, false);
+            self.done.cancel();
+        }
+    }
+
+    fn lose(&self, why: impl fmt::Display) {
+        let err = Error::lost(&self.name, why);
+        warn!(name = %self.name, term = self.token, instance = %self.instance, "{err}");
+        self.end(Some(err));
+    }
+
+    /// Stops the keeper and waits for its release.
+    pub(crate) async fn stop_and_wait(&self) -> Result<bool> {
+        self.stop.cancel();
+        self.finished.cancelled().await;
+        self.status().released.clone().unwrap_or(Ok(false))
+    }
+}
+
+impl Term {
+    pub(crate) fn start(
+        name: String,
+        token: u64,
+        holder: HolderToken,
+        claimed_at: Stamp,
+        grant: Grant,
+        coord: Arc<CoordShared>,
+    ) -> Term {
+        let shared = Arc::new(TermShared {
+            name,
+            token,
+            instance: coord.instance.clone(),
+            holder,
+            store: coord.store.clone(),
+            timings: coord.timings,
+            coord,
+            done: CancellationToken::new(),
+            lost: CancellationToken::new(),
+            stop: CancellationToken::new(),
+            finished: CancellationToken::new(),
+            under_run: AtomicUsize::new(0),
+            status: Mutex::new(Status {
+                last_ok: claimed_at,
+                expires_in: grant.expires_in,
+                end: None,
+                released: None,
+            }),
+        });
+        telemetry::claimed(&shared.name);
+        telemetry::held(&shared.name, true);
+        let span =
+            info_span!("lease", name = %shared.name, term = token, instance = %shared.instance);
+        tokio::spawn(keep(shared.clone()).instrument(span));
+        Term {
+            handle: Arc::new(TermHandle { shared }),
+        }
+    }
+
+    pub(crate) fn shared(&self) -> &Arc<TermShared> {
+        &self.handle.shared
+    }
+
+    /// The lease's name.
+    pub fn name(&self) -> &str {
+        &self.shared().name
+    }
+
+    /// The fencing token: strictly greater than every token issued for this name before.
+    pub fn token(&self) -> u64 {
+        self.shared().token
+    }
+
+    /// The instance label of this holder, as others see it.
+    pub fn instance(&self) -> &str {
+        &self.shared().instance
+    }
+
+    /// The holder token this term was claimed under. Stores use it to verify the lease inside
+    /// a transaction; it is a capability, so do not share it.
+    pub fn holder(&self) -> &HolderToken {
+        &self.shared().holder
+    }
+
+    /// The timings this term is held with.
+    pub fn timings(&self) -> Timings {
+        self.shared().timings
+    }
+
+    /// Time left on the lease by the store's last report, less the local time since the start of
+    /// the request that got it (a lower bound).
+    pub fn expires_in(&self) -> Duration {
+        let st = self.shared().status();
+        st.expires_in.saturating_sub(st.last_ok.elapsed())
+    }
+
+    /// Time left before the local deadline ends the term unless a renewal succeeds.
+    pub fn deadline_in(&self) -> Duration {
+        let shared = self.shared();
+        shared.status().last_ok.remaining(shared.timings.deadline())
+    }
+
+    /// `true` while the term has not ended and its local deadline has not passed. It reads the
+    /// clock, so a process resumed after a suspend sees at once that its time ran out.
+    pub fn is_live(&self) -> bool {
+        !self.shared().done.is_cancelled() && !self.deadline_in().is_zero()
+    }
+
+    /// `Ok` while the term [`is_live`](Term::is_live); otherwise the error it ended with
+    /// (Lost when the deadline has passed but the keeper has not yet woken).
+    pub fn check(&self) -> Result<()> {
+        if self.is_live() {
+            return Ok(());
+        }
+        Err(self.err().unwrap_or_else(|| {
+            if self.shared().done.is_cancelled() {
+                Error::new(
+                    ErrorKind::Closed,
+                    format!("lease '{}' was resigned", self.name()),
+                )
+            } else {
+                Error::lost(self.name(), "the local deadline has passed")
+            }
+        }))
+    }
+
+    /// Resolves when the term ends, for any reason.
+    pub fn done(&self) -> WaitForCancellationFuture<'_> {
+        self.shared().done.cancelled()
+    }
+
+    /// Resolves when the term is lost (not when it is resigned or closed).
+    pub fn lost(&self) -> WaitForCancellationFuture<'_> {
+        self.shared().lost.cancelled()
+    }
+
+    /// `true` once the term was lost.
+    pub fn is_lost(&self) -> bool {
+        self.shared().lost.is_cancelled()
+    }
+
+    /// Why the term ended: `Lost` or `Closed`; `None` while it is live or after a resign.
+    pub fn err(&self) -> Option<Error> {
+        self.shared().status().end.clone()
+    }
+
+    /// Ends the term and releases the lease, so the next claim succeeds at once with a higher
+    /// term. Waits for the release (bounded by the attempt timeout); a failed release leaves the
+    /// lease to expire by its TTL and is reported here. Resigning twice is harmless.
+    pub async fn resign(&self) -> Result<()> {
+        let shared = self.shared();
+        shared.end(None);
+        shared.stop_and_wait().await.map(|_| ())
+    }
+}
+
+impl fmt::Debug for Term {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Term")
+            .field("name", &self.name())
+            .field("token", &self.token())
+            .field("instance", &self.instance())
+            .field("live", &self.is_live())
+            .finish()
+    }
+}
+
+/// The keeper: renews at the cadence until told to stop or the term is lost, then releases.
+async fn keep(shared: Arc<TermShared>) {
+    let t = shared.timings;
+    let mut last_attempt = shared.status().last_ok;
+    let mut store_says_gone = false;
+    loop {
+        let last_ok = shared.status().last_ok;
+        let deadline_at = Instant::now() + last_ok.remaining(t.deadline());
+        let next = last_attempt.tokio_instant_after(t.renew_every());
+        tokio::select! {
+            biased;
+            _ = shared.stop.cancelled() => break,
+            _ = shared.lost.cancelled() => break,
+            _ = sleep_until(next.min(deadline_at)) => {}
+        }
+        if last_ok.elapsed() >= t.deadline() {
+            shared.lose(format_args!(
+                "no renewal succeeded within the local deadline of {:?}",
+                t.deadline()
+            ));
+            break;
+        }
+        if Instant::now() < next {
+            continue;
+        }
+        let start = Stamp::now();
+        last_attempt = start;
+        let bound = t.attempt_timeout().min(last_ok.remaining(t.deadline()));
+        let attempt = timeout(
+            bound,
+            shared.store.renew(&shared.name, &shared.holder, t.lease()),
+        );
+        let outcome = tokio::select! {
+            biased;
+            _ = shared.stop.cancelled() => break,
+            r = attempt => r,
+        };
+        match outcome {
+            Ok(Ok(Some(grant))) => {
+                let mut st = shared.status();
+                st.last_ok = start;
+                st.expires_in = grant.expires_in;
+                drop(st);
+                debug!(expires_in = ?grant.expires_in, "renewed");
+            }
+            Ok(Ok(None)) => {
+                store_says_gone = true;
+                shared.lose("the store reports the lease is no longer held");
+                break;
+            }
+            Ok(Err(e)) => {
+                telemetry::renew_failed(&shared.name);
+                warn!(error = %e, deadline_in = ?last_ok.remaining(t.deadline()), "renewal failed; retrying");
+            }
+            Err(_) => {
+                telemetry::renew_failed(&shared.name);
+                warn!(bound = ?bound, deadline_in = ?last_ok.remaining(t.deadline()), "renewal timed out; retrying");
+            }
+        }
+    }
+    // Lost or stopped. Work under a lost term may still be winding down: release only once the
+    // holder says stop, and never after the store said the lease is gone.
+    shared.stop.cancelled().await;
+    let released = if store_says_gone {
+        Ok(false)
+    } else {
+        match timeout(
+            t.attempt_timeout(),
+            shared.store.release(&shared.name, &shared.holder),
+        )
+        .await
+        {
+            Ok(Ok(released)) => {
+                info!(released, "lease released");
+                Ok(released)
+            }
+            Ok(Err(e)) => {
+                warn!(error = %e, "release failed; the lease expires by its TTL");
+                Err(e)
+            }
+            Err(_) => {
+                warn!("release timed out; the lease expires by its TTL");
+                Err(Error::timeout("release", t.attempt_timeout()))
+            }
+        }
+    };
+    shared.end(None);
+    shared.status().released = Some(released);
+    shared.finished.cancel();
+}

@@ -1,0 +1,165 @@
+//! A fault-injecting wrapper for tests: a store that hangs, fails or loses its answers.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use lease_core::{
+    Capabilities, Error, Grant, HolderToken, LeaseInfo, LeaseStore, Result, async_trait,
+};
+use tokio::sync::watch;
+
+/// How a [`FaultyStore`] treats each operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FaultMode {
+    /// Forward to the inner store.
+    Pass,
+    /// Hold every operation without an answer until the mode changes, then carry it out
+    /// (a stalled connection).
+    Stall,
+    /// Fail every operation with `Unavailable` before it reaches the store (a cut connection).
+    Fail,
+    /// Carry out every operation on the inner store, then never answer (an answer lost on the
+    /// wire: the outcome is unknown to the caller).
+    LoseAnswers,
+}
+
+/// How many operations reached a [`FaultyStore`], by kind.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OpCounts {
+    /// `claim` calls.
+    pub claims: u64,
+    /// `renew` calls.
+    pub renews: u64,
+    /// `release` calls.
+    pub releases: u64,
+    /// `verify` calls.
+    pub verifies: u64,
+    /// `get` calls.
+    pub gets: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    claims: AtomicU64,
+    renews: AtomicU64,
+    releases: AtomicU64,
+    verifies: AtomicU64,
+    gets: AtomicU64,
+}
+
+/// Wraps any [`LeaseStore`] and injects faults, switchable at any time; counts operations.
+///
+/// Clones share the switch and the counters.
+#[derive(Debug, Clone)]
+pub struct FaultyStore<S> {
+    inner: S,
+    mode: Arc<watch::Sender<FaultMode>>,
+    counters: Arc<Counters>,
+}
+
+impl<S: LeaseStore> FaultyStore<S> {
+    /// Wraps `inner`, passing everything through.
+    pub fn new(inner: S) -> Self {
+        FaultyStore {
+            inner,
+            mode: Arc::new(watch::Sender::new(FaultMode::Pass)),
+            counters: Arc::default(),
+        }
+    }
+
+    /// Switches the fault mode; operations stalled so far proceed when it leaves `Stall`.
+    pub fn set_mode(&self, mode: FaultMode) {
+        self.mode.send_replace(mode);
+    }
+
+    /// The current fault mode.
+    pub fn mode(&self) -> FaultMode {
+        *self.mode.borrow()
+    }
+
+    /// The operations seen so far.
+    pub fn counts(&self) -> OpCounts {
+        let c = &self.counters;
+        OpCounts {
+            claims: c.claims.load(Ordering::SeqCst),
+            renews: c.renews.load(Ordering::SeqCst),
+            releases: c.releases.load(Ordering::SeqCst),
+            verifies: c.verifies.load(Ordering::SeqCst),
+            gets: c.gets.load(Ordering::SeqCst),
+        }
+    }
+
+    /// The wrapped store.
+    pub fn inner(&self) -> &S {
+        &self.inner
+    }
+
+    async fn around<T>(&self, op: impl Future<Output = Result<T>>) -> Result<T> {
+        let mut rx = self.mode.subscribe();
+        let mode = match rx.wait_for(|m| *m != FaultMode::Stall).await {
+            Ok(m) => *m,
+            Err(_) => FaultMode::Pass,
+        };
+        match mode {
+            FaultMode::Fail => Err(Error::unavailable("injected fault: connection cut")),
+            FaultMode::LoseAnswers => {
+                let _ = op.await;
+                std::future::pending().await
+            }
+            FaultMode::Pass | FaultMode::Stall => op.await,
+        }
+    }
+}
+
+#[async_trait]
+impl<S: LeaseStore> LeaseStore for FaultyStore<S> {
+    fn backend(&self) -> &'static str {
+        self.inner.backend()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+
+    async fn claim(
+        &self,
+        name: &str,
+        holder: &HolderToken,
+        instance: &str,
+        ttl: Duration,
+    ) -> Result<Option<Grant>> {
+        self.counters.claims.fetch_add(1, Ordering::SeqCst);
+        self.around(self.inner.claim(name, holder, instance, ttl))
+            .await
+    }
+
+    async fn renew(
+        &self,
+        name: &str,
+        holder: &HolderToken,
+        ttl: Duration,
+    ) -> Result<Option<Grant>> {
+        self.counters.renews.fetch_add(1, Ordering::SeqCst);
+        self.around(self.inner.renew(name, holder, ttl)).await
+    }
+
+    async fn release(&self, name: &str, holder: &HolderToken) -> Result<bool> {
+        self.counters.releases.fetch_add(1, Ordering::SeqCst);
+        self.around(self.inner.release(name, holder)).await
+    }
+
+    async fn verify(&self, name: &str, holder: &HolderToken) -> Result<Option<Grant>> {
+        self.counters.verifies.fetch_add(1, Ordering::SeqCst);
+        self.around(self.inner.verify(name, holder)).await
+    }
+
+    async fn get(&self, name: &str) -> Result<Option<LeaseInfo>> {
+        self.counters.gets.fetch_add(1, Ordering::SeqCst);
+        self.around(self.inner.get(name)).await
+    }
+
+    async fn force_release(&self, name: &str) -> Result<bool> {
+        self.around(self.inner.force_release(name)).await
+    }
+}
