@@ -272,15 +272,18 @@ impl Coordinator {
             grant,
             self.shared.clone(),
         );
-        let mut terms = self.shared.terms.lock().unwrap_or_else(|p| p.into_inner());
-        if terms.closed {
-            drop(terms);
+        let registered = {
+            let mut terms = self.shared.terms.lock().unwrap_or_else(|p| p.into_inner());
+            if !terms.closed {
+                terms.live.retain(|w| w.strong_count() > 0);
+                terms.live.push(Arc::downgrade(term.shared()));
+            }
+            !terms.closed
+        };
+        if !registered {
             let _ = term.resign().await;
             return Err(Error::closed());
         }
-        terms.live.retain(|w| w.strong_count() > 0);
-        terms.live.push(Arc::downgrade(term.shared()));
-        drop(terms);
         info!(name, term = grant.term, instance = %self.shared.instance, expires_in = ?grant.expires_in, "lease claimed");
         Ok(term)
     }

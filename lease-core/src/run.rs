@@ -139,7 +139,8 @@ impl Term {
                     task.abort();
                     guard.armed = false;
                     drop(guard);
-                    let _ = self.resign().await;
+                    // Release in the background: the store may be what failed.
+                    shared.stop.cancel();
                     return Err(Error::lost(
                         &shared.name,
                         format_args!(
@@ -152,13 +153,15 @@ impl Term {
         };
         guard.armed = false;
         drop(guard);
-        let lost = self.is_lost();
-        let lost_err = self.err();
+        if self.is_lost() {
+            // Release in the background: the store may be what failed.
+            shared.stop.cancel();
+            return Err(self
+                .err()
+                .unwrap_or_else(|| Error::lost(&shared.name, "lost")));
+        }
         if let Err(e) = self.resign().await {
             warn!(name = %shared.name, error = %e, "release after the work returned failed");
-        }
-        if lost {
-            return Err(lost_err.unwrap_or_else(|| Error::lost(&shared.name, "lost")));
         }
         match joined {
             Ok(Ok(v)) => Ok(v),

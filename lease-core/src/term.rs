@@ -68,6 +68,8 @@ pub(crate) struct TermShared {
     pub(crate) holder: HolderToken,
     pub(crate) store: Arc<dyn LeaseStore>,
     pub(crate) timings: Timings,
+    /// `false` for stores whose leases never expire: no renewals, no deadline.
+    pub(crate) expires: bool,
     pub(crate) coord: Arc<CoordShared>,
     /// Fires when the term ends, for any reason.
     pub(crate) done: CancellationToken,
@@ -141,6 +143,7 @@ impl Term {
             holder,
             store: coord.store.clone(),
             timings: coord.timings,
+            expires: coord.store.capabilities().expiry,
             coord,
             done: CancellationToken::new(),
             lost: CancellationToken::new(),
@@ -202,8 +205,12 @@ impl Term {
     }
 
     /// Time left before the local deadline ends the term unless a renewal succeeds.
+    /// `Duration::MAX` on a store whose leases never expire.
     pub fn deadline_in(&self) -> Duration {
         let shared = self.shared();
+        if !shared.expires {
+            return Duration::MAX;
+        }
         shared.status().last_ok.remaining(shared.timings.deadline())
     }
 
@@ -277,7 +284,7 @@ async fn keep(shared: Arc<TermShared>) {
     let t = shared.timings;
     let mut last_attempt = shared.status().last_ok;
     let mut store_says_gone = false;
-    loop {
+    while shared.expires {
         let last_ok = shared.status().last_ok;
         let deadline_at = Instant::now() + last_ok.remaining(t.deadline());
         let next = last_attempt.tokio_instant_after(t.renew_every());
@@ -312,6 +319,7 @@ async fn keep(shared: Arc<TermShared>) {
         match outcome {
             Ok(Ok(Some(grant))) => {
                 let mut st = shared.status();
+                // Time left counts from the start of the request that got it.
                 st.last_ok = start;
                 st.expires_in = grant.expires_in;
                 drop(st);

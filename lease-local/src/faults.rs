@@ -55,6 +55,7 @@ struct Counters {
 pub struct FaultyStore<S> {
     inner: S,
     mode: Arc<watch::Sender<FaultMode>>,
+    claim_mode: Arc<watch::Sender<FaultMode>>,
     counters: Arc<Counters>,
 }
 
@@ -64,6 +65,7 @@ impl<S: LeaseStore> FaultyStore<S> {
         FaultyStore {
             inner,
             mode: Arc::new(watch::Sender::new(FaultMode::Pass)),
+            claim_mode: Arc::new(watch::Sender::new(FaultMode::Pass)),
             counters: Arc::default(),
         }
     }
@@ -71,6 +73,11 @@ impl<S: LeaseStore> FaultyStore<S> {
     /// Switches the fault mode; operations stalled so far proceed when it leaves `Stall`.
     pub fn set_mode(&self, mode: FaultMode) {
         self.mode.send_replace(mode);
+    }
+
+    /// Switches the fault mode of `claim` alone (applied after the store-wide mode).
+    pub fn set_claim_mode(&self, mode: FaultMode) {
+        self.claim_mode.send_replace(mode);
     }
 
     /// The current fault mode.
@@ -96,7 +103,14 @@ impl<S: LeaseStore> FaultyStore<S> {
     }
 
     async fn around<T>(&self, op: impl Future<Output = Result<T>>) -> Result<T> {
-        let mut rx = self.mode.subscribe();
+        Self::apply(&self.mode, op).await
+    }
+
+    async fn apply<T>(
+        mode: &watch::Sender<FaultMode>,
+        op: impl Future<Output = Result<T>>,
+    ) -> Result<T> {
+        let mut rx = mode.subscribe();
         let mode = match rx.wait_for(|m| *m != FaultMode::Stall).await {
             Ok(m) => *m,
             Err(_) => FaultMode::Pass,
@@ -130,8 +144,11 @@ impl<S: LeaseStore> LeaseStore for FaultyStore<S> {
         ttl: Duration,
     ) -> Result<Option<Grant>> {
         self.counters.claims.fetch_add(1, Ordering::SeqCst);
-        self.around(self.inner.claim(name, holder, instance, ttl))
-            .await
+        let op = Self::apply(
+            &self.claim_mode,
+            self.inner.claim(name, holder, instance, ttl),
+        );
+        self.around(op).await
     }
 
     async fn renew(

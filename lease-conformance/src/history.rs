@@ -1,0 +1,480 @@
+//! A history checker for fenced critical sections.
+//!
+//! Tests start many contenders (tokio tasks in one process), each of which
+//! takes a lease and, while it believes it holds it, runs short critical
+//! sections tagged with its name and the lease's fencing token (the term).
+//! [`History`] records every section as it starts and ends and checks the two
+//! properties a lease must give:
+//!
+//! - **mutual exclusion**: no section starts while another one is open;
+//! - **terms never go back**: a section whose holder or term differs from the
+//!   previous one must carry a term strictly higher than every term seen so
+//!   far. The same holder may run several sections in one term; another
+//!   holder reusing that term, or anyone entering with a lower term, is a
+//!   violation.
+//!
+//! It also models a fenced resource ([`History::fenced_write`]), the way a
+//! real store would guard writes with `UPDATE … WHERE fence <= $term`, and
+//! counts the stale writes it turns away.
+//!
+//! The checker sees what the contenders report, in the order in which their
+//! calls take its lock: it checks the real exclusion of the code it wraps,
+//! not of the store. A contender that enters a section only after it has
+//! verified its lease, and leaves it before doing anything else, gives the
+//! checker exactly the intervals the lease must keep apart.
+//!
+//! ```
+//! use lease_conformance::history::History;
+//!
+//! let history = History::new();
+//! {
+//!     let section = history.enter("node-a", 1);
+//!     assert!(section.fenced_write());
+//! } // the section ends here
+//! let section = history.enter("node-b", 2);
+//! assert!(section.fenced_write());
+//! section.exit();
+//! assert!(!history.fenced_write(1)); // a stale writer is turned away
+//! history.assert_clean();
+//! println!("{}", history.report()); // history: 2 sections, 2 terms, 0 overlaps, 0 regressions, 1 rejected writes
+//! ```
+
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+/// How many violations a report keeps in full.
+const MAX_VIOLATIONS: usize = 20;
+
+/// A shared record of critical sections and fenced writes.
+///
+/// Cheap to clone: every clone records into the same history, so each
+/// contender can own one. All methods are safe to call from many threads and
+/// tasks at once; each call holds a short internal lock and never awaits.
+#[derive(Debug, Clone, Default)]
+pub struct History {
+    inner: Arc<Mutex<State>>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    next_id: u64,
+    /// Sections open now, by id: (who, term).
+    open: HashMap<u64, (String, u64)>,
+    /// The highest term entered so far and the holder that entered it first.
+    top: Option<(u64, String)>,
+    sections: u64,
+    terms: HashSet<u64>,
+    overlaps: u64,
+    regressions: u64,
+    /// Highest term a fenced write was accepted with.
+    fence: Option<u64>,
+    accepted_writes: u64,
+    rejected_writes: u64,
+    violations: Vec<String>,
+    violations_total: u64,
+}
+
+impl State {
+    fn violation(&mut self, message: String) {
+        self.violations_total += 1;
+        if self.violations.len() < MAX_VIOLATIONS {
+            self.violations.push(message);
+        }
+    }
+}
+
+impl History {
+    /// An empty history.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic elsewhere while the lock was held (a failed assertion in a
+        // contender) leaves the counters consistent: keep recording.
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Records that `who` enters a critical section under fencing token
+    /// `term`, and returns the guard that ends it when dropped or passed to
+    /// [`Section::exit`].
+    ///
+    /// Never blocks the caller on other sections and never fails: a section
+    /// that breaks the rules is counted and described in the
+    /// [`HistoryReport`]. It is an overlap when any section is still open, even
+    /// one of the same `who`. It is a regression when its `(who, term)` differs
+    /// from the section entered just before and `term` is not higher than
+    /// every term entered so far; re-entering the highest term by the holder
+    /// that first entered it is allowed (one holder, several sections in one
+    /// term).
+    pub fn enter(&self, who: &str, term: u64) -> Section {
+        let mut state = self.lock();
+        let id = state.next_id;
+        state.next_id += 1;
+        state.sections += 1;
+        state.terms.insert(term);
+
+        if !state.open.is_empty() {
+            state.overlaps += 1;
+            let mut others: Vec<(u64, String)> = state
+                .open
+                .iter()
+                .map(|(other_id, (other, other_term))| {
+                    (*other_id, format!("#{other_id} {other}@{other_term}"))
+                })
+                .collect();
+            others.sort();
+            let listed: Vec<String> = others.into_iter().take(3).map(|(_, s)| s).collect();
+            let more = state.open.len().saturating_sub(listed.len());
+            let tail = if more > 0 {
+                format!(" and {more} more")
+            } else {
+                String::new()
+            };
+            let message = format!(
+                "overlap: #{id} {who}@{term} entered while {}{tail} open",
+                listed.join(", ")
+            );
+            state.violation(message);
+        }
+
+        match state.top.as_ref() {
+            None => state.top = Some((term, who.to_owned())),
+            Some((top, _)) if term > *top => state.top = Some((term, who.to_owned())),
+            Some((top, holder)) if term == *top => {
+                if holder != who {
+                    let message = format!(
+                        "regression: #{id} {who}@{term} reuses term {term}, first entered by {holder}"
+                    );
+                    state.regressions += 1;
+                    state.violation(message);
+                }
+            }
+            Some((top, holder)) => {
+                let message = format!(
+                    "regression: #{id} {who}@{term} entered after term {top} (entered by {holder})"
+                );
+                state.regressions += 1;
+                state.violation(message);
+            }
+        }
+
+        state.open.insert(id, (who.to_owned(), term));
+        drop(state);
+        Section {
+            history: self.clone(),
+            id,
+            who: who.to_owned(),
+            term,
+            open: true,
+        }
+    }
+
+    /// A write to the fenced resource with fencing token `term`: accepted,
+    /// and `true` returned, when `term` is at least the highest term accepted
+    /// so far (the fence then moves up to `term`); otherwise rejected and
+    /// counted, and `false` returned.
+    ///
+    /// This is the guard a real store applies (`UPDATE … WHERE fence <=
+    /// $term`). A rejection is the fence doing its job, not a violation by
+    /// itself; the report counts rejections so a test can tell how often a
+    /// stale holder still tried to write.
+    pub fn fenced_write(&self, term: u64) -> bool {
+        let mut state = self.lock();
+        match state.fence {
+            Some(fence) if term < fence => {
+                state.rejected_writes += 1;
+                false
+            }
+            _ => {
+                state.fence = Some(term);
+                state.accepted_writes += 1;
+                true
+            }
+        }
+    }
+
+    /// A snapshot of what was recorded so far.
+    ///
+    /// Sections still open are included in the counts; their overlap with
+    /// sections entered later is detected when those enter.
+    pub fn report(&self) -> HistoryReport {
+        let state = self.lock();
+        HistoryReport {
+            sections: state.sections,
+            distinct_terms: state.terms.len() as u64,
+            overlaps: state.overlaps,
+            regressions: state.regressions,
+            accepted_writes: state.accepted_writes,
+            rejected_writes: state.rejected_writes,
+            violations: state.violations.clone(),
+            violations_total: state.violations_total,
+        }
+    }
+
+    /// Panics, listing the violations, when any section overlapped another or
+    /// a term went back. Rejected fenced writes alone do not panic.
+    ///
+    /// Meant for tests: call it after every contender has finished.
+    #[track_caller]
+    pub fn assert_clean(&self) {
+        let report = self.report();
+        if !report.is_clean() {
+            let mut message = format!("{report}\n");
+            for violation in &report.violations {
+                message.push_str("  ");
+                message.push_str(violation);
+                message.push('\n');
+            }
+            let hidden = report
+                .violations_total
+                .saturating_sub(report.violations.len() as u64);
+            if hidden > 0 {
+                message.push_str(&format!("  ... and {hidden} more\n"));
+            }
+            panic!("{message}");
+        }
+    }
+
+    fn exit(&self, id: u64) {
+        self.lock().open.remove(&id);
+    }
+}
+
+/// An open critical section; it ends when dropped or passed to
+/// [`Section::exit`].
+///
+/// Keep it alive for exactly as long as the work the lease protects: drop it
+/// before the contender does anything that is not covered by the lease.
+#[derive(Debug)]
+#[must_use = "a section ends as soon as its guard is dropped"]
+pub struct Section {
+    history: History,
+    id: u64,
+    who: String,
+    term: u64,
+    open: bool,
+}
+
+impl Section {
+    /// The holder that entered the section.
+    pub fn who(&self) -> &str {
+        &self.who
+    }
+
+    /// The fencing token the section was entered with.
+    pub fn term(&self) -> u64 {
+        self.term
+    }
+
+    /// [`History::fenced_write`] with this section's term.
+    pub fn fenced_write(&self) -> bool {
+        self.history.fenced_write(self.term)
+    }
+
+    /// Ends the section now; the same as dropping it.
+    pub fn exit(mut self) {
+        self.finish();
+    }
+
+    fn finish(&mut self) {
+        if self.open {
+            self.open = false;
+            self.history.exit(self.id);
+        }
+    }
+}
+
+impl Drop for Section {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
+
+/// What a [`History`] recorded, as returned by [`History::report`].
+///
+/// Displays as one line: `history: 812 sections, 37 terms, 0 overlaps, 0
+/// regressions, 0 rejected writes`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HistoryReport {
+    /// Sections entered.
+    pub sections: u64,
+    /// Distinct terms sections were entered with.
+    pub distinct_terms: u64,
+    /// Sections entered while another section was open.
+    pub overlaps: u64,
+    /// Sections entered with a term that went back, or with the highest term
+    /// by a holder other than the one that first entered it.
+    pub regressions: u64,
+    /// Fenced writes accepted.
+    pub accepted_writes: u64,
+    /// Fenced writes turned away because a higher term had already written.
+    pub rejected_writes: u64,
+    /// The first 20 overlaps and regressions, in the order they happened, in
+    /// plain words.
+    pub violations: Vec<String>,
+    /// Overlaps plus regressions, including those not kept in `violations`.
+    pub violations_total: u64,
+}
+
+impl HistoryReport {
+    /// True when no section overlapped another and no term went back.
+    pub fn is_clean(&self) -> bool {
+        self.violations_total == 0
+    }
+}
+
+impl fmt::Display for HistoryReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "history: {} sections, {} terms, {} overlaps, {} regressions, {} rejected writes",
+            self.sections,
+            self.distinct_terms,
+            self.overlaps,
+            self.regressions,
+            self.rejected_writes
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clean_sequential_history_passes() {
+        let history = History::new();
+        for (who, term) in [("a", 1), ("b", 2), ("a", 5), ("c", 6)] {
+            let section = history.enter(who, term);
+            assert!(section.fenced_write());
+            section.exit();
+        }
+        history.assert_clean();
+        let report = history.report();
+        assert_eq!(report.sections, 4);
+        assert_eq!(report.distinct_terms, 4);
+        assert_eq!(report.accepted_writes, 4);
+        assert_eq!(
+            report.to_string(),
+            "history: 4 sections, 4 terms, 0 overlaps, 0 regressions, 0 rejected writes"
+        );
+    }
+
+    #[test]
+    fn overlap_is_caught() {
+        let history = History::new();
+        let first = history.enter("a", 1);
+        let second = history.enter("b", 2);
+        drop(second);
+        drop(first);
+        // The same holder overlapping itself is an overlap too.
+        let third = history.enter("b", 2);
+        let fourth = history.enter("b", 2);
+        drop((third, fourth));
+        let report = history.report();
+        assert_eq!(report.overlaps, 2);
+        assert_eq!(report.regressions, 0);
+        assert!(!report.is_clean());
+        assert!(
+            report.violations[0].contains("#1 b@2 entered while #0 a@1 open"),
+            "{:?}",
+            report.violations
+        );
+    }
+
+    #[test]
+    fn regression_is_caught() {
+        let history = History::new();
+        history.enter("a", 5).exit();
+        history.enter("b", 4).exit(); // went back
+        history.enter("c", 7).exit();
+        history.enter("d", 7).exit(); // term 7 reused by another holder
+        history.enter("c", 6).exit(); // the old holder comes back with an older term
+        let report = history.report();
+        assert_eq!(report.regressions, 3, "{:?}", report.violations);
+        assert_eq!(report.overlaps, 0);
+        assert!(report.violations[0].contains("b@4 entered after term 5"));
+        assert!(report.violations[1].contains("reuses term 7, first entered by c"));
+    }
+
+    #[test]
+    fn same_term_reentry_by_same_holder_is_fine() {
+        let history = History::new();
+        for _ in 0..3 {
+            history.enter("a", 3).exit();
+        }
+        history.enter("b", 4).exit();
+        history.enter("b", 4).exit();
+        history.assert_clean();
+        assert_eq!(history.report().distinct_terms, 2);
+    }
+
+    #[test]
+    fn fenced_write_rejects_stale_terms() {
+        let history = History::new();
+        assert!(history.fenced_write(2));
+        assert!(history.fenced_write(2));
+        assert!(history.fenced_write(3));
+        assert!(!history.fenced_write(2));
+        let report = history.report();
+        assert_eq!((report.accepted_writes, report.rejected_writes), (3, 1));
+        // Rejections alone are the fence working, not a violation.
+        history.assert_clean();
+    }
+
+    #[test]
+    fn violations_list_is_capped() {
+        let history = History::new();
+        history.enter("a", 100).exit();
+        for term in 0..30 {
+            history.enter("b", term).exit();
+        }
+        let report = history.report();
+        assert_eq!(report.regressions, 30);
+        assert_eq!(report.violations.len(), 20);
+        assert_eq!(report.violations_total, 30);
+    }
+
+    #[test]
+    #[should_panic(expected = "overlap: #1 b@2 entered while #0 a@1 open")]
+    fn assert_clean_panics_with_violations() {
+        let history = History::new();
+        let _first = history.enter("a", 1);
+        let _second = history.enter("b", 2);
+        history.assert_clean();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn many_tasks_under_a_mutex_stay_clean() {
+        // A correct "lease" (a mutex with a counter as the term) gives a clean history.
+        let history = History::new();
+        let lock = Arc::new(tokio::sync::Mutex::new(0u64));
+        let mut tasks = Vec::new();
+        for n in 0..8 {
+            let history = history.clone();
+            let lock = Arc::clone(&lock);
+            tasks.push(tokio::spawn(async move {
+                let who = format!("task-{n}");
+                for _ in 0..20 {
+                    let mut term = lock.lock().await;
+                    *term += 1;
+                    for _ in 0..3 {
+                        let section = history.enter(&who, *term);
+                        assert!(section.fenced_write());
+                        tokio::task::yield_now().await;
+                        drop(section);
+                    }
+                }
+            }));
+        }
+        for task in tasks {
+            assert!(task.await.is_ok());
+        }
+        history.assert_clean();
+        let report = history.report();
+        assert_eq!(report.sections, 8 * 20 * 3);
+        assert_eq!(report.distinct_terms, 8 * 20);
+    }
+}
