@@ -1,1 +1,232 @@
-//! The shared conformance suite.
+//! The shared conformance suite every lease store runs, with the tools it needs: a
+//! fault-injecting TCP [`proxy`], a [`history`] checker for fenced critical sections, and the
+//! [`env`] policy for finding test servers.
+//!
+//! Every case is a plain `pub async fn case(h: &Harness)` in [`cases`]; a backend runs them all,
+//! each as its own `#[tokio::test]`, with one macro call:
+//!
+//! ```
+//! use std::sync::Arc;
+//! use lease_conformance::Harness;
+//!
+//! async fn setup() -> Option<Harness> {
+//!     // A backend connects here (or returns `None` after `env::skip`).
+//!     Some(Harness::new(Arc::new(lease_local::MemoryStore::new())))
+//! }
+//!
+//! lease_conformance::conformance_suite!(setup);
+//! # fn main() {}
+//! ```
+//!
+//! Each case works under its own random name prefix, so cases run in parallel against one
+//! database, and uses TTLs of a few hundred milliseconds, so a backend's suite runs in seconds.
+//! Cases that need a capability the store lacks (expiry, force release, a fault path) return
+//! early with a note.
+
+pub mod cases;
+pub mod env;
+pub mod history;
+pub mod proxy;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use lease_core::{Capabilities, Coordinator, LeaseStore, StepDownFailure, Timings};
+
+pub use history::{History, HistoryReport};
+pub use proxy::{FaultMode, FaultProxy, ProxyStats};
+
+/// The longest one case may run before it fails as hung.
+pub const CASE_TIME_LIMIT: Duration = Duration::from_secs(60);
+
+/// Something that can stall or cut the connection of a store on the fault path.
+pub trait FaultSwitch: Send + Sync {
+    /// Let everything through.
+    fn pass(&self);
+    /// Hold every request without an answer.
+    fn stall(&self);
+    /// Fail every request as if the connection were cut.
+    fn cut(&self);
+}
+
+impl FaultSwitch for FaultProxy {
+    fn pass(&self) {
+        self.set_mode(FaultMode::Pass);
+    }
+    fn stall(&self) {
+        self.set_mode(FaultMode::Stall);
+    }
+    fn cut(&self) {
+        self.set_mode(FaultMode::Cut);
+    }
+}
+
+/// A store reached through a fault switch: the same database, another connection.
+#[derive(Clone)]
+pub struct FaultPath {
+    /// The store whose connection the switch controls.
+    pub store: Arc<dyn LeaseStore>,
+    /// The switch.
+    pub switch: Arc<dyn FaultSwitch>,
+}
+
+/// What a case gets: the store under test and how to test it.
+#[derive(Clone)]
+pub struct Harness {
+    /// The store under test.
+    pub store: Arc<dyn LeaseStore>,
+    /// The same database through a fault switch, when the backend provides one.
+    pub faults: Option<FaultPath>,
+    /// A random prefix for this case's names.
+    pub prefix: String,
+    /// The TTL store-level cases use.
+    pub ttl: Duration,
+    /// The timings coordinator-level cases use.
+    pub timings: Timings,
+    /// How far apart the store's clock and the test's measurement may be, for expiry checks.
+    pub slack: Duration,
+    failures: Arc<Mutex<Vec<StepDownFailure>>>,
+}
+
+impl Harness {
+    /// A harness over `store`: TTL 600 ms (or the store's fixed TTL), timings derived from a
+    /// 1.5 s lease, 150 ms of slack, a fresh random prefix.
+    pub fn new(store: Arc<dyn LeaseStore>) -> Harness {
+        let fixed = store.capabilities().fixed_ttl;
+        let ttl = fixed.unwrap_or(Duration::from_millis(600));
+        let lease = fixed.unwrap_or(Duration::from_millis(1500));
+        let timings = Timings::from_lease(lease).unwrap_or_default();
+        Harness {
+            store,
+            faults: None,
+            prefix: format!("lc{:08x}-", rand::random::<u32>()),
+            ttl,
+            timings,
+            slack: Duration::from_millis(150),
+            failures: Arc::default(),
+        }
+    }
+
+    /// Adds a fault path.
+    pub fn with_faults(mut self, store: Arc<dyn LeaseStore>, switch: Arc<dyn FaultSwitch>) -> Self {
+        self.faults = Some(FaultPath { store, switch });
+        self
+    }
+
+    /// Sets the store-level TTL.
+    pub fn with_ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// Sets the coordinator timings.
+    pub fn with_timings(mut self, timings: Timings) -> Self {
+        self.timings = timings;
+        self
+    }
+
+    /// Sets the clock slack.
+    pub fn with_slack(mut self, slack: Duration) -> Self {
+        self.slack = slack;
+        self
+    }
+
+    /// The store's capabilities.
+    pub fn caps(&self) -> Capabilities {
+        self.store.capabilities()
+    }
+
+    /// The backend's name.
+    pub fn backend(&self) -> &'static str {
+        self.store.backend()
+    }
+
+    /// A name unique to this case.
+    pub fn name(&self, suffix: &str) -> String {
+        format!("{}{suffix}", self.prefix)
+    }
+
+    /// A coordinator over the store under test, labelled `instance`, with the harness timings
+    /// and a fail action that records instead of ending the process.
+    pub fn coordinator(&self, instance: &str) -> Coordinator {
+        self.coordinator_over(self.store.clone(), instance)
+    }
+
+    /// A coordinator over `store` with the harness timings and recording fail action.
+    pub fn coordinator_over(&self, store: Arc<dyn LeaseStore>, instance: &str) -> Coordinator {
+        let failures = self.failures.clone();
+        let built = Coordinator::builder_arc(store)
+            .instance(instance)
+            .timings(self.timings)
+            .fail_action(move |f| {
+                failures
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(f.clone());
+            })
+            .build();
+        match built {
+            Ok(c) => c,
+            Err(e) => panic!("the harness timings must suit the store: {e}"),
+        }
+    }
+
+    /// Step-down failures recorded by coordinators from this harness.
+    pub fn step_down_failures(&self) -> Vec<StepDownFailure> {
+        self.failures
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Notes that a case does not apply to this backend.
+    pub fn not_applicable(&self, case: &str, why: &str) {
+        eprintln!("{}: {case} does not apply: {why}", self.backend());
+    }
+}
+
+/// Stamps out every case in [`cases`] as its own `#[tokio::test]`, each calling `setup()` for a
+/// fresh [`Harness`] (an `async fn() -> Option<Harness>`; `None` skips).
+#[macro_export]
+macro_rules! conformance_suite {
+    ($setup:path) => {
+        $crate::conformance_suite!(@each $setup;
+            claim_of_a_free_name_reports_term_and_expiry,
+            claim_of_a_held_name_fails_and_changes_nothing,
+            one_winner_among_many_concurrent_claimers,
+            terms_increase_across_claim_release_and_expiry,
+            renew_extends_the_expiry,
+            renew_after_expiry_fails,
+            renew_by_a_non_holder_fails_and_changes_nothing,
+            release_by_a_non_holder_fails_and_changes_nothing,
+            release_frees_at_once_and_keeps_the_term,
+            unrenewed_lease_is_claimable_after_ttl_and_not_before,
+            verify_tells_the_holder_from_others,
+            get_tells_the_truth,
+            names_are_compared_byte_for_byte,
+            longest_name_works_and_bad_names_are_refused,
+            bad_ttls_are_refused,
+            force_release_ends_a_live_lease_and_keeps_the_term,
+            coordinator_reports_held_and_the_observer_names_the_holder,
+            coordinator_resign_hands_over_at_once,
+            coordinator_close_signals_and_releases,
+            coordinator_keeps_the_lease_well_past_its_ttl,
+            loss_is_detected_within_the_deadline_when_the_store_stalls,
+            loss_is_detected_within_the_deadline_when_the_connection_is_cut,
+            a_stalled_holder_is_replaced_only_after_the_store_expires_it,
+            fenced_history_of_many_contenders_is_clean
+        );
+    };
+    (@each $setup:path; $($case:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                let Some(harness) = $setup().await else { return };
+                let limit = $crate::CASE_TIME_LIMIT;
+                if tokio::time::timeout(limit, $crate::cases::$case(&harness)).await.is_err() {
+                    panic!("{} did not finish within {limit:?}", stringify!($case));
+                }
+            }
+        )*
+    };
+}

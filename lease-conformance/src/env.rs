@@ -1,0 +1,85 @@
+//! Where test servers come from, and what happens when one is missing.
+//!
+//! The policy, the same for every backend:
+//!
+//! 1. `LEASE_TEST_<BACKEND>_URL` (e.g. `LEASE_TEST_POSTGRES_URL`) names a running server: use it.
+//! 2. Otherwise, when a Docker engine answers, a backend may start one with testcontainers
+//!    (see [`docker_available`]).
+//! 3. Otherwise the case prints one loud `SKIPPED <backend>: <why>` line (once per backend and
+//!    test process, on the real stderr, past the test harness's capture) and returns.
+//!
+//! `LEASE_TEST_REQUIRE=postgres,mysql,…` (or `all`) turns such a skip into a failure, so a
+//! server that CI has can never be skipped silently.
+
+use std::collections::HashSet;
+use std::io::Write;
+use std::sync::{Mutex, OnceLock};
+
+/// The environment variable naming the backends that must not be skipped.
+pub const REQUIRE_VAR: &str = "LEASE_TEST_REQUIRE";
+
+/// The environment variable that gives `backend`'s server URL: `LEASE_TEST_<BACKEND>_URL`.
+pub fn url_var(backend: &str) -> String {
+    format!("LEASE_TEST_{}_URL", backend.to_ascii_uppercase())
+}
+
+/// `true` when `LEASE_TEST_REQUIRE` lists `backend` (or `all`).
+pub fn required(backend: &str) -> bool {
+    std::env::var(REQUIRE_VAR).is_ok_and(|v| {
+        v.split(',')
+            .map(str::trim)
+            .any(|b| b.eq_ignore_ascii_case(backend) || b.eq_ignore_ascii_case("all"))
+    })
+}
+
+/// `true` when a Docker engine looks reachable (`DOCKER_HOST` set, or the default socket
+/// exists).
+pub fn docker_available() -> bool {
+    std::env::var_os("DOCKER_HOST").is_some()
+        || std::path::Path::new("/var/run/docker.sock").exists()
+}
+
+/// The URL of `backend`'s test server from `LEASE_TEST_<BACKEND>_URL`, or `None` after
+/// [`skip`]ping (which panics when the backend is required).
+pub fn server_url(backend: &str) -> Option<String> {
+    let var = url_var(backend);
+    match std::env::var(&var) {
+        Ok(url) if !url.trim().is_empty() => Some(url),
+        _ => {
+            let why = if docker_available() {
+                format!(
+                    "{var} is not set; a Docker engine is present, but this backend's suite \
+                     starts no container of its own yet: set {var}"
+                )
+            } else {
+                format!("{var} is not set and no Docker engine answers")
+            };
+            skip(backend, &why);
+            None
+        }
+    }
+}
+
+/// Reports that `backend`'s cases cannot run, for `why`.
+///
+/// Prints one `SKIPPED <backend>: <why>` line per backend and process, straight to the
+/// process's stderr so the test harness does not swallow it.
+///
+/// # Panics
+///
+/// When `LEASE_TEST_REQUIRE` lists `backend`: a required server must never be skipped.
+pub fn skip(backend: &str, why: &str) {
+    if required(backend) {
+        panic!("{backend} is listed in {REQUIRE_VAR} but cannot be tested: {why}");
+    }
+    static SEEN: OnceLock<Mutex<HashSet<String>>> = OnceLock::new();
+    let seen = SEEN.get_or_init(Mutex::default);
+    let first = seen
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(backend.to_owned());
+    if first {
+        let line = format!("\nSKIPPED {backend}: {why}\n");
+        let _ = std::io::stderr().lock().write_all(line.as_bytes());
+    }
+}

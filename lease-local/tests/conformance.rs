@@ -1,0 +1,46 @@
+//! The shared conformance suite on the in-memory store (with a fault path) and on the
+//! never-expiring store of single-node mode.
+
+use std::sync::Arc;
+
+use lease_conformance::{FaultSwitch, Harness};
+use lease_local::{FaultMode, FaultyStore, MemoryStore};
+
+struct Switch(FaultyStore<MemoryStore>);
+
+impl FaultSwitch for Switch {
+    fn pass(&self) {
+        self.0.set_mode(FaultMode::Pass);
+    }
+    fn stall(&self) {
+        self.0.set_mode(FaultMode::Stall);
+    }
+    fn cut(&self) {
+        self.0.set_mode(FaultMode::Fail);
+    }
+}
+
+mod memory {
+    use super::*;
+
+    async fn setup() -> Option<Harness> {
+        let store = MemoryStore::new();
+        let faulty = FaultyStore::new(store.clone());
+        Some(
+            Harness::new(Arc::new(store))
+                .with_faults(Arc::new(faulty.clone()), Arc::new(Switch(faulty))),
+        )
+    }
+
+    lease_conformance::conformance_suite!(setup);
+}
+
+mod never_expiring {
+    use super::*;
+
+    async fn setup() -> Option<Harness> {
+        Some(Harness::new(Arc::new(MemoryStore::never_expiring())))
+    }
+
+    lease_conformance::conformance_suite!(setup);
+}
