@@ -1,6 +1,9 @@
 //! The cases. Each is a plain `pub async fn(&Harness)`; [`conformance_suite!`](crate::conformance_suite)
 //! runs every one as its own test. They panic with a message that says what the store got wrong.
 
+// Test support: a failed expectation panics, which is how a case reports it.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;

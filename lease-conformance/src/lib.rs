@@ -1,6 +1,6 @@
 //! The shared conformance suite every lease store runs, with the tools it needs: a
 //! fault-injecting TCP [`proxy`], a [`history`] checker for fenced critical sections, and the
-//! [`env`] policy for finding test servers.
+//! [`env`](mod@env) policy for finding test servers.
 //!
 //! Every case is a plain `pub async fn case(h: &Harness)` in [`cases`]; a backend runs them all,
 //! each as its own `#[tokio::test]`, with one macro call:

@@ -284,7 +284,10 @@ async fn keep(shared: Arc<TermShared>) {
     let t = shared.timings;
     let mut last_attempt = shared.status().last_ok;
     let mut store_says_gone = false;
-    while shared.expires {
+    loop {
+        if !shared.expires {
+            break;
+        }
         let last_ok = shared.status().last_ok;
         let deadline_at = Instant::now() + last_ok.remaining(t.deadline());
         let next = last_attempt.tokio_instant_after(t.renew_every());

@@ -1,5 +1,7 @@
 //! Engine tests on lease-local, in paused tokio time: minutes of protocol in milliseconds.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 

@@ -1,6 +1,8 @@
 //! The shared conformance suite on the in-memory store (with a fault path) and on the
 //! never-expiring store of single-node mode.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::sync::Arc;
 
 use lease_conformance::{FaultSwitch, Harness};

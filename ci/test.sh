@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The test command: starts the servers the backend suites need when they are down
+# (ci/start-services.sh, idempotent), points each suite at its server, and runs
+# every test in the workspace. Extra arguments go to `cargo test`.
+#
+# A backend whose server is absent prints one `SKIPPED <backend>: <why>` line;
+# LEASE_TEST_REQUIRE=postgres,mysql,... turns that into a failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+summary=$(bash ci/start-services.sh)
+echo "$summary" | grep -v '^LEASE_SERVICES_UP=' >&2 || true
+up=$(echo "$summary" | sed -n 's/^LEASE_SERVICES_UP=//p' | tail -n 1)
+has() { [[ ",$up," == *",$1,"* ]]; }
+
+if has postgres; then export LEASE_TEST_POSTGRES_URL=${LEASE_TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/test}; fi
+if has mysql; then export LEASE_TEST_MYSQL_URL=${LEASE_TEST_MYSQL_URL:-mysql://root@127.0.0.1:3306/test}; fi
+if has redis; then export LEASE_TEST_REDIS_URL=${LEASE_TEST_REDIS_URL:-redis://127.0.0.1:6379}; fi
+if has nats; then export LEASE_TEST_NATS_URL=${LEASE_TEST_NATS_URL:-nats://127.0.0.1:4222}; fi
+
+echo "test.sh: servers up: ${up:-none}; LEASE_TEST_REQUIRE=${LEASE_TEST_REQUIRE:-}" >&2
+exec cargo test --workspace "$@"
