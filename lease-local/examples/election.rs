@@ -46,18 +46,34 @@ async fn main() -> lease_core::Result<()> {
                 .run_elected("report-writer", move |term: Term| {
                     let downstream = downstream.clone();
                     async move {
-                        println!("{:>8} leads with fencing token {}", term.instance(), term.token());
+                        println!(
+                            "{:>8} leads with fencing token {}",
+                            term.instance(),
+                            term.token()
+                        );
                         for n in 1..=3 {
                             tokio::select! {
                                 _ = term.done() => break,
                                 _ = tokio::time::sleep(Duration::from_millis(150)) => {}
                             }
-                            let line = format!("{} wrote row {n} under token {}", term.instance(), term.token());
+                            let line = format!(
+                                "{} wrote row {n} under token {}",
+                                term.instance(),
+                                term.token()
+                            );
                             let accepted = downstream
                                 .lock()
                                 .map(|mut d| d.write(term.token(), line))
                                 .unwrap_or(false);
-                            println!("{:>8}   write {n}: {}", term.instance(), if accepted { "accepted" } else { "REFUSED (stale token)" });
+                            println!(
+                                "{:>8}   write {n}: {}",
+                                term.instance(),
+                                if accepted {
+                                    "accepted"
+                                } else {
+                                    "REFUSED (stale token)"
+                                }
+                            );
                         }
                         println!("{:>8} steps down", term.instance());
                         Ok::<(), std::io::Error>(())
