@@ -398,17 +398,21 @@ async fn run_elected_treats_held_lost_and_failed_campaigns_as_the_election_worki
     let rival_term = rival.coordinator.try_acquire("job").await.unwrap();
     let terms = Arc::new(Mutex::new(Vec::new()));
     let seen = terms.clone();
+    let (lost_tx, mut lost_rx) = tokio::sync::watch::channel(false);
+    let lost_tx = Arc::new(lost_tx);
     let coordinator = r.coordinator.clone();
     let elected = tokio::spawn(async move {
         coordinator
             .run_elected("job", move |term| {
                 let seen = seen.clone();
+                let lost_tx = lost_tx.clone();
                 async move {
                     seen.lock().unwrap().push(term.token());
                     let n = seen.lock().unwrap().len();
                     if n == 1 {
                         // First term: lose it, then fail: an error of a lost term is not returned.
                         term.done().await;
+                        lost_tx.send_replace(term.is_lost());
                         return Err(std::io::Error::other("interrupted by the loss"));
                     }
                     term.done().await;
@@ -430,8 +434,8 @@ async fn run_elected_treats_held_lost_and_failed_campaigns_as_the_election_worki
     assert_eq!(*terms.lock().unwrap(), vec![2]);
     // Lost: an admin breaks the lease; the work fails after the loss; campaigning goes on.
     assert!(store.inner().force_release("job").await.unwrap());
+    lost_rx.wait_for(|lost| *lost).await.unwrap();
     // Failed campaigns: the store is cut for a while.
-    sleep(2500 * Duration::from_millis(1)).await;
     store.set_mode(FaultMode::Fail);
     sleep(10 * S).await;
     assert_eq!(terms.lock().unwrap().len(), 1);
