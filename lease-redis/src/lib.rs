@@ -1,0 +1,1 @@
+//! Leases on Redis: one Lua script per operation, TIME as the clock.

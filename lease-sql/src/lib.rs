@@ -1,0 +1,1 @@
+//! Leases on PostgreSQL, MySQL/MariaDB and SQLite through sqlx, on the database's clock.
