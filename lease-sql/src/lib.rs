@@ -1,1 +1,65 @@
-//! Leases on PostgreSQL, MySQL/MariaDB and SQLite through sqlx, on the database's clock.
+//! Leases on PostgreSQL, MySQL/MariaDB and SQLite, through sqlx, on the database's clock.
+//!
+//! One row per name in a lease table, updated in place by four single-row statements (claim,
+//! renew, release, verify), each one round trip on a warm connection. Expiry is judged by the
+//! **database server's clock** only; a process whose own clock is hours off neither steals a
+//! live lease nor misjudges an expired one. The term (fencing token) is a column that goes up by
+//! one on every change of hands and survives release and expiry.
+//!
+//! ```
+//! use lease_core::Coordinator;
+//! use lease_sql::{SqlConfig, SqliteStore};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> lease_core::Result<()> {
+//! # let dir = std::env::temp_dir().join(format!("lease-sql-doc-{}", std::process::id()));
+//! # std::fs::create_dir_all(&dir).ok();
+//! # let url = format!("sqlite://{}/leases.db", dir.display());
+//! let store = SqliteStore::connect(&url, SqlConfig::default()).await?;
+//! let coordinator = Coordinator::builder(store.clone()).instance("worker-1").build()?;
+//! let term = coordinator.try_acquire("nightly-report").await?;
+//!
+//! // Business writes under the lease: verify is the transaction's first statement, and
+//! // when the lease is lost not one business statement runs.
+//! let mut tx = store.begin_verified(&term).await?;
+//! sqlx::query("CREATE TABLE IF NOT EXISTS report (fence INTEGER)")
+//!     .execute(&mut *tx)
+//!     .await
+//!     .map_err(|e| lease_core::Error::backend("report", e, false))?;
+//! tx.commit().await.map_err(|e| lease_core::Error::backend("commit", e, true))?;
+//!
+//! term.resign().await?;
+//! coordinator.close().await
+//! # }
+//! ```
+//!
+//! Build a store on the application's own pool ([`PostgresStore::new`], [`MySqlStore::new`],
+//! [`SqliteStore::new`]) or from a URL (`connect`). Building checks at once that the database
+//! can carry leases (a clock, a writable connection, the table — created unless
+//! [`Ddl::None`] — and a `name` column wide and exact enough).
+//!
+//! The table's DDL is [`schema_sql`]; the same SQL ships as migrations under `migrations/` for
+//! those who manage their own schema.
+
+mod common;
+mod common_checks;
+mod config;
+mod error;
+#[cfg(feature = "mysql")]
+mod mysql;
+#[cfg(feature = "postgres")]
+mod postgres;
+mod schema;
+#[cfg(feature = "sqlite")]
+mod sqlite;
+mod store;
+
+pub use config::{DEFAULT_TABLE, Ddl, NAME_COLUMN_BYTES, SqlConfig};
+#[cfg(feature = "mysql")]
+pub use mysql::MySqlStore;
+#[cfg(feature = "postgres")]
+pub use postgres::PostgresStore;
+pub use schema::{Dialect, schema_sql};
+#[cfg(feature = "sqlite")]
+pub use sqlite::SqliteStore;
+pub use store::{Fence, SqlStore};

@@ -1,0 +1,274 @@
+//! Pieces shared by the dialects, as macros where sqlx's types differ per database.
+
+use lease_core::Capabilities;
+
+use crate::config::SqlConfig;
+
+pub(crate) fn capabilities(config: &SqlConfig) -> Capabilities {
+    Capabilities {
+        verify_in_transaction: true,
+        force_release: true,
+        max_name_bytes: config.max_name_bytes,
+        ..Capabilities::default()
+    }
+}
+
+/// Start-up checks every dialect runs on its lease pool: the clock, the DDL, the table, a write
+/// probe. `$db` is the database type.
+macro_rules! check_common {
+    ($self:expr, $db:ty) => {{
+        let inner = &$self.inner;
+        let now: std::result::Result<i64, sqlx::Error> =
+            sqlx::query_scalar::<$db, i64>(&inner.stmts.now)
+                .fetch_one(&inner.leases)
+                .await;
+        match now {
+            Ok(_) => {}
+            Err(e @ sqlx::Error::Database(_)) => {
+                return Err(lease_core::Error::new(
+                    lease_core::ErrorKind::Unavailable,
+                    format!(
+                        "the database at {} cannot tell its clock with `{}`; it cannot carry \
+                         leases (SQLite needs 3.42 or later for unixepoch('subsec'))",
+                        inner.server, inner.stmts.now
+                    ),
+                )
+                .with_temporary(false)
+                .with_source(e));
+            }
+            Err(e) => return Err($self.err(e, "start-up check")),
+        }
+        if inner.config.ddl == $crate::Ddl::Auto {
+            let created = sqlx::query::<$db>(&inner.stmts.create)
+                .execute(&inner.leases)
+                .await;
+            match created {
+                Ok(_) => {}
+                // Another process created it at the same moment (PostgreSQL reports the race on
+                // its catalog as a unique violation).
+                Err(sqlx::Error::Database(d))
+                    if matches!(d.code().as_deref(), Some("23505") | Some("42P07")) => {}
+                Err(e) => return Err($self.err(e, "create the lease table")),
+            }
+        }
+        let probe = format!("UPDATE {} SET term = term WHERE 1 = 0", inner.config.table);
+        if let Err(e) = sqlx::query::<$db>(&probe).execute(&inner.leases).await {
+            if $crate::error::is_missing_table(&e) {
+                return Err($self.err(e, "start-up check"));
+            }
+            if matches!(e, sqlx::Error::Database(_)) {
+                return Err(lease_core::Error::new(
+                    lease_core::ErrorKind::Unavailable,
+                    format!(
+                        "cannot write the lease table `{}` on {}: is the connection read-only?",
+                        inner.config.table, inner.server
+                    ),
+                )
+                .with_temporary(false)
+                .with_source(e));
+            }
+            return Err($self.err(e, "start-up check"));
+        }
+    }};
+}
+
+/// The `LeaseStore` impl of the dialects with `RETURNING` (PostgreSQL, SQLite).
+macro_rules! returning_store {
+    ($db:ty) => {
+        #[lease_core::async_trait]
+        impl lease_core::LeaseStore for $crate::SqlStore<$db> {
+            fn backend(&self) -> &'static str {
+                self.inner.dialect.as_str()
+            }
+
+            fn capabilities(&self) -> lease_core::Capabilities {
+                $crate::common::capabilities(&self.inner.config)
+            }
+
+            async fn available(&self) -> lease_core::Result<()> {
+                self.check_available().await
+            }
+
+            async fn claim(
+                &self,
+                name: &str,
+                holder: &lease_core::HolderToken,
+                instance: &str,
+                ttl: std::time::Duration,
+            ) -> lease_core::Result<Option<lease_core::Grant>> {
+                self.validate_name(name)?;
+                self.validate_ttl(ttl)?;
+                lease_core::validate_instance(instance)?;
+                let ms = $crate::store::ttl_ms(ttl);
+                let row: Option<(i64,)> = sqlx::query_as(&self.inner.stmts.claim)
+                    .bind(name)
+                    .bind(holder.to_hex())
+                    .bind(instance)
+                    .bind(ms)
+                    .fetch_optional(&self.inner.leases)
+                    .await
+                    .map_err(|e| self.err(e, "claim"))?;
+                row.map(|(t,)| {
+                    Ok(lease_core::Grant {
+                        term: self.term_from(t)?,
+                        expires_in: $crate::store::remaining(ms),
+                    })
+                })
+                .transpose()
+            }
+
+            async fn renew(
+                &self,
+                name: &str,
+                holder: &lease_core::HolderToken,
+                ttl: std::time::Duration,
+            ) -> lease_core::Result<Option<lease_core::Grant>> {
+                self.validate_name(name)?;
+                self.validate_ttl(ttl)?;
+                let ms = $crate::store::ttl_ms(ttl);
+                let row: Option<(i64,)> = sqlx::query_as(&self.inner.stmts.renew)
+                    .bind(name)
+                    .bind(holder.to_hex())
+                    .bind(ms)
+                    .fetch_optional(&self.inner.leases)
+                    .await
+                    .map_err(|e| self.err(e, "renew"))?;
+                row.map(|(t,)| {
+                    Ok(lease_core::Grant {
+                        term: self.term_from(t)?,
+                        expires_in: $crate::store::remaining(ms),
+                    })
+                })
+                .transpose()
+            }
+
+            async fn release(
+                &self,
+                name: &str,
+                holder: &lease_core::HolderToken,
+            ) -> lease_core::Result<bool> {
+                self.validate_name(name)?;
+                let done = sqlx::query(&self.inner.stmts.release)
+                    .bind(name)
+                    .bind(holder.to_hex())
+                    .execute(&self.inner.leases)
+                    .await
+                    .map_err(|e| self.err(e, "release"))?;
+                Ok(done.rows_affected() > 0)
+            }
+
+            async fn verify(
+                &self,
+                name: &str,
+                holder: &lease_core::HolderToken,
+            ) -> lease_core::Result<Option<lease_core::Grant>> {
+                self.validate_name(name)?;
+                let row: Option<(i64, i64)> = sqlx::query_as(&self.inner.stmts.verify)
+                    .bind(name)
+                    .bind(holder.to_hex())
+                    .fetch_optional(&self.inner.leases)
+                    .await
+                    .map_err(|e| self.err(e, "verify"))?;
+                row.map(|(t, left)| {
+                    Ok(lease_core::Grant {
+                        term: self.term_from(t)?,
+                        expires_in: $crate::store::remaining(left),
+                    })
+                })
+                .transpose()
+            }
+
+            async fn get(&self, name: &str) -> lease_core::Result<Option<lease_core::LeaseInfo>> {
+                self.validate_name(name)?;
+                let row: Option<(String, i64, i64)> = sqlx::query_as(&self.inner.stmts.get)
+                    .bind(name)
+                    .fetch_optional(&self.inner.leases)
+                    .await
+                    .map_err(|e| self.err(e, "get"))?;
+                row.map(|(instance, t, left)| {
+                    Ok(lease_core::LeaseInfo {
+                        name: name.to_owned(),
+                        instance,
+                        term: self.term_from(t)?,
+                        live: left > 0,
+                        expires_in: $crate::store::remaining(left),
+                    })
+                })
+                .transpose()
+            }
+
+            async fn force_release(&self, name: &str) -> lease_core::Result<bool> {
+                self.validate_name(name)?;
+                let done = sqlx::query(&self.inner.stmts.force_release)
+                    .bind(name)
+                    .execute(&self.inner.leases)
+                    .await
+                    .map_err(|e| self.err(e, "force release"))?;
+                Ok(done.rows_affected() > 0)
+            }
+        }
+    };
+}
+
+/// `begin_verified` and `verify_in` for a dialect: `$begin` opens the transaction on a pool.
+macro_rules! verify_guard {
+    ($db:ty, $conn:ty, $begin:ident $(, $stmt:literal)?) => {
+        impl $crate::SqlStore<$db> {
+            /// Opens a transaction on the application's pool and verifies, as its first
+            /// statement, that `fence` (a [`Term`](lease_core::Term) or a
+            /// [`Fence`](crate::Fence)) still holds the lease. The row is locked in share mode
+            /// until the transaction ends, so no other holder's claim can take effect before it
+            /// commits.
+            ///
+            /// When the lease is lost, the transaction is rolled back and `Lost` is returned:
+            /// not one business statement runs. Keep such transactions short: the holder's own
+            /// renewal waits for the lock too.
+            pub async fn begin_verified<'f>(
+                &self,
+                fence: impl Into<$crate::Fence<'f>>,
+            ) -> lease_core::Result<sqlx::Transaction<'static, $db>> {
+                let fence = fence.into();
+                let mut tx = self
+                    .inner
+                    .app
+                    .$begin($($stmt)?)
+                    .await
+                    .map_err(|e| self.err(e, "begin a verified transaction"))?;
+                match self.verify_in(&mut tx, fence).await {
+                    Ok(()) => Ok(tx),
+                    Err(e) => {
+                        let _ = tx.rollback().await;
+                        Err(e)
+                    }
+                }
+            }
+
+            /// Verifies `fence` inside a transaction the caller opened; run it as the
+            /// transaction's first statement. `Lost` when the lease is no longer held under that
+            /// term.
+            pub async fn verify_in<'f>(
+                &self,
+                conn: &mut $conn,
+                fence: impl Into<$crate::Fence<'f>>,
+            ) -> lease_core::Result<()> {
+                let fence = fence.into();
+                lease_core::LeaseStore::validate_name(self, fence.name)?;
+                let row: Option<(i64,)> = sqlx::query_as(&self.inner.stmts.verify_locking)
+                    .bind(fence.name)
+                    .bind(fence.holder.to_hex())
+                    .bind($crate::store::term_i64(fence.term))
+                    .fetch_optional(&mut *conn)
+                    .await
+                    .map_err(|e| self.err(e, "verify in transaction"))?;
+                match row {
+                    Some(_) => Ok(()),
+                    None => Err($crate::store::lost_in_transaction(&fence)),
+                }
+            }
+        }
+    };
+}
+
+pub(crate) use check_common;
+pub(crate) use returning_store;
+pub(crate) use verify_guard;

@@ -1,0 +1,298 @@
+//! MySQL and MariaDB.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use lease_core::{
+    Capabilities, Error, ErrorKind, Grant, HolderToken, LeaseInfo, LeaseStore, Result, async_trait,
+    validate_instance,
+};
+use sqlx::MySql;
+use sqlx::mysql::{
+    MySqlConnectOptions, MySqlConnection, MySqlPool, MySqlPoolOptions, MySqlQueryResult,
+};
+
+use crate::common::{check_common, verify_guard};
+use crate::config::SqlConfig;
+use crate::schema::Dialect;
+use crate::store::{SqlStore, remaining, ttl_ms};
+
+/// How often a claim is retried at once after InnoDB picked it as a deadlock victim (the
+/// statement was rolled back whole, so retrying is safe).
+const DEADLOCK_RETRIES: usize = 3;
+
+/// A lease store on MySQL or MariaDB.
+///
+/// `:now` is `UNIX_TIMESTAMP()` plus the milliseconds of `NOW(3)`, never a conversion through the
+/// session time zone. There is no `RETURNING` on `UPDATE`: the term comes back in the OK packet
+/// through `LAST_INSERT_ID(expr)`, 0 when no row matched — affected-row counts, which depend on
+/// the client's found-rows flag, are never used.
+///
+/// ```sql
+/// -- claim: never INSERT IGNORE, which turns a too-long name into a truncating warning
+/// INSERT INTO leases (name, holder, instance, term, expires_at_ms)
+/// VALUES (?, ?, ?, LAST_INSERT_ID(1), :now + ?)
+/// ON DUPLICATE KEY UPDATE
+///   holder = IF(expires_at_ms <= :now, ?, holder),
+///   instance = IF(expires_at_ms <= :now, ?, instance),
+///   term = IF(expires_at_ms <= :now, LAST_INSERT_ID(term + 1), term + LAST_INSERT_ID(0)),
+///   expires_at_ms = IF(expires_at_ms <= :now, :now + ?, expires_at_ms);  -- assigned last
+/// -- LAST_INSERT_ID() = 0: held; otherwise the new term
+/// UPDATE leases SET expires_at_ms = :now + ?, term = LAST_INSERT_ID(term)
+///  WHERE name = ? AND holder = ? AND expires_at_ms > :now;               -- renew
+/// UPDATE leases SET expires_at_ms = 0, term = LAST_INSERT_ID(term)
+///  WHERE name = ? AND holder = ? AND expires_at_ms > :now;               -- release
+/// SELECT term, expires_at_ms - :now FROM leases
+///  WHERE name = ? AND holder = ? AND expires_at_ms > :now;               -- verify
+/// SELECT term FROM leases WHERE name = ? AND holder = ? AND term = ?
+///    AND expires_at_ms > :now LOCK IN SHARE MODE;                       -- verify in a transaction
+/// ```
+///
+/// The `name` column must compare bytes exactly: `VARBINARY`, or a `_nopad_bin`/`_0900_bin`
+/// collation. Under a case-insensitive or PAD SPACE collation (including MariaDB's
+/// `utf8mb4_bin`) "Job", "job" and "job " would share one row; the store refuses such a table at
+/// start-up.
+pub type MySqlStore = SqlStore<MySql>;
+
+impl SqlStore<MySql> {
+    /// A store on the application's pool with the default options; checks at once that the
+    /// database can carry leases.
+    pub async fn new(pool: MySqlPool) -> Result<Self> {
+        Self::with_config(pool, SqlConfig::default()).await
+    }
+
+    /// A store on the application's pool; see
+    /// [`PostgresStore::with_config`](crate::PostgresStore::with_config) for the checks.
+    pub async fn with_config(pool: MySqlPool, config: SqlConfig) -> Result<Self> {
+        let server = {
+            let o = pool.connect_options();
+            format!(
+                "mysql {}:{}/{}",
+                o.get_host(),
+                o.get_port(),
+                o.get_database().unwrap_or_default()
+            )
+        };
+        let leases = Self::lease_pool(&pool, &config);
+        let store = Self::assemble(pool, leases, config, server, Dialect::MySql);
+        store.check_available().await?;
+        Ok(store)
+    }
+
+    /// Connects to `url` (`mysql://user:password@host:port/database`) and builds the store. A
+    /// bad URL or an unreachable server gives `Unavailable`, naming the host.
+    pub async fn connect(url: &str, config: SqlConfig) -> Result<Self> {
+        let opts = MySqlConnectOptions::from_str(url).map_err(|e| {
+            Error::new(
+                ErrorKind::Unavailable,
+                "bad MySQL URL; expected mysql://user:password@host:port/database",
+            )
+            .with_temporary(false)
+            .with_source(e)
+        })?;
+        let server = format!("mysql {}:{}", opts.get_host(), opts.get_port());
+        let pool = MySqlPoolOptions::new()
+            .max_connections(4)
+            .acquire_timeout(Duration::from_secs(5))
+            .connect_with(opts)
+            .await
+            .map_err(|e| crate::error::map(e, "connect", &server))?;
+        Self::with_config(pool, config).await
+    }
+
+    async fn check_available(&self) -> Result<()> {
+        check_common!(self, MySql);
+        let table = &self.inner.config.table;
+        let (schema, name) = match table.split_once('.') {
+            Some((s, n)) => (Some(s.to_owned()), n.to_owned()),
+            None => (None, table.clone()),
+        };
+        let column: Option<(String, Option<i64>, Option<i64>, Option<String>)> = sqlx::query_as(
+            "SELECT CAST(DATA_TYPE AS CHAR), CAST(CHARACTER_MAXIMUM_LENGTH AS SIGNED), \
+                    CAST(CHARACTER_OCTET_LENGTH AS SIGNED), CAST(COLLATION_NAME AS CHAR) \
+             FROM information_schema.COLUMNS \
+             WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ? \
+               AND COLUMN_NAME = 'name'",
+        )
+        .bind(schema)
+        .bind(name)
+        .fetch_optional(&self.inner.leases)
+        .await
+        .map_err(|e| self.err(e, "start-up check"))?;
+        if let Some((data_type, _, _, collation)) = &column {
+            let exact = match data_type.to_ascii_lowercase().as_str() {
+                "varbinary" => true,
+                "varchar" | "char" => collation
+                    .as_deref()
+                    .is_some_and(|c| c.ends_with("_nopad_bin") || c.ends_with("_0900_bin")),
+                _ => false,
+            };
+            if !exact {
+                return Err(Error::new(
+                    ErrorKind::Unavailable,
+                    format!(
+                        "the `name` column of `{table}` on {} is {data_type} with collation {}, \
+                         under which \"Job\", \"job\" and \"job \" could share one row; make it \
+                         VARBINARY(255) as in:\n{}",
+                        self.inner.server,
+                        collation.as_deref().unwrap_or("(binary)"),
+                        self.inner.stmts.create
+                    ),
+                )
+                .with_temporary(false));
+            }
+        }
+        // VARBINARY is limited in bytes, VARCHAR in characters.
+        crate::common_checks::name_width(
+            self,
+            column.map(|(t, chars, octets, _)| {
+                let w = if t.eq_ignore_ascii_case("varbinary") {
+                    octets
+                } else {
+                    chars
+                };
+                (t, w)
+            }),
+        )
+    }
+
+    async fn exec(
+        &self,
+        op: &str,
+        q: sqlx::query::Query<'_, MySql, sqlx::mysql::MySqlArguments>,
+    ) -> Result<MySqlQueryResult> {
+        q.execute(&self.inner.leases)
+            .await
+            .map_err(|e| self.err(e, op))
+    }
+}
+
+#[async_trait]
+impl LeaseStore for SqlStore<MySql> {
+    fn backend(&self) -> &'static str {
+        "mysql"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        crate::common::capabilities(&self.inner.config)
+    }
+
+    async fn available(&self) -> Result<()> {
+        self.check_available().await
+    }
+
+    async fn claim(
+        &self,
+        name: &str,
+        holder: &HolderToken,
+        instance: &str,
+        ttl: Duration,
+    ) -> Result<Option<Grant>> {
+        self.validate_name(name)?;
+        self.validate_ttl(ttl)?;
+        validate_instance(instance)?;
+        let ms = ttl_ms(ttl);
+        let hex = holder.to_hex();
+        let mut attempt = 0;
+        let done = loop {
+            let r = sqlx::query(&self.inner.stmts.claim)
+                .bind(name)
+                .bind(&hex)
+                .bind(instance)
+                .bind(ms)
+                .bind(&hex)
+                .bind(instance)
+                .bind(ms)
+                .execute(&self.inner.leases)
+                .await;
+            match r {
+                Err(e) if crate::error::is_deadlock(&e) && attempt < DEADLOCK_RETRIES => {
+                    attempt += 1;
+                }
+                r => break r.map_err(|e| self.err(e, "claim"))?,
+            }
+        };
+        match done.last_insert_id() {
+            0 => Ok(None),
+            t => Ok(Some(Grant {
+                term: t,
+                expires_in: remaining(ms),
+            })),
+        }
+    }
+
+    async fn renew(
+        &self,
+        name: &str,
+        holder: &HolderToken,
+        ttl: Duration,
+    ) -> Result<Option<Grant>> {
+        self.validate_name(name)?;
+        self.validate_ttl(ttl)?;
+        let ms = ttl_ms(ttl);
+        let q = sqlx::query(&self.inner.stmts.renew)
+            .bind(ms)
+            .bind(name)
+            .bind(holder.to_hex());
+        let done = self.exec("renew", q).await?;
+        Ok(match done.last_insert_id() {
+            0 => None,
+            t => Some(Grant {
+                term: t,
+                expires_in: remaining(ms),
+            }),
+        })
+    }
+
+    async fn release(&self, name: &str, holder: &HolderToken) -> Result<bool> {
+        self.validate_name(name)?;
+        let q = sqlx::query(&self.inner.stmts.release)
+            .bind(name)
+            .bind(holder.to_hex());
+        Ok(self.exec("release", q).await?.last_insert_id() > 0)
+    }
+
+    async fn verify(&self, name: &str, holder: &HolderToken) -> Result<Option<Grant>> {
+        self.validate_name(name)?;
+        let row: Option<(i64, i64)> = sqlx::query_as(&self.inner.stmts.verify)
+            .bind(name)
+            .bind(holder.to_hex())
+            .fetch_optional(&self.inner.leases)
+            .await
+            .map_err(|e| self.err(e, "verify"))?;
+        row.map(|(t, left)| {
+            Ok(Grant {
+                term: self.term_from(t)?,
+                expires_in: remaining(left),
+            })
+        })
+        .transpose()
+    }
+
+    async fn get(&self, name: &str) -> Result<Option<LeaseInfo>> {
+        self.validate_name(name)?;
+        let row: Option<(String, i64, i64)> = sqlx::query_as(&self.inner.stmts.get)
+            .bind(name)
+            .fetch_optional(&self.inner.leases)
+            .await
+            .map_err(|e| self.err(e, "get"))?;
+        row.map(|(instance, t, left)| {
+            Ok(LeaseInfo {
+                name: name.to_owned(),
+                instance,
+                term: self.term_from(t)?,
+                live: left > 0,
+                expires_in: remaining(left),
+            })
+        })
+        .transpose()
+    }
+
+    async fn force_release(&self, name: &str) -> Result<bool> {
+        self.validate_name(name)?;
+        let q = sqlx::query(&self.inner.stmts.force_release).bind(name);
+        Ok(self.exec("force release", q).await?.last_insert_id() > 0)
+    }
+}
+
+verify_guard!(MySql, MySqlConnection, begin);

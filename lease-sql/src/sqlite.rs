@@ -1,0 +1,103 @@
+//! SQLite.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use lease_core::{Error, ErrorKind, Result};
+use sqlx::Sqlite;
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
+};
+
+use crate::common::{check_common, returning_store, verify_guard};
+use crate::config::SqlConfig;
+use crate::schema::Dialect;
+use crate::store::SqlStore;
+
+/// A lease store on SQLite: leases among the processes of one host that share a database file.
+///
+/// The statements are PostgreSQL's (see [`PostgresStore`](crate::PostgresStore)) with `?N`
+/// parameters and `:now` = `unixepoch('subsec')` in milliseconds (SQLite 3.42 or later; the
+/// bundled SQLite is recent enough). Verified transactions start with `BEGIN IMMEDIATE`, so they
+/// hold the write lock from their first statement and no claim can slip in before they commit.
+///
+/// **The clock is the host's wall clock.** Every process on the host reads the same clock, so
+/// a skewed clock cannot make one process steal from another; but stepping the host clock
+/// (NTP correcting a large error, an administrator's `date -s`) moves every expiry at once:
+/// forward, and live leases expire early — their holders' local deadlines still end their terms
+/// on time by the monotonic clock, but a contender may claim before a holder's work has stepped
+/// down; backward, and released names stay free while unreleased ones live longer. Keep the
+/// host clock slewed, not stepped.
+pub type SqliteStore = SqlStore<Sqlite>;
+
+impl SqlStore<Sqlite> {
+    /// A store on the application's pool with the default options; checks at once that the
+    /// database can carry leases.
+    pub async fn new(pool: SqlitePool) -> Result<Self> {
+        Self::with_config(pool, SqlConfig::default()).await
+    }
+
+    /// A store on the application's pool. Lease operations get a pool of their own on the same
+    /// file, except for an in-memory database, which only the application's pool can see.
+    pub async fn with_config(pool: SqlitePool, config: SqlConfig) -> Result<Self> {
+        let (server, in_memory) = {
+            let o = pool.connect_options();
+            let file = o.get_filename().to_string_lossy().into_owned();
+            let in_memory = file.contains(":memory:") || file.contains("sqlx-in-memory");
+            (format!("sqlite {file}"), in_memory)
+        };
+        let leases = if in_memory {
+            pool.clone()
+        } else {
+            Self::lease_pool(&pool, &config)
+        };
+        let store = Self::assemble(pool, leases, config, server, Dialect::Sqlite);
+        store.check_available().await?;
+        Ok(store)
+    }
+
+    /// Opens (creating when missing) the database file named by `url` (`sqlite:///path/to.db`
+    /// or `sqlite://relative.db`), in WAL mode with a 5 s busy timeout, and builds the store.
+    pub async fn connect(url: &str, config: SqlConfig) -> Result<Self> {
+        let opts = SqliteConnectOptions::from_str(url)
+            .map_err(|e| {
+                Error::new(
+                    ErrorKind::Unavailable,
+                    "bad SQLite URL; expected sqlite:///absolute/path.db or sqlite://relative.db",
+                )
+                .with_temporary(false)
+                .with_source(e)
+            })?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .busy_timeout(Duration::from_secs(5));
+        let server = format!("sqlite {}", opts.get_filename().display());
+        let pool = SqlitePoolOptions::new()
+            .max_connections(4)
+            .acquire_timeout(Duration::from_secs(5))
+            .connect_with(opts)
+            .await
+            .map_err(|e| crate::error::map(e, "open", &server))?;
+        Self::with_config(pool, config).await
+    }
+
+    async fn check_available(&self) -> Result<()> {
+        check_common!(self, Sqlite);
+        let table = &self.inner.config.table;
+        let (schema, name) = match table.split_once('.') {
+            Some((s, n)) => (s, n),
+            None => ("main", table.as_str()),
+        };
+        let column: Option<(String,)> =
+            sqlx::query_as("SELECT type FROM pragma_table_info(?1, ?2) WHERE name = 'name'")
+                .bind(name)
+                .bind(schema)
+                .fetch_optional(&self.inner.leases)
+                .await
+                .map_err(|e| self.err(e, "start-up check"))?;
+        crate::common_checks::name_width(self, column.map(|(t,)| (t, None)))
+    }
+}
+
+returning_store!(Sqlite);
+verify_guard!(Sqlite, SqliteConnection, begin_with, "BEGIN IMMEDIATE");

@@ -1,0 +1,129 @@
+//! Connecting the test stores: straight to the server, and through a fault proxy.
+
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::str::FromStr;
+use std::sync::Arc;
+
+use lease_conformance::{FaultProxy, Harness, env};
+use lease_local::{FaultMode, FaultyStore};
+use lease_sql::{MySqlStore, PostgresStore, SqlConfig, SqliteStore};
+use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+
+pub(crate) struct Proxied<S> {
+    pub store: S,
+    pub proxy: Arc<FaultProxy>,
+}
+
+pub(crate) async fn postgres() -> Option<(PostgresStore, Proxied<PostgresStore>)> {
+    let url = env::server_url("postgres")?;
+    let store = match PostgresStore::connect(&url, SqlConfig::default()).await {
+        Ok(s) => s,
+        Err(e) => {
+            env::skip("postgres", &format!("cannot connect: {e}"));
+            return None;
+        }
+    };
+    let opts = PgConnectOptions::from_str(&url).unwrap();
+    let proxy = FaultProxy::start((opts.get_host().to_owned(), opts.get_port()))
+        .await
+        .unwrap();
+    let pool = PgPoolOptions::new()
+        .max_connections(2)
+        .connect_lazy_with(opts.host("127.0.0.1").port(proxy.local_addr().port()));
+    let proxied = PostgresStore::new(pool).await.unwrap();
+    Some((
+        store,
+        Proxied {
+            store: proxied,
+            proxy: Arc::new(proxy),
+        },
+    ))
+}
+
+pub(crate) async fn mysql() -> Option<(MySqlStore, Proxied<MySqlStore>)> {
+    let url = env::server_url("mysql")?;
+    let store = match MySqlStore::connect(&url, SqlConfig::default()).await {
+        Ok(s) => s,
+        Err(e) => {
+            env::skip("mysql", &format!("cannot connect: {e}"));
+            return None;
+        }
+    };
+    let opts = MySqlConnectOptions::from_str(&url).unwrap();
+    let proxy = FaultProxy::start((opts.get_host().to_owned(), opts.get_port()))
+        .await
+        .unwrap();
+    let pool = MySqlPoolOptions::new()
+        .max_connections(2)
+        .connect_lazy_with(opts.host("127.0.0.1").port(proxy.local_addr().port()));
+    let proxied = MySqlStore::new(pool).await.unwrap();
+    Some((
+        store,
+        Proxied {
+            store: proxied,
+            proxy: Arc::new(proxy),
+        },
+    ))
+}
+
+/// A fresh SQLite file under the system temp dir.
+pub(crate) fn sqlite_url() -> String {
+    let dir = std::env::temp_dir().join("lease-sql-tests");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join(format!("{:016x}.db", rand_u64()));
+    format!("sqlite://{}", file.display())
+}
+
+pub(crate) fn rand_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos(),
+    );
+    h.finish()
+}
+
+pub(crate) async fn sqlite() -> SqliteStore {
+    SqliteStore::connect(&sqlite_url(), SqlConfig::default())
+        .await
+        .unwrap()
+}
+
+/// The SQLite fault path: the same store behind an in-process fault switch.
+pub(crate) struct Switch(pub FaultyStore<SqliteStore>);
+
+impl lease_conformance::FaultSwitch for Switch {
+    fn pass(&self) {
+        self.0.set_mode(FaultMode::Pass);
+    }
+    fn stall(&self) {
+        self.0.set_mode(FaultMode::Stall);
+    }
+    fn cut(&self) {
+        self.0.set_mode(FaultMode::Fail);
+    }
+}
+
+pub(crate) async fn harness_postgres() -> Option<Harness> {
+    let (store, p) = postgres().await?;
+    Some(Harness::new(Arc::new(store)).with_faults(Arc::new(p.store), p.proxy))
+}
+
+pub(crate) async fn harness_mysql() -> Option<Harness> {
+    let (store, p) = mysql().await?;
+    Some(Harness::new(Arc::new(store)).with_faults(Arc::new(p.store), p.proxy))
+}
+
+pub(crate) async fn harness_sqlite() -> Option<Harness> {
+    let store = sqlite().await;
+    let faulty = FaultyStore::new(store.clone());
+    Some(
+        Harness::new(Arc::new(store))
+            .with_faults(Arc::new(faulty.clone()), Arc::new(Switch(faulty))),
+    )
+}
