@@ -73,7 +73,7 @@ pub fn validate_ttl(ttl: Duration) -> Result<()> {
 /// Milliseconds in `d`, rounded up, as stores keep them.
 pub fn ceil_millis(d: Duration) -> u64 {
     let ms = d.as_millis();
-    let extra = u128::from(d.subsec_nanos() % 1_000_000 != 0);
+    let extra = u128::from(!d.subsec_nanos().is_multiple_of(1_000_000));
     u64::try_from(ms + extra).unwrap_or(u64::MAX)
 }
 

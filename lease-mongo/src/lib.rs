@@ -1,1 +1,110 @@
-//! Leases on MongoDB: one conditional pipeline upsert per claim, $$NOW as the clock.
+//! Leases on MongoDB: one conditional pipeline upsert per claim, `$$NOW` as the clock.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use lease_core::{ErrorKind, Timings};
+//! use lease_mongo::{MongoConfig, MongoStore};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> lease_core::Result<()> {
+//! // On the client the service already has:
+//! let client = mongodb::Client::with_uri_str("mongodb://db1:27017/?replicaSet=rs0")
+//!     .await
+//!     .map_err(|e| lease_core::Error::unavailable(e.to_string()))?;
+//! let store = MongoStore::with_config(
+//!     client,
+//!     MongoConfig::new("app").collection("leases").server_label("db1:27017"),
+//! )?;
+//! lease_core::LeaseStore::available(&store).await?; // fails fast on a server < 4.2
+//!
+//! // Or in one step: `MongoStore::connect("mongodb://db1:27017/app").await?`.
+//! let coordinator = store.coordinator().instance("worker-1").build()?;
+//! match coordinator.try_acquire("orders/compactor").await {
+//!     Ok(term) => {
+//!         // Fence downstream writes with term.token().
+//!         term.resign().await?;
+//!     }
+//!     Err(e) if e.is(ErrorKind::Held) => {}
+//!     Err(e) => return Err(e),
+//! }
+//! coordinator.close().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # Status
+//!
+//! **This backend is unverified against a live MongoDB server** until a recorded run of its
+//! conformance suite says otherwise: the machines the project is built on cannot run MongoDB.
+//! What is tested without a server: the exact filter, pipeline and update documents it sends
+//! (checked against expected BSON), the reading of replies, name and TTL validation, error
+//! mapping, and connection failures. The conformance suite (`tests/conformance.rs`) runs
+//! wherever `LEASE_TEST_MONGODB_URL` names a server, and prints a `SKIPPED mongodb` line
+//! otherwise.
+//!
+//! # Requirements
+//!
+//! **MongoDB 4.2 or newer**: updates with an aggregation pipeline and `$$NOW` came in 4.2.
+//! [`available`](lease_core::LeaseStore::available) refuses an older server. The server must
+//! serve `majority` reads (the default; on 4.x a PSA replica set may turn them off).
+//!
+//! # How it works
+//!
+//! One document per lease name in one collection (default `leases`):
+//! `{_id: name, holder, instance, epoch, expires_at, claim_id}`. The term is `epoch`; the expiry is a
+//! BSON date set from the server's `$$NOW`. The exact commands are in [`commands`].
+//!
+//! - **Claim** is one `findAndModify` with `upsert: true` on `{_id: name}` whose update is a
+//!   pipeline: when the document is free by `$$NOW` (`expires_at <= $$NOW`, or no document
+//!   yet) it sets the holder, the instance, a fresh random `claim_id`, `epoch` = stored + 1
+//!   (1 for a new document) and `expires_at` = `$$NOW` + TTL; otherwise every field keeps its
+//!   value and the document is left as it was. The claim won when the document comes back with its
+//!   own `claim_id`; held otherwise (`Ok(None)`).
+//!   Why not the textbook "filter admits only an expired document, a live one collides on the
+//!   unique `_id`": MongoDB refuses `$expr` (needed for `$$NOW` in a filter) in the query of
+//!   an upsert (error 224, SERVER-59704), and a filter on the caller's clock is what this
+//!   design avoids. The duplicate key error (E11000) on `_id` still means held: it is how two
+//!   upserts racing to insert a missing document end on servers that do not retry the loser
+//!   themselves (from 4.2 the server usually retries the loser as an update, which then finds
+//!   the winner's live lease and leaves it as it was).
+//!   Unlike the reference design, a claim never extends a live lease, not even the same
+//!   holder's (renew does), so the epoch always grows by one.
+//! - **Renew**, **release** and **verify** act only on the document live by `$$NOW` under the
+//!   caller's holder token. Release sets `expires_at` to 1970 and keeps the document, so the
+//!   epoch continues. **Force release** does the same for whoever holds the name live.
+//! - **Time left** is always the server's: claim and renew set `expires_at` = `$$NOW` + TTL and
+//!   report the TTL; verify and get compute `expires_at − $$NOW` in the aggregation.
+//!
+//! Each operation is one command, one round trip on a warm connection (the driver may retry a
+//! write once after a network error; retryable writes make that retry apply at most once).
+//!
+//! # Guarantees and their limits
+//!
+//! - Expiry is decided by the clock of the **primary** that runs the command. After a
+//!   failover the new primary's clock decides: keep the members' clocks in sync (NTP), since
+//!   a skew of *s* between them moves every expiry by *s* across a failover.
+//! - Writes are acknowledged by a majority, journaled (`{w: "majority", j: true}`), so an
+//!   acknowledged claim is not rolled back by a failover and the epoch never goes back. Reads
+//!   use read concern `majority` on the primary.
+//! - If a write concern error or a timeout hides whether a write took effect, the error says
+//!   the outcome is unknown, and the engine reads back with verify.
+//! - Every call is bounded by the [operation timeout](MongoConfig::op_timeout) (default 5 s).
+//! - Terms are as durable as the collection: dropping it, or deleting a document, restarts
+//!   that name's epoch at 1. Documents of names no longer used stay (a few hundred bytes each);
+//!   delete them only when nothing fenced by their terms remains.
+//! - The collection must use the simple (binary) collation, so names compare byte for byte
+//!   ([`available`](lease_core::LeaseStore::available) checks it), and have no unique index
+//!   other than `_id`: a duplicate key on another index is reported as an error, never as
+//!   held.
+//! - Names are up to [`MAX_NAME_BYTES`] bytes; names and TTLs are checked before any I/O.
+
+mod backend;
+pub mod commands;
+mod config;
+mod error;
+
+pub use backend::{MAX_NAME_BYTES, MongoStore};
+pub use config::{DEFAULT_COLLECTION, DEFAULT_DATABASE, DEFAULT_OP_TIMEOUT, Ddl, MongoConfig, env};
+pub use error::{DUPLICATE_KEY, is_duplicate_id, map_error};
+
+/// Re-exported so users name the same driver version as the store.
+pub use mongodb;

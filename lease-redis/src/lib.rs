@@ -1,1 +1,150 @@
-//! Leases on Redis: one Lua script per operation, TIME as the clock.
+//! Leases on Redis: one Lua script per operation, `TIME` as the clock.
+//!
+//! [`RedisStore`] implements [`lease_core::LeaseStore`] on the connection your service already
+//! has — a `redis::aio::ConnectionManager`, or any `redis::aio::ConnectionLike + Clone + Send +
+//! Sync` such as a cluster connection — so the `lease_core::Coordinator`, terms, `run_elected`
+//! and the observer work on Redis.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use lease_core::{Coordinator, LeaseStore, Timings};
+//! use lease_redis::{RedisConfig, RedisStore};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // Your own connection …
+//! let client = redis::Client::open("redis://127.0.0.1:6379")?;
+//! let config = RedisConfig::new().key_prefix("billing:lease:");
+//! let manager =
+//!     redis::aio::ConnectionManager::new_with_config(client, config.manager_config()).await?;
+//! let store = RedisStore::with_config(manager, config)?;
+//! // … or `lease_redis::connect("redis://127.0.0.1:6379").await?`.
+//!
+//! // Fails fast when the server could lose lease records (see "Durability").
+//! store.available().await?;
+//!
+//! let leases = Coordinator::builder(store)
+//!     .instance("worker-1")
+//!     .timings(Timings::from_lease(Duration::from_secs(15))?)
+//!     .build()?;
+//! let term = leases.try_acquire("invoice-run").await?;
+//! // Fence downstream writes with `term.token()`.
+//! term.resign().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # Operations
+//!
+//! Each operation is **one Lua script, one round trip**: `EVALSHA` with the script's SHA-1,
+//! falling back to `EVAL` (a second round trip, once per script and server) when the server
+//! answers `NOSCRIPT`; [`available`](lease_core::LeaseStore::available) loads every script so
+//! even the first operations take one round trip. Every script reads "now" from
+//! `redis.call('TIME')`, the server's clock in milliseconds: no process clock ever decides
+//! whether a lease is live.
+//!
+//! | operation | script does, atomically | reply |
+//! |---|---|---|
+//! | `claim` | free (missing, or expiry ≤ now)? term + 1, set holder, instance, expiry = now + ttl | `{term, ttl_ms}` or nil |
+//! | `renew` | live and holder matches? expiry = now + ttl | `{term, ttl_ms}` or nil |
+//! | `verify` | live and holder matches? (writes nothing) | `{term, remaining_ms}` or nil |
+//! | `release` | live and holder matches? expiry = now, term kept | 1 or 0 |
+//! | `force_release` | live? expiry = now, term kept | 1 or 0 |
+//! | `get` | read (writes nothing) | `{instance, term, live, remaining_ms}` or nil |
+//!
+//! A claim never extends a live lease, not even for its own holder; an expired lease is never
+//! revived by renew, verify or release.
+//!
+//! # Keys and data layout
+//!
+//! One hash per name, at `<prefix>{<name>}` (prefix `lease:` unless
+//! [`RedisConfig::key_prefix`] says otherwise), with the fields `holder` (the holder token, 32
+//! hex digits), `instance`, `term` and `expires_at_ms` (server time, Unix milliseconds).
+//!
+//! **Redis Cluster:** the braces make the whole name the key's hash tag, so each operation
+//! touches one key in one slot. Names may hold `{` and `}`: the name is escaped inside the tag
+//! (`%` → `%25`, `{` → `%7B`, `}` → `%7D`, nothing else changes), so the tag always ends at the
+//! closing brace the store adds, and the prefix may not hold braces
+//! ([`RedisConfig::validate`]). For example `orders{eu}` is stored at `lease:{orders%7Beu%7D}`.
+//! Operations that touch many keys at once (groups, schedulers) come with later features and
+//! will take a hash tag per group.
+//!
+//! Names are at most [`MAX_NAME_BYTES`] (1024) bytes, checked with the other name rules before
+//! any I/O.
+//!
+//! # Durability: when terms could repeat
+//!
+//! The term lives in the record, which never carries a key TTL (no `EXPIRE`/`PEXPIRE`): release
+//! and expiry keep it, so terms keep growing. **Terms are exactly as durable as the records.**
+//! With the default [`TermScheme::Counter`], a name's term repeats — a fenced resource could
+//! accept a stale holder — when its record is lost, that is when:
+//!
+//! - Redis restarts without AOF (`appendonly no`; RDB snapshots lose everything since the last
+//!   one), or with `appendfsync everysec` when the host (not only the process) crashes and the
+//!   last second of writes is lost;
+//! - a failover promotes an asynchronous replica that had not received the last claims (Redis
+//!   replication is asynchronous; `WAIT` is not used);
+//! - memory eviction removes records (`maxmemory-policy allkeys-*`; `noeviction` and the
+//!   `volatile-*` policies never evict them, as they carry no TTL);
+//! - someone deletes them (`DEL`, `FLUSHDB`, [`RedisStore::purge_expired`],
+//!   [`RedisStore::forget`]).
+//!
+//! [`available`](lease_core::LeaseStore::available) therefore checks `CONFIG GET appendonly`
+//! (must be `yes`) and `maxmemory-policy` (must not be `allkeys-*`) and **fails with
+//! `Unsupported`** when either check fails or cannot be made (CONFIG disabled or renamed), unless
+//! you opt in with [`RedisConfig::allow_volatile`] (it then logs a warning) or choose
+//! [`TermScheme::ClockFloor`]. It cannot see replication lag.
+//!
+//! [`TermScheme::ClockFloor`] makes a claim's term the larger of the stored term + 1 and the
+//! server's clock in microseconds, so a lost record does not restart terms at 1: the next term
+//! is still higher than every earlier term of the name **unless the clock of the Redis serving
+//! the next claim reads no later than the clock of the Redis that issued the last lost term did**
+//! (a clock stepped back, or a failover to a host whose clock is behind by more than the time
+//! between the lost claim and the next one). Its terms are not consecutive and start near
+//! 1.8 × 10¹⁵ (they stay below 2⁵³, exact in Lua's numbers, until the year 2255), which departs
+//! from the contract's "starts at 1, +1 per claim" — that is why it is not the default.
+//!
+//! Expiry is judged by the server's clock: if that clock jumps forward (a step by NTP, a failover
+//! to a host whose clock is ahead), live leases end early and another holder may claim while the
+//! old one still works; keep server clocks disciplined (slewed, not stepped).
+//!
+//! # Clean-up of names no longer used
+//!
+//! Records are never removed by the store itself: a record is about 150 bytes plus the name, so a
+//! million retired names cost about 200 MB. Remove retired names on purpose with
+//! [`RedisStore::forget`] (one name) or [`RedisStore::purge_expired`] (every record under the
+//! prefix whose lease ended long enough ago; `SCAN`, one node), or by hand with
+//! `redis-cli --scan --pattern 'lease:{*'` and `DEL`. Both helpers re-check the expiry
+//! atomically and never delete a live lease, but **a deleted name that is used again starts again
+//! at term 1** under [`TermScheme::Counter`]: purge only names that will not come back, or whose
+//! fenced resources no longer hold tokens issued under them.
+//!
+//! # Timeouts and errors
+//!
+//! Every operation is bounded by [`RedisConfig::operation_timeout`] (5 s unless set) and then
+//! fails with `Timeout`, outcome unknown, which the coordinator handles (it reads a claim back
+//! with verify). [`connect`] sets the `ConnectionManager`'s response timeout to the same bound
+//! and its connection timeout to [`RedisConfig::connect_timeout`] (2 s), so a stalled socket
+//! never holds a request forever and a dropped one is reconnected on the next request; build your
+//! own manager the same way with [`RedisConfig::manager_config`]. A connection failure is
+//! `Unavailable` (temporary), naming the server by host and port, never by credentials; errors
+//! the server answers are `Backend` with the Redis error as source (see the mapping in the source
+//! of `error.rs`). Names and durations are refused (`InvalidName`, `InvalidTimings`) before any
+//! I/O.
+//!
+//! Requires Redis 5.0 or later (scripts replicated by effect, so `TIME` may precede writes);
+//! tested on Redis 7.0.
+
+mod backend;
+mod config;
+mod error;
+mod keys;
+mod scripts;
+
+pub use backend::{MAX_NAME_BYTES, RedisStore, connect, connect_with};
+pub use config::{
+    CONNECT_RETRIES, DEFAULT_CONNECT_TIMEOUT, DEFAULT_KEY_PREFIX, DEFAULT_OPERATION_TIMEOUT,
+    MAX_KEY_PREFIX_BYTES, RedisConfig, TermScheme,
+};
+
+/// The `redis` crate this store is built on, re-exported so your connection's type matches.
+pub use redis;

@@ -13,15 +13,37 @@ pub(crate) fn capabilities(config: &SqlConfig) -> Capabilities {
     }
 }
 
+/// Runs `$body` (a sqlx future using the connection `$c`) on one of the store's own
+/// connections and returns sqlx's result; a failed transport closes the connection.
+macro_rules! raw_conn {
+    ($self:expr, $op:expr, |$c:ident| $body:expr) => {{
+        match $self.inner.leases.get().await {
+            Ok(mut slot) => {
+                let $c = &mut *slot;
+                let r = $body.await;
+                slot.done(&r);
+                r
+            }
+            Err(e) => Err(e),
+        }
+    }};
+}
+
+/// As [`raw_conn`], with the error mapped to a lease error of operation `$op`.
+macro_rules! with_conn {
+    ($self:expr, $op:expr, |$c:ident| $body:expr) => {{ $crate::common::raw_conn!($self, $op, |$c| $body).map_err(|e| $self.err(e, $op)) }};
+}
+
 /// Start-up checks every dialect runs on its lease pool: the clock, the DDL, the table, a write
 /// probe. `$db` is the database type.
 macro_rules! check_common {
     ($self:expr, $db:ty) => {{
         let inner = &$self.inner;
-        let now: std::result::Result<i64, sqlx::Error> =
-            sqlx::query_scalar::<$db, i64>(&inner.stmts.now)
-                .fetch_one(&inner.leases)
-                .await;
+        let now: std::result::Result<i64, sqlx::Error> = $crate::common::raw_conn!(
+            $self,
+            "start-up check",
+            |c| sqlx::query_scalar::<$db, i64>(&inner.stmts.now).fetch_one(c)
+        );
         match now {
             Ok(_) => {}
             Err(e @ sqlx::Error::Database(_)) => {
@@ -39,9 +61,9 @@ macro_rules! check_common {
             Err(e) => return Err($self.err(e, "start-up check")),
         }
         if inner.config.ddl == $crate::Ddl::Auto {
-            let created = sqlx::query::<$db>(&inner.stmts.create)
-                .execute(&inner.leases)
-                .await;
+            let created = $crate::common::raw_conn!($self, "create the lease table", |c| {
+                sqlx::query::<$db>(&inner.stmts.create).execute(c)
+            });
             match created {
                 Ok(_) => {}
                 // Another process created it at the same moment (PostgreSQL reports the race on
@@ -52,7 +74,10 @@ macro_rules! check_common {
             }
         }
         let probe = format!("UPDATE {} SET term = term WHERE 1 = 0", inner.config.table);
-        if let Err(e) = sqlx::query::<$db>(&probe).execute(&inner.leases).await {
+        let probed = $crate::common::raw_conn!($self, "start-up check", |c| {
+            sqlx::query::<$db>(&probe).execute(c)
+        });
+        if let Err(e) = probed {
             if $crate::error::is_missing_table(&e) {
                 return Err($self.err(e, "start-up check"));
             }
@@ -100,14 +125,15 @@ macro_rules! returning_store {
                 self.validate_ttl(ttl)?;
                 lease_core::validate_instance(instance)?;
                 let ms = $crate::store::ttl_ms(ttl);
-                let row: Option<(i64,)> = sqlx::query_as(&self.inner.stmts.claim)
+                let row: Option<(i64,)> =
+                    crate::common::with_conn!(self, "claim", |c| sqlx::query_as(
+                        &self.inner.stmts.claim
+                    )
                     .bind(name)
                     .bind(holder.to_hex())
                     .bind(instance)
                     .bind(ms)
-                    .fetch_optional(&self.inner.leases)
-                    .await
-                    .map_err(|e| self.err(e, "claim"))?;
+                    .fetch_optional(c))?;
                 row.map(|(t,)| {
                     Ok(lease_core::Grant {
                         term: self.term_from(t)?,
@@ -126,13 +152,14 @@ macro_rules! returning_store {
                 self.validate_name(name)?;
                 self.validate_ttl(ttl)?;
                 let ms = $crate::store::ttl_ms(ttl);
-                let row: Option<(i64,)> = sqlx::query_as(&self.inner.stmts.renew)
+                let row: Option<(i64,)> =
+                    crate::common::with_conn!(self, "renew", |c| sqlx::query_as(
+                        &self.inner.stmts.renew
+                    )
                     .bind(name)
                     .bind(holder.to_hex())
                     .bind(ms)
-                    .fetch_optional(&self.inner.leases)
-                    .await
-                    .map_err(|e| self.err(e, "renew"))?;
+                    .fetch_optional(c))?;
                 row.map(|(t,)| {
                     Ok(lease_core::Grant {
                         term: self.term_from(t)?,
@@ -148,12 +175,12 @@ macro_rules! returning_store {
                 holder: &lease_core::HolderToken,
             ) -> lease_core::Result<bool> {
                 self.validate_name(name)?;
-                let done = sqlx::query(&self.inner.stmts.release)
-                    .bind(name)
-                    .bind(holder.to_hex())
-                    .execute(&self.inner.leases)
-                    .await
-                    .map_err(|e| self.err(e, "release"))?;
+                let done = crate::common::with_conn!(self, "release", |c| sqlx::query(
+                    &self.inner.stmts.release
+                )
+                .bind(name)
+                .bind(holder.to_hex())
+                .execute(c))?;
                 Ok(done.rows_affected() > 0)
             }
 
@@ -163,12 +190,13 @@ macro_rules! returning_store {
                 holder: &lease_core::HolderToken,
             ) -> lease_core::Result<Option<lease_core::Grant>> {
                 self.validate_name(name)?;
-                let row: Option<(i64, i64)> = sqlx::query_as(&self.inner.stmts.verify)
+                let row: Option<(i64, i64)> =
+                    crate::common::with_conn!(self, "verify", |c| sqlx::query_as(
+                        &self.inner.stmts.verify
+                    )
                     .bind(name)
                     .bind(holder.to_hex())
-                    .fetch_optional(&self.inner.leases)
-                    .await
-                    .map_err(|e| self.err(e, "verify"))?;
+                    .fetch_optional(c))?;
                 row.map(|(t, left)| {
                     Ok(lease_core::Grant {
                         term: self.term_from(t)?,
@@ -180,11 +208,12 @@ macro_rules! returning_store {
 
             async fn get(&self, name: &str) -> lease_core::Result<Option<lease_core::LeaseInfo>> {
                 self.validate_name(name)?;
-                let row: Option<(String, i64, i64)> = sqlx::query_as(&self.inner.stmts.get)
+                let row: Option<(String, i64, i64)> =
+                    crate::common::with_conn!(self, "get", |c| sqlx::query_as(
+                        &self.inner.stmts.get
+                    )
                     .bind(name)
-                    .fetch_optional(&self.inner.leases)
-                    .await
-                    .map_err(|e| self.err(e, "get"))?;
+                    .fetch_optional(c))?;
                 row.map(|(instance, t, left)| {
                     Ok(lease_core::LeaseInfo {
                         name: name.to_owned(),
@@ -199,11 +228,11 @@ macro_rules! returning_store {
 
             async fn force_release(&self, name: &str) -> lease_core::Result<bool> {
                 self.validate_name(name)?;
-                let done = sqlx::query(&self.inner.stmts.force_release)
-                    .bind(name)
-                    .execute(&self.inner.leases)
-                    .await
-                    .map_err(|e| self.err(e, "force release"))?;
+                let done = crate::common::with_conn!(self, "force release", |c| sqlx::query(
+                    &self.inner.stmts.force_release
+                )
+                .bind(name)
+                .execute(c))?;
                 Ok(done.rows_affected() > 0)
             }
         }
@@ -270,5 +299,7 @@ macro_rules! verify_guard {
 }
 
 pub(crate) use check_common;
+pub(crate) use raw_conn;
 pub(crate) use returning_store;
 pub(crate) use verify_guard;
+pub(crate) use with_conn;

@@ -44,6 +44,7 @@
 mod common;
 mod common_checks;
 mod config;
+mod conns;
 mod error;
 #[cfg(feature = "mysql")]
 mod mysql;

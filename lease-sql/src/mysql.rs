@@ -17,6 +17,10 @@ use crate::config::SqlConfig;
 use crate::schema::Dialect;
 use crate::store::{SqlStore, remaining, ttl_ms};
 
+/// The `name` column as information_schema describes it: type, width in characters, width in
+/// bytes, collation.
+type NameColumn = (String, Option<i64>, Option<i64>, Option<String>);
+
 /// How often a claim is retried at once after InnoDB picked it as a deadlock victim (the
 /// statement was rolled back whole, so retrying is safe).
 const DEADLOCK_RETRIES: usize = 3;
@@ -73,7 +77,7 @@ impl SqlStore<MySql> {
                 o.get_database().unwrap_or_default()
             )
         };
-        let leases = Self::lease_pool(&pool, &config);
+        let leases = Self::lease_conns(&pool, &config);
         let store = Self::assemble(pool, leases, config, server, Dialect::MySql);
         store.check_available().await?;
         Ok(store)
@@ -107,18 +111,17 @@ impl SqlStore<MySql> {
             Some((s, n)) => (Some(s.to_owned()), n.to_owned()),
             None => (None, table.clone()),
         };
-        let column: Option<(String, Option<i64>, Option<i64>, Option<String>)> = sqlx::query_as(
-            "SELECT CAST(DATA_TYPE AS CHAR), CAST(CHARACTER_MAXIMUM_LENGTH AS SIGNED), \
+        let column: Option<NameColumn> =
+            crate::common::with_conn!(self, "start-up check", |c| sqlx::query_as(
+                "SELECT CAST(DATA_TYPE AS CHAR), CAST(CHARACTER_MAXIMUM_LENGTH AS SIGNED), \
                     CAST(CHARACTER_OCTET_LENGTH AS SIGNED), CAST(COLLATION_NAME AS CHAR) \
              FROM information_schema.COLUMNS \
              WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ? \
                AND COLUMN_NAME = 'name'",
-        )
-        .bind(schema)
-        .bind(name)
-        .fetch_optional(&self.inner.leases)
-        .await
-        .map_err(|e| self.err(e, "start-up check"))?;
+            )
+            .bind(schema)
+            .bind(name)
+            .fetch_optional(c))?;
         if let Some((data_type, _, _, collation)) = &column {
             let exact = match data_type.to_ascii_lowercase().as_str() {
                 "varbinary" => true,
@@ -161,9 +164,7 @@ impl SqlStore<MySql> {
         op: &str,
         q: sqlx::query::Query<'_, MySql, sqlx::mysql::MySqlArguments>,
     ) -> Result<MySqlQueryResult> {
-        q.execute(&self.inner.leases)
-            .await
-            .map_err(|e| self.err(e, op))
+        crate::common::with_conn!(self, op, |c| q.execute(c))
     }
 }
 
@@ -195,16 +196,17 @@ impl LeaseStore for SqlStore<MySql> {
         let hex = holder.to_hex();
         let mut attempt = 0;
         let done = loop {
-            let r = sqlx::query(&self.inner.stmts.claim)
-                .bind(name)
-                .bind(&hex)
-                .bind(instance)
-                .bind(ms)
-                .bind(&hex)
-                .bind(instance)
-                .bind(ms)
-                .execute(&self.inner.leases)
-                .await;
+            let r = crate::common::raw_conn!(self, "claim", |c| {
+                sqlx::query(&self.inner.stmts.claim)
+                    .bind(name)
+                    .bind(&hex)
+                    .bind(instance)
+                    .bind(ms)
+                    .bind(&hex)
+                    .bind(instance)
+                    .bind(ms)
+                    .execute(c)
+            });
             match r {
                 Err(e) if crate::error::is_deadlock(&e) && attempt < DEADLOCK_RETRIES => {
                     attempt += 1;
@@ -254,12 +256,13 @@ impl LeaseStore for SqlStore<MySql> {
 
     async fn verify(&self, name: &str, holder: &HolderToken) -> Result<Option<Grant>> {
         self.validate_name(name)?;
-        let row: Option<(i64, i64)> = sqlx::query_as(&self.inner.stmts.verify)
+        let row: Option<(i64, i64)> =
+            crate::common::with_conn!(self, "verify", |c| sqlx::query_as(
+                &self.inner.stmts.verify
+            )
             .bind(name)
             .bind(holder.to_hex())
-            .fetch_optional(&self.inner.leases)
-            .await
-            .map_err(|e| self.err(e, "verify"))?;
+            .fetch_optional(c))?;
         row.map(|(t, left)| {
             Ok(Grant {
                 term: self.term_from(t)?,
@@ -271,11 +274,10 @@ impl LeaseStore for SqlStore<MySql> {
 
     async fn get(&self, name: &str) -> Result<Option<LeaseInfo>> {
         self.validate_name(name)?;
-        let row: Option<(String, i64, i64)> = sqlx::query_as(&self.inner.stmts.get)
-            .bind(name)
-            .fetch_optional(&self.inner.leases)
-            .await
-            .map_err(|e| self.err(e, "get"))?;
+        let row: Option<(String, i64, i64)> =
+            crate::common::with_conn!(self, "get", |c| sqlx::query_as(&self.inner.stmts.get)
+                .bind(name)
+                .fetch_optional(c))?;
         row.map(|(instance, t, left)| {
             Ok(LeaseInfo {
                 name: name.to_owned(),

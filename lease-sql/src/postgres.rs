@@ -58,7 +58,7 @@ impl SqlStore<Postgres> {
                 o.get_database().unwrap_or_default()
             )
         };
-        let leases = Self::lease_pool(&pool, &config);
+        let leases = Self::lease_conns(&pool, &config);
         let store = Self::assemble(pool, leases, config, server, Dialect::Postgres);
         store.check_available().await?;
         Ok(store)
@@ -93,17 +93,16 @@ impl SqlStore<Postgres> {
             Some((s, n)) => (Some(s.to_owned()), n.to_owned()),
             None => (None, table.clone()),
         };
-        let width: Option<(String, Option<i32>)> = sqlx::query_as(
-            "SELECT data_type::text, character_maximum_length::int \
+        let width: Option<(String, Option<i32>)> =
+            crate::common::with_conn!(self, "start-up check", |c| sqlx::query_as(
+                "SELECT data_type::text, character_maximum_length::int \
              FROM information_schema.columns \
              WHERE column_name = 'name' AND table_name = $1 \
                AND table_schema = COALESCE($2, current_schema())",
-        )
-        .bind(&name)
-        .bind(schema)
-        .fetch_optional(&self.inner.leases)
-        .await
-        .map_err(|e| self.err(e, "start-up check"))?;
+            )
+            .bind(&name)
+            .bind(schema)
+            .fetch_optional(c))?;
         crate::common_checks::name_width(self, width.map(|(t, w)| (t, w.map(i64::from))))
     }
 }

@@ -37,20 +37,15 @@ impl SqlStore<Sqlite> {
         Self::with_config(pool, SqlConfig::default()).await
     }
 
-    /// A store on the application's pool. Lease operations get a pool of their own on the same
-    /// file, except for an in-memory database, which only the application's pool can see.
+    /// A store on the application's pool. Lease operations get connections of their own on the
+    /// same file. (For `sqlite::memory:`, those connections share the pool's in-memory database,
+    /// which lives while any connection to it is open.)
     pub async fn with_config(pool: SqlitePool, config: SqlConfig) -> Result<Self> {
-        let (server, in_memory) = {
-            let o = pool.connect_options();
-            let file = o.get_filename().to_string_lossy().into_owned();
-            let in_memory = file.contains(":memory:") || file.contains("sqlx-in-memory");
-            (format!("sqlite {file}"), in_memory)
-        };
-        let leases = if in_memory {
-            pool.clone()
-        } else {
-            Self::lease_pool(&pool, &config)
-        };
+        let server = format!(
+            "sqlite {}",
+            pool.connect_options().get_filename().to_string_lossy()
+        );
+        let leases = Self::lease_conns(&pool, &config);
         let store = Self::assemble(pool, leases, config, server, Dialect::Sqlite);
         store.check_available().await?;
         Ok(store)
@@ -89,12 +84,12 @@ impl SqlStore<Sqlite> {
             None => ("main", table.as_str()),
         };
         let column: Option<(String,)> =
-            sqlx::query_as("SELECT type FROM pragma_table_info(?1, ?2) WHERE name = 'name'")
-                .bind(name)
-                .bind(schema)
-                .fetch_optional(&self.inner.leases)
-                .await
-                .map_err(|e| self.err(e, "start-up check"))?;
+            crate::common::with_conn!(self, "start-up check", |c| sqlx::query_as(
+                "SELECT type FROM pragma_table_info(?1, ?2) WHERE name = 'name'"
+            )
+            .bind(name)
+            .bind(schema)
+            .fetch_optional(c))?;
         crate::common_checks::name_width(self, column.map(|(t,)| (t, None)))
     }
 }

@@ -5,29 +5,26 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lease_core::{Error, ErrorKind, HolderToken, Result, Term};
-use sqlx::pool::PoolOptions;
 use sqlx::{Database, Pool};
 
 use crate::config::SqlConfig;
+use crate::conns::Conns;
 use crate::schema::{Dialect, Statements};
-
-/// How long a lease operation waits for a connection from the store's own pool.
-pub(crate) const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A lease store on a SQL database: [`PostgresStore`](crate::PostgresStore),
 /// [`MySqlStore`](crate::MySqlStore) or [`SqliteStore`](crate::SqliteStore).
 ///
-/// Lease operations run on a small pool of the store's own (see
+/// Lease operations run on a few connections of the store's own (see
 /// [`SqlConfig::lease_connections`]), opened with the application pool's connect options: a
-/// saturated application pool never delays a renewal, and the store's connections skip the
-/// pool's ping on checkout, so every operation is one round trip on a warm connection. The
+/// saturated application pool never delays a renewal, and no pool pings them on checkout or
+/// release, so every operation is one round trip on a warm connection. The
 /// application's pool is used only for the transactions opened with `begin_verified`.
 pub struct SqlStore<DB: Database> {
     pub(crate) inner: Arc<Inner<DB>>,
 }
 
 pub(crate) struct Inner<DB: Database> {
-    pub(crate) leases: Pool<DB>,
+    pub(crate) leases: Conns<DB>,
     pub(crate) app: Pool<DB>,
     pub(crate) stmts: Statements,
     pub(crate) config: SqlConfig,
@@ -56,7 +53,7 @@ impl<DB: Database> fmt::Debug for SqlStore<DB> {
 impl<DB: Database> SqlStore<DB> {
     pub(crate) fn assemble(
         app: Pool<DB>,
-        leases: Pool<DB>,
+        leases: Conns<DB>,
         config: SqlConfig,
         server: String,
         dialect: Dialect,
@@ -73,15 +70,10 @@ impl<DB: Database> SqlStore<DB> {
         }
     }
 
-    /// The store's own pool for lease operations, opened lazily with the application pool's
-    /// connect options and no ping on checkout.
-    pub(crate) fn lease_pool(app: &Pool<DB>, config: &SqlConfig) -> Pool<DB> {
-        PoolOptions::<DB>::new()
-            .max_connections(config.lease_connections)
-            .min_connections(0)
-            .test_before_acquire(false)
-            .acquire_timeout(ACQUIRE_TIMEOUT)
-            .connect_lazy_with((*app.connect_options()).clone())
+    /// The store's own connections for lease operations, opened on first use with the
+    /// application pool's connect options.
+    pub(crate) fn lease_conns(app: &Pool<DB>, config: &SqlConfig) -> Conns<DB> {
+        Conns::new((*app.connect_options()).clone(), config.lease_connections)
     }
 
     /// The options this store was built with.
@@ -103,11 +95,6 @@ impl<DB: Database> SqlStore<DB> {
     /// The application's pool the store was built on.
     pub fn app_pool(&self) -> &Pool<DB> {
         &self.inner.app
-    }
-
-    /// The store's own pool for lease operations.
-    pub fn lease_pool_ref(&self) -> &Pool<DB> {
-        &self.inner.leases
     }
 
     /// Maps a sqlx error of `op`, naming the table and its DDL when the table is missing.

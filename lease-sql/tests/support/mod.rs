@@ -17,6 +17,12 @@ pub(crate) struct Proxied<S> {
 }
 
 pub(crate) async fn postgres() -> Option<(PostgresStore, Proxied<PostgresStore>)> {
+    postgres_with(SqlConfig::default()).await
+}
+
+pub(crate) async fn postgres_with(
+    config: SqlConfig,
+) -> Option<(PostgresStore, Proxied<PostgresStore>)> {
     let url = env::server_url("postgres")?;
     let store = match PostgresStore::connect(&url, SqlConfig::default()).await {
         Ok(s) => s,
@@ -32,7 +38,7 @@ pub(crate) async fn postgres() -> Option<(PostgresStore, Proxied<PostgresStore>)
     let pool = PgPoolOptions::new()
         .max_connections(2)
         .connect_lazy_with(opts.host("127.0.0.1").port(proxy.local_addr().port()));
-    let proxied = PostgresStore::new(pool).await.unwrap();
+    let proxied = PostgresStore::with_config(pool, config).await.unwrap();
     Some((
         store,
         Proxied {
@@ -43,6 +49,10 @@ pub(crate) async fn postgres() -> Option<(PostgresStore, Proxied<PostgresStore>)
 }
 
 pub(crate) async fn mysql() -> Option<(MySqlStore, Proxied<MySqlStore>)> {
+    mysql_with(SqlConfig::default()).await
+}
+
+pub(crate) async fn mysql_with(config: SqlConfig) -> Option<(MySqlStore, Proxied<MySqlStore>)> {
     let url = env::server_url("mysql")?;
     let store = match MySqlStore::connect(&url, SqlConfig::default()).await {
         Ok(s) => s,
@@ -58,7 +68,7 @@ pub(crate) async fn mysql() -> Option<(MySqlStore, Proxied<MySqlStore>)> {
     let pool = MySqlPoolOptions::new()
         .max_connections(2)
         .connect_lazy_with(opts.host("127.0.0.1").port(proxy.local_addr().port()));
-    let proxied = MySqlStore::new(pool).await.unwrap();
+    let proxied = MySqlStore::with_config(pool, config).await.unwrap();
     Some((
         store,
         Proxied {

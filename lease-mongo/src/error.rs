@@ -1,0 +1,233 @@
+//! Driver errors → [`lease_core::Error`].
+//!
+//! - The duplicate key error (E11000) on the lease collection's `_id` index is how a claim of
+//!   a live lease fails: [`is_duplicate_id`] recognises exactly that, and the claim reports the
+//!   name held. Any other error, including E11000 on some other unique index, is an error.
+//! - Server selection failures, I/O, a cleared pool and DNS failures are `Unavailable`
+//!   (temporary) and name the server (host:port, never a password).
+//! - Failed authentication and a bad TLS set-up are `Unavailable`, permanent.
+//! - `MaxTimeMSExpired` is `Timeout` (outcome unknown).
+//! - Other server errors are `Backend` with the driver's error as source; temporary when the
+//!   server calls them retryable (a step-down, a shutdown, a write concern timeout — after a
+//!   write concern error the write's outcome is unknown).
+
+use lease_core::{Error, ErrorKind};
+use mongodb::error::{Error as MongoError, ErrorKind as MongoKind, WriteFailure};
+
+/// MongoDB's `DuplicateKey` error code.
+pub const DUPLICATE_KEY: i32 = 11000;
+
+/// `MaxTimeMSExpired`: the server gave up on the command after its `maxTimeMS`.
+const MAX_TIME_MS_EXPIRED: i32 = 50;
+
+/// Codes the server uses for transient conditions: a primary stepping down or shutting down, a
+/// node not yet primary, network trouble between nodes, a write concern not met in time, a
+/// write conflict.
+const TRANSIENT_CODES: &[i32] = &[
+    6,     // HostUnreachable
+    7,     // HostNotFound
+    64,    // WriteConcernFailed (wtimeout)
+    89,    // NetworkTimeout
+    91,    // ShutdownInProgress
+    112,   // WriteConflict
+    189,   // PrimarySteppedDown
+    262,   // ExceededTimeLimit
+    9001,  // SocketException
+    10107, // NotWritablePrimary
+    11600, // InterruptedAtShutdown
+    11602, // InterruptedDueToReplStateChange
+    13435, // NotPrimaryNoSecondaryOk
+    13436, // NotPrimaryOrSecondary
+];
+
+/// The server's error code and message, when the error carries them.
+fn code_and_message(err: &MongoError) -> Option<(i32, &str)> {
+    match err.kind.as_ref() {
+        MongoKind::Command(c) => Some((c.code, c.message.as_str())),
+        MongoKind::Write(WriteFailure::WriteError(w)) => Some((w.code, w.message.as_str())),
+        MongoKind::Write(WriteFailure::WriteConcernError(w)) => Some((w.code, w.message.as_str())),
+        _ => None,
+    }
+}
+
+/// `true` when `err` is the duplicate key error on the `_id` index, which is how the upsert of
+/// a claim answers a live lease (held).
+///
+/// `findAndModify` reports it as a command error, `update` as a write error; both carry code
+/// 11000. The server's message names the index (`index: _id_`); when a message names another
+/// index, the error is not a held lease but a unique index someone added to the collection, and
+/// is reported as an error.
+pub fn is_duplicate_id(err: &MongoError) -> bool {
+    // A write concern error reports on replication, never on the write itself.
+    let (code, message) = match err.kind.as_ref() {
+        MongoKind::Command(c) => (c.code, c.message.as_str()),
+        MongoKind::Write(WriteFailure::WriteError(w)) => (w.code, w.message.as_str()),
+        _ => return false,
+    };
+    if code != DUPLICATE_KEY {
+        return false;
+    }
+    match message.split_once("index: ") {
+        Some((_, rest)) => rest.split_whitespace().next() == Some("_id_"),
+        None => true,
+    }
+}
+
+/// Maps a driver error met during `op` on `name` to the workspace's error, naming `server`.
+pub fn map_error(err: MongoError, op: &str, name: &str, server: &str) -> Error {
+    let what = if name.is_empty() {
+        op.to_owned()
+    } else {
+        format!("{op} of '{name}'")
+    };
+    match err.kind.as_ref() {
+        MongoKind::ServerSelection { .. }
+        | MongoKind::Io(_)
+        | MongoKind::ConnectionPoolCleared { .. }
+        | MongoKind::DnsResolve { .. } => {
+            Error::unavailable(format!("MongoDB at {server} is unreachable ({what})"))
+                .with_source(err)
+        }
+        MongoKind::Authentication { .. } => Error::unavailable(format!(
+            "MongoDB at {server} refused the credentials ({what}); check the user and password"
+        ))
+        .with_source(err)
+        .with_temporary(false),
+        MongoKind::InvalidTlsConfig { .. } => Error::unavailable(format!(
+            "the TLS set-up for MongoDB at {server} is invalid ({what})"
+        ))
+        .with_source(err)
+        .with_temporary(false),
+        MongoKind::Shutdown => Error::unavailable(format!(
+            "the MongoDB client for {server} was shut down ({what})"
+        ))
+        .with_source(err)
+        .with_temporary(false),
+        _ => match code_and_message(&err) {
+            Some((MAX_TIME_MS_EXPIRED, _)) => Error::new(
+                ErrorKind::Timeout,
+                format!(
+                    "MongoDB at {server} gave up on the {what} at its time limit; its outcome is \
+                     unknown"
+                ),
+            )
+            .with_source(err),
+            Some((code, _)) => {
+                let concern = matches!(
+                    err.kind.as_ref(),
+                    MongoKind::Write(WriteFailure::WriteConcernError(_))
+                );
+                let temporary = concern
+                    || TRANSIENT_CODES.contains(&code)
+                    || err.contains_label(mongodb::error::RETRYABLE_WRITE_ERROR)
+                    || err.contains_label(mongodb::error::TRANSIENT_TRANSACTION_ERROR);
+                let message = if concern {
+                    format!(
+                        "MongoDB at {server} did not confirm the {what} on a majority (code \
+                         {code}); its outcome is unknown"
+                    )
+                } else {
+                    format!("MongoDB at {server} refused the {what} (code {code})")
+                };
+                Error::backend(message, err, temporary)
+            }
+            None => Error::backend(
+                format!("the MongoDB driver failed the {what} against {server}"),
+                err,
+                false,
+            ),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mongodb::bson::{doc, from_document};
+    use mongodb::error::{CommandError, WriteConcernError, WriteError};
+
+    fn command_error(code: i32, msg: &str) -> MongoError {
+        let c: CommandError =
+            from_document(doc! { "code": code, "codeName": "X", "errmsg": msg }).unwrap();
+        MongoError::from(MongoKind::Command(c))
+    }
+
+    fn write_error(code: i32, msg: &str) -> MongoError {
+        let w: WriteError = from_document(doc! { "code": code, "errmsg": msg }).unwrap();
+        MongoError::from(MongoKind::Write(WriteFailure::WriteError(w)))
+    }
+
+    const DUP_ID: &str = "E11000 duplicate key error collection: app.leases index: _id_ dup key: \
+                          { _id: \"orders\" }";
+
+    #[test]
+    fn the_duplicate_id_error_is_recognised_exactly() {
+        assert!(is_duplicate_id(&command_error(11000, DUP_ID)));
+        assert!(is_duplicate_id(&write_error(11000, DUP_ID)));
+        assert!(is_duplicate_id(&command_error(11000, "")));
+        // Another unique index, other codes, other kinds: not a held lease.
+        let other = "E11000 duplicate key error collection: app.leases index: holder_1 dup key";
+        assert!(!is_duplicate_id(&command_error(11000, other)));
+        assert!(!is_duplicate_id(&write_error(11000, other)));
+        assert!(!is_duplicate_id(&command_error(11001, DUP_ID)));
+        assert!(!is_duplicate_id(&write_error(
+            121,
+            "Document failed validation"
+        )));
+        let wc: WriteConcernError =
+            from_document(doc! { "code": 11000, "codeName": "DuplicateKey", "errmsg": DUP_ID })
+                .unwrap();
+        let wc = MongoError::from(MongoKind::Write(WriteFailure::WriteConcernError(wc)));
+        assert!(!is_duplicate_id(&wc));
+        let io = MongoError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+        assert!(!is_duplicate_id(&io));
+    }
+
+    #[test]
+    fn io_is_unavailable_and_names_the_server() {
+        let io = MongoError::from(std::io::Error::from(std::io::ErrorKind::ConnectionReset));
+        let e = map_error(io, "claim", "orders", "db1:27017");
+        assert_eq!(e.kind(), ErrorKind::Unavailable);
+        assert!(e.is_temporary());
+        assert!(e.message().contains("db1:27017"), "{e}");
+        assert!(e.message().contains("claim of 'orders'"), "{e}");
+        assert!(std::error::Error::source(&e).is_some());
+    }
+
+    #[test]
+    fn server_errors_are_backend_with_a_verdict() {
+        let e = map_error(command_error(13, "not authorized"), "renew", "n", "db:1");
+        assert_eq!(e.kind(), ErrorKind::Backend);
+        assert!(!e.is_temporary());
+        assert!(e.message().contains("code 13"), "{e}");
+
+        let e = map_error(command_error(10107, "not primary"), "renew", "n", "db:1");
+        assert_eq!(e.kind(), ErrorKind::Backend);
+        assert!(e.is_temporary());
+
+        // A duplicate key outside a claim (or on another index) is an error, not "held".
+        let other = "E11000 duplicate key error collection: app.leases index: holder_1 dup key";
+        let e = map_error(command_error(11000, other), "claim", "n", "db:1");
+        assert_eq!(e.kind(), ErrorKind::Backend);
+        assert!(!e.is_temporary());
+
+        let e = map_error(
+            command_error(50, "operation exceeded time limit"),
+            "get",
+            "n",
+            "db:1",
+        );
+        assert_eq!(e.kind(), ErrorKind::Timeout);
+        assert!(e.is_temporary());
+
+        let wc: WriteConcernError = from_document(
+            doc! { "code": 64, "codeName": "WriteConcernFailed", "errmsg": "wtimeout" },
+        )
+        .unwrap();
+        let wc = MongoError::from(MongoKind::Write(WriteFailure::WriteConcernError(wc)));
+        let e = map_error(wc, "claim", "n", "db:1");
+        assert_eq!(e.kind(), ErrorKind::Backend);
+        assert!(e.is_temporary());
+        assert!(e.message().contains("outcome is unknown"), "{e}");
+    }
+}

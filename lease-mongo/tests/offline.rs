@@ -1,0 +1,222 @@
+//! What can be tested with no MongoDB server: connection failures name the host and never the
+//! password, bad names and TTLs are refused before any I/O, and every call is bounded.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::{Duration, Instant};
+
+use lease_core::{ErrorKind, HolderToken, LeaseStore};
+use lease_mongo::{MAX_NAME_BYTES, MongoConfig, MongoStore};
+use mongodb::Client;
+
+const SECRET: &str = "s3cretPa55";
+
+/// A store on a client for a port where nothing listens.
+async fn refused_store(server_selection_ms: u64, op_timeout: Duration) -> MongoStore {
+    let url = format!(
+        "mongodb://app:{SECRET}@127.0.0.1:1/?serverSelectionTimeoutMS={server_selection_ms}\
+         &connectTimeoutMS=200"
+    );
+    let client = Client::with_uri_str(&url).await.unwrap();
+    MongoStore::with_config(
+        client,
+        MongoConfig::new("app")
+            .server_label("127.0.0.1:1")
+            .op_timeout(op_timeout),
+    )
+    .unwrap()
+}
+
+fn assert_no_secret(e: &lease_core::Error) {
+    let shown = format!("{e} {e:?}");
+    assert!(!shown.contains(SECRET), "the password leaked: {shown}");
+}
+
+#[tokio::test]
+async fn connect_to_a_refused_port_is_unavailable_naming_the_host() {
+    let started = Instant::now();
+    let url = format!(
+        "mongodb://app:{SECRET}@127.0.0.1:1/app?serverSelectionTimeoutMS=300&connectTimeoutMS=300"
+    );
+    let e = MongoStore::connect(&url).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
+    assert!(e.is_temporary(), "{e}");
+    assert!(e.message().contains("127.0.0.1:1"), "{e}");
+    assert_no_secret(&e);
+    assert!(std::error::Error::source(&e).is_some());
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn connect_without_a_selection_timeout_gives_up_within_the_op_timeout() {
+    let started = Instant::now();
+    let config = MongoConfig::new("app").op_timeout(Duration::from_millis(800));
+    let e = MongoStore::connect_with("mongodb://127.0.0.1:1/", config)
+        .await
+        .unwrap_err();
+    // Server selection was set to half the operation timeout: unreachable, not a timeout.
+    assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
+    assert!(e.message().contains("127.0.0.1:1"), "{e}");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn a_bad_url_is_refused_naming_the_host_and_not_the_password() {
+    let e = MongoStore::connect(&format!("mongodb://app:{SECRET}@db1.invalid:notaport/"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
+    assert!(!e.is_temporary(), "a bad URL does not get better: {e}");
+    assert!(e.message().contains("db1.invalid:notaport"), "{e}");
+    assert_no_secret(&e);
+
+    let e = MongoStore::connect("postgres://127.0.0.1/app")
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
+    assert!(!e.is_temporary(), "{e}");
+
+    // A database name MongoDB cannot hold, from the URL.
+    let e = MongoStore::connect("mongodb://127.0.0.1:1/a.b?serverSelectionTimeoutMS=100")
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidName, "{e}");
+}
+
+#[tokio::test]
+async fn every_operation_on_an_unreachable_server_is_unavailable_naming_it() {
+    let store = refused_store(200, Duration::from_secs(5)).await;
+    let a = HolderToken::mint();
+    let ttl = Duration::from_millis(600);
+    let errors = [
+        ("claim", store.claim("n", &a, "a", ttl).await.unwrap_err()),
+        ("renew", store.renew("n", &a, ttl).await.unwrap_err()),
+        ("release", store.release("n", &a).await.unwrap_err()),
+        ("verify", store.verify("n", &a).await.unwrap_err()),
+        ("get", store.get("n").await.unwrap_err()),
+        ("force release", store.force_release("n").await.unwrap_err()),
+        ("available", store.available().await.unwrap_err()),
+    ];
+    for (op, e) in errors {
+        assert_eq!(e.kind(), ErrorKind::Unavailable, "{op}: {e}");
+        assert!(e.is_temporary(), "{op}: {e}");
+        assert!(e.message().contains("127.0.0.1:1"), "{op}: {e}");
+        assert_no_secret(&e);
+    }
+}
+
+#[tokio::test]
+async fn bad_names_instances_and_ttls_are_refused_before_any_io() {
+    // Server selection would take 10 s: an answer within milliseconds means no I/O was tried.
+    let store = refused_store(10_000, Duration::from_secs(20)).await;
+    let a = HolderToken::mint();
+    let ttl = Duration::from_millis(600);
+    let too_long = "n".repeat(MAX_NAME_BYTES + 1);
+    let started = Instant::now();
+    for bad in ["", too_long.as_str(), "a\0b", "a\nb"] {
+        let results = [
+            store.claim(bad, &a, "a", ttl).await.err(),
+            store.renew(bad, &a, ttl).await.err(),
+            store.release(bad, &a).await.err(),
+            store.verify(bad, &a).await.err(),
+            store.get(bad).await.err(),
+            store.force_release(bad).await.err(),
+        ];
+        for e in results {
+            let e = e.expect("a bad name was accepted");
+            assert_eq!(e.kind(), ErrorKind::InvalidName, "{bad:?}: {e}");
+        }
+    }
+    for label in ["", "a\nb"] {
+        let e = store.claim("n", &a, label, ttl).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidName, "{label:?}: {e}");
+    }
+    for ttl in [
+        Duration::ZERO,
+        Duration::from_micros(500),
+        lease_core::MAX_TTL + Duration::from_secs(1),
+    ] {
+        let e = store.claim("n", &a, "a", ttl).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidTimings, "{ttl:?}: {e}");
+        let e = store.renew("n", &a, ttl).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidTimings, "{ttl:?}: {e}");
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "validation waited on the network: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(store.capabilities().max_name_bytes, 1024);
+    assert!(store.validate_name(&"n".repeat(MAX_NAME_BYTES)).is_ok());
+}
+
+#[tokio::test]
+async fn a_server_that_never_answers_is_bounded_by_the_op_timeout() {
+    // A listener that accepts and stays silent: the driver's handshake never completes.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let hold = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((s, _)) = listener.accept().await {
+            held.push(s);
+        }
+    });
+    let client = Client::with_uri_str(format!(
+        "mongodb://{addr}/?directConnection=true&serverSelectionTimeoutMS=30000\
+         &connectTimeoutMS=30000"
+    ))
+    .await
+    .unwrap();
+    let store = MongoStore::with_config(
+        client,
+        MongoConfig::new("app")
+            .server_label(addr.to_string())
+            .op_timeout(Duration::from_millis(300)),
+    )
+    .unwrap();
+    let started = Instant::now();
+    let e = store
+        .claim("n", &HolderToken::mint(), "a", Duration::from_millis(600))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
+    assert!(e.is_temporary());
+    assert!(e.message().contains(&addr.to_string()), "{e}");
+    assert!(e.message().contains("outcome is unknown"), "{e}");
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(300) && took < Duration::from_secs(2),
+        "{took:?}"
+    );
+    hold.abort();
+}
+
+#[tokio::test]
+async fn configuration_is_checked_and_capabilities_are_declared() {
+    let client = Client::with_uri_str("mongodb://127.0.0.1:1/")
+        .await
+        .unwrap();
+    let e = MongoStore::new(client.clone(), "bad.name").unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidName);
+    let e = MongoStore::with_config(client.clone(), MongoConfig::new("app").collection("a$b"))
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidName);
+
+    let store = MongoStore::new(client, "app").unwrap();
+    assert_eq!(store.backend(), "mongodb");
+    let caps = store.capabilities();
+    assert!(caps.expiry && caps.fencing && caps.force_release);
+    assert!(!caps.partitions && !caps.membership && !caps.slots && !caps.watch);
+    assert_eq!(caps.fixed_ttl, None);
+    assert_eq!(store.config().collection_name(), "leases");
+    let shown = format!("{store:?}");
+    assert!(shown.contains("leases") && shown.contains("app"), "{shown}");
+}

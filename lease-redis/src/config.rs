@@ -1,0 +1,293 @@
+//! Options of a [`RedisStore`](crate::RedisStore): key prefix, timeouts, how terms are made and
+//! what risk of data loss to accept.
+
+use std::time::Duration;
+
+use lease_core::{Error, ErrorKind, Result};
+use redis::aio::ConnectionManagerConfig;
+
+/// The key prefix used unless one is given.
+pub const DEFAULT_KEY_PREFIX: &str = "lease:";
+
+/// The longest key prefix, in bytes.
+pub const MAX_KEY_PREFIX_BYTES: usize = 256;
+
+/// The bound on one store operation unless one is given: the default attempt timeout of
+/// [`lease_core::Timings`].
+pub const DEFAULT_OPERATION_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The bound on opening one connection unless one is given.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How many times [`connect`](crate::connect) retries opening a connection (after the first
+/// attempt) before it reports the server unavailable, and how many times its
+/// `ConnectionManager` retries a reconnection before waiting for the next request.
+pub const CONNECT_RETRIES: usize = 2;
+
+/// How the term (fencing token) of a claim is made.
+///
+/// Whatever the scheme, a name's term strictly increases for as long as its record exists in
+/// Redis; the schemes differ in what happens when the record is lost (see the crate
+/// documentation, *Durability*).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum TermScheme {
+    /// The contract's counter: the first claim of a name gets term 1 and every later claim the
+    /// stored term plus one. If the record is lost, terms start again at 1 and **repeat**. The
+    /// default, and what the shared conformance suite checks.
+    #[default]
+    Counter,
+    /// The larger of the stored term plus one and the server's clock in microseconds
+    /// (`TIME`) at the claim. Terms still strictly increase, but not by one, and the first term
+    /// of a name is about 1.8 × 10¹⁵ rather than 1. If the record is lost, the next term is
+    /// still higher than every earlier one unless the clock of the Redis that serves the next
+    /// claim reads no later than the clock of the Redis that issued the last lost term did
+    /// (a clock stepped back, or a failover to a host whose clock is behind).
+    ClockFloor,
+}
+
+impl TermScheme {
+    /// The flag the claim script receives.
+    pub(crate) fn script_flag(self) -> &'static str {
+        match self {
+            TermScheme::Counter => "0",
+            TermScheme::ClockFloor => "1",
+        }
+    }
+}
+
+/// Options of a [`RedisStore`](crate::RedisStore).
+///
+/// ```
+/// use std::time::Duration;
+/// use lease_redis::{RedisConfig, TermScheme};
+///
+/// let config = RedisConfig::new()
+///     .key_prefix("billing:lease:")
+///     .operation_timeout(Some(Duration::from_secs(2)))
+///     .term_scheme(TermScheme::Counter);
+/// assert!(config.validate().is_ok());
+/// assert!(RedisConfig::new().key_prefix("a{b}:").validate().is_err());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedisConfig {
+    key_prefix: String,
+    operation_timeout: Option<Duration>,
+    connect_timeout: Duration,
+    allow_volatile: bool,
+    term_scheme: TermScheme,
+    server_label: Option<String>,
+}
+
+impl Default for RedisConfig {
+    fn default() -> Self {
+        RedisConfig {
+            key_prefix: DEFAULT_KEY_PREFIX.to_owned(),
+            operation_timeout: Some(DEFAULT_OPERATION_TIMEOUT),
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            allow_volatile: false,
+            term_scheme: TermScheme::Counter,
+            server_label: None,
+        }
+    }
+}
+
+impl RedisConfig {
+    /// The defaults: prefix [`DEFAULT_KEY_PREFIX`], operations bounded by
+    /// [`DEFAULT_OPERATION_TIMEOUT`], connections by [`DEFAULT_CONNECT_TIMEOUT`], counter terms,
+    /// and no volatile server accepted.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Options from the environment, over the defaults:
+    ///
+    /// - `LEASE_REDIS_KEY_PREFIX`: the key prefix;
+    /// - `LEASE_REDIS_ALLOW_VOLATILE`: `true`/`1`/`yes` or `false`/`0`/`no`;
+    /// - `LEASE_REDIS_TERMS`: `counter` or `clock-floor`;
+    /// - `LEASE_REDIS_OPERATION_TIMEOUT_MS`: milliseconds, `0` for no bound.
+    ///
+    /// A malformed value is refused with a message naming the variable.
+    pub fn from_env() -> Result<Self> {
+        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+        let mut config = RedisConfig::new();
+        if let Some(prefix) = var("LEASE_REDIS_KEY_PREFIX") {
+            config = config.key_prefix(prefix);
+        }
+        if let Some(v) = var("LEASE_REDIS_ALLOW_VOLATILE") {
+            let allow = match v.trim().to_ascii_lowercase().as_str() {
+                "1" | "true" | "yes" => true,
+                "0" | "false" | "no" => false,
+                _ => {
+                    return Err(Error::unsupported(format!(
+                        "LEASE_REDIS_ALLOW_VOLATILE is {v:?}; give true or false"
+                    )));
+                }
+            };
+            config = config.allow_volatile(allow);
+        }
+        if let Some(v) = var("LEASE_REDIS_TERMS") {
+            let scheme = match v.trim().to_ascii_lowercase().as_str() {
+                "counter" => TermScheme::Counter,
+                "clock-floor" | "clock_floor" => TermScheme::ClockFloor,
+                _ => {
+                    return Err(Error::unsupported(format!(
+                        "LEASE_REDIS_TERMS is {v:?}; give counter or clock-floor"
+                    )));
+                }
+            };
+            config = config.term_scheme(scheme);
+        }
+        if let Some(v) = var("LEASE_REDIS_OPERATION_TIMEOUT_MS") {
+            let ms: u64 = v.trim().parse().map_err(|_| {
+                Error::invalid_timings(format!(
+                    "LEASE_REDIS_OPERATION_TIMEOUT_MS is {v:?}; give whole milliseconds"
+                ))
+            })?;
+            config = config.operation_timeout((ms > 0).then(|| Duration::from_millis(ms)));
+        }
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Sets the prefix of every key the store writes (default [`DEFAULT_KEY_PREFIX`]). It may
+    /// not hold `{`, `}` or control characters (the braces would break the Redis Cluster hash
+    /// tag), and is at most [`MAX_KEY_PREFIX_BYTES`] long; [`validate`](Self::validate) checks.
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.key_prefix = prefix.into();
+        self
+    }
+
+    /// Bounds every store operation (default [`DEFAULT_OPERATION_TIMEOUT`]); `None` leaves the
+    /// bound to the connection and the caller. An operation cut off by the bound fails with
+    /// `Timeout`: it may or may not have taken effect.
+    pub fn operation_timeout(mut self, bound: Option<Duration>) -> Self {
+        self.operation_timeout = bound;
+        self
+    }
+
+    /// Bounds opening one connection in [`connect`](crate::connect) and
+    /// [`manager_config`](Self::manager_config) (default [`DEFAULT_CONNECT_TIMEOUT`]).
+    pub fn connect_timeout(mut self, bound: Duration) -> Self {
+        self.connect_timeout = bound;
+        self
+    }
+
+    /// Accepts a server that may lose lease records (default `false`): see the crate
+    /// documentation, *Durability*. With `true`,
+    /// [`available`](lease_core::LeaseStore::available) logs the risk as a warning instead of
+    /// failing. Set it only when a repeated term cannot hurt (nothing is fenced), or when you
+    /// made the server durable in a way the store cannot see (for example CONFIG is disabled).
+    pub fn allow_volatile(mut self, allow: bool) -> Self {
+        self.allow_volatile = allow;
+        self
+    }
+
+    /// Chooses how terms are made (default [`TermScheme::Counter`]).
+    pub fn term_scheme(mut self, scheme: TermScheme) -> Self {
+        self.term_scheme = scheme;
+        self
+    }
+
+    /// Names the server in error messages, e.g. `"cache-1:6379"`. [`connect`](crate::connect)
+    /// sets it from the URL (host and port, never credentials); a store built on your own
+    /// connection says "the Redis server" unless you set it.
+    pub fn server_label(mut self, label: impl Into<String>) -> Self {
+        self.server_label = Some(label.into());
+        self
+    }
+
+    /// The key prefix.
+    pub fn get_key_prefix(&self) -> &str {
+        &self.key_prefix
+    }
+
+    /// The bound on one operation.
+    pub fn get_operation_timeout(&self) -> Option<Duration> {
+        self.operation_timeout
+    }
+
+    /// The bound on opening one connection.
+    pub fn get_connect_timeout(&self) -> Duration {
+        self.connect_timeout
+    }
+
+    /// Whether a server that may lose records is accepted.
+    pub fn get_allow_volatile(&self) -> bool {
+        self.allow_volatile
+    }
+
+    /// How terms are made.
+    pub fn get_term_scheme(&self) -> TermScheme {
+        self.term_scheme
+    }
+
+    /// The server's name in error messages.
+    pub fn get_server_label(&self) -> Option<&str> {
+        self.server_label.as_deref()
+    }
+
+    /// Checks the options; no I/O.
+    pub fn validate(&self) -> Result<()> {
+        let p = &self.key_prefix;
+        if p.len() > MAX_KEY_PREFIX_BYTES {
+            return Err(Error::invalid_name(format!(
+                "the Redis key prefix is {} bytes long; give at most {MAX_KEY_PREFIX_BYTES}",
+                p.len()
+            )));
+        }
+        if let Some(c) = p.chars().find(|c| matches!(c, '{' | '}') || c.is_control()) {
+            return Err(Error::invalid_name(format!(
+                "the Redis key prefix {p:?} holds {c:?}; braces would break the per-name Redis \
+                 Cluster hash tag and control characters are not allowed"
+            )));
+        }
+        if self.operation_timeout.is_some_and(|t| t.is_zero()) || self.connect_timeout.is_zero() {
+            return Err(Error::new(
+                ErrorKind::InvalidTimings,
+                "Redis operation and connect timeouts must be positive (use None for no \
+                 operation bound)",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The `ConnectionManager` settings [`connect`](crate::connect) uses, for building your own
+    /// manager the same way: each request times out after the operation timeout (so a stalled
+    /// socket never holds a request forever), each connection attempt after the connect
+    /// timeout, and a reconnection is retried [`CONNECT_RETRIES`] times, 100 ms apart at first.
+    pub fn manager_config(&self) -> ConnectionManagerConfig {
+        ConnectionManagerConfig::new()
+            .set_response_timeout(self.operation_timeout)
+            .set_connection_timeout(Some(self.connect_timeout))
+            .set_number_of_retries(CONNECT_RETRIES)
+            .set_min_delay(Duration::from_millis(100))
+            .set_max_delay(Duration::from_secs(1))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefixes_and_timeouts_are_checked() {
+        assert!(RedisConfig::new().validate().is_ok());
+        assert!(RedisConfig::new().key_prefix("").validate().is_ok());
+        for bad in ["a{", "}", "a\nb", &"p".repeat(MAX_KEY_PREFIX_BYTES + 1)] {
+            let e = RedisConfig::new().key_prefix(bad).validate().unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::InvalidName, "{bad:?}");
+        }
+        let e = RedisConfig::new()
+            .operation_timeout(Some(Duration::ZERO))
+            .validate()
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidTimings);
+        assert!(
+            RedisConfig::new()
+                .operation_timeout(None)
+                .validate()
+                .is_ok()
+        );
+    }
+}

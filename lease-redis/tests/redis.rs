@@ -1,0 +1,467 @@
+//! Redis-specific behaviour: connection errors, validation before I/O, the key layout, the
+//! durability check, the term schemes, clean-up, bounds on stalled or cut connections.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use lease_conformance::FaultMode;
+use lease_core::{ErrorKind, HolderToken, LeaseStore};
+use lease_redis::redis::aio::{ConnectionManager, MultiplexedConnection};
+use lease_redis::redis::{AsyncTypedCommands, Client};
+use lease_redis::{RedisConfig, RedisStore, TermScheme};
+
+const TTL: Duration = Duration::from_millis(600);
+
+fn full_text(e: &lease_core::Error) -> String {
+    format!("{e} / {e:?}")
+}
+
+#[tokio::test]
+async fn an_unreachable_server_is_unavailable_naming_host_and_port_but_no_password() {
+    let started = Instant::now();
+    let e = lease_redis::connect("redis://lease:s3cret@127.0.0.1:1/0")
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
+    assert!(e.is_temporary());
+    assert!(e.message().contains("127.0.0.1:1"), "{e}");
+    assert!(!full_text(&e).contains("s3cret"), "{e:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn a_malformed_url_is_refused_naming_the_host_but_no_password() {
+    for url in [
+        "redis://lease:s3cret@cache-1:notaport/0",
+        "redis://lease:s3/cret@cache-1:notaport",
+    ] {
+        let e = lease_redis::connect(url).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
+        assert!(!e.is_temporary());
+        assert!(e.message().contains("cache-1"), "{e}");
+        assert!(!full_text(&e).contains("s3"), "{e:?}");
+    }
+    let e = lease_redis::connect_with(
+        "redis://127.0.0.1:1",
+        RedisConfig::new().key_prefix("bad{prefix}:"),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidName);
+}
+
+/// A store on a lazily connecting manager whose server does not exist: any I/O would fail with
+/// Unavailable, so a refusal of another kind proves the check came first.
+fn store_without_server() -> RedisStore {
+    let config = RedisConfig::new()
+        .connect_timeout(Duration::from_millis(200))
+        .server_label("127.0.0.1:1");
+    let client = Client::open("redis://127.0.0.1:1").unwrap();
+    let manager = ConnectionManager::new_lazy_with_config(client, config.manager_config()).unwrap();
+    RedisStore::with_config(manager, config).unwrap()
+}
+
+#[tokio::test]
+async fn bad_names_and_ttls_are_refused_before_any_io() {
+    let store = store_without_server();
+    let h = HolderToken::mint();
+    let max = store.capabilities().max_name_bytes;
+    assert_eq!(max, lease_redis::MAX_NAME_BYTES);
+    for bad in [String::new(), "n".repeat(max + 1), "a\0b".to_owned()] {
+        let errors = [
+            store.claim(&bad, &h, "a", TTL).await.unwrap_err(),
+            store.renew(&bad, &h, TTL).await.unwrap_err(),
+            store.release(&bad, &h).await.unwrap_err(),
+            store.verify(&bad, &h).await.unwrap_err(),
+            store.get(&bad).await.unwrap_err(),
+            store.force_release(&bad).await.unwrap_err(),
+            store.forget(&bad, TTL).await.unwrap_err(),
+            store.record_key(&bad).unwrap_err(),
+        ];
+        for e in errors {
+            assert_eq!(e.kind(), ErrorKind::InvalidName, "{bad:?}: {e}");
+        }
+    }
+    for ttl in [Duration::ZERO, Duration::from_secs(2 * 24 * 3600)] {
+        let e = store.claim("ok", &h, "a", ttl).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidTimings, "{e}");
+        let e = store.renew("ok", &h, ttl).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidTimings, "{e}");
+    }
+    let e = store.claim("ok", &h, "", TTL).await.unwrap_err();
+    assert_eq!(
+        e.kind(),
+        ErrorKind::InvalidName,
+        "empty instance label: {e}"
+    );
+    // The same store does reach for the server with a good name, and names it.
+    let e = store.get("ok").await.unwrap_err();
+    assert!(
+        matches!(e.kind(), ErrorKind::Unavailable | ErrorKind::Timeout),
+        "{e}"
+    );
+    assert!(e.message().contains("127.0.0.1:1"), "{e}");
+}
+
+#[tokio::test]
+async fn available_reports_the_durability_risk_unless_accepted() {
+    let Some(url) = common::url() else { return };
+    let mut raw = common::raw(&url).await;
+    let appendonly: Vec<String> = lease_redis::redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("appendonly")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let policy: Vec<String> = lease_redis::redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("maxmemory-policy")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let durable = appendonly.get(1).map(String::as_str) == Some("yes")
+        && !policy.get(1).is_some_and(|p| p.starts_with("allkeys-"));
+
+    let Some(strict) = common::direct(&url, RedisConfig::new()).await else {
+        return;
+    };
+    match strict.available().await {
+        Ok(()) => assert!(durable, "a volatile server passed the check"),
+        Err(e) => {
+            assert!(!durable, "a durable server failed the check: {e}");
+            assert_eq!(e.kind(), ErrorKind::Unsupported, "{e}");
+            assert!(!e.is_temporary());
+            assert!(e.message().contains("allow_volatile"), "{e}");
+            assert!(e.message().contains("appendonly"), "{e}");
+        }
+    }
+    let accepting = common::direct(&url, RedisConfig::new().allow_volatile(true))
+        .await
+        .unwrap();
+    accepting.available().await.unwrap();
+    let floored = common::direct(&url, RedisConfig::new().term_scheme(TermScheme::ClockFloor))
+        .await
+        .unwrap();
+    floored.available().await.unwrap();
+}
+
+#[tokio::test]
+async fn available_says_when_durability_cannot_be_checked() {
+    let Some(url) = common::url() else { return };
+    // A user that may run the scripts but not CONFIG, as on many managed services.
+    let user = common::unique("lease-test-")
+        .trim_end_matches('-')
+        .to_owned();
+    let mut raw = common::raw(&url).await;
+    let _: () = lease_redis::redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg(&user)
+        .arg("on")
+        .arg(">pw")
+        .arg("~*")
+        .arg("+@all")
+        .arg("-config")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let restricted = url.replacen("redis://", &format!("redis://{user}:pw@"), 1);
+    let strict = common::direct(&restricted, RedisConfig::new())
+        .await
+        .unwrap();
+    let refused = strict.available().await;
+    let accepting = common::direct(&restricted, RedisConfig::new().allow_volatile(true))
+        .await
+        .unwrap();
+    let accepted = accepting.available().await;
+    let _: i64 = lease_redis::redis::cmd("ACL")
+        .arg("DELUSER")
+        .arg(&user)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+
+    let e = refused.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Unsupported, "{e}");
+    assert!(e.message().contains("cannot be checked"), "{e}");
+    assert!(!full_text(&e).contains(":pw"), "{e:?}");
+    accepted.unwrap();
+}
+
+#[tokio::test]
+async fn one_hash_per_name_under_its_own_hash_tag_and_no_key_ttl() {
+    let Some(url) = common::url() else { return };
+    let prefix = common::unique("lk");
+    let Some(store) = common::direct(&url, common::config().key_prefix(&prefix)).await else {
+        return;
+    };
+    let mut raw = common::raw(&url).await;
+    let name = "orders{eu}%7D";
+    let key = store.record_key(name).unwrap();
+    assert_eq!(key, format!("{prefix}{{orders%7Beu%7D%257D}}"));
+    let h = HolderToken::mint();
+    let g = store
+        .claim(name, &h, "worker-1", TTL)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        raw.key_type(&key).await.unwrap(),
+        lease_redis::redis::ValueType::Hash
+    );
+    let fields: std::collections::HashMap<String, String> = raw.hgetall(&key).await.unwrap();
+    assert_eq!(fields.get("holder"), Some(&h.to_hex()));
+    assert_eq!(fields.get("instance").map(String::as_str), Some("worker-1"));
+    assert_eq!(fields.get("term"), Some(&g.term.to_string()));
+    assert!(fields.contains_key("expires_at_ms"));
+    assert_eq!(fields.len(), 4, "{fields:?}");
+    assert_eq!(
+        raw.pttl(&key).await.unwrap(),
+        -1,
+        "the record has a key TTL"
+    );
+    store.renew(name, &h, TTL).await.unwrap().unwrap();
+    assert!(store.release(name, &h).await.unwrap());
+    assert_eq!(
+        raw.pttl(&key).await.unwrap(),
+        -1,
+        "the record has a key TTL"
+    );
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let info = store.get(name).await.unwrap().unwrap();
+    assert_eq!((info.term, info.live), (g.term, false));
+    // Nothing else was written.
+    let keys: Vec<String> = raw.keys(format!("{prefix}*")).await.unwrap();
+    assert_eq!(keys, vec![key.clone()]);
+    let _: usize = raw.del(&key).await.unwrap();
+}
+
+#[tokio::test]
+async fn counter_terms_restart_after_a_lost_record_and_clock_floor_terms_do_not() {
+    let Some(url) = common::url() else { return };
+    let prefix = common::unique("tl");
+    let mut raw = common::raw(&url).await;
+    let name = "job";
+
+    // Counter: +1 per claim, back to 1 once the record is gone (what a restart without AOF
+    // does to every name): the hazard the docs and available() warn about.
+    let Some(counter) = common::direct(&url, common::config().key_prefix(&prefix)).await else {
+        return;
+    };
+    let key = counter.record_key(name).unwrap();
+    let a = HolderToken::mint();
+    assert_eq!(
+        counter
+            .claim(name, &a, "a", TTL)
+            .await
+            .unwrap()
+            .unwrap()
+            .term,
+        1
+    );
+    assert!(counter.release(name, &a).await.unwrap());
+    assert_eq!(
+        counter
+            .claim(name, &a, "a", TTL)
+            .await
+            .unwrap()
+            .unwrap()
+            .term,
+        2
+    );
+    let _: usize = raw.del(&key).await.unwrap();
+    assert_eq!(
+        counter
+            .claim(name, &a, "a", TTL)
+            .await
+            .unwrap()
+            .unwrap()
+            .term,
+        1
+    );
+    let _: usize = raw.del(&key).await.unwrap();
+
+    // Clock floor: terms at least the server's clock in microseconds, still increasing after
+    // the record is lost.
+    let floored = common::direct(
+        &url,
+        common::config()
+            .key_prefix(&prefix)
+            .term_scheme(TermScheme::ClockFloor),
+    )
+    .await
+    .unwrap();
+    let (secs, micros): (u64, u64) = lease_redis::redis::cmd("TIME")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let server_us = secs * 1_000_000 + micros;
+    let t1 = floored
+        .claim(name, &a, "a", TTL)
+        .await
+        .unwrap()
+        .unwrap()
+        .term;
+    assert!(t1 >= server_us && t1 < (1 << 53), "{t1} vs {server_us}");
+    assert!(floored.claim(name, &a, "a", TTL).await.unwrap().is_none());
+    assert!(floored.release(name, &a).await.unwrap());
+    let t2 = floored
+        .claim(name, &a, "a", TTL)
+        .await
+        .unwrap()
+        .unwrap()
+        .term;
+    assert!(t2 > t1);
+    assert_eq!(floored.verify(name, &a).await.unwrap().unwrap().term, t2);
+    let _: usize = raw.del(&key).await.unwrap();
+    let t3 = floored
+        .claim(name, &a, "a", TTL)
+        .await
+        .unwrap()
+        .unwrap()
+        .term;
+    assert!(t3 > t2, "a lost record brought the term back: {t3} <= {t2}");
+    let info = floored.get(name).await.unwrap().unwrap();
+    assert_eq!(info.term, t3);
+    let _: usize = raw.del(&key).await.unwrap();
+}
+
+#[tokio::test]
+async fn forget_and_purge_remove_only_leases_that_ended_long_enough_ago() {
+    let Some(url) = common::url() else { return };
+    let prefix = common::unique("pg");
+    let Some(store) = common::direct(&url, common::config().key_prefix(&prefix)).await else {
+        return;
+    };
+    let (live, released, expired) = ("live", "released{x}", "expired");
+    let h = HolderToken::mint();
+    store.claim(live, &h, "a", TTL).await.unwrap().unwrap();
+    store.claim(released, &h, "a", TTL).await.unwrap().unwrap();
+    assert!(store.release(released, &h).await.unwrap());
+    store
+        .claim(expired, &h, "a", Duration::from_millis(30))
+        .await
+        .unwrap()
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(80)).await;
+
+    assert!(
+        store
+            .purge_expired(Duration::from_secs(60))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let mut purged = store.purge_expired(Duration::ZERO).await.unwrap();
+    purged.sort();
+    assert_eq!(purged, vec![expired.to_owned(), released.to_owned()]);
+    assert_eq!(store.get(released).await.unwrap(), None);
+    assert_eq!(store.get(expired).await.unwrap(), None);
+    assert!(store.get(live).await.unwrap().unwrap().live);
+
+    assert!(
+        !store.forget(live, Duration::ZERO).await.unwrap(),
+        "a live lease was forgotten"
+    );
+    assert!(store.release(live, &h).await.unwrap());
+    assert!(!store.forget(live, Duration::from_secs(60)).await.unwrap());
+    assert!(store.forget(live, Duration::ZERO).await.unwrap());
+    assert_eq!(store.get(live).await.unwrap(), None);
+    assert!(!store.forget("never-claimed", Duration::ZERO).await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_and_cut_connections_give_bounded_temporary_errors_then_recover() {
+    let Some(url) = common::url() else { return };
+    let bound = Duration::from_millis(300);
+    let config = common::config().operation_timeout(Some(bound));
+    let Some((store, proxy)) = common::proxied(&url, config).await else {
+        return;
+    };
+    let name = format!("{}stall", common::unique("st"));
+    let h = HolderToken::mint();
+    store
+        .claim(&name, &h, "a", TTL * 10)
+        .await
+        .unwrap()
+        .unwrap();
+
+    proxy.set_mode(FaultMode::Stall);
+    let started = Instant::now();
+    let e = store.verify(&name, &h).await.unwrap_err();
+    let took = started.elapsed();
+    assert!(
+        matches!(e.kind(), ErrorKind::Timeout | ErrorKind::Unavailable),
+        "{e}"
+    );
+    assert!(e.is_temporary(), "{e}");
+    assert!(took < bound * 3, "a stalled verify took {took:?}");
+    assert!(e.message().contains(&proxy.local_addr().to_string()), "{e}");
+
+    proxy.set_mode(FaultMode::Cut);
+    let started = Instant::now();
+    let e = store.verify(&name, &h).await.unwrap_err();
+    assert!(
+        matches!(e.kind(), ErrorKind::Timeout | ErrorKind::Unavailable),
+        "{e}"
+    );
+    assert!(e.is_temporary(), "{e}");
+    assert!(started.elapsed() < bound * 3, "{:?}", started.elapsed());
+
+    proxy.set_mode(FaultMode::Pass);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match store.verify(&name, &h).await {
+            Ok(Some(g)) => {
+                assert_eq!(g.term, 1);
+                break;
+            }
+            Ok(None) => panic!("the lease was lost"),
+            Err(e) if Instant::now() < deadline => {
+                assert!(e.is_temporary(), "{e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("the store did not recover: {e}"),
+        }
+    }
+    assert!(store.release(&name, &h).await.unwrap());
+}
+
+#[tokio::test]
+async fn a_foreign_value_under_the_prefix_is_a_permanent_backend_error() {
+    let Some(url) = common::url() else { return };
+    let prefix = common::unique("wt");
+    let Some(store) = common::direct(&url, common::config().key_prefix(&prefix)).await else {
+        return;
+    };
+    let mut raw = common::raw(&url).await;
+    let key = store.record_key("x").unwrap();
+    raw.set(&key, "not a lease").await.unwrap();
+    let e = store
+        .claim("x", &HolderToken::mint(), "a", TTL)
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Backend, "{e}");
+    assert!(!e.is_temporary(), "{e}");
+    assert!(e.message().contains("prefix"), "{e}");
+    let _: usize = raw.del(&key).await.unwrap();
+}
+
+#[tokio::test]
+async fn the_store_runs_on_any_async_connection() {
+    let Some(url) = common::url() else { return };
+    let conn: MultiplexedConnection = common::raw(&url).await;
+    let store = RedisStore::with_config(conn, common::config()).unwrap();
+    let name = format!("{}mux", common::unique("mx"));
+    let h = HolderToken::mint();
+    let g = store.claim(&name, &h, "a", TTL).await.unwrap().unwrap();
+    assert_eq!(store.verify(&name, &h).await.unwrap().unwrap().term, g.term);
+    assert!(store.release(&name, &h).await.unwrap());
+    assert!(format!("{store:?}").contains("RedisStore"));
+}
