@@ -96,6 +96,12 @@ pub struct Capabilities {
     pub expiry: bool,
     /// Terms strictly increase every time a name changes hands, across release and expiry.
     pub fencing: bool,
+    /// Terms start at 1 and go up by exactly one per change of hands. `false` where the term is
+    /// taken from elsewhere, e.g. a stream sequence: still strictly increasing, with gaps.
+    pub consecutive_terms: bool,
+    /// After release or expiry, [`LeaseStore::get`] still reports the name's last term (the
+    /// record is kept). `false` where the server removes expired records itself.
+    pub keeps_ended_records: bool,
     /// A transaction can verify the lease as its first statement (SQL stores).
     pub verify_in_transaction: bool,
     /// The store can push changes instead of being polled.
@@ -121,6 +127,8 @@ impl Default for Capabilities {
         Capabilities {
             expiry: true,
             fencing: true,
+            consecutive_terms: true,
+            keeps_ended_records: true,
             verify_in_transaction: false,
             watch: false,
             partitions: false,
@@ -139,7 +147,9 @@ impl Default for Capabilities {
 ///
 /// - One record per name, updated in place; its term (fencing token) starts at 1 and goes up
 ///   by one on every claim that changes hands. Release and expiry keep the record, so the
-///   term keeps growing.
+///   term keeps growing. (A store that takes its terms from elsewhere, such as a stream
+///   sequence, says so with `consecutive_terms: false`; its terms still strictly increase. A
+///   store whose server removes ended records says so with `keeps_ended_records: false`.)
 /// - Expiry is judged by the **store's clock** alone. The caller's clock never decides whether
 ///   a lease is live.
 /// - A lease is live while its expiry is in the future by the store's clock. Renew, verify and

@@ -402,6 +402,8 @@ impl LeaseStore for MongoStore {
         Capabilities {
             expiry: true,
             fencing: true,
+            consecutive_terms: true,
+            keeps_ended_records: true,
             verify_in_transaction: false,
             watch: false,
             partitions: false,

@@ -282,6 +282,9 @@ where
         Capabilities {
             expiry: true,
             fencing: true,
+            // ClockFloor takes terms from the server clock: increasing, with gaps.
+            consecutive_terms: self.config().get_term_scheme() == TermScheme::Counter,
+            keeps_ended_records: true,
             verify_in_transaction: false,
             watch: false,
             partitions: false,

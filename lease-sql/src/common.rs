@@ -68,8 +68,7 @@ macro_rules! check_common {
                 Ok(_) => {}
                 // Another process created it at the same moment (PostgreSQL reports the race on
                 // its catalog as a unique violation).
-                Err(sqlx::Error::Database(d))
-                    if matches!(d.code().as_deref(), Some("23505") | Some("42P07")) => {}
+                Err(e) if $crate::error::is_create_race(&e) => {}
                 Err(e) => return Err($self.err(e, "create the lease table")),
             }
         }

@@ -2,27 +2,90 @@
 
 use lease_core::{Error, ErrorKind};
 
-/// Database error codes after which trying again may succeed: serialization failures,
-/// deadlocks, lock timeouts, shutdowns, too many connections, a busy SQLite file.
-const TEMPORARY_CODES: &[&str] = &[
-    // PostgreSQL
-    "40001", "40P01", "55P03", "57P01", "57P02", "57P03", "53300", "08000", "08003", "08006",
-    // MySQL / MariaDB
-    "1205", "1213", "1040", "2006", "2013", // SQLite (primary result codes)
-    "5", "6",
-];
+/// A database error's code in one namespace per dialect: PostgreSQL's SQLSTATE, MySQL's error
+/// number (its SQLSTATE is too coarse: a lock wait timeout is HY000), SQLite's primary result
+/// code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Code<'a> {
+    Postgres(&'a str),
+    MySql(u16),
+    Sqlite(i64),
+    Other,
+}
+
+pub(crate) fn code_of(d: &dyn sqlx::error::DatabaseError) -> Code<'_> {
+    #[cfg(feature = "mysql")]
+    if let Some(m) = d.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
+        return Code::MySql(m.number());
+    }
+    #[cfg(feature = "sqlite")]
+    if let Some(s) = d.try_downcast_ref::<sqlx::sqlite::SqliteError>() {
+        let code = sqlx::error::DatabaseError::code(s)
+            .and_then(|c| c.parse::<i64>().ok())
+            .unwrap_or(0);
+        return Code::Sqlite(code & 0xff);
+    }
+    #[cfg(feature = "postgres")]
+    if let Some(p) = d.try_downcast_ref::<sqlx::postgres::PgDatabaseError>() {
+        return Code::Postgres(p.code());
+    }
+    Code::Other
+}
+
+/// `true` when trying again may succeed: serialization failures, deadlocks, lock timeouts,
+/// shutdowns, too many connections, a busy SQLite file.
+fn is_temporary(code: Code<'_>) -> bool {
+    match code {
+        Code::Postgres(c) => matches!(
+            c,
+            "40001"
+                | "40P01"
+                | "55P03"
+                | "57P01"
+                | "57P02"
+                | "57P03"
+                | "53300"
+                | "08000"
+                | "08003"
+                | "08006"
+        ),
+        Code::MySql(n) => matches!(n, 1205 | 1213 | 1040 | 2006 | 2013 | 1927),
+        Code::Sqlite(c) => matches!(c, 5 | 6),
+        Code::Other => false,
+    }
+}
 
 /// `true` for a deadlock: the statement was rolled back whole and may be retried at once.
 pub(crate) fn is_deadlock(e: &sqlx::Error) -> bool {
-    matches!(e, sqlx::Error::Database(d) if matches!(d.code().as_deref(), Some("1213") | Some("40P01")))
+    match e {
+        sqlx::Error::Database(d) => matches!(
+            code_of(d.as_ref()),
+            Code::MySql(1213) | Code::Postgres("40P01")
+        ),
+        _ => false,
+    }
+}
+
+/// `true` for a unique violation or "already exists" on `CREATE TABLE IF NOT EXISTS`, which
+/// PostgreSQL reports when two sessions create the table at once.
+pub(crate) fn is_create_race(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Database(d) => matches!(
+            code_of(d.as_ref()),
+            Code::Postgres("23505") | Code::Postgres("42P07")
+        ),
+        _ => false,
+    }
 }
 
 /// `true` when the error says the lease table does not exist.
 pub(crate) fn is_missing_table(e: &sqlx::Error) -> bool {
     match e {
         sqlx::Error::Database(d) => {
-            matches!(d.code().as_deref(), Some("42P01") | Some("1146"))
-                || d.message().contains("no such table")
+            matches!(
+                code_of(d.as_ref()),
+                Code::Postgres("42P01") | Code::MySql(1146)
+            ) || d.message().contains("no such table")
         }
         _ => false,
     }
@@ -48,9 +111,7 @@ pub(crate) fn map(e: sqlx::Error, op: &str, server: &str) -> Error {
         .with_temporary(false)
         .with_source(e),
         sqlx::Error::Database(d) => {
-            let temporary = d
-                .code()
-                .is_some_and(|c| TEMPORARY_CODES.contains(&c.as_ref()));
+            let temporary = is_temporary(code_of(d.as_ref()));
             Error::backend(format!("{op} failed on {server}"), e, temporary)
         }
         _ => Error::backend(format!("{op} failed on {server}"), e, false),

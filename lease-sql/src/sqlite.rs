@@ -72,7 +72,14 @@ impl SqlStore<Sqlite> {
             .acquire_timeout(Duration::from_secs(5))
             .connect_with(opts)
             .await
-            .map_err(|e| crate::error::map(e, "open", &server))?;
+            .map_err(|e| {
+                Error::new(
+                    ErrorKind::Unavailable,
+                    format!("cannot open the database file of {server}; check the path and its permissions"),
+                )
+                .with_temporary(false)
+                .with_source(e)
+            })?;
         Self::with_config(pool, config).await
     }
 

@@ -1,0 +1,185 @@
+//! async-nats errors as lease errors.
+//!
+//! - No answer (a timeout, a broken connection, a client that is reconnecting) → `Unavailable`,
+//!   temporary, naming the server by host and port (never a password). The outcome of a write
+//!   that got no answer is unknown.
+//! - An error the server answered with → `Backend`, keeping the driver's error as the source;
+//!   temporary when trying again may help (a missing stream during a cluster election, a
+//!   JetStream that is briefly unavailable), permanent for what needs a fix (a payload too large,
+//!   a key the server refuses).
+
+use std::error::Error as StdError;
+use std::time::Duration;
+
+use async_nats::jetstream::context::{PublishError, PublishErrorKind};
+use async_nats::jetstream::kv::{EntryError, EntryErrorKind, UpdateError, UpdateErrorKind};
+use async_nats::jetstream::stream::{
+    DirectGetError, DirectGetErrorKind, PurgeError, PurgeErrorKind,
+};
+use lease_core::{Error, ErrorKind};
+
+/// Where an operation ran, for error messages.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Site<'a> {
+    /// What was attempted, e.g. `claim`.
+    pub(crate) op: &'a str,
+    /// The lease name, or empty for an operation on the bucket.
+    pub(crate) name: &'a str,
+    /// host:port of the server.
+    pub(crate) server: &'a str,
+    /// The bucket.
+    pub(crate) bucket: &'a str,
+    /// Whether the client was connected when the error came back.
+    pub(crate) connected: bool,
+}
+
+impl Site<'_> {
+    /// `claim of 'jobs'`, or the operation alone.
+    fn what(&self) -> String {
+        if self.name.is_empty() {
+            self.op.to_owned()
+        } else {
+            format!("{} of '{}'", self.op, self.name)
+        }
+    }
+
+    /// No answer from the server.
+    pub(crate) fn unavailable(&self, source: Option<Box<dyn StdError + Send + Sync>>) -> Error {
+        let e = Error::unavailable(format!(
+            "{}: no answer from NATS at {}",
+            self.what(),
+            self.server
+        ));
+        match source {
+            Some(s) => e.with_source(s),
+            None => e,
+        }
+    }
+
+    /// The operation did not finish within `bound`.
+    pub(crate) fn timed_out(&self, bound: Duration) -> Error {
+        Error::unavailable(format!(
+            "{}: no answer from NATS at {} within {bound:?}; the outcome is unknown",
+            self.what(),
+            self.server
+        ))
+    }
+
+    /// An error the server answered with.
+    pub(crate) fn backend(
+        &self,
+        source: impl Into<Box<dyn StdError + Send + Sync>>,
+        temporary: bool,
+    ) -> Error {
+        Error::backend(
+            format!(
+                "{} failed on NATS at {} (bucket {})",
+                self.what(),
+                self.server,
+                self.bucket
+            ),
+            source,
+            temporary,
+        )
+    }
+
+    /// A value in the bucket this store did not write.
+    pub(crate) fn foreign_value(&self, key: &str) -> Error {
+        Error::new(
+            ErrorKind::Backend,
+            format!(
+                "{}: the key {key:?} in bucket {} on NATS at {} holds a value this store did \
+                 not write; remove it (`nats kv del`) or use another bucket for leases",
+                self.what(),
+                self.bucket,
+                self.server
+            ),
+        )
+    }
+
+    /// A publish (claim or renewal) that failed for another reason than a revision mismatch.
+    pub(crate) fn update(&self, e: UpdateError) -> Error {
+        match e.kind() {
+            UpdateErrorKind::TimedOut => self.unavailable(Some(Box::new(e))),
+            UpdateErrorKind::InvalidKey => self.backend(e, false),
+            UpdateErrorKind::WrongLastRevision | UpdateErrorKind::Other => {
+                let publish = e.source().and_then(|s| s.downcast_ref::<PublishError>());
+                match publish.map(PublishError::kind) {
+                    Some(PublishErrorKind::TimedOut | PublishErrorKind::BrokenPipe) => {
+                        self.unavailable(Some(Box::new(e)))
+                    }
+                    _ if !self.connected => self.unavailable(Some(Box::new(e))),
+                    Some(PublishErrorKind::MaxPayloadExceeded) => self.backend(e, false),
+                    // No stream answers the bucket's subjects: deleted, or a cluster electing
+                    // a leader. Temporary: a re-created bucket makes the store work again.
+                    Some(PublishErrorKind::StreamNotFound) => self.backend(e, true),
+                    _ => self.backend(e, true),
+                }
+            }
+        }
+    }
+
+    /// A read of a key that failed.
+    pub(crate) fn entry(&self, e: EntryError) -> Error {
+        match e.kind() {
+            EntryErrorKind::TimedOut => self.unavailable(Some(Box::new(e))),
+            EntryErrorKind::InvalidKey => self.backend(e, false),
+            EntryErrorKind::Other => {
+                let direct = e.source().and_then(|s| s.downcast_ref::<DirectGetError>());
+                match direct.map(DirectGetError::kind) {
+                    Some(DirectGetErrorKind::TimedOut | DirectGetErrorKind::Request) => {
+                        self.unavailable(Some(Box::new(e)))
+                    }
+                    _ if !self.connected => self.unavailable(Some(Box::new(e))),
+                    _ => self.backend(e, true),
+                }
+            }
+        }
+    }
+
+    /// A purge (release) that failed.
+    pub(crate) fn purge(&self, e: PurgeError) -> Error {
+        match e.kind() {
+            PurgeErrorKind::TimedOut | PurgeErrorKind::Request => {
+                self.unavailable(Some(Box::new(e)))
+            }
+            PurgeErrorKind::JetStream(_) if !self.connected => self.unavailable(Some(Box::new(e))),
+            PurgeErrorKind::JetStream(_) => self.backend(e, true),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timeouts_name_the_server() {
+        let site = Site {
+            op: "renew",
+            name: "x",
+            server: "10.0.0.1:4222",
+            bucket: "leases_15000ms",
+            connected: true,
+        };
+        let e = site.timed_out(Duration::from_secs(5));
+        assert_eq!(e.kind(), ErrorKind::Unavailable);
+        assert!(e.is_temporary());
+        assert!(e.to_string().contains("10.0.0.1:4222"), "{e}");
+        let e = site.update(UpdateError::new(UpdateErrorKind::TimedOut));
+        assert_eq!(e.kind(), ErrorKind::Unavailable);
+        let e = site.update(UpdateError::new(UpdateErrorKind::InvalidKey));
+        assert_eq!(e.kind(), ErrorKind::Backend);
+        assert!(!e.is_temporary());
+        let e = site.entry(EntryError::new(EntryErrorKind::TimedOut));
+        assert_eq!(e.kind(), ErrorKind::Unavailable);
+        let e = site.purge(PurgeError::new(PurgeErrorKind::Request));
+        assert_eq!(e.kind(), ErrorKind::Unavailable);
+        let e = Site {
+            connected: false,
+            ..site
+        }
+        .update(UpdateError::new(UpdateErrorKind::Other));
+        assert_eq!(e.kind(), ErrorKind::Unavailable);
+    }
+}

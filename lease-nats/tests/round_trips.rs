@@ -1,0 +1,194 @@
+//! Round trips per operation, counted twice: on the wire by a proxy in front of the server
+//! (`stats().round_trips`), and by the server itself — the stream's last sequence (one per
+//! message stored) and the account's JetStream API counter (`$JS.API.INFO`, `api.total`: purges
+//! and stream look-ups count, direct gets and publishes do not).
+//!
+//! One test in its own binary, on a private bucket, so no other test's traffic shows in the
+//! server's counters.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use async_nats::jetstream;
+use lease_conformance::{FaultProxy, env};
+use lease_core::{HolderToken, LeaseStore};
+use lease_nats::{NatsConfig, NatsStore};
+
+const TTL: Duration = Duration::from_secs(5);
+
+/// What the server says: (JetStream API requests so far, the stream's last sequence, the
+/// messages it holds).
+struct Server {
+    client: async_nats::Client,
+    js: jetstream::Context,
+    stream: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Counts {
+    api: u64,
+    last_seq: u64,
+    messages: u64,
+}
+
+impl Server {
+    async fn counts(&self) -> Counts {
+        // `$JS.API.INFO` counts itself; the stream look-up after it counts once more.
+        let reply = self
+            .client
+            .request("$JS.API.INFO", "".into())
+            .await
+            .unwrap();
+        let info: serde_json::Value = serde_json::from_slice(&reply.payload).unwrap();
+        let api = info["api"]["total"].as_u64().expect("api.total");
+        let state = self
+            .js
+            .get_stream(&self.stream)
+            .await
+            .unwrap()
+            .cached_info()
+            .state
+            .clone();
+        Counts {
+            api,
+            last_seq: state.last_sequence,
+            messages: state.messages,
+        }
+    }
+}
+
+/// What one operation cost: (round trips on the wire, messages stored, API requests).
+async fn cost<T>(
+    proxy: &FaultProxy,
+    server: &Server,
+    op: impl std::future::Future<Output = T>,
+) -> ((u64, u64, u64), T) {
+    let before = server.counts().await;
+    proxy.reset_stats();
+    let out = op.await;
+    let trips = proxy.stats().round_trips;
+    let after = server.counts().await;
+    let api = after.api - before.api - 2; // the INFO and stream look-up of `counts`
+    ((trips, after.last_seq - before.last_seq, api), out)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_operation_costs_what_the_docs_say() {
+    let Some(url) = env::server_url("nats") else {
+        return;
+    };
+    let bucket = format!("lease_test_rt_{:08x}", rand::random::<u32>());
+    let config = NatsConfig::new(TTL).bucket(&bucket);
+    let direct = match NatsStore::connect(&url, config.clone()).await {
+        Ok(s) => s,
+        Err(e) => {
+            env::skip("nats", &format!("cannot open a store at {url}: {e}"));
+            return;
+        }
+    };
+    let client = async_nats::connect(&url).await.unwrap();
+    let server = Server {
+        js: jetstream::new(client.clone()),
+        client,
+        stream: format!("KV_{bucket}"),
+    };
+    let proxy = FaultProxy::start(direct.server().to_owned()).await.unwrap();
+    let via = format!("nats://{}", proxy.local_addr());
+    let store = NatsStore::connect(&via, config.clone()).await.unwrap();
+    let other = NatsStore::connect(&via, config.clone()).await.unwrap();
+    let third = NatsStore::connect(&via, config).await.unwrap();
+    // Warm the connections.
+    for s in [&store, &other, &third] {
+        s.get("warm").await.unwrap();
+    }
+
+    let a = HolderToken::mint();
+    let b = HolderToken::mint();
+
+    let (c, g) = cost(&proxy, &server, store.claim("n", &a, "a", TTL)).await;
+    let term = g.unwrap().unwrap().term;
+    assert_eq!(c, (1, 1, 0), "claim of a free name");
+    let (c, g) = cost(&proxy, &server, store.claim("n", &b, "b", TTL)).await;
+    assert_eq!(g.unwrap(), None);
+    assert_eq!(c, (1, 0, 0), "claim of a held name");
+    let (c, g) = cost(&proxy, &server, store.renew("n", &a, TTL)).await;
+    assert_eq!(g.unwrap().unwrap().term, term);
+    assert_eq!(c, (1, 1, 0), "renew");
+    let (c, g) = cost(&proxy, &server, store.verify("n", &a)).await;
+    assert_eq!(g.unwrap().unwrap().term, term);
+    assert_eq!(c, (1, 0, 0), "verify");
+    let (c, g) = cost(&proxy, &server, store.get("n")).await;
+    assert!(g.unwrap().unwrap().live);
+    assert_eq!(c, (1, 0, 0), "get");
+    let (c, g) = cost(&proxy, &server, store.release("n", &a)).await;
+    assert!(g.unwrap());
+    assert_eq!(c, (1, 0, 1), "release: one purge");
+    assert_eq!(
+        server.counts().await.messages,
+        0,
+        "a released lease leaves no message"
+    );
+
+    // A claim over a released name is a plain create: the key is gone.
+    let (c, g) = cost(&proxy, &server, store.claim("n", &b, "b", TTL)).await;
+    assert!(g.unwrap().unwrap().term > term);
+    assert_eq!(c, (1, 1, 0), "claim over a released name");
+
+    // A store that did not write the lease reads it first.
+    let (c, g) = cost(&proxy, &server, other.renew("n", &b, TTL)).await;
+    assert!(g.unwrap().is_some());
+    assert_eq!(c, (2, 1, 0), "renew by another store object: get + update");
+    // A store whose last write was superseded misses, reads, and writes again.
+    let (c, g) = cost(&proxy, &server, store.renew("n", &b, TTL)).await;
+    assert!(g.unwrap().is_some());
+    assert_eq!(
+        c,
+        (3, 1, 0),
+        "renew after another store renewed: update, get, update"
+    );
+    let (c, g) = cost(&proxy, &server, other.release("n", &a)).await;
+    assert!(!g.unwrap());
+    assert_eq!(c, (1, 0, 0), "release by a non-holder: get");
+    let (c, g) = cost(&proxy, &server, third.release("n", &b)).await;
+    assert!(g.unwrap());
+    assert_eq!(c, (2, 0, 1), "release by another store object: get + purge");
+    let (c, g) = cost(&proxy, &server, third.release("n", &b)).await;
+    assert!(!g.unwrap());
+    assert_eq!(c, (1, 0, 0), "a second release: get");
+
+    // The cycle the protocol runs most: claim + release.
+    for _ in 0..3 {
+        let (c, _) = cost(&proxy, &server, async {
+            assert!(store.claim("cycle", &a, "a", TTL).await.unwrap().is_some());
+            assert!(store.release("cycle", &a).await.unwrap());
+        })
+        .await;
+        assert_eq!(c, (2, 1, 1), "claim + release");
+    }
+
+    store.claim("f", &a, "a", TTL).await.unwrap().unwrap();
+    let (c, g) = cost(&proxy, &server, other.force_release("f")).await;
+    assert!(g.unwrap());
+    assert_eq!(c, (2, 0, 1), "force release: get + purge");
+
+    // For contrast: the KV API's own create over a deleted key, which this store avoids by
+    // releasing with a purge instead of a delete marker.
+    let kv = jetstream::new(async_nats::connect(&via).await.unwrap())
+        .get_key_value(&bucket)
+        .await
+        .unwrap();
+    kv.put("kv", "v".into()).await.unwrap();
+    kv.delete("kv").await.unwrap();
+    let (c, _) = cost(&proxy, &server, async {
+        kv.create("kv", "v".into()).await.unwrap()
+    })
+    .await;
+    assert_eq!(
+        c,
+        (3, 1, 0),
+        "KV create over a delete marker: update, get, update"
+    );
+
+    let _ = server.js.delete_stream(&server.stream).await;
+}

@@ -1,0 +1,398 @@
+//! NATS-specific behaviour of the store, against a real server (`LEASE_TEST_NATS_URL`): the
+//! bucket and its checks, name escaping, terms as stream sequences, bad input refused before
+//! any I/O, and errors that name the server.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use async_nats::jetstream;
+use lease_conformance::{FaultProxy, env};
+use lease_core::{ErrorKind, HolderToken, LeaseStore};
+use lease_nats::{NatsConfig, NatsStore, TtlMismatch};
+
+const TTL: Duration = Duration::from_millis(600);
+
+/// A raw JetStream context on the test server, or `None` (skipped).
+async fn server() -> Option<(String, jetstream::Context)> {
+    let url = env::server_url("nats")?;
+    match async_nats::connect(&url).await {
+        Ok(client) => Some((url, jetstream::new(client))),
+        Err(e) => {
+            env::skip("nats", &format!("cannot connect to {url}: {e}"));
+            None
+        }
+    }
+}
+
+/// A bucket name no other test uses.
+fn private_bucket(what: &str) -> String {
+    format!("lease_test_{what}_{:08x}", rand::random::<u32>())
+}
+
+async fn drop_bucket(js: &jetstream::Context, bucket: &str) {
+    let _ = js.delete_stream(format!("KV_{bucket}")).await;
+}
+
+#[tokio::test]
+async fn an_unreachable_server_is_unavailable_and_named() {
+    // A port nobody listens on.
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let e = NatsStore::connect(&format!("nats://127.0.0.1:{port}"), NatsConfig::new(TTL))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
+    assert!(e.is_temporary());
+    assert!(e.to_string().contains(&format!("127.0.0.1:{port}")), "{e}");
+
+    let e = NatsStore::connect("nats://admin:hunter2@[::1", NatsConfig::new(TTL))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
+    assert!(!e.is_temporary(), "a bad URL does not heal by itself");
+    assert!(!e.to_string().contains("hunter2"), "{e}");
+}
+
+#[tokio::test]
+async fn bad_names_and_ttls_are_refused_before_any_io() {
+    let Some((url, _js)) = server().await else {
+        return;
+    };
+    let direct = NatsStore::connect(&url, NatsConfig::new(TTL))
+        .await
+        .unwrap();
+    let proxy = FaultProxy::start(direct.server().to_owned()).await.unwrap();
+    let store = NatsStore::connect(
+        &format!("nats://{}", proxy.local_addr()),
+        NatsConfig::new(TTL),
+    )
+    .await
+    .unwrap();
+    let caps = store.capabilities();
+    assert_eq!(caps.fixed_ttl, Some(TTL));
+    assert_eq!(caps.max_name_bytes, lease_nats::MAX_NAME_BYTES);
+    let h = HolderToken::mint();
+    proxy.reset_stats();
+    for bad in [
+        String::new(),
+        "n".repeat(caps.max_name_bytes + 1),
+        "é".repeat(128),
+        "a\0b".into(),
+        "a\nb".into(),
+    ] {
+        let errs = [
+            store.claim(&bad, &h, "a", TTL).await.unwrap_err(),
+            store.renew(&bad, &h, TTL).await.unwrap_err(),
+            store.release(&bad, &h).await.unwrap_err(),
+            store.verify(&bad, &h).await.unwrap_err(),
+            store.get(&bad).await.unwrap_err(),
+            store.force_release(&bad).await.unwrap_err(),
+        ];
+        for e in errs {
+            assert_eq!(e.kind(), ErrorKind::InvalidName, "{bad:?}: {e}");
+        }
+    }
+    // The store keeps one lease duration: the bucket's max age.
+    for ttl in [TTL / 2, TTL * 2, Duration::ZERO] {
+        let e = store.claim("ok", &h, "a", ttl).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidTimings, "{ttl:?}: {e}");
+        let e = store.renew("ok", &h, ttl).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidTimings, "{ttl:?}: {e}");
+    }
+    let e = store.claim("ok", &h, "", TTL).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidName, "empty instance: {e}");
+    let stats = proxy.stats();
+    assert_eq!(
+        (stats.bytes_client_to_server, stats.round_trips),
+        (0, 0),
+        "bad input reached the server"
+    );
+}
+
+#[tokio::test]
+async fn any_printable_name_is_escaped_into_its_own_key() {
+    let Some((url, js)) = server().await else {
+        return;
+    };
+    let bucket = private_bucket("names");
+    let store = NatsStore::connect(&url, NatsConfig::new(TTL).bucket(&bucket))
+        .await
+        .unwrap();
+    let prefix = format!("{:08x}", rand::random::<u32>());
+    let names: Vec<String> = [
+        "a.b",
+        "a..b",
+        ".",
+        "a.",
+        "*",
+        ">",
+        "a b",
+        "=2E",
+        "=",
+        "jöb",
+        "jo\u{308}b",
+        "Job",
+        "job",
+        "x/y/z",
+        "\u{1F512}",
+    ]
+    .iter()
+    .map(|n| format!("{prefix}{n}"))
+    .collect();
+    let mut terms = Vec::new();
+    for n in &names {
+        let g = store
+            .claim(n, &HolderToken::mint(), "i", TTL)
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("{n:?} shares a key with another name"));
+        terms.push(g.term);
+        assert_eq!(store.get(n).await.unwrap().unwrap().name, *n);
+    }
+    terms.dedup();
+    assert_eq!(terms.len(), names.len());
+    // The longest name, all multi-byte characters: three key characters per byte.
+    let longest = format!(
+        "{prefix}{}",
+        "ü".repeat((lease_nats::MAX_NAME_BYTES - 8) / 2)
+    );
+    assert!(longest.len() <= lease_nats::MAX_NAME_BYTES);
+    let h = HolderToken::mint();
+    assert!(store.claim(&longest, &h, "i", TTL).await.unwrap().is_some());
+    assert!(store.verify(&longest, &h).await.unwrap().is_some());
+    // Readable where it can be: the key of `<prefix>a.b` is `<prefix>a=2Eb`.
+    let kv = js.get_key_value(&bucket).await.unwrap();
+    assert!(kv.entry(format!("{prefix}a=2Eb")).await.unwrap().is_some());
+    drop_bucket(&js, &bucket).await;
+}
+
+#[tokio::test]
+async fn terms_are_claim_sequences_and_strictly_increase() {
+    let Some((url, js)) = server().await else {
+        return;
+    };
+    let bucket = private_bucket("terms");
+    let store = NatsStore::connect(&url, NatsConfig::new(TTL).bucket(&bucket))
+        .await
+        .unwrap();
+    let kv = js.get_key_value(&bucket).await.unwrap();
+    let a = HolderToken::mint();
+    let t1 = store.claim("n", &a, "a", TTL).await.unwrap().unwrap().term;
+    assert_eq!(
+        kv.entry("n").await.unwrap().unwrap().revision,
+        t1,
+        "term = claim's sequence"
+    );
+    // A renewal writes a new revision and keeps the term.
+    let r = store.renew("n", &a, TTL).await.unwrap().unwrap();
+    assert_eq!(r.term, t1);
+    assert!(kv.entry("n").await.unwrap().unwrap().revision > t1);
+    assert_eq!(store.verify("n", &a).await.unwrap().unwrap().term, t1);
+    assert_eq!(store.get("n").await.unwrap().unwrap().term, t1);
+    // Release, then expiry: every change of hands gets a higher term.
+    assert!(store.release("n", &a).await.unwrap());
+    assert_eq!(
+        store.get("n").await.unwrap(),
+        None,
+        "a released lease leaves no key"
+    );
+    let b = HolderToken::mint();
+    let t2 = store.claim("n", &b, "b", TTL).await.unwrap().unwrap().term;
+    assert!(t2 > t1, "{t2} after {t1}");
+    tokio::time::sleep(TTL + Duration::from_millis(150)).await;
+    assert_eq!(
+        store.get("n").await.unwrap(),
+        None,
+        "the server removed the expired key"
+    );
+    assert_eq!(store.renew("n", &b, TTL).await.unwrap(), None);
+    let t3 = store
+        .claim("n", &HolderToken::mint(), "c", TTL)
+        .await
+        .unwrap()
+        .unwrap()
+        .term;
+    assert!(t3 > t2, "{t3} after {t2}");
+    drop_bucket(&js, &bucket).await;
+}
+
+#[tokio::test]
+async fn a_recreated_bucket_restarts_the_sequence() {
+    let Some((url, js)) = server().await else {
+        return;
+    };
+    let bucket = private_bucket("recreated");
+    let config = NatsConfig::new(TTL).bucket(&bucket);
+    let store = NatsStore::connect(&url, config.clone()).await.unwrap();
+    for n in ["a", "b", "c"] {
+        store
+            .claim(n, &HolderToken::mint(), "i", TTL)
+            .await
+            .unwrap();
+    }
+    let before = store.get("c").await.unwrap().unwrap().term;
+    assert_eq!(before, 3);
+    drop_bucket(&js, &bucket).await;
+    let store = NatsStore::connect(&url, config).await.unwrap();
+    let after = store
+        .claim("c", &HolderToken::mint(), "i", TTL)
+        .await
+        .unwrap()
+        .unwrap()
+        .term;
+    assert_eq!(
+        after, 1,
+        "documented: terms restart with a re-created bucket"
+    );
+    drop_bucket(&js, &bucket).await;
+}
+
+#[tokio::test]
+async fn bucket_checks_refuse_or_adopt_another_max_age() {
+    let Some((url, js)) = server().await else {
+        return;
+    };
+    let bucket = private_bucket("mismatch");
+    let created = NatsStore::connect(&url, NatsConfig::new(TTL).bucket(&bucket))
+        .await
+        .unwrap();
+    assert_eq!(created.ttl(), TTL);
+    created.available().await.unwrap();
+
+    let other = Duration::from_millis(900);
+    let e = NatsStore::connect(&url, NatsConfig::new(other).bucket(&bucket))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidTimings, "{e}");
+    assert!(
+        e.to_string().contains("600ms") && e.to_string().contains("900ms"),
+        "names both durations: {e}"
+    );
+    let adopted = NatsStore::connect(
+        &url,
+        NatsConfig::new(other)
+            .bucket(&bucket)
+            .on_ttl_mismatch(TtlMismatch::Adopt),
+    )
+    .await
+    .unwrap();
+    assert_eq!(adopted.ttl(), TTL);
+    assert_eq!(adopted.capabilities().fixed_ttl, Some(TTL));
+    assert_eq!(adopted.timings().unwrap().lease(), TTL);
+    let c = adopted.coordinator_builder().unwrap().build().unwrap();
+    c.close().await.unwrap();
+
+    // A missing bucket with creation off is an error that says what to do.
+    let missing = private_bucket("missing");
+    let e = NatsStore::connect(
+        &url,
+        NatsConfig::new(TTL).bucket(&missing).create_bucket(false),
+    )
+    .await
+    .unwrap_err();
+    assert!(e.to_string().contains("does not exist"), "{e}");
+    assert!(js.get_stream(format!("KV_{missing}")).await.is_err());
+
+    // A bucket that keeps history cannot carry leases.
+    let history = private_bucket("history");
+    // (made by hand: async-nats cannot read nats-server 2.9's account info for create_key_value)
+    js.create_stream(async_nats::jetstream::stream::Config {
+        name: format!("KV_{history}"),
+        subjects: vec![format!("$KV.{history}.>")],
+        max_messages_per_subject: 5,
+        max_age: TTL,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let e = NatsStore::connect(&url, NatsConfig::new(TTL).bucket(&history))
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("history of 1"), "{e}");
+
+    // `available` notices a bucket deleted under a running store.
+    drop_bucket(&js, &bucket).await;
+    assert!(created.available().await.is_err());
+    drop_bucket(&js, &history).await;
+}
+
+#[tokio::test]
+async fn another_store_object_renews_and_releases_by_reading_first() {
+    let Some((url, js)) = server().await else {
+        return;
+    };
+    let bucket = private_bucket("cold");
+    let config = NatsConfig::new(TTL).bucket(&bucket);
+    let one = NatsStore::connect(&url, config.clone()).await.unwrap();
+    let two = NatsStore::connect(&url, config).await.unwrap();
+    let a = HolderToken::mint();
+    let g = one.claim("n", &a, "a", TTL).await.unwrap().unwrap();
+    // `two` never wrote this lease: it reads the key, then compares-and-sets.
+    assert_eq!(two.renew("n", &a, TTL).await.unwrap().unwrap().term, g.term);
+    // `one` remembers an older revision now: its renewal misses, reads, and succeeds.
+    assert_eq!(one.renew("n", &a, TTL).await.unwrap().unwrap().term, g.term);
+    assert_eq!(
+        two.renew("n", &HolderToken::mint(), TTL).await.unwrap(),
+        None
+    );
+    assert!(!two.release("n", &HolderToken::mint()).await.unwrap());
+    assert!(two.release("n", &a).await.unwrap());
+    assert!(!one.release("n", &a).await.unwrap(), "already released");
+    assert_eq!(one.renew("n", &a, TTL).await.unwrap(), None);
+    drop_bucket(&js, &bucket).await;
+}
+
+#[tokio::test]
+async fn a_foreign_value_blocks_the_name_until_force_released() {
+    let Some((url, js)) = server().await else {
+        return;
+    };
+    let bucket = private_bucket("foreign");
+    let store = NatsStore::connect(&url, NatsConfig::new(TTL).bucket(&bucket))
+        .await
+        .unwrap();
+    let kv = js.get_key_value(&bucket).await.unwrap();
+    kv.put("n", "not a lease".into()).await.unwrap();
+    let a = HolderToken::mint();
+    assert_eq!(store.claim("n", &a, "a", TTL).await.unwrap(), None);
+    let e = store.get("n").await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Backend);
+    assert!(e.to_string().contains(&bucket), "{e}");
+    assert_eq!(store.verify("n", &a).await.unwrap(), None);
+    assert!(store.force_release("n").await.unwrap());
+    assert!(store.claim("n", &a, "a", TTL).await.unwrap().is_some());
+    drop_bucket(&js, &bucket).await;
+}
+
+#[tokio::test]
+async fn time_left_is_never_overstated() {
+    let Some((url, js)) = server().await else {
+        return;
+    };
+    let bucket = private_bucket("left");
+    let config = NatsConfig::new(TTL).bucket(&bucket);
+    let writer = NatsStore::connect(&url, config.clone()).await.unwrap();
+    let reader = NatsStore::connect(&url, config).await.unwrap();
+    let a = HolderToken::mint();
+    let start = std::time::Instant::now();
+    let g = writer.claim("n", &a, "a", TTL).await.unwrap().unwrap();
+    assert!(g.expires_in <= TTL);
+    tokio::time::sleep(TTL / 3).await;
+    // The writer measures from when it sent the claim; another store estimates from the
+    // server's timestamp and this host's clock (the same clock here).
+    for store in [&writer, &reader] {
+        let left = store.get("n").await.unwrap().unwrap().expires_in;
+        assert!(
+            left + start.elapsed() <= TTL + Duration::from_millis(20),
+            "{left:?}"
+        );
+        assert!(
+            left + Duration::from_millis(300) >= TTL - start.elapsed(),
+            "{left:?}"
+        );
+    }
+    drop_bucket(&js, &bucket).await;
+}
