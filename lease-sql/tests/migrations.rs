@@ -1,0 +1,25 @@
+//! The migrations shipped under `migrations/` are the DDL the store runs itself.
+//! (`LEASE_BLESS=1 cargo test -p lease-sql --test migrations` rewrites them.)
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use lease_sql::{DEFAULT_TABLE, Dialect, schema_sql};
+
+#[test]
+fn migrations_match_the_ddl_the_store_runs() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations");
+    for dialect in [Dialect::Postgres, Dialect::MySql, Dialect::Sqlite] {
+        let path = dir.join(dialect.as_str()).join("0001_create_leases.sql");
+        let want = format!(
+            "-- The lease table of lease-sql ({}). Slot columns serve the scheduler.\n{};\n",
+            dialect.as_str(),
+            schema_sql(dialect, DEFAULT_TABLE)
+        );
+        if std::env::var_os("LEASE_BLESS").is_some() {
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, &want).unwrap();
+        }
+        let have = std::fs::read_to_string(&path).unwrap_or_default();
+        assert_eq!(have, want, "{} is stale; rerun with LEASE_BLESS=1", path.display());
+    }
+}
