@@ -400,18 +400,9 @@ impl LeaseStore for MongoStore {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities {
-            expiry: true,
-            fencing: true,
-            consecutive_terms: true,
-            keeps_ended_records: true,
-            verify_in_transaction: false,
-            watch: false,
-            partitions: false,
-            membership: false,
-            slots: false,
             force_release: true,
             max_name_bytes: MAX_NAME_BYTES,
-            fixed_ttl: None,
+            ..Capabilities::default()
         }
     }
 

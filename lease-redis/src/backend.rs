@@ -280,19 +280,11 @@ where
 
     fn capabilities(&self) -> Capabilities {
         Capabilities {
-            expiry: true,
-            fencing: true,
             // ClockFloor takes terms from the server clock: increasing, with gaps.
             consecutive_terms: self.config().get_term_scheme() == TermScheme::Counter,
-            keeps_ended_records: true,
-            verify_in_transaction: false,
-            watch: false,
-            partitions: false,
-            membership: false,
-            slots: false,
             force_release: true,
             max_name_bytes: MAX_NAME_BYTES,
-            fixed_ttl: None,
+            ..Capabilities::default()
         }
     }
 
