@@ -3,13 +3,29 @@
 //! The policy, the same for every backend:
 //!
 //! 1. `LEASE_TEST_<BACKEND>_URL` (e.g. `LEASE_TEST_POSTGRES_URL`) names a running server: use it.
-//! 2. Otherwise, when a Docker engine answers, a backend may start one with testcontainers
-//!    (see [`docker_available`]).
+//! 2. Otherwise, when a Docker engine answers (see [`docker_available`]) and this crate is built
+//!    with its `docker` feature, [`server_url`] starts one with testcontainers: one container per
+//!    backend and test process, started on first use and kept until the process exits (a Ryuk
+//!    reaper then removes it). Without the feature nothing is started, and the skip line says
+//!    to build with `--features lease-conformance/docker`.
 //! 3. Otherwise the case prints one loud `SKIPPED <backend>: <why>` line (once per backend and
 //!    test process, on the real stderr, past the test harness's capture) and returns.
 //!
 //! `LEASE_TEST_REQUIRE=postgres,mysql,…` (or `all`) turns such a skip into a failure, so a
 //! server that CI has can never be skipped silently.
+//!
+//! The images the `docker` feature starts, and the URLs [`server_url`] then returns:
+//!
+//! | backend    | image                                        | URL                                                      |
+//! |------------|----------------------------------------------|----------------------------------------------------------|
+//! | `postgres` | `postgres:16-alpine`                         | `postgres://postgres:postgres@127.0.0.1:<port>/postgres` |
+//! | `mysql`    | `mariadb:11`, empty root password, db `test` | `mysql://root@127.0.0.1:<port>/test`                     |
+//! | `redis`    | `redis:7 redis-server --appendonly yes`      | `redis://127.0.0.1:<port>`                               |
+//! | `nats`     | `nats:2.10 -js`                              | `nats://127.0.0.1:<port>`                                |
+//! | `mongodb`  | `mongo:7` (standalone)                       | `mongodb://127.0.0.1:<port>/lease`                       |
+//!
+//! `sqlite` is embedded and never gets a container. A container that cannot be started is a
+//! skip like any other, with the reason in the `SKIPPED` line.
 
 use std::collections::HashSet;
 use std::io::Write;
@@ -39,25 +55,57 @@ pub fn docker_available() -> bool {
         || std::path::Path::new("/var/run/docker.sock").exists()
 }
 
-/// The URL of `backend`'s test server from `LEASE_TEST_<BACKEND>_URL`, or `None` after
-/// [`skip`]ping (which panics when the backend is required).
+/// The URL of `backend`'s test server: `LEASE_TEST_<BACKEND>_URL`, else (with the `docker`
+/// feature, when a Docker engine answers) a container started for this process, else `None`
+/// after [`skip`]ping (which panics when the backend is required).
+///
+/// Synchronous, and safe to call from inside a tokio runtime: a container is started on a
+/// runtime of its own while the caller waits, at most once per backend and process.
 pub fn server_url(backend: &str) -> Option<String> {
     let var = url_var(backend);
     match std::env::var(&var) {
         Ok(url) if !url.trim().is_empty() => Some(url),
+        _ if docker_available() => from_docker(backend, &var),
         _ => {
-            let why = if docker_available() {
-                format!(
-                    "{var} is not set; a Docker engine is present, but this backend's suite \
-                     starts no container of its own yet: set {var}"
-                )
-            } else {
-                format!("{var} is not set and no Docker engine answers")
-            };
-            skip(backend, &why);
+            skip(
+                backend,
+                &format!("{var} is not set and no Docker engine answers"),
+            );
             None
         }
     }
+}
+
+/// `backend`'s server in a container started for this process, or `None` after [`skip`]ping.
+#[cfg(feature = "docker")]
+fn from_docker(backend: &str, var: &str) -> Option<String> {
+    match crate::docker::server_url(backend) {
+        Ok(url) => Some(url),
+        Err(why) => {
+            skip(
+                backend,
+                &format!(
+                    "{var} is not set and a Docker engine is present, but the {backend} \
+                     container could not be started: {why}"
+                ),
+            );
+            None
+        }
+    }
+}
+
+/// Without the `docker` feature, no container is started: [`skip`], saying how to get one.
+#[cfg(not(feature = "docker"))]
+fn from_docker(backend: &str, var: &str) -> Option<String> {
+    skip(
+        backend,
+        &format!(
+            "{var} is not set; a Docker engine is present, but this build starts no \
+             containers: set {var}, or build with `--features lease-conformance/docker` to \
+             start one"
+        ),
+    );
+    None
 }
 
 /// Reports that `backend`'s cases cannot run, for `why`.

@@ -22,8 +22,18 @@
 //! database, and uses TTLs of a few hundred milliseconds, so a backend's suite runs in seconds.
 //! Cases that need a capability the store lacks (expiry, force release, a fault path) return
 //! early with a note.
+//!
+//! Test servers come from `LEASE_TEST_<BACKEND>_URL`; when that is unset and a Docker engine
+//! answers, the opt-in `docker` feature (off by default, so CI builds without testcontainers)
+//! makes [`env::server_url`] start the backend's server in a container with testcontainers —
+//! `postgres:16-alpine`, `mariadb:11`, `redis:7` with AOF, `nats:2.10` with JetStream or
+//! `mongo:7` — once per backend and test process, kept until the process exits; run a backend's
+//! tests with `--features lease-conformance/docker` to get it. Without a URL or a container, the
+//! cases skip loudly (see [`env`](mod@env)).
 
 pub mod cases;
+#[cfg(feature = "docker")]
+mod docker;
 pub mod env;
 pub mod history;
 pub mod proxy;
