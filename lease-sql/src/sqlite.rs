@@ -67,19 +67,40 @@ impl SqlStore<Sqlite> {
             .journal_mode(SqliteJournalMode::Wal)
             .busy_timeout(Duration::from_secs(5));
         let server = format!("sqlite {}", opts.get_filename().display());
-        let pool = SqlitePoolOptions::new()
-            .max_connections(4)
-            .acquire_timeout(Duration::from_secs(5))
-            .connect_with(opts)
-            .await
-            .map_err(|e| {
-                Error::new(
-                    ErrorKind::Unavailable,
-                    format!("cannot open the database file of {server}; check the path and its permissions"),
-                )
-                .with_temporary(false)
-                .with_source(e)
-            })?;
+        // Two processes creating the same new file at once: the loser finds it locked while the
+        // winner switches it to WAL. That passes; wait for it as the busy timeout would.
+        let until = tokio::time::Instant::now() + Duration::from_secs(5);
+        let pool = loop {
+            let opened = SqlitePoolOptions::new()
+                .max_connections(4)
+                .acquire_timeout(Duration::from_secs(5))
+                .connect_with(opts.clone())
+                .await;
+            match opened {
+                Ok(pool) => break pool,
+                Err(e) if is_busy(&e) && tokio::time::Instant::now() < until => {
+                    tokio::time::sleep(Duration::from_millis(25)).await;
+                }
+                Err(e) if is_busy(&e) => {
+                    return Err(Error::new(
+                        ErrorKind::Unavailable,
+                        format!("the database file of {server} stays locked by another process"),
+                    )
+                    .with_source(e));
+                }
+                Err(e) => {
+                    return Err(Error::new(
+                        ErrorKind::Unavailable,
+                        format!(
+                            "cannot open the database file of {server}; check the path and its \
+                             permissions"
+                        ),
+                    )
+                    .with_temporary(false)
+                    .with_source(e));
+                }
+            }
+        };
         Self::with_config(pool, config).await
     }
 
@@ -99,6 +120,12 @@ impl SqlStore<Sqlite> {
             .fetch_optional(c))?;
         crate::common_checks::name_width(self, column.map(|(t,)| (t, None)))
     }
+}
+
+/// SQLITE_BUSY or SQLITE_LOCKED.
+fn is_busy(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(d)
+        if matches!(crate::error::code_of(d.as_ref()), crate::error::Code::Sqlite(5 | 6)))
 }
 
 returning_store!(Sqlite);

@@ -20,6 +20,11 @@ fn migrations_match_the_ddl_the_store_runs() {
             std::fs::write(&path, &want).unwrap();
         }
         let have = std::fs::read_to_string(&path).unwrap_or_default();
-        assert_eq!(have, want, "{} is stale; rerun with LEASE_BLESS=1", path.display());
+        assert_eq!(
+            have,
+            want,
+            "{} is stale; rerun with LEASE_BLESS=1",
+            path.display()
+        );
     }
 }

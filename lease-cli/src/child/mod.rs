@@ -1,0 +1,167 @@
+//! CMD as a child of `lease`: its own process group, tied to `lease`'s life, signalled as a
+//! group.
+//!
+//! - CMD leads a new process group, so signals reach everything it started, and a terminal's
+//!   Ctrl-C reaches `lease` (which forwards it) rather than CMD directly.
+//! - CMD starts through the [`shim`], which sets the parent-death signal, so CMD itself dies
+//!   with `lease` even in the instant before the watchdog knows its group.
+//! - The [`watchdog`] kills CMD's whole group when `lease` dies, kill -9 included.
+
+mod group;
+mod shim;
+mod watchdog;
+
+use std::ffi::{OsStr, OsString};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::ExitStatus;
+
+use rustix::process::Pid;
+use tokio::process::{Child, Command};
+
+pub(crate) use group::{end_group, group_alive, kill_group, signal_group};
+pub(crate) use shim::{EXEC_SUBCOMMAND, become_cmd};
+pub(crate) use watchdog::{Watchdog, watch};
+
+use crate::exit::{CliError, Exit};
+
+/// The command `lease` runs: a program and its arguments.
+#[derive(Debug, Clone)]
+pub(crate) struct CmdLine {
+    program: OsString,
+    args: Vec<OsString>,
+}
+
+impl CmdLine {
+    /// The command from the words after `--`, checked to be runnable: a path to an executable
+    /// file, or a name found as one in `PATH`.
+    pub(crate) fn new(words: Vec<OsString>) -> Result<CmdLine, CliError> {
+        let mut words = words.into_iter();
+        let Some(program) = words.next().filter(|p| !p.is_empty()) else {
+            return Err(CliError::new(
+                Exit::Usage,
+                "no command given; write it after `--`",
+            ));
+        };
+        let cmd = CmdLine {
+            program,
+            args: words.collect(),
+        };
+        cmd.check_runnable()?;
+        Ok(cmd)
+    }
+
+    fn check_runnable(&self) -> Result<(), CliError> {
+        let shown = self.program.to_string_lossy();
+        let program = Path::new(&self.program);
+        let found = if program.components().count() > 1 || shown.contains('/') {
+            is_executable(program).then(|| program.to_owned())
+        } else {
+            find_in_path(&self.program)
+        };
+        match found {
+            Some(_) => Ok(()),
+            None if shown.contains('/') => Err(CliError::new(
+                Exit::CannotStart,
+                format!("cannot run '{shown}': no such executable file"),
+            )),
+            None => Err(CliError::new(
+                Exit::CannotStart,
+                format!("cannot run '{shown}': not found as an executable in PATH"),
+            )),
+        }
+    }
+
+    /// The program, for messages.
+    pub(crate) fn program(&self) -> &OsStr {
+        &self.program
+    }
+}
+
+fn is_executable(path: &Path) -> bool {
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+fn find_in_path(program: &OsStr) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(program))
+        .find(|candidate| is_executable(candidate))
+}
+
+/// The path that starts this very binary again (for the watchdog and the shim).
+pub(crate) fn self_exe() -> PathBuf {
+    if cfg!(target_os = "linux") {
+        // Still right if the file was replaced or deleted since `lease` started.
+        PathBuf::from("/proc/self/exe")
+    } else {
+        std::env::current_exe().unwrap_or_else(|_| PathBuf::from("lease"))
+    }
+}
+
+/// CMD, started and running in its own process group.
+#[derive(Debug)]
+pub(crate) struct Running {
+    child: Child,
+    pgid: Pid,
+}
+
+impl Running {
+    /// Starts `cmd` (through the shim) in a new process group, with `env` added to its
+    /// environment.
+    pub(crate) fn start(cmd: &CmdLine, env: &[(&str, String)]) -> Result<Running, CliError> {
+        let cannot = |e: std::io::Error| {
+            CliError::new(
+                Exit::CannotStart,
+                format!("cannot start '{}': {e}", cmd.program.to_string_lossy()),
+            )
+        };
+        let child = Command::new(self_exe())
+            .arg0("lease")
+            .arg(EXEC_SUBCOMMAND)
+            .arg("--parent")
+            .arg(std::process::id().to_string())
+            .arg("--")
+            .arg(&cmd.program)
+            .args(&cmd.args)
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .process_group(0)
+            .spawn()
+            .map_err(cannot)?;
+        let pgid = child
+            .id()
+            .and_then(|id| i32::try_from(id).ok())
+            .and_then(Pid::from_raw)
+            .ok_or_else(|| cannot(std::io::Error::other("the child has no process id")))?;
+        Ok(Running { child, pgid })
+    }
+
+    /// CMD's process group (its process id).
+    pub(crate) fn pgid(&self) -> Pid {
+        self.pgid
+    }
+
+    /// Waits for CMD itself to exit.
+    pub(crate) async fn wait(&mut self) -> std::io::Result<ExitStatus> {
+        self.child.wait().await
+    }
+}
+
+/// The exit code a shell would report for `status`: the code, or 128 + the signal.
+pub(crate) fn exit_code(status: ExitStatus) -> u8 {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => u8::try_from(code & 0xff).unwrap_or(1),
+        (None, Some(sig)) => u8::try_from((128 + sig) & 0xff).unwrap_or(1),
+        (None, None) => 1,
+    }
+}
+
+/// A description of how CMD ended, for messages.
+pub(crate) fn describe(status: ExitStatus) -> String {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exit code {code}"),
+        (None, Some(sig)) => format!("signal {sig}"),
+        (None, None) => "an unknown status".to_owned(),
+    }
+}

@@ -1,0 +1,238 @@
+//! The command line: subcommands, options and help texts.
+
+use std::ffi::OsString;
+
+use clap::{Args, CommandFactory, Parser, Subcommand};
+
+use crate::exit::Exit;
+use crate::store_url::{STORE_VAR, default_store_help};
+
+/// `lease`: a cluster-wide flock, leader-only daemons, and a view of who holds what.
+#[derive(Debug, Parser)]
+#[command(
+    name = "lease",
+    version,
+    about = "A cluster-wide flock, leader-only daemons, and a view of who holds what.",
+    long_about = "A cluster-wide flock, leader-only daemons, and a view of who holds what.\n\n\
+        Processes that share a store agree that at most one of them holds a name at a time, and \
+        each holding gets a fencing token (the term) that strictly increases every time the name \
+        changes hands."
+)]
+pub(crate) struct Cli {
+    /// The store, by URL: sqlite://PATH, postgres://…, mysql://… (mariadb://…), redis://…,
+    /// mongodb://…, nats://… [default: a per-user SQLite file, see below]
+    #[arg(
+        long,
+        global = true,
+        env = STORE_VAR,
+        hide_env_values = true,
+        value_name = "URL"
+    )]
+    pub(crate) store: Option<String>,
+
+    /// What to do.
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Run CMD only while holding NAME: a cluster-wide flock.
+    #[command(long_about = RUN_ABOUT)]
+    Run(RunArgs),
+    /// Campaign for NAME forever and run CMD while leader: a leader-only daemon.
+    #[command(long_about = ELECT_ABOUT)]
+    Elect(ElectArgs),
+    /// Show who holds each NAME: holder instance, term, time left.
+    #[command(long_about = STATUS_ABOUT)]
+    Status(StatusArgs),
+    /// Break a lease (an administrator's tool; UNSAFE, needs --force).
+    #[command(long_about = RELEASE_ABOUT)]
+    Release(ReleaseArgs),
+    /// Internal: kills CMD's process group when `lease` dies.
+    #[command(name = "__watchdog", hide = true)]
+    Watchdog,
+    /// Internal: starts CMD for `lease` (tied to its parent's life).
+    #[command(name = "__exec", hide = true)]
+    Exec(ExecArgs),
+}
+
+const RUN_ABOUT: &str = "Run CMD only while holding NAME: a cluster-wide flock.\n\n\
+    CMD gets LEASE_NAME, LEASE_TERM (the fencing token) and LEASE_INSTANCE in its environment. \
+    Without --wait, lease exits at once with code 75 when someone else holds NAME; with --wait it \
+    campaigns until it gets NAME. While CMD runs the lease is renewed; when the lease is lost, \
+    CMD's process group gets SIGTERM, then SIGKILL after the step-down grace (4/15 of the TTL), \
+    and lease exits 74. SIGINT, SIGTERM and SIGHUP are forwarded to CMD's process group; the \
+    lease is released once CMD has exited. Otherwise lease exits with CMD's code.\n\n\
+    CMD runs in its own process group (so it cannot read from a terminal), and never outlives \
+    lease: when lease dies, even by kill -9, a watchdog process kills CMD's whole group. Once \
+    CMD exits, what remains of its group gets SIGTERM, then SIGKILL after the grace, before the \
+    lease is released.";
+
+const ELECT_ABOUT: &str = "Campaign for NAME forever and run CMD while leader: a leader-only \
+    daemon.\n\n\
+    When CMD exits or the lease is lost, lease releases NAME and campaigns again. When CMD keeps \
+    failing (non-zero exit), each further campaign waits longer: the campaign retry doubled per \
+    failure in a row, up to 60s, reset when CMD exits 0 or has run for 60s. CMD gets the same \
+    environment and supervision as with `lease run`. SIGINT, SIGTERM and SIGHUP stop it: \
+    forwarded to CMD when it runs (lease then exits with CMD's code), exit 72 otherwise.";
+
+const STATUS_ABOUT: &str = "Show who holds each NAME: holder instance, term, time left.\n\n\
+    Names must be given: the store contract has no listing of names. The term shown is the last \
+    one issued, also when nobody holds the name now; '-' means none. Times are by the store's \
+    clock.";
+
+const RELEASE_ABOUT: &str = "Break a lease: an administrator's tool. UNSAFE.\n\n\
+    Ends whoever's live lease on NAME at once. The holder may still be working: it finds out at \
+    its next renewal and stops its work within its step-down grace, so for a short while two \
+    holders may work. The record and its term are kept, so the next claim still gets a higher \
+    term and fenced resources refuse the old holder. Requires --force.";
+
+/// Options of `lease run`.
+#[derive(Debug, Args)]
+pub(crate) struct RunArgs {
+    /// The lease name (1 to 255 bytes on SQL stores, no control characters).
+    pub(crate) name: String,
+
+    #[command(flatten)]
+    pub(crate) hold: HoldArgs,
+
+    /// Campaign until NAME is free instead of exiting 75 at once.
+    #[arg(long)]
+    pub(crate) wait: bool,
+
+    /// The command to run, after `--`.
+    #[arg(
+        required = true,
+        num_args = 1..,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "CMD"
+    )]
+    pub(crate) cmd: Vec<OsString>,
+}
+
+/// Options of `lease elect`.
+#[derive(Debug, Args)]
+pub(crate) struct ElectArgs {
+    /// The lease name.
+    pub(crate) name: String,
+
+    #[command(flatten)]
+    pub(crate) hold: HoldArgs,
+
+    /// The command to run while leader, after `--`.
+    #[arg(
+        required = true,
+        num_args = 1..,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "CMD"
+    )]
+    pub(crate) cmd: Vec<OsString>,
+}
+
+/// How a lease is held: its duration and the holder's label.
+#[derive(Debug, Args)]
+pub(crate) struct HoldArgs {
+    /// The lease duration, e.g. 15s, 500ms, 2m. The other timings scale with it (renew every
+    /// 2/15, local deadline 10/15, step-down grace 4/15, campaign retry 2/15 plus jitter);
+    /// refused when no safe timings fit.
+    #[arg(long, value_name = "DURATION", default_value = "15s")]
+    pub(crate) ttl: String,
+
+    /// The label others see as the holder [default: host/pid/random].
+    #[arg(long, value_name = "LABEL")]
+    pub(crate) instance: Option<String>,
+}
+
+/// Options of `lease status`.
+#[derive(Debug, Args)]
+pub(crate) struct StatusArgs {
+    /// The lease names to show (at least one).
+    #[arg(required = true, num_args = 1..)]
+    pub(crate) names: Vec<String>,
+
+    /// Print JSON instead of a table: one object per name with name, held, holder, term and
+    /// expires_in_ms.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// Options of `lease release`.
+#[derive(Debug, Args)]
+pub(crate) struct ReleaseArgs {
+    /// The lease name.
+    pub(crate) name: String,
+
+    /// Confirm that you mean to break the lease while its holder may still be working.
+    #[arg(long)]
+    pub(crate) force: bool,
+}
+
+/// Options of the internal `__exec`.
+#[derive(Debug, Args)]
+pub(crate) struct ExecArgs {
+    /// The process id of the `lease` that started this one.
+    #[arg(long)]
+    pub(crate) parent: i32,
+
+    /// The command to become.
+    #[arg(
+        required = true,
+        num_args = 1..,
+        trailing_var_arg = true,
+        allow_hyphen_values = true
+    )]
+    pub(crate) cmd: Vec<OsString>,
+}
+
+/// The text after the options in every `--help`: the store and the exit codes.
+pub(crate) fn after_help() -> String {
+    format!(
+        "Store:\n  --store URL, or {STORE_VAR}; default: {}\n  (one fixed file per user: \
+         $XDG_STATE_HOME/lease/leases.db, else ~/.local/state/lease/leases.db, created when \
+         missing).\n  Schemes: sqlite, postgres(ql), mysql, mariadb, redis(s), mongodb, nats.\n  \
+         NATS: one bucket per lease duration (leases_<ms>ms); ?bucket=NAME picks one.\n  Redis: add ?allow_volatile=1 or ?terms=clock_floor to accept \
+         a server without AOF.\n  Passwords in URLs are never printed.\n\n{}",
+        default_store_help(),
+        Exit::help_table()
+    )
+}
+
+/// The clap command with the help texts that depend on the environment.
+pub(crate) fn command() -> clap::Command {
+    let after = after_help();
+    let mut cmd = Cli::command().after_help(after.clone());
+    for sub in ["run", "elect", "status", "release"] {
+        let text = after.clone();
+        cmd = cmd.mut_subcommand(sub, |s| s.after_help(text));
+    }
+    cmd
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_is_well_formed() {
+        command().debug_assert();
+    }
+
+    #[test]
+    fn run_takes_cmd_after_dashes() {
+        let m = command()
+            .try_get_matches_from(["lease", "run", "job", "--wait", "--", "echo", "-n", "hi"])
+            .unwrap();
+        let cli = <Cli as clap::FromArgMatches>::from_arg_matches(&m).unwrap();
+        match cli.command {
+            Command::Run(r) => {
+                assert!(r.wait);
+                assert_eq!(r.cmd, ["echo", "-n", "hi"]);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}

@@ -1,0 +1,129 @@
+//! The subcommands, and what `run` and `elect` share: checking input, opening the store,
+//! building the coordinator.
+
+pub(crate) mod elect;
+pub(crate) mod release;
+pub(crate) mod run;
+pub(crate) mod status;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lease_core::{Coordinator, LeaseStore, Timings};
+
+use crate::cli::HoldArgs;
+use crate::duration::{human, parse_duration};
+use crate::exit::{CliError, Exit};
+use crate::open_store;
+use crate::signals::StopSignals;
+use crate::store_url::StoreUrl;
+
+/// Checks what can be checked of a name before the store is known: non-empty, no control
+/// characters. Its length is checked against the store once open ([`check_name`]).
+pub(crate) fn precheck_name(name: &str) -> Result<(), CliError> {
+    lease_core::validate_name(name, usize::MAX).map_err(|e| CliError::lease_with(Exit::BadName, &e))
+}
+
+/// Checks a name against the store's limits.
+pub(crate) fn check_name(store: &dyn LeaseStore, name: &str) -> Result<(), CliError> {
+    store
+        .validate_name(name)
+        .map_err(|e| CliError::lease_with(Exit::BadName, &e))
+}
+
+/// The shortest `--ttl` `lease` accepts. Shorter leases pass lease-core's checks, but their
+/// renewals (every 2/15 of the TTL, each bounded by a third of it) would race the store's round
+/// trips and the start of CMD.
+pub(crate) const MIN_TTL: Duration = Duration::from_millis(500);
+
+/// The timings for `--ttl`, all scaled from it; unsafe ones are refused.
+pub(crate) fn timings(ttl: &str) -> Result<Timings, CliError> {
+    let lease = parse_duration(ttl)?;
+    if lease < MIN_TTL {
+        return Err(CliError::new(
+            Exit::BadDuration,
+            format!(
+                "--ttl {ttl} is shorter than lease's minimum of {}: renewals every 2/15 of it \
+                 could not keep up; choose {} or more",
+                human(MIN_TTL),
+                human(MIN_TTL)
+            ),
+        ));
+    }
+    Timings::from_lease(lease).map_err(|e| {
+        CliError::new(
+            Exit::BadDuration,
+            format!("--ttl {ttl} gives unsafe timings: {e}; choose a longer --ttl"),
+        )
+    })
+}
+
+/// Everything `run` and `elect` need before campaigning.
+pub(crate) struct Holding {
+    /// The coordinator over the store.
+    pub(crate) coordinator: Coordinator,
+    /// The stop signals, caught from before the store is opened.
+    pub(crate) signals: StopSignals,
+}
+
+/// Checks the name, timings and instance label, catches stop signals, opens the store and
+/// builds the coordinator. A stop signal while the store opens ends `lease` with
+/// [`Exit::Interrupted`].
+pub(crate) async fn prepare(
+    url: &StoreUrl,
+    name: &str,
+    hold: &HoldArgs,
+) -> Result<Holding, CliError> {
+    precheck_name(name)?;
+    let timings = timings(&hold.ttl)?;
+    if let Some(instance) = &hold.instance {
+        lease_core::validate_instance(instance)
+            .map_err(|e| CliError::lease_with(Exit::BadName, &e))?;
+    }
+    let mut signals = StopSignals::install()?;
+    let store: Arc<dyn LeaseStore> = tokio::select! {
+        store = open_store::open(url, timings.lease()) => store?,
+        sig = signals.recv() => return Err(interrupted(sig, "while opening the store")),
+    };
+    check_name(store.as_ref(), name)?;
+    let mut builder = Coordinator::builder_arc(store)
+        .timings(timings)
+        // `lease` stops CMD itself on loss; the engine's own fail action is never reached.
+        .fail_action(|failure| {
+            tracing::error!(name = %failure.name, term = failure.term, "work under a lost lease did not return within the grace");
+        });
+    if let Some(instance) = &hold.instance {
+        builder = builder.instance(instance.clone());
+    }
+    let coordinator = builder.build().map_err(|e| CliError::from_lease(&e))?;
+    Ok(Holding {
+        coordinator,
+        signals,
+    })
+}
+
+/// The error for a stop signal that arrived while no CMD was running.
+pub(crate) fn interrupted(sig: rustix::process::Signal, when: &str) -> CliError {
+    CliError::new(
+        Exit::Interrupted,
+        format!(
+            "stopped by {} {when}; CMD was not running",
+            crate::signals::name(sig)
+        ),
+    )
+}
+
+/// Opens the store for `status` and `release` and checks every name against it.
+pub(crate) async fn open_for(
+    url: &StoreUrl,
+    names: &[String],
+) -> Result<Arc<dyn LeaseStore>, CliError> {
+    for name in names {
+        precheck_name(name)?;
+    }
+    let store = open_store::open(url, lease_core::Timings::default().lease()).await?;
+    for name in names {
+        check_name(store.as_ref(), name)?;
+    }
+    Ok(store)
+}

@@ -1,0 +1,213 @@
+//! `lease`'s own exit codes, and the error that carries one to `main`.
+//!
+//! The codes are in the sysexits range (64–78), away from the codes shells and signals use
+//! (1, 2, 126–165), so a script can tell `lease`'s own exit from its command's. Whenever `lease`
+//! exits with one of them it says so on stderr; when it exits with its command's code it prints
+//! nothing of its own.
+
+use std::fmt;
+
+use lease_core::ErrorKind;
+
+/// One of `lease`'s own exit codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Exit {
+    /// The command line is wrong (unknown option, missing CMD, `release` without `--force`).
+    Usage,
+    /// The lease name is empty, too long for the store, or holds control characters; or the
+    /// instance label is.
+    BadName,
+    /// A duration does not parse, is zero, or gives unsafe timings.
+    BadDuration,
+    /// The store URL is malformed.
+    BadUrl,
+    /// The store URL's scheme is not supported by this build.
+    UnsupportedStore,
+    /// The store cannot be reached or refused the connection.
+    Unavailable,
+    /// The store answered an operation with an error.
+    StoreError,
+    /// CMD could not be started or supervised.
+    CannotStart,
+    /// SIGINT, SIGTERM or SIGHUP arrived while no CMD was running.
+    Interrupted,
+    /// The default store's directory or file cannot be created.
+    StateDir,
+    /// The lease was lost while CMD ran; CMD was stopped.
+    Lost,
+    /// `run` without `--wait`: someone else holds the name; CMD was not started.
+    Held,
+    /// The store cannot do this as configured (an unsupported operation, or a server that
+    /// could lose lease records).
+    StoreRefused,
+}
+
+impl Exit {
+    /// Every code, in order, for the help text and the README.
+    pub(crate) const ALL: [Exit; 13] = [
+        Exit::Usage,
+        Exit::BadName,
+        Exit::BadDuration,
+        Exit::BadUrl,
+        Exit::UnsupportedStore,
+        Exit::Unavailable,
+        Exit::StoreError,
+        Exit::CannotStart,
+        Exit::Interrupted,
+        Exit::StateDir,
+        Exit::Lost,
+        Exit::Held,
+        Exit::StoreRefused,
+    ];
+
+    /// The process exit code.
+    pub(crate) fn code(self) -> u8 {
+        match self {
+            Exit::Usage => 64,
+            Exit::BadName => 65,
+            Exit::BadDuration => 66,
+            Exit::BadUrl => 67,
+            Exit::UnsupportedStore => 68,
+            Exit::Unavailable => 69,
+            Exit::StoreError => 70,
+            Exit::CannotStart => 71,
+            Exit::Interrupted => 72,
+            Exit::StateDir => 73,
+            Exit::Lost => 74,
+            Exit::Held => 75,
+            Exit::StoreRefused => 78,
+        }
+    }
+
+    /// What the code means, in a few words.
+    pub(crate) fn meaning(self) -> &'static str {
+        match self {
+            Exit::Usage => {
+                "bad command line (unknown option, missing CMD, release without --force)"
+            }
+            Exit::BadName => {
+                "bad lease name or instance label (empty, too long, control characters)"
+            }
+            Exit::BadDuration => "bad duration (unparsable, zero) or unsafe timings for --ttl",
+            Exit::BadUrl => "bad store URL",
+            Exit::UnsupportedStore => "store scheme not supported by this build",
+            Exit::Unavailable => "store unreachable, or it refused the connection",
+            Exit::StoreError => "the store answered with an error",
+            Exit::CannotStart => "CMD could not be started or supervised",
+            Exit::Interrupted => "SIGINT/SIGTERM/SIGHUP while no CMD was running",
+            Exit::StateDir => "cannot create the default store's directory or file",
+            Exit::Lost => "the lease was lost while CMD ran; CMD was stopped",
+            Exit::Held => "NAME is held by someone else (run without --wait); CMD not started",
+            Exit::StoreRefused => "the store cannot do this as configured",
+        }
+    }
+
+    /// The exit-code table, as plain text for `--help`.
+    pub(crate) fn help_table() -> String {
+        let mut out = String::from(
+            "Exit codes:\n  0       success; or CMD's own exit code (128+N when CMD died of signal N)\n",
+        );
+        for exit in Exit::ALL {
+            out.push_str(&format!("  {:<7} {}\n", exit.code(), exit.meaning()));
+        }
+        out.push_str(
+            "  lease's own codes (64-78) are always announced on stderr with a line starting \
+             \"lease:\";\n  any other code is CMD's.",
+        );
+        out
+    }
+
+    /// The exit code `lease` uses for an error of `kind` from the store or the engine.
+    pub(crate) fn for_kind(kind: ErrorKind) -> Exit {
+        match kind {
+            ErrorKind::InvalidName => Exit::BadName,
+            ErrorKind::InvalidTimings => Exit::BadDuration,
+            ErrorKind::Unavailable | ErrorKind::Timeout => Exit::Unavailable,
+            ErrorKind::Unsupported => Exit::StoreRefused,
+            ErrorKind::Held => Exit::Held,
+            ErrorKind::Lost => Exit::Lost,
+            _ => Exit::StoreError,
+        }
+    }
+}
+
+/// An error that ends `lease` with one of its own exit codes.
+#[derive(Debug, Clone)]
+pub(crate) struct CliError {
+    exit: Exit,
+    message: String,
+}
+
+impl CliError {
+    /// An error ending `lease` with `exit`, and `message` saying what to fix.
+    pub(crate) fn new(exit: Exit, message: impl Into<String>) -> CliError {
+        CliError {
+            exit,
+            message: message.into(),
+        }
+    }
+
+    /// A store or engine error, with the exit code its kind calls for.
+    pub(crate) fn from_lease(e: &lease_core::Error) -> CliError {
+        CliError::new(Exit::for_kind(e.kind()), e.to_string())
+    }
+
+    /// A store or engine error with a given exit code.
+    pub(crate) fn lease_with(exit: Exit, e: &lease_core::Error) -> CliError {
+        CliError::new(exit, e.to_string())
+    }
+
+    /// The exit code.
+    pub(crate) fn exit(&self) -> Exit {
+        self.exit
+    }
+
+    /// The message, without the exit code.
+    pub(crate) fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl From<lease_core::Error> for CliError {
+    fn from(e: lease_core::Error) -> CliError {
+        CliError::from_lease(&e)
+    }
+}
+
+impl fmt::Display for CliError {
+    /// One line: the message (newlines folded), then the code and a note that it is `lease`'s.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let one_line = self
+            .message
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
+        write!(
+            f,
+            "lease: {one_line} (lease's own exit code {})",
+            self.exit.code()
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_are_distinct_and_clear_of_shell_codes() {
+        let mut seen = std::collections::HashSet::new();
+        for exit in Exit::ALL {
+            let code = exit.code();
+            assert!(seen.insert(code), "{code} used twice");
+            assert!((64..=78).contains(&code), "{code}");
+        }
+        assert!(Exit::help_table().contains("75"));
+    }
+
+    #[test]
+    fn errors_are_one_line() {
+        let e = CliError::new(Exit::BadName, "a\nb");
+        assert_eq!(e.to_string(), "lease: a b (lease's own exit code 65)");
+    }
+}

@@ -1,0 +1,213 @@
+//! Opening the store a URL names, with bad URLs told apart from stores that cannot be reached.
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lease_core::{Error, ErrorKind, LeaseStore};
+use lease_sql::{MySqlStore, PostgresStore, SqlConfig, SqliteStore};
+use tokio::time::Instant;
+
+use crate::exit::{CliError, Exit};
+use crate::store_url::{Scheme, StoreUrl};
+
+/// How long opening a SQLite file is retried while another process holds it locked (two
+/// processes creating the same new file at once).
+const SQLITE_BUSY_FOR: Duration = Duration::from_secs(5);
+
+/// Connects to the store `url` names and checks that it can carry leases.
+///
+/// The URL is first parsed by the store's own driver: one it refuses gives [`Exit::BadUrl`].
+/// Then the default store's directory is created when missing ([`Exit::StateDir`] when it
+/// cannot be), and the store is opened: a store that cannot be reached or refuses the
+/// connection gives [`Exit::Unavailable`], one that cannot carry leases as configured
+/// [`Exit::StoreRefused`].
+///
+/// `lease` is the lease duration the store will be used with: a NATS store keeps every lease for
+/// its bucket's max age, so it opens the bucket for that duration.
+pub(crate) async fn open(url: &StoreUrl, lease: Duration) -> Result<Arc<dyn LeaseStore>, CliError> {
+    check_with_driver(url)?;
+    if let Some(file) = url.default_file()
+        && let Some(dir) = file.parent()
+    {
+        std::fs::create_dir_all(dir).map_err(|e| {
+            CliError::new(
+                Exit::StateDir,
+                format!(
+                    "cannot create the default store's directory {}: {e}; fix its permissions \
+                     or choose a store with --store",
+                    dir.display()
+                ),
+            )
+        })?;
+    }
+    let at = |e: Error| connect_error(url, &e);
+    let store: Arc<dyn LeaseStore> = match url.scheme() {
+        Scheme::Sqlite => Arc::new(open_sqlite(url).await?),
+        Scheme::Postgres => Arc::new(
+            PostgresStore::connect(url.driver_url(), SqlConfig::default())
+                .await
+                .map_err(at)?,
+        ),
+        Scheme::MySql => Arc::new(
+            MySqlStore::connect(url.driver_url(), SqlConfig::default())
+                .await
+                .map_err(at)?,
+        ),
+        Scheme::Redis => {
+            let options = url.redis_options();
+            let mut config = lease_redis::RedisConfig::new().allow_volatile(options.allow_volatile);
+            if options.clock_floor {
+                config = config.term_scheme(lease_redis::TermScheme::ClockFloor);
+            }
+            let store = lease_redis::connect_with(url.driver_url(), config)
+                .await
+                .map_err(at)?;
+            store.available().await.map_err(|e| {
+                let mut refused = at(e);
+                if refused.exit() == Exit::StoreRefused {
+                    refused = CliError::new(
+                        Exit::StoreRefused,
+                        format!(
+                            "{} (with lease: add ?allow_volatile=1 or ?terms=clock_floor to \
+                             the store URL)",
+                            refused.message()
+                        ),
+                    );
+                }
+                refused
+            })?;
+            Arc::new(store)
+        }
+        Scheme::MongoDb => Arc::new(
+            lease_mongo::MongoStore::connect(url.driver_url())
+                .await
+                .map_err(at)?,
+        ),
+        Scheme::Nats => open_nats(url, lease).await?,
+    };
+    Ok(store)
+}
+
+/// Opens a SQLite store, waiting while another process holds the new file locked.
+async fn open_sqlite(url: &StoreUrl) -> Result<SqliteStore, CliError> {
+    let until = Instant::now() + SQLITE_BUSY_FOR;
+    loop {
+        match SqliteStore::connect(url.driver_url(), SqlConfig::default()).await {
+            Ok(store) => return Ok(store),
+            Err(e) if is_sqlite_busy(&e) && Instant::now() < until => {
+                tracing::debug!(error = %e, "the SQLite file is locked; retrying");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => {
+                return Err(match url.default_file() {
+                    Some(file) if e.kind() != ErrorKind::Unsupported => CliError::new(
+                        Exit::StateDir,
+                        format!("cannot open the default store {}: {e}", file.display()),
+                    ),
+                    _ => connect_error(url, &e),
+                });
+            }
+        }
+    }
+}
+
+/// `true` when `e` comes from SQLite's "database is locked" or "busy".
+fn is_sqlite_busy(e: &Error) -> bool {
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        if let Some(sqlx::Error::Database(d)) = s.downcast_ref::<sqlx::Error>()
+            && matches!(d.code().as_deref(), Some("5") | Some("6"))
+        {
+            return true;
+        }
+        source = s.source();
+    }
+    false
+}
+
+/// Opens a NATS JetStream KV store: the bucket for `lease` (`leases_<ms>ms`, created when
+/// missing), or the one `?bucket=NAME` names, whatever its max age.
+async fn open_nats(url: &StoreUrl, lease: Duration) -> Result<Arc<dyn LeaseStore>, CliError> {
+    let (base, query) = match url.driver_url().split_once('?') {
+        Some((base, query)) => (base, Some(query)),
+        None => (url.driver_url(), None),
+    };
+    let mut config = lease_nats::NatsConfig::new(lease);
+    for pair in query
+        .unwrap_or_default()
+        .split('&')
+        .filter(|p| !p.is_empty())
+    {
+        match pair.split_once('=') {
+            Some(("bucket", bucket)) if !bucket.is_empty() => {
+                config = config
+                    .bucket(bucket)
+                    .on_ttl_mismatch(lease_nats::TtlMismatch::Adopt);
+            }
+            _ => {
+                return Err(CliError::new(
+                    Exit::BadUrl,
+                    format!(
+                        "store URL '{url}': unknown NATS option '{pair}'; the only one is \
+                         ?bucket=NAME"
+                    ),
+                ));
+            }
+        }
+    }
+    let store = lease_nats::NatsStore::connect(base, config)
+        .await
+        .map_err(|e| connect_error(url, &e))?;
+    Ok(Arc::new(store))
+}
+
+/// Lets the store's driver parse the URL, without any I/O. (MongoDB's parser may look up DNS,
+/// so its URL is judged when connecting.)
+fn check_with_driver(url: &StoreUrl) -> Result<(), CliError> {
+    let refused = |why: String| {
+        CliError::new(
+            Exit::BadUrl,
+            format!("store URL '{url}' is not valid: {why}; fix the store URL"),
+        )
+    };
+    let raw = url.driver_url();
+    match url.scheme() {
+        Scheme::Sqlite => sqlx::sqlite::SqliteConnectOptions::from_str(raw)
+            .map(drop)
+            .map_err(|e| refused(e.to_string())),
+        Scheme::Postgres => sqlx::postgres::PgConnectOptions::from_str(raw)
+            .map(drop)
+            .map_err(|e| refused(e.to_string())),
+        Scheme::MySql => sqlx::mysql::MySqlConnectOptions::from_str(raw)
+            .map(drop)
+            .map_err(|e| refused(e.to_string())),
+        Scheme::Redis => lease_redis::redis::Client::open(raw)
+            .map(drop)
+            .map_err(|e| refused(e.to_string())),
+        Scheme::MongoDb | Scheme::Nats => Ok(()),
+    }
+}
+
+/// The exit code and message for an error while opening a store whose URL its driver accepted.
+fn connect_error(url: &StoreUrl, e: &Error) -> CliError {
+    let exit = match e.kind() {
+        ErrorKind::Unsupported => Exit::StoreRefused,
+        // MongoDB's URL is parsed only when connecting.
+        ErrorKind::Unavailable | ErrorKind::InvalidName
+            if url.scheme() == Scheme::MongoDb && !e.is_temporary() =>
+        {
+            Exit::BadUrl
+        }
+        ErrorKind::InvalidName => Exit::BadUrl,
+        _ => Exit::Unavailable,
+    };
+    let hint = match exit {
+        Exit::BadUrl => "; check the store URL",
+        Exit::Unavailable => {
+            "; check that the store runs and the URL's host, port, path and credentials"
+        }
+        _ => "",
+    };
+    CliError::new(exit, format!("store '{url}': {e}{hint}"))
+}
