@@ -75,3 +75,8 @@ pub use validate::{
 
 /// Re-exported so stores can implement the traits without naming the crate themselves.
 pub use async_trait::async_trait;
+
+/// The README's examples, compiled as doc tests so they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;
