@@ -509,7 +509,7 @@ async fn names_and_timings_are_checked_before_any_io() {
 
 #[tokio::test(start_paused = true)]
 async fn local_terms_never_expire() {
-    let c = lease_local::Local::coordinator();
+    let c = lease_local::Local::coordinator().unwrap();
     let term = c.try_acquire("job").await.unwrap();
     advance(3600 * S).await;
     sleep(S).await;

@@ -11,7 +11,7 @@
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> lease_core::Result<()> {
-//! let coordinator = Local::coordinator();
+//! let coordinator = Local::coordinator()?;
 //! let term = coordinator.try_acquire("migrations").await?;
 //! assert_eq!(term.token(), 1);
 //! assert!(coordinator.try_acquire("migrations").await.is_err());
@@ -25,7 +25,7 @@ mod memory;
 pub use faults::{FaultMode, FaultyStore, OpCounts};
 pub use memory::MemoryStore;
 
-use lease_core::Coordinator;
+use lease_core::{Coordinator, Result};
 
 /// Single-node mode: a coordinator over a private [`MemoryStore`] whose terms never expire.
 #[derive(Debug, Clone, Copy)]
@@ -33,19 +33,14 @@ pub struct Local;
 
 impl Local {
     /// A coordinator whose terms never expire: the first `try_acquire` of a name wins, and
-    /// holds it until resigned or closed.
-    pub fn coordinator() -> Coordinator {
+    /// holds it until resigned or closed. (It cannot fail with the defaults; the `Result` is
+    /// the builder's.)
+    pub fn coordinator() -> Result<Coordinator> {
         Self::coordinator_over(MemoryStore::never_expiring())
     }
 
     /// A coordinator over `store` with the default timings, labelled `local`.
-    pub fn coordinator_over(store: MemoryStore) -> Coordinator {
-        // The defaults are valid and "local" is a valid label, so this cannot fail; fall back to
-        // the default label rather than panic if that ever changed.
-        Coordinator::builder(store.clone())
-            .instance("local")
-            .build()
-            .or_else(|_| Coordinator::new(store))
-            .unwrap_or_else(|e| unreachable!("default timings are valid: {e}"))
+    pub fn coordinator_over(store: MemoryStore) -> Result<Coordinator> {
+        Coordinator::builder(store).instance("local").build()
     }
 }
