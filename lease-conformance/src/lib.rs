@@ -41,7 +41,7 @@ pub mod proxy;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lease_core::{Capabilities, Coordinator, LeaseStore, StepDownFailure, Timings};
+use lease_core::{Capabilities, Coordinator, LeaseStore, SlotStore, StepDownFailure, Timings};
 
 pub use history::{History, HistoryReport};
 pub use proxy::{FaultMode, FaultProxy, ProxyStats};
@@ -87,6 +87,8 @@ pub struct Harness {
     pub store: Arc<dyn LeaseStore>,
     /// The same database through a fault switch, when the backend provides one.
     pub faults: Option<FaultPath>,
+    /// The store's slot operations, when it has them (see [`Harness::with_slots`]).
+    pub slots: Option<Arc<dyn SlotStore>>,
     /// A random prefix for this case's names.
     pub prefix: String,
     /// The TTL store-level cases use.
@@ -109,6 +111,7 @@ impl Harness {
         Harness {
             store,
             faults: None,
+            slots: None,
             prefix: format!("lc{:08x}-", rand::random::<u32>()),
             ttl,
             timings,
@@ -120,6 +123,12 @@ impl Harness {
     /// Adds a fault path.
     pub fn with_faults(mut self, store: Arc<dyn LeaseStore>, switch: Arc<dyn FaultSwitch>) -> Self {
         self.faults = Some(FaultPath { store, switch });
+        self
+    }
+
+    /// Adds the store's slot operations (the same store as [`Harness::store`]).
+    pub fn with_slots(mut self, slots: Arc<dyn SlotStore>) -> Self {
+        self.slots = Some(slots);
         self
     }
 
@@ -224,7 +233,13 @@ macro_rules! conformance_suite {
             loss_is_detected_within_the_deadline_when_the_store_stalls,
             loss_is_detected_within_the_deadline_when_the_connection_is_cut,
             a_stalled_holder_is_replaced_only_after_the_store_expires_it,
-            fenced_history_of_many_contenders_is_clean
+            fenced_history_of_many_contenders_is_clean,
+            slot_claims_follow_the_rules,
+            a_superseded_instant_is_reported,
+            overrun_instants_are_skipped,
+            finish_after_the_lease_was_lost,
+            unfinished_for_many_names_and_one_rerun,
+            each_instant_starts_once_among_replicas
         );
     };
     (@each $setup:path; $($case:ident),* $(,)?) => {

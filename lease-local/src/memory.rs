@@ -5,8 +5,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use lease_core::{
-    Capabilities, Grant, HolderToken, LeaseInfo, LeaseStore, PollingStore, Result, async_trait,
-    validate_instance,
+    Capabilities, Grant, HolderToken, LeaseInfo, LeaseStore, PollingStore, Result, SlotClaim,
+    SlotFinish, SlotRecord, SlotStore, async_trait, validate_instance,
 };
 use tokio::time::Instant;
 
@@ -22,6 +22,7 @@ struct Record {
     instance: String,
     term: u64,
     until: Until,
+    slot: SlotRecord,
 }
 
 impl Record {
@@ -52,6 +53,33 @@ struct State {
 pub struct MemoryStore {
     state: Arc<Mutex<State>>,
     expiry: bool,
+    clock: WallClock,
+}
+
+/// The store's wall clock for slot instants: the system clock when the store was made, moved on
+/// by tokio's clock since, so it follows paused time in tests.
+#[derive(Debug, Clone, Copy)]
+struct WallClock {
+    wall_ms: i64,
+    at: Instant,
+}
+
+impl WallClock {
+    fn new() -> WallClock {
+        let wall_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+            .unwrap_or(0);
+        WallClock {
+            wall_ms,
+            at: Instant::now(),
+        }
+    }
+
+    fn now_ms(&self) -> i64 {
+        let since = i64::try_from(self.at.elapsed().as_millis()).unwrap_or(i64::MAX);
+        self.wall_ms.saturating_add(since)
+    }
 }
 
 impl Default for MemoryStore {
@@ -66,6 +94,7 @@ impl MemoryStore {
         MemoryStore {
             state: Arc::default(),
             expiry: true,
+            clock: WallClock::new(),
         }
     }
 
@@ -74,11 +103,18 @@ impl MemoryStore {
         MemoryStore {
             state: Arc::default(),
             expiry: false,
+            clock: WallClock::new(),
         }
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The store's clock for slot instants, in milliseconds since the Unix epoch: the system
+    /// clock at creation, moved on by tokio's clock (so it follows paused time).
+    pub fn now_ms(&self) -> i64 {
+        self.clock.now_ms()
     }
 
     fn until(&self, now: Instant, ttl: Duration) -> Until {
@@ -100,6 +136,7 @@ impl LeaseStore for MemoryStore {
         Capabilities {
             expiry: self.expiry,
             force_release: true,
+            slots: true,
             ..Capabilities::default()
         }
     }
@@ -117,16 +154,17 @@ impl LeaseStore for MemoryStore {
         let now = Instant::now();
         let until = self.until(now, ttl);
         let mut st = self.lock();
-        let term = match st.leases.get(name) {
+        let (term, slot) = match st.leases.get(name) {
             Some(r) if r.live(now) => return Ok(None),
-            Some(r) => r.term + 1,
-            None => 1,
+            Some(r) => (r.term + 1, r.slot),
+            None => (1, SlotRecord::default()),
         };
         let rec = Record {
             holder: holder.clone(),
             instance: instance.to_owned(),
             term,
             until,
+            slot,
         };
         let expires_in = rec.expires_in(now);
         st.leases.insert(name.to_owned(), rec);
@@ -240,5 +278,145 @@ impl PollingStore for MemoryStore {
             st.polled.remove(name);
         }
         Ok(())
+    }
+}
+
+#[async_trait]
+impl SlotStore for MemoryStore {
+    async fn claim_slot(
+        &self,
+        name: &str,
+        holder: &HolderToken,
+        instance: &str,
+        ttl: Duration,
+        instant_ms: i64,
+    ) -> Result<SlotClaim> {
+        self.validate_name(name)?;
+        self.validate_ttl(ttl)?;
+        validate_instance(instance)?;
+        let now = Instant::now();
+        let now_ms = self.now_ms();
+        let until = self.until(now, ttl);
+        let mut st = self.lock();
+        let (term, slot) = match st.leases.get(name) {
+            Some(r) if r.live(now) => return Ok(SlotClaim::Held),
+            Some(r) => (r.term + 1, r.slot),
+            None => (1, SlotRecord::default()),
+        };
+        if let Some(last_ms) = slot.last_ms.filter(|last| instant_ms <= *last) {
+            return Ok(SlotClaim::Taken { last_ms });
+        }
+        if instant_ms > now_ms {
+            return Ok(SlotClaim::Early { now_ms });
+        }
+        let rec = Record {
+            holder: holder.clone(),
+            instance: instance.to_owned(),
+            term,
+            until,
+            slot: SlotRecord {
+                last_ms: Some(instant_ms),
+                unfinished_ms: Some(instant_ms),
+                rerun_ms: slot.rerun_ms,
+            },
+        };
+        let expires_in = rec.expires_in(now);
+        st.leases.insert(name.to_owned(), rec);
+        Ok(SlotClaim::Claimed {
+            grant: Grant { term, expires_in },
+            superseded_ms: slot.unfinished_ms,
+        })
+    }
+
+    async fn finish_slot(
+        &self,
+        name: &str,
+        holder: &HolderToken,
+        instant_ms: i64,
+        passed_ms: Option<i64>,
+    ) -> Result<SlotFinish> {
+        self.validate_name(name)?;
+        let now = Instant::now();
+        let now_ms = self.now_ms();
+        let mut st = self.lock();
+        let Some(r) = st.leases.get_mut(name) else {
+            return Ok(SlotFinish::default());
+        };
+        let held = r.holder == *holder && r.live(now);
+        let mut out = SlotFinish::default();
+        if r.slot.last_ms == Some(instant_ms) {
+            if r.slot.unfinished_ms == Some(instant_ms) {
+                r.slot.unfinished_ms = None;
+            }
+            out.recorded = true;
+            if let Some(passed) = passed_ms.filter(|p| held && *p <= now_ms && *p > instant_ms) {
+                r.slot.last_ms = Some(passed);
+                out.passed_taken = true;
+            }
+        }
+        if held {
+            r.until = Until::At(now);
+            out.released = true;
+        }
+        Ok(out)
+    }
+
+    async fn unfinished(&self, names: &[String]) -> Result<Vec<(String, i64)>> {
+        for name in names {
+            self.validate_name(name)?;
+        }
+        let now = Instant::now();
+        let st = self.lock();
+        Ok(names
+            .iter()
+            .filter_map(|name| {
+                let r = st.leases.get(name)?;
+                let u = r.slot.unfinished_ms?;
+                let eligible =
+                    r.slot.last_ms == Some(u) && r.slot.rerun_ms != Some(u) && !r.live(now);
+                eligible.then(|| (name.clone(), u))
+            })
+            .collect())
+    }
+
+    async fn claim_rerun(
+        &self,
+        name: &str,
+        holder: &HolderToken,
+        instance: &str,
+        ttl: Duration,
+        instant_ms: i64,
+    ) -> Result<Option<Grant>> {
+        self.validate_name(name)?;
+        self.validate_ttl(ttl)?;
+        validate_instance(instance)?;
+        let now = Instant::now();
+        let until = self.until(now, ttl);
+        let mut st = self.lock();
+        let Some(r) = st.leases.get_mut(name) else {
+            return Ok(None);
+        };
+        let s = r.slot;
+        let eligible = s.unfinished_ms == Some(instant_ms)
+            && s.last_ms == Some(instant_ms)
+            && s.rerun_ms != Some(instant_ms)
+            && !r.live(now);
+        if !eligible {
+            return Ok(None);
+        }
+        r.holder = holder.clone();
+        r.instance = instance.to_owned();
+        r.term += 1;
+        r.until = until;
+        r.slot.rerun_ms = Some(instant_ms);
+        Ok(Some(Grant {
+            term: r.term,
+            expires_in: r.expires_in(now),
+        }))
+    }
+
+    async fn last_slot(&self, name: &str) -> Result<Option<SlotRecord>> {
+        self.validate_name(name)?;
+        Ok(self.lock().leases.get(name).map(|r| r.slot))
     }
 }

@@ -29,7 +29,8 @@ mod memory {
         let store = MemoryStore::new();
         let faulty = FaultyStore::new(store.clone());
         Some(
-            Harness::new(Arc::new(store))
+            Harness::new(Arc::new(store.clone()))
+                .with_slots(Arc::new(store))
                 .with_faults(Arc::new(faulty.clone()), Arc::new(Switch(faulty))),
         )
     }
@@ -41,7 +42,8 @@ mod never_expiring {
     use super::*;
 
     async fn setup() -> Option<Harness> {
-        Some(Harness::new(Arc::new(MemoryStore::never_expiring())))
+        let store = MemoryStore::never_expiring();
+        Some(Harness::new(Arc::new(store.clone())).with_slots(Arc::new(store)))
     }
 
     lease_conformance::conformance_suite!(setup);

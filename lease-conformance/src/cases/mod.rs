@@ -14,6 +14,9 @@ use tokio::time::{Instant, sleep};
 use crate::Harness;
 use crate::history::History;
 
+mod slots;
+pub use slots::*;
+
 fn mint() -> HolderToken {
     HolderToken::mint()
 }
