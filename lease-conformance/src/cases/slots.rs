@@ -132,7 +132,12 @@ pub async fn a_superseded_instant_is_reported(h: &Harness) {
     };
     assert_eq!(superseded_ms, Some(i1));
     s.finish_slot(&name, &b, i2, None).await.unwrap();
-    assert!(s.unfinished(&[name.clone()]).await.unwrap().is_empty());
+    assert!(
+        s.unfinished(std::slice::from_ref(&name))
+            .await
+            .unwrap()
+            .is_empty()
+    );
     assert_eq!(
         s.claim_rerun(&name, &mint(), "r", h.ttl, i1).await.unwrap(),
         None
@@ -274,7 +279,10 @@ pub async fn unfinished_for_many_names_and_one_rerun(h: &Harness) {
     );
     sleep(h.ttl + h.slack).await; // the rerun is cut short too
     assert!(
-        s.unfinished(&[cut.clone()]).await.unwrap().is_empty(),
+        s.unfinished(std::slice::from_ref(&cut))
+            .await
+            .unwrap()
+            .is_empty(),
         "a second rerun offered"
     );
     assert_eq!(
@@ -330,7 +338,7 @@ pub async fn each_instant_starts_once_among_replicas(h: &Harness) {
                 let ttl = h.ttl;
                 tasks.push(tokio::spawn(async move {
                     let who = mint();
-                    let due = s.unfinished(&[name.clone()]).await.unwrap();
+                    let due = s.unfinished(std::slice::from_ref(&name)).await.unwrap();
                     match due.first() {
                         Some((_, at)) => s
                             .claim_rerun(&name, &who, "rr", ttl, *at)
