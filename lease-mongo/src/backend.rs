@@ -8,7 +8,8 @@ use std::time::Duration;
 use futures::TryStreamExt;
 use lease_core::{
     Capabilities, Coordinator, CoordinatorBuilder, Error, Grant, HolderToken, LeaseInfo,
-    LeaseStore, Result, async_trait, ceil_millis, validate_instance,
+    LeaseStore, Result, SlotClaim, SlotFinish, SlotRecord, SlotStore, async_trait, ceil_millis,
+    validate_instance,
 };
 use mongodb::bson::{Document, doc};
 use mongodb::error::Error as MongoError;
@@ -401,6 +402,7 @@ impl LeaseStore for MongoStore {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             force_release: true,
+            slots: true,
             max_name_bytes: MAX_NAME_BYTES,
             ..Capabilities::default()
         }
@@ -570,6 +572,172 @@ impl LeaseStore for MongoStore {
             )
             .await?;
         Ok(doc.is_some())
+    }
+}
+
+/// Scheduler slots on the lease document: `slot_ms`, `unfinished_ms` and `rerun_ms` (numbers,
+/// milliseconds since the Unix epoch), compared with the server's `$$NOW`.
+///
+/// | operation | commands (round trips) |
+/// |---|---|
+/// | claim slot | `aggregate` [`slot_read_pipeline`](crate::commands::slot_read_pipeline) (the record and `$$NOW`), decided by [`slot_plan`](crate::commands::slot_plan); then, unless held, taken or early, `findAndModify` filter [`slot_claim_filter`](crate::commands::slot_claim_filter) (term compared), pipeline [`slot_claim_update`](crate::commands::slot_claim_update), returning the document before the update (2) |
+/// | finish slot | `findAndModify`, filter [`name_filter`](crate::commands::name_filter), conditional pipeline [`finish_update`](crate::commands::finish_update) (1) |
+/// | unfinished | `aggregate` [`unfinished_pipeline`](crate::commands::unfinished_pipeline) over `_id: {$in: names}` (1; none for no names) |
+/// | claim rerun | `findAndModify`, filter [`rerun_filter`](crate::commands::rerun_filter), pipeline [`rerun_update`](crate::commands::rerun_update) (1) |
+/// | last slot | `find` [`name_filter`](crate::commands::name_filter), projection [`last_slot_projection`](crate::commands::last_slot_projection) (1) |
+///
+/// Each command is bounded by the operation timeout, so a slot claim takes at most two.
+#[async_trait]
+impl SlotStore for MongoStore {
+    async fn claim_slot(
+        &self,
+        name: &str,
+        holder: &HolderToken,
+        instance: &str,
+        ttl: Duration,
+        instant_ms: i64,
+    ) -> Result<SlotClaim> {
+        self.validate_name(name)?;
+        self.validate_ttl(ttl)?;
+        validate_instance(instance)?;
+        let op = "slot claim";
+        let read = self
+            .read_one(op, name, commands::slot_read_pipeline(name))
+            .await?
+            .ok_or_else(|| {
+                Error::new(
+                    lease_core::ErrorKind::Backend,
+                    format!(
+                        "MongoDB at {} answered the slot read of '{name}' with no document",
+                        self.server()
+                    ),
+                )
+            })?;
+        let term = match commands::slot_plan(&read, instant_ms)? {
+            commands::SlotPlan::Refuse(refused) => return Ok(refused),
+            commands::SlotPlan::Write { term } => term,
+        };
+        let fut = self
+            .leases
+            .find_one_and_update(
+                commands::slot_claim_filter(name, term, instant_ms),
+                commands::slot_claim_update(
+                    &holder.to_hex(),
+                    instance,
+                    ttl_millis(ttl),
+                    instant_ms,
+                ),
+            )
+            .upsert(term.is_none())
+            .return_document(ReturnDocument::Before)
+            .projection(commands::slot_claim_projection())
+            .max_time(self.op_timeout())
+            .into_future();
+        match self.bounded(op, name, fut).await? {
+            Ok(Some(before)) => commands::slot_claimed(Some(&before), ttl),
+            // The upsert inserted the document: there was nothing before it.
+            Ok(None) if term.is_none() => commands::slot_claimed(None, ttl),
+            // The term moved (another replica's claim matched first) or the record changed.
+            Ok(None) => {
+                tracing::debug!(name, instant_ms, "mongodb slot claim: lost the race");
+                Ok(SlotClaim::Held)
+            }
+            // Another replica inserted the first record meanwhile.
+            Err(e) if is_duplicate_id(&e) => {
+                tracing::debug!(name, instant_ms, "mongodb slot claim: held (duplicate _id)");
+                Ok(SlotClaim::Held)
+            }
+            Err(e) => Err(self.map(op, name, e)),
+        }
+    }
+
+    async fn finish_slot(
+        &self,
+        name: &str,
+        holder: &HolderToken,
+        instant_ms: i64,
+        passed_ms: Option<i64>,
+    ) -> Result<SlotFinish> {
+        self.validate_name(name)?;
+        // Fresh per call: the document comes back with it only if this finish changed it.
+        let finish_id = HolderToken::mint().to_hex();
+        let doc = self
+            .modify(
+                "slot finish",
+                name,
+                commands::name_filter(name),
+                commands::finish_update(&holder.to_hex(), instant_ms, passed_ms, &finish_id),
+                commands::finish_projection(),
+            )
+            .await?;
+        Ok(commands::finish_from_reply(doc.as_ref(), &finish_id))
+    }
+
+    async fn unfinished(&self, names: &[String]) -> Result<Vec<(String, i64)>> {
+        for name in names {
+            self.validate_name(name)?;
+        }
+        if names.is_empty() {
+            return Ok(Vec::new());
+        }
+        let op = "unfinished slots";
+        // One more than the answer can hold, so the first batch ends the cursor: no getMore
+        // (unless the answer passes 16 MiB).
+        let batch = u32::try_from(names.len().saturating_add(1)).unwrap_or(u32::MAX);
+        let fut = async {
+            let cursor = self
+                .leases
+                .aggregate(commands::unfinished_pipeline(names))
+                .batch_size(batch)
+                .max_time(self.op_timeout())
+                .await?;
+            cursor.try_collect::<Vec<Document>>().await
+        };
+        let replies = self
+            .bounded(op, "", fut)
+            .await?
+            .map_err(|e| self.map(op, "", e))?;
+        commands::unfinished_from_replies(names, &replies)
+    }
+
+    async fn claim_rerun(
+        &self,
+        name: &str,
+        holder: &HolderToken,
+        instance: &str,
+        ttl: Duration,
+        instant_ms: i64,
+    ) -> Result<Option<Grant>> {
+        self.validate_name(name)?;
+        self.validate_ttl(ttl)?;
+        validate_instance(instance)?;
+        let doc = self
+            .modify(
+                "slot rerun claim",
+                name,
+                commands::rerun_filter(name, instant_ms),
+                commands::rerun_update(&holder.to_hex(), instance, ttl_millis(ttl), instant_ms),
+                commands::grant_projection(),
+            )
+            .await?;
+        doc.map(|d| commands::grant_from_update(&d, ttl))
+            .transpose()
+    }
+
+    async fn last_slot(&self, name: &str) -> Result<Option<SlotRecord>> {
+        self.validate_name(name)?;
+        let op = "last slot";
+        let fut = self
+            .leases
+            .find_one(commands::name_filter(name))
+            .projection(commands::last_slot_projection())
+            .max_time(self.op_timeout())
+            .into_future();
+        let doc = self
+            .bounded(op, name, fut)
+            .await?
+            .map_err(|e| self.map(op, name, e))?;
+        doc.map(|d| commands::slot_record_from(&d)).transpose()
     }
 }
 

@@ -6,8 +6,19 @@
 //! ```text
 //! { _id: <name: string>, holder: <token: 32 hex digits>, instance: <label: string>,
 //!   epoch: <term: int64>, expires_at: <date, by the server's $$NOW>,
-//!   claim_id: <random id of the claim that won it: 32 hex digits> }
+//!   claim_id: <random id of the claim that won it: 32 hex digits>,
+//!   // Scheduler slots, once a slot was claimed (numbers: ms since the Unix epoch):
+//!   slot_ms: <int64>, unfinished_ms: <int64 | null>, rerun_ms: <int64>,
+//!   last_finish: { id: <random id of the finish>, recorded: <bool>, passed_taken: <bool>,
+//!                  released: <bool> } }
 //! ```
+//!
+//! Slot operations: claim slot = [`slot_read_pipeline`] (`aggregate`), [`slot_plan`], then
+//! `findAndModify` [`slot_claim_filter`] / [`slot_claim_update`] returning the document before
+//! the update ([`slot_claim_projection`], [`slot_claimed`]); finish = `findAndModify`
+//! [`name_filter`] / [`finish_update`] ([`finish_from_reply`]); claim rerun = `findAndModify`
+//! [`rerun_filter`] / [`rerun_update`]; unfinished = `aggregate` [`unfinished_pipeline`];
+//! last slot = `find` [`name_filter`] / [`last_slot_projection`].
 //!
 //! Every "now" is the server's `$$NOW`, which is one value for the whole command. In a filter
 //! it needs `$expr`; in an update it needs an aggregation pipeline (both MongoDB 4.2+).
@@ -155,6 +166,367 @@ pub fn get_pipeline(name: &str) -> Vec<Document> {
             REMAINING_MS: { "$max": [{ "$subtract": ["$expires_at", "$$NOW"] }, 0_i64] },
         } },
     ]
+}
+
+// ---- Scheduler slots -------------------------------------------------------------------------
+
+/// The field holding the last instant claimed (or taken along by a finish), in milliseconds
+/// since the Unix epoch.
+pub const SLOT_MS: &str = "slot_ms";
+/// The field holding the instant whose round is running or was cut short (ms since the epoch).
+pub const UNFINISHED_MS: &str = "unfinished_ms";
+/// The field holding the unfinished instant claimed a second time (ms since the epoch).
+pub const RERUN_MS: &str = "rerun_ms";
+/// The field holding the outcome of the last finish that changed the document:
+/// `{id, recorded, passed_taken, released}`, `id` being that finish's fresh random id.
+pub const LAST_FINISH: &str = "last_finish";
+/// The computed field the slot claim's read returns: the server's `$$NOW` in milliseconds.
+pub const NOW_MS: &str = "now_ms";
+/// The computed field the slot claim's read returns: the lease is live by `$$NOW`.
+pub const LIVE: &str = "live";
+/// The field of the slot claim's read holding the record, absent when there is none.
+pub const RECORD: &str = "rec";
+
+/// `{$toLong: "$$NOW"}`: the server's clock in milliseconds since the Unix epoch, to compare
+/// with the instants (a number compared with a date is always smaller, whatever its value).
+fn now_ms() -> Bson {
+    Bson::Document(doc! { "$toLong": "$$NOW" })
+}
+
+/// The name's document, whatever its state: the filter of finish and last slot.
+pub fn name_filter(name: &str) -> Document {
+    doc! { "_id": name }
+}
+
+/// The slot claim's read (`aggregate`): one document whether or not the name has a record,
+/// `{now_ms: <$$NOW in ms>, rec: {epoch, slot_ms, unfinished_ms, live}}` with `rec` absent
+/// when there is no record. `$facet` turns "no document" into one document with an empty
+/// array, so the server's clock comes back either way; `$$NOW` is used outside the facet's
+/// sub-pipeline only.
+pub fn slot_read_pipeline(name: &str) -> Vec<Document> {
+    vec![
+        doc! { "$match": { "_id": name } },
+        doc! { "$project": {
+            "_id": 0,
+            EPOCH: 1,
+            SLOT_MS: 1,
+            UNFINISHED_MS: 1,
+            LIVE: live(),
+        } },
+        doc! { "$facet": { RECORD: [{ "$limit": 1_i32 }] } },
+        doc! { "$project": {
+            NOW_MS: now_ms(),
+            RECORD: { "$arrayElemAt": ["$rec", 0_i32] },
+        } },
+    ]
+}
+
+/// What a slot claim does after its read ([`slot_plan`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SlotPlan {
+    /// The claim is refused: held, taken or early, as the read says.
+    Refuse(lease_core::SlotClaim),
+    /// The claim writes, with the term compared: `Some(term)` read on the record, `None` when
+    /// the name has no record yet (or one no claim ever wrote: no `epoch`).
+    Write {
+        /// The term the write must still find.
+        term: Option<u64>,
+    },
+}
+
+/// Decides a slot claim from its read ([`slot_read_pipeline`]), in the contract's order: held
+/// when the lease is live, taken when `instant_ms` is not after the last instant, early when
+/// it is after the server's clock; otherwise write.
+pub fn slot_plan(reply: &Document, instant_ms: i64) -> Result<SlotPlan> {
+    use lease_core::SlotClaim;
+    let now = reply
+        .get(NOW_MS)
+        .and_then(number)
+        .ok_or_else(|| malformed(NOW_MS, reply))?;
+    let (term, last) = match reply.get(RECORD) {
+        None | Some(Bson::Null) => (None, None),
+        Some(Bson::Document(rec)) => {
+            if rec.get_bool(LIVE).unwrap_or(false) {
+                return Ok(SlotPlan::Refuse(SlotClaim::Held));
+            }
+            let term = match rec.get(EPOCH) {
+                None | Some(Bson::Null) => None,
+                Some(_) => Some(term_of(rec)?),
+            };
+            (term, opt_ms(rec, SLOT_MS)?)
+        }
+        Some(_) => return Err(malformed(RECORD, reply)),
+    };
+    if let Some(last_ms) = last.filter(|last| instant_ms <= *last) {
+        return Ok(SlotPlan::Refuse(SlotClaim::Taken { last_ms }));
+    }
+    if instant_ms > now {
+        return Ok(SlotPlan::Refuse(SlotClaim::Early { now_ms: now }));
+    }
+    Ok(SlotPlan::Write { term })
+}
+
+/// The slot claim's write filter.
+///
+/// - `Some(term)`: the name's document still at the term read, free by `$$NOW`, its last
+///   instant (if any) before `instant_ms`, and `instant_ms` not after `$$NOW`. The term is the
+///   compare of the contract (every claim and rerun adds one); the other conditions are the
+///   read's, checked again by the server that writes. No upsert, so `$expr` is allowed.
+/// - `None`: the name's document with no `epoch`, for an upsert: when a competitor inserted
+///   the document meanwhile, the filter does not match it and the insert collides on `_id`
+///   (E11000, held). The server does not retry such an upsert as an update, since the filter
+///   names a field besides `_id`.
+pub fn slot_claim_filter(name: &str, term: Option<u64>, instant_ms: i64) -> Document {
+    match term {
+        Some(term) => doc! {
+            "_id": name,
+            EPOCH: i64::try_from(term).unwrap_or(i64::MAX),
+            "$expr": { "$and": [
+                expired(),
+                { "$lt": [{ "$ifNull": ["$slot_ms", Bson::Null] }, instant_ms] },
+                { "$lte": [instant_ms, now_ms()] },
+            ] },
+        },
+        None => doc! { "_id": name, EPOCH: { "$exists": false } },
+    }
+}
+
+/// The slot claim's update pipeline: the holder, the instance, the term one above the stored
+/// one (1 for a new document), the expiry `ttl_ms` after `$$NOW`, and `instant_ms` as both the
+/// last and the unfinished instant. `rerun_ms` and `claim_id` keep their values. Constants
+/// are wrapped in `$literal`, so no text is read as a field path and no number or boolean as
+/// a projection flag.
+pub fn slot_claim_update(
+    holder_hex: &str,
+    instance: &str,
+    ttl_ms: i64,
+    instant_ms: i64,
+) -> Vec<Document> {
+    vec![doc! {
+        "$set": {
+            HOLDER: { "$literal": holder_hex },
+            INSTANCE: { "$literal": instance },
+            EPOCH: { "$add": [{ "$ifNull": ["$epoch", 0_i64] }, 1_i64] },
+            EXPIRES_AT: { "$add": ["$$NOW", ttl_ms] },
+            SLOT_MS: { "$literal": instant_ms },
+            UNFINISHED_MS: { "$literal": instant_ms },
+        }
+    }]
+}
+
+/// What the slot claim's write returns of the document *before* the update (the filter says
+/// whether it applied): the term and the unfinished instant it supersedes.
+pub fn slot_claim_projection() -> Document {
+    doc! { "_id": 0, EPOCH: 1, UNFINISHED_MS: 1 }
+}
+
+/// The claim a slot claim reports once its write applied, from the document before the update
+/// (`None` when the upsert inserted it): the term one above the old one, `ttl` left, and the
+/// old unfinished instant as superseded.
+pub fn slot_claimed(before: Option<&Document>, ttl: Duration) -> Result<lease_core::SlotClaim> {
+    let (old_term, superseded_ms) = match before {
+        None => (0, None),
+        Some(d) => {
+            let old_term = match d.get(EPOCH) {
+                None | Some(Bson::Null) => 0,
+                Some(_) => term_of(d)?,
+            };
+            (old_term, opt_ms(d, UNFINISHED_MS)?)
+        }
+    };
+    Ok(lease_core::SlotClaim::Claimed {
+        grant: Grant {
+            term: old_term.saturating_add(1),
+            expires_in: ttl,
+        },
+        superseded_ms,
+    })
+}
+
+/// `{$and: [{$eq: ["$holder", holder]}, live]}`: the caller holds the lease, by `$$NOW`.
+fn held_by(holder_hex: &str) -> Bson {
+    Bson::Document(doc! { "$and": [
+        { "$eq": ["$holder", { "$literal": holder_hex }] },
+        live(),
+    ] })
+}
+
+/// `{$eq: ["$slot_ms", instant]}`: the instant is still the last one on record.
+fn is_last(instant_ms: i64) -> Bson {
+    Bson::Document(doc! { "$eq": ["$slot_ms", instant_ms] })
+}
+
+/// Finish's update pipeline (filter [`name_filter`], no upsert), one `$set` stage, so every
+/// condition reads the document as it was:
+///
+/// - *held* = the holder matches and the lease is live by `$$NOW`;
+/// - *recorded* = `slot_ms` is `instant_ms`;
+/// - *taken* = held, recorded, `passed_ms` given, after `instant_ms` and not after `$$NOW`.
+///
+/// When recorded and `unfinished_ms` is `instant_ms`, it becomes null; when taken, `slot_ms`
+/// becomes `passed_ms`; when held, `expires_at` goes to 1970 (released). When held or recorded,
+/// `last_finish` becomes `{id: finish_id, recorded, passed_taken, released}`, which tells the
+/// caller what applied (`finish_id` is fresh and random per call); when neither, the document
+/// is left as it was.
+pub fn finish_update(
+    holder_hex: &str,
+    instant_ms: i64,
+    passed_ms: Option<i64>,
+    finish_id: &str,
+) -> Vec<Document> {
+    let held = || held_by(holder_hex);
+    let recorded = || is_last(instant_ms);
+    let passed = passed_ms.filter(|p| *p > instant_ms);
+    let taken = || match passed {
+        Some(p) => Bson::Document(doc! { "$and": [
+            held(),
+            recorded(),
+            { "$lte": [p, now_ms()] },
+        ] }),
+        None => Bson::Document(doc! { "$literal": false }),
+    };
+    let mut set = Document::new();
+    if let Some(p) = passed {
+        set.insert(SLOT_MS, doc! { "$cond": [taken(), p, "$slot_ms"] });
+    }
+    set.insert(
+        UNFINISHED_MS,
+        doc! { "$cond": [
+            { "$and": [recorded(), { "$eq": ["$unfinished_ms", instant_ms] }] },
+            Bson::Null,
+            "$unfinished_ms",
+        ] },
+    );
+    set.insert(
+        EXPIRES_AT,
+        doc! { "$cond": [held(), DateTime::from_millis(0), "$expires_at"] },
+    );
+    set.insert(
+        LAST_FINISH,
+        doc! { "$cond": [
+            { "$or": [held(), recorded()] },
+            {
+                "id": { "$literal": finish_id },
+                "recorded": recorded(),
+                "passed_taken": taken(),
+                "released": held(),
+            },
+            "$last_finish",
+        ] },
+    );
+    vec![doc! { "$set": set }]
+}
+
+/// What finish returns of the document after its update: the outcome of the last finish.
+pub fn finish_projection() -> Document {
+    doc! { "_id": 0, LAST_FINISH: 1 }
+}
+
+/// What a finish reports from the document after its update (`None`: no document): the
+/// outcome it wrote when `last_finish.id` is its own `finish_id`, nothing applied otherwise.
+pub fn finish_from_reply(reply: Option<&Document>, finish_id: &str) -> lease_core::SlotFinish {
+    let Some(outcome) = reply.and_then(|r| r.get_document(LAST_FINISH).ok()) else {
+        return lease_core::SlotFinish::default();
+    };
+    if outcome.get_str("id").ok() != Some(finish_id) {
+        return lease_core::SlotFinish::default();
+    }
+    let flag = |k: &str| outcome.get_bool(k).unwrap_or(false);
+    lease_core::SlotFinish {
+        recorded: flag("recorded"),
+        passed_taken: flag("passed_taken"),
+        released: flag("released"),
+    }
+}
+
+/// Claim again's filter (no upsert): the name's document with `instant_ms` unfinished and
+/// still the last instant, not rerun yet, and the lease free by `$$NOW`.
+pub fn rerun_filter(name: &str, instant_ms: i64) -> Document {
+    doc! {
+        "_id": name,
+        UNFINISHED_MS: instant_ms,
+        SLOT_MS: instant_ms,
+        RERUN_MS: { "$ne": instant_ms },
+        "$expr": expired(),
+    }
+}
+
+/// Claim again's update pipeline: the holder, the instance, the term plus one, the expiry
+/// `ttl_ms` after `$$NOW`, and `instant_ms` as the rerun instant. It reports like renew
+/// ([`grant_projection`], [`grant_from_update`]).
+pub fn rerun_update(
+    holder_hex: &str,
+    instance: &str,
+    ttl_ms: i64,
+    instant_ms: i64,
+) -> Vec<Document> {
+    vec![doc! {
+        "$set": {
+            HOLDER: { "$literal": holder_hex },
+            INSTANCE: { "$literal": instance },
+            EPOCH: { "$add": [{ "$ifNull": ["$epoch", 0_i64] }, 1_i64] },
+            EXPIRES_AT: { "$add": ["$$NOW", ttl_ms] },
+            RERUN_MS: { "$literal": instant_ms },
+        }
+    }]
+}
+
+/// Unfinished's aggregation over many names: the documents among `names` whose unfinished
+/// instant is set, still the last instant, not rerun, and whose lease is free by `$$NOW`;
+/// `{_id, unfinished_ms}` of each.
+pub fn unfinished_pipeline(names: &[String]) -> Vec<Document> {
+    vec![
+        doc! { "$match": {
+            "_id": { "$in": names },
+            UNFINISHED_MS: { "$ne": Bson::Null },
+            "$expr": { "$and": [
+                { "$eq": ["$slot_ms", "$unfinished_ms"] },
+                { "$ne": ["$rerun_ms", "$unfinished_ms"] },
+                expired(),
+            ] },
+        } },
+        doc! { "$project": { "_id": 1, UNFINISHED_MS: 1 } },
+    ]
+}
+
+/// What unfinished reports from its aggregation's documents: `(name, instant)` in the order of
+/// `names` (a name given twice is reported twice, as by the memory store).
+pub fn unfinished_from_replies(
+    names: &[String],
+    replies: &[Document],
+) -> Result<Vec<(String, i64)>> {
+    let mut due = std::collections::HashMap::with_capacity(replies.len());
+    for r in replies {
+        let name = r.get_str("_id").map_err(|_| malformed("_id", r))?;
+        let at = opt_ms(r, UNFINISHED_MS)?.ok_or_else(|| malformed(UNFINISHED_MS, r))?;
+        due.insert(name, at);
+    }
+    Ok(names
+        .iter()
+        .filter_map(|n| due.get(n.as_str()).map(|at| (n.clone(), *at)))
+        .collect())
+}
+
+/// What last slot's `find` (filter [`name_filter`]) returns of the document: the instants.
+pub fn last_slot_projection() -> Document {
+    doc! { "_id": 0, SLOT_MS: 1, UNFINISHED_MS: 1, RERUN_MS: 1 }
+}
+
+/// The instants on record, from last slot's `find`: a missing or null field is `None`.
+pub fn slot_record_from(reply: &Document) -> Result<lease_core::SlotRecord> {
+    Ok(lease_core::SlotRecord {
+        last_ms: opt_ms(reply, SLOT_MS)?,
+        unfinished_ms: opt_ms(reply, UNFINISHED_MS)?,
+        rerun_ms: opt_ms(reply, RERUN_MS)?,
+    })
+}
+
+/// An optional instant: `None` when missing or null, an error when not a whole number.
+fn opt_ms(reply: &Document, field: &str) -> Result<Option<i64>> {
+    match reply.get(field) {
+        None | Some(Bson::Null) => Ok(None),
+        Some(b) => number(b).map(Some).ok_or_else(|| malformed(field, reply)),
+    }
 }
 
 /// `buildInfo`, which tells the server's version.
@@ -484,6 +856,329 @@ mod tests {
             (info.term, info.expires_in),
             (6, Duration::from_millis(1200))
         );
+    }
+
+    #[test]
+    fn the_slot_claim_reads_the_record_and_the_server_clock_in_one_aggregate() {
+        assert_eq!(
+            slot_read_pipeline("job/nightly"),
+            vec![
+                doc! { "$match": { "_id": "job/nightly" } },
+                doc! { "$project": {
+                    "_id": 0,
+                    "epoch": 1,
+                    "slot_ms": 1,
+                    "unfinished_ms": 1,
+                    "live": { "$gt": ["$expires_at", "$$NOW"] },
+                } },
+                doc! { "$facet": { "rec": [{ "$limit": 1_i32 }] } },
+                doc! { "$project": {
+                    "now_ms": { "$toLong": "$$NOW" },
+                    "rec": { "$arrayElemAt": ["$rec", 0_i32] },
+                } },
+            ]
+        );
+    }
+
+    #[test]
+    fn the_slot_claim_is_decided_in_the_contracts_order() {
+        use lease_core::SlotClaim;
+        let now = 1_700_000_000_000_i64;
+        let plan = |rec: Option<Document>, at: i64| {
+            let mut reply = doc! { "now_ms": now };
+            if let Some(r) = rec {
+                reply.insert("rec", r);
+            }
+            slot_plan(&reply, at).unwrap()
+        };
+        // No record: claimable when due, early otherwise; never taken.
+        assert_eq!(plan(None, now), SlotPlan::Write { term: None });
+        assert_eq!(plan(None, i64::MIN), SlotPlan::Write { term: None });
+        assert_eq!(
+            plan(None, now + 1),
+            SlotPlan::Refuse(SlotClaim::Early { now_ms: now })
+        );
+        // A live lease is held before anything else.
+        let live = doc! { "epoch": 4_i64, "slot_ms": now, "live": true };
+        assert_eq!(plan(Some(live), now), SlotPlan::Refuse(SlotClaim::Held));
+        let free = || doc! { "epoch": 4_i64, "slot_ms": now - 1_000, "unfinished_ms": Bson::Null, "live": false };
+        assert_eq!(
+            plan(Some(free()), now - 1_000),
+            SlotPlan::Refuse(SlotClaim::Taken {
+                last_ms: now - 1_000
+            })
+        );
+        assert_eq!(
+            plan(Some(free()), now - 5_000),
+            SlotPlan::Refuse(SlotClaim::Taken {
+                last_ms: now - 1_000
+            })
+        );
+        // Taken before early.
+        let ahead = doc! { "epoch": 4_i64, "slot_ms": now + 9_000, "live": false };
+        assert_eq!(
+            plan(Some(ahead), now + 5_000),
+            SlotPlan::Refuse(SlotClaim::Taken {
+                last_ms: now + 9_000
+            })
+        );
+        assert_eq!(
+            plan(Some(free()), now + 1),
+            SlotPlan::Refuse(SlotClaim::Early { now_ms: now })
+        );
+        assert_eq!(
+            plan(Some(free()), now - 999),
+            SlotPlan::Write { term: Some(4) }
+        );
+        // A record of plain claims (no slot fields), and one no claim ever wrote (no epoch).
+        assert_eq!(
+            plan(Some(doc! { "epoch": 2_i32, "live": false }), now),
+            SlotPlan::Write { term: Some(2) }
+        );
+        assert_eq!(
+            plan(Some(doc! { "live": false }), now),
+            SlotPlan::Write { term: None }
+        );
+        // Unreadable answers are errors, never guesses.
+        assert!(slot_plan(&doc! {}, now).is_err());
+        assert!(slot_plan(&doc! { "now_ms": now, "rec": "x" }, now).is_err());
+        let bad_last =
+            doc! { "now_ms": now, "rec": { "epoch": 1_i64, "slot_ms": "x", "live": false } };
+        assert!(slot_plan(&bad_last, now).is_err());
+        let bad_term = doc! { "now_ms": now, "rec": { "epoch": 0_i64, "live": false } };
+        assert!(slot_plan(&bad_term, now).is_err());
+    }
+
+    #[test]
+    fn the_slot_claim_writes_with_the_term_compared() {
+        let free = doc! { "$lte": ["$expires_at", "$$NOW"] };
+        assert_eq!(
+            slot_claim_filter("n", Some(7), 1_000),
+            doc! {
+                "_id": "n",
+                "epoch": 7_i64,
+                "$expr": { "$and": [
+                    free,
+                    { "$lt": [{ "$ifNull": ["$slot_ms", Bson::Null] }, 1_000_i64] },
+                    { "$lte": [1_000_i64, { "$toLong": "$$NOW" }] },
+                ] },
+            }
+        );
+        // The first record: an upsert, so no $expr; a competitor's insert collides on _id.
+        assert_eq!(
+            slot_claim_filter("n", None, 1_000),
+            doc! { "_id": "n", "epoch": { "$exists": false } }
+        );
+        assert!(!slot_claim_filter("n", None, 1).contains_key("$expr"));
+        assert_eq!(
+            slot_claim_update("00112233445566778899aabbccddeeff", "$epoch", 15_000, 1_000),
+            vec![doc! {
+                "$set": {
+                    "holder": { "$literal": "00112233445566778899aabbccddeeff" },
+                    "instance": { "$literal": "$epoch" },
+                    "epoch": { "$add": [{ "$ifNull": ["$epoch", 0_i64] }, 1_i64] },
+                    "expires_at": { "$add": ["$$NOW", 15_000_i64] },
+                    "slot_ms": { "$literal": 1_000_i64 },
+                    "unfinished_ms": { "$literal": 1_000_i64 },
+                }
+            }]
+        );
+        assert_eq!(
+            slot_claim_projection(),
+            doc! { "_id": 0, "epoch": 1, "unfinished_ms": 1 }
+        );
+    }
+
+    #[test]
+    fn a_slot_claim_reports_from_the_document_before_its_write() {
+        use lease_core::SlotClaim;
+        let ttl = Duration::from_millis(900);
+        let claimed = |term, superseded_ms| SlotClaim::Claimed {
+            grant: Grant {
+                term,
+                expires_in: ttl,
+            },
+            superseded_ms,
+        };
+        assert_eq!(slot_claimed(None, ttl).unwrap(), claimed(1, None));
+        assert_eq!(
+            slot_claimed(
+                Some(&doc! { "epoch": 3_i64, "unfinished_ms": 500_i64 }),
+                ttl
+            )
+            .unwrap(),
+            claimed(4, Some(500))
+        );
+        assert_eq!(
+            slot_claimed(
+                Some(&doc! { "epoch": 3_i64, "unfinished_ms": Bson::Null }),
+                ttl
+            )
+            .unwrap(),
+            claimed(4, None)
+        );
+        assert_eq!(slot_claimed(Some(&doc! {}), ttl).unwrap(), claimed(1, None));
+        assert!(slot_claimed(Some(&doc! { "epoch": "x" }), ttl).is_err());
+        assert!(slot_claimed(Some(&doc! { "epoch": 1_i64, "unfinished_ms": 0.5 }), ttl).is_err());
+    }
+
+    #[test]
+    fn finish_is_one_conditional_pipeline_that_reports_what_applied() {
+        let holder = "ffeeddccbbaa99887766554433221100";
+        let fid = "0123456789abcdef0123456789abcdef";
+        let held = || {
+            doc! { "$and": [
+                { "$eq": ["$holder", { "$literal": "ffeeddccbbaa99887766554433221100" }] },
+                { "$gt": ["$expires_at", "$$NOW"] },
+            ] }
+        };
+        let recorded = || doc! { "$eq": ["$slot_ms", 1_000_i64] };
+        let taken =
+            doc! { "$and": [held(), recorded(), { "$lte": [5_000_i64, { "$toLong": "$$NOW" }] }] };
+        let tail = |taken: Bson| {
+            doc! {
+                "unfinished_ms": { "$cond": [
+                    { "$and": [recorded(), { "$eq": ["$unfinished_ms", 1_000_i64] }] },
+                    Bson::Null,
+                    "$unfinished_ms",
+                ] },
+                "expires_at": { "$cond": [held(), DateTime::from_millis(0), "$expires_at"] },
+                "last_finish": { "$cond": [
+                    { "$or": [held(), recorded()] },
+                    {
+                        "id": { "$literal": "0123456789abcdef0123456789abcdef" },
+                        "recorded": recorded(),
+                        "passed_taken": taken,
+                        "released": held(),
+                    },
+                    "$last_finish",
+                ] },
+            }
+        };
+        let mut with_passed = doc! {
+            "slot_ms": { "$cond": [taken.clone(), 5_000_i64, "$slot_ms"] },
+        };
+        with_passed.extend(tail(Bson::Document(taken)));
+        assert_eq!(
+            finish_update(holder, 1_000, Some(5_000), fid),
+            vec![doc! { "$set": with_passed }]
+        );
+        // No passed instant, or one not after the instant: slot_ms is left alone.
+        let without = vec![doc! { "$set": tail(Bson::Document(doc! { "$literal": false })) }];
+        assert_eq!(finish_update(holder, 1_000, None, fid), without);
+        assert_eq!(finish_update(holder, 1_000, Some(1_000), fid), without);
+        assert_eq!(finish_update(holder, 1_000, Some(10), fid), without);
+        assert_eq!(finish_projection(), doc! { "_id": 0, "last_finish": 1 });
+        assert_eq!(name_filter("$x"), doc! { "_id": "$x" });
+    }
+
+    #[test]
+    fn a_finish_reports_only_its_own_outcome() {
+        use lease_core::SlotFinish;
+        let fid = "mine";
+        let reply = doc! { "last_finish": {
+            "id": "mine", "recorded": true, "passed_taken": false, "released": true,
+        } };
+        assert_eq!(
+            finish_from_reply(Some(&reply), fid),
+            SlotFinish {
+                recorded: true,
+                passed_taken: false,
+                released: true
+            }
+        );
+        // An earlier finish's outcome left as it was: nothing applied.
+        assert_eq!(
+            finish_from_reply(Some(&reply), "other"),
+            SlotFinish::default()
+        );
+        assert_eq!(
+            finish_from_reply(Some(&doc! {}), fid),
+            SlotFinish::default()
+        );
+        assert_eq!(finish_from_reply(None, fid), SlotFinish::default());
+    }
+
+    #[test]
+    fn a_rerun_is_one_conditional_write() {
+        assert_eq!(
+            rerun_filter("n", 1_000),
+            doc! {
+                "_id": "n",
+                "unfinished_ms": 1_000_i64,
+                "slot_ms": 1_000_i64,
+                "rerun_ms": { "$ne": 1_000_i64 },
+                "$expr": { "$lte": ["$expires_at", "$$NOW"] },
+            }
+        );
+        assert_eq!(
+            rerun_update("00112233445566778899aabbccddeeff", "w", 600, 1_000),
+            vec![doc! {
+                "$set": {
+                    "holder": { "$literal": "00112233445566778899aabbccddeeff" },
+                    "instance": { "$literal": "w" },
+                    "epoch": { "$add": [{ "$ifNull": ["$epoch", 0_i64] }, 1_i64] },
+                    "expires_at": { "$add": ["$$NOW", 600_i64] },
+                    "rerun_ms": { "$literal": 1_000_i64 },
+                }
+            }]
+        );
+    }
+
+    #[test]
+    fn unfinished_is_one_aggregate_over_all_names() {
+        let names = vec!["a".to_owned(), "$b".to_owned()];
+        assert_eq!(
+            unfinished_pipeline(&names),
+            vec![
+                doc! { "$match": {
+                    "_id": { "$in": ["a", "$b"] },
+                    "unfinished_ms": { "$ne": Bson::Null },
+                    "$expr": { "$and": [
+                        { "$eq": ["$slot_ms", "$unfinished_ms"] },
+                        { "$ne": ["$rerun_ms", "$unfinished_ms"] },
+                        { "$lte": ["$expires_at", "$$NOW"] },
+                    ] },
+                } },
+                doc! { "$project": { "_id": 1, "unfinished_ms": 1 } },
+            ]
+        );
+        let names: Vec<String> = ["c", "a", "b", "a"].map(String::from).to_vec();
+        let replies = [
+            doc! { "_id": "a", "unfinished_ms": 10_i64 },
+            doc! { "_id": "c", "unfinished_ms": 30_i32 },
+        ];
+        assert_eq!(
+            unfinished_from_replies(&names, &replies).unwrap(),
+            vec![("c".into(), 30), ("a".into(), 10), ("a".into(), 10)]
+        );
+        assert!(unfinished_from_replies(&names, &[doc! { "_id": "a" }]).is_err());
+        assert!(unfinished_from_replies(&names, &[doc! { "unfinished_ms": 1_i64 }]).is_err());
+    }
+
+    #[test]
+    fn last_slot_reads_the_three_instants() {
+        assert_eq!(
+            last_slot_projection(),
+            doc! { "_id": 0, "slot_ms": 1, "unfinished_ms": 1, "rerun_ms": 1 }
+        );
+        assert_eq!(
+            slot_record_from(
+                &doc! { "slot_ms": 5_i64, "unfinished_ms": Bson::Null, "rerun_ms": 3_i32 }
+            )
+            .unwrap(),
+            lease_core::SlotRecord {
+                last_ms: Some(5),
+                unfinished_ms: None,
+                rerun_ms: Some(3)
+            }
+        );
+        // A record of plain claims only.
+        assert_eq!(
+            slot_record_from(&doc! {}).unwrap(),
+            lease_core::SlotRecord::default()
+        );
+        assert!(slot_record_from(&doc! { "slot_ms": "x" }).is_err());
     }
 
     #[test]

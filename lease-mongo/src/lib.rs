@@ -50,8 +50,9 @@
 //! # How it works
 //!
 //! One document per lease name in one collection (default `leases`):
-//! `{_id: name, holder, instance, epoch, expires_at, claim_id}`. The term is `epoch`; the expiry is a
-//! BSON date set from the server's `$$NOW`. The exact commands are in [`commands`].
+//! `{_id: name, holder, instance, epoch, expires_at, claim_id}`, plus, once a scheduler slot
+//! was claimed, `{slot_ms, unfinished_ms, rerun_ms, last_finish}`. The term is `epoch`; the
+//! expiry is a BSON date set from the server's `$$NOW`. The exact commands are in [`commands`].
 //!
 //! - **Claim** is one `findAndModify` with `upsert: true` on `{_id: name}` whose update is a
 //!   pipeline: when the document is free by `$$NOW` (`expires_at <= $$NOW`, or no document
@@ -74,8 +75,35 @@
 //! - **Time left** is always the server's: claim and renew set `expires_at` = `$$NOW` + TTL and
 //!   report the TTL; verify and get compute `expires_at − $$NOW` in the aggregation.
 //!
-//! Each operation is one command, one round trip on a warm connection (the driver may retry a
-//! write once after a network error; retryable writes make that retry apply at most once).
+//! - **Scheduler slots** ([`SlotStore`](lease_core::SlotStore)) keep their instants on the
+//!   same document as numbers (milliseconds since the Unix epoch), compared with `$$NOW` in
+//!   milliseconds (`{$toLong: "$$NOW"}`):
+//!   - *claim slot* reads, then writes with the term compared (two round trips; one when the
+//!     read refuses). The read is an `aggregate` whose `$facet` answers even for a name with
+//!     no document, with `now_ms` = `$$NOW` and the record's `epoch`, `slot_ms`,
+//!     `unfinished_ms` and liveness; it decides held, taken or early in the contract's order.
+//!     The write is a `findAndModify` whose filter pins `epoch` to the term read and, with
+//!     `$expr`, checks again that the lease is free, `slot_ms` before the instant and the
+//!     instant not after `$$NOW`; it sets holder, instance, `epoch` + 1, `expires_at` =
+//!     `$$NOW` + TTL, `slot_ms` = `unfinished_ms` = instant, and returns the document
+//!     *before* the update: a document back means the write applied (the filter is the
+//!     condition), its `unfinished_ms` is the superseded instant and its `epoch` + 1 the
+//!     term; nothing back means another replica's claim matched first (held). For a name with
+//!     no document yet the write is an upsert on `{_id, epoch: {$exists: false}}` (no `$expr`:
+//!     error 224), and a competitor's insert makes it collide on `_id` (E11000: held).
+//!   - *finish slot* is one `findAndModify` whose single `$set` stage applies each rule under
+//!     `$cond` (held by `$$NOW`; recorded when `slot_ms` is the instant; `passed` taken when
+//!     held, recorded and not after `$$NOW`), releases by setting `expires_at` to 1970 when
+//!     held, and writes `last_finish: {id, recorded, passed_taken, released}` with a fresh
+//!     random `id` when anything applied: the document after the update carries this call's
+//!     id exactly when it changed it.
+//!   - *claim rerun* is one `findAndModify` (filter `unfinished_ms` = `slot_ms` = instant,
+//!     `rerun_ms` ≠ instant, free by `$$NOW`); *unfinished* one `aggregate` over
+//!     `_id: {$in: names}`; *last slot* one `find`.
+//!
+//! Each lease operation is one command, one round trip on a warm connection (the driver may
+//! retry a write once after a network error; retryable writes make that retry apply at most
+//! once).
 //!
 //! # Guarantees and their limits
 //!

@@ -12,7 +12,11 @@ use lease_conformance::Harness;
 
 async fn setup() -> Option<Harness> {
     let (direct, proxied, proxy) = common::stores(false).await?;
-    Some(Harness::new(Arc::new(direct)).with_faults(Arc::new(proxied), Arc::new(proxy)))
+    Some(
+        Harness::new(Arc::new(direct.clone()))
+            .with_faults(Arc::new(proxied), Arc::new(proxy))
+            .with_slots(Arc::new(direct)),
+    )
 }
 
 lease_conformance::conformance_suite!(setup);

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use lease_core::{ErrorKind, HolderToken, LeaseStore};
+use lease_core::{ErrorKind, HolderToken, LeaseStore, SlotStore};
 use lease_mongo::{MAX_NAME_BYTES, MongoConfig, MongoStore};
 use mongodb::Client;
 
@@ -104,6 +104,29 @@ async fn every_operation_on_an_unreachable_server_is_unavailable_naming_it() {
         ("get", store.get("n").await.unwrap_err()),
         ("force release", store.force_release("n").await.unwrap_err()),
         ("available", store.available().await.unwrap_err()),
+        (
+            "slot claim",
+            store
+                .claim_slot("n", &a, "a", ttl, 1_000)
+                .await
+                .unwrap_err(),
+        ),
+        (
+            "slot finish",
+            store.finish_slot("n", &a, 1_000, None).await.unwrap_err(),
+        ),
+        (
+            "unfinished",
+            store.unfinished(&["n".to_owned()]).await.unwrap_err(),
+        ),
+        (
+            "slot rerun",
+            store
+                .claim_rerun("n", &a, "a", ttl, 1_000)
+                .await
+                .unwrap_err(),
+        ),
+        ("last slot", store.last_slot("n").await.unwrap_err()),
     ];
     for (op, e) in errors {
         assert_eq!(e.kind(), ErrorKind::Unavailable, "{op}: {e}");
@@ -129,6 +152,14 @@ async fn bad_names_instances_and_ttls_are_refused_before_any_io() {
             store.verify(bad, &a).await.err(),
             store.get(bad).await.err(),
             store.force_release(bad).await.err(),
+            store.claim_slot(bad, &a, "a", ttl, 1_000).await.err(),
+            store.finish_slot(bad, &a, 1_000, Some(2_000)).await.err(),
+            store
+                .unfinished(&["ok".to_owned(), bad.to_owned()])
+                .await
+                .err(),
+            store.claim_rerun(bad, &a, "a", ttl, 1_000).await.err(),
+            store.last_slot(bad).await.err(),
         ];
         for e in results {
             let e = e.expect("a bad name was accepted");
@@ -138,7 +169,13 @@ async fn bad_names_instances_and_ttls_are_refused_before_any_io() {
     for label in ["", "a\nb"] {
         let e = store.claim("n", &a, label, ttl).await.unwrap_err();
         assert_eq!(e.kind(), ErrorKind::InvalidName, "{label:?}: {e}");
+        let e = store.claim_slot("n", &a, label, ttl, 1).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidName, "{label:?}: {e}");
+        let e = store.claim_rerun("n", &a, label, ttl, 1).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidName, "{label:?}: {e}");
     }
+    // No names: nothing to ask.
+    assert!(store.unfinished(&[]).await.unwrap().is_empty());
     for ttl in [
         Duration::ZERO,
         Duration::from_micros(500),
@@ -147,6 +184,10 @@ async fn bad_names_instances_and_ttls_are_refused_before_any_io() {
         let e = store.claim("n", &a, "a", ttl).await.unwrap_err();
         assert_eq!(e.kind(), ErrorKind::InvalidTimings, "{ttl:?}: {e}");
         let e = store.renew("n", &a, ttl).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidTimings, "{ttl:?}: {e}");
+        let e = store.claim_slot("n", &a, "a", ttl, 1).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidTimings, "{ttl:?}: {e}");
+        let e = store.claim_rerun("n", &a, "a", ttl, 1).await.unwrap_err();
         assert_eq!(e.kind(), ErrorKind::InvalidTimings, "{ttl:?}: {e}");
     }
     assert!(
@@ -213,8 +254,8 @@ async fn configuration_is_checked_and_capabilities_are_declared() {
     let store = MongoStore::new(client, "app").unwrap();
     assert_eq!(store.backend(), "mongodb");
     let caps = store.capabilities();
-    assert!(caps.expiry && caps.fencing && caps.force_release);
-    assert!(!caps.partitions && !caps.membership && !caps.slots && !caps.watch);
+    assert!(caps.expiry && caps.fencing && caps.force_release && caps.slots);
+    assert!(!caps.partitions && !caps.membership && !caps.watch);
     assert_eq!(caps.fixed_ttl, None);
     assert_eq!(store.config().collection_name(), "leases");
     let shown = format!("{store:?}");

@@ -11,7 +11,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use lease_conformance::FaultProxy;
-use lease_core::{HolderToken, LeaseStore};
+use lease_core::{HolderToken, LeaseStore, SlotClaim, SlotStore};
 use lease_mongo::MongoStore;
 use lease_mongo::mongodb::bson::{Bson, doc};
 
@@ -124,6 +124,112 @@ async fn each_operation_is_one_command_and_one_round_trip() {
         count(&direct, &proxy, "findAndModify", store.force_release(&name)).await;
     assert!(g.unwrap());
     assert_eq!((trips, cmds), (1, 1), "force release");
+}
+
+/// Runs `op` and returns its result with the proxy's round trips and the server's counts of
+/// `aggregate`, `findAndModify` and `find` it took.
+async fn count_slot<T>(
+    direct: &MongoStore,
+    proxy: &FaultProxy,
+    op: impl Future<Output = T>,
+) -> (T, u64, [i64; 3]) {
+    const COMMANDS: [&str; 3] = ["aggregate", "findAndModify", "find"];
+    let mut before = [0; 3];
+    for (i, c) in COMMANDS.iter().enumerate() {
+        before[i] = command_total(direct, c).await;
+    }
+    proxy.reset_stats();
+    let out = op.await;
+    let trips = proxy.stats().round_trips;
+    let mut took = [0; 3];
+    for (i, c) in COMMANDS.iter().enumerate() {
+        took[i] = command_total(direct, c).await - before[i];
+    }
+    (out, trips, took)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slot_operations_take_the_documented_commands() {
+    let Some((direct, store, proxy)) = common::stores(true).await else {
+        return;
+    };
+    let name = format!("slot-rt{:08x}", rand_suffix());
+    let (a, b) = (HolderToken::mint(), HolderToken::mint());
+    let ttl = Duration::from_secs(5);
+    store.get(&name).await.unwrap(); // warm the proxied connection
+
+    // [aggregate, findAndModify, find]
+    let (c, trips, took) = count_slot(
+        &direct,
+        &proxy,
+        store.claim_slot(&name, &a, "a", ttl, i64::MAX / 4),
+    )
+    .await;
+    let SlotClaim::Early { now_ms } = c.unwrap() else {
+        panic!("a far-future instant was not early");
+    };
+    assert_eq!(
+        (trips, took),
+        (1, [1, 0, 0]),
+        "early slot claim: the read alone"
+    );
+    assert_eq!(
+        store.last_slot(&name).await.unwrap(),
+        None,
+        "an early claim left a record"
+    );
+
+    let at = now_ms - 1_000;
+    let (c, trips, took) =
+        count_slot(&direct, &proxy, store.claim_slot(&name, &a, "a", ttl, at)).await;
+    assert!(matches!(c.unwrap(), SlotClaim::Claimed { .. }));
+    assert_eq!(
+        (trips, took),
+        (2, [1, 1, 0]),
+        "slot claim: read, then write"
+    );
+
+    let (c, trips, took) = count_slot(
+        &direct,
+        &proxy,
+        store.claim_slot(&name, &b, "b", ttl, at + 1),
+    )
+    .await;
+    assert_eq!(c.unwrap(), SlotClaim::Held);
+    assert_eq!((trips, took), (1, [1, 0, 0]), "slot claim of a held name");
+
+    let (f, trips, took) =
+        count_slot(&direct, &proxy, store.finish_slot(&name, &a, at, None)).await;
+    let f = f.unwrap();
+    assert!(f.recorded && f.released && !f.passed_taken, "{f:?}");
+    assert_eq!((trips, took), (1, [0, 1, 0]), "slot finish");
+
+    let (c, trips, took) =
+        count_slot(&direct, &proxy, store.claim_slot(&name, &b, "b", ttl, at)).await;
+    assert_eq!(c.unwrap(), SlotClaim::Taken { last_ms: at });
+    assert_eq!(
+        (trips, took),
+        (1, [1, 0, 0]),
+        "slot claim of a taken instant"
+    );
+
+    let names = vec![name.clone(), format!("{name}-none")];
+    let (u, trips, took) = count_slot(&direct, &proxy, store.unfinished(&names)).await;
+    assert!(u.unwrap().is_empty());
+    assert_eq!((trips, took), (1, [1, 0, 0]), "unfinished");
+
+    let (g, trips, took) =
+        count_slot(&direct, &proxy, store.claim_rerun(&name, &b, "b", ttl, at)).await;
+    assert_eq!(g.unwrap(), None, "a finished instant was rerun");
+    assert_eq!((trips, took), (1, [0, 1, 0]), "slot rerun claim");
+
+    let (r, trips, took) = count_slot(&direct, &proxy, store.last_slot(&name)).await;
+    let r = r.unwrap().unwrap();
+    assert_eq!(
+        (r.last_ms, r.unfinished_ms, r.rerun_ms),
+        (Some(at), None, None)
+    );
+    assert_eq!((trips, took), (1, [0, 0, 1]), "last slot");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -29,8 +29,10 @@ pub const MAX_NAME_BYTES: usize = 1024;
 /// clones the connection handle (cheap for all of these) and runs one script on it.
 ///
 /// Each operation is one `EVALSHA` (one round trip); only the first use of a script on a server
-/// that has not cached it costs a second (`NOSCRIPT`, then `EVAL`). See the crate documentation
-/// for the data layout, the durability of terms and the clean-up policy.
+/// that has not cached it costs a second (`NOSCRIPT`, then `EVAL`). It also implements
+/// [`lease_core::SlotStore`]: `unfinished` pipelines one `EVALSHA` per name (one round trip on
+/// one server). See the crate documentation for the data layout, the scheduler slots, the
+/// durability of terms and the clean-up policy.
 #[derive(Clone)]
 pub struct RedisStore<C = ConnectionManager> {
     conn: C,
@@ -164,7 +166,7 @@ where
 
     /// Runs `script` on `key` with `args`: `EVALSHA`, then `EVAL` after a `NOSCRIPT`, bounded by
     /// the operation timeout.
-    async fn eval<T: FromRedisValue>(
+    pub(crate) async fn eval<T: FromRedisValue>(
         &self,
         what: impl Fn() -> String,
         script: &LuaScript,
@@ -189,8 +191,13 @@ where
         self.bounded(what, call).await
     }
 
+    /// "redis server host:port" or "the Redis server", for messages.
+    pub(crate) fn server(&self) -> &str {
+        &self.inner.server
+    }
+
     /// Awaits `call` within the operation timeout, mapping errors.
-    async fn bounded<T>(
+    pub(crate) async fn bounded<T>(
         &self,
         what: impl Fn() -> String,
         call: impl Future<Output = RedisResult<T>>,
@@ -260,7 +267,7 @@ where
 }
 
 /// `EVALSHA <sha> 1 <key> <args…>` or `EVAL <source> 1 <key> <args…>`.
-fn script_cmd(verb: &str, script: &str, key: &[u8], args: &[&str]) -> Cmd {
+pub(crate) fn script_cmd(verb: &str, script: &str, key: &[u8], args: &[&str]) -> Cmd {
     let mut cmd = redis::cmd(verb);
     cmd.arg(script).arg(1).arg(key);
     for a in args {
@@ -283,6 +290,7 @@ where
             // ClockFloor takes terms from the server clock: increasing, with gaps.
             consecutive_terms: self.config().get_term_scheme() == TermScheme::Counter,
             force_release: true,
+            slots: true,
             max_name_bytes: MAX_NAME_BYTES,
             ..Capabilities::default()
         }
@@ -475,7 +483,7 @@ where
     }
 }
 
-fn grant((term, remaining_ms): (u64, u64)) -> Grant {
+pub(crate) fn grant((term, remaining_ms): (u64, u64)) -> Grant {
     Grant {
         term,
         expires_in: Duration::from_millis(remaining_ms),

@@ -52,7 +52,7 @@ pub(crate) fn from_redis(e: RedisError, server: &str, what: &str) -> Error {
             let hint = match server_kind {
                 ServerErrorKind::NoPerm => {
                     "; the Redis user needs EVAL, EVALSHA and the commands the scripts call \
-                     (TIME, HMGET, HGET, HSET, DEL) on the lease keys"
+                     (TIME, HMGET, HGET, HSET, HDEL, DEL) on the lease keys"
                 }
                 ServerErrorKind::CrossSlot => "; every lease script touches one key only",
                 _ => "",

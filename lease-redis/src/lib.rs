@@ -38,9 +38,9 @@
 //! Each operation is **one Lua script, one round trip**: `EVALSHA` with the script's SHA-1,
 //! falling back to `EVAL` (a second round trip, once per script and server) when the server
 //! answers `NOSCRIPT`; [`available`](lease_core::LeaseStore::available) loads every script so
-//! even the first operations take one round trip. Every script reads "now" from
-//! `redis.call('TIME')`, the server's clock in milliseconds: no process clock ever decides
-//! whether a lease is live.
+//! even the first operations take one round trip. Every script that judges time reads "now"
+//! from `redis.call('TIME')`, the server's clock in milliseconds: no process clock ever decides
+//! whether a lease is live. The scheduler slot operations are in *Scheduler slots* below.
 //!
 //! | operation | script does, atomically | reply |
 //! |---|---|---|
@@ -54,19 +54,61 @@
 //! A claim never extends a live lease, not even for its own holder; an expired lease is never
 //! revived by renew, verify or release.
 //!
+//! # Scheduler slots
+//!
+//! [`RedisStore`] implements [`lease_core::SlotStore`] (capability `slots: true`) with the rules
+//! of the [`lease_core::slots`] module. A job's name is a lease name; its instants (ms since the
+//! Unix epoch) are three more fields of the same hash: `slot_ms` (last), `unfinished_ms` and
+//! `rerun_ms`, each absent until first set. One Lua script per operation, all in
+//! `src/scripts/`, each reading "now" from `TIME` (except `last_slot`, which judges nothing):
+//!
+//! | operation | script does, atomically | round trips |
+//! |---|---|---|
+//! | `claim_slot` | lease live? `held`. instant ≤ `slot_ms`? `taken`. instant > now? `early`. Else term + 1, holder, instance, expiry = now + ttl, `slot_ms` = `unfinished_ms` = instant (`rerun_ms` kept); reply the previous `unfinished_ms` as superseded | 1 |
+//! | `finish_slot` | held = live under this holder. `slot_ms` = instant? recorded; `HDEL unfinished_ms` if it is the instant; held and instant < passed ≤ now? `slot_ms` = passed. Held? expiry = now (term kept) | 1 |
+//! | `unfinished` | per name: `unfinished_ms` set, = `slot_ms`, ≠ `rerun_ms`, lease not live? reply it (writes nothing) | 1 for all names |
+//! | `claim_rerun` | `unfinished_ms` = `slot_ms` = instant, `rerun_ms` ≠ instant, lease not live? term + 1, holder, instance, expiry = now + ttl, `rerun_ms` = instant | 1 |
+//! | `last_slot` | read the three fields (nil when the name has no record) | 1 |
+//!
+//! The SQL protocol's claim reads the row, then writes it with the term compared, so that of
+//! several replicas that read the same row only one write matches. A Lua script runs
+//! atomically, so here the read and the write are **one script, one round trip**, and nothing
+//! can change the record between them: the first claim to run wins, the others find the lease
+//! live and get [`SlotClaim::Held`](lease_core::SlotClaim::Held). `claim_slot` and `claim_rerun`
+//! make terms as `claim` does ([`TermScheme`] included), so slot rounds are fenced like any
+//! lease.
+//!
+//! Instants are stored as decimal strings and compared as such (sign, length, digits), so every
+//! `i64` is exact, even beyond the 2⁵³ a Lua number can hold.
+//!
+//! **`unfinished` for many names:** one script over all the names' keys would be one command,
+//! but Redis Cluster refuses a script whose keys lie in different hash slots (and every name is
+//! its own hash tag). So `unfinished` sends one small read-only script call per name, all in
+//! **one pipeline: one round trip** on a single server (or a `ConnectionManager` /
+//! `MultiplexedConnection` to it), one `EVALSHA` per name on the server; two round trips when
+//! the server had not cached the script (the calls answered `NOSCRIPT` are sent again with
+//! `EVAL`). Each name's answer is read atomically; the names are not read at one instant, which
+//! the rules do not need (`claim_rerun` checks again, atomically). The `redis` crate's cluster
+//! connection refuses a pipeline across hash slots (`CROSSSLOT`); the store then sends the calls
+//! one per name, concurrently: one request per name, about one round trip of latency.
+//!
+//! Deleting a record ([`RedisStore::forget`], [`RedisStore::purge_expired`]) forgets its
+//! instants too: the job then counts as never run.
+//!
 //! # Keys and data layout
 //!
 //! One hash per name, at `<prefix>{<name>}` (prefix `lease:` unless
 //! [`RedisConfig::key_prefix`] says otherwise), with the fields `holder` (the holder token, 32
-//! hex digits), `instance`, `term` and `expires_at_ms` (server time, Unix milliseconds).
+//! hex digits), `instance`, `term` and `expires_at_ms` (server time, Unix milliseconds), and,
+//! for scheduler jobs, `slot_ms`, `unfinished_ms` and `rerun_ms` (see *Scheduler slots*).
 //!
 //! **Redis Cluster:** the braces make the whole name the key's hash tag, so each operation
 //! touches one key in one slot. Names may hold `{` and `}`: the name is escaped inside the tag
 //! (`%` → `%25`, `{` → `%7B`, `}` → `%7D`, nothing else changes), so the tag always ends at the
 //! closing brace the store adds, and the prefix may not hold braces
 //! ([`RedisConfig::validate`]). For example `orders{eu}` is stored at `lease:{orders%7Beu%7D}`.
-//! Operations that touch many keys at once (groups, schedulers) come with later features and
-//! will take a hash tag per group.
+//! The one operation on many names, [`SlotStore::unfinished`](lease_core::SlotStore::unfinished),
+//! sends one single-key script per name (see *Scheduler slots*).
 //!
 //! Names are at most [`MAX_NAME_BYTES`] (1024) bytes, checked with the other name rules before
 //! any I/O.
@@ -109,8 +151,8 @@
 //!
 //! # Clean-up of names no longer used
 //!
-//! Records are never removed by the store itself: a record is about 150 bytes plus the name, so a
-//! million retired names cost about 200 MB. Remove retired names on purpose with
+//! Records are never removed by the store itself: a record is about 150 bytes plus the name
+//! (about 60 more with slot instants), so a million retired names cost about 200 MB. Remove retired names on purpose with
 //! [`RedisStore::forget`] (one name) or [`RedisStore::purge_expired`] (every record under the
 //! prefix whose lease ended long enough ago; `SCAN`, one node), or by hand with
 //! `redis-cli --scan --pattern 'lease:{*'` and `DEL`. Both helpers re-check the expiry
@@ -139,6 +181,7 @@ mod config;
 mod error;
 mod keys;
 mod scripts;
+mod slots;
 
 pub use backend::{MAX_NAME_BYTES, RedisStore, connect, connect_with};
 pub use config::{

@@ -1,8 +1,9 @@
 //! The Lua scripts, one per operation, each run with `EVALSHA` and, when the server answers
 //! `NOSCRIPT`, once more with `EVAL` (which also caches it for the next `EVALSHA`).
 //!
-//! Every script reads "now" from `redis.call('TIME')`, the server's clock, in milliseconds.
-//! Each touches exactly one key, `KEYS[1]`, so Redis Cluster routes it by that key's hash tag.
+//! Every script that judges time reads "now" from `redis.call('TIME')`, the server's clock, in
+//! milliseconds (only `last_slot`, a plain read, needs no clock). Each touches exactly one key,
+//! `KEYS[1]`, so Redis Cluster routes it by that key's hash tag.
 
 use std::sync::LazyLock;
 
@@ -34,11 +35,16 @@ pub(crate) struct Scripts {
     pub(crate) force_release: LuaScript,
     pub(crate) get: LuaScript,
     pub(crate) forget: LuaScript,
+    pub(crate) claim_slot: LuaScript,
+    pub(crate) finish_slot: LuaScript,
+    pub(crate) unfinished: LuaScript,
+    pub(crate) claim_rerun: LuaScript,
+    pub(crate) last_slot: LuaScript,
 }
 
 impl Scripts {
     /// All of them, for loading at start-up.
-    pub(crate) fn all(&self) -> [&LuaScript; 7] {
+    pub(crate) fn all(&self) -> [&LuaScript; 12] {
         [
             &self.claim,
             &self.renew,
@@ -47,6 +53,11 @@ impl Scripts {
             &self.force_release,
             &self.get,
             &self.forget,
+            &self.claim_slot,
+            &self.finish_slot,
+            &self.unfinished,
+            &self.claim_rerun,
+            &self.last_slot,
         ]
     }
 }
@@ -60,6 +71,11 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     force_release: LuaScript::new("force_release", include_str!("scripts/force_release.lua")),
     get: LuaScript::new("get", include_str!("scripts/get.lua")),
     forget: LuaScript::new("forget", include_str!("scripts/forget.lua")),
+    claim_slot: LuaScript::new("claim_slot", include_str!("scripts/claim_slot.lua")),
+    finish_slot: LuaScript::new("finish_slot", include_str!("scripts/finish_slot.lua")),
+    unfinished: LuaScript::new("unfinished", include_str!("scripts/unfinished.lua")),
+    claim_rerun: LuaScript::new("claim_rerun", include_str!("scripts/claim_rerun.lua")),
+    last_slot: LuaScript::new("last_slot", include_str!("scripts/last_slot.lua")),
 });
 
 #[cfg(test)]
@@ -70,7 +86,13 @@ mod tests {
     fn every_script_reads_the_server_clock_and_sets_no_key_ttl() {
         for s in SCRIPTS.all() {
             assert_eq!(s.sha.len(), 40, "{}", s.name);
-            assert!(s.source.contains("redis.call('TIME')"), "{}", s.name);
+            // last_slot only reads the slot fields back: no clock decides anything there.
+            assert_eq!(
+                s.source.contains("redis.call('TIME')"),
+                s.name != "last_slot",
+                "{}",
+                s.name
+            );
             let upper = s.source.to_ascii_uppercase();
             for ttl_cmd in [
                 "'EXPIRE'",

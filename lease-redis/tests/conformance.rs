@@ -21,7 +21,11 @@ async fn setup() -> Option<Harness> {
         .await
         .expect("the test server carries leases");
     let (faulty, proxy) = common::proxied(&url, common::config()).await?;
-    Some(Harness::new(Arc::new(store)).with_faults(Arc::new(faulty), Arc::new(proxy)))
+    Some(
+        Harness::new(Arc::new(store.clone()))
+            .with_slots(Arc::new(store))
+            .with_faults(Arc::new(faulty), Arc::new(proxy)),
+    )
 }
 
 lease_conformance::conformance_suite!(setup);

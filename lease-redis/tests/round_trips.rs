@@ -1,5 +1,6 @@
 //! One round trip per operation, counted twice: on the wire by the fault proxy, and by the
-//! server itself in `INFO commandstats` (one `EVALSHA` per operation, no `EVAL`).
+//! server itself in `INFO commandstats` (one `EVALSHA` per operation, no `EVAL`). The slot
+//! operations too: `unfinished` for three names is one round trip carrying three `EVALSHA`s.
 //!
 //! One test only, so nothing else in this binary runs scripts while it counts.
 
@@ -10,7 +11,7 @@ mod common;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use lease_core::{HolderToken, LeaseStore};
+use lease_core::{HolderToken, LeaseStore, SlotClaim, SlotStore};
 use lease_redis::redis::aio::MultiplexedConnection;
 
 /// `calls` per command from `INFO commandstats`.
@@ -97,6 +98,49 @@ async fn every_operation_is_one_round_trip() {
     assert_eq!(delta(&before, &after, "evalsha"), 7);
     assert_eq!(delta(&before, &after, "eval"), 0);
 
+    // Slots: claim_slot, finish_slot, claim_rerun, last_slot are one EVALSHA each;
+    // unfinished(3 names) is one pipeline of three EVALSHAs.
+    let (secs, micros): (i64, i64) = lease_redis::redis::cmd("TIME")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let at = secs * 1000 + micros / 1000 - 60_000;
+    let [job, done, never] = ["job", "done", "never"].map(|n| format!("{prefix}slot-{n}"));
+    let other = HolderToken::mint();
+    assert!(matches!(
+        store
+            .claim_slot(&done, &holder, "a", ttl, at)
+            .await
+            .unwrap(),
+        SlotClaim::Claimed { .. }
+    ));
+    let before = command_calls(&mut raw).await;
+    trips.clear();
+    let claimed = one!("claim_slot", store.claim_slot(&job, &holder, "a", ttl, at));
+    assert!(matches!(claimed, SlotClaim::Claimed { .. }), "{claimed:?}");
+    let f = one!("finish_slot", store.finish_slot(&done, &holder, at, None));
+    assert!(f.recorded && f.released, "{f:?}");
+    // The round of `job` is cut short (its lease ended without a finish).
+    assert!(store.force_release(&job).await.unwrap());
+    let names = vec![job.clone(), done.clone(), never.clone()];
+    let due = one!("unfinished(3 names)", store.unfinished(&names));
+    assert_eq!(due, vec![(job.clone(), at)]);
+    let g = one!("claim_rerun", store.claim_rerun(&job, &other, "b", ttl, at));
+    assert_eq!(g.map(|g| g.term), Some(2));
+    let rec = one!("last_slot", store.last_slot(&job)).unwrap();
+    assert_eq!(
+        (rec.last_ms, rec.unfinished_ms, rec.rerun_ms),
+        (Some(at), Some(at), Some(at))
+    );
+    let after = command_calls(&mut raw).await;
+    eprintln!("round trips per slot operation: {trips:?}");
+    for (op, n) in &trips {
+        assert_eq!(*n, 1, "{op} took {n} round trips");
+    }
+    // 1 + 1 + 3 + 1 + 1, and the force_release.
+    assert_eq!(delta(&before, &after, "evalsha"), 8, "{after:?}");
+    assert_eq!(delta(&before, &after, "eval"), 0);
+
     // After SCRIPT FLUSH the first use of a script costs two: NOSCRIPT, then EVAL (which
     // caches it); the next use is one EVALSHA again.
     let _: () = lease_redis::redis::cmd("SCRIPT")
@@ -127,8 +171,16 @@ async fn every_operation_is_one_round_trip() {
             .is_some()
     );
     assert_eq!(proxy.stats().round_trips, 1, "warm claim");
+    // A cold unfinished: one pipeline of EVALSHAs answered NOSCRIPT, then one of EVALs.
+    proxy.reset_stats();
+    let due = store.unfinished(&names).await.unwrap();
+    assert_eq!(due, vec![]);
+    assert_eq!(proxy.stats().round_trips, 2, "cold unfinished");
+    proxy.reset_stats();
+    assert_eq!(store.unfinished(&names).await.unwrap(), vec![]);
+    assert_eq!(proxy.stats().round_trips, 1, "warm unfinished");
     let after = command_calls(&mut raw).await;
-    assert_eq!(delta(&before, &after, "eval"), 2);
+    assert_eq!(delta(&before, &after, "eval"), 5);
     assert!(store.release(&cold, &holder).await.unwrap());
 
     // available() loads every script, so even first uses are one round trip afterwards.
