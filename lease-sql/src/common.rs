@@ -8,6 +8,7 @@ pub(crate) fn capabilities(config: &SqlConfig) -> Capabilities {
     Capabilities {
         verify_in_transaction: true,
         force_release: true,
+        slots: true,
         max_name_bytes: config.max_name_bytes,
         ..Capabilities::default()
     }

@@ -51,6 +51,7 @@ mod mysql;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod schema;
+mod slots;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 mod store;

@@ -23,7 +23,7 @@ type NameColumn = (String, Option<i64>, Option<i64>, Option<String>);
 
 /// How often a claim is retried at once after InnoDB picked it as a deadlock victim (the
 /// statement was rolled back whole, so retrying is safe).
-const DEADLOCK_RETRIES: usize = 3;
+pub(crate) const DEADLOCK_RETRIES: usize = 3;
 
 /// A lease store on MySQL or MariaDB.
 ///
@@ -51,6 +51,56 @@ const DEADLOCK_RETRIES: usize = 3;
 /// SELECT term FROM leases WHERE name = ? AND holder = ? AND term = ?
 ///    AND expires_at_ms > :now LOCK IN SHARE MODE;                       -- verify in a transaction
 /// ```
+///
+/// Scheduler slots ([`SlotStore`](lease_core::SlotStore)), on the same row. In the finish,
+/// `held`, `rec` and `took` stand for the conditions below, written out in the statement (one
+/// `?` per use); an `UPDATE` assigns left to right, so each assignment reads only columns
+/// assigned after it.
+///
+/// ```sql
+/// -- claim_slot: a read, then one write with the term read compared
+/// SELECT n.now, l.term, l.expires_at_ms - n.now, l.slot_ms, l.unfinished_slot_ms
+///   FROM (SELECT :now AS now) n LEFT JOIN leases l ON l.name = ?;
+/// -- held (time left > 0), taken (instant <= slot_ms) or early (instant > now): no write.
+/// -- Otherwise, for a new record (a duplicate key leaves the row be: LAST_INSERT_ID() = 0):
+/// INSERT INTO leases (name, holder, instance, term, expires_at_ms, slot_ms, unfinished_slot_ms)
+/// VALUES (?, ?, ?, LAST_INSERT_ID(1), :now + ?, :instant, :instant)
+/// ON DUPLICATE KEY UPDATE term = term + LAST_INSERT_ID(0);
+/// -- or over the record read:
+/// UPDATE leases SET holder = ?, instance = ?, term = LAST_INSERT_ID(term + 1),
+///        expires_at_ms = :now + ?, slot_ms = :instant, unfinished_slot_ms = :instant
+///  WHERE name = ? AND term = :term_read AND expires_at_ms <= :now;
+/// -- LAST_INSERT_ID() = 0: another replica's write matched first (held); else the new term
+///
+/// -- finish_slot, with
+/// --   held = (holder = ? AND expires_at_ms > :now)
+/// --   rec  = (slot_ms <=> :instant)
+/// --   took = (held AND rec AND COALESCE(:passed <= :now AND :passed > :instant, 0))
+/// UPDATE leases SET
+///        term = term + 0 * LAST_INSERT_ID(1 + 2 * rec + 4 * took + 8 * held),  -- first
+///        unfinished_slot_ms = IF(rec AND unfinished_slot_ms <=> :instant, NULL,
+///                                unfinished_slot_ms),
+///        slot_ms = IF(took, :passed, slot_ms),
+///        expires_at_ms = IF(held, 0, expires_at_ms)                            -- last
+///  WHERE name = ? AND (rec OR held);
+/// -- LAST_INSERT_ID() bits: 2 recorded, 4 passed taken, 8 released (0: no row matched)
+///
+/// -- claim_rerun: LAST_INSERT_ID() = the new term, 0 when not eligible
+/// UPDATE leases SET holder = ?, instance = ?, term = LAST_INSERT_ID(term + 1),
+///        expires_at_ms = :now + ?, rerun_slot_ms = :instant
+///  WHERE name = ? AND unfinished_slot_ms = :instant AND slot_ms = :instant
+///    AND (rerun_slot_ms IS NULL OR rerun_slot_ms <> :instant) AND expires_at_ms <= :now;
+/// -- unfinished: one statement for all the names (one ? each; 4096 names a statement at most)
+/// SELECT name, unfinished_slot_ms FROM leases
+///  WHERE name IN (?, ?, …) AND slot_ms = unfinished_slot_ms
+///    AND (rerun_slot_ms IS NULL OR rerun_slot_ms <> unfinished_slot_ms)
+///    AND expires_at_ms <= :now;
+/// -- last_slot
+/// SELECT slot_ms, unfinished_slot_ms, rerun_slot_ms FROM leases WHERE name = ?;
+/// ```
+///
+/// `claim_slot` is two round trips; every other slot operation one. The slot writes are
+/// retried at once after a deadlock, as the claim is.
 ///
 /// The `name` column must compare bytes exactly: `VARBINARY`, or a `_nopad_bin`/`_0900_bin`
 /// collation. Under a case-insensitive or PAD SPACE collation (including MariaDB's

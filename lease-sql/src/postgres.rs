@@ -35,6 +35,54 @@ use crate::store::SqlStore;
 /// SELECT term FROM leases WHERE name = $1 AND holder = $2 AND term = $3
 ///    AND expires_at_ms > :now FOR SHARE;
 /// ```
+///
+/// Scheduler slots ([`SlotStore`](lease_core::SlotStore)), on the same row:
+///
+/// ```sql
+/// -- claim_slot ($5: the instant): a read, then one write with the term read compared
+/// SELECT n.now, l.term, l.expires_at_ms - n.now, l.slot_ms, l.unfinished_slot_ms
+///   FROM (SELECT :now AS now) n LEFT JOIN leases l ON l.name = $1;
+/// -- held (time left > 0), taken ($5 <= slot_ms) or early ($5 > now): no write. Otherwise:
+/// INSERT INTO leases (name, holder, instance, term, expires_at_ms, slot_ms, unfinished_slot_ms)
+/// VALUES ($1, $2, $3, 1, :now + $4, $5, $5)
+/// ON CONFLICT (name) DO NOTHING RETURNING term;           -- no record was read
+/// UPDATE leases SET holder = $2, instance = $3, term = term + 1, expires_at_ms = :now + $4,
+///        slot_ms = $5, unfinished_slot_ms = $5
+///  WHERE name = $1 AND term = $6 AND expires_at_ms <= :now
+/// RETURNING term;                                          -- $6: the term read
+/// -- no row: another replica's write matched first (held); superseded: unfinished_slot_ms read
+///
+/// -- finish_slot ($3: the instant, $4: passed): the row locked, the outcome computed from it
+/// WITH o AS (SELECT name, holder = $2 AND expires_at_ms > :now AS held,
+///                   COALESCE(slot_ms = $3, false) AS rec,
+///                   COALESCE(unfinished_slot_ms = $3, false) AS fin,
+///                   COALESCE($4 <= :now AND $4 > $3, false) AS due
+///              FROM leases WHERE name = $1 FOR UPDATE),
+///      f AS (SELECT name, held, rec, fin, held AND rec AND due AS took FROM o),
+///      u AS (UPDATE leases l
+///               SET slot_ms = CASE WHEN f.took THEN $4 ELSE l.slot_ms END,
+///                   unfinished_slot_ms = CASE WHEN f.rec AND f.fin THEN NULL
+///                                             ELSE l.unfinished_slot_ms END,
+///                   expires_at_ms = CASE WHEN f.held THEN 0 ELSE l.expires_at_ms END
+///              FROM f WHERE l.name = f.name AND (f.held OR (f.rec AND f.fin)))
+/// SELECT rec, took, held FROM f;  -- recorded, passed taken, released (no row: none of them)
+///
+/// -- claim_rerun ($5: the unfinished instant)
+/// UPDATE leases SET holder = $2, instance = $3, term = term + 1, expires_at_ms = :now + $4,
+///        rerun_slot_ms = $5
+///  WHERE name = $1 AND unfinished_slot_ms = $5 AND slot_ms = $5
+///    AND (rerun_slot_ms IS NULL OR rerun_slot_ms <> $5) AND expires_at_ms <= :now
+/// RETURNING term;
+/// -- unfinished: one statement for all the names ($1: text[])
+/// SELECT name, unfinished_slot_ms FROM leases
+///  WHERE name = ANY($1) AND slot_ms = unfinished_slot_ms
+///    AND (rerun_slot_ms IS NULL OR rerun_slot_ms <> unfinished_slot_ms)
+///    AND expires_at_ms <= :now;
+/// -- last_slot
+/// SELECT slot_ms, unfinished_slot_ms, rerun_slot_ms FROM leases WHERE name = $1;
+/// ```
+///
+/// `claim_slot` is two round trips; every other slot operation one.
 pub type PostgresStore = SqlStore<Postgres>;
 
 impl SqlStore<Postgres> {

@@ -96,7 +96,33 @@ pub(crate) struct Statements {
     pub(crate) get: String,
     pub(crate) now: String,
     pub(crate) create: String,
+    pub(crate) slots: SlotStatements,
 }
+
+/// The scheduler slot statements of one store (see `slots.rs`). PostgreSQL and SQLite share
+/// every statement but `finish` (and SQLite binds the names of `unfinished` as one JSON array).
+#[derive(Debug, Clone)]
+pub(crate) struct SlotStatements {
+    /// The claim's read: the server's clock, then the record (all NULL when there is none).
+    pub(crate) read: String,
+    /// The claim's write for a new record: nothing (held) when another replica inserted first.
+    pub(crate) insert: String,
+    /// The claim's write for an existing record, with the term read compared.
+    pub(crate) update: String,
+    /// The finish: one statement on PostgreSQL and MySQL; SQLite's read inside its transaction.
+    pub(crate) finish: String,
+    /// SQLite's write inside the finish's transaction (empty elsewhere).
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+    pub(crate) finish_write: String,
+    pub(crate) rerun: String,
+    /// On MySQL, `name IN (/*names*/)`: one `?` per name is filled in per call.
+    pub(crate) unfinished: String,
+    pub(crate) last: String,
+}
+
+/// The marker in MySQL's `unfinished` statement replaced with one `?` per name.
+#[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+pub(crate) const NAMES_MARKER: &str = "/*names*/";
 
 impl Statements {
     pub(crate) fn new(dialect: Dialect, table: &str) -> Statements {
@@ -142,6 +168,87 @@ impl Statements {
                 ),
                 now: format!("SELECT {now}"),
                 create: schema_sql(dialect, t),
+                slots: SlotStatements {
+                    read: format!(
+                        "SELECT n.now, l.term, l.expires_at_ms - n.now, l.slot_ms, \
+                         l.unfinished_slot_ms \
+                         FROM (SELECT {now} AS now) n LEFT JOIN {t} l ON l.name = $1"
+                    ),
+                    insert: format!(
+                        "INSERT INTO {t} \
+                         (name, holder, instance, term, expires_at_ms, slot_ms, unfinished_slot_ms) \
+                         VALUES ($1, $2, $3, 1, {now} + $4, $5, $5) \
+                         ON CONFLICT (name) DO NOTHING RETURNING term"
+                    ),
+                    update: format!(
+                        "UPDATE {t} SET holder = $2, instance = $3, term = term + 1, \
+                         expires_at_ms = {now} + $4, slot_ms = $5, unfinished_slot_ms = $5 \
+                         WHERE name = $1 AND term = $6 AND expires_at_ms <= {now} RETURNING term"
+                    ),
+                    finish: if dialect == Dialect::Postgres {
+                        // The row is locked and read (its latest version), the flags computed
+                        // from it, and the update applies them: all one statement.
+                        format!(
+                            "WITH o AS (\
+                             SELECT name, \
+                             holder = $2 AND expires_at_ms > {now} AS held, \
+                             COALESCE(slot_ms = $3, false) AS rec, \
+                             COALESCE(unfinished_slot_ms = $3, false) AS fin, \
+                             COALESCE($4 <= {now} AND $4 > $3, false) AS due \
+                             FROM {t} WHERE name = $1 FOR UPDATE), \
+                             f AS (SELECT name, held, rec, fin, held AND rec AND due AS took \
+                             FROM o), \
+                             u AS (UPDATE {t} l SET \
+                             slot_ms = CASE WHEN f.took THEN $4 ELSE l.slot_ms END, \
+                             unfinished_slot_ms = CASE WHEN f.rec AND f.fin THEN NULL \
+                             ELSE l.unfinished_slot_ms END, \
+                             expires_at_ms = CASE WHEN f.held THEN 0 ELSE l.expires_at_ms END \
+                             FROM f WHERE l.name = f.name AND (f.held OR (f.rec AND f.fin))) \
+                             SELECT rec, took, held FROM f"
+                        )
+                    } else {
+                        format!(
+                            "SELECT holder = $2 AND expires_at_ms > {now}, \
+                             COALESCE(slot_ms = $3, 0), \
+                             COALESCE(unfinished_slot_ms = $3, 0), \
+                             COALESCE($4 <= {now} AND $4 > $3, 0) \
+                             FROM {t} WHERE name = $1"
+                        )
+                    },
+                    finish_write: if dialect == Dialect::Sqlite {
+                        format!(
+                            "UPDATE {t} SET \
+                             slot_ms = CASE WHEN $2 THEN $3 ELSE slot_ms END, \
+                             unfinished_slot_ms = CASE WHEN $4 THEN NULL \
+                             ELSE unfinished_slot_ms END, \
+                             expires_at_ms = CASE WHEN $5 THEN 0 ELSE expires_at_ms END \
+                             WHERE name = $1"
+                        )
+                    } else {
+                        String::new()
+                    },
+                    rerun: format!(
+                        "UPDATE {t} SET holder = $2, instance = $3, term = term + 1, \
+                         expires_at_ms = {now} + $4, rerun_slot_ms = $5 \
+                         WHERE name = $1 AND unfinished_slot_ms = $5 AND slot_ms = $5 \
+                         AND (rerun_slot_ms IS NULL OR rerun_slot_ms <> $5) \
+                         AND expires_at_ms <= {now} RETURNING term"
+                    ),
+                    unfinished: format!(
+                        "SELECT name, unfinished_slot_ms FROM {t} WHERE {} \
+                         AND slot_ms = unfinished_slot_ms \
+                         AND (rerun_slot_ms IS NULL OR rerun_slot_ms <> unfinished_slot_ms) \
+                         AND expires_at_ms <= {now}",
+                        if dialect == Dialect::Postgres {
+                            "name = ANY($1)"
+                        } else {
+                            "name IN (SELECT value FROM json_each($1))"
+                        }
+                    ),
+                    last: format!(
+                        "SELECT slot_ms, unfinished_slot_ms, rerun_slot_ms FROM {t} WHERE name = $1"
+                    ),
+                },
             },
             // MySQL has no RETURNING on UPDATE: the term comes back through LAST_INSERT_ID(expr),
             // which the server reports in the OK packet of the same statement — 0 when the
@@ -191,6 +298,7 @@ impl Statements {
                 ),
                 now: format!("SELECT {now}"),
                 create: schema_sql(dialect, t),
+                slots: mysql_slots(t, now),
             },
         };
         if dialect == Dialect::Sqlite {
@@ -211,6 +319,71 @@ impl Statements {
             get: f(self.get),
             now: self.now,
             create: self.create,
+            slots: SlotStatements {
+                read: f(self.slots.read),
+                insert: f(self.slots.insert),
+                update: f(self.slots.update),
+                finish: f(self.slots.finish),
+                finish_write: f(self.slots.finish_write),
+                rerun: f(self.slots.rerun),
+                unfinished: f(self.slots.unfinished),
+                last: f(self.slots.last),
+            },
         }
+    }
+}
+
+/// MySQL's slot statements. No RETURNING on UPDATE: the term (or the finish's outcome) comes
+/// back through `LAST_INSERT_ID(expr)` in the OK packet, 0 when no row matched; affected-row
+/// counts are never read. An UPDATE assigns left to right, each assignment seeing the columns
+/// already assigned, so every assignment below reads only columns assigned after it.
+fn mysql_slots(t: &str, now: &str) -> SlotStatements {
+    // The finish's conditions, on the record as it was; each `?` is bound in this order.
+    let held = format!("(holder = ? AND expires_at_ms > {now})"); // holder
+    let rec = "(slot_ms <=> ?)"; // instant
+    let due = format!("COALESCE(? <= {now} AND ? > ?, 0)"); // passed, passed, instant
+    let took = format!("({held} AND {rec} AND {due})"); // holder, instant, passed, passed, instant
+    SlotStatements {
+        read: format!(
+            "SELECT n.now, l.term, l.expires_at_ms - n.now, l.slot_ms, l.unfinished_slot_ms \
+             FROM (SELECT {now} AS now) n LEFT JOIN {t} l ON l.name = ?"
+        ),
+        // Never INSERT IGNORE (it turns errors into warnings). A duplicate key (another replica
+        // inserted first) leaves the row as it is and reports LAST_INSERT_ID 0: held.
+        insert: format!(
+            "INSERT INTO {t} \
+             (name, holder, instance, term, expires_at_ms, slot_ms, unfinished_slot_ms) \
+             VALUES (?, ?, ?, LAST_INSERT_ID(1), {now} + ?, ?, ?) \
+             ON DUPLICATE KEY UPDATE term = term + LAST_INSERT_ID(0)"
+        ),
+        update: format!(
+            "UPDATE {t} SET holder = ?, instance = ?, term = LAST_INSERT_ID(term + 1), \
+             expires_at_ms = {now} + ?, slot_ms = ?, unfinished_slot_ms = ? \
+             WHERE name = ? AND term = ? AND expires_at_ms <= {now}"
+        ),
+        // LAST_INSERT_ID = 1 + 2·recorded + 4·passed taken + 8·released (0: no row matched),
+        // evaluated first, on the record as it was, whether or not the row then changes.
+        finish: format!(
+            "UPDATE {t} SET \
+             term = term + 0 * LAST_INSERT_ID(1 + 2 * {rec} + 4 * {took} + 8 * {held}), \
+             unfinished_slot_ms = IF({rec} AND unfinished_slot_ms <=> ?, NULL, unfinished_slot_ms), \
+             slot_ms = IF({took}, ?, slot_ms), \
+             expires_at_ms = IF({held}, 0, expires_at_ms) \
+             WHERE name = ? AND ({rec} OR {held})"
+        ),
+        finish_write: String::new(),
+        rerun: format!(
+            "UPDATE {t} SET holder = ?, instance = ?, term = LAST_INSERT_ID(term + 1), \
+             expires_at_ms = {now} + ?, rerun_slot_ms = ? \
+             WHERE name = ? AND unfinished_slot_ms = ? AND slot_ms = ? \
+             AND (rerun_slot_ms IS NULL OR rerun_slot_ms <> ?) AND expires_at_ms <= {now}"
+        ),
+        unfinished: format!(
+            "SELECT name, unfinished_slot_ms FROM {t} WHERE name IN ({NAMES_MARKER}) \
+             AND slot_ms = unfinished_slot_ms \
+             AND (rerun_slot_ms IS NULL OR rerun_slot_ms <> unfinished_slot_ms) \
+             AND expires_at_ms <= {now}"
+        ),
+        last: format!("SELECT slot_ms, unfinished_slot_ms, rerun_slot_ms FROM {t} WHERE name = ?"),
     }
 }

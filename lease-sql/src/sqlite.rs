@@ -21,6 +21,27 @@ use crate::store::SqlStore;
 /// bundled SQLite is recent enough). Verified transactions start with `BEGIN IMMEDIATE`, so they
 /// hold the write lock from their first statement and no claim can slip in before they commit.
 ///
+/// Scheduler slots ([`SlotStore`](lease_core::SlotStore)) use PostgreSQL's statements too, but
+/// for two. `unfinished` takes the names as one JSON array:
+/// `… WHERE name IN (SELECT value FROM json_each(?1)) AND …`. And the finish must read its
+/// outcome from the row as it was, which SQLite's `RETURNING` (the new row only) cannot give, so
+/// it is one `BEGIN IMMEDIATE` transaction of a read and a write (calls into the embedded
+/// database, not round trips to a server):
+///
+/// ```sql
+/// BEGIN IMMEDIATE;
+/// SELECT holder = ?2 AND expires_at_ms > :now,                 -- held → released
+///        COALESCE(slot_ms = ?3, 0),                            -- recorded
+///        COALESCE(unfinished_slot_ms = ?3, 0),                 -- cleared when recorded
+///        COALESCE(?4 <= :now AND ?4 > ?3, 0)                   -- passed taken, when held
+///   FROM leases WHERE name = ?1;                               -- ?3: instant, ?4: passed
+/// UPDATE leases SET slot_ms = CASE WHEN ?2 THEN ?3 ELSE slot_ms END,  -- ?2: passed taken
+///        unfinished_slot_ms = CASE WHEN ?4 THEN NULL ELSE unfinished_slot_ms END,
+///        expires_at_ms = CASE WHEN ?5 THEN 0 ELSE expires_at_ms END   -- ?5: released
+///  WHERE name = ?1;                                            -- only when something changes
+/// COMMIT;
+/// ```
+///
 /// **The clock is the host's wall clock.** Every process on the host reads the same clock, so
 /// a skewed clock cannot make one process steal from another; but stepping the host clock
 /// (NTP correcting a large error, an administrator's `date -s`) moves every expiry at once:

@@ -13,7 +13,16 @@ use crate::Harness;
 fn slots(h: &Harness, case: &str) -> Option<Arc<dyn SlotStore>> {
     match (&h.slots, h.caps().slots) {
         (Some(s), true) => Some(s.clone()),
-        _ => {
+        (None, true) => panic!(
+            "{}: the store says `slots: true` but its harness has no `with_slots`: {case} would \
+             not run",
+            h.backend()
+        ),
+        (Some(_), false) => panic!(
+            "{}: the harness has `with_slots` but the store says `slots: false`",
+            h.backend()
+        ),
+        (None, false) => {
             h.not_applicable(case, "the store has no scheduler slots");
             None
         }

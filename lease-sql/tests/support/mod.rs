@@ -121,19 +121,28 @@ impl lease_conformance::FaultSwitch for Switch {
 
 pub(crate) async fn harness_postgres() -> Option<Harness> {
     let (store, p) = postgres().await?;
-    Some(Harness::new(Arc::new(store)).with_faults(Arc::new(p.store), p.proxy))
+    Some(
+        Harness::new(Arc::new(store.clone()))
+            .with_faults(Arc::new(p.store), p.proxy)
+            .with_slots(Arc::new(store)),
+    )
 }
 
 pub(crate) async fn harness_mysql() -> Option<Harness> {
     let (store, p) = mysql().await?;
-    Some(Harness::new(Arc::new(store)).with_faults(Arc::new(p.store), p.proxy))
+    Some(
+        Harness::new(Arc::new(store.clone()))
+            .with_faults(Arc::new(p.store), p.proxy)
+            .with_slots(Arc::new(store)),
+    )
 }
 
 pub(crate) async fn harness_sqlite() -> Option<Harness> {
     let store = sqlite().await;
     let faulty = FaultyStore::new(store.clone());
     Some(
-        Harness::new(Arc::new(store))
-            .with_faults(Arc::new(faulty.clone()), Arc::new(Switch(faulty))),
+        Harness::new(Arc::new(store.clone()))
+            .with_faults(Arc::new(faulty.clone()), Arc::new(Switch(faulty)))
+            .with_slots(Arc::new(store)),
     )
 }
