@@ -1,0 +1,164 @@
+//! Command-line options.
+
+use std::fmt;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+
+/// A bounded soak of every lease store: contenders run fenced critical sections through
+/// `run_elected` while a seeded schedule stalls and cuts their connections and restarts the
+/// server once; the history checker must see no overlap and no term going back.
+///
+/// Servers (PostgreSQL, MariaDB, Redis, NATS) are started by the soak itself from the installed
+/// binaries, on free loopback ports in a temporary directory, and removed at the end. A backend
+/// whose binaries are missing is skipped with the reason, unless `LEASE_TEST_REQUIRE` names it.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "lease-soak", version)]
+pub(crate) struct Args {
+    /// How long each backend is soaked, in seconds.
+    #[arg(long, default_value_t = 45, value_parser = clap::value_parser!(u64).range(10..=3600))]
+    pub(crate) seconds: u64,
+
+    /// The backends to soak, comma-separated, in this order.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "memory,sqlite,postgres,mariadb,redis,nats"
+    )]
+    pub(crate) backends: Vec<BackendKind>,
+
+    /// The seed of the fault schedule and of the contenders' choices.
+    #[arg(long, default_value_t = 1)]
+    pub(crate) seed: u64,
+
+    /// How many contenders campaign for the lease.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(2..=16))]
+    pub(crate) contenders: u64,
+
+    /// The lease duration in milliseconds; every other timing is derived from it in the
+    /// protocol's proportions (deadline 2/3, renew and retry 2/15, grace 4/15).
+    #[arg(long, default_value_t = 1500, value_parser = clap::value_parser!(u64).range(300..=60_000))]
+    pub(crate) lease_ms: u64,
+
+    /// Print the fault schedule of each backend and exit without running anything.
+    #[arg(long)]
+    pub(crate) show_schedule: bool,
+
+    /// Check the checker: each contender's store answers a renewal that fails or hangs as if
+    /// it had succeeded, as a buggy backend would. Holders then keep running sections after
+    /// the store has let their lease expire, and the soak must FAIL with overlaps.
+    #[arg(long)]
+    pub(crate) break_renewals: bool,
+
+    /// Keep the temporary directories (server data and logs) for inspection.
+    #[arg(long)]
+    pub(crate) keep: bool,
+
+    /// Log filter for the library's own logs on stderr (tracing `EnvFilter` syntax), e.g.
+    /// `lease_core=info`.
+    #[arg(long, env = "LEASE_SOAK_LOG", default_value = "off")]
+    pub(crate) log: String,
+}
+
+impl Args {
+    /// How long each backend is soaked.
+    pub(crate) fn duration(&self) -> Duration {
+        Duration::from_secs(self.seconds)
+    }
+
+    /// The lease duration.
+    pub(crate) fn lease(&self) -> Duration {
+        Duration::from_millis(self.lease_ms)
+    }
+
+    /// The number of contenders.
+    pub(crate) fn contenders(&self) -> usize {
+        usize::try_from(self.contenders).unwrap_or(5)
+    }
+}
+
+/// A backend the soak knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum BackendKind {
+    /// lease-local's in-memory store (faults injected in the store; no server to restart).
+    Memory,
+    /// A SQLite file (faults injected in the store; the restart closes and reopens every
+    /// connection).
+    Sqlite,
+    /// A PostgreSQL server started by the soak.
+    Postgres,
+    /// A MariaDB server started by the soak.
+    #[value(alias = "mysql")]
+    Mariadb,
+    /// A Redis server started by the soak, with AOF and `appendfsync always`.
+    Redis,
+    /// A NATS server with JetStream (file storage) started by the soak.
+    Nats,
+}
+
+impl BackendKind {
+    /// The name used in output.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            BackendKind::Memory => "memory",
+            BackendKind::Sqlite => "sqlite",
+            BackendKind::Postgres => "postgres",
+            BackendKind::Mariadb => "mariadb",
+            BackendKind::Redis => "redis",
+            BackendKind::Nats => "nats",
+        }
+    }
+
+    /// Whether `LEASE_TEST_REQUIRE` (the test suites' variable) names this backend, so that a
+    /// skip becomes a failure. `mysql` there means MariaDB.
+    pub(crate) fn required(self) -> bool {
+        let Ok(list) = std::env::var("LEASE_TEST_REQUIRE") else {
+            return false;
+        };
+        list.split(',').map(str::trim).any(|n| {
+            n.eq_ignore_ascii_case(self.name())
+                || (self == BackendKind::Mariadb && n.eq_ignore_ascii_case("mysql"))
+        })
+    }
+}
+
+impl fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_backends_and_aliases() {
+        let args = Args::try_parse_from([
+            "lease-soak",
+            "--backends",
+            "mysql,redis",
+            "--seconds",
+            "20",
+            "--seed",
+            "7",
+        ])
+        .unwrap();
+        assert_eq!(
+            args.backends,
+            vec![BackendKind::Mariadb, BackendKind::Redis]
+        );
+        assert_eq!(args.duration(), Duration::from_secs(20));
+        assert_eq!(args.seed, 7);
+        assert!(Args::try_parse_from(["lease-soak", "--seconds", "1"]).is_err());
+        assert!(Args::try_parse_from(["lease-soak", "--backends", "mongo"]).is_err());
+    }
+
+    #[test]
+    fn defaults_cover_every_backend() {
+        let args = Args::try_parse_from(["lease-soak"]).unwrap();
+        assert_eq!(args.backends.len(), 6);
+        assert_eq!(args.contenders(), 5);
+        assert_eq!(args.lease(), Duration::from_millis(1500));
+    }
+}

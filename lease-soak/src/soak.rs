@@ -1,0 +1,343 @@
+//! One backend's soak: set up the server (or the embedded store), connect each contender
+//! through its own fault switch, run the contenders while the schedule plays its faults and the
+//! restart, then stop everything and report.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lease_conformance::FaultProxy;
+use lease_core::{LeaseStore, Timings};
+use lease_local::{FaultyStore, MemoryStore};
+use tokio::time::Instant;
+
+use crate::cli::{Args, BackendKind};
+use crate::contenders::{Contender, Record};
+use crate::report::{BackendReport, Outcome};
+use crate::schedule::{Mode, Schedule};
+use crate::servers::{self, Server, SetupError, TempDir};
+use crate::stores::{self, LyingStore, Reopenable, Switch};
+
+/// How long a contender may take to stop once its coordinator is closed.
+const STOP_TIMEOUT: Duration = Duration::from_secs(10);
+/// The period of the timer that measures scheduling lag.
+const LAG_TICK: Duration = Duration::from_millis(10);
+
+/// The schedule `args` gives `kind`.
+pub(crate) fn schedule_for(kind: BackendKind, args: &Args) -> Schedule {
+    Schedule::generate(
+        args.seed,
+        kind.name(),
+        args.duration(),
+        args.contenders(),
+        args.lease(),
+        kind != BackendKind::Memory,
+    )
+}
+
+/// Soaks one backend.
+pub(crate) async fn run(kind: BackendKind, args: &Args) -> Outcome {
+    let started = Instant::now();
+    let failed = |why: String| Outcome::Failed {
+        backend: kind.name(),
+        why,
+    };
+    let timings = match Timings::from_lease(args.lease()) {
+        Ok(t) => t,
+        Err(e) => return failed(e.to_string()),
+    };
+    let result = match kind {
+        BackendKind::Memory => run_memory(args, timings).await,
+        BackendKind::Sqlite => run_sqlite(args, timings).await,
+        _ => run_server(kind, args, timings).await,
+    };
+    match result {
+        Ok(mut report) => {
+            report.elapsed = started.elapsed();
+            Outcome::Ran(Box::new(report))
+        }
+        Err(SetupError::Missing(why)) => Outcome::Skipped {
+            backend: kind.name(),
+            why,
+            required: kind.required(),
+        },
+        Err(SetupError::Failed(why)) => failed(why),
+    }
+}
+
+async fn run_memory(args: &Args, timings: Timings) -> Result<BackendReport, SetupError> {
+    let shared: Arc<dyn LeaseStore> = Arc::new(MemoryStore::new());
+    let (stores, switches) = wrap_in_faults((0..args.contenders()).map(|_| shared.clone()));
+    Ok(drive(
+        BackendKind::Memory,
+        args,
+        timings,
+        stores,
+        switches,
+        Restarter::None,
+    )
+    .await)
+}
+
+async fn run_sqlite(args: &Args, timings: Timings) -> Result<BackendReport, SetupError> {
+    let dir = TempDir::new("sqlite", args.keep)
+        .map_err(|e| SetupError::Failed(format!("temporary directory: {e}")))?;
+    let url = format!("sqlite://{}", dir.path().join("soak.db").display());
+    let mut reopenables = Vec::new();
+    for _ in 0..args.contenders() {
+        let store = Reopenable::open(&url)
+            .await
+            .map_err(|e| SetupError::Failed(format!("opening {url}: {e}")))?;
+        reopenables.push(Arc::new(store));
+    }
+    let (stores, switches) = wrap_in_faults(
+        reopenables
+            .iter()
+            .map(|r| Arc::clone(r) as Arc<dyn LeaseStore>),
+    );
+    let report = drive(
+        BackendKind::Sqlite,
+        args,
+        timings,
+        stores,
+        switches,
+        Restarter::Sqlite(reopenables),
+    )
+    .await;
+    drop(dir);
+    Ok(report)
+}
+
+async fn run_server(
+    kind: BackendKind,
+    args: &Args,
+    timings: Timings,
+) -> Result<BackendReport, SetupError> {
+    let mut server = Server::launch(kind, args.keep).await?;
+    let url_of = |addr| servers::url(kind, addr).unwrap_or_default();
+    let direct = url_of(server.addr());
+    let (lease, attempt) = (timings.lease(), timings.attempt_timeout());
+    // Creates the table or bucket, and waits out a server still starting up.
+    stores::probe(kind, &direct, lease, attempt)
+        .await
+        .map_err(|e| SetupError::Failed(format!("{e}; {}", server.log_tail())))?;
+    let mut stores = Vec::new();
+    let mut switches = Vec::new();
+    for i in 0..args.contenders() {
+        let proxy = FaultProxy::start(server.addr())
+            .await
+            .map_err(|e| SetupError::Failed(format!("fault proxy: {e}")))?;
+        let store = stores::connect(kind, &url_of(proxy.local_addr()), lease, attempt)
+            .await
+            .map_err(|e| SetupError::Failed(format!("contender-{i} connecting: {e}")))?;
+        stores.push(store);
+        switches.push(Switch::Proxy(proxy));
+    }
+    let restarter = Restarter::Server {
+        server: &mut server,
+        kind,
+        url: direct,
+        lease,
+        attempt,
+    };
+    let mut report = drive(kind, args, timings, stores, switches, restarter).await;
+    if let Err(e) = server.stop().await {
+        report.errors.push(e);
+    }
+    Ok(report)
+}
+
+/// Wraps each store in a [`FaultyStore`], whose switch plays the faults.
+fn wrap_in_faults(
+    inner: impl Iterator<Item = Arc<dyn LeaseStore>>,
+) -> (Vec<Arc<dyn LeaseStore>>, Vec<Switch>) {
+    inner
+        .map(|s| {
+            let faulty = FaultyStore::new(s);
+            (
+                Arc::new(faulty.clone()) as Arc<dyn LeaseStore>,
+                Switch::Store(faulty),
+            )
+        })
+        .unzip()
+}
+
+/// How long a backend stays down during its restart, in leases: longer than a lease, so that
+/// every holder's term ends at its local deadline and its lease expires while the server is
+/// away (on NATS, the expired entry is gone when the stream is restored).
+fn restart_pause(lease: Duration) -> Duration {
+    lease * 4 / 3
+}
+
+/// How a backend restarts.
+enum Restarter<'a> {
+    /// It cannot (the in-memory store would lose its terms: no durable state to test).
+    None,
+    /// A server process: stop it gracefully, start it again on the same port and data, wait
+    /// until it accepts a store.
+    Server {
+        server: &'a mut Server,
+        kind: BackendKind,
+        url: String,
+        lease: Duration,
+        attempt: Duration,
+    },
+    /// Close every connection to the SQLite file, then open new ones.
+    Sqlite(Vec<Arc<Reopenable>>),
+}
+
+impl Restarter<'_> {
+    /// Restarts, staying down for `pause`; returns how long the backend was away.
+    async fn restart(&mut self, pause: Duration) -> Result<Duration, String> {
+        let began = Instant::now();
+        match self {
+            Restarter::None => return Err("this backend cannot restart".to_owned()),
+            Restarter::Server {
+                server,
+                kind,
+                url,
+                lease,
+                attempt,
+            } => {
+                server.stop().await.map_err(|e| format!("restart: {e}"))?;
+                tokio::time::sleep(pause).await;
+                server.start().await.map_err(|e| format!("restart: {e}"))?;
+                stores::probe(*kind, url, *lease, *attempt)
+                    .await
+                    .map_err(|e| format!("restart: {e}"))?;
+            }
+            Restarter::Sqlite(stores) => {
+                for s in stores.iter() {
+                    s.close().await;
+                }
+                tokio::time::sleep(pause).await;
+                for s in stores.iter() {
+                    s.reopen().await.map_err(|e| format!("restart: {e}"))?;
+                }
+            }
+        }
+        Ok(began.elapsed())
+    }
+}
+
+/// Runs the contenders on `stores` while the schedule plays on `switches` and the restarter
+/// restarts once; then closes every contender and reports.
+async fn drive(
+    kind: BackendKind,
+    args: &Args,
+    timings: Timings,
+    stores: Vec<Arc<dyn LeaseStore>>,
+    switches: Vec<Switch>,
+    mut restarter: Restarter<'_>,
+) -> BackendReport {
+    let record = Record::default();
+    let name = format!("soak-{}-{}", kind.name(), args.seed);
+    let mut errors = Vec::new();
+    let mut contenders = Vec::new();
+    for (i, store) in stores.into_iter().enumerate() {
+        let store = if args.break_renewals {
+            Arc::new(LyingStore(store))
+        } else {
+            store
+        };
+        match Contender::spawn(i, store, timings, &name, args.seed, &record) {
+            Ok(c) => contenders.push(c),
+            Err(e) => errors.push(format!("contender-{i}: {e}")),
+        }
+    }
+    let schedule = schedule_for(kind, args);
+    let start = Instant::now();
+    let end = start + args.duration();
+
+    let faults = async {
+        // Which contender each fault hit, and which fault each contender is under: a fault
+        // aimed at the holder may land on a contender already under another one, and the
+        // earlier fault's end must not cut the later one short.
+        let mut hit = vec![None; schedule.faults.len()];
+        let mut under = vec![None; switches.len()];
+        for step in schedule.steps() {
+            tokio::time::sleep_until(start + step.at).await;
+            let Some(fault) = schedule.faults.get(step.fault) else {
+                continue;
+            };
+            if step.start {
+                let target = fault
+                    .on_holder
+                    .then(|| record.holder())
+                    .flatten()
+                    .unwrap_or(fault.contender);
+                if let (Some(switch), Some(slot)) = (switches.get(target), under.get_mut(target)) {
+                    switch.set(fault.mode);
+                    *slot = Some(step.fault);
+                    hit[step.fault] = Some(target);
+                }
+            } else if let Some(target) = hit[step.fault]
+                && under.get(target) == Some(&Some(step.fault))
+            {
+                under[target] = None;
+                if let Some(switch) = switches.get(target) {
+                    switch.set(Mode::Pass);
+                }
+            }
+        }
+    };
+    let restart = async {
+        match schedule.restart_at {
+            Some(at) => {
+                tokio::time::sleep_until(start + at).await;
+                Some(restarter.restart(restart_pause(timings.lease())).await)
+            }
+            None => None,
+        }
+    };
+    let lag = async {
+        let mut max = Duration::ZERO;
+        // Bounded: ends at `end`.
+        loop {
+            let before = Instant::now();
+            if before >= end {
+                break max;
+            }
+            tokio::time::sleep(LAG_TICK).await;
+            max = max.max(before.elapsed().saturating_sub(LAG_TICK));
+        }
+    };
+    let ((), restarted, max_lag) = tokio::join!(faults, restart, lag);
+    for switch in &switches {
+        switch.set(Mode::Pass);
+    }
+
+    let stopping: Vec<_> = contenders
+        .into_iter()
+        .map(|c| tokio::spawn(c.stop(STOP_TIMEOUT)))
+        .collect();
+    for handle in stopping {
+        match handle.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => errors.push(e),
+            Err(e) => errors.push(format!("stopping a contender: {e}")),
+        }
+    }
+
+    let (restarts, downtime) = match restarted {
+        Some(Ok(d)) => (1, Some(d)),
+        Some(Err(e)) => {
+            errors.push(e);
+            (0, None)
+        }
+        None => (0, None),
+    };
+    BackendReport {
+        backend: kind.name(),
+        history: record.history.report(),
+        stalls: schedule.stalls(),
+        cuts: schedule.cuts(),
+        restarts,
+        downtime,
+        terms_won: record.terms_won.load(std::sync::atomic::Ordering::Relaxed),
+        terms_lost: record.terms_lost.load(std::sync::atomic::Ordering::Relaxed),
+        step_down_failures: record.failures(),
+        errors,
+        max_lag,
+        elapsed: Duration::ZERO,
+    }
+}
