@@ -52,6 +52,7 @@ mod error;
 mod observer;
 mod polling;
 mod run;
+pub mod scheduler;
 pub mod slots;
 mod store;
 pub mod telemetry;
@@ -65,6 +66,7 @@ pub use error::{BoxError, Error, ErrorKind, Result};
 pub use observer::Observer;
 pub use polling::{PollingLease, PollingLeaser, PollingState, PollingStore};
 pub use run::{FAIL_EXIT_CODE, FailAction, StepDownFailure, default_fail_action};
+pub use scheduler::{CatchUp, Job, JobBuilder, Round, Schedule, Scheduler, SchedulerBuilder};
 pub use slots::{SlotClaim, SlotFinish, SlotRecord, SlotStore};
 pub use store::{
     Capabilities, Grant, HolderToken, LeaseInfo, LeaseStore, MAX_INSTANCE_BYTES, validate_instance,

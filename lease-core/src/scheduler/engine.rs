@@ -1,0 +1,295 @@
+//! The scheduler's loops: one per job (wait for the instant, claim it, run the round), and one
+//! that looks for rounds cut short and reruns them.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU8;
+use std::time::Duration;
+
+use tokio::task::JoinSet;
+use tokio::time::{Instant, sleep, sleep_until, timeout};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{debug, info, warn};
+
+use super::adapter::{self, Ask, Claimed, SlotAdapter};
+use super::clock::WallClock;
+use super::job::{CatchUp, Job};
+use super::round::run_round;
+use super::schedule::Schedule;
+use super::telemetry;
+use crate::coordinator::Coordinator;
+use crate::error::{Error, ErrorKind, Result};
+use crate::slots::{SlotRecord, SlotStore};
+
+/// The longest single sleep while waiting for an instant: the wall clock is read again after
+/// it, so a step of the system clock delays a round by at most this much.
+const MAX_NAP: Duration = Duration::from_secs(60);
+
+pub(crate) const IDLE: u8 = 0;
+pub(crate) const RUNNING: u8 = 1;
+pub(crate) const RAN: u8 = 2;
+
+pub(crate) struct Inner {
+    pub(crate) store: Arc<dyn SlotStore>,
+    pub(crate) adapter: Arc<SlotAdapter>,
+    pub(crate) coordinator: Coordinator,
+    pub(crate) jobs: Vec<Job>,
+    pub(crate) clock: Arc<dyn WallClock>,
+    pub(crate) rerun_check: Option<Duration>,
+    /// Fires when the scheduler starts shutting down.
+    pub(crate) stopping: CancellationToken,
+    /// IDLE, RUNNING or RAN.
+    pub(crate) state: AtomicU8,
+    /// The job loops and the rerun loop, so `shutdown` can wait for them without `run`'s own
+    /// future being polled.
+    pub(crate) loops: TaskTracker,
+}
+
+impl Inner {
+    /// Sleeps `d`; `false` when the scheduler started shutting down first.
+    async fn nap(&self, d: Duration) -> bool {
+        tokio::select! {
+            biased;
+            _ = self.stopping.cancelled() => false,
+            _ = sleep(d) => true,
+        }
+    }
+
+    /// Waits until the wall clock reaches `instant_ms`; `false` on shutdown.
+    async fn wait_for(&self, instant_ms: i64) -> bool {
+        loop {
+            if self.stopping.is_cancelled() {
+                return false;
+            }
+            let now = self.clock.now_ms();
+            if now >= instant_ms {
+                return true;
+            }
+            let left = Duration::from_millis(u64::try_from(instant_ms - now).unwrap_or(0));
+            if !self.nap(left.min(MAX_NAP)).await {
+                return false;
+            }
+        }
+    }
+
+    fn retry_pause(&self) -> Duration {
+        self.coordinator.timings().retry_delay()
+    }
+
+    fn rerun_pause(&self) -> Duration {
+        self.rerun_check
+            .unwrap_or_else(|| self.coordinator.timings().retry_delay())
+    }
+
+    fn job(&self, name: &str) -> Option<&Job> {
+        self.jobs.iter().find(|j| &*j.name == name)
+    }
+}
+
+fn fatal(e: &Error) -> bool {
+    matches!(
+        e.kind(),
+        ErrorKind::InvalidName | ErrorKind::InvalidTimings | ErrorKind::Unsupported
+    )
+}
+
+/// Logs and counts an unfinished instant the store reports as given up by a claim.
+fn report_superseded(job: &Job, superseded_ms: Option<i64>, by_ms: i64, token: u64) {
+    if let Some(gone) = superseded_ms {
+        telemetry::job(telemetry::INSTANTS_SUPERSEDED, &job.name, 1);
+        warn!(
+            job = &*job.name,
+            instant = %Schedule::format(gone),
+            by = %Schedule::format(by_ms),
+            term = token,
+            "instant superseded: its round was cut short and not rerun before a later instant \
+             was claimed; it will not run again"
+        );
+    }
+}
+
+/// The first instant this replica considers for `job`, by its catch-up policy.
+async fn first_instant(s: &Inner, job: &Job) -> Result<Option<i64>> {
+    let now = s.clock.now_ms();
+    let upcoming = job.schedule.next_after(now.saturating_sub(1));
+    if job.catch_up == CatchUp::Skip {
+        return Ok(upcoming);
+    }
+    let Some(latest) = job.schedule.latest_at_or_before(now) else {
+        return Ok(upcoming);
+    };
+    let t = s.coordinator.timings();
+    let record: Option<SlotRecord> = loop {
+        if s.stopping.is_cancelled() {
+            return Ok(None);
+        }
+        match timeout(t.attempt_timeout(), s.store.last_slot(&job.name)).await {
+            Ok(Ok(record)) => break record,
+            Ok(Err(e)) if fatal(&e) => return Err(e),
+            Ok(Err(e)) => {
+                warn!(job = &*job.name, error = %e, "reading the job's last slot failed; retrying")
+            }
+            Err(_) => warn!(
+                job = &*job.name,
+                "reading the job's last slot timed out; retrying"
+            ),
+        }
+        if !s.nap(s.retry_pause()).await {
+            return Ok(None);
+        }
+    };
+    match record.and_then(|r| r.last_ms) {
+        None => {
+            debug!(job = &*job.name, "the job never ran: nothing to catch up");
+            Ok(upcoming)
+        }
+        Some(last) if last < latest => {
+            info!(
+                job = &*job.name,
+                instant = %Schedule::format(latest),
+                last = %Schedule::format(last),
+                "catching up: the latest instant was missed; claiming it once"
+            );
+            Ok(Some(latest))
+        }
+        Some(_) => Ok(upcoming),
+    }
+}
+
+/// One job's loop: wait for each instant, claim it, run the round when this replica wins.
+pub(crate) async fn job_loop(s: Arc<Inner>, job: Job) -> Result<()> {
+    let name: &str = &job.name;
+    let Some(mut instant) = first_instant(&s, &job).await? else {
+        if !s.stopping.is_cancelled() {
+            info!(job = name, schedule = %job.schedule, "the schedule has no instant ahead");
+        }
+        return Ok(());
+    };
+    loop {
+        if !s.wait_for(instant).await {
+            return Ok(());
+        }
+        let claimed = loop {
+            if s.stopping.is_cancelled() {
+                return Ok(());
+            }
+            match adapter::claim(&s.coordinator, name, Ask::Instant(instant)).await {
+                Claimed::Early { now_ms } => {
+                    let ahead = u64::try_from(instant.saturating_sub(now_ms)).unwrap_or(0);
+                    debug!(job = name, instant = %Schedule::format(instant), ahead_ms = ahead, "the store's clock has not reached the instant; waiting");
+                    let wait = Duration::from_millis(ahead.max(1)).min(MAX_NAP);
+                    if !s.nap(wait).await {
+                        return Ok(());
+                    }
+                }
+                Claimed::Failed(e) if fatal(&e) => return Err(e),
+                Claimed::Failed(e) => {
+                    warn!(job = name, instant = %Schedule::format(instant), error = %e, "claiming the instant failed; retrying");
+                    if !s.nap(s.retry_pause()).await {
+                        return Ok(());
+                    }
+                    // A later instant that has come meanwhile replaces this one.
+                    if let Some(latest) = job.schedule.latest_at_or_before(s.clock.now_ms())
+                        && latest > instant
+                    {
+                        warn!(job = name, instant = %Schedule::format(instant), now = %Schedule::format(latest), "the store was unreachable past the next instant; moving on to it");
+                        instant = latest;
+                    }
+                }
+                other => break other,
+            }
+        };
+        let cursor = match claimed {
+            Claimed::Term {
+                term,
+                superseded_ms,
+            } => {
+                report_superseded(&job, superseded_ms, instant, term.token());
+                run_round(&s, &job, instant, term, false).await
+            }
+            Claimed::Held => {
+                debug!(job = name, instant = %Schedule::format(instant), "instant held: another replica runs the job");
+                instant
+            }
+            Claimed::Taken { last_ms } => {
+                debug!(job = name, instant = %Schedule::format(instant), last = %Schedule::format(last_ms), "instant taken: claimed or skipped already");
+                instant.max(last_ms)
+            }
+            Claimed::Closed => return Ok(()),
+            Claimed::Early { .. } | Claimed::Failed(_) => instant,
+        };
+        match job.schedule.next_after(cursor) {
+            Some(next) => instant = next,
+            None => {
+                info!(job = name, schedule = %job.schedule, "the schedule has no instant ahead");
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// Looks for rounds cut short, on every job at once, and reruns each once.
+pub(crate) async fn rerun_loop(s: Arc<Inner>) -> Result<()> {
+    let names: Vec<String> = s.jobs.iter().map(|j| j.name.to_string()).collect();
+    if names.is_empty() {
+        return Ok(());
+    }
+    let t = s.coordinator.timings();
+    let mut running: JoinSet<String> = JoinSet::new();
+    let mut busy: HashSet<String> = HashSet::new();
+    let mut next_poll = Instant::now();
+    loop {
+        tokio::select! {
+            biased;
+            _ = s.stopping.cancelled() => break,
+            Some(done) = running.join_next(), if !running.is_empty() => {
+                if let Ok(name) = done {
+                    busy.remove(&name);
+                }
+                continue;
+            }
+            _ = sleep_until(next_poll) => {}
+        }
+        next_poll = Instant::now() + s.rerun_pause();
+        let found = match timeout(t.attempt_timeout(), s.store.unfinished(&names)).await {
+            Ok(Ok(found)) => found,
+            Ok(Err(e)) if fatal(&e) => return Err(e),
+            Ok(Err(e)) => {
+                warn!(error = %e, "looking for unfinished rounds failed; retrying");
+                continue;
+            }
+            Err(_) => {
+                warn!("looking for unfinished rounds timed out; retrying");
+                continue;
+            }
+        };
+        for (name, instant) in found {
+            if busy.contains(&name) || s.stopping.is_cancelled() {
+                continue;
+            }
+            let Some(job) = s.job(&name).cloned() else {
+                continue;
+            };
+            match adapter::claim(&s.coordinator, &name, Ask::Rerun(instant)).await {
+                Claimed::Term { term, .. } => {
+                    busy.insert(name.clone());
+                    let s = s.clone();
+                    running.spawn(async move {
+                        run_round(&s, &job, instant, term, true).await;
+                        name
+                    });
+                }
+                Claimed::Closed => break,
+                Claimed::Failed(e) => {
+                    warn!(job = %name, instant = %Schedule::format(instant), error = %e, "claiming a rerun failed");
+                }
+                _ => {
+                    debug!(job = %name, instant = %Schedule::format(instant), "rerun claimed elsewhere, or no longer due");
+                }
+            }
+        }
+    }
+    while running.join_next().await.is_some() {}
+    Ok(())
+}

@@ -1,0 +1,405 @@
+//! The cluster scheduler: each instant of a job runs once across the cluster.
+//!
+//! Every replica of a service builds the same [`Scheduler`] over one store that implements
+//! [`SlotStore`] and runs it. For each [`Job`] and each instant of its [`Schedule`]:
+//!
+//! 1. At the instant (by the scheduler's [`WallClock`]), every replica claims it with
+//!    [`SlotStore::claim_slot`]. The store decides, by its own clock: one replica wins and holds
+//!    the job's lease for the round; the others skip the instant (`Held`: a round is running;
+//!    `Taken`: this instant or a later one is on record). A replica whose clock runs fast is
+//!    told `Early`, waits the difference and asks again.
+//! 2. The winner runs the job's work under the lease with [`Term::run`](crate::Term::run)'s rules: the lease is
+//!    renewed meanwhile; once it is lost, [`Round::done`] fires and the work has the step-down
+//!    grace to return, then the fail action runs.
+//! 3. When the work returns, [`SlotStore::finish_slot`] records the round as run to its end
+//!    and gives the lease back, taking along `passed`: the last instant of the schedule that has
+//!    come by then. Instants a round **overran** are thereby skipped cluster-wide, recorded,
+//!    logged and counted ([`telemetry::INSTANTS_SKIPPED`]).
+//!
+//! **A round cut short** — the process died, the scheduler shut down, the lease was lost — is
+//! left unfinished. Every replica looks for unfinished rounds of all its jobs in one call
+//! ([`SlotStore::unfinished`], every [`rerun_check`](SchedulerBuilder::rerun_check)) and claims
+//! them with [`SlotStore::claim_rerun`]: the round runs again **once**, on whichever replica
+//! finds it first, with [`Round::is_rerun`] set. A rerun cut short again stays unfinished for
+//! good, and when a later instant is claimed before the rerun, the unfinished one is
+//! **superseded**: logged and counted, never run.
+//!
+//! **Catch-up** at start-up is per job ([`CatchUp`]): skip the instants missed while no replica
+//! ran, or run the latest of them once. The store's record tells a job that never ran (no
+//! catch-up) from one that missed instants.
+//!
+//! Every round's log lines (target `lease_core::scheduler`, level info; cut-short, failed and
+//! superseded rounds at warn) carry the job, the instant, the term (fencing token) and whether
+//! it is a rerun; the work runs inside a `round` span with the same fields. Counters in
+//! [`telemetry`] are labelled with the job (and `rerun`).
+//!
+//! ```
+//! use std::sync::Arc;
+//! use std::sync::atomic::{AtomicUsize, Ordering};
+//! use std::time::Duration;
+//!
+//! use lease_core::scheduler::{CatchUp, Job, Round, Scheduler, TokioClock, Tz};
+//! use lease_core::Timings;
+//! use lease_local::MemoryStore;
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() -> lease_core::Result<()> {
+//! let store = MemoryStore::new();
+//! let rounds = Arc::new(AtomicUsize::new(0));
+//! let counted = rounds.clone();
+//! let scheduler = Scheduler::builder(store.clone())
+//!     .instance("worker-1")
+//!     .timings(Timings::from_lease(Duration::from_secs(6))?)
+//!     .clock(TokioClock::starting_at(store.now_ms())) // tests: follow paused time
+//!     .job(
+//!         Job::every("heartbeat", Duration::from_secs(10))?.run(move |round: Round| {
+//!             let counted = counted.clone();
+//!             async move {
+//!                 // Fence downstream writes with round.token(); stop when round.done() fires.
+//!                 counted.fetch_add(1, Ordering::SeqCst);
+//!                 Ok::<(), std::io::Error>(())
+//!             }
+//!         }),
+//!     )
+//!     .job(
+//!         Job::cron("nightly-report", "0 30 2 * * *", Tz::Europe__Berlin)?
+//!             .catch_up(CatchUp::RunLatestOnce)
+//!             .run(|round: Round| async move {
+//!                 println!("report for {} (local {})", round.instant(), round.local_instant());
+//!                 Ok::<(), std::io::Error>(())
+//!             }),
+//!     )
+//!     .build()?;
+//!
+//! let running = tokio::spawn({
+//!     let scheduler = scheduler.clone();
+//!     async move { scheduler.run().await }
+//! });
+//! tokio::time::sleep(Duration::from_secs(60)).await;
+//! scheduler.shutdown().await?; // tells rounds in flight to stop, and waits for them
+//! running.await.expect("the scheduler's task")?;
+//! assert!(rounds.load(Ordering::SeqCst) >= 6); // one every 10 s, aligned to the epoch
+//! # Ok(()) }
+//! ```
+//!
+//! # Time
+//!
+//! Instants are milliseconds since the Unix epoch; the store compares them with its own clock.
+//! Cron expressions are read in a named IANA time zone; how daylight-saving changes are handled
+//! (skipped and repeated local times) is in [`Schedule`]'s docs. Intervals are aligned to the
+//! Unix epoch, so all replicas compute the same instants.
+//!
+//! The scheduler reads the time from a [`WallClock`]: the [`SystemClock`] by default; a
+//! [`TokioClock`] in tests in paused tokio time.
+
+mod adapter;
+mod clock;
+mod engine;
+mod job;
+mod round;
+mod schedule;
+pub mod telemetry;
+
+use std::collections::HashSet;
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::time::Duration;
+
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::error;
+
+pub use chrono;
+pub use chrono_tz;
+pub use chrono_tz::Tz;
+pub use clock::{SystemClock, TokioClock, WallClock};
+pub use job::{CatchUp, Job, JobBuilder, Round};
+pub use schedule::Schedule;
+
+use self::adapter::SlotAdapter;
+use self::engine::{IDLE, Inner, RAN, RUNNING};
+use crate::coordinator::Coordinator;
+use crate::error::{Error, ErrorKind, Result};
+use crate::run::{FailAction, StepDownFailure, default_fail_action};
+use crate::slots::SlotStore;
+use crate::store::LeaseStore;
+use crate::timings::Timings;
+
+/// Runs jobs on schedules so that each instant runs once across the cluster: see the [module
+/// docs](self).
+///
+/// A cheap handle: clones share one scheduler. [`run`](Scheduler::run) drives it;
+/// [`shutdown`](Scheduler::shutdown) stops it from anywhere.
+#[derive(Clone)]
+pub struct Scheduler {
+    inner: Arc<Inner>,
+}
+
+/// Builds a [`Scheduler`].
+#[must_use = "a builder does nothing until `build`"]
+pub struct SchedulerBuilder {
+    store: Arc<dyn SlotStore>,
+    instance: Option<String>,
+    timings: Timings,
+    fail_action: FailAction,
+    clock: Arc<dyn WallClock>,
+    rerun_check: Option<Duration>,
+    jobs: Vec<Job>,
+}
+
+impl Scheduler {
+    /// A builder over `store` (any [`SlotStore`]; an `Arc` of one too).
+    pub fn builder(store: impl SlotStore) -> SchedulerBuilder {
+        Scheduler::builder_arc(Arc::new(store))
+    }
+
+    /// A builder over a shared store.
+    pub fn builder_arc(store: Arc<dyn SlotStore>) -> SchedulerBuilder {
+        SchedulerBuilder {
+            store,
+            instance: None,
+            timings: Timings::default(),
+            fail_action: Arc::new(default_fail_action),
+            clock: Arc::new(SystemClock),
+            rerun_check: None,
+            jobs: Vec::new(),
+        }
+    }
+
+    /// Runs the scheduler until [`shutdown`](Scheduler::shutdown): every job's loop, and the
+    /// search for rounds to rerun.
+    ///
+    /// Returns `Ok(())` once shut down and every round in flight on this replica has ended.
+    /// Store failures are logged and retried; an error is returned only for what retrying
+    /// cannot fix (a name or duration the store refuses, `Unsupported`), after the other jobs
+    /// have been stopped. A scheduler runs once: a second call returns a
+    /// [`Closed`](ErrorKind::Closed) error.
+    ///
+    /// If this future is dropped, the rounds in flight are told to stop (their terms end as
+    /// closed) and stay unfinished: they run again once elsewhere.
+    pub async fn run(&self) -> Result<()> {
+        let inner = &self.inner;
+        if inner
+            .state
+            .compare_exchange(IDLE, RUNNING, Ordering::SeqCst, Ordering::SeqCst)
+            .is_err()
+        {
+            return Err(Error::new(
+                ErrorKind::Closed,
+                "this scheduler is running or has run already; build a new one",
+            ));
+        }
+        let _exit = ExitGuard(inner);
+        if inner.stopping.is_cancelled() {
+            return Ok(());
+        }
+        // A JoinSet, so dropping `run` aborts the loops; tracked, so `shutdown` can wait for
+        // them while nobody polls `run`.
+        let mut loops = JoinSet::new();
+        for job in &inner.jobs {
+            let job_loop = engine::job_loop(inner.clone(), job.clone());
+            loops.spawn(inner.loops.track_future(job_loop));
+        }
+        loops.spawn(inner.loops.track_future(engine::rerun_loop(inner.clone())));
+        let mut first_error = None;
+        while let Some(joined) = loops.join_next().await {
+            let outcome = joined.unwrap_or_else(|e| {
+                Err(Error::new(
+                    ErrorKind::Panicked,
+                    format!("a scheduler loop failed: {e}"),
+                ))
+            });
+            if let Err(e) = outcome {
+                error!(error = %e, "the scheduler cannot go on; stopping every job");
+                if first_error.is_none() {
+                    inner.stopping.cancel();
+                    if let Err(close) = inner.coordinator.close().await {
+                        error!(error = %close, "stopping the rounds in flight");
+                    }
+                    first_error = Some(e);
+                }
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Stops the scheduler: no new instant is claimed; every round in flight is told to stop
+    /// ([`Round::done`] fires) and gets up to the step-down grace to return, its lease renewed
+    /// meanwhile; rounds that return are finished (a round whose work returns `Ok` counts as
+    /// run to its end; one that gives up is left for its rerun elsewhere). Then waits for every
+    /// job's loop to end; [`run`](Scheduler::run) then returns as soon as it is polled (so
+    /// `select! { r = &mut run => …, _ = signal => { s.shutdown().await?; run.await? } }` works
+    /// on one task).
+    ///
+    /// Returns a [`Timeout`](ErrorKind::Timeout) error when some work has not returned within
+    /// the grace: its lease stays held until it does, and `run` returns after it.
+    pub async fn shutdown(&self) -> Result<()> {
+        let inner = &self.inner;
+        inner.stopping.cancel();
+        inner.coordinator.close().await?;
+        inner.loops.close();
+        inner.loops.wait().await;
+        Ok(())
+    }
+
+    /// `true` once [`shutdown`](Scheduler::shutdown) has been called (or `run` failed).
+    pub fn is_shut_down(&self) -> bool {
+        self.inner.stopping.is_cancelled()
+    }
+
+    /// This replica's instance label.
+    pub fn instance(&self) -> &str {
+        self.inner.coordinator.instance()
+    }
+
+    /// The timings rounds are held with.
+    pub fn timings(&self) -> Timings {
+        self.inner.coordinator.timings()
+    }
+
+    /// The jobs.
+    pub fn jobs(&self) -> &[Job] {
+        &self.inner.jobs
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn SlotStore> {
+        &self.inner.store
+    }
+}
+
+/// Marks `run` as returned, even when its future is dropped.
+struct ExitGuard<'a>(&'a Inner);
+
+impl Drop for ExitGuard<'_> {
+    fn drop(&mut self) {
+        self.0.state.store(RAN, Ordering::SeqCst);
+    }
+}
+
+impl fmt::Debug for Scheduler {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Scheduler")
+            .field("store", &self.inner.store)
+            .field("instance", &self.instance())
+            .field("timings", &self.timings())
+            .field("jobs", &self.inner.jobs)
+            .field("shut_down", &self.is_shut_down())
+            .finish()
+    }
+}
+
+impl SchedulerBuilder {
+    /// The label others see as this replica's instance (default: host name, process id and a
+    /// random suffix, as for a [`Coordinator`]).
+    pub fn instance(mut self, instance: impl Into<String>) -> Self {
+        self.instance = Some(instance.into());
+        self
+    }
+
+    /// The timings each round's lease is held with (default: [`Timings::default`]). The
+    /// step-down grace is how long a round's work has to return once its lease is lost or the
+    /// scheduler shuts down.
+    pub fn timings(mut self, timings: Timings) -> Self {
+        self.timings = timings;
+        self
+    }
+
+    /// What to do when a round's work does not return within the step-down grace after its
+    /// lease was lost (default: log, then end the process, as [`Coordinator`]). Tests record it
+    /// instead.
+    pub fn fail_action(
+        mut self,
+        action: impl Fn(&StepDownFailure) + Send + Sync + 'static,
+    ) -> Self {
+        self.fail_action = Arc::new(action);
+        self
+    }
+
+    /// The wall clock that says when an instant has come (default: [`SystemClock`]; in
+    /// paused-time tests a [`TokioClock`]).
+    pub fn clock(mut self, clock: impl WallClock) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+
+    /// How often this replica looks for rounds cut short, for all its jobs in one call
+    /// (default: the timings' campaign [`retry`](Timings::retry) plus jitter, 2–2.5 s by
+    /// default). A round cut short by a dead process is found once its lease has expired.
+    pub fn rerun_check(mut self, every: Duration) -> Self {
+        self.rerun_check = Some(every.max(Duration::from_millis(1)));
+        self
+    }
+
+    /// Adds a job.
+    pub fn job(mut self, job: Job) -> Self {
+        self.jobs.push(job);
+        self
+    }
+
+    /// Adds jobs.
+    pub fn jobs(mut self, jobs: impl IntoIterator<Item = Job>) -> Self {
+        self.jobs.extend(jobs);
+        self
+    }
+
+    /// Checks the store, the instance label, the timings and the job names, and builds.
+    ///
+    /// Fails with [`Unsupported`](ErrorKind::Unsupported) when the store has no slots
+    /// (`capabilities().slots`), [`InvalidName`](ErrorKind::InvalidName) for a job name the
+    /// store cannot hold or one given twice, and as [`Coordinator`]'s builder otherwise.
+    pub fn build(self) -> Result<Scheduler> {
+        if !self.store.capabilities().slots {
+            return Err(Error::unsupported(format!(
+                "the {} store has no scheduler slots",
+                self.store.backend()
+            )));
+        }
+        let mut seen = HashSet::new();
+        for job in &self.jobs {
+            self.store.validate_name(&job.name)?;
+            if !seen.insert(job.name.clone()) {
+                return Err(Error::invalid_name(format!(
+                    "job '{}' is given twice; job names are lease names and must be unique",
+                    job.name
+                )));
+            }
+        }
+        let adapter = Arc::new(SlotAdapter::new(self.store.clone()));
+        let lease_store: Arc<dyn LeaseStore> = adapter.clone();
+        let fail_action = self.fail_action;
+        let mut coordinator = Coordinator::builder_arc(lease_store)
+            .timings(self.timings)
+            .fail_action(move |failure| fail_action(failure));
+        if let Some(instance) = self.instance {
+            coordinator = coordinator.instance(instance);
+        }
+        let coordinator = coordinator.build()?;
+        Ok(Scheduler {
+            inner: Arc::new(Inner {
+                store: self.store,
+                adapter,
+                coordinator,
+                jobs: self.jobs,
+                clock: self.clock,
+                rerun_check: self.rerun_check,
+                stopping: CancellationToken::new(),
+                state: AtomicU8::new(IDLE),
+                loops: TaskTracker::new(),
+            }),
+        })
+    }
+}
+
+impl fmt::Debug for SchedulerBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SchedulerBuilder")
+            .field("store", &self.store)
+            .field("instance", &self.instance)
+            .field("timings", &self.timings)
+            .field("jobs", &self.jobs)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,281 @@
+//! Running one round under its term, with `run`'s step-down rules, then finishing it.
+
+use std::any::Any;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tokio::time::{Instant, sleep, timeout};
+use tracing::{Instrument, debug, info, info_span, warn};
+
+use super::engine::Inner;
+use super::job::{Job, Round, WorkFuture};
+use super::schedule::Schedule;
+use super::telemetry;
+use crate::error::{BoxError, Error, ErrorKind};
+use crate::run::StepDownFailure;
+use crate::slots::SlotFinish;
+use crate::term::Term;
+
+/// Keeps the term marked as used by a run (so `Coordinator::close` leaves its release to us)
+/// until the round is over; if the round's future is dropped first (the scheduler's task was
+/// aborted), the term ends as closed so the work is told to stop, and the round stays
+/// unfinished.
+struct UnderRun<'a> {
+    term: &'a Term,
+    armed: bool,
+}
+
+impl<'a> UnderRun<'a> {
+    fn new(term: &'a Term) -> UnderRun<'a> {
+        term.shared().under_run.fetch_add(1, Ordering::SeqCst);
+        UnderRun { term, armed: true }
+    }
+}
+
+impl Drop for UnderRun<'_> {
+    fn drop(&mut self) {
+        let shared = self.term.shared();
+        shared.under_run.fetch_sub(1, Ordering::SeqCst);
+        if self.armed {
+            shared.end(Some(Error::new(
+                ErrorKind::Closed,
+                format!("round of job '{}' was cancelled", shared.name),
+            )));
+        }
+    }
+}
+
+fn panic_message(payload: &(dyn Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a panic with a non-string payload".to_owned()
+    }
+}
+
+/// How the work ended.
+enum Verdict {
+    /// Ran to its end: `Some(error)` when it failed while its lease was live.
+    Finished(Option<String>),
+    /// Cut short: the term ended (lost, shut down) before the work completed.
+    CutShort(String),
+    /// The work did not return within the step-down grace after the lease was lost: the fail
+    /// action ran and the task was aborted.
+    Abandoned(Error),
+}
+
+/// Runs the round of `instant_ms` under `term` and finishes it. Returns the local cursor: the
+/// latest instant of the schedule that has come by the round's end (at least `instant_ms`),
+/// so the caller's next instant skips those the round overran.
+pub(crate) async fn run_round(
+    s: &Inner,
+    job: &Job,
+    instant_ms: i64,
+    term: Term,
+    rerun: bool,
+) -> i64 {
+    let name: &str = &job.name;
+    let token = term.token();
+    let instant = Schedule::format(instant_ms);
+    let mut guard = UnderRun::new(&term);
+    if !term.is_live() {
+        // Shut down between the claim and now: the round never started.
+        guard.armed = false;
+        let _ = term.resign().await;
+        warn!(job = name, %instant, term = token, rerun, "round cut short before it started: the scheduler is shutting down");
+        telemetry::round(telemetry::ROUNDS_CUT_SHORT, name, rerun);
+        return instant_ms;
+    }
+    info!(job = name, %instant, instant_ms, term = token, rerun, instance = %term.instance(), "round started");
+    telemetry::round(telemetry::ROUNDS_STARTED, name, rerun);
+    if rerun {
+        telemetry::job(telemetry::RERUNS, name, 1);
+    }
+    let started = Instant::now();
+    let round = Round {
+        job: job.name.clone(),
+        instant_ms,
+        tz: job.schedule.time_zone(),
+        rerun,
+        term: term.clone(),
+    };
+    let span = info_span!("round", job = name, instant = %instant, term = token, rerun);
+    let fut: WorkFuture = match std::panic::catch_unwind(AssertUnwindSafe(|| (job.work)(round))) {
+        Ok(fut) => Box::pin(fut.instrument(span)),
+        Err(payload) => {
+            let msg = panic_message(payload.as_ref());
+            Box::pin(async move { Err(BoxError::from(format!("work panicked: {msg}"))) })
+        }
+    };
+    let verdict = execute(&term, fut).await;
+    let elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    let now_ms = s.clock.now_ms();
+    let passed_ms = job
+        .schedule
+        .latest_at_or_before(now_ms)
+        .filter(|p| *p > instant_ms);
+    let cursor = passed_ms.unwrap_or(instant_ms);
+    match verdict {
+        Verdict::Finished(error) => {
+            let failed = error.is_some();
+            let finish = finish(s, &term, instant_ms, passed_ms).await;
+            guard.armed = false;
+            drop(guard);
+            match &error {
+                None => {
+                    info!(job = name, %instant, term = token, rerun, elapsed_ms, "round finished")
+                }
+                Some(e) => {
+                    warn!(job = name, %instant, term = token, rerun, elapsed_ms, error = %e, "round failed; recorded as finished (failures are not rerun)")
+                }
+            }
+            match finish {
+                Ok(f) => {
+                    telemetry::round(telemetry::ROUNDS_FINISHED, name, rerun);
+                    if failed {
+                        telemetry::round(telemetry::ROUNDS_FAILED, name, rerun);
+                    }
+                    if !f.recorded {
+                        warn!(job = name, %instant, term = token, rerun, "the round's end was not recorded: its lease was lost and a later instant has been claimed");
+                    }
+                    match passed_ms {
+                        Some(passed) if f.passed_taken => {
+                            let n = job.schedule.count_between(instant_ms, passed, 1_000_000);
+                            telemetry::job(telemetry::INSTANTS_SKIPPED, name, n);
+                            info!(job = name, %instant, term = token, rerun, skipped = n, through = %Schedule::format(passed), "round overran {n} instant(s); they are skipped");
+                        }
+                        Some(passed) => {
+                            debug!(job = name, %instant, term = token, rerun, passed = %Schedule::format(passed), "overrun instants not recorded (lease lost, or the store's clock has not reached them)");
+                        }
+                        None => {}
+                    }
+                }
+                Err(e) => {
+                    warn!(job = name, %instant, term = token, rerun, error = %e, "could not record the round's end; the instant stays unfinished and may run once more");
+                }
+            }
+        }
+        Verdict::CutShort(why) => {
+            guard.armed = false;
+            let _ = term.resign().await;
+            drop(guard);
+            telemetry::round(telemetry::ROUNDS_CUT_SHORT, name, rerun);
+            if rerun {
+                warn!(job = name, %instant, term = token, rerun, elapsed_ms, reason = %why, "rerun cut short; the instant stays unfinished for good");
+            } else {
+                warn!(job = name, %instant, term = token, rerun, elapsed_ms, reason = %why, "round cut short; it runs again once, on whichever replica finds it first");
+            }
+        }
+        Verdict::Abandoned(e) => {
+            guard.armed = false;
+            drop(guard);
+            telemetry::round(telemetry::ROUNDS_CUT_SHORT, name, rerun);
+            warn!(job = name, %instant, term = token, rerun, elapsed_ms, error = %e, "round abandoned: its work did not return within the step-down grace after the lease was lost");
+        }
+    }
+    cursor
+}
+
+/// `Term::run`'s rules for one round: the work on its own task (tracked for close), the
+/// step-down grace once the lease is lost, the fail action past it. The term is left held
+/// (unless abandoned) so the finish can run under it.
+async fn execute(term: &Term, fut: WorkFuture) -> Verdict {
+    let shared = term.shared().clone();
+    let mut task = shared.coord.work.spawn(fut);
+    let finished = tokio::select! {
+        biased;
+        r = &mut task => Some(r),
+        _ = shared.lost.cancelled() => None,
+    };
+    let joined = match finished {
+        Some(joined) => joined,
+        None => match timeout(shared.timings.grace(), &mut task).await {
+            Ok(joined) => joined,
+            Err(_) => {
+                let error = term
+                    .err()
+                    .unwrap_or_else(|| Error::lost(&shared.name, "lost"));
+                let failure = StepDownFailure {
+                    name: shared.name.clone(),
+                    term: shared.token,
+                    instance: shared.instance.clone(),
+                    error: error.clone(),
+                };
+                (shared.coord.fail_action)(&failure);
+                task.abort();
+                // Release in the background: the store may be what failed.
+                shared.stop.cancel();
+                return Verdict::Abandoned(error);
+            }
+        },
+    };
+    // Work that gave up because its term ended was cut short; work that says it completed
+    // ran to its end, even if the lease was lost meanwhile (the store decides what is kept).
+    let ended = !term.is_live();
+    let failure = match joined {
+        Ok(Ok(())) => return Verdict::Finished(None),
+        Ok(Err(e)) => e.to_string(),
+        Err(join) if join.is_panic() => {
+            format!(
+                "work panicked: {}",
+                panic_message(join.into_panic().as_ref())
+            )
+        }
+        Err(_) => return Verdict::CutShort("the work's task was cancelled".to_owned()),
+    };
+    if ended {
+        let why = term
+            .err()
+            .map_or_else(|| "the term ended".to_owned(), |e| e.to_string());
+        Verdict::CutShort(format!("{why}; the work returned: {failure}"))
+    } else {
+        Verdict::Finished(Some(failure))
+    }
+}
+
+/// Finishes the round: the keeper's release performs `finish_slot` (see the adapter); if that
+/// did not answer, the finish is tried again directly, while the lease can still be ours.
+async fn finish(
+    s: &Inner,
+    term: &Term,
+    instant_ms: i64,
+    passed_ms: Option<i64>,
+) -> crate::Result<SlotFinish> {
+    let holder = term.holder().clone();
+    s.adapter.register_finish(&holder, instant_ms, passed_ms);
+    let _ = term.resign().await;
+    let mut result = s.adapter.take_finish(&holder);
+    let t = term.timings();
+    let mut attempts = 0;
+    loop {
+        match result {
+            Some(Ok(f)) => return Ok(f),
+            Some(Err(e)) if !e.is_temporary() => return Err(e),
+            _ if attempts >= 3 => {
+                return Err(result.and_then(Result::err).unwrap_or_else(|| {
+                    Error::timeout("finish of the round", t.attempt_timeout())
+                }));
+            }
+            _ => {}
+        }
+        if attempts > 0 {
+            sleep(t.renew_every().min(Duration::from_secs(1))).await;
+        }
+        attempts += 1;
+        let name = term.name();
+        result = Some(
+            match timeout(
+                t.attempt_timeout(),
+                s.store.finish_slot(name, &holder, instant_ms, passed_ms),
+            )
+            .await
+            {
+                Ok(r) => r,
+                Err(_) => Err(Error::timeout("finish of the round", t.attempt_timeout())),
+            },
+        );
+    }
+}

@@ -1,0 +1,946 @@
+//! The cluster scheduler on lease-local's `MemoryStore`, in paused tokio time: hours of
+//! schedule in milliseconds of real time. (The schedule's own rules, daylight-saving changes
+//! included, are unit-tested in `src/scheduler/schedule.rs` without a store.)
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use lease_core::scheduler::telemetry;
+use lease_core::scheduler::{CatchUp, Job, JobBuilder, Round, Scheduler, TokioClock, WallClock};
+use lease_core::{
+    Capabilities, ErrorKind, Grant, HolderToken, LeaseInfo, LeaseStore, Result, SlotClaim,
+    SlotFinish, SlotRecord, SlotStore, StepDownFailure, Timings, async_trait,
+};
+use lease_local::MemoryStore;
+use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
+use tokio::task::JoinHandle;
+use tokio::time::{Instant, sleep};
+
+const S: Duration = Duration::from_secs(1);
+
+// ---------------------------------------------------------------------------------------------
+// A replica's link to the shared store, which a "kill" cuts: every later operation hangs, as
+// for a dead process (no renewal, no release, no finish ever lands).
+
+#[derive(Debug, Clone)]
+struct Link {
+    store: MemoryStore,
+    dead: Arc<AtomicBool>,
+}
+
+impl Link {
+    fn new(store: &MemoryStore) -> Link {
+        Link {
+            store: store.clone(),
+            dead: Arc::default(),
+        }
+    }
+
+    fn cut(&self) {
+        self.dead.store(true, Ordering::SeqCst);
+    }
+
+    async fn gate(&self) {
+        if self.dead.load(Ordering::SeqCst) {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+#[async_trait]
+impl LeaseStore for Link {
+    fn backend(&self) -> &'static str {
+        self.store.backend()
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.store.capabilities()
+    }
+    async fn claim(
+        &self,
+        name: &str,
+        holder: &HolderToken,
+        instance: &str,
+        ttl: Duration,
+    ) -> Result<Option<Grant>> {
+        self.gate().await;
+        self.store.claim(name, holder, instance, ttl).await
+    }
+    async fn renew(
+        &self,
+        name: &str,
+        holder: &HolderToken,
+        ttl: Duration,
+    ) -> Result<Option<Grant>> {
+        self.gate().await;
+        self.store.renew(name, holder, ttl).await
+    }
+    async fn release(&self, name: &str, holder: &HolderToken) -> Result<bool> {
+        self.gate().await;
+        LeaseStore::release(&self.store, name, holder).await
+    }
+    async fn verify(&self, name: &str, holder: &HolderToken) -> Result<Option<Grant>> {
+        self.gate().await;
+        self.store.verify(name, holder).await
+    }
+    async fn get(&self, name: &str) -> Result<Option<LeaseInfo>> {
+        self.gate().await;
+        self.store.get(name).await
+    }
+}
+
+#[async_trait]
+impl SlotStore for Link {
+    async fn claim_slot(
+        &self,
+        name: &str,
+        holder: &HolderToken,
+        instance: &str,
+        ttl: Duration,
+        instant_ms: i64,
+    ) -> Result<SlotClaim> {
+        self.gate().await;
+        self.store
+            .claim_slot(name, holder, instance, ttl, instant_ms)
+            .await
+    }
+    async fn finish_slot(
+        &self,
+        name: &str,
+        holder: &HolderToken,
+        instant_ms: i64,
+        passed_ms: Option<i64>,
+    ) -> Result<SlotFinish> {
+        self.gate().await;
+        self.store
+            .finish_slot(name, holder, instant_ms, passed_ms)
+            .await
+    }
+    async fn unfinished(&self, names: &[String]) -> Result<Vec<(String, i64)>> {
+        self.gate().await;
+        self.store.unfinished(names).await
+    }
+    async fn claim_rerun(
+        &self,
+        name: &str,
+        holder: &HolderToken,
+        instance: &str,
+        ttl: Duration,
+        instant_ms: i64,
+    ) -> Result<Option<Grant>> {
+        self.gate().await;
+        self.store
+            .claim_rerun(name, holder, instance, ttl, instant_ms)
+            .await
+    }
+    async fn last_slot(&self, name: &str) -> Result<Option<SlotRecord>> {
+        self.gate().await;
+        self.store.last_slot(name).await
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Metrics: one recorder for the whole test binary; each test uses its own job names.
+
+#[derive(Clone, Default)]
+struct Rec(Arc<Mutex<HashMap<String, Arc<AtomicU64>>>>);
+
+impl Rec {
+    fn cell(&self, key: &Key) -> Arc<AtomicU64> {
+        let mut labels: Vec<String> = key
+            .labels()
+            .map(|l| format!("{}={}", l.key(), l.value()))
+            .collect();
+        labels.sort();
+        let id = format!("{}{{{}}}", key.name(), labels.join(","));
+        self.0.lock().unwrap().entry(id).or_default().clone()
+    }
+
+    /// The counter `metric` with exactly these labels (sorted by key), 0 when never touched.
+    fn read(&self, metric: &str, labels: &str) -> u64 {
+        let id = format!("{metric}{{{labels}}}");
+        self.0
+            .lock()
+            .unwrap()
+            .get(&id)
+            .map_or(0, |c| c.load(Ordering::SeqCst))
+    }
+}
+
+impl Recorder for Rec {
+    fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
+        Counter::from_arc(self.cell(key))
+    }
+    fn register_gauge(&self, key: &Key, _: &Metadata<'_>) -> Gauge {
+        Gauge::from_arc(self.cell(key))
+    }
+    fn register_histogram(&self, _: &Key, _: &Metadata<'_>) -> Histogram {
+        Histogram::noop()
+    }
+}
+
+fn rec() -> &'static Rec {
+    static REC: OnceLock<Rec> = OnceLock::new();
+    REC.get_or_init(|| {
+        let rec = Rec::default();
+        metrics::set_global_recorder(rec.clone()).unwrap();
+        rec
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rounds started, as the jobs' work records them.
+
+#[derive(Debug, Clone)]
+struct Start {
+    who: String,
+    job: String,
+    instant_ms: i64,
+    token: u64,
+    rerun: bool,
+    /// The wall clock when the work started.
+    at_ms: i64,
+}
+
+#[derive(Clone, Default)]
+struct Starts(Arc<Mutex<Vec<Start>>>);
+
+impl Starts {
+    fn of(&self, job: &str) -> Vec<Start> {
+        self.0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|s| s.job == job)
+            .cloned()
+            .collect()
+    }
+
+    /// How many rounds started per instant.
+    fn per_instant(&self, job: &str) -> BTreeMap<i64, usize> {
+        let mut out = BTreeMap::new();
+        for s in self.of(job) {
+            *out.entry(s.instant_ms).or_default() += 1;
+        }
+        out
+    }
+
+    fn len(&self) -> usize {
+        self.0.lock().unwrap().len()
+    }
+}
+
+type Hold = Arc<dyn Fn(&Round) -> Duration + Send + Sync>;
+
+/// The job's work: record the start, then hold the round for `hold(round)`, or give up with an
+/// error when the round is told to stop.
+fn recording(
+    builder: JobBuilder,
+    who: &str,
+    starts: &Starts,
+    clock: TokioClock,
+    hold: Hold,
+) -> Job {
+    let who = who.to_owned();
+    let starts = starts.clone();
+    builder.run(move |round: Round| {
+        starts.0.lock().unwrap().push(Start {
+            who: who.clone(),
+            job: round.job().to_owned(),
+            instant_ms: round.instant_ms(),
+            token: round.token(),
+            rerun: round.is_rerun(),
+            at_ms: clock.now_ms(),
+        });
+        let d = hold(&round);
+        async move {
+            tokio::select! {
+                _ = round.done() => Err(std::io::Error::other("told to stop")),
+                _ = sleep(d) => Ok(()),
+            }
+        }
+    })
+}
+
+fn hold(d: Duration) -> Hold {
+    Arc::new(move |_: &Round| d)
+}
+
+#[derive(Clone, Default)]
+struct Failures(Arc<Mutex<Vec<StepDownFailure>>>);
+
+fn scheduler(
+    store: impl SlotStore,
+    clock: TokioClock,
+    who: &str,
+    failures: &Failures,
+    jobs: Vec<Job>,
+) -> Scheduler {
+    let f = failures.clone();
+    Scheduler::builder(store)
+        .instance(who)
+        .timings(Timings::default())
+        .clock(clock)
+        .fail_action(move |failure| f.0.lock().unwrap().push(failure.clone()))
+        .jobs(jobs)
+        .build()
+        .unwrap()
+}
+
+fn start(s: &Scheduler) -> JoinHandle<Result<()>> {
+    let s = s.clone();
+    tokio::spawn(async move { s.run().await })
+}
+
+/// The schedule's instants in `(after, until]` for an interval of `period`.
+fn every(period: Duration, after: i64, until: i64) -> Vec<i64> {
+    let p = i64::try_from(period.as_millis()).unwrap();
+    let mut t = (after.div_euclid(p) + 1) * p;
+    let mut out = Vec::new();
+    while t <= until {
+        out.push(t);
+        t += p;
+    }
+    out
+}
+
+/// The first multiple of `period` strictly after `ms`.
+fn next_multiple(ms: i64, period: Duration) -> i64 {
+    let p = i64::try_from(period.as_millis()).unwrap();
+    (ms.div_euclid(p) + 1) * p
+}
+
+/// Sleeps until `clock` reads `ms`.
+async fn sleep_until_ms(clock: &TokioClock, ms: i64) {
+    let now = clock.now_ms();
+    if ms > now {
+        sleep(Duration::from_millis(u64::try_from(ms - now).unwrap())).await;
+    }
+}
+
+/// A job every minute on a cron expression in UTC.
+fn minutely(name: &str) -> JobBuilder {
+    Job::cron(name, "0 * * * * *", lease_core::scheduler::Tz::UTC).unwrap()
+}
+
+fn all_once(per_instant: &BTreeMap<i64, usize>) -> bool {
+    per_instant.values().all(|n| *n == 1)
+}
+
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test(start_paused = true)]
+async fn an_interval_job_claims_each_instant_once_at_its_time() {
+    let t0 = Instant::now();
+    let rec = rec();
+    let store = MemoryStore::new();
+    let clock = TokioClock::starting_at(store.now_ms());
+    let starts = Starts::default();
+    let begin = clock.now_ms();
+    let job = recording(
+        Job::every("cadence", 10 * S).unwrap(),
+        "a",
+        &starts,
+        clock,
+        hold(2 * S),
+    );
+    let s = scheduler(store.clone(), clock, "a", &Failures::default(), vec![job]);
+    let task = start(&s);
+    let end = next_multiple(begin, 10 * S) + 295_000;
+    sleep_until_ms(&clock, end).await;
+    s.shutdown().await.unwrap();
+    task.await.unwrap().unwrap();
+
+    let got = starts.of("cadence");
+    let expected = every(10 * S, begin, end);
+    assert_eq!(expected.len(), 30);
+    assert_eq!(
+        got.iter().map(|s| s.instant_ms).collect::<Vec<_>>(),
+        expected,
+        "every instant of the epoch-aligned interval, in order, once"
+    );
+    for s in &got {
+        assert_eq!(s.instant_ms % 10_000, 0);
+        assert!(!s.rerun);
+        // Claimed at the instant, not later (paused time: to the millisecond).
+        assert!(
+            s.at_ms >= s.instant_ms && s.at_ms - s.instant_ms <= 5,
+            "{s:?}"
+        );
+    }
+    assert!(got.windows(2).all(|w| w[1].token > w[0].token));
+    let record = store.last_slot("cadence").await.unwrap().unwrap();
+    assert_eq!(record.last_ms, expected.last().copied());
+    assert_eq!(record.unfinished_ms, None);
+    assert_eq!(
+        rec.read(telemetry::ROUNDS_FINISHED, "job=cadence,rerun=false"),
+        30
+    );
+    eprintln!("paused time: {:?}", t0.elapsed());
+}
+
+#[tokio::test(start_paused = true)]
+async fn three_replicas_start_each_instant_exactly_once() {
+    let t0 = Instant::now();
+    let rec = rec();
+    let store = MemoryStore::new();
+    let clock = TokioClock::starting_at(store.now_ms());
+    let starts = Starts::default();
+    let failures = Failures::default();
+    let begin = clock.now_ms();
+    let replicas: Vec<Scheduler> = ["a", "b", "c"]
+        .iter()
+        .map(|who| {
+            let jobs = vec![
+                recording(
+                    Job::every("fast", 5 * S).unwrap(),
+                    who,
+                    &starts,
+                    clock,
+                    hold(2 * S),
+                ),
+                recording(minutely("minutely"), who, &starts, clock, hold(20 * S)),
+            ];
+            scheduler(store.clone(), clock, who, &failures, jobs)
+        })
+        .collect();
+    let tasks: Vec<_> = replicas.iter().map(start).collect();
+    // Ten minutes, ending when no round is in flight (a round cut short by the shutdown would
+    // rightly run again on a replica still up).
+    let end = next_multiple(begin + 570_000, 60 * S) + 33_000;
+    sleep_until_ms(&clock, end).await;
+    for r in &replicas {
+        r.shutdown().await.unwrap();
+    }
+    for t in tasks {
+        t.await.unwrap().unwrap();
+    }
+
+    let fast = starts.per_instant("fast");
+    assert_eq!(
+        fast.keys().copied().collect::<Vec<_>>(),
+        every(5 * S, begin, end),
+        "no instant missed"
+    );
+    assert!(
+        all_once(&fast),
+        "each instant started exactly once: {fast:?}"
+    );
+    let minutely = starts.per_instant("minutely");
+    assert_eq!(
+        minutely.keys().copied().collect::<Vec<_>>(),
+        every(60 * S, begin, end)
+    );
+    assert!(all_once(&minutely), "{minutely:?}");
+    // Counted once cluster-wide: the three replicas' counters add up to the instants.
+    let started = rec.read(telemetry::ROUNDS_STARTED, "job=fast,rerun=false");
+    assert_eq!(started, u64::try_from(fast.len()).unwrap());
+    assert!(starts.of("fast").iter().all(|s| !s.rerun));
+    assert!(failures.0.lock().unwrap().is_empty());
+    let mut by_who: BTreeMap<String, usize> = BTreeMap::new();
+    for s in starts.of("fast").iter().chain(starts.of("minutely").iter()) {
+        *by_who.entry(s.who.clone()).or_default() += 1;
+    }
+    eprintln!(
+        "{} rounds over 3 replicas: {by_who:?}; paused time: {:?}",
+        starts.len(),
+        t0.elapsed()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_round_cut_short_by_a_dead_replica_reruns_once_elsewhere() {
+    let t0 = Instant::now();
+    let rec = rec();
+    let store = MemoryStore::new();
+    let clock = TokioClock::starting_at(store.now_ms());
+    let starts = Starts::default();
+    let failures = Failures::default();
+    let names = ["a", "b", "c"];
+    let links: Vec<Link> = names.iter().map(|_| Link::new(&store)).collect();
+    let replicas: Vec<Scheduler> = names
+        .iter()
+        .zip(&links)
+        .map(|(who, link)| {
+            let job = recording(
+                Job::every("report", 60 * S).unwrap(),
+                who,
+                &starts,
+                clock,
+                hold(5 * S),
+            );
+            scheduler(link.clone(), clock, who, &failures, vec![job])
+        })
+        .collect();
+    let mut tasks: Vec<Option<JoinHandle<Result<()>>>> =
+        replicas.iter().map(|r| Some(start(r))).collect();
+
+    // Wait for the second round to start, then kill its replica a second into it.
+    while starts.len() < 2 {
+        sleep(S / 10).await;
+    }
+    sleep(S).await;
+    let victim_start = starts.of("report")[1].clone();
+    let victim = names.iter().position(|n| *n == victim_start.who).unwrap();
+    links[victim].cut();
+    tasks[victim].take().unwrap().abort();
+    let killed_at = clock.now_ms();
+
+    // Five more instants; stop when no round is in flight.
+    sleep_until_ms(&clock, victim_start.instant_ms + 330_000).await;
+    for (i, r) in replicas.iter().enumerate() {
+        if i != victim {
+            r.shutdown().await.unwrap();
+        }
+    }
+    for t in tasks.into_iter().flatten() {
+        t.await.unwrap().unwrap();
+    }
+
+    let report = starts.of("report");
+    let of_killed: Vec<&Start> = report
+        .iter()
+        .filter(|s| s.instant_ms == victim_start.instant_ms)
+        .collect();
+    assert_eq!(
+        of_killed.len(),
+        2,
+        "the killed round ran again, once: {report:#?}"
+    );
+    let rerun = of_killed[1];
+    assert!(rerun.rerun && !of_killed[0].rerun);
+    assert_ne!(rerun.who, victim_start.who, "rerun elsewhere");
+    assert!(rerun.token > victim_start.token);
+    // Found once the dead replica's lease expired (15 s after its last renewal), within a
+    // rerun check or two.
+    let waited = rerun.at_ms - killed_at;
+    assert!(
+        (13_000..=20_000).contains(&waited),
+        "rerun {waited} ms after the kill"
+    );
+    let per = starts.per_instant("report");
+    assert!(
+        per.iter()
+            .all(|(t, n)| *n == 1 || *t == victim_start.instant_ms),
+        "every other instant exactly once: {per:?}"
+    );
+    assert_eq!(per.len(), 2 + 5, "no instant missed: {per:?}");
+    for s in report
+        .iter()
+        .filter(|s| s.instant_ms != victim_start.instant_ms)
+    {
+        assert!(!s.rerun, "{s:?}");
+        assert!(s.who != victim_start.who || s.at_ms < killed_at, "{s:?}");
+    }
+    let record = store.last_slot("report").await.unwrap().unwrap();
+    assert_eq!(record.unfinished_ms, None);
+    assert_eq!(record.rerun_ms, Some(victim_start.instant_ms));
+    assert_eq!(rec.read(telemetry::RERUNS, "job=report"), 1);
+    assert_eq!(
+        rec.read(telemetry::ROUNDS_STARTED, "job=report,rerun=true"),
+        1
+    );
+    assert!(failures.0.lock().unwrap().is_empty());
+    eprintln!(
+        "killed {} mid-round of {}; rerun by {} {waited} ms later; paused time: {:?}",
+        victim_start.who,
+        victim_start.instant_ms,
+        rerun.who,
+        t0.elapsed()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_superseded_instant_is_reported_and_never_runs() {
+    let t0 = Instant::now();
+    let rec = rec();
+    let store = MemoryStore::new();
+    let clock = TokioClock::starting_at(store.now_ms());
+    let starts = Starts::default();
+    let failures = Failures::default();
+    let links = [Link::new(&store), Link::new(&store)];
+    // No rerun check within the test: the next instant's claim comes first.
+    let replicas: Vec<Scheduler> = ["a", "b"]
+        .iter()
+        .zip(&links)
+        .map(|(who, link)| {
+            let f = failures.clone();
+            Scheduler::builder(link.clone())
+                .instance(*who)
+                .clock(clock)
+                .rerun_check(Duration::from_secs(3600))
+                .fail_action(move |x| f.0.lock().unwrap().push(x.clone()))
+                .job(recording(
+                    Job::every("superseded", 20 * S).unwrap(),
+                    who,
+                    &starts,
+                    clock,
+                    hold(3 * S),
+                ))
+                .build()
+                .unwrap()
+        })
+        .collect();
+    let mut tasks: Vec<_> = replicas.iter().map(|r| Some(start(r))).collect();
+    while starts.len() < 1 {
+        sleep(S / 10).await;
+    }
+    let first = starts.of("superseded")[0].clone();
+    let victim = usize::from(first.who != "a");
+    links[victim].cut();
+    tasks[victim].take().unwrap().abort();
+    sleep_until_ms(&clock, first.instant_ms + 110_000).await;
+    replicas[1 - victim].shutdown().await.unwrap();
+    for t in tasks.into_iter().flatten() {
+        t.await.unwrap().unwrap();
+    }
+
+    let per = starts.per_instant("superseded");
+    assert!(all_once(&per), "{per:?}");
+    assert_eq!(per.len(), 6, "{per:?}");
+    // The killed round's lease expired 15 s in; 5 s later the next instant's claim found it
+    // unfinished and not rerun (no rerun check ran meanwhile), and gave it up.
+    assert_eq!(
+        rec.read(telemetry::INSTANTS_SUPERSEDED, "job=superseded"),
+        1
+    );
+    assert_eq!(rec.read(telemetry::RERUNS, "job=superseded"), 0);
+    let record = store.last_slot("superseded").await.unwrap().unwrap();
+    assert_eq!(record.unfinished_ms, None);
+    assert_eq!(record.rerun_ms, None);
+    eprintln!("paused time: {:?}", t0.elapsed());
+}
+
+#[tokio::test(start_paused = true)]
+async fn overrun_instants_are_skipped_cluster_wide_and_recorded() {
+    let t0 = Instant::now();
+    let rec = rec();
+    let store = MemoryStore::new();
+    let clock = TokioClock::starting_at(store.now_ms());
+    let starts = Starts::default();
+    let failures = Failures::default();
+    let begin = clock.now_ms();
+    let first_instant = every(10 * S, begin, begin + 10_000)[0];
+    // The first round takes 25 s: it overruns the next two instants.
+    let long_first: Hold = Arc::new(move |r: &Round| {
+        if r.instant_ms() == first_instant {
+            25 * S
+        } else {
+            S
+        }
+    });
+    let replicas: Vec<Scheduler> = ["a", "b"]
+        .iter()
+        .map(|who| {
+            let job = recording(
+                Job::every("overrun", 10 * S).unwrap(),
+                who,
+                &starts,
+                clock,
+                long_first.clone(),
+            );
+            scheduler(store.clone(), clock, who, &failures, vec![job])
+        })
+        .collect();
+    let tasks: Vec<_> = replicas.iter().map(start).collect();
+
+    // Just after the long round ended: the two instants it overran are on record as skipped.
+    let until = first_instant + 26_000 - clock.now_ms();
+    sleep(Duration::from_millis(u64::try_from(until).unwrap())).await;
+    let record = store.last_slot("overrun").await.unwrap().unwrap();
+    assert_eq!(record.last_ms, Some(first_instant + 20_000));
+    assert_eq!(record.unfinished_ms, None);
+    assert_eq!(rec.read(telemetry::INSTANTS_SKIPPED, "job=overrun"), 2);
+
+    sleep(60 * S).await;
+    for r in &replicas {
+        r.shutdown().await.unwrap();
+    }
+    for t in tasks {
+        t.await.unwrap().unwrap();
+    }
+    let per = starts.per_instant("overrun");
+    let got: Vec<i64> = per.keys().map(|t| t - first_instant).collect();
+    assert_eq!(
+        got,
+        [0, 30_000, 40_000, 50_000, 60_000, 70_000, 80_000],
+        "+10 s and +20 s were overrun by the first round and skipped by both replicas"
+    );
+    assert!(all_once(&per));
+    assert_eq!(rec.read(telemetry::INSTANTS_SKIPPED, "job=overrun"), 2);
+    eprintln!("paused time: {:?}", t0.elapsed());
+}
+
+#[tokio::test(start_paused = true)]
+async fn catch_up_skips_or_runs_the_latest_missed_instant_once() {
+    let t0 = Instant::now();
+    let rec = rec();
+    let store = MemoryStore::new();
+    let clock = TokioClock::starting_at(store.now_ms());
+    let starts = Starts::default();
+    let failures = Failures::default();
+    let minute = 60 * S;
+    let generation = |who: &str, jobs: &[(&str, CatchUp)]| {
+        let jobs = jobs
+            .iter()
+            .map(|(name, policy)| {
+                recording(
+                    Job::every(*name, minute).unwrap().catch_up(*policy),
+                    who,
+                    &starts,
+                    clock,
+                    hold(S),
+                )
+            })
+            .collect();
+        scheduler(store.clone(), clock, who, &failures, jobs)
+    };
+    let n = next_multiple(clock.now_ms(), minute);
+
+    // A first generation runs two jobs for three instants; then the cluster is down.
+    let old = generation(
+        "old",
+        &[("cu-skip", CatchUp::Skip), ("cu-latest", CatchUp::Skip)],
+    );
+    let task = start(&old);
+    sleep_until_ms(&clock, n + 150_000).await;
+    old.shutdown().await.unwrap();
+    task.await.unwrap().unwrap();
+    assert_eq!(starts.len(), 6);
+    let names: Vec<String> = ["cu-skip", "cu-latest", "cu-new"].map(String::from).into();
+    assert!(store.unfinished(&names).await.unwrap().is_empty());
+
+    // Down through six instants (n + 3 min … n + 8 min); a new generation starts at n + 8.5 min,
+    // with a third job that never ran.
+    sleep_until_ms(&clock, n + 510_000).await;
+    let restart = clock.now_ms();
+    let new = generation(
+        "new",
+        &[
+            ("cu-skip", CatchUp::Skip),
+            ("cu-latest", CatchUp::RunLatestOnce),
+            ("cu-new", CatchUp::RunLatestOnce),
+        ],
+    );
+    let task = start(&new);
+    sleep_until_ms(&clock, n + 630_000).await;
+    new.shutdown().await.unwrap();
+    task.await.unwrap().unwrap();
+
+    let after = |job: &str| -> Vec<Start> {
+        starts
+            .of(job)
+            .into_iter()
+            .filter(|s| s.who == "new")
+            .collect()
+    };
+    let upcoming = vec![n + 540_000, n + 600_000];
+    // Skip: the first round is the first instant after the restart.
+    let skip: Vec<i64> = after("cu-skip").iter().map(|s| s.instant_ms).collect();
+    assert_eq!(skip, upcoming);
+    // RunLatestOnce: the latest missed instant (n + 8 min) runs once, at start-up; the five
+    // before it are skipped; then the schedule goes on.
+    let latest = after("cu-latest");
+    assert_eq!(latest[0].instant_ms, n + 480_000);
+    assert_eq!(latest[0].at_ms, restart, "claimed at start-up");
+    assert_eq!(
+        latest[1..].iter().map(|s| s.instant_ms).collect::<Vec<_>>(),
+        upcoming
+    );
+    // A job that never ran has nothing to catch up, whatever its policy.
+    let fresh: Vec<i64> = after("cu-new").iter().map(|s| s.instant_ms).collect();
+    assert_eq!(fresh, upcoming);
+    assert_eq!(rec.read(telemetry::INSTANTS_SKIPPED, "job=cu-latest"), 0);
+    eprintln!("paused time: {:?}", t0.elapsed());
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_waits_for_the_round_in_flight() {
+    let t0 = Instant::now();
+    let rec = rec();
+    let store = MemoryStore::new();
+    let clock = TokioClock::starting_at(store.now_ms());
+    let wrapped_up = Arc::new(AtomicBool::new(false));
+    let started = Arc::new(AtomicBool::new(false));
+    let job = {
+        let wrapped_up = wrapped_up.clone();
+        let started = started.clone();
+        Job::every("graceful", 10 * S)
+            .unwrap()
+            .run(move |round: Round| {
+                let wrapped_up = wrapped_up.clone();
+                let started = started.clone();
+                async move {
+                    started.store(true, Ordering::SeqCst);
+                    tokio::select! {
+                        _ = round.done() => {
+                            // Told to stop: a second to leave things tidy, and done.
+                            sleep(S).await;
+                        }
+                        _ = sleep(8 * S) => {}
+                    }
+                    wrapped_up.store(true, Ordering::SeqCst);
+                    Ok::<(), std::io::Error>(())
+                }
+            })
+    };
+    let s = scheduler(store.clone(), clock, "a", &Failures::default(), vec![job]);
+    let task = start(&s);
+    while !started.load(Ordering::SeqCst) {
+        sleep(S / 10).await;
+    }
+    sleep(2 * S).await;
+    let asked = Instant::now();
+    s.shutdown().await.unwrap();
+    let took = asked.elapsed();
+    assert!(
+        wrapped_up.load(Ordering::SeqCst),
+        "shutdown returned before the round"
+    );
+    assert!(took >= S && took < S + S / 10, "{took:?}");
+    task.await.unwrap().unwrap();
+    // The round returned Ok: it is recorded as run to its end, and the lease is free.
+    let record = store.last_slot("graceful").await.unwrap().unwrap();
+    assert_eq!(record.unfinished_ms, None);
+    assert_eq!(
+        rec.read(telemetry::ROUNDS_FINISHED, "job=graceful,rerun=false"),
+        1
+    );
+    assert_eq!(
+        rec.read(telemetry::ROUNDS_CUT_SHORT, "job=graceful,rerun=false"),
+        0
+    );
+    assert!(!store.get("graceful").await.unwrap().unwrap().live);
+    // A scheduler runs once.
+    assert_eq!(s.run().await.unwrap_err().kind(), ErrorKind::Closed);
+    eprintln!("shutdown took {took:?}; paused time: {:?}", t0.elapsed());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_round_that_gives_up_at_shutdown_reruns_once_elsewhere() {
+    let t0 = Instant::now();
+    let rec = rec();
+    let store = MemoryStore::new();
+    let clock = TokioClock::starting_at(store.now_ms());
+    let starts = Starts::default();
+    let failures = Failures::default();
+    let a = scheduler(
+        store.clone(),
+        clock,
+        "a",
+        &failures,
+        vec![recording(
+            Job::every("handover", 60 * S).unwrap(),
+            "a",
+            &starts,
+            clock,
+            hold(10 * S),
+        )],
+    );
+    let task_a = start(&a);
+    while starts.len() < 1 {
+        sleep(S / 10).await;
+    }
+    let cut = starts.of("handover")[0].clone();
+    sleep(2 * S).await;
+    // The work gives up when told to stop: the round is cut short and left unfinished.
+    a.shutdown().await.unwrap();
+    task_a.await.unwrap().unwrap();
+    assert_eq!(
+        store.unfinished(&["handover".to_owned()]).await.unwrap(),
+        vec![("handover".to_owned(), cut.instant_ms)]
+    );
+
+    let b = scheduler(
+        store.clone(),
+        clock,
+        "b",
+        &failures,
+        vec![recording(
+            Job::every("handover", 60 * S).unwrap(),
+            "b",
+            &starts,
+            clock,
+            hold(10 * S),
+        )],
+    );
+    let task_b = start(&b);
+    sleep(90 * S).await;
+    b.shutdown().await.unwrap();
+    task_b.await.unwrap().unwrap();
+    let runs = starts.of("handover");
+    assert_eq!(runs.len(), 3, "{runs:#?}");
+    assert_eq!(
+        (runs[1].who.as_str(), runs[1].instant_ms, runs[1].rerun),
+        ("b", cut.instant_ms, true)
+    );
+    assert_eq!(runs[2].instant_ms, cut.instant_ms + 60_000);
+    assert!(!runs[2].rerun);
+    assert_eq!(
+        rec.read(telemetry::ROUNDS_CUT_SHORT, "job=handover,rerun=false"),
+        1
+    );
+    eprintln!("paused time: {:?}", t0.elapsed());
+}
+
+#[tokio::test(start_paused = true)]
+async fn job_names_are_checked_when_built() {
+    let store = MemoryStore::new();
+    let job = || {
+        Job::every("twice", S)
+            .unwrap()
+            .run(|_: Round| async { Ok::<(), std::io::Error>(()) })
+    };
+    let e = Scheduler::builder(store.clone())
+        .job(job())
+        .job(job())
+        .build()
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidName);
+    let e = Scheduler::builder(store)
+        .job(
+            Job::every("", S)
+                .unwrap()
+                .run(|_: Round| async { Ok::<(), std::io::Error>(()) }),
+        )
+        .build()
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidName);
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_works_on_the_task_that_polls_run() {
+    let store = MemoryStore::new();
+    let clock = TokioClock::starting_at(store.now_ms());
+    let starts = Starts::default();
+    let s = scheduler(
+        store.clone(),
+        clock,
+        "a",
+        &Failures::default(),
+        vec![recording(
+            Job::every("one-task", 10 * S).unwrap(),
+            "a",
+            &starts,
+            clock,
+            hold(3 * S),
+        )],
+    );
+    let end = next_multiple(clock.now_ms(), 10 * S) + 25_000;
+    let run = s.run();
+    tokio::pin!(run);
+    tokio::select! {
+        r = &mut run => panic!("run returned before shutdown: {r:?}"),
+        _ = sleep_until_ms(&clock, end) => {
+            s.shutdown().await.unwrap();
+            run.await.unwrap();
+        }
+    }
+    assert_eq!(starts.len(), 3);
+}
