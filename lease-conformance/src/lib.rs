@@ -239,7 +239,8 @@ macro_rules! conformance_suite {
             overrun_instants_are_skipped,
             finish_after_the_lease_was_lost,
             unfinished_for_many_names_and_one_rerun,
-            each_instant_starts_once_among_replicas
+            each_instant_starts_once_among_replicas,
+            scheduled_rounds_start_once_across_replicas
         );
     };
     (@each $setup:path; $($case:ident),* $(,)?) => {

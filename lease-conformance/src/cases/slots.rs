@@ -374,3 +374,70 @@ pub async fn each_instant_starts_once_among_replicas(h: &Harness) {
         (instants.last().copied(), None)
     );
 }
+
+/// Three replicas run one job every second through the [`Scheduler`](lease_core::scheduler):
+/// every instant that runs, runs on exactly one replica, and the instants follow one another.
+pub async fn scheduled_rounds_start_once_across_replicas(h: &Harness) {
+    use lease_core::scheduler::{Job, Scheduler};
+
+    let Some(s) = slots(h, "scheduled_rounds_start_once_across_replicas") else {
+        return;
+    };
+    let job = h.name("every-second");
+    let starts: Arc<std::sync::Mutex<Vec<(i64, String)>>> = Arc::default();
+    let mut replicas = Vec::new();
+    for r in 0..3 {
+        let starts = starts.clone();
+        let who = format!("replica-{r}");
+        let seen = who.clone();
+        let scheduler = Scheduler::builder_arc(s.clone())
+            .instance(who)
+            .timings(h.timings)
+            .job(
+                Job::every(&job, std::time::Duration::from_secs(1))
+                    .unwrap()
+                    .run(move |round| {
+                        let starts = starts.clone();
+                        let seen = seen.clone();
+                        async move {
+                            starts.lock().unwrap().push((round.instant_ms(), seen));
+                            sleep(std::time::Duration::from_millis(100)).await;
+                            Ok::<(), std::io::Error>(())
+                        }
+                    }),
+            )
+            .build()
+            .unwrap();
+        let running = scheduler.clone();
+        replicas.push((scheduler, tokio::spawn(async move { running.run().await })));
+    }
+    sleep(std::time::Duration::from_millis(5_500)).await;
+    for (scheduler, _) in &replicas {
+        scheduler.shutdown().await.unwrap();
+    }
+    for (_, task) in replicas {
+        task.await.unwrap().unwrap();
+    }
+    let mut starts = starts.lock().unwrap().clone();
+    starts.sort();
+    let instants: Vec<i64> = starts.iter().map(|(at, _)| *at).collect();
+    let mut distinct = instants.clone();
+    distinct.dedup();
+    assert_eq!(
+        instants,
+        distinct,
+        "{}: an instant ran twice: {starts:?}",
+        h.backend()
+    );
+    assert!(
+        instants.len() >= 3,
+        "{}: only {} rounds in 5.5 s: {starts:?}",
+        h.backend(),
+        instants.len()
+    );
+    assert!(
+        instants.windows(2).all(|w| w[1] - w[0] == 1_000),
+        "{}: instants were skipped: {instants:?}",
+        h.backend()
+    );
+}
