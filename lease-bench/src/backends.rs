@@ -1,0 +1,209 @@
+//! Where the servers are, and how to open the library's store on each backend, directly or
+//! through a counting proxy.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use lease_conformance::FaultProxy;
+use lease_core::LeaseStore;
+use lease_local::MemoryStore;
+use lease_nats::{NatsConfig, NatsStore};
+use lease_redis::RedisConfig;
+use lease_sql::{MySqlStore, PostgresStore, SqlConfig, SqliteStore};
+
+use crate::cli::{Args, Backend};
+
+/// The SQL table the benchmark's leases live in (created when missing).
+pub(crate) const SQL_TABLE: &str = "lease_bench";
+
+/// The Redis key prefix of the benchmark's leases.
+pub(crate) const REDIS_PREFIX: &str = "lease-bench:";
+
+/// The lease duration of the cycle, round-trip and contention runs (the protocol's default).
+pub(crate) const TTL: Duration = Duration::from_secs(15);
+
+/// How long opening a store may take before the backend counts as not answering.
+const OPEN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Everything the sections need to reach the backends.
+#[derive(Debug, Clone)]
+pub(crate) struct Env {
+    /// PostgreSQL URL.
+    pub(crate) postgres: String,
+    /// MariaDB URL.
+    pub(crate) mysql: String,
+    /// Redis URL.
+    pub(crate) redis: String,
+    /// NATS URL.
+    pub(crate) nats: String,
+    /// The SQLite database file.
+    pub(crate) sqlite_file: PathBuf,
+    /// A prefix unique to this run, for every lease name.
+    pub(crate) prefix: String,
+}
+
+impl Env {
+    /// From the command line; the SQLite file goes into a fresh temporary folder.
+    pub(crate) fn new(args: &Args) -> Result<Env> {
+        let run: u32 = rand::random();
+        let dir =
+            std::env::temp_dir().join(format!("lease-bench-{}-{run:08x}", std::process::id()));
+        std::fs::create_dir_all(&dir)
+            .with_context(|| format!("creating the SQLite folder {}", dir.display()))?;
+        Ok(Env {
+            postgres: args.postgres_url.clone(),
+            mysql: args.mysql_url.clone(),
+            redis: args.redis_url.clone(),
+            nats: args.nats_url.clone(),
+            sqlite_file: dir.join("leases.db"),
+            prefix: format!("bench-{run:08x}"),
+        })
+    }
+
+    /// A lease name unique to this run.
+    pub(crate) fn name(&self, what: &str) -> String {
+        format!("{}-{what}", self.prefix)
+    }
+
+    /// The server URL of `backend` (the SQLite URL for SQLite, empty for local).
+    pub(crate) fn url(&self, backend: Backend) -> String {
+        match backend {
+            Backend::Local => String::new(),
+            Backend::Sqlite => format!("sqlite://{}", self.sqlite_file.display()),
+            Backend::Postgres => self.postgres.clone(),
+            Backend::Mysql => self.mysql.clone(),
+            Backend::Redis => self.redis.clone(),
+            Backend::Nats => self.nats.clone(),
+        }
+    }
+
+    /// Removes the SQLite folder.
+    pub(crate) fn cleanup(&self) {
+        if let Some(dir) = self.sqlite_file.parent() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+/// The `host:port` of a server URL (`scheme://[user[:password]@]host:port[/…]`).
+pub(crate) fn authority(url: &str) -> Result<String> {
+    let (_, rest) = url
+        .split_once("://")
+        .with_context(|| format!("no scheme in the URL {}", redact(url)))?;
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let auth = &rest[..end];
+    let host = auth.rsplit_once('@').map_or(auth, |(_, h)| h);
+    if host.is_empty() {
+        bail!("no host in the URL {}", redact(url));
+    }
+    Ok(host.to_owned())
+}
+
+/// `url` with its `host:port` replaced by `addr` (a proxy's).
+pub(crate) fn via(url: &str, addr: SocketAddr) -> Result<String> {
+    let host = authority(url)?;
+    let (scheme, rest) = url
+        .split_once("://")
+        .with_context(|| format!("no scheme in the URL {}", redact(url)))?;
+    let at = rest
+        .find(host.as_str())
+        .with_context(|| format!("cannot rewrite the URL {}", redact(url)))?;
+    Ok(format!(
+        "{scheme}://{}{addr}{}",
+        &rest[..at],
+        &rest[at + host.len()..]
+    ))
+}
+
+/// A URL without its password, for messages.
+pub(crate) fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    match rest.rsplit_once('@') {
+        Some((user, host)) if user.contains(':') => {
+            let user = user.split(':').next().unwrap_or("");
+            format!("{scheme}://{user}:***@{host}")
+        }
+        _ => url.to_owned(),
+    }
+}
+
+/// A proxy in front of `backend`'s server that counts round trips, and the URL through it.
+pub(crate) async fn proxy(env: &Env, backend: Backend) -> Result<(FaultProxy, String)> {
+    let url = env.url(backend);
+    let target = authority(&url)?;
+    let proxy = FaultProxy::start(target.as_str())
+        .await
+        .with_context(|| format!("starting a counting proxy to {target}"))?;
+    let through = via(&url, proxy.local_addr())?;
+    Ok((proxy, through))
+}
+
+/// Opens the library's store of `backend` at `url` with leases of `ttl` (only NATS cares: its
+/// bucket has one fixed lease duration), and checks it is available.
+pub(crate) async fn open_store(
+    backend: Backend,
+    url: &str,
+    ttl: Duration,
+) -> Result<Arc<dyn LeaseStore>> {
+    let opening = async {
+        let store: Arc<dyn LeaseStore> = match backend {
+            Backend::Local => Arc::new(MemoryStore::new()),
+            Backend::Sqlite => Arc::new(SqliteStore::connect(url, sql_config()?).await?),
+            Backend::Postgres => Arc::new(PostgresStore::connect(url, sql_config()?).await?),
+            Backend::Mysql => Arc::new(MySqlStore::connect(url, sql_config()?).await?),
+            Backend::Redis => Arc::new(
+                lease_redis::connect_with(
+                    url,
+                    RedisConfig::new()
+                        .allow_volatile(true)
+                        .key_prefix(REDIS_PREFIX),
+                )
+                .await?,
+            ),
+            Backend::Nats => {
+                let ms = ttl.as_millis();
+                let config = NatsConfig::new(ttl).bucket(format!("lease_bench_{ms}ms"));
+                Arc::new(NatsStore::connect(url, config).await?)
+            }
+        };
+        store.available().await?;
+        Ok::<_, anyhow::Error>(store)
+    };
+    tokio::time::timeout(OPEN_TIMEOUT, opening)
+        .await
+        .map_err(|_| anyhow::anyhow!("no answer within {OPEN_TIMEOUT:?}"))?
+        .with_context(|| format!("opening the {} store at {}", backend.label(), redact(url)))
+}
+
+fn sql_config() -> Result<SqlConfig> {
+    Ok(SqlConfig::default().table(SQL_TABLE)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_are_rewritten_to_the_proxy() {
+        let addr: SocketAddr = "127.0.0.1:40000".parse().unwrap();
+        assert_eq!(
+            via("postgres://postgres@127.0.0.1:5432/test", addr).unwrap(),
+            "postgres://postgres@127.0.0.1:40000/test"
+        );
+        assert_eq!(
+            via("redis://127.0.0.1:6379", addr).unwrap(),
+            "redis://127.0.0.1:40000"
+        );
+        assert_eq!(
+            authority("mysql://root:pw@localhost:3306/test").unwrap(),
+            "localhost:3306"
+        );
+        assert_eq!(redact("mysql://root:pw@h:1/x"), "mysql://root:***@h:1/x");
+        assert_eq!(redact("mysql://root@h:1/x"), "mysql://root@h:1/x");
+    }
+}

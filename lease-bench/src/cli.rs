@@ -1,0 +1,230 @@
+//! The command line.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+
+/// Side-by-side benchmarks of the lease stores against peer lock crates and the raw protocols,
+/// on the live servers. Writes `results.md` and `cycles.svg` into `--out`.
+///
+/// A server that does not answer is skipped with one `SKIPPED <backend>: <why>` line. Every
+/// measurement is bounded in count and time and only talks to the given (loopback) servers.
+/// For stable figures on a 2-vCPU machine, keep one vCPU busy and pin the benchmark to the
+/// other, e.g. `timeout 600 taskset -c 1 sh -c 'while :; do :; done' &` then
+/// `taskset -c 0 lease-bench --out DIR`.
+#[derive(Debug, Parser)]
+#[command(name = "lease-bench", version, about, long_about)]
+pub(crate) struct Args {
+    /// Folder for `results.md` and `cycles.svg` (created when missing).
+    #[arg(long, value_name = "DIR")]
+    pub(crate) out: PathBuf,
+
+    /// Measured seconds per cycle subject (split over the rounds).
+    #[arg(long, value_name = "N", default_value_t = 3.0)]
+    pub(crate) seconds: f64,
+
+    /// Only these backends (comma-separated).
+    #[arg(long, value_enum, value_delimiter = ',', value_name = "BACKENDS")]
+    pub(crate) only: Vec<Backend>,
+
+    /// Only these sections (comma-separated).
+    #[arg(long, value_enum, value_delimiter = ',', value_name = "SECTIONS")]
+    pub(crate) sections: Vec<Section>,
+
+    /// Interleaved rounds of the cycle subjects: every subject of a backend runs once per
+    /// round, in a new random order, so a slow drift of the machine hits all of them alike.
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    pub(crate) rounds: u32,
+
+    /// Upper bound on the cycles of one subject in one round.
+    #[arg(long, value_name = "N", default_value_t = 2_000_000)]
+    pub(crate) max_cycles: u64,
+
+    /// Samples per failover scenario and backend.
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    pub(crate) failover_samples: u32,
+
+    /// Lease duration of the failover runs, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 3000)]
+    pub(crate) failover_ttl_ms: u64,
+
+    /// Campaign retry of the polling candidates (failover, contention), in milliseconds; the
+    /// jitter is a quarter of it.
+    #[arg(long, value_name = "MS", default_value_t = 2000)]
+    pub(crate) retry_ms: u64,
+
+    /// Held leases for the renew-cost runs (comma-separated).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "N,…",
+        default_values_t = [1usize, 100, 10_000]
+    )]
+    pub(crate) held: Vec<usize>,
+
+    /// Renewals in flight at once in the bounded-concurrency renew run.
+    #[arg(long, value_name = "N", default_value_t = 16)]
+    pub(crate) renew_concurrency: usize,
+
+    /// Candidates on one name in the contention run.
+    #[arg(long, value_name = "N", default_value_t = 64)]
+    pub(crate) candidates: usize,
+
+    /// Measured seconds of the contention run (after a warm-up of one campaign pause).
+    #[arg(long, value_name = "N", default_value_t = 10.0)]
+    pub(crate) contention_seconds: f64,
+
+    /// PostgreSQL URL.
+    #[arg(
+        long,
+        env = "LEASE_BENCH_POSTGRES_URL",
+        default_value = "postgres://postgres@127.0.0.1:5432/test"
+    )]
+    pub(crate) postgres_url: String,
+
+    /// MySQL / MariaDB URL.
+    #[arg(
+        long,
+        env = "LEASE_BENCH_MYSQL_URL",
+        default_value = "mysql://root@127.0.0.1:3306/test"
+    )]
+    pub(crate) mysql_url: String,
+
+    /// Redis URL (a server without AOF is accepted: the benchmark opts in to volatile terms).
+    #[arg(
+        long,
+        env = "LEASE_BENCH_REDIS_URL",
+        default_value = "redis://127.0.0.1:6379"
+    )]
+    pub(crate) redis_url: String,
+
+    /// NATS URL (JetStream enabled).
+    #[arg(
+        long,
+        env = "LEASE_BENCH_NATS_URL",
+        default_value = "nats://127.0.0.1:4222"
+    )]
+    pub(crate) nats_url: String,
+}
+
+impl Args {
+    /// The backends to run, in report order.
+    pub(crate) fn backends(&self) -> Vec<Backend> {
+        Backend::ALL
+            .into_iter()
+            .filter(|b| self.only.is_empty() || self.only.contains(b))
+            .collect()
+    }
+
+    /// `true` when `section` is to run.
+    pub(crate) fn runs(&self, section: Section) -> bool {
+        self.sections.is_empty() || self.sections.contains(&section)
+    }
+
+    /// The campaign retry of the polling candidates.
+    pub(crate) fn retry(&self) -> Duration {
+        Duration::from_millis(self.retry_ms.max(1))
+    }
+
+    /// Checks the values clap cannot.
+    pub(crate) fn validate(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            self.seconds.is_finite() && self.seconds > 0.0 && self.seconds <= 600.0,
+            "--seconds must be in (0, 600]"
+        );
+        anyhow::ensure!(
+            self.contention_seconds.is_finite()
+                && self.contention_seconds > 0.0
+                && self.contention_seconds <= 600.0,
+            "--contention-seconds must be in (0, 600]"
+        );
+        anyhow::ensure!((1..=20).contains(&self.rounds), "--rounds must be 1 to 20");
+        anyhow::ensure!(
+            (1..=1000).contains(&self.candidates),
+            "--candidates must be 1 to 1000"
+        );
+        anyhow::ensure!(
+            self.held.iter().all(|n| (1..=100_000).contains(n)),
+            "--held values must be 1 to 100000"
+        );
+        anyhow::ensure!(
+            (1..=256).contains(&self.renew_concurrency),
+            "--renew-concurrency must be 1 to 256"
+        );
+        anyhow::ensure!(
+            (1..=20).contains(&self.failover_samples),
+            "--failover-samples must be 1 to 20"
+        );
+        anyhow::ensure!(
+            (300..=60_000).contains(&self.failover_ttl_ms),
+            "--failover-ttl-ms must be 300 to 60000"
+        );
+        anyhow::ensure!(
+            (10..=60_000).contains(&self.retry_ms),
+            "--retry-ms must be 10 to 60000"
+        );
+        Ok(())
+    }
+}
+
+/// A lease backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, ValueEnum)]
+pub(crate) enum Backend {
+    /// `lease-local`'s in-process `MemoryStore`.
+    Local,
+    /// SQLite (a file in a temporary folder).
+    Sqlite,
+    /// PostgreSQL.
+    Postgres,
+    /// MariaDB / MySQL.
+    Mysql,
+    /// Redis.
+    Redis,
+    /// NATS JetStream KV.
+    Nats,
+}
+
+impl Backend {
+    /// Every backend, in report order.
+    pub(crate) const ALL: [Backend; 6] = [
+        Backend::Local,
+        Backend::Sqlite,
+        Backend::Postgres,
+        Backend::Mysql,
+        Backend::Redis,
+        Backend::Nats,
+    ];
+
+    /// The name shown in reports.
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Backend::Local => "local",
+            Backend::Sqlite => "SQLite",
+            Backend::Postgres => "PostgreSQL",
+            Backend::Mysql => "MariaDB",
+            Backend::Redis => "Redis",
+            Backend::Nats => "NATS",
+        }
+    }
+
+    /// `true` for backends with a server on the network (round trips can be counted).
+    pub(crate) fn has_server(self) -> bool {
+        !matches!(self, Backend::Local | Backend::Sqlite)
+    }
+}
+
+/// A part of the benchmark.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Section {
+    /// Acquire+release cycles per second, library against peers and raw protocols.
+    Cycles,
+    /// Round trips per operation and per cycle, counted on the wire by a proxy.
+    RoundTrips,
+    /// Take-over time after a holder dies and after a graceful resign.
+    Failover,
+    /// Renewing 1, 100, 10,000 held leases once.
+    RenewCost,
+    /// Many candidates on one name through `run_elected`.
+    Contention,
+}

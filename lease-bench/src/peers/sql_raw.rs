@@ -1,0 +1,359 @@
+//! SQL by hand on one plain sqlx connection: lease-sql's own claim and release statements (the
+//! raw lease-row protocol), and the servers' plain locks (the floor).
+//!
+//! The statements are lease-sql's, character for character (its `Statements` are private, so
+//! they are rebuilt here from the public clock expression [`Dialect::now_ms`] and table DDL
+//! [`schema_sql`]); the binds are the same values of the same types. The only difference to the
+//! library is what runs around them: the library's connection slots, name and TTL checks and
+//! error mapping.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use anyhow::{Context, Result, ensure};
+use futures::future::BoxFuture;
+use lease_core::HolderToken;
+use lease_sql::{Dialect, schema_sql};
+use sqlx::mysql::MySqlConnection;
+use sqlx::postgres::PgConnection;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqliteJournalMode};
+use sqlx::{ConnectOptions, Connection};
+
+use super::{INSTANCE, Subject};
+use crate::backends::{SQL_TABLE, TTL};
+use crate::cli::Backend;
+
+/// The claim and release statements lease-sql sends for `dialect` on `table`.
+pub(crate) fn lease_statements(dialect: Dialect, table: &str) -> (String, String) {
+    let now = dialect.now_ms();
+    let t = table;
+    match dialect {
+        Dialect::Postgres | Dialect::Sqlite => {
+            let claim = format!(
+                "INSERT INTO {t} AS l (name, holder, instance, term, expires_at_ms) \
+                 VALUES ($1, $2, $3, 1, {now} + $4) \
+                 ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, \
+                 instance = excluded.instance, term = l.term + 1, \
+                 expires_at_ms = excluded.expires_at_ms \
+                 WHERE l.expires_at_ms <= {now} \
+                 RETURNING term"
+            );
+            let release = format!(
+                "UPDATE {t} SET expires_at_ms = 0 \
+                 WHERE name = $1 AND holder = $2 AND expires_at_ms > {now}"
+            );
+            if dialect == Dialect::Sqlite {
+                (claim.replace('$', "?"), release.replace('$', "?"))
+            } else {
+                (claim, release)
+            }
+        }
+        Dialect::MySql => (
+            format!(
+                "INSERT INTO {t} (name, holder, instance, term, expires_at_ms) \
+                 VALUES (?, ?, ?, LAST_INSERT_ID(1), {now} + ?) \
+                 ON DUPLICATE KEY UPDATE \
+                 holder = IF(expires_at_ms <= {now}, ?, holder), \
+                 instance = IF(expires_at_ms <= {now}, ?, instance), \
+                 term = IF(expires_at_ms <= {now}, LAST_INSERT_ID(term + 1), term + LAST_INSERT_ID(0)), \
+                 expires_at_ms = IF(expires_at_ms <= {now}, {now} + ?, expires_at_ms)"
+            ),
+            format!(
+                "UPDATE {t} SET expires_at_ms = 0, term = LAST_INSERT_ID(term) \
+                 WHERE name = ? AND holder = ? AND expires_at_ms > {now}"
+            ),
+        ),
+    }
+}
+
+fn ttl_ms() -> i64 {
+    i64::try_from(TTL.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// The raw lease-row subject of a SQL backend.
+pub(crate) async fn raw_row(backend: Backend, url: &str, name: String) -> Result<Box<dyn Subject>> {
+    let (claim, release) = match backend {
+        Backend::Postgres => lease_statements(Dialect::Postgres, SQL_TABLE),
+        Backend::Mysql => lease_statements(Dialect::MySql, SQL_TABLE),
+        Backend::Sqlite => lease_statements(Dialect::Sqlite, SQL_TABLE),
+        other => anyhow::bail!("{} has no lease-row protocol", other.label()),
+    };
+    Ok(match backend {
+        Backend::Postgres => {
+            let mut conn = PgConnection::connect(url)
+                .await
+                .context("connecting to PostgreSQL")?;
+            sqlx::query(&schema_sql(Dialect::Postgres, SQL_TABLE))
+                .execute(&mut conn)
+                .await
+                .context("creating the lease table")?;
+            Box::new(PgRow {
+                conn,
+                claim,
+                release,
+                name,
+            })
+        }
+        Backend::Mysql => {
+            let mut conn = MySqlConnection::connect(url)
+                .await
+                .context("connecting to MariaDB")?;
+            sqlx::query(&schema_sql(Dialect::MySql, SQL_TABLE))
+                .execute(&mut conn)
+                .await
+                .context("creating the lease table")?;
+            Box::new(MySqlRow {
+                conn,
+                claim,
+                release,
+                name,
+            })
+        }
+        _ => {
+            // The options lease-sql's SqliteStore::connect uses.
+            let mut conn = SqliteConnectOptions::from_str(url)
+                .context("parsing the SQLite URL")?
+                .create_if_missing(true)
+                .journal_mode(SqliteJournalMode::Wal)
+                .busy_timeout(Duration::from_secs(5))
+                .connect()
+                .await
+                .context("opening the SQLite file")?;
+            sqlx::query(&schema_sql(Dialect::Sqlite, SQL_TABLE))
+                .execute(&mut conn)
+                .await
+                .context("creating the lease table")?;
+            Box::new(SqliteRow {
+                conn,
+                claim,
+                release,
+                name,
+            })
+        }
+    })
+}
+
+struct PgRow {
+    conn: PgConnection,
+    claim: String,
+    release: String,
+    name: String,
+}
+
+impl Subject for PgRow {
+    fn cycle(&mut self) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async move {
+            let holder = HolderToken::mint().to_hex();
+            let row: Option<(i64,)> = sqlx::query_as(&self.claim)
+                .bind(&self.name)
+                .bind(&holder)
+                .bind(INSTANCE)
+                .bind(ttl_ms())
+                .fetch_optional(&mut self.conn)
+                .await?;
+            ensure!(row.is_some(), "the claim of a free name was refused");
+            let done = sqlx::query(&self.release)
+                .bind(&self.name)
+                .bind(&holder)
+                .execute(&mut self.conn)
+                .await?;
+            ensure!(
+                done.rows_affected() == 1,
+                "the release did not end the lease"
+            );
+            Ok(())
+        })
+    }
+}
+
+struct SqliteRow {
+    conn: SqliteConnection,
+    claim: String,
+    release: String,
+    name: String,
+}
+
+impl Subject for SqliteRow {
+    fn cycle(&mut self) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async move {
+            let holder = HolderToken::mint().to_hex();
+            let row: Option<(i64,)> = sqlx::query_as(&self.claim)
+                .bind(&self.name)
+                .bind(&holder)
+                .bind(INSTANCE)
+                .bind(ttl_ms())
+                .fetch_optional(&mut self.conn)
+                .await?;
+            ensure!(row.is_some(), "the claim of a free name was refused");
+            let done = sqlx::query(&self.release)
+                .bind(&self.name)
+                .bind(&holder)
+                .execute(&mut self.conn)
+                .await?;
+            ensure!(
+                done.rows_affected() == 1,
+                "the release did not end the lease"
+            );
+            Ok(())
+        })
+    }
+}
+
+struct MySqlRow {
+    conn: MySqlConnection,
+    claim: String,
+    release: String,
+    name: String,
+}
+
+impl Subject for MySqlRow {
+    fn cycle(&mut self) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async move {
+            let holder = HolderToken::mint().to_hex();
+            let ms = ttl_ms();
+            let done = sqlx::query(&self.claim)
+                .bind(&self.name)
+                .bind(&holder)
+                .bind(INSTANCE)
+                .bind(ms)
+                .bind(&holder)
+                .bind(INSTANCE)
+                .bind(ms)
+                .execute(&mut self.conn)
+                .await?;
+            ensure!(
+                done.last_insert_id() > 0,
+                "the claim of a free name was refused"
+            );
+            let done = sqlx::query(&self.release)
+                .bind(&self.name)
+                .bind(&holder)
+                .execute(&mut self.conn)
+                .await?;
+            ensure!(
+                done.last_insert_id() > 0,
+                "the release did not end the lease"
+            );
+            Ok(())
+        })
+    }
+}
+
+/// `pg_try_advisory_lock($1)` + `pg_advisory_unlock($1)` on one connection.
+pub(crate) struct Advisory {
+    conn: PgConnection,
+    key: i64,
+}
+
+impl Advisory {
+    /// Connects; the lock key is derived from `name`.
+    pub(crate) async fn open(url: &str, name: &str) -> Result<Advisory> {
+        let conn = PgConnection::connect(url)
+            .await
+            .context("connecting to PostgreSQL")?;
+        let key = name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+        Ok(Advisory {
+            conn,
+            key: i64::from_ne_bytes(key.to_ne_bytes()),
+        })
+    }
+}
+
+impl Subject for Advisory {
+    fn cycle(&mut self) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async move {
+            let (got,): (bool,) = sqlx::query_as("SELECT pg_try_advisory_lock($1)")
+                .bind(self.key)
+                .fetch_one(&mut self.conn)
+                .await?;
+            ensure!(got, "pg_try_advisory_lock refused a free key");
+            let (freed,): (bool,) = sqlx::query_as("SELECT pg_advisory_unlock($1)")
+                .bind(self.key)
+                .fetch_one(&mut self.conn)
+                .await?;
+            ensure!(freed, "pg_advisory_unlock did not hold the key");
+            Ok(())
+        })
+    }
+}
+
+/// `GET_LOCK(name, 0)` + `RELEASE_LOCK(name)` on one connection.
+pub(crate) struct GetLock {
+    conn: MySqlConnection,
+    name: String,
+}
+
+impl GetLock {
+    /// Connects.
+    pub(crate) async fn open(url: &str, name: String) -> Result<GetLock> {
+        let conn = MySqlConnection::connect(url)
+            .await
+            .context("connecting to MariaDB")?;
+        Ok(GetLock { conn, name })
+    }
+}
+
+impl Subject for GetLock {
+    fn cycle(&mut self) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async move {
+            let (got,): (Option<i64>,) = sqlx::query_as("SELECT GET_LOCK(?, 0)")
+                .bind(&self.name)
+                .fetch_one(&mut self.conn)
+                .await?;
+            ensure!(got == Some(1), "GET_LOCK refused a free name");
+            let (freed,): (Option<i64>,) = sqlx::query_as("SELECT RELEASE_LOCK(?)")
+                .bind(&self.name)
+                .fetch_one(&mut self.conn)
+                .await?;
+            ensure!(freed == Some(1), "RELEASE_LOCK did not hold the name");
+            Ok(())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// lease-sql's statement templates, as its source writes them.
+    const SCHEMA_SRC: &str = include_str!("../../../lease-sql/src/schema.rs");
+
+    /// Every line of the templates copied above must still be in lease-sql's source, so the raw
+    /// protocol cannot drift away from what the library sends.
+    #[test]
+    fn statements_match_lease_sql() {
+        let me = include_str!("sql_raw.rs");
+        let start = me.find("pub(crate) fn lease_statements").unwrap();
+        let end = me.find("fn ttl_ms()").unwrap();
+        let mut checked = 0;
+        const SQL: [&str; 8] = [
+            "{t}",
+            "{now}",
+            "INSERT",
+            "UPDATE",
+            "VALUES",
+            "WHERE",
+            "RETURNING",
+            "expires_at_ms",
+        ];
+        for line in me[start..end].lines().map(str::trim) {
+            if !SQL.iter().any(|k| line.contains(k)) || line.starts_with("//") {
+                continue;
+            }
+            let sql = line
+                .trim_start_matches('"')
+                .trim_end_matches(',')
+                .trim_end_matches(')')
+                .trim_end_matches('"')
+                .trim_end_matches('\\')
+                .trim();
+            assert!(SCHEMA_SRC.contains(sql), "lease-sql no longer sends: {sql}");
+            checked += 1;
+        }
+        assert!(checked >= 15, "only {checked} template lines found");
+        let (claim, release) = lease_statements(Dialect::Sqlite, "t");
+        assert!(claim.contains("?4") && release.contains("?2") && !claim.contains('$'));
+    }
+}
