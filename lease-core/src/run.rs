@@ -45,11 +45,27 @@ pub fn default_fail_action(failure: &StepDownFailure) {
     std::process::exit(FAIL_EXIT_CODE);
 }
 
-/// Ends the term (as closed) if `run` is dropped before its work returns, so the work is told
-/// to stop; the lease is released once the work's last handle on the term is dropped.
-struct RunGuard<'a> {
+/// Marks a term as used by a run (so `Coordinator::close` leaves its release to the run) until
+/// dropped. Dropped while still armed — the run's future was dropped before its work returned —
+/// it ends the term as closed, so the work is told to stop; the lease is released once the
+/// work's last handle on the term is dropped.
+pub(crate) struct RunGuard<'a> {
     term: &'a Term,
-    armed: bool,
+    /// What runs under the term, for the message when it is cancelled (e.g. "run of lease 'x'").
+    what: &'static str,
+    /// Cleared once the run has dealt with the end itself.
+    pub(crate) armed: bool,
+}
+
+impl<'a> RunGuard<'a> {
+    pub(crate) fn new(term: &'a Term, what: &'static str) -> RunGuard<'a> {
+        term.shared().under_run.fetch_add(1, Ordering::SeqCst);
+        RunGuard {
+            term,
+            what,
+            armed: true,
+        }
+    }
 }
 
 impl Drop for RunGuard<'_> {
@@ -59,13 +75,14 @@ impl Drop for RunGuard<'_> {
         if self.armed {
             shared.end(Some(Error::new(
                 ErrorKind::Closed,
-                format!("run of lease '{}' was cancelled", shared.name),
+                format!("{} '{}' was cancelled", self.what, shared.name),
             )));
         }
     }
 }
 
-fn panic_message(payload: &(dyn Any + Send)) -> String {
+/// The message of a panic payload.
+pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> String {
     if let Some(s) = payload.downcast_ref::<&str>() {
         (*s).to_owned()
     } else if let Some(s) = payload.downcast_ref::<String>() {
@@ -110,11 +127,7 @@ impl Term {
         E: Into<BoxError> + Send + 'static,
     {
         let shared = self.shared().clone();
-        shared.under_run.fetch_add(1, Ordering::SeqCst);
-        let mut guard = RunGuard {
-            term: &self,
-            armed: true,
-        };
+        let mut guard = RunGuard::new(&self, "run of lease");
         let mut task = shared.coord.work.spawn(fut);
         let finished = tokio::select! {
             biased;

@@ -1,8 +1,6 @@
 //! Running one round under its term, with `run`'s step-down rules, then finishing it.
 
-use std::any::Any;
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::time::{Instant, sleep, timeout};
@@ -12,49 +10,10 @@ use super::engine::Inner;
 use super::job::{Job, Round, WorkFuture};
 use super::schedule::Schedule;
 use super::telemetry;
-use crate::error::{BoxError, Error, ErrorKind};
-use crate::run::StepDownFailure;
+use crate::error::{BoxError, Error};
+use crate::run::{RunGuard, StepDownFailure, panic_message};
 use crate::slots::SlotFinish;
 use crate::term::Term;
-
-/// Keeps the term marked as used by a run (so `Coordinator::close` leaves its release to us)
-/// until the round is over; if the round's future is dropped first (the scheduler's task was
-/// aborted), the term ends as closed so the work is told to stop, and the round stays
-/// unfinished.
-struct UnderRun<'a> {
-    term: &'a Term,
-    armed: bool,
-}
-
-impl<'a> UnderRun<'a> {
-    fn new(term: &'a Term) -> UnderRun<'a> {
-        term.shared().under_run.fetch_add(1, Ordering::SeqCst);
-        UnderRun { term, armed: true }
-    }
-}
-
-impl Drop for UnderRun<'_> {
-    fn drop(&mut self) {
-        let shared = self.term.shared();
-        shared.under_run.fetch_sub(1, Ordering::SeqCst);
-        if self.armed {
-            shared.end(Some(Error::new(
-                ErrorKind::Closed,
-                format!("round of job '{}' was cancelled", shared.name),
-            )));
-        }
-    }
-}
-
-fn panic_message(payload: &(dyn Any + Send)) -> String {
-    if let Some(s) = payload.downcast_ref::<&str>() {
-        (*s).to_owned()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "a panic with a non-string payload".to_owned()
-    }
-}
 
 /// How the work ended.
 enum Verdict {
@@ -80,7 +39,7 @@ pub(crate) async fn run_round(
     let name: &str = &job.name;
     let token = term.token();
     let instant = Schedule::format(instant_ms);
-    let mut guard = UnderRun::new(&term);
+    let mut guard = RunGuard::new(&term, "round of job");
     if !term.is_live() {
         // Shut down between the claim and now: the round never started.
         guard.armed = false;
