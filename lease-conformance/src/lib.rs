@@ -41,7 +41,9 @@ pub mod proxy;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lease_core::{Capabilities, Coordinator, LeaseStore, SlotStore, StepDownFailure, Timings};
+use lease_core::{
+    Capabilities, Coordinator, GroupStore, LeaseStore, SlotStore, StepDownFailure, Timings,
+};
 
 pub use history::{History, HistoryReport};
 pub use proxy::{FaultMode, FaultProxy, ProxyStats};
@@ -57,6 +59,13 @@ pub trait FaultSwitch: Send + Sync {
     fn stall(&self);
     /// Fail every request as if the connection were cut.
     fn cut(&self);
+    /// Request/answer exchanges seen since the last [`reset_round_trips`](Self::reset_round_trips),
+    /// when the switch can count them (a TCP proxy can; an in-process fault store cannot).
+    fn round_trips(&self) -> Option<u64> {
+        None
+    }
+    /// Starts counting round trips from zero.
+    fn reset_round_trips(&self) {}
 }
 
 impl FaultSwitch for FaultProxy {
@@ -68,6 +77,12 @@ impl FaultSwitch for FaultProxy {
     }
     fn cut(&self) {
         self.set_mode(FaultMode::Cut);
+    }
+    fn round_trips(&self) -> Option<u64> {
+        Some(self.stats().round_trips)
+    }
+    fn reset_round_trips(&self) {
+        self.reset_stats();
     }
 }
 
@@ -89,6 +104,11 @@ pub struct Harness {
     pub faults: Option<FaultPath>,
     /// The store's slot operations, when it has them (see [`Harness::with_slots`]).
     pub slots: Option<Arc<dyn SlotStore>>,
+    /// The store's partition and membership operations, when it has them (see
+    /// [`Harness::with_groups`]).
+    pub groups: Option<Arc<dyn GroupStore>>,
+    /// The same, on the fault path's store, so round trips can be counted.
+    pub groups_via_faults: Option<Arc<dyn GroupStore>>,
     /// A random prefix for this case's names.
     pub prefix: String,
     /// The TTL store-level cases use.
@@ -112,6 +132,8 @@ impl Harness {
             store,
             faults: None,
             slots: None,
+            groups: None,
+            groups_via_faults: None,
             prefix: format!("lc{:08x}-", rand::random::<u32>()),
             ttl,
             timings,
@@ -129,6 +151,19 @@ impl Harness {
     /// Adds the store's slot operations (the same store as [`Harness::store`]).
     pub fn with_slots(mut self, slots: Arc<dyn SlotStore>) -> Self {
         self.slots = Some(slots);
+        self
+    }
+
+    /// Adds the store's partition and membership operations: `groups` is the same store as
+    /// [`Harness::store`], `via_faults` (when given) the fault path's store, through which the
+    /// suite counts the round trips of a batch renewal.
+    pub fn with_groups(
+        mut self,
+        groups: Arc<dyn GroupStore>,
+        via_faults: Option<Arc<dyn GroupStore>>,
+    ) -> Self {
+        self.groups = Some(groups);
+        self.groups_via_faults = via_faults;
         self
     }
 
@@ -240,7 +275,12 @@ macro_rules! conformance_suite {
             finish_after_the_lease_was_lost,
             unfinished_for_many_names_and_one_rerun,
             each_instant_starts_once_among_replicas,
-            scheduled_rounds_start_once_across_replicas
+            scheduled_rounds_start_once_across_replicas,
+            partition_epochs_follow_the_rules,
+            batch_renewal_extends_only_the_owners_live_leases,
+            batch_renewal_of_1000_partitions_takes_fixed_round_trips,
+            membership_expires_and_leave_is_immediate,
+            bad_partition_and_member_inputs_are_refused
         );
     };
     (@each $setup:path; $($case:ident),* $(,)?) => {

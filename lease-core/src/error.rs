@@ -25,6 +25,8 @@ pub enum ErrorKind {
     InvalidName,
     /// A duration or a set of timings is unsafe or out of range.
     InvalidTimings,
+    /// Another argument is out of range: an oversized batch, too many groups, a bad address.
+    InvalidArgument,
     /// The store could not be reached, or refused the connection.
     Unavailable,
     /// An operation did not finish within its bound; its outcome is unknown.
@@ -48,6 +50,7 @@ impl ErrorKind {
             ErrorKind::Closed => "closed",
             ErrorKind::InvalidName => "invalid_name",
             ErrorKind::InvalidTimings => "invalid_timings",
+            ErrorKind::InvalidArgument => "invalid_argument",
             ErrorKind::Unavailable => "unavailable",
             ErrorKind::Timeout => "timeout",
             ErrorKind::Unsupported => "unsupported",
@@ -136,6 +139,11 @@ impl Error {
     /// An unsafe or out-of-range duration.
     pub fn invalid_timings(message: impl Into<String>) -> Self {
         Error::new(ErrorKind::InvalidTimings, message)
+    }
+
+    /// An argument out of range, other than a name or a duration.
+    pub fn invalid_argument(message: impl Into<String>) -> Self {
+        Error::new(ErrorKind::InvalidArgument, message)
     }
 
     /// The store could not be reached.

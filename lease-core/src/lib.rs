@@ -49,7 +49,9 @@
 mod clock;
 mod coordinator;
 mod error;
+pub mod membership;
 mod observer;
+pub mod partitions;
 mod polling;
 mod run;
 pub mod scheduler;
@@ -63,7 +65,15 @@ mod validate;
 pub use clock::Stamp;
 pub use coordinator::{Coordinator, CoordinatorBuilder};
 pub use error::{BoxError, Error, ErrorKind, Result};
+pub use membership::{
+    GroupStore, MAX_ADDRESS_BYTES, MAX_GROUPS_PER_MEMBER, Member, MembershipStore,
+    check_member_args, decode_groups, encode_groups,
+};
 pub use observer::Observer;
+pub use partitions::{
+    BatchRenew, MAX_PARTITIONS_PER_CALL, PartitionLease, PartitionStore, check_partition_args,
+    check_partition_batch, owner_id, owner_node,
+};
 pub use polling::{PollingLease, PollingLeaser, PollingState, PollingStore};
 pub use run::{FAIL_EXIT_CODE, FailAction, StepDownFailure, default_fail_action};
 pub use scheduler::{CatchUp, Job, JobBuilder, Round, Schedule, Scheduler, SchedulerBuilder};

@@ -20,6 +20,7 @@
 //! ```
 
 mod faults;
+mod groups;
 mod memory;
 
 pub use faults::{FaultMode, FaultyStore, OpCounts};

@@ -11,7 +11,7 @@ use lease_core::{
 use tokio::time::Instant;
 
 #[derive(Debug, Clone, Copy)]
-enum Until {
+pub(crate) enum Until {
     Never,
     At(Instant),
 }
@@ -39,9 +39,13 @@ impl Record {
 }
 
 #[derive(Debug, Default)]
-struct State {
+pub(crate) struct State {
     leases: HashMap<String, Record>,
     polled: HashMap<String, (Vec<u8>, Instant)>,
+    /// Partition leases by (group, partition).
+    pub(crate) partitions: HashMap<(String, u32), crate::groups::PartitionRecord>,
+    /// Member records by (service, node).
+    pub(crate) members: HashMap<(String, String), crate::groups::MemberRecord>,
 }
 
 /// An in-memory [`LeaseStore`] on tokio time: expiry is real, judged by
@@ -107,7 +111,7 @@ impl MemoryStore {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -117,7 +121,7 @@ impl MemoryStore {
         self.clock.now_ms()
     }
 
-    fn until(&self, now: Instant, ttl: Duration) -> Until {
+    pub(crate) fn until(&self, now: Instant, ttl: Duration) -> Until {
         if self.expiry {
             Until::At(now + ttl)
         } else {
@@ -137,6 +141,8 @@ impl LeaseStore for MemoryStore {
             expiry: self.expiry,
             force_release: true,
             slots: true,
+            partitions: true,
+            membership: true,
             ..Capabilities::default()
         }
     }

@@ -30,7 +30,8 @@ mod memory {
         let faulty = FaultyStore::new(store.clone());
         Some(
             Harness::new(Arc::new(store.clone()))
-                .with_slots(Arc::new(store))
+                .with_slots(Arc::new(store.clone()))
+                .with_groups(Arc::new(store), None)
                 .with_faults(Arc::new(faulty.clone()), Arc::new(Switch(faulty))),
         )
     }
@@ -43,7 +44,11 @@ mod never_expiring {
 
     async fn setup() -> Option<Harness> {
         let store = MemoryStore::never_expiring();
-        Some(Harness::new(Arc::new(store.clone())).with_slots(Arc::new(store)))
+        Some(
+            Harness::new(Arc::new(store.clone()))
+                .with_slots(Arc::new(store.clone()))
+                .with_groups(Arc::new(store), None),
+        )
     }
 
     lease_conformance::conformance_suite!(setup);

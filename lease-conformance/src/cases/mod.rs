@@ -14,7 +14,9 @@ use tokio::time::{Instant, sleep};
 use crate::Harness;
 use crate::history::History;
 
+mod groups;
 mod slots;
+pub use groups::*;
 pub use slots::*;
 
 fn mint() -> HolderToken {

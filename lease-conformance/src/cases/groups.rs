@@ -1,0 +1,570 @@
+//! Partition and membership cases, for stores whose capabilities say `partitions: true` and
+//! `membership: true`.
+
+// Test support: a failed expectation panics, which is how a case reports it.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lease_core::{BatchRenew, ErrorKind, GroupStore, MAX_PARTITIONS_PER_CALL, PartitionLease};
+use tokio::time::sleep;
+
+use crate::Harness;
+
+pub(crate) fn groups(h: &Harness, case: &str) -> Option<Arc<dyn GroupStore>> {
+    let caps = h.caps();
+    let claims = caps.partitions || caps.membership;
+    match (&h.groups, claims) {
+        (Some(g), true) => {
+            assert!(
+                caps.partitions && caps.membership,
+                "{}: a store with groups says both `partitions` and `membership`",
+                h.backend()
+            );
+            Some(g.clone())
+        }
+        (None, true) => panic!(
+            "{}: the store says it has partitions or membership but its harness has no \
+             `with_groups`: {case} would not run",
+            h.backend()
+        ),
+        (Some(_), false) => panic!(
+            "{}: the harness has `with_groups` but the store says `partitions: false`",
+            h.backend()
+        ),
+        (None, false) => {
+            h.not_applicable(case, "the store has no partitions or membership");
+            None
+        }
+    }
+}
+
+/// The TTL for leases a case keeps through many operations: long, unless the store has one
+/// fixed duration.
+fn long_ttl(h: &Harness) -> Duration {
+    h.caps().fixed_ttl.unwrap_or(Duration::from_secs(30))
+}
+
+/// Asserts that `left` is about `ttl` (within the slack), on stores whose leases expire.
+fn assert_expires_in(h: &Harness, left: Duration, ttl: Duration, what: &str) {
+    if !h.caps().expiry {
+        return;
+    }
+    assert!(
+        left > ttl.saturating_sub(h.slack) && left <= ttl + h.slack,
+        "{}: {what}: {left:?} left of a {ttl:?} lease",
+        h.backend()
+    );
+}
+
+fn partitions_of(leases: &[PartitionLease]) -> BTreeSet<u32> {
+    leases.iter().map(|l| l.partition).collect()
+}
+
+fn assert_next_epoch(h: &Harness, before: u64, after: u64, what: &str) {
+    if h.caps().consecutive_terms {
+        assert_eq!(
+            after,
+            before + 1,
+            "{}: {what}: the epoch goes up by one",
+            h.backend()
+        );
+    } else {
+        assert!(
+            after > before,
+            "{}: {what}: epoch {after} after {before}",
+            h.backend()
+        );
+    }
+}
+
+async fn acquire(
+    g: &dyn GroupStore,
+    group: &str,
+    p: u32,
+    owner: &str,
+    ttl: Duration,
+) -> Option<PartitionLease> {
+    g.acquire_partition(group, p, owner, ttl)
+        .await
+        .unwrap_or_else(|e| panic!("{}: acquire of {group}/{p} failed: {e}", g.backend()))
+}
+
+/// Acquire admits a free lease or the acquirer's own; the epoch is kept while the acquirer
+/// holds it live and goes up otherwise; release keeps the epoch; another incarnation of the
+/// same node is another owner.
+pub async fn partition_epochs_follow_the_rules(h: &Harness) {
+    let Some(g) = groups(h, "partition_epochs_follow_the_rules") else {
+        return;
+    };
+    let g = g.as_ref();
+    let group = h.name("epochs");
+    let ttl = long_ttl(h);
+    let (a, a_restarted, b) = ("node-a@0001", "node-a@0002", "node-b@0001");
+
+    let first = acquire(g, &group, 0, a, ttl)
+        .await
+        .expect("a free partition is acquired");
+    assert_eq!(first.partition, 0);
+    assert_eq!(first.owner, a);
+    assert!(first.epoch >= 1);
+    if h.caps().consecutive_terms {
+        assert_eq!(first.epoch, 1, "the first epoch of a partition is 1");
+    }
+    assert_expires_in(h, first.expires_in, ttl, "a fresh lease");
+
+    let again = acquire(g, &group, 0, a, ttl)
+        .await
+        .expect("the owner re-acquires its own lease");
+    assert_eq!(
+        again.epoch, first.epoch,
+        "the epoch is kept while the owner holds it live"
+    );
+
+    assert_eq!(
+        acquire(g, &group, 0, b, ttl).await,
+        None,
+        "another owner is refused"
+    );
+    assert_eq!(
+        acquire(g, &group, 0, a_restarted, ttl).await,
+        None,
+        "a restarted incarnation of the node is another owner"
+    );
+    let owners = g.owners(&group).await.unwrap();
+    assert_eq!(owners.len(), 1);
+    assert_eq!((owners[0].partition, owners[0].owner.as_str()), (0, a));
+    assert_eq!(owners[0].epoch, first.epoch);
+
+    assert_eq!(
+        g.release_partitions(&group, &[0], b).await.unwrap(),
+        0,
+        "not b's to release"
+    );
+    assert_eq!(g.release_partitions(&group, &[0], a).await.unwrap(), 1);
+    assert_eq!(
+        g.release_partitions(&group, &[0], a).await.unwrap(),
+        0,
+        "release is once"
+    );
+    assert!(
+        g.owners(&group).await.unwrap().is_empty(),
+        "a released lease has no owner"
+    );
+
+    let taken = acquire(g, &group, 0, b, ttl)
+        .await
+        .expect("a released lease is free at once");
+    assert_next_epoch(h, first.epoch, taken.epoch, "after release, another owner");
+
+    assert_eq!(g.release_partitions(&group, &[0], b).await.unwrap(), 1);
+    let back = acquire(g, &group, 0, b, ttl).await.expect("free again");
+    assert_next_epoch(
+        h,
+        taken.epoch,
+        back.epoch,
+        "the owner comes back after its release",
+    );
+
+    if !h.caps().expiry {
+        return h.not_applicable("partition expiry", "leases never expire on this store");
+    }
+    let short = h.ttl;
+    let lapsing = acquire(g, &group, 1, a, short).await.expect("free");
+    sleep(short + h.slack).await;
+    assert!(
+        g.renew_partitions(&group, &[1], a, short)
+            .await
+            .unwrap()
+            .is_empty(),
+        "an expired lease is not revived by a renewal"
+    );
+    let after = acquire(g, &group, 1, a, short)
+        .await
+        .expect("an expired lease is free");
+    assert_next_epoch(
+        h,
+        lapsing.epoch,
+        after.epoch,
+        "the owner comes back after expiry",
+    );
+    let other = acquire(g, &group, 1, b, short).await;
+    assert_eq!(other, None, "held live again");
+    g.release_partitions(&group, &[0, 1], a).await.unwrap();
+    g.release_partitions(&group, &[0, 1], b).await.unwrap();
+}
+
+/// A batch renewal extends every live lease the owner holds among those named, to one expiry,
+/// and nothing else.
+pub async fn batch_renewal_extends_only_the_owners_live_leases(h: &Harness) {
+    let Some(g) = groups(h, "batch_renewal_extends_only_the_owners_live_leases") else {
+        return;
+    };
+    let g = g.as_ref();
+    let group = h.name("renew");
+    let ttl = long_ttl(h);
+    let (a, b) = ("node-a@1", "node-b@1");
+    let mut epochs = std::collections::BTreeMap::new();
+    for p in 0..4 {
+        epochs.insert(p, acquire(g, &group, p, a, ttl).await.expect("free").epoch);
+    }
+    for p in 4..6 {
+        acquire(g, &group, p, b, ttl).await.expect("free");
+    }
+    assert!(
+        g.renew_partitions(&group, &[], a, ttl)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    let renewed = g
+        .renew_partitions(&group, &[0, 1, 2, 3, 4, 5, 9, 0], a, ttl)
+        .await
+        .unwrap();
+    assert_eq!(
+        partitions_of(&renewed),
+        (0..4).collect(),
+        "{}: exactly the owner's live leases are renewed",
+        h.backend()
+    );
+    assert_eq!(renewed.len(), 4, "a duplicate counts once");
+    let longest = renewed.iter().map(|l| l.expires_in).max().unwrap();
+    for l in &renewed {
+        assert_eq!(l.owner, a);
+        assert_eq!(
+            Some(&l.epoch),
+            epochs.get(&l.partition),
+            "a renewal keeps the epoch"
+        );
+        assert_expires_in(h, l.expires_in, ttl, "a renewed lease");
+        assert!(
+            longest - l.expires_in <= h.slack,
+            "one expiry for the whole batch"
+        );
+    }
+    let b_leases: Vec<_> = g.owners(&group).await.unwrap();
+    assert_eq!(
+        b_leases.iter().filter(|l| l.owner == b).count(),
+        2,
+        "b's leases are untouched"
+    );
+
+    assert_eq!(g.release_partitions(&group, &[2], a).await.unwrap(), 1);
+    let renewed = g
+        .renew_partitions(&group, &[0, 1, 2, 3], a, ttl)
+        .await
+        .unwrap();
+    assert_eq!(
+        partitions_of(&renewed),
+        [0, 1, 3].into(),
+        "a released lease is not renewed"
+    );
+
+    assert_eq!(
+        g.release_partitions(&group, &[0, 1, 2, 3, 4, 5], a)
+            .await
+            .unwrap(),
+        3
+    );
+    assert_eq!(g.release_partitions(&group, &[4, 5], b).await.unwrap(), 2);
+    assert!(g.owners(&group).await.unwrap().is_empty());
+
+    if !h.caps().expiry {
+        return;
+    }
+    let short = h.ttl;
+    for p in 10..13 {
+        acquire(g, &group, p, a, short).await.expect("free");
+    }
+    sleep(short + h.slack).await;
+    assert!(
+        g.renew_partitions(&group, &[10, 11, 12], a, short)
+            .await
+            .unwrap()
+            .is_empty(),
+        "expired leases are not renewed"
+    );
+}
+
+/// Renewing 1,000 partitions takes the same fixed number of round trips as renewing ten.
+pub async fn batch_renewal_of_1000_partitions_takes_fixed_round_trips(h: &Harness) {
+    const CASE: &str = "batch_renewal_of_1000_partitions_takes_fixed_round_trips";
+    let Some(g) = groups(h, CASE) else {
+        return;
+    };
+    let group = h.name("thousand");
+    let owner = "node-a@1";
+    let ttl = long_ttl(h);
+    let all: Vec<u32> = (0..1000).collect();
+
+    // Acquire all 1,000 with some concurrency (one round trip each).
+    let mut tasks = tokio::task::JoinSet::new();
+    for chunk in all.chunks(100) {
+        let (g, group, chunk) = (g.clone(), group.clone(), chunk.to_vec());
+        tasks.spawn(async move {
+            for p in chunk {
+                let got = g.acquire_partition(&group, p, owner, ttl).await;
+                assert!(matches!(got, Ok(Some(_))), "acquire of {p}: {got:?}");
+            }
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        done.unwrap();
+    }
+
+    let counted = h
+        .groups_via_faults
+        .clone()
+        .zip(h.faults.as_ref().map(|f| f.switch.clone()))
+        .filter(|(_, switch)| switch.round_trips().is_some());
+    let Some((via, switch)) = counted else {
+        let renewed = g.renew_partitions(&group, &all, owner, ttl).await.unwrap();
+        assert_eq!(partitions_of(&renewed), all.iter().copied().collect());
+        g.release_partitions(&group, &all, owner).await.unwrap();
+        return h.not_applicable(CASE, "no round-trip counter on this store's fault path");
+    };
+    // Warm the fault path's connection, then count.
+    via.renew_partitions(&group, &all[..10], owner, ttl)
+        .await
+        .unwrap();
+    switch.reset_round_trips();
+    let ten = via
+        .renew_partitions(&group, &all[..10], owner, ttl)
+        .await
+        .unwrap();
+    let rt_ten = switch.round_trips().unwrap_or(0);
+    switch.reset_round_trips();
+    let thousand = via
+        .renew_partitions(&group, &all, owner, ttl)
+        .await
+        .unwrap();
+    let rt_thousand = switch.round_trips().unwrap_or(0);
+    assert_eq!(ten.len(), 10);
+    assert_eq!(
+        partitions_of(&thousand),
+        all.iter().copied().collect(),
+        "{}: all 1,000 leases renewed",
+        h.backend()
+    );
+    eprintln!(
+        "{}: batch renewal round trips: 10 partitions {rt_ten}, 1,000 partitions {rt_thousand} ({:?})",
+        h.backend(),
+        via.batch_renew()
+    );
+    match via.batch_renew() {
+        BatchRenew::Fixed { round_trips } => {
+            assert!(
+                rt_ten <= u64::from(round_trips) && rt_thousand <= u64::from(round_trips),
+                "{}: a batch renewal takes at most {round_trips} round trips; took {rt_ten} for \
+                 10 partitions and {rt_thousand} for 1,000",
+                h.backend()
+            );
+        }
+        BatchRenew::Pipelined => {
+            assert!(
+                rt_thousand < 1000,
+                "{}: pipelined renewals of 1,000 partitions took {rt_thousand} round trips: not \
+                 pipelined",
+                h.backend()
+            );
+        }
+    }
+    assert_eq!(
+        g.release_partitions(&group, &all, owner).await.unwrap(),
+        1000
+    );
+}
+
+/// A member is listed while it heartbeats, drops out when its TTL runs out, and at once when
+/// it leaves; services are kept apart.
+pub async fn membership_expires_and_leave_is_immediate(h: &Harness) {
+    let Some(g) = groups(h, "membership_expires_and_leave_is_immediate") else {
+        return;
+    };
+    let g = g.as_ref();
+    let service = h.name("svc");
+    let other = h.name("other-svc");
+    let ttl = long_ttl(h);
+    let orders = vec!["orders".to_string(), "mail".to_string()];
+
+    let m = g
+        .heartbeat(&service, "n1", "10.0.0.1:7000", ttl, &orders)
+        .await
+        .unwrap();
+    assert_eq!(
+        (m.node.as_str(), m.address.as_str()),
+        ("n1", "10.0.0.1:7000")
+    );
+    assert_eq!(m.groups, orders);
+    assert_expires_in(h, m.expires_in, ttl, "a heartbeat");
+    g.heartbeat(&service, "n2", "", ttl, &[]).await.unwrap();
+    g.heartbeat(&other, "n3", "x", ttl, &[]).await.unwrap();
+
+    let members = g.members(&service).await.unwrap();
+    let nodes: Vec<_> = members.iter().map(|m| m.node.as_str()).collect();
+    assert_eq!(
+        nodes,
+        ["n1", "n2"],
+        "{}: live members by node id",
+        h.backend()
+    );
+    assert_eq!(members[0].groups, orders);
+    assert!(members[0].serves("orders") && !members[1].serves("orders"));
+    assert!(members[1].address.is_empty() && members[1].groups.is_empty());
+
+    // A heartbeat replaces what the last one said.
+    let mail = vec!["mail".to_string()];
+    g.heartbeat(&service, "n1", "10.0.0.9:7000", ttl, &mail)
+        .await
+        .unwrap();
+    let members = g.members(&service).await.unwrap();
+    assert_eq!(members[0].address, "10.0.0.9:7000");
+    assert_eq!(members[0].groups, mail);
+
+    assert!(
+        g.leave(&service, "n2").await.unwrap(),
+        "a live member leaves"
+    );
+    assert!(!g.leave(&service, "n2").await.unwrap(), "leave is once");
+    let nodes: Vec<_> = g
+        .members(&service)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| m.node)
+        .collect();
+    assert_eq!(nodes, ["n1"], "a member that left is gone at once");
+    assert_eq!(
+        g.members(&other).await.unwrap().len(),
+        1,
+        "services are kept apart"
+    );
+
+    if !h.caps().expiry {
+        return h.not_applicable("membership expiry", "records never expire on this store");
+    }
+    let short = h.ttl;
+    g.heartbeat(&service, "n1", "a", short, &mail)
+        .await
+        .unwrap();
+    g.heartbeat(&service, "n4", "b", short, &mail)
+        .await
+        .unwrap();
+    sleep(short / 2).await;
+    g.heartbeat(&service, "n4", "b", short, &mail)
+        .await
+        .unwrap();
+    sleep(short / 2 + h.slack).await;
+    let nodes: Vec<_> = g
+        .members(&service)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| m.node)
+        .collect();
+    assert_eq!(
+        nodes,
+        ["n4"],
+        "{}: a member that stopped heartbeating drops out after its TTL; one that heartbeats \
+         stays",
+        h.backend()
+    );
+    g.leave(&service, "n4").await.unwrap();
+    g.leave(&other, "n3").await.unwrap();
+}
+
+/// Bad groups, owners, nodes, addresses, TTLs and batches are refused before any I/O, each
+/// with its own error kind.
+pub async fn bad_partition_and_member_inputs_are_refused(h: &Harness) {
+    let Some(g) = groups(h, "bad_partition_and_member_inputs_are_refused") else {
+        return;
+    };
+    let g = g.as_ref();
+    let ttl = long_ttl(h);
+    let too_long = "g".repeat(h.caps().max_name_bytes + 1);
+    let kind = |r: lease_core::Result<_>| r.map(|_: ()| ()).unwrap_err().kind();
+
+    let acquire = |group: String, owner: String, ttl: Duration| async move {
+        g.acquire_partition(&group, 0, &owner, ttl)
+            .await
+            .map(|_| ())
+    };
+    assert_eq!(
+        kind(acquire(String::new(), "o".into(), ttl).await),
+        ErrorKind::InvalidName
+    );
+    assert_eq!(
+        kind(acquire(too_long.clone(), "o".into(), ttl).await),
+        ErrorKind::InvalidName
+    );
+    assert_eq!(
+        kind(acquire("g".into(), String::new(), ttl).await),
+        ErrorKind::InvalidName
+    );
+    assert_eq!(
+        kind(acquire("g".into(), "o".repeat(129), ttl).await),
+        ErrorKind::InvalidName
+    );
+    assert_eq!(
+        kind(acquire("g".into(), "o".into(), Duration::ZERO).await),
+        ErrorKind::InvalidTimings
+    );
+    assert_eq!(
+        kind(acquire("g".into(), "o".into(), Duration::from_secs(86_401)).await),
+        ErrorKind::InvalidTimings
+    );
+    let huge = vec![0u32; MAX_PARTITIONS_PER_CALL + 1];
+    let err = g.renew_partitions("g", &huge, "o", ttl).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
+    let err = g.release_partitions("g", &huge, "o").await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
+    let err = g.owners("").await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidName, "{err}");
+
+    let heartbeat = |service: &'static str, node: String, address: String, groups: Vec<String>| async move {
+        g.heartbeat(service, &node, &address, ttl, &groups)
+            .await
+            .map(|_| ())
+    };
+    assert_eq!(
+        kind(heartbeat("", "n".into(), "a".into(), vec![]).await),
+        ErrorKind::InvalidName
+    );
+    assert_eq!(
+        kind(heartbeat("s", String::new(), "a".into(), vec![]).await),
+        ErrorKind::InvalidName
+    );
+    assert_eq!(
+        kind(heartbeat("s", "n".into(), "a\nb".into(), vec![]).await),
+        ErrorKind::InvalidArgument
+    );
+    assert_eq!(
+        kind(heartbeat("s", "n".into(), "a".repeat(256), vec![]).await),
+        ErrorKind::InvalidArgument
+    );
+    assert_eq!(
+        kind(heartbeat("s", "n".into(), "a".into(), vec![String::new()]).await),
+        ErrorKind::InvalidName
+    );
+    let many = (0..65).map(|i| format!("g{i}")).collect();
+    assert_eq!(
+        kind(heartbeat("s", "n".into(), "a".into(), many).await),
+        ErrorKind::InvalidArgument
+    );
+    let err = g
+        .heartbeat("s", "n", "a", Duration::ZERO, &[])
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidTimings, "{err}");
+    assert_eq!(
+        g.members("").await.unwrap_err().kind(),
+        ErrorKind::InvalidName
+    );
+    assert_eq!(
+        g.leave("s", "").await.unwrap_err().kind(),
+        ErrorKind::InvalidName
+    );
+}

@@ -1,0 +1,228 @@
+//! Partitioned leases: a group's work split into numbered partitions, each a lease of its own.
+//!
+//! One record per `(group, partition)` keeps the **owner**, the **epoch** and the expiry. The
+//! rules, the same on every backend (those of the MongoDB lease store):
+//!
+//! - **Acquire** ([`PartitionStore::acquire_partition`]) admits only an expired (or released, or never
+//!   seen) lease, or the acquirer's own. The epoch is kept when the acquirer still holds the
+//!   lease live, and goes up by one otherwise — so the epoch is a fencing token: it strictly
+//!   increases every time the partition changes hands, and every time an owner comes back to a
+//!   partition after letting it lapse.
+//! - The **owner** names one process incarnation, not a node: a node id plus an id minted at
+//!   each start ([`owner_id`]). A restarted node is thus never taken for its stalled
+//!   predecessor: it waits for the old incarnation's leases to expire, and gets a new epoch.
+//! - **Renew** ([`PartitionStore::renew_partitions`]) extends, to one expiry, every live lease the owner
+//!   holds among the partitions named, in a fixed number of round trips however many there are
+//!   (see [`BatchRenew`]). A lapsed lease is never revived: it is missing from the answer.
+//! - **Release** ([`PartitionStore::release_partitions`]) ends the owner's live leases at once and keeps
+//!   the records, so the epoch continues.
+//! - **Owners** ([`PartitionStore::owners`]) lists a group's live leases.
+//! - Every expiry is judged by the store's clock, as for [`LeaseStore`].
+//!
+//! The [`GroupWorker`](crate::GroupWorker) spreads a group's partitions over the live members
+//! of a service ([`MembershipStore`](crate::MembershipStore)) with these operations.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::error::{Error, Result};
+use crate::store::{HolderToken, LeaseStore, validate_instance};
+
+/// The most partitions one [`PartitionStore::renew_partitions`] or [`PartitionStore::release_partitions`] call takes.
+pub const MAX_PARTITIONS_PER_CALL: usize = 10_000;
+
+/// One partition lease as the store answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionLease {
+    /// The partition number.
+    pub partition: u32,
+    /// The owner (one process incarnation) holding it.
+    pub owner: String,
+    /// The fencing token: it strictly increases every time the partition changes hands.
+    pub epoch: u64,
+    /// Time left on the lease by the store's clock when the store answered.
+    pub expires_in: Duration,
+}
+
+/// How a store's [`PartitionStore::renew_partitions`] reaches the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BatchRenew {
+    /// A fixed number of round trips, however many partitions are renewed.
+    Fixed {
+        /// Round trips per call.
+        round_trips: u32,
+    },
+    /// One request per partition, sent without waiting for the answers (a server with no
+    /// multi-key operation); each renewal is atomic on its own.
+    Pipelined,
+}
+
+impl Default for BatchRenew {
+    /// One round trip.
+    fn default() -> Self {
+        BatchRenew::Fixed { round_trips: 1 }
+    }
+}
+
+/// An owner id for `node`: the node id, `@`, and 16 hex digits minted now, so each start of a
+/// process is a new owner.
+///
+/// ```
+/// let a = lease_core::owner_id("node-a");
+/// let b = lease_core::owner_id("node-a");
+/// assert!(a.starts_with("node-a@"));
+/// assert_ne!(a, b);
+/// ```
+pub fn owner_id(node: &str) -> String {
+    let hex = HolderToken::mint().to_hex();
+    format!("{node}@{}", hex.get(..16).unwrap_or(&hex))
+}
+
+/// The node part of an owner id made by [`owner_id`]: everything before the last `@`.
+///
+/// ```
+/// assert_eq!(lease_core::owner_node("node-a@0123456789abcdef"), "node-a");
+/// assert_eq!(lease_core::owner_node("plain"), "plain");
+/// ```
+pub fn owner_node(owner: &str) -> &str {
+    owner.rsplit_once('@').map_or(owner, |(node, _)| node)
+}
+
+/// Checks the arguments every partition operation takes, before any I/O: the group is a name
+/// the store can hold, the owner a label of at most
+/// [`MAX_INSTANCE_BYTES`](crate::MAX_INSTANCE_BYTES), and the TTL one the store keeps.
+pub fn check_partition_args(
+    store: &dyn LeaseStore,
+    group: &str,
+    owner: &str,
+    ttl: Option<Duration>,
+) -> Result<()> {
+    store
+        .validate_name(group)
+        .map_err(|e| Error::invalid_name(format!("group: {}", e.message())))?;
+    validate_instance(owner)
+        .map_err(|e| Error::invalid_name(e.message().replace("instance label", "owner")))?;
+    if let Some(ttl) = ttl {
+        store.validate_ttl(ttl)?;
+    }
+    Ok(())
+}
+
+/// Checks a batch of partitions: at most [`MAX_PARTITIONS_PER_CALL`].
+pub fn check_partition_batch(partitions: &[u32]) -> Result<()> {
+    if partitions.len() > MAX_PARTITIONS_PER_CALL {
+        return Err(Error::invalid_argument(format!(
+            "{} partitions in one call; at most {MAX_PARTITIONS_PER_CALL} are taken — split the \
+             batch",
+            partitions.len()
+        )));
+    }
+    Ok(())
+}
+
+/// Partitioned lease operations. Implemented by stores whose
+/// [`capabilities`](LeaseStore::capabilities) say `partitions: true`; see the [module
+/// docs](crate::partitions) for the rules.
+///
+/// Cancel safety: as for [`LeaseStore`]. An acquire whose outcome is unknown can simply be
+/// repeated by the same owner (it keeps the epoch when the first one took effect); an unknown
+/// renewal is retried; release may be repeated.
+#[async_trait]
+pub trait PartitionStore: LeaseStore {
+    /// Acquires `partition` of `group` for `owner` for `ttl`, if the lease is free (never held,
+    /// released or expired by the store's clock) or already `owner`'s. `None` when another owner
+    /// holds it live.
+    async fn acquire_partition(
+        &self,
+        group: &str,
+        partition: u32,
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<Option<PartitionLease>>;
+
+    /// Extends, to `ttl` from now by the store's clock, every live lease `owner` holds among
+    /// `partitions`, and returns those (in no particular order). A partition missing from the
+    /// answer is lost to `owner`. Duplicates count once; an empty slice does no I/O.
+    async fn renew_partitions(
+        &self,
+        group: &str,
+        partitions: &[u32],
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<Vec<PartitionLease>>;
+
+    /// Ends every live lease `owner` holds among `partitions`, keeping the records and their
+    /// epochs. Returns how many live leases it ended. An empty slice does no I/O.
+    async fn release_partitions(
+        &self,
+        group: &str,
+        partitions: &[u32],
+        owner: &str,
+    ) -> Result<usize>;
+
+    /// The live leases of `group`, by partition number.
+    async fn owners(&self, group: &str) -> Result<Vec<PartitionLease>>;
+
+    /// How [`renew`](PartitionStore::renew_partitions) reaches the server.
+    fn batch_renew(&self) -> BatchRenew {
+        BatchRenew::default()
+    }
+}
+
+macro_rules! forward_partition_store {
+    ($($ptr:ty),*) => {$(
+        #[async_trait]
+        impl<S: PartitionStore + ?Sized> PartitionStore for $ptr {
+            async fn acquire_partition(
+                &self,
+                group: &str,
+                partition: u32,
+                owner: &str,
+                ttl: Duration,
+            ) -> Result<Option<PartitionLease>> {
+                (**self).acquire_partition(group, partition, owner, ttl).await
+            }
+            async fn renew_partitions(
+                &self,
+                group: &str,
+                partitions: &[u32],
+                owner: &str,
+                ttl: Duration,
+            ) -> Result<Vec<PartitionLease>> {
+                (**self).renew_partitions(group, partitions, owner, ttl).await
+            }
+            async fn release_partitions(&self, group: &str, partitions: &[u32], owner: &str) -> Result<usize> {
+                (**self).release_partitions(group, partitions, owner).await
+            }
+            async fn owners(&self, group: &str) -> Result<Vec<PartitionLease>> {
+                (**self).owners(group).await
+            }
+            fn batch_renew(&self) -> BatchRenew {
+                (**self).batch_renew()
+            }
+        }
+    )*};
+}
+
+forward_partition_store!(std::sync::Arc<S>, Box<S>);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn owner_ids_name_their_node() {
+        let a = owner_id("n1");
+        assert_eq!(owner_node(&a), "n1");
+        assert_eq!(a.len(), "n1@".len() + 16);
+        assert_eq!(owner_node("a@b@c"), "a@b");
+    }
+
+    #[test]
+    fn oversized_batches_are_refused() {
+        assert!(check_partition_batch(&[0; MAX_PARTITIONS_PER_CALL]).is_ok());
+        let err = check_partition_batch(&[0; MAX_PARTITIONS_PER_CALL + 1]).unwrap_err();
+        assert!(err.message().contains("split the batch"), "{err}");
+    }
+}
