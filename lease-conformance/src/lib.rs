@@ -280,7 +280,8 @@ macro_rules! conformance_suite {
             batch_renewal_extends_only_the_owners_live_leases,
             batch_renewal_of_1000_partitions_takes_fixed_round_trips,
             membership_expires_and_leave_is_immediate,
-            bad_partition_and_member_inputs_are_refused
+            bad_partition_and_member_inputs_are_refused,
+            three_nodes_rebalance_without_overlap
         );
     };
     (@each $setup:path; $($case:ident),* $(,)?) => {

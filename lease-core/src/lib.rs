@@ -49,6 +49,7 @@
 mod clock;
 mod coordinator;
 mod error;
+pub mod group;
 pub mod membership;
 mod observer;
 pub mod partitions;
@@ -65,6 +66,7 @@ mod validate;
 pub use clock::Stamp;
 pub use coordinator::{Coordinator, CoordinatorBuilder};
 pub use error::{BoxError, Error, ErrorKind, Result};
+pub use group::{Assignment, GroupWorker, GroupWorkerBuilder};
 pub use membership::{
     GroupStore, MAX_ADDRESS_BYTES, MAX_GROUPS_PER_MEMBER, Member, MembershipStore,
     check_member_args, decode_groups, encode_groups,

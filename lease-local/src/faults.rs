@@ -5,7 +5,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use lease_core::{
-    Capabilities, Error, Grant, HolderToken, LeaseInfo, LeaseStore, Result, async_trait,
+    BatchRenew, Capabilities, Error, Grant, HolderToken, LeaseInfo, LeaseStore, Member,
+    MembershipStore, PartitionLease, PartitionStore, Result, async_trait,
 };
 use tokio::sync::watch;
 
@@ -27,15 +28,15 @@ pub enum FaultMode {
 /// How many operations reached a [`FaultyStore`], by kind.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct OpCounts {
-    /// `claim` calls.
+    /// `claim` and `acquire_partition` calls.
     pub claims: u64,
-    /// `renew` calls.
+    /// `renew` and `renew_partitions` calls.
     pub renews: u64,
-    /// `release` calls.
+    /// `release` and `release_partitions` calls.
     pub releases: u64,
     /// `verify` calls.
     pub verifies: u64,
-    /// `get` calls.
+    /// `get` and `owners` calls.
     pub gets: u64,
 }
 
@@ -178,5 +179,78 @@ impl<S: LeaseStore> LeaseStore for FaultyStore<S> {
 
     async fn force_release(&self, name: &str) -> Result<bool> {
         self.around(self.inner.force_release(name)).await
+    }
+}
+
+#[async_trait]
+impl<S: PartitionStore> PartitionStore for FaultyStore<S> {
+    async fn acquire_partition(
+        &self,
+        group: &str,
+        partition: u32,
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<Option<PartitionLease>> {
+        self.counters.claims.fetch_add(1, Ordering::SeqCst);
+        let op = Self::apply(
+            &self.claim_mode,
+            self.inner.acquire_partition(group, partition, owner, ttl),
+        );
+        self.around(op).await
+    }
+
+    async fn renew_partitions(
+        &self,
+        group: &str,
+        partitions: &[u32],
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<Vec<PartitionLease>> {
+        self.counters.renews.fetch_add(1, Ordering::SeqCst);
+        self.around(self.inner.renew_partitions(group, partitions, owner, ttl))
+            .await
+    }
+
+    async fn release_partitions(
+        &self,
+        group: &str,
+        partitions: &[u32],
+        owner: &str,
+    ) -> Result<usize> {
+        self.counters.releases.fetch_add(1, Ordering::SeqCst);
+        self.around(self.inner.release_partitions(group, partitions, owner))
+            .await
+    }
+
+    async fn owners(&self, group: &str) -> Result<Vec<PartitionLease>> {
+        self.counters.gets.fetch_add(1, Ordering::SeqCst);
+        self.around(self.inner.owners(group)).await
+    }
+
+    fn batch_renew(&self) -> BatchRenew {
+        self.inner.batch_renew()
+    }
+}
+
+#[async_trait]
+impl<S: MembershipStore> MembershipStore for FaultyStore<S> {
+    async fn heartbeat(
+        &self,
+        service: &str,
+        node: &str,
+        address: &str,
+        ttl: Duration,
+        groups: &[String],
+    ) -> Result<Member> {
+        self.around(self.inner.heartbeat(service, node, address, ttl, groups))
+            .await
+    }
+
+    async fn members(&self, service: &str) -> Result<Vec<Member>> {
+        self.around(self.inner.members(service)).await
+    }
+
+    async fn leave(&self, service: &str, node: &str) -> Result<bool> {
+        self.around(self.inner.leave(service, node)).await
     }
 }

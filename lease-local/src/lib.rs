@@ -19,10 +19,12 @@
 //! # Ok(()) }
 //! ```
 
+mod audit;
 mod faults;
 mod groups;
 mod memory;
 
+pub use audit::AssignmentAudit;
 pub use faults::{FaultMode, FaultyStore, OpCounts};
 pub use memory::MemoryStore;
 

@@ -31,7 +31,7 @@ mod memory {
         Some(
             Harness::new(Arc::new(store.clone()))
                 .with_slots(Arc::new(store.clone()))
-                .with_groups(Arc::new(store), None)
+                .with_groups(Arc::new(store), Some(Arc::new(faulty.clone())))
                 .with_faults(Arc::new(faulty.clone()), Arc::new(Switch(faulty))),
         )
     }

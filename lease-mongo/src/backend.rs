@@ -14,10 +14,10 @@ use lease_core::{
 use mongodb::bson::{Document, doc};
 use mongodb::error::Error as MongoError;
 use mongodb::options::{
-    Acknowledgment, ClientOptions, CollectionOptions, ReadConcern, ReturnDocument,
+    Acknowledgment, ClientOptions, CollectionOptions, IndexOptions, ReadConcern, ReturnDocument,
     SelectionCriteria, WriteConcern,
 };
-use mongodb::{Client, Collection, Database};
+use mongodb::{Client, Collection, Database, IndexModel};
 
 use crate::commands;
 use crate::config::{DEFAULT_DATABASE, Ddl, MongoConfig};
@@ -29,6 +29,10 @@ pub const MAX_NAME_BYTES: usize = 1024;
 
 /// MongoDB's `NamespaceExists` error code, which `create` answers for an existing collection.
 const NAMESPACE_EXISTS: i32 = 48;
+
+/// MongoDB's `IndexOptionsConflict` error code, which `createIndexes` answers when an index on
+/// the same keys exists under another name.
+const INDEX_OPTIONS_CONFLICT: i32 = 85;
 
 /// Leases on MongoDB: one document per name, every operation one command on the primary, every
 /// "now" the server's `$$NOW`.
@@ -42,6 +46,11 @@ const NAMESPACE_EXISTS: i32 = 48;
 /// | verify | `aggregate` [`verify_pipeline`](crate::commands::verify_pipeline) |
 /// | get | `aggregate` [`get_pipeline`](crate::commands::get_pipeline) |
 ///
+/// Partition leases and membership records live in two more collections; their commands are
+/// listed on the store's [`PartitionStore`](lease_core::PartitionStore) and
+/// [`MembershipStore`](lease_core::MembershipStore) implementations (a batch renewal of
+/// partitions takes two round trips, every other operation one).
+///
 /// Writes use write concern `{w: "majority", j: true}`, so an acknowledged claim survives a
 /// failover and a crash; reads use read concern `majority` on the primary. Every call is
 /// bounded by the [operation timeout](MongoConfig::op_timeout): on the client, and on the
@@ -52,6 +61,10 @@ const NAMESPACE_EXISTS: i32 = 48;
 pub struct MongoStore {
     client: Client,
     leases: Collection<Document>,
+    /// Partition leases ([`PartitionStore`](lease_core::PartitionStore)).
+    pub(crate) partitions: Collection<Document>,
+    /// Membership records ([`MembershipStore`](lease_core::MembershipStore)).
+    pub(crate) members: Collection<Document>,
     config: Arc<MongoConfig>,
 }
 
@@ -61,6 +74,11 @@ impl fmt::Debug for MongoStore {
             .field("server", &self.config.server())
             .field("database", &self.config.database_name())
             .field("collection", &self.config.collection_name())
+            .field(
+                "partition_collection",
+                &self.config.partition_collection_name(),
+            )
+            .field("member_collection", &self.config.member_collection_name())
             .field("ddl", &self.config.ddl_mode())
             .field("op_timeout", &self.config.op_timeout_value())
             .finish()
@@ -140,12 +158,16 @@ impl MongoStore {
                 mongodb::options::ReadPreference::Primary,
             ))
             .build();
-        let leases = client
-            .database(config.database_name())
-            .collection_with_options(config.collection_name(), options);
+        let db = client.database(config.database_name());
+        let leases = db.collection_with_options(config.collection_name(), options.clone());
+        let partitions =
+            db.collection_with_options(&config.partition_collection_name(), options.clone());
+        let members = db.collection_with_options(&config.member_collection_name(), options);
         Ok(MongoStore {
             client,
             leases,
+            partitions,
+            members,
             config: Arc::new(config),
         })
     }
@@ -278,49 +300,91 @@ impl MongoStore {
         Coordinator::builder(self.clone())
     }
 
-    /// Creates what the store needs when it is missing: the lease collection (its `_id` index
-    /// is the only index leases need, and MongoDB makes it with the collection). Does nothing
-    /// under [`Ddl::None`]. [`available`](LeaseStore::available) calls it.
+    /// Creates what the store needs when it is missing: the three collections (lease,
+    /// partition, membership; the `_id` index, which MongoDB makes with each collection, is the
+    /// only index leases need), and the indexes
+    /// [`PARTITION_INDEX`](commands::PARTITION_INDEX) `{"_id.g": 1, "_id.p": 1}` on the
+    /// partition collection (for `owners`) and [`MEMBER_INDEX`](commands::MEMBER_INDEX)
+    /// `{"_id.s": 1, "_id.n": 1}` on the membership collection (for `members`). An index on the
+    /// same keys under another name counts as present. Does nothing under [`Ddl::None`].
+    /// [`available`](LeaseStore::available) calls it.
     ///
     /// # Errors
     ///
     /// As any call: `Unavailable`, `Timeout`, or `Backend` (e.g. the user may not run
-    /// `create`: choose [`Ddl::None`] and create the collection as an administrator).
+    /// `create` or `createIndexes`: choose [`Ddl::None`] and create the collections and indexes
+    /// as an administrator).
     pub async fn ensure_schema(&self) -> Result<()> {
         if self.config.ddl_mode() == Ddl::None {
             return Ok(());
         }
         let db = self.database();
-        let create = db
-            .create_collection(self.config.collection_name())
-            .write_concern(WriteConcern::majority())
-            .into_future();
-        match self.bounded("create collection", "", create).await? {
-            Ok(()) => Ok(()),
-            Err(e) if code_of(&e) == Some(NAMESPACE_EXISTS) => Ok(()),
-            Err(e) => Err(self.map("create collection", "", e)),
+        for name in [
+            self.config.collection_name().to_owned(),
+            self.config.partition_collection_name(),
+            self.config.member_collection_name(),
+        ] {
+            let create = db
+                .create_collection(&name)
+                .write_concern(WriteConcern::majority())
+                .into_future();
+            match self.bounded("create collection", &name, create).await? {
+                Ok(()) => {}
+                Err(e) if code_of(&e) == Some(NAMESPACE_EXISTS) => {}
+                Err(e) => return Err(self.map("create collection", &name, e)),
+            }
         }
+        let indexes = [
+            (
+                &self.partitions,
+                commands::PARTITION_INDEX,
+                commands::partition_index_keys(),
+            ),
+            (
+                &self.members,
+                commands::MEMBER_INDEX,
+                commands::member_index_keys(),
+            ),
+        ];
+        for (collection, index, keys) in indexes {
+            let model = IndexModel::builder()
+                .keys(keys)
+                .options(IndexOptions::builder().name(index.to_owned()).build())
+                .build();
+            let create = collection
+                .create_index(model)
+                .max_time(self.op_timeout())
+                .into_future();
+            let what = format!("{}.{index}", collection.name());
+            match self.bounded("create index", &what, create).await? {
+                Ok(_) => {}
+                // The same keys under another name (an administrator's index): present.
+                Err(e) if code_of(&e) == Some(INDEX_OPTIONS_CONFLICT) => {}
+                Err(e) => return Err(self.map("create index", &what, e)),
+            }
+        }
+        Ok(())
     }
 
     fn database(&self) -> Database {
         self.client.database(self.config.database_name())
     }
 
-    fn server(&self) -> &str {
+    pub(crate) fn server(&self) -> &str {
         self.config.server()
     }
 
-    fn op_timeout(&self) -> Duration {
+    pub(crate) fn op_timeout(&self) -> Duration {
         self.config.op_timeout_value()
     }
 
-    fn map(&self, op: &str, name: &str, err: MongoError) -> Error {
+    pub(crate) fn map(&self, op: &str, name: &str, err: MongoError) -> Error {
         map_error(err, op, name, self.server())
     }
 
     /// Runs `fut` within the operation timeout. The outer error is the timeout; the inner
     /// result is the driver's, for the caller to read (a claim looks for the duplicate key).
-    async fn bounded<T>(
+    pub(crate) async fn bounded<T>(
         &self,
         op: &str,
         name: &str,
@@ -389,7 +453,7 @@ fn code_of(err: &MongoError) -> Option<i32> {
     }
 }
 
-fn ttl_millis(ttl: Duration) -> i64 {
+pub(crate) fn ttl_millis(ttl: Duration) -> i64 {
     i64::try_from(ceil_millis(ttl)).unwrap_or(i64::MAX)
 }
 
@@ -403,15 +467,19 @@ impl LeaseStore for MongoStore {
         Capabilities {
             force_release: true,
             slots: true,
+            partitions: true,
+            membership: true,
             max_name_bytes: MAX_NAME_BYTES,
             ..Capabilities::default()
         }
     }
 
     /// Checks that the server answers and runs MongoDB 4.2 or newer; under [`Ddl::Auto`]
-    /// creates the lease collection when missing; checks that the collection is not a view and
-    /// compares names byte for byte (simple collation); and that majority reads are served.
-    /// Four commands, at start-up only.
+    /// creates the three collections and the two indexes when missing
+    /// ([`ensure_schema`](MongoStore::ensure_schema)); checks that none of the three
+    /// collections is a view and that each compares names byte for byte (simple collation);
+    /// and that majority reads are served. A few commands (eight under [`Ddl::Auto`], three
+    /// under [`Ddl::None`]), at start-up only.
     async fn available(&self) -> Result<()> {
         let op = "availability check";
         let db = self.database();
@@ -422,20 +490,25 @@ impl LeaseStore for MongoStore {
             .map_err(|e| self.map(op, "", e))?;
         commands::check_build_info(&reply, self.server())?;
         self.ensure_schema().await?;
+        let names = [
+            self.config.collection_name().to_owned(),
+            self.config.partition_collection_name(),
+            self.config.member_collection_name(),
+        ];
         let list = async {
-            let mut specs = db
+            let specs = db
                 .list_collections()
-                .filter(doc! { "name": self.config.collection_name() })
+                .filter(doc! { "name": { "$in": names.as_slice() } })
                 .await?;
-            specs.try_next().await
+            specs.try_collect::<Vec<_>>().await
         };
-        let spec = self
+        let specs = self
             .bounded(op, "", list)
             .await?
             .map_err(|e| self.map("collection check", "", e))?;
-        if let Some(spec) = spec {
+        for spec in specs {
             commands::check_collection(
-                self.config.collection_name(),
+                &spec.name,
                 matches!(spec.collection_type, mongodb::results::CollectionType::View),
                 spec.options.collation.as_ref().map(|c| c.locale.as_str()),
                 self.server(),

@@ -20,6 +20,26 @@
 //! [`rerun_filter`] / [`rerun_update`]; unfinished = `aggregate` [`unfinished_pipeline`];
 //! last slot = `find` [`name_filter`] / [`last_slot_projection`].
 //!
+//! Partition leases, one document per `(group, partition)` in the partition collection, and
+//! membership records, one per `(service, node)` in the membership collection:
+//!
+//! ```text
+//! { _id: { g: <group: string>, p: <partition: int64> }, owner: <owner id: string>,
+//!   epoch: <int64>, expires_at: <date, by $$NOW>,
+//!   renewal_id: <random id of the last batch renewal that extended it: 32 hex digits> }
+//! { _id: { s: <service: string>, n: <node id: string> }, address: <string>,
+//!   groups: [<group: string>, …], expires_at: <date, by $$NOW> }
+//! ```
+//!
+//! Partition operations: acquire = `findAndModify` upsert [`acquire_filter`] /
+//! [`acquire_update`] ([`partition_from_acquire`]); renew = `update` (multi) [`owned_filter`] /
+//! [`partition_renew_update`], then `aggregate` [`renewed_pipeline`] in the same causally
+//! consistent session ([`partitions_from_replies`]); release = `update` (multi)
+//! [`owned_filter`] / [`release_update`]; owners = `aggregate` [`owners_pipeline`].
+//! Membership: heartbeat = `findAndModify` upsert [`member_filter`] / [`heartbeat_update`]
+//! ([`member_from_heartbeat`]); members = `aggregate` [`members_pipeline`]
+//! ([`members_from_replies`]); leave = `update` [`leave_filter`] / [`release_update`].
+//!
 //! Every "now" is the server's `$$NOW`, which is one value for the whole command. In a filter
 //! it needs `$expr`; in an update it needs an aggregation pipeline (both MongoDB 4.2+).
 
@@ -529,6 +549,328 @@ fn opt_ms(reply: &Document, field: &str) -> Result<Option<i64>> {
     }
 }
 
+// ---- Partition leases and membership ---------------------------------------------------------
+
+/// The field of a partition lease holding its owner (one process incarnation, as given).
+pub const OWNER: &str = "owner";
+/// The field of a partition lease holding the random id of the last renewal that extended it:
+/// how a batch renewal reads back exactly the leases it extended.
+pub const RENEWAL_ID: &str = "renewal_id";
+/// The computed field partition reads return: the partition number (from `_id.p`).
+pub const PARTITION: &str = "partition";
+/// The field of a membership record holding the node's address.
+pub const ADDRESS: &str = "address";
+/// The field of a membership record holding the groups the node serves (an array of strings).
+pub const GROUPS: &str = "groups";
+/// The computed field membership reads return: the node id (from `_id.n`).
+pub const NODE: &str = "node";
+/// The index on the partition collection that [`owners_pipeline`] uses:
+/// `{"_id.g": 1, "_id.p": 1}`.
+pub const PARTITION_INDEX: &str = "group_partition";
+/// The index on the membership collection that [`members_pipeline`] uses:
+/// `{"_id.s": 1, "_id.n": 1}`.
+pub const MEMBER_INDEX: &str = "service_node";
+
+/// The keys of [`PARTITION_INDEX`].
+pub fn partition_index_keys() -> Document {
+    doc! { "_id.g": 1_i32, "_id.p": 1_i32 }
+}
+
+/// The keys of [`MEMBER_INDEX`].
+pub fn member_index_keys() -> Document {
+    doc! { "_id.s": 1_i32, "_id.n": 1_i32 }
+}
+
+/// A partition lease's `_id`: `{g: group, p: partition}`, the partition as an int64 (a `u32`
+/// does not fit an int32). The field order is fixed: `_id` equality compares whole documents.
+pub fn partition_id(group: &str, partition: u32) -> Document {
+    doc! { "g": group, "p": i64::from(partition) }
+}
+
+/// Acquire's filter: the partition's document, whatever its state. With `upsert`, a missing
+/// document is inserted with this `_id`.
+///
+/// As for the lease claim ([`claim_filter`]), the condition "expired or the acquirer's own" is
+/// not in the filter: MongoDB refuses `$expr` in the query of an upsert (error 224). It is in
+/// the update pipeline ([`acquire_update`]), which leaves a document it does not admit as it
+/// was.
+pub fn acquire_filter(group: &str, partition: u32) -> Document {
+    doc! { "_id": partition_id(group, partition) }
+}
+
+/// `{$eq: ["$owner", {$literal: owner}]}`: the stored owner is `owner`.
+fn owned_by(owner: &str) -> Bson {
+    Bson::Document(doc! { "$eq": ["$owner", { "$literal": owner }] })
+}
+
+/// Acquire's update pipeline, one `$set` stage, so every condition reads the document as it
+/// was:
+///
+/// - *admitted* = expired by `$$NOW` (or released, or just inserted: no expiry) **or** owned by
+///   `owner`;
+/// - when admitted: `owner` = `owner`, `expires_at` = `$$NOW` + `ttl_ms`, and `epoch` kept when
+///   `owner` holds the lease live by `$$NOW`, the stored epoch + 1 otherwise (1 for a new
+///   document);
+/// - when not admitted (another owner holds it live): every field keeps its value, so the
+///   document is left as it was.
+///
+/// The acquire took effect exactly when the document after the update names `owner`: an
+/// admitted update always writes it, and a document left alone names the live holder, who is
+/// someone else. The owner is wrapped in `$literal`, so an owner such as `"$epoch"` is text.
+pub fn acquire_update(owner: &str, ttl_ms: i64) -> Vec<Document> {
+    let admitted = || Bson::Document(doc! { "$or": [expired(), owned_by(owner)] });
+    let own_live = Bson::Document(doc! { "$and": [owned_by(owner), live()] });
+    vec![doc! {
+        "$set": {
+            OWNER: { "$cond": [admitted(), { "$literal": owner }, "$owner"] },
+            EPOCH: { "$cond": [
+                admitted(),
+                { "$cond": [
+                    own_live,
+                    "$epoch",
+                    { "$add": [{ "$ifNull": ["$epoch", 0_i64] }, 1_i64] },
+                ] },
+                "$epoch",
+            ] },
+            EXPIRES_AT: { "$cond": [
+                admitted(),
+                { "$add": ["$$NOW", ttl_ms] },
+                "$expires_at",
+            ] },
+        }
+    }]
+}
+
+/// What acquire returns of the document after its update: the owner and the epoch.
+pub fn acquire_projection() -> Document {
+    doc! { "_id": 0, OWNER: 1, EPOCH: 1 }
+}
+
+/// The lease an acquire reports from the document after its update: `Some` with the epoch and
+/// `ttl` left (the expiry was just set to `$$NOW` + `ttl`) when the document names `owner`,
+/// `None` when another owner holds the partition live.
+pub fn partition_from_acquire(
+    reply: &Document,
+    partition: u32,
+    owner: &str,
+    ttl: Duration,
+) -> Result<Option<lease_core::PartitionLease>> {
+    if reply.get_str(OWNER).ok() != Some(owner) {
+        return Ok(None);
+    }
+    Ok(Some(lease_core::PartitionLease {
+        partition,
+        owner: owner.to_owned(),
+        epoch: term_of(reply)?,
+        expires_in: ttl,
+    }))
+}
+
+/// The `_id`s of `partitions` of `group`, each once, in ascending order.
+fn partition_ids(group: &str, partitions: &[u32]) -> Vec<Document> {
+    partitions
+        .iter()
+        .copied()
+        .collect::<std::collections::BTreeSet<u32>>()
+        .into_iter()
+        .map(|p| partition_id(group, p))
+        .collect()
+}
+
+/// Renew's and release's filter (`update` with `multi`, no upsert, so `$expr` is allowed):
+/// the documents of `partitions` of `group` (each once, through the `_id` index) that `owner`
+/// holds live by `$$NOW`.
+pub fn owned_filter(group: &str, partitions: &[u32], owner: &str) -> Document {
+    doc! {
+        "_id": { "$in": partition_ids(group, partitions) },
+        OWNER: owner,
+        "$expr": live(),
+    }
+}
+
+/// Renew's update pipeline: the expiry `ttl_ms` after `$$NOW` (one value for the whole
+/// command, so one expiry for the batch) and this call's `renewal_id` (fresh and random per
+/// call). Owner and epoch stay.
+pub fn partition_renew_update(ttl_ms: i64, renewal_id: &str) -> Vec<Document> {
+    vec![doc! {
+        "$set": {
+            EXPIRES_AT: { "$add": ["$$NOW", ttl_ms] },
+            RENEWAL_ID: { "$literal": renewal_id },
+        }
+    }]
+}
+
+/// `$project` of a partition read: number, owner, epoch and the milliseconds left by `$$NOW`.
+fn partition_projection() -> Document {
+    doc! { "$project": {
+        "_id": 0,
+        PARTITION: "$_id.p",
+        OWNER: 1,
+        EPOCH: 1,
+        REMAINING_MS: { "$subtract": ["$expires_at", "$$NOW"] },
+    } }
+}
+
+/// Renew's read-back (`aggregate`, second round trip): the documents of `partitions` of
+/// `group` that carry this call's `renewal_id`, still under `owner` and live by `$$NOW`, with
+/// the time left computed by the server. The renewal id, not an expiry, tells which documents
+/// the update extended: the client cannot know the expiry the server set.
+pub fn renewed_pipeline(
+    group: &str,
+    partitions: &[u32],
+    owner: &str,
+    renewal_id: &str,
+) -> Vec<Document> {
+    vec![
+        doc! { "$match": {
+            "_id": { "$in": partition_ids(group, partitions) },
+            OWNER: owner,
+            RENEWAL_ID: renewal_id,
+            "$expr": live(),
+        } },
+        partition_projection(),
+    ]
+}
+
+/// Owners' aggregation: the live leases of `group` by `$$NOW` (through [`PARTITION_INDEX`]),
+/// with the time left computed by the server.
+pub fn owners_pipeline(group: &str) -> Vec<Document> {
+    vec![
+        doc! { "$match": { "_id.g": group, "$expr": live() } },
+        partition_projection(),
+    ]
+}
+
+/// The leases a partition read ([`renewed_pipeline`], [`owners_pipeline`]) reports, by
+/// partition number; a document whose time left is not positive is left out.
+pub fn partitions_from_replies(replies: &[Document]) -> Result<Vec<lease_core::PartitionLease>> {
+    let mut out = Vec::with_capacity(replies.len());
+    for r in replies {
+        let expires_in = remaining_of(r)?;
+        if expires_in.is_zero() {
+            continue;
+        }
+        let partition = r
+            .get(PARTITION)
+            .and_then(number)
+            .and_then(|p| u32::try_from(p).ok())
+            .ok_or_else(|| malformed(PARTITION, r))?;
+        let owner = r.get_str(OWNER).map_err(|_| malformed(OWNER, r))?;
+        out.push(lease_core::PartitionLease {
+            partition,
+            owner: owner.to_owned(),
+            epoch: term_of(r)?,
+            expires_in,
+        });
+    }
+    out.sort_by_key(|l| l.partition);
+    Ok(out)
+}
+
+/// A membership record's `_id`: `{s: service, n: node}` (field order fixed).
+pub fn member_id(service: &str, node: &str) -> Document {
+    doc! { "s": service, "n": node }
+}
+
+/// Heartbeat's filter: the node's record, whatever its state (an upsert, so no `$expr`).
+pub fn member_filter(service: &str, node: &str) -> Document {
+    doc! { "_id": member_id(service, node) }
+}
+
+/// Heartbeat's update pipeline: the address, the groups (an array of strings) and the expiry
+/// `ttl_ms` after `$$NOW`, replacing what the last heartbeat wrote. Address and groups are
+/// wrapped in `$literal`, so no text is read as a field path or operator.
+pub fn heartbeat_update(address: &str, groups: &[String], ttl_ms: i64) -> Vec<Document> {
+    vec![doc! {
+        "$set": {
+            ADDRESS: { "$literal": address },
+            GROUPS: { "$literal": groups },
+            EXPIRES_AT: { "$add": ["$$NOW", ttl_ms] },
+        }
+    }]
+}
+
+/// What heartbeat returns of the record after its update: address and groups.
+pub fn heartbeat_projection() -> Document {
+    doc! { "_id": 0, ADDRESS: 1, GROUPS: 1 }
+}
+
+fn groups_of(reply: &Document) -> Result<Vec<String>> {
+    match reply.get(GROUPS) {
+        None | Some(Bson::Null) => Ok(Vec::new()),
+        Some(Bson::Array(a)) => a
+            .iter()
+            .map(|g| g.as_str().map(str::to_owned))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| malformed(GROUPS, reply)),
+        Some(_) => Err(malformed(GROUPS, reply)),
+    }
+}
+
+/// The member a heartbeat reports from the record after its update: address and groups as
+/// stored, `ttl` left (the expiry was just set to `$$NOW` + `ttl`).
+pub fn member_from_heartbeat(
+    reply: &Document,
+    node: &str,
+    ttl: Duration,
+) -> Result<lease_core::Member> {
+    Ok(lease_core::Member {
+        node: node.to_owned(),
+        address: reply
+            .get_str(ADDRESS)
+            .map_err(|_| malformed(ADDRESS, reply))?
+            .to_owned(),
+        groups: groups_of(reply)?,
+        expires_in: ttl,
+    })
+}
+
+/// Members' aggregation: the live records of `service` by `$$NOW` (through
+/// [`MEMBER_INDEX`]), with the time left computed by the server.
+pub fn members_pipeline(service: &str) -> Vec<Document> {
+    vec![
+        doc! { "$match": { "_id.s": service, "$expr": live() } },
+        doc! { "$project": {
+            "_id": 0,
+            NODE: "$_id.n",
+            ADDRESS: 1,
+            GROUPS: 1,
+            REMAINING_MS: { "$subtract": ["$expires_at", "$$NOW"] },
+        } },
+    ]
+}
+
+/// The members [`members_pipeline`] reports, by node id in byte order (sorted here, so the
+/// order does not depend on a collation); a record whose time left is not positive is left
+/// out.
+pub fn members_from_replies(replies: &[Document]) -> Result<Vec<lease_core::Member>> {
+    let mut out = Vec::with_capacity(replies.len());
+    for r in replies {
+        let expires_in = remaining_of(r)?;
+        if expires_in.is_zero() {
+            continue;
+        }
+        out.push(lease_core::Member {
+            node: r.get_str(NODE).map_err(|_| malformed(NODE, r))?.to_owned(),
+            address: r
+                .get_str(ADDRESS)
+                .map_err(|_| malformed(ADDRESS, r))?
+                .to_owned(),
+            groups: groups_of(r)?,
+            expires_in,
+        });
+    }
+    out.sort_by(|a, b| a.node.as_bytes().cmp(b.node.as_bytes()));
+    Ok(out)
+}
+
+/// Leave's filter (`update`, no upsert): the node's record while live by `$$NOW`. Its update
+/// is [`release_update`] (expiry at 1970), so the record is gone from [`members_pipeline`] at
+/// once, and the update matches only when the record was live.
+pub fn leave_filter(service: &str, node: &str) -> Document {
+    doc! { "_id": member_id(service, node), "$expr": live() }
+}
+
 /// `buildInfo`, which tells the server's version.
 pub fn build_info_command() -> Document {
     doc! { "buildInfo": 1 }
@@ -558,9 +900,10 @@ pub fn check_build_info(reply: &Document, server: &str) -> Result<()> {
     Ok(())
 }
 
-/// Refuses a lease collection that is a view, or whose default collation is not the simple
-/// (binary) one: names must compare byte for byte (`"Job"` and `"job"` are two leases), and a
-/// query with another collation than the `_id` index's cannot use the index.
+/// Refuses a collection of the store (lease, partition or membership) that is a view, or
+/// whose default collation is not the simple (binary) one: names must compare byte for byte
+/// (`"Job"` and `"job"` are two leases, two groups, two nodes), and a query with another
+/// collation than the `_id` index's cannot use the index.
 pub fn check_collection(
     collection: &str,
     is_view: bool,
@@ -569,16 +912,16 @@ pub fn check_collection(
 ) -> Result<()> {
     if is_view {
         return Err(Error::unsupported(format!(
-            "the lease collection {collection:?} on {server} is a view; give a collection name \
-             that is free or holds a plain collection"
+            "the lease store's collection {collection:?} on {server} is a view; give a \
+             collection name that is free or holds a plain collection"
         )));
     }
     match collation_locale {
         None | Some("simple") => Ok(()),
         Some(locale) => Err(Error::unsupported(format!(
-            "the lease collection {collection:?} on {server} has the default collation \
-             {locale:?}; lease names must compare byte for byte: use a collection with the \
-             simple collation"
+            "the lease store's collection {collection:?} on {server} has the default collation \
+             {locale:?}; lease, group and node names must compare byte for byte: use a \
+             collection with the simple collation"
         ))),
     }
 }

@@ -21,6 +21,10 @@ pub mod env {
     pub const DATABASE: &str = "LEASE_MONGODB_DATABASE";
     /// The lease collection's name.
     pub const COLLECTION: &str = "LEASE_MONGODB_COLLECTION";
+    /// The partition lease collection's name.
+    pub const PARTITION_COLLECTION: &str = "LEASE_MONGODB_PARTITION_COLLECTION";
+    /// The membership collection's name.
+    pub const MEMBER_COLLECTION: &str = "LEASE_MONGODB_MEMBER_COLLECTION";
     /// The DDL switch: `auto` or `none`.
     pub const DDL: &str = "LEASE_MONGODB_DDL";
     /// The operation timeout in milliseconds.
@@ -30,12 +34,13 @@ pub mod env {
 /// Whether the store creates what it needs on the server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Ddl {
-    /// [`available`](lease_core::LeaseStore::available) creates the collection and any index
-    /// the store needs when they are missing. This is the default.
+    /// [`available`](lease_core::LeaseStore::available) creates the collections and the
+    /// indexes the store needs when they are missing. This is the default.
     #[default]
     Auto,
-    /// The store never issues DDL: an administrator creates the collection (MongoDB also creates
-    /// it on the first claim). Use it where the application's user may not run `create`.
+    /// The store never issues DDL: an administrator creates the collections and indexes
+    /// (MongoDB also creates a collection on its first write, without the secondary indexes).
+    /// Use it where the application's user may not run `create` or `createIndexes`.
     None,
 }
 
@@ -52,6 +57,10 @@ impl Ddl {
 
 /// Where leases live and how long a call may take.
 ///
+/// Three collections: the lease collection (default [`DEFAULT_COLLECTION`]), and, for
+/// partition leases and membership records, `<lease collection>_partitions` and
+/// `<lease collection>_members` unless named otherwise.
+///
 /// ```
 /// use std::time::Duration;
 /// use lease_mongo::{Ddl, MongoConfig};
@@ -61,12 +70,16 @@ impl Ddl {
 ///     .ddl(Ddl::None)
 ///     .op_timeout(Duration::from_secs(2));
 /// assert_eq!(config.collection_name(), "app_leases");
+/// assert_eq!(config.partition_collection_name(), "app_leases_partitions");
+/// assert_eq!(config.member_collection_name(), "app_leases_members");
 /// assert!(config.validate().is_ok());
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MongoConfig {
     database: String,
     collection: String,
+    partition_collection: Option<String>,
+    member_collection: Option<String>,
     ddl: Ddl,
     op_timeout: Duration,
     server_label: Option<String>,
@@ -79,6 +92,8 @@ impl MongoConfig {
         MongoConfig {
             database: database.into(),
             collection: DEFAULT_COLLECTION.to_owned(),
+            partition_collection: None,
+            member_collection: None,
             ddl: Ddl::Auto,
             op_timeout: DEFAULT_OP_TIMEOUT,
             server_label: None,
@@ -86,7 +101,8 @@ impl MongoConfig {
     }
 
     /// Reads `LEASE_MONGODB_DATABASE` (default [`DEFAULT_DATABASE`]),
-    /// `LEASE_MONGODB_COLLECTION`, `LEASE_MONGODB_DDL` (`auto` / `none`) and
+    /// `LEASE_MONGODB_COLLECTION`, `LEASE_MONGODB_PARTITION_COLLECTION`,
+    /// `LEASE_MONGODB_MEMBER_COLLECTION`, `LEASE_MONGODB_DDL` (`auto` / `none`) and
     /// `LEASE_MONGODB_OP_TIMEOUT_MS`; unset variables keep their defaults.
     ///
     /// # Errors
@@ -99,6 +115,12 @@ impl MongoConfig {
         let mut config = MongoConfig::new(var(env::DATABASE).unwrap_or(DEFAULT_DATABASE.into()));
         if let Some(c) = var(env::COLLECTION) {
             config = config.collection(c);
+        }
+        if let Some(c) = var(env::PARTITION_COLLECTION) {
+            config = config.partition_collection(c);
+        }
+        if let Some(c) = var(env::MEMBER_COLLECTION) {
+            config = config.member_collection(c);
         }
         if let Some(d) = var(env::DDL) {
             let ddl = Ddl::parse(&d).ok_or_else(|| {
@@ -122,6 +144,18 @@ impl MongoConfig {
     /// Sets the lease collection's name.
     pub fn collection(mut self, name: impl Into<String>) -> Self {
         self.collection = name.into();
+        self
+    }
+
+    /// Sets the partition lease collection's name (default `<lease collection>_partitions`).
+    pub fn partition_collection(mut self, name: impl Into<String>) -> Self {
+        self.partition_collection = Some(name.into());
+        self
+    }
+
+    /// Sets the membership collection's name (default `<lease collection>_members`).
+    pub fn member_collection(mut self, name: impl Into<String>) -> Self {
+        self.member_collection = Some(name.into());
         self
     }
 
@@ -158,6 +192,20 @@ impl MongoConfig {
         &self.collection
     }
 
+    /// The partition lease collection's name: as set, or `<lease collection>_partitions`.
+    pub fn partition_collection_name(&self) -> String {
+        self.partition_collection
+            .clone()
+            .unwrap_or_else(|| format!("{}_partitions", self.collection))
+    }
+
+    /// The membership collection's name: as set, or `<lease collection>_members`.
+    pub fn member_collection_name(&self) -> String {
+        self.member_collection
+            .clone()
+            .unwrap_or_else(|| format!("{}_members", self.collection))
+    }
+
     /// The DDL switch.
     pub fn ddl_mode(&self) -> Ddl {
         self.ddl
@@ -182,8 +230,9 @@ impl MongoConfig {
     /// # Errors
     ///
     /// `InvalidName` for a database name that is empty, longer than 63 bytes or holds one of
-    /// `/\. "$*<>:|?` or NUL; for a collection name that is empty, holds `$` or NUL, or starts
-    /// with `system.`. `InvalidTimings` for a zero timeout or one over an hour.
+    /// `/\. "$*<>:|?` or NUL; for a collection name (lease, partition or membership) that is
+    /// empty, holds `$` or NUL, or starts with `system.`, and for two of the three that are the
+    /// same. `InvalidTimings` for a zero timeout or one over an hour.
     pub fn validate(&self) -> Result<()> {
         let db = &self.database;
         if db.is_empty() || db.len() > 63 {
@@ -196,11 +245,24 @@ impl MongoConfig {
                 "MongoDB database name {db:?} holds {c:?}, which MongoDB refuses"
             )));
         }
-        let coll = &self.collection;
-        if coll.is_empty() || coll.contains(['$', '\0']) || coll.starts_with("system.") {
+        let names = [
+            self.collection.clone(),
+            self.partition_collection_name(),
+            self.member_collection_name(),
+        ];
+        for coll in &names {
+            if coll.is_empty() || coll.contains(['$', '\0']) || coll.starts_with("system.") {
+                return Err(Error::invalid_name(format!(
+                    "MongoDB collection name {coll:?} must be non-empty, hold no '$' or NUL and \
+                     not start with \"system.\""
+                )));
+            }
+        }
+        if names[0] == names[1] || names[0] == names[2] || names[1] == names[2] {
             return Err(Error::invalid_name(format!(
-                "MongoDB collection name {coll:?} must be non-empty, hold no '$' or NUL and not \
-                 start with \"system.\""
+                "the lease, partition and membership collections must be three different \
+                 collections; they are {:?}, {:?} and {:?}",
+                names[0], names[1], names[2]
             )));
         }
         if self.op_timeout.is_zero() || self.op_timeout > Duration::from_secs(3600) {
@@ -223,6 +285,16 @@ mod tests {
         let c = MongoConfig::new("app");
         assert_eq!(c.database_name(), "app");
         assert_eq!(c.collection_name(), DEFAULT_COLLECTION);
+        assert_eq!(c.partition_collection_name(), "leases_partitions");
+        assert_eq!(c.member_collection_name(), "leases_members");
+        let named = c.clone().partition_collection("p").member_collection("m");
+        assert_eq!(
+            (
+                named.partition_collection_name(),
+                named.member_collection_name()
+            ),
+            ("p".to_owned(), "m".to_owned())
+        );
         assert_eq!(c.ddl_mode(), Ddl::Auto);
         assert_eq!(c.op_timeout_value(), DEFAULT_OP_TIMEOUT);
         assert_eq!(c.server(), "the client's hosts");
@@ -247,6 +319,14 @@ mod tests {
             assert_eq!(e.kind(), ErrorKind::InvalidName, "{coll:?}");
         }
         assert!(MongoConfig::new("app").collection("x.y").validate().is_ok());
+        for (p, m) in [("a$b", "m"), ("p", ""), ("leases", "m"), ("same", "same")] {
+            let e = MongoConfig::new("app")
+                .partition_collection(p)
+                .member_collection(m)
+                .validate()
+                .unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::InvalidName, "{p:?} {m:?}");
+        }
         let e = MongoConfig::new("app")
             .op_timeout(Duration::ZERO)
             .validate()

@@ -41,6 +41,12 @@
 //! wherever `LEASE_TEST_MONGODB_URL` names a server, and prints a `SKIPPED mongodb` line
 //! otherwise.
 //!
+//! The partition leases and membership records ([`PartitionStore`](lease_core::PartitionStore),
+//! [`MembershipStore`](lease_core::MembershipStore)) in particular are **verified offline
+//! only**: their command documents and reply parsing are tested against expected BSON, their
+//! argument checks and error paths without a server; their round-trip test and the
+//! conformance cases for groups have not yet run against a MongoDB server.
+//!
 //! # Requirements
 //!
 //! **MongoDB 4.2 or newer**: updates with an aggregation pipeline and `$$NOW` came in 4.2.
@@ -101,9 +107,38 @@
 //!     `rerun_ms` ≠ instant, free by `$$NOW`); *unfinished* one `aggregate` over
 //!     `_id: {$in: names}`; *last slot* one `find`.
 //!
+//! - **Partition leases** ([`PartitionStore`](lease_core::PartitionStore)) are one document
+//!   per `(group, partition)` in their own collection (default `<lease collection>_partitions`):
+//!   `{_id: {g: group, p: partition}, owner, epoch, expires_at, renewal_id}`.
+//!   - *acquire* is one `findAndModify` upsert on `{_id: {g, p}}` (again no `$expr` in the
+//!     filter: error 224) whose pipeline admits the document only when it is expired by
+//!     `$$NOW` (or released, or new) or already the acquirer's: it then sets the owner, the
+//!     expiry `$$NOW` + TTL and the epoch, kept when the acquirer still held it live and + 1
+//!     otherwise (1 for a new document); any other document is left as it was. Acquired when
+//!     the document after the update names the acquirer; a duplicate `_id` (two inserts
+//!     racing) means held.
+//!   - *renew* is an `update` of many documents (filter: `_id` among the batch, the owner,
+//!     live by `$$NOW`; pipeline: expiry `$$NOW` + TTL and a fresh random `renewal_id`), then
+//!     an `aggregate` reading back the documents carrying that `renewal_id` with the time left
+//!     computed by the server, in one causally consistent session: **two round trips**
+//!     however many partitions (`batch_renew()` is `Fixed { round_trips: 2 }`), one when
+//!     nothing was renewed.
+//!   - *release* is one `update` of many documents setting `expires_at` to 1970 (document and
+//!     epoch kept); *owners* one `aggregate`.
+//! - **Membership records** ([`MembershipStore`](lease_core::MembershipStore)) are one document
+//!   per `(service, node)` (default collection `<lease collection>_members`):
+//!   `{_id: {s: service, n: node}, address, groups: [..], expires_at}`. *Heartbeat* is one
+//!   `findAndModify` upsert replacing address, groups and expiry (`$$NOW` + TTL); *members*
+//!   one `aggregate` of the live records by `$$NOW`, sorted by node id (byte order);
+//!   *leave* one `update` setting `expires_at` to 1970 where live.
+//! - Under [`Ddl::Auto`] the store creates the partition index `{"_id.g": 1, "_id.p": 1}`
+//!   and the membership index `{"_id.s": 1, "_id.n": 1}` (for `owners` and `members`);
+//!   renew and release go through the `_id` index.
+//!
 //! Each lease operation is one command, one round trip on a warm connection (the driver may
 //! retry a write once after a network error; retryable writes make that retry apply at most
-//! once).
+//! once). A batch renewal of partitions takes two; every other partition or membership
+//! operation one.
 //!
 //! # Guarantees and their limits
 //!
@@ -119,16 +154,22 @@
 //! - Terms are as durable as the collection: dropping it, or deleting a document, restarts
 //!   that name's epoch at 1. Documents of names no longer used stay (a few hundred bytes each);
 //!   delete them only when nothing fenced by their terms remains.
-//! - The collection must use the simple (binary) collation, so names compare byte for byte
+//! - The collections must use the simple (binary) collation, so names compare byte for byte
 //!   ([`available`](lease_core::LeaseStore::available) checks it), and have no unique index
 //!   other than `_id`: a duplicate key on another index is reported as an error, never as
 //!   held.
-//! - Names are up to [`MAX_NAME_BYTES`] bytes; names and TTLs are checked before any I/O.
+//! - Partition epochs, like terms, are as durable as their collection, and continue across
+//!   release and expiry (the document stays).
+//! - Names, groups and services are up to [`MAX_NAME_BYTES`] bytes; they, owners, nodes,
+//!   addresses, TTLs and batch sizes are checked before any I/O. Each command of a batch
+//!   renewal or release carries the batch once (an `$in` array of `_id`s): 10,000 partitions
+//!   of a 1 KiB group name (about 10.5 MB) stay under MongoDB's 16 MiB command limit.
 
 mod backend;
 pub mod commands;
 mod config;
 mod error;
+mod groups;
 
 pub use backend::{MAX_NAME_BYTES, MongoStore};
 pub use config::{DEFAULT_COLLECTION, DEFAULT_DATABASE, DEFAULT_OP_TIMEOUT, Ddl, MongoConfig, env};

@@ -14,8 +14,11 @@ async fn setup() -> Option<Harness> {
     let (direct, proxied, proxy) = common::stores(false).await?;
     Some(
         Harness::new(Arc::new(direct.clone()))
-            .with_faults(Arc::new(proxied), Arc::new(proxy))
-            .with_slots(Arc::new(direct)),
+            .with_faults(Arc::new(proxied.clone()), Arc::new(proxy))
+            .with_slots(Arc::new(direct.clone()))
+            // The proxied store goes through the fault path's TCP proxy, which counts the
+            // round trips of a batch renewal.
+            .with_groups(Arc::new(direct), Some(Arc::new(proxied))),
     )
 }
 

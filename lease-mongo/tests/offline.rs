@@ -1,11 +1,15 @@
 //! What can be tested with no MongoDB server: connection failures name the host and never the
-//! password, bad names and TTLs are refused before any I/O, and every call is bounded.
+//! password, bad names and TTLs (and groups, owners, nodes, addresses, batches) are refused
+//! before any I/O, and every call is bounded. The command documents themselves are checked in
+//! the crate's unit tests and, for partitions and membership, in `offline_groups.rs`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::{Duration, Instant};
 
-use lease_core::{ErrorKind, HolderToken, LeaseStore, SlotStore};
+use lease_core::{
+    BatchRenew, ErrorKind, HolderToken, LeaseStore, MembershipStore, PartitionStore, SlotStore,
+};
 use lease_mongo::{MAX_NAME_BYTES, MongoConfig, MongoStore};
 use mongodb::Client;
 
@@ -127,6 +131,37 @@ async fn every_operation_on_an_unreachable_server_is_unavailable_naming_it() {
                 .unwrap_err(),
         ),
         ("last slot", store.last_slot("n").await.unwrap_err()),
+        (
+            "partition acquire",
+            store
+                .acquire_partition("g", 0, "o@1", ttl)
+                .await
+                .unwrap_err(),
+        ),
+        (
+            "partition renewal",
+            store
+                .renew_partitions("g", &[0, 1], "o@1", ttl)
+                .await
+                .unwrap_err(),
+        ),
+        (
+            "partition release",
+            store
+                .release_partitions("g", &[0], "o@1")
+                .await
+                .unwrap_err(),
+        ),
+        ("partition owners", store.owners("g").await.unwrap_err()),
+        (
+            "heartbeat",
+            store
+                .heartbeat("s", "n1", "10.0.0.1:7000", ttl, &["g".to_owned()])
+                .await
+                .unwrap_err(),
+        ),
+        ("members", store.members("s").await.unwrap_err()),
+        ("leave", store.leave("s", "n1").await.unwrap_err()),
     ];
     for (op, e) in errors {
         assert_eq!(e.kind(), ErrorKind::Unavailable, "{op}: {e}");
@@ -176,6 +211,61 @@ async fn bad_names_instances_and_ttls_are_refused_before_any_io() {
     }
     // No names: nothing to ask.
     assert!(store.unfinished(&[]).await.unwrap().is_empty());
+    // Partitions and membership: groups, services, owners, nodes and groups served.
+    for bad in ["", too_long.as_str(), "a\0b", "a\nb"] {
+        let results = [
+            store.acquire_partition(bad, 0, "o", ttl).await.err(),
+            store.acquire_partition("g", 0, bad, ttl).await.err(),
+            store.renew_partitions(bad, &[0], "o", ttl).await.err(),
+            store.renew_partitions("g", &[0], bad, ttl).await.err(),
+            store.release_partitions(bad, &[0], "o").await.err(),
+            store.release_partitions("g", &[0], bad).await.err(),
+            store.owners(bad).await.err(),
+            store.heartbeat(bad, "n", "a", ttl, &[]).await.err(),
+            store.heartbeat("s", bad, "a", ttl, &[]).await.err(),
+            store
+                .heartbeat("s", "n", "a", ttl, &["ok".to_owned(), bad.to_owned()])
+                .await
+                .err(),
+            store.members(bad).await.err(),
+            store.leave(bad, "n").await.err(),
+            store.leave("s", bad).await.err(),
+        ];
+        for e in results {
+            let e = e.expect("a bad group, service, owner or node was accepted");
+            assert_eq!(e.kind(), ErrorKind::InvalidName, "{bad:?}: {e}");
+        }
+    }
+    let huge = vec![0_u32; lease_core::MAX_PARTITIONS_PER_CALL + 1];
+    let e = store
+        .renew_partitions("g", &huge, "o", ttl)
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
+    let e = store.release_partitions("g", &huge, "o").await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
+    for address in ["a\nb".to_owned(), "a".repeat(256)] {
+        let e = store
+            .heartbeat("s", "n", &address, ttl, &[])
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{address:?}: {e}");
+    }
+    let many: Vec<String> = (0..65).map(|i| format!("g{i}")).collect();
+    let e = store
+        .heartbeat("s", "n", "a", ttl, &many)
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
+    // Empty batches: nothing to ask.
+    assert!(
+        store
+            .renew_partitions("g", &[], "o", ttl)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(store.release_partitions("g", &[], "o").await.unwrap(), 0);
     for ttl in [
         Duration::ZERO,
         Duration::from_micros(500),
@@ -188,6 +278,15 @@ async fn bad_names_instances_and_ttls_are_refused_before_any_io() {
         let e = store.claim_slot("n", &a, "a", ttl, 1).await.unwrap_err();
         assert_eq!(e.kind(), ErrorKind::InvalidTimings, "{ttl:?}: {e}");
         let e = store.claim_rerun("n", &a, "a", ttl, 1).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidTimings, "{ttl:?}: {e}");
+        let e = store.acquire_partition("g", 0, "o", ttl).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidTimings, "{ttl:?}: {e}");
+        let e = store
+            .renew_partitions("g", &[0], "o", ttl)
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidTimings, "{ttl:?}: {e}");
+        let e = store.heartbeat("s", "n", "a", ttl, &[]).await.unwrap_err();
         assert_eq!(e.kind(), ErrorKind::InvalidTimings, "{ttl:?}: {e}");
     }
     assert!(
@@ -237,6 +336,30 @@ async fn a_server_that_never_answers_is_bounded_by_the_op_timeout() {
         took >= Duration::from_millis(300) && took < Duration::from_secs(2),
         "{took:?}"
     );
+    // A batch renewal's first command is bounded the same way; the second is never sent.
+    let started = Instant::now();
+    let e = store
+        .renew_partitions("g", &[0, 1, 2], "o@1", Duration::from_millis(600))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
+    assert!(e.message().contains("partition renewal"), "{e}");
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(300) && took < Duration::from_secs(2),
+        "{took:?}"
+    );
+    for e in [
+        store
+            .acquire_partition("g", 0, "o@1", Duration::from_millis(600))
+            .await
+            .unwrap_err(),
+        store.members("s").await.unwrap_err(),
+        store.leave("s", "n").await.unwrap_err(),
+    ] {
+        assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
+        assert!(e.message().contains(&addr.to_string()), "{e}");
+    }
     hold.abort();
 }
 
@@ -255,9 +378,19 @@ async fn configuration_is_checked_and_capabilities_are_declared() {
     assert_eq!(store.backend(), "mongodb");
     let caps = store.capabilities();
     assert!(caps.expiry && caps.fencing && caps.force_release && caps.slots);
-    assert!(!caps.partitions && !caps.membership && !caps.watch);
+    assert!(caps.partitions && caps.membership && !caps.watch);
+    assert_eq!(store.batch_renew(), BatchRenew::Fixed { round_trips: 2 });
     assert_eq!(caps.fixed_ttl, None);
     assert_eq!(store.config().collection_name(), "leases");
+    assert_eq!(
+        store.config().partition_collection_name(),
+        "leases_partitions"
+    );
+    assert_eq!(store.config().member_collection_name(), "leases_members");
     let shown = format!("{store:?}");
     assert!(shown.contains("leases") && shown.contains("app"), "{shown}");
+    assert!(
+        shown.contains("leases_partitions") && shown.contains("leases_members"),
+        "{shown}"
+    );
 }

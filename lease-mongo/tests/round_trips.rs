@@ -1,7 +1,8 @@
-//! Each operation is one command and one round trip on a warm connection, counted on the wire
-//! by the fault proxy and at the server by its own command counters (`serverStatus`
-//! `metrics.commands.<command>.total`). Runs where `LEASE_TEST_MONGODB_URL` names a server
-//! that nothing else uses meanwhile; prints the SKIPPED line otherwise.
+//! Each operation is one command and one round trip on a warm connection (a batch renewal of
+//! partitions two), counted on the wire by the fault proxy and at the server by its own command
+//! counters (`serverStatus` `metrics.commands.<command>.total`). Runs where
+//! `LEASE_TEST_MONGODB_URL` names a server that nothing else uses meanwhile; prints the SKIPPED
+//! line otherwise.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -11,7 +12,9 @@ use std::future::Future;
 use std::time::Duration;
 
 use lease_conformance::FaultProxy;
-use lease_core::{HolderToken, LeaseStore, SlotClaim, SlotStore};
+use lease_core::{
+    BatchRenew, HolderToken, LeaseStore, MembershipStore, PartitionStore, SlotClaim, SlotStore,
+};
 use lease_mongo::MongoStore;
 use lease_mongo::mongodb::bson::{Bson, doc};
 
@@ -232,6 +235,133 @@ async fn slot_operations_take_the_documented_commands() {
     assert_eq!((trips, took), (1, [0, 0, 1]), "last slot");
 }
 
+/// Runs `op` and returns its result with the proxy's round trips and the server's counts of
+/// `findAndModify`, `update` and `aggregate` it took.
+async fn count_group<T>(
+    direct: &MongoStore,
+    proxy: &FaultProxy,
+    op: impl Future<Output = T>,
+) -> (T, u64, [i64; 3]) {
+    const COMMANDS: [&str; 3] = ["findAndModify", "update", "aggregate"];
+    let mut before = [0; 3];
+    for (i, c) in COMMANDS.iter().enumerate() {
+        before[i] = command_total(direct, c).await;
+    }
+    proxy.reset_stats();
+    let out = op.await;
+    let trips = proxy.stats().round_trips;
+    let mut took = [0; 3];
+    for (i, c) in COMMANDS.iter().enumerate() {
+        took[i] = command_total(direct, c).await - before[i];
+    }
+    (out, trips, took)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partition_and_membership_operations_take_the_documented_commands() {
+    let Some((direct, store, proxy)) = common::stores(true).await else {
+        return;
+    };
+    let group = format!("grp-rt{:08x}", rand_suffix());
+    let (a, b) = ("node-a@0001", "node-b@0001");
+    let ttl = Duration::from_secs(5);
+    store.owners(&group).await.unwrap(); // warm the proxied connection
+    assert_eq!(store.batch_renew(), BatchRenew::Fixed { round_trips: 2 });
+
+    // [findAndModify, update, aggregate]
+    let (l, trips, took) =
+        count_group(&direct, &proxy, store.acquire_partition(&group, 0, a, ttl)).await;
+    assert_eq!(l.unwrap().unwrap().epoch, 1);
+    assert_eq!((trips, took), (1, [1, 0, 0]), "partition acquire");
+
+    let (l, trips, took) =
+        count_group(&direct, &proxy, store.acquire_partition(&group, 0, b, ttl)).await;
+    assert_eq!(l.unwrap(), None, "a live partition was taken");
+    assert_eq!((trips, took), (1, [1, 0, 0]), "acquire of a held partition");
+
+    for p in 1..200 {
+        direct
+            .acquire_partition(&group, p, a, ttl)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    let all: Vec<u32> = (0..200).collect();
+    let (r, trips, took) = count_group(
+        &direct,
+        &proxy,
+        store.renew_partitions(&group, &all, a, ttl),
+    )
+    .await;
+    assert_eq!(r.unwrap().len(), 200);
+    assert_eq!(
+        (trips, took),
+        (2, [0, 1, 1]),
+        "batch renewal of 200 partitions: update, then the read-back"
+    );
+
+    let (r, trips, took) = count_group(
+        &direct,
+        &proxy,
+        store.renew_partitions(&group, &all, b, ttl),
+    )
+    .await;
+    assert!(r.unwrap().is_empty());
+    assert_eq!(
+        (trips, took),
+        (1, [0, 1, 0]),
+        "a renewal that renews nothing"
+    );
+
+    let (o, trips, took) = count_group(&direct, &proxy, store.owners(&group)).await;
+    assert_eq!(o.unwrap().len(), 200);
+    assert_eq!((trips, took), (1, [0, 0, 1]), "owners of 200 partitions");
+
+    let (n, trips, took) =
+        count_group(&direct, &proxy, store.release_partitions(&group, &all, a)).await;
+    assert_eq!(n.unwrap(), 200);
+    assert_eq!((trips, took), (1, [0, 1, 0]), "release of 200 partitions");
+    assert_eq!(
+        direct
+            .acquire_partition(&group, 0, a, ttl)
+            .await
+            .unwrap()
+            .unwrap()
+            .epoch,
+        2,
+        "the epoch continues after release"
+    );
+    direct.release_partitions(&group, &[0], a).await.unwrap();
+
+    let service = format!("svc-rt{:08x}", rand_suffix());
+    let groups = vec![group.clone()];
+    let (m, trips, took) = count_group(
+        &direct,
+        &proxy,
+        store.heartbeat(&service, "n1", "10.0.0.1:7000", ttl, &groups),
+    )
+    .await;
+    assert_eq!(m.unwrap().groups, groups);
+    assert_eq!((trips, took), (1, [1, 0, 0]), "heartbeat (insert)");
+    let (m, trips, took) = count_group(
+        &direct,
+        &proxy,
+        store.heartbeat(&service, "n1", "10.0.0.2:7000", ttl, &[]),
+    )
+    .await;
+    assert_eq!(m.unwrap().address, "10.0.0.2:7000");
+    assert_eq!((trips, took), (1, [1, 0, 0]), "heartbeat (update)");
+
+    let (m, trips, took) = count_group(&direct, &proxy, store.members(&service)).await;
+    assert_eq!(m.unwrap().len(), 1);
+    assert_eq!((trips, took), (1, [0, 0, 1]), "members");
+
+    let (left, trips, took) = count_group(&direct, &proxy, store.leave(&service, "n1")).await;
+    assert!(left.unwrap());
+    assert_eq!((trips, took), (1, [0, 1, 0]), "leave");
+    assert!(store.members(&service).await.unwrap().is_empty());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn available_passes_and_odd_names_and_labels_are_stored_as_given() {
     let Some((direct, _, _)) = common::stores(false).await else {
@@ -250,6 +380,41 @@ async fn available_passes_and_odd_names_and_labels_are_stored_as_given() {
     assert_eq!(
         (info.name.as_str(), info.instance.as_str(), info.term),
         (name.as_str(), "$epoch", g.term)
+    );
+
+    // Groups, owners, services, nodes, addresses and groups served alike.
+    let group = format!("${:08x}.g", rand_suffix());
+    let ttl = Duration::from_millis(600);
+    let l = direct
+        .acquire_partition(&group, u32::MAX, "$owner", ttl)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (l.partition, l.owner.as_str(), l.epoch),
+        (u32::MAX, "$owner", 1)
+    );
+    let owners = direct.owners(&group).await.unwrap();
+    assert_eq!(owners.len(), 1);
+    assert_eq!(
+        (owners[0].partition, owners[0].owner.as_str()),
+        (u32::MAX, "$owner")
+    );
+    let groups = vec!["$epoch".to_owned(), group.clone()];
+    let m = direct
+        .heartbeat(&group, "$n", "$address", ttl, &groups)
+        .await
+        .unwrap();
+    assert_eq!((m.address.as_str(), &m.groups), ("$address", &groups));
+    let members = direct.members(&group).await.unwrap();
+    assert_eq!(members.len(), 1);
+    assert_eq!(
+        (
+            members[0].node.as_str(),
+            members[0].address.as_str(),
+            &members[0].groups
+        ),
+        ("$n", "$address", &groups)
     );
 }
 

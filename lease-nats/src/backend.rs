@@ -12,6 +12,7 @@ use async_nats::jetstream::context::{CreateStreamErrorKind, GetStreamErrorKind};
 use async_nats::jetstream::kv::{self, Operation, UpdateErrorKind};
 use async_nats::jetstream::stream::{self, DiscardPolicy, StorageType};
 use async_nats::jetstream::{self, Context};
+use bytes::Bytes;
 use lease_core::{
     Capabilities, Coordinator, CoordinatorBuilder, Error, ErrorKind, Grant, HolderToken, LeaseInfo,
     LeaseStore, Result, Timings, async_trait, validate_instance, validate_ttl,
@@ -24,7 +25,7 @@ use crate::error::Site;
 
 /// How often an operation looks again when the key changed under it before giving up with a
 /// temporary error. Only concurrent writes to one lease by its own holder make it look again.
-const MAX_TRIES: usize = 3;
+pub(crate) const MAX_TRIES: usize = 3;
 
 /// How many recent writes a store remembers (see "Round trips" in the crate docs).
 const MAX_KNOWN: usize = 4096;
@@ -39,20 +40,35 @@ const MAX_KNOWN: usize = 4096;
 /// Cloning is cheap and shares the connection and the memory of recent writes.
 #[derive(Clone)]
 pub struct NatsStore {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
 }
 
-struct Inner {
-    kv: kv::Store,
+pub(crate) struct Inner {
+    pub(crate) kv: kv::Store,
+    /// For the JetStream API requests the KV API has no call for (listing a group's keys).
+    pub(crate) js: Context,
     client: async_nats::Client,
-    bucket: String,
-    subject_prefix: String,
-    ttl: Duration,
+    pub(crate) bucket: String,
+    pub(crate) subject_prefix: String,
+    pub(crate) ttl: Duration,
     op_timeout: Duration,
     server: String,
     /// The last write this store made per name, so renew and release can compare-and-set
     /// without reading first.
     known: Mutex<HashMap<String, Known>>,
+    /// The last write this store made per (group, partition), so batch renewals and releases
+    /// can compare-and-set without reading first.
+    pub(crate) parts: Mutex<HashMap<(String, u32), KnownPartition>>,
+}
+
+/// A partition write this store made: the owner, the revision it got, the epoch it carries.
+#[derive(Debug, Clone)]
+pub(crate) struct KnownPartition {
+    pub(crate) owner: String,
+    pub(crate) revision: u64,
+    pub(crate) epoch: u64,
+    /// When the write was sent: the server stamped the message later than this.
+    pub(crate) sent_at: Instant,
 }
 
 /// A write this store made: the revision it got and what it wrote.
@@ -66,13 +82,13 @@ struct Known {
     sent_at: Instant,
 }
 
-/// What a read of a key found.
-enum Seen {
+/// What a read of a key found (a lease record by default; partition and member records too).
+pub(crate) enum Seen<R = Record> {
     /// No message: never claimed, released, or expired.
     Absent,
-    /// A lease record: a live lease.
+    /// A record this store wrote: live, since the server removes expired ones.
     Live {
-        record: Record,
+        record: R,
         revision: u64,
         created_ns: i128,
     },
@@ -168,12 +184,14 @@ impl NatsStore {
             inner: Arc::new(Inner {
                 kv,
                 client,
+                js,
                 subject_prefix: format!("$KV.{bucket}."),
                 bucket,
                 ttl,
                 op_timeout: bound,
                 server,
                 known: Mutex::new(HashMap::new()),
+                parts: Mutex::new(HashMap::new()),
             }),
         })
     }
@@ -244,7 +262,7 @@ impl NatsStore {
         Ok(Coordinator::builder(self.clone()).timings(self.timings()?))
     }
 
-    fn site<'a>(&'a self, op: &'a str, name: &'a str) -> Site<'a> {
+    pub(crate) fn site<'a>(&'a self, op: &'a str, name: &'a str) -> Site<'a> {
         Site {
             op,
             name,
@@ -255,7 +273,12 @@ impl NatsStore {
     }
 
     /// Runs `f` within the operation timeout.
-    async fn bounded<T>(&self, op: &str, name: &str, f: impl Future<Output = T>) -> Result<T> {
+    pub(crate) async fn bounded<T>(
+        &self,
+        op: &str,
+        name: &str,
+        f: impl Future<Output = T>,
+    ) -> Result<T> {
         let bound = self.inner.op_timeout;
         tokio::time::timeout(bound, f)
             .await
@@ -264,6 +287,17 @@ impl NatsStore {
 
     /// Reads the key of `name`: one direct get.
     async fn read(&self, op: &str, name: &str, key: &str) -> Result<Seen> {
+        self.read_as(op, name, key, Record::decode).await
+    }
+
+    /// Reads `key` (one direct get) and decodes a put's value with `decode`.
+    pub(crate) async fn read_as<R>(
+        &self,
+        op: &str,
+        name: &str,
+        key: &str,
+        decode: fn(&[u8]) -> Option<R>,
+    ) -> Result<Seen<R>> {
         let entry = self
             .bounded(op, name, self.inner.kv.entry(key))
             .await?
@@ -275,7 +309,7 @@ impl NatsStore {
         if entry.operation != Operation::Put {
             return Ok(Seen::Marker { revision });
         }
-        Ok(match Record::decode(&entry.value) {
+        Ok(match decode(&entry.value) {
             Some(record) => Seen::Live {
                 record,
                 revision,
@@ -303,22 +337,18 @@ impl NatsStore {
         })
     }
 
-    /// Publishes `record` to the key if its last revision is `expected` (0: no message).
+    /// Publishes `value` to the key if its last revision is `expected` (0: no message).
     /// `Ok(None)` when the revision differed.
-    async fn write(
+    pub(crate) async fn write(
         &self,
         op: &str,
         name: &str,
         key: &str,
-        record: &Record,
+        value: Bytes,
         expected: u64,
     ) -> Result<Option<u64>> {
         let written = self
-            .bounded(
-                op,
-                name,
-                self.inner.kv.update(key, record.encode(), expected),
-            )
+            .bounded(op, name, self.inner.kv.update(key, value, expected))
             .await?;
         match written {
             Ok(revision) => Ok(Some(revision)),
@@ -329,7 +359,13 @@ impl NatsStore {
 
     /// Removes the key's messages up to and including `revision`, so the key is gone if
     /// `revision` is still its last message. `true` when a message was removed.
-    async fn purge_through(&self, op: &str, name: &str, key: &str, revision: u64) -> Result<bool> {
+    pub(crate) async fn purge_through(
+        &self,
+        op: &str,
+        name: &str,
+        key: &str,
+        revision: u64,
+    ) -> Result<bool> {
         let subject = format!("{}{key}", self.inner.subject_prefix);
         let purge = self
             .inner
@@ -371,7 +407,7 @@ impl NatsStore {
 
     /// Time left on a message this store sent at `sent_at`: the server stamped it later, so
     /// this never overstates.
-    fn left_since(&self, sent_at: Instant) -> Duration {
+    pub(crate) fn left_since(&self, sent_at: Instant) -> Duration {
         self.inner.ttl.saturating_sub(sent_at.elapsed())
     }
 
@@ -381,6 +417,12 @@ impl NatsStore {
         if let Some(k) = self.known(name).filter(|k| k.revision == revision) {
             return self.left_since(k.sent_at);
         }
+        self.estimate_left(created_ns)
+    }
+
+    /// Time left on a message the server stamped at `created_ns` (ns since the Unix epoch), by
+    /// this host's wall clock: an estimate, clamped to the lease duration, for display only.
+    pub(crate) fn estimate_left(&self, created_ns: i128) -> Duration {
         let now_ns = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| i128::try_from(d.as_nanos()).unwrap_or(i128::MAX))
@@ -389,7 +431,7 @@ impl NatsStore {
         self.inner.ttl.saturating_sub(Duration::from_nanos(age))
     }
 
-    fn racing(&self, op: &str, name: &str) -> Error {
+    pub(crate) fn racing(&self, op: &str, name: &str) -> Error {
         Error::new(
             ErrorKind::Backend,
             format!(
@@ -418,8 +460,8 @@ impl LeaseStore for NatsStore {
             keeps_ended_records: false,
             verify_in_transaction: false,
             watch: false,
-            partitions: false,
-            membership: false,
+            partitions: true,
+            membership: true,
             slots: false,
             force_release: true,
             max_name_bytes: MAX_NAME_BYTES,
@@ -462,7 +504,7 @@ impl LeaseStore for NatsStore {
             instance: instance.to_owned(),
         };
         let sent_at = Instant::now();
-        let Some(revision) = self.write("claim", name, &key, &record, 0).await? else {
+        let Some(revision) = self.write("claim", name, &key, record.encode(), 0).await? else {
             return Ok(None);
         };
         self.remember(
@@ -512,7 +554,10 @@ impl LeaseStore for NatsStore {
                 instance,
             };
             let sent_at = Instant::now();
-            if let Some(new) = self.write("renew", name, &key, &record, revision).await? {
+            if let Some(new) = self
+                .write("renew", name, &key, record.encode(), revision)
+                .await?
+            {
                 self.remember(
                     name,
                     Known {

@@ -16,6 +16,20 @@
 //! any character. A term of `0` means "the stream sequence of this very message": a claim cannot
 //! know its own sequence before the server assigns it, so it writes `0`, and each renewal writes
 //! the claim's sequence explicitly.
+//!
+//! # Partition and member records
+//!
+//! A lease key is one subject token (it never holds a `.`); partition and member keys hold
+//! three, so they never collide with a lease:
+//!
+//! - `part.<group escaped>.<partition in decimal>`, value `part1;<epoch>;<owner>` — an epoch of
+//!   `0` means "the stream sequence of this very message", as for a lease's term;
+//! - `member.<service escaped>.<node escaped>`, value `member1`, a line feed, the address, a line
+//!   feed, and the groups one per line ([`lease_core::encode_groups`]). Addresses and groups hold
+//!   no control characters, so the line feeds are unambiguous.
+//!
+//! The escape is the lease names' one, so a group's or a service's keys are exactly those under
+//! `part.<group>.` or `member.<service>.`: a subject filter `….>` lists them and nothing else.
 
 use bytes::Bytes;
 use lease_core::HolderToken;
@@ -45,7 +59,6 @@ fn hex_digit(n: u8) -> char {
 }
 
 /// The name a key was made from, or `None` when `key` is not an escaped name.
-#[cfg(test)]
 pub(crate) fn decode_key(key: &str) -> Option<String> {
     let bytes = key.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
@@ -61,6 +74,104 @@ pub(crate) fn decode_key(key: &str) -> Option<String> {
         }
     }
     String::from_utf8(out).ok()
+}
+
+/// The first token of every partition key.
+const PARTITION_TOKEN: &str = "part";
+
+/// The first token of every member key.
+const MEMBER_TOKEN: &str = "member";
+
+/// The key of `partition` of `group`.
+pub(crate) fn partition_key(group: &str, partition: u32) -> String {
+    format!("{}{partition}", partition_prefix(group))
+}
+
+/// The start every key of `group`'s partitions has, ending with `.`.
+pub(crate) fn partition_prefix(group: &str) -> String {
+    format!("{PARTITION_TOKEN}.{}.", encode_key(group))
+}
+
+/// The partition number a key suffix (after [`partition_prefix`]) names, if it is one this
+/// store writes (decimal, no leading zero).
+pub(crate) fn decode_partition(suffix: &str) -> Option<u32> {
+    let n: u32 = suffix.parse().ok()?;
+    (n.to_string() == suffix).then_some(n)
+}
+
+/// The key of `node`'s membership of `service`.
+pub(crate) fn member_key(service: &str, node: &str) -> String {
+    format!("{}{}", member_prefix(service), encode_key(node))
+}
+
+/// The start every member key of `service` has, ending with `.`.
+pub(crate) fn member_prefix(service: &str) -> String {
+    format!("{MEMBER_TOKEN}.{}.", encode_key(service))
+}
+
+const PARTITION_TAG: &str = "part1";
+const MEMBER_TAG: &str = "member1";
+
+/// What one KV value says about a partition lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PartitionRecord {
+    /// The epoch, or 0 for "this message's own sequence".
+    pub(crate) epoch: u64,
+    pub(crate) owner: String,
+}
+
+impl PartitionRecord {
+    pub(crate) fn encode(&self) -> Bytes {
+        Bytes::from(format!("{PARTITION_TAG};{};{}", self.epoch, self.owner))
+    }
+
+    pub(crate) fn decode(value: &[u8]) -> Option<PartitionRecord> {
+        let text = std::str::from_utf8(value).ok()?;
+        let mut parts = text.splitn(3, ';');
+        if parts.next()? != PARTITION_TAG {
+            return None;
+        }
+        let epoch = parts.next()?.parse().ok()?;
+        let owner = parts.next()?.to_owned();
+        Some(PartitionRecord { epoch, owner })
+    }
+
+    /// The epoch, given the stream sequence of the message this record was read from.
+    pub(crate) fn epoch_at(&self, revision: u64) -> u64 {
+        if self.epoch == 0 {
+            revision
+        } else {
+            self.epoch
+        }
+    }
+}
+
+/// What one KV value says about a member.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct MemberRecord {
+    pub(crate) address: String,
+    pub(crate) groups: Vec<String>,
+}
+
+impl MemberRecord {
+    pub(crate) fn encode(&self) -> Bytes {
+        Bytes::from(format!(
+            "{MEMBER_TAG}\n{}\n{}",
+            self.address,
+            lease_core::encode_groups(&self.groups)
+        ))
+    }
+
+    pub(crate) fn decode(value: &[u8]) -> Option<MemberRecord> {
+        let text = std::str::from_utf8(value).ok()?;
+        let mut parts = text.splitn(3, '\n');
+        if parts.next()? != MEMBER_TAG {
+            return None;
+        }
+        let address = parts.next()?.to_owned();
+        let groups = lease_core::decode_groups(parts.next()?);
+        Some(MemberRecord { address, groups })
+    }
 }
 
 /// What one KV value says about a lease.
@@ -141,6 +252,55 @@ mod tests {
         }
         let longest = "ü".repeat(MAX_NAME_BYTES / 2);
         assert!(encode_key(&longest).len() <= 3 * MAX_NAME_BYTES);
+    }
+
+    #[test]
+    fn partition_and_member_keys_stay_apart() {
+        assert_eq!(partition_key("orders", 7), "part.orders.7");
+        assert_eq!(partition_key("a.b", 0), "part.a=2Eb.0");
+        assert_eq!(member_key("svc", "node 1"), "member.svc.node=201");
+        assert!(partition_key("a", 1).starts_with(&partition_prefix("a")));
+        assert!(!partition_key("ab", 1).starts_with(&partition_prefix("a")));
+        assert!(!member_key("a.b", "c").starts_with(&member_prefix("a")));
+        // A lease key never holds a '.', so it is never a partition or member key.
+        assert!(!encode_key("part.a.1").contains('.'));
+        assert_eq!(decode_partition("12"), Some(12));
+        assert_eq!(decode_partition("4294967295"), Some(u32::MAX));
+        for bad in ["", "012", "+1", "-1", "1.2", "x", "4294967296"] {
+            assert_eq!(decode_partition(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn partition_and_member_records_round_trip() {
+        let r = PartitionRecord {
+            epoch: 0,
+            owner: "node;a@1".into(),
+        };
+        let back = PartitionRecord::decode(&r.encode()).unwrap();
+        assert_eq!(back, r);
+        assert_eq!(back.epoch_at(9), 9);
+        let r = PartitionRecord { epoch: 5, ..r };
+        assert_eq!(PartitionRecord::decode(&r.encode()).unwrap().epoch_at(9), 5);
+        for bad in [&b"part1;x;o"[..], b"part1;1", b"lease1;1;o", b"\xff"] {
+            assert_eq!(PartitionRecord::decode(bad), None);
+        }
+        for (address, groups) in [
+            (
+                "10.0.0.1:7000",
+                vec!["orders".to_string(), "mail".to_string()],
+            ),
+            ("", vec![]),
+            ("a;b", vec!["g".to_string()]),
+        ] {
+            let m = MemberRecord {
+                address: address.into(),
+                groups,
+            };
+            assert_eq!(MemberRecord::decode(&m.encode()), Some(m));
+        }
+        assert_eq!(MemberRecord::decode(b"member1"), None);
+        assert_eq!(MemberRecord::decode(b"part1;1;o"), None);
     }
 
     #[test]

@@ -11,8 +11,12 @@
 use std::error::Error as StdError;
 use std::time::Duration;
 
-use async_nats::jetstream::context::{PublishError, PublishErrorKind};
-use async_nats::jetstream::kv::{EntryError, EntryErrorKind, UpdateError, UpdateErrorKind};
+use async_nats::jetstream::context::{
+    PublishError, PublishErrorKind, RequestError, RequestErrorKind,
+};
+use async_nats::jetstream::kv::{
+    EntryError, EntryErrorKind, PutError, PutErrorKind, UpdateError, UpdateErrorKind,
+};
 use async_nats::jetstream::stream::{
     DirectGetError, DirectGetErrorKind, PurgeError, PurgeErrorKind,
 };
@@ -116,6 +120,35 @@ impl Site<'_> {
                     _ => self.backend(e, true),
                 }
             }
+        }
+    }
+
+    /// An unconditional publish (a heartbeat) that failed.
+    pub(crate) fn put(&self, e: PutError) -> Error {
+        match e.kind() {
+            PutErrorKind::InvalidKey => self.backend(e, false),
+            PutErrorKind::Publish | PutErrorKind::Ack => {
+                let publish = e.source().and_then(|s| s.downcast_ref::<PublishError>());
+                match publish.map(PublishError::kind) {
+                    Some(PublishErrorKind::TimedOut | PublishErrorKind::BrokenPipe) => {
+                        self.unavailable(Some(Box::new(e)))
+                    }
+                    _ if !self.connected => self.unavailable(Some(Box::new(e))),
+                    Some(PublishErrorKind::MaxPayloadExceeded) => self.backend(e, false),
+                    _ => self.backend(e, true),
+                }
+            }
+        }
+    }
+
+    /// A JetStream API request (listing keys) that failed.
+    pub(crate) fn request(&self, e: RequestError) -> Error {
+        match e.kind() {
+            RequestErrorKind::TimedOut | RequestErrorKind::NoResponders => {
+                self.unavailable(Some(Box::new(e)))
+            }
+            _ if !self.connected => self.unavailable(Some(Box::new(e))),
+            _ => self.backend(e, true),
         }
     }
 

@@ -2,7 +2,8 @@
 //! through a fault-injecting proxy. Needs `LEASE_TEST_NATS_URL`; skips loudly without it.
 //!
 //! The harness takes the store's fixed TTL (the bucket's max age, 1.5 s here) for both the
-//! store-level cases and the coordinator timings.
+//! store-level cases and the coordinator timings. Partitions and membership run on the same
+//! store; the fault path's store counts the round trips of a batch renewal.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -31,7 +32,11 @@ async fn setup() -> Option<Harness> {
     let proxied = NatsStore::connect(&format!("nats://{}", proxy.local_addr()), config)
         .await
         .expect("a store connects through the fault proxy");
-    Some(Harness::new(Arc::new(store)).with_faults(Arc::new(proxied), Arc::new(proxy)))
+    Some(
+        Harness::new(Arc::new(store.clone()))
+            .with_faults(Arc::new(proxied.clone()), Arc::new(proxy))
+            .with_groups(Arc::new(store), Some(Arc::new(proxied))),
+    )
 }
 
 lease_conformance::conformance_suite!(setup);

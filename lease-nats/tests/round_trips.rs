@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use async_nats::jetstream;
 use lease_conformance::{FaultProxy, env};
-use lease_core::{HolderToken, LeaseStore};
+use lease_core::{HolderToken, LeaseStore, MembershipStore, PartitionStore};
 use lease_nats::{NatsConfig, NatsStore};
 
 const TTL: Duration = Duration::from_secs(5);
@@ -190,5 +190,207 @@ async fn each_operation_costs_what_the_docs_say() {
         "KV create over a delete marker: update, get, update"
     );
 
+    groups_cost_what_the_docs_say(&proxy, &server, &store, &other).await;
+
     let _ = server.js.delete_stream(&server.stream).await;
+}
+
+/// Partitions and membership. `store` and `other` are two store objects through the proxy.
+///
+/// Batch operations send one request per partition, pipelined: the server's counters say how
+/// many requests of each kind went out, and the proxy shows that they did not wait for each
+/// other (far fewer round trips than requests; how few depends on how the client's writes and
+/// the server's answers interleave, so only a bound is asserted).
+async fn groups_cost_what_the_docs_say(
+    proxy: &FaultProxy,
+    server: &Server,
+    store: &NatsStore,
+    other: &NatsStore,
+) {
+    let (a, b) = ("node-a@1", "node-b@1");
+
+    let (c, g) = cost(proxy, server, store.acquire_partition("g", 0, a, TTL)).await;
+    let first = g.unwrap().unwrap();
+    assert_eq!(c, (1, 1, 0), "acquire of a free partition: a create");
+    let (c, g) = cost(proxy, server, store.acquire_partition("g", 0, a, TTL)).await;
+    assert_eq!(g.unwrap().unwrap().epoch, first.epoch);
+    assert_eq!(
+        c,
+        (1, 1, 0),
+        "re-acquire of the owner's live lease: an update"
+    );
+    let (c, g) = cost(proxy, server, other.acquire_partition("g", 0, b, TTL)).await;
+    assert_eq!(g.unwrap(), None);
+    assert_eq!(c, (2, 0, 0), "acquire of a held partition: create, get");
+    let (c, g) = cost(proxy, server, other.acquire_partition("g", 0, a, TTL)).await;
+    assert_eq!(g.unwrap().unwrap().epoch, first.epoch);
+    assert_eq!(
+        c,
+        (3, 1, 0),
+        "re-acquire through another store object: create, get, update"
+    );
+
+    let (c, g) = cost(proxy, server, store.renew_partitions("g", &[], a, TTL)).await;
+    assert!(g.unwrap().is_empty());
+    assert_eq!(c, (0, 0, 0), "an empty renewal does no I/O");
+    let (c, g) = cost(proxy, server, other.renew_partitions("g", &[0, 0], a, TTL)).await;
+    assert_eq!(g.unwrap().len(), 1);
+    assert_eq!(c, (1, 1, 0), "renewal of one known partition: an update");
+    let (c, g) = cost(proxy, server, store.renew_partitions("g", &[0], a, TTL)).await;
+    assert_eq!(g.unwrap().len(), 1);
+    assert_eq!(
+        c,
+        (3, 1, 0),
+        "renewal after another store object renewed: update, get, update"
+    );
+
+    const N: u32 = 100;
+    let all: Vec<u32> = (0..N).collect();
+    let half = usize::try_from(N / 2).unwrap();
+    for &p in &all[1..] {
+        store
+            .acquire_partition("g", p, a, TTL)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    let pipelined = |what: &str, trips: u64, requests: u64| {
+        eprintln!("{what}: {requests} requests in {trips} round trips");
+        assert!(
+            trips > 0 && 2 * trips <= requests,
+            "{what}: {requests} requests took {trips} round trips: not pipelined"
+        );
+    };
+
+    // `other` knows none of these revisions: pipelined gets, then pipelined updates.
+    let (c, g) = cost(proxy, server, other.renew_partitions("g", &all, a, TTL)).await;
+    assert_eq!(g.unwrap().len(), all.len());
+    let (trips, stored, api) = c;
+    assert_eq!((stored, api), (u64::from(N), 0), "one update per partition");
+    pipelined("renewal, revisions unknown", trips, 2 * u64::from(N));
+    // Now it knows them: pipelined updates alone.
+    let (c, g) = cost(proxy, server, other.renew_partitions("g", &all, a, TTL)).await;
+    assert_eq!(g.unwrap().len(), all.len());
+    let (trips, stored, api) = c;
+    assert_eq!((stored, api), (u64::from(N), 0));
+    pipelined("renewal, revisions known", trips, u64::from(N));
+    let (c, g) = cost(proxy, server, store.renew_partitions("g", &all, b, TTL)).await;
+    assert!(g.unwrap().is_empty());
+    let (trips, stored, api) = c;
+    assert_eq!(
+        (stored, api),
+        (0, 0),
+        "a non-owner's renewal writes nothing"
+    );
+    pipelined("renewal by a non-owner", trips, u64::from(N));
+
+    let (c, g) = cost(proxy, server, store.owners("g")).await;
+    assert_eq!(g.unwrap().len(), all.len());
+    let (trips, stored, api) = c;
+    assert_eq!(
+        (stored, api),
+        (0, 1),
+        "owners: one STREAM.INFO, then direct gets"
+    );
+    pipelined("owners", trips, 1 + u64::from(N));
+    let (c, g) = cost(proxy, server, store.owners("nothing-here")).await;
+    assert!(g.unwrap().is_empty());
+    assert_eq!(c, (1, 0, 1), "owners of an empty group: the listing alone");
+
+    // `store`'s remembered revisions are stale (`other` renewed last): purges that miss, then
+    // gets, then purges.
+    let (c, g) = cost(
+        proxy,
+        server,
+        store.release_partitions("g", &all[..half], a),
+    )
+    .await;
+    assert_eq!(g.unwrap(), half);
+    let (trips, stored, api) = c;
+    assert_eq!(
+        (stored, api),
+        (0, u64::from(N)),
+        "purges that missed, purges that hit"
+    );
+    pipelined("release, revisions stale", trips, 3 * u64::from(N) / 2);
+    let (c, g) = cost(
+        proxy,
+        server,
+        other.release_partitions("g", &all[half..], a),
+    )
+    .await;
+    assert_eq!(g.unwrap(), half);
+    let (trips, stored, api) = c;
+    assert_eq!(
+        (stored, api),
+        (0, u64::from(N) / 2),
+        "one purge per partition"
+    );
+    pipelined("release, revisions known", trips, u64::from(N) / 2);
+    let (c, g) = cost(proxy, server, store.release_partitions("g", &all, a)).await;
+    assert_eq!(g.unwrap(), 0);
+    let (trips, stored, api) = c;
+    assert_eq!(
+        (stored, api),
+        (0, u64::from(N) / 2),
+        "nothing live: purges at the revisions `store` still remembers (which miss), then gets"
+    );
+    pipelined("release of nothing", trips, 3 * u64::from(N) / 2);
+    let (c, g) = cost(proxy, server, store.release_partitions("g", &all, a)).await;
+    assert_eq!(g.unwrap(), 0);
+    let (trips, stored, api) = c;
+    assert_eq!(
+        (stored, api),
+        (0, 0),
+        "nothing live, nothing remembered: gets only"
+    );
+    pipelined("release of nothing, again", trips, u64::from(N));
+    assert!(
+        store.owners("g").await.unwrap().is_empty(),
+        "released leases leave no record"
+    );
+
+    let (c, g) = cost(proxy, server, store.acquire_partition("g", 0, b, TTL)).await;
+    assert!(g.unwrap().unwrap().epoch > first.epoch);
+    assert_eq!(c, (1, 1, 0), "acquire of a released partition: a create");
+    let (c, g) = cost(proxy, server, store.release_partitions("g", &[0], b)).await;
+    assert_eq!(g.unwrap(), 1);
+    assert_eq!(c, (1, 0, 1), "release of one known partition: a purge");
+
+    let groups = vec!["g".to_string()];
+    let (c, g) = cost(
+        proxy,
+        server,
+        store.heartbeat("svc", "n1", "10.0.0.1:1", TTL, &groups),
+    )
+    .await;
+    g.unwrap();
+    assert_eq!(c, (1, 1, 0), "heartbeat: a put");
+    other.heartbeat("svc", "n2", "", TTL, &[]).await.unwrap();
+    let (c, g) = cost(proxy, server, other.members("svc")).await;
+    assert_eq!(g.unwrap().len(), 2);
+    let (trips, stored, api) = c;
+    assert_eq!(
+        (stored, api),
+        (0, 1),
+        "members: one STREAM.INFO, then direct gets"
+    );
+    assert!(
+        (2..=3).contains(&trips),
+        "members: the listing, then 2 pipelined gets; took {trips}"
+    );
+    let (c, g) = cost(proxy, server, store.members("nobody")).await;
+    assert!(g.unwrap().is_empty());
+    assert_eq!(
+        c,
+        (1, 0, 1),
+        "members of an empty service: the listing alone"
+    );
+    let (c, g) = cost(proxy, server, store.leave("svc", "n2")).await;
+    assert!(g.unwrap());
+    assert_eq!(c, (1, 0, 1), "leave: a purge");
+    let (c, g) = cost(proxy, server, store.leave("svc", "n2")).await;
+    assert!(!g.unwrap());
+    assert_eq!(c, (1, 0, 1), "a second leave: a purge that finds nothing");
+    store.leave("svc", "n1").await.unwrap();
 }

@@ -1,6 +1,6 @@
 //! NATS-specific behaviour of the store, against a real server (`LEASE_TEST_NATS_URL`): the
 //! bucket and its checks, name escaping, terms as stream sequences, bad input refused before
-//! any I/O, and errors that name the server.
+//! any I/O, and errors that name the server; partition and member keys beside the leases.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use async_nats::jetstream;
 use lease_conformance::{FaultProxy, env};
-use lease_core::{ErrorKind, HolderToken, LeaseStore};
+use lease_core::{ErrorKind, HolderToken, LeaseStore, MembershipStore, PartitionStore};
 use lease_nats::{NatsConfig, NatsStore, TtlMismatch};
 
 const TTL: Duration = Duration::from_millis(600);
@@ -394,5 +394,244 @@ async fn time_left_is_never_overstated() {
             "{left:?}"
         );
     }
+    drop_bucket(&js, &bucket).await;
+}
+
+#[tokio::test]
+async fn partition_and_member_inputs_are_refused_before_any_io() {
+    let Some((url, _js)) = server().await else {
+        return;
+    };
+    let direct = NatsStore::connect(&url, NatsConfig::new(TTL))
+        .await
+        .unwrap();
+    let proxy = FaultProxy::start(direct.server().to_owned()).await.unwrap();
+    let store = NatsStore::connect(
+        &format!("nats://{}", proxy.local_addr()),
+        NatsConfig::new(TTL),
+    )
+    .await
+    .unwrap();
+    proxy.reset_stats();
+    // The store keeps one duration: the bucket's max age, for partitions and members alike.
+    for ttl in [TTL / 2, TTL * 2] {
+        let e = store.acquire_partition("g", 0, "o", ttl).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidTimings, "{e}");
+        let e = store
+            .renew_partitions("g", &[0], "o", ttl)
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidTimings, "{e}");
+        let e = store.heartbeat("s", "n", "a", ttl, &[]).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidTimings, "{e}");
+    }
+    let e = store.owners("").await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidName, "{e}");
+    let e = store.members("a\nb").await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidName, "{e}");
+    let e = store.leave("s", "").await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidName, "{e}");
+    assert!(
+        store
+            .release_partitions("g", &[], "o")
+            .await
+            .unwrap()
+            .eq(&0)
+    );
+    let stats = proxy.stats();
+    assert_eq!(
+        (stats.bytes_client_to_server, stats.round_trips),
+        (0, 0),
+        "bad input reached the server"
+    );
+}
+
+#[tokio::test]
+async fn partitions_members_and_leases_share_a_bucket_without_colliding() {
+    let Some((url, js)) = server().await else {
+        return;
+    };
+    let bucket = private_bucket("groups");
+    let store = NatsStore::connect(&url, NatsConfig::new(TTL).bucket(&bucket))
+        .await
+        .unwrap();
+    let h = HolderToken::mint();
+    // A lease named like a partition key, and groups whose names hold dots and wildcards.
+    for name in ["part.g.0", "member.s.n"] {
+        assert!(store.claim(name, &h, "a", TTL).await.unwrap().is_some());
+    }
+    for group in ["g", "g.0", "g.>", "*"] {
+        let l = store.acquire_partition(group, 0, "o", TTL).await.unwrap();
+        assert!(l.is_some(), "{group}");
+    }
+    for group in ["g", "g.0", "g.>", "*"] {
+        let owners = store.owners(group).await.unwrap();
+        assert_eq!(owners.len(), 1, "{group}: {owners:?}");
+    }
+    assert!(store.owners("g.1").await.unwrap().is_empty());
+    // Nodes with any printable name, listed by node id in byte order.
+    let nodes = ["b", "a.b", "a b", "A", "\u{e9}", "a>"];
+    for node in nodes {
+        store.heartbeat("s", node, "x", TTL, &[]).await.unwrap();
+    }
+    store.heartbeat("s.x", "z", "", TTL, &[]).await.unwrap();
+    let listed: Vec<String> = store
+        .members("s")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| m.node)
+        .collect();
+    let mut sorted: Vec<String> = nodes.iter().map(|n| n.to_string()).collect();
+    sorted.sort();
+    assert_eq!(listed, sorted);
+    assert_eq!(store.members("s.x").await.unwrap().len(), 1);
+    for name in ["part.g.0", "member.s.n"] {
+        assert!(store.get(name).await.unwrap().is_some(), "{name}");
+    }
+    drop_bucket(&js, &bucket).await;
+}
+
+#[tokio::test]
+async fn one_winner_among_concurrent_partition_acquirers() {
+    let Some((url, js)) = server().await else {
+        return;
+    };
+    let bucket = private_bucket("race");
+    let config = NatsConfig::new(TTL).bucket(&bucket);
+    let mut stores = Vec::new();
+    for _ in 0..4 {
+        stores.push(NatsStore::connect(&url, config.clone()).await.unwrap());
+    }
+    for round in 0..10u32 {
+        let mut tasks = tokio::task::JoinSet::new();
+        for i in 0..16 {
+            let store = stores[i % stores.len()].clone();
+            tasks.spawn(async move {
+                store
+                    .acquire_partition("g", round, &format!("owner-{i}"), TTL)
+                    .await
+                    .unwrap()
+            });
+        }
+        let mut winners = Vec::new();
+        while let Some(got) = tasks.join_next().await {
+            if let Some(l) = got.unwrap() {
+                winners.push(l);
+            }
+        }
+        assert_eq!(winners.len(), 1, "round {round}: {winners:?}");
+        let owners = stores[0].owners("g").await.unwrap();
+        let this = owners.iter().find(|l| l.partition == round).unwrap();
+        assert_eq!(
+            (&this.owner, this.epoch),
+            (&winners[0].owner, winners[0].epoch)
+        );
+    }
+    drop_bucket(&js, &bucket).await;
+}
+
+#[tokio::test]
+async fn epochs_are_acquire_sequences_and_survive_expiry() {
+    let Some((url, js)) = server().await else {
+        return;
+    };
+    let bucket = private_bucket("epochs");
+    let config = NatsConfig::new(TTL).bucket(&bucket);
+    let one = NatsStore::connect(&url, config.clone()).await.unwrap();
+    let two = NatsStore::connect(&url, config).await.unwrap();
+    let first = one
+        .acquire_partition("g", 3, "a", TTL)
+        .await
+        .unwrap()
+        .unwrap();
+    // Renewals through either store object keep the epoch.
+    for store in [&two, &one, &two] {
+        let renewed = store.renew_partitions("g", &[3], "a", TTL).await.unwrap();
+        assert_eq!(renewed.len(), 1);
+        assert_eq!(renewed[0].epoch, first.epoch);
+    }
+    assert_eq!(
+        one.acquire_partition("g", 3, "a", TTL)
+            .await
+            .unwrap()
+            .unwrap()
+            .epoch,
+        first.epoch,
+        "re-acquire of the own live lease keeps the epoch"
+    );
+    // Expiry by max age deletes the key; the next epoch is still higher.
+    tokio::time::sleep(TTL + Duration::from_millis(150)).await;
+    assert!(one.owners("g").await.unwrap().is_empty());
+    assert!(
+        one.renew_partitions("g", &[3], "a", TTL)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(one.release_partitions("g", &[3], "a").await.unwrap(), 0);
+    let back = one
+        .acquire_partition("g", 3, "a", TTL)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(back.epoch > first.epoch);
+
+    // A delete marker another tool left is no lease: acquire writes over it, a new epoch.
+    let kv = js.get_key_value(&bucket).await.unwrap();
+    kv.delete("part.g.4").await.unwrap();
+    let over = two
+        .acquire_partition("g", 4, "b", TTL)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(over.epoch > back.epoch);
+    // A value this store did not write is reported, not taken over.
+    kv.put("part.g.5", "not a partition".into()).await.unwrap();
+    let e = two.acquire_partition("g", 5, "b", TTL).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Backend, "{e}");
+    assert!(e.to_string().contains("part.g.5"), "{e}");
+    assert_eq!(
+        two.owners("g").await.unwrap_err().kind(),
+        ErrorKind::Backend
+    );
+    drop_bucket(&js, &bucket).await;
+}
+
+#[tokio::test]
+async fn a_member_expires_by_max_age_and_a_heartbeat_keeps_it() {
+    let Some((url, js)) = server().await else {
+        return;
+    };
+    let bucket = private_bucket("members");
+    let config = NatsConfig::new(TTL).bucket(&bucket);
+    let one = NatsStore::connect(&url, config.clone()).await.unwrap();
+    let two = NatsStore::connect(&url, config).await.unwrap();
+    let groups = vec!["orders".to_string(), "mail".to_string()];
+    let m = one
+        .heartbeat("svc", "n1", "10.0.0.1:7000", TTL, &groups)
+        .await
+        .unwrap();
+    assert!(m.expires_in <= TTL);
+    one.heartbeat("svc", "n2", "", TTL, &[]).await.unwrap();
+    let seen = two.members("svc").await.unwrap();
+    assert_eq!(seen.len(), 2);
+    assert_eq!(seen[0].groups, groups);
+    assert!(seen[0].expires_in <= TTL);
+    for _ in 0..4 {
+        tokio::time::sleep(TTL / 3).await;
+        two.heartbeat("svc", "n2", "", TTL, &[]).await.unwrap();
+    }
+    let nodes: Vec<String> = one
+        .members("svc")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| m.node)
+        .collect();
+    assert_eq!(nodes, ["n2"]);
+    assert!(!one.leave("svc", "n1").await.unwrap(), "n1 had expired");
+    assert!(one.leave("svc", "n2").await.unwrap());
+    assert!(two.members("svc").await.unwrap().is_empty());
     drop_bucket(&js, &bucket).await;
 }

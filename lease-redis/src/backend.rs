@@ -31,8 +31,10 @@ pub const MAX_NAME_BYTES: usize = 1024;
 /// Each operation is one `EVALSHA` (one round trip); only the first use of a script on a server
 /// that has not cached it costs a second (`NOSCRIPT`, then `EVAL`). It also implements
 /// [`lease_core::SlotStore`]: `unfinished` pipelines one `EVALSHA` per name (one round trip on
-/// one server). See the crate documentation for the data layout, the scheduler slots, the
-/// durability of terms and the clean-up policy.
+/// one server); and [`lease_core::PartitionStore`] and [`lease_core::MembershipStore`] (so
+/// [`lease_core::GroupStore`]), one `EVALSHA` per operation however many partitions a renewal
+/// names. See the crate documentation for the data layout, the scheduler slots, partitions and
+/// membership, the durability of terms and epochs, and the clean-up policy.
 #[derive(Clone)]
 pub struct RedisStore<C = ConnectionManager> {
     conn: C,
@@ -173,15 +175,27 @@ where
         key: &[u8],
         args: &[&str],
     ) -> Result<T> {
+        self.eval_keys(what, script, &[key], args).await
+    }
+
+    /// Runs `script` on `keys` (all under one hash tag) with `args`: `EVALSHA`, then `EVAL`
+    /// after a `NOSCRIPT`, bounded by the operation timeout.
+    pub(crate) async fn eval_keys<T: FromRedisValue>(
+        &self,
+        what: impl Fn() -> String,
+        script: &LuaScript,
+        keys: &[&[u8]],
+        args: &[&str],
+    ) -> Result<T> {
         let call = async {
             let mut conn = self.conn.clone();
-            let first = script_cmd("EVALSHA", &script.sha, key, args)
+            let first = keyed_script_cmd("EVALSHA", &script.sha, keys, args)
                 .query_async(&mut conn)
                 .await;
             match first {
                 Err(e) if e.kind() == redis::ErrorKind::Server(ServerErrorKind::NoScript) => {
                     tracing::debug!(script = script.name, "script not cached; sending EVAL");
-                    script_cmd("EVAL", script.source, key, args)
+                    keyed_script_cmd("EVAL", script.source, keys, args)
                         .query_async(&mut conn)
                         .await
                 }
@@ -268,8 +282,16 @@ where
 
 /// `EVALSHA <sha> 1 <key> <args…>` or `EVAL <source> 1 <key> <args…>`.
 pub(crate) fn script_cmd(verb: &str, script: &str, key: &[u8], args: &[&str]) -> Cmd {
+    keyed_script_cmd(verb, script, &[key], args)
+}
+
+/// `EVALSHA <sha> <n> <keys…> <args…>` or `EVAL <source> <n> <keys…> <args…>`.
+pub(crate) fn keyed_script_cmd(verb: &str, script: &str, keys: &[&[u8]], args: &[&str]) -> Cmd {
     let mut cmd = redis::cmd(verb);
-    cmd.arg(script).arg(1).arg(key);
+    cmd.arg(script).arg(keys.len());
+    for key in keys {
+        cmd.arg(*key);
+    }
     for a in args {
         cmd.arg(*a);
     }
@@ -287,10 +309,13 @@ where
 
     fn capabilities(&self) -> Capabilities {
         Capabilities {
-            // ClockFloor takes terms from the server clock: increasing, with gaps.
+            // ClockFloor takes terms (and partition epochs) from the server clock: increasing,
+            // with gaps.
             consecutive_terms: self.config().get_term_scheme() == TermScheme::Counter,
             force_release: true,
             slots: true,
+            partitions: true,
+            membership: true,
             max_name_bytes: MAX_NAME_BYTES,
             ..Capabilities::default()
         }
@@ -304,8 +329,9 @@ where
     /// When a durability check fails or cannot be made (CONFIG disabled or renamed, as on many
     /// managed services), it fails with `Unsupported`, saying why, unless
     /// [`RedisConfig::allow_volatile`] is set (then it logs a warning) or the term scheme is
-    /// [`TermScheme::ClockFloor`] (then it logs at info level: terms still grow after a loss,
-    /// within the limits that scheme documents).
+    /// [`TermScheme::ClockFloor`] (then it logs at info level: terms and partition epochs still
+    /// grow after a loss, within the limits that scheme documents). The same checks cover the
+    /// partition and membership keys: they live on the same server under the same prefix.
     async fn available(&self) -> Result<()> {
         let (_secs, _micros): (u64, u64) = self.command("TIME", redis::cmd("TIME")).await?;
         for script in SCRIPTS.all() {
@@ -349,8 +375,8 @@ where
             tracing::warn!(
                 %server,
                 %why,
-                "lease records may be lost; terms (fencing tokens) could then repeat; accepted \
-                 by allow_volatile"
+                "lease records may be lost; terms and partition epochs (fencing tokens) could \
+                 then repeat; accepted by allow_volatile"
             );
             return Ok(());
         }
@@ -358,14 +384,14 @@ where
             tracing::info!(
                 %server,
                 %why,
-                "lease records may be lost; clock-floor terms still grow after a loss unless \
-                 the server clock goes back"
+                "lease records may be lost; clock-floor terms and epochs still grow after a \
+                 loss unless the server clock goes back"
             );
             return Ok(());
         }
         Err(Error::unsupported(format!(
-            "{server} may lose lease records, and a lost record restarts its terms at 1, so \
-             fencing tokens could repeat: {why}. Turn on AOF (appendonly yes) and a noeviction \
+            "{server} may lose lease records, and a lost record restarts its terms (or a lost \
+             partition group its epochs) at 1, so fencing tokens could repeat: {why}. Turn on AOF (appendonly yes) and a noeviction \
              or volatile-* maxmemory-policy; or choose TermScheme::ClockFloor; or accept the \
              risk with RedisConfig::allow_volatile(true)"
         )))

@@ -24,11 +24,14 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// `ConnectionManager` retries a reconnection before waiting for the next request.
 pub const CONNECT_RETRIES: usize = 2;
 
-/// How the term (fencing token) of a claim is made.
+/// How the term (fencing token) of a claim is made, and the epoch of a partition lease.
 ///
 /// Whatever the scheme, a name's term strictly increases for as long as its record exists in
-/// Redis; the schemes differ in what happens when the record is lost (see the crate
-/// documentation, *Durability*).
+/// Redis, and a partition's epoch for as long as its group's hash does; the schemes differ in
+/// what happens when the record (the hash) is lost (see the crate documentation,
+/// *Durability*). Epochs follow the same scheme as terms: with `Counter` the first epoch is 1
+/// and each change of hands adds one; with `ClockFloor` an epoch that goes up becomes the larger
+/// of the stored epoch plus one and the server's clock in microseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum TermScheme {
@@ -47,7 +50,7 @@ pub enum TermScheme {
 }
 
 impl TermScheme {
-    /// The flag the claim script receives.
+    /// The flag the claim and partition-acquire scripts receive.
     pub(crate) fn script_flag(self) -> &'static str {
         match self {
             TermScheme::Counter => "0",
@@ -176,7 +179,8 @@ impl RedisConfig {
     /// Accepts a server that may lose lease records (default `false`): see the crate
     /// documentation, *Durability*. With `true`,
     /// [`available`](lease_core::LeaseStore::available) logs the risk as a warning instead of
-    /// failing. Set it only when a repeated term cannot hurt (nothing is fenced), or when you
+    /// failing. Set it only when a repeated term or partition epoch cannot hurt (nothing is
+    /// fenced), or when you
     /// made the server durable in a way the store cannot see (for example CONFIG is disabled).
     pub fn allow_volatile(mut self, allow: bool) -> Self {
         self.allow_volatile = allow;

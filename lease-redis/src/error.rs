@@ -52,9 +52,13 @@ pub(crate) fn from_redis(e: RedisError, server: &str, what: &str) -> Error {
             let hint = match server_kind {
                 ServerErrorKind::NoPerm => {
                     "; the Redis user needs EVAL, EVALSHA and the commands the scripts call \
-                     (TIME, HMGET, HGET, HSET, HDEL, DEL) on the lease keys"
+                     (TIME, HMGET, HGET, HGETALL, HSET, HDEL, DEL, ZADD, ZRANGEBYSCORE, ZREM, \
+                     ZSCORE) on the lease keys"
                 }
-                ServerErrorKind::CrossSlot => "; every lease script touches one key only",
+                ServerErrorKind::CrossSlot => {
+                    "; every lease script touches one key, or (membership) two keys under one \
+                     hash tag"
+                }
                 _ => "",
             };
             Error::backend(

@@ -9,12 +9,44 @@
 //! - the name is escaped so that it holds no `}`: `%` becomes `%25`, `{` becomes `%7B` and `}`
 //!   becomes `%7D`; every other character is kept as it is. The escape is one-to-one, so two
 //!   names never share a key, and names stay readable in `redis-cli --scan`.
+//!
+//! Partition groups and membership services use the same tag with a fixed suffix after it:
+//!
+//! - `<prefix>{<escaped group>}:partitions`: a group's partition leases (one hash);
+//! - `<prefix>{<escaped service>}:members`: a service's member records (one hash), and
+//!   `<prefix>{<escaped service>}:members:expiry`: their expiries (one sorted set).
+//!
+//! A lease record key ends with the `}` the store adds and these never do (the escaped name
+//! holds no `}`), so no group or service key is ever a lease record key, whatever the names, and
+//! `SCAN … MATCH <prefix>{*}` (the pattern of [`scan_pattern`]) never lists them. All the keys of
+//! one group, or of one service, share the group's (service's) hash tag, so a script on them is
+//! one Redis Cluster slot.
 
 use std::fmt::Write as _;
 
 /// The record key of `name` under `prefix`.
 pub(crate) fn record_key(prefix: &str, name: &str) -> String {
-    let mut key = String::with_capacity(prefix.len() + name.len() + 2);
+    tagged(prefix, name, "")
+}
+
+/// The hash holding every partition lease of `group`.
+pub(crate) fn partitions_key(prefix: &str, group: &str) -> String {
+    tagged(prefix, group, ":partitions")
+}
+
+/// The hash holding `service`'s member records (node id → address and groups).
+pub(crate) fn members_key(prefix: &str, service: &str) -> String {
+    tagged(prefix, service, ":members")
+}
+
+/// The sorted set of `service`'s member expiries (node id, scored by expiry in ms).
+pub(crate) fn member_expiry_key(prefix: &str, service: &str) -> String {
+    tagged(prefix, service, ":members:expiry")
+}
+
+/// `<prefix>{<escaped name>}<suffix>`.
+fn tagged(prefix: &str, name: &str, suffix: &str) -> String {
+    let mut key = String::with_capacity(prefix.len() + name.len() + suffix.len() + 2);
     key.push_str(prefix);
     key.push('{');
     for c in name.chars() {
@@ -26,6 +58,7 @@ pub(crate) fn record_key(prefix: &str, name: &str) -> String {
         }
     }
     key.push('}');
+    key.push_str(suffix);
     key
 }
 
@@ -86,6 +119,49 @@ mod tests {
         assert_ne!(record_key("p:", "%7D"), record_key("p:", "}"));
         assert_eq!(name_of("lease:", "other:{a}"), None);
         assert_eq!(name_of("lease:", "lease:{a%zz}"), None);
+    }
+
+    /// The Redis Cluster hash tag of `key`: between the first `{` and the next `}`.
+    fn tag(key: &str) -> &str {
+        let open = key.find('{').unwrap();
+        let close = open + 1 + key[open + 1..].find('}').unwrap();
+        &key[open + 1..close]
+    }
+
+    #[test]
+    fn group_and_service_keys_share_their_tag_and_are_never_record_keys() {
+        for name in [
+            "a",
+            "orders/{x}",
+            "}{",
+            "%7D",
+            "{}",
+            "é{ü}%",
+            "a}:partitions",
+        ] {
+            let record = record_key("lease:", name);
+            let parts = partitions_key("lease:", name);
+            let members = members_key("lease:", name);
+            let expiry = member_expiry_key("lease:", name);
+            for key in [&parts, &members, &expiry] {
+                assert_eq!(tag(key), tag(&record), "{key}");
+                assert_eq!(name_of("lease:", key), None, "{key} parses as a record key");
+                assert!(!key.ends_with('}'), "{key} matches the SCAN pattern");
+            }
+            assert_eq!(parts, format!("{record}:partitions"));
+            assert_eq!(expiry, format!("{members}:expiry"));
+            for other in ["b", "a}", "a}:partitions", "a%7D:partitions"] {
+                if other != name {
+                    assert_ne!(partitions_key("lease:", other), parts, "{other} vs {name}");
+                    assert_ne!(record_key("lease:", other), parts, "{other} vs {name}");
+                    assert_ne!(members_key("lease:", other), members, "{other} vs {name}");
+                }
+            }
+        }
+        assert_eq!(
+            partitions_key("p:", "orders{eu}"),
+            "p:{orders%7Beu%7D}:partitions"
+        );
     }
 
     #[test]

@@ -40,7 +40,8 @@
 //! answers `NOSCRIPT`; [`available`](lease_core::LeaseStore::available) loads every script so
 //! even the first operations take one round trip. Every script that judges time reads "now"
 //! from `redis.call('TIME')`, the server's clock in milliseconds: no process clock ever decides
-//! whether a lease is live. The scheduler slot operations are in *Scheduler slots* below.
+//! whether a lease is live. The scheduler slot operations are in *Scheduler slots* below, the
+//! partition and membership operations in *Partitions* and *Membership*.
 //!
 //! | operation | script does, atomically | reply |
 //! |---|---|---|
@@ -95,6 +96,73 @@
 //! Deleting a record ([`RedisStore::forget`], [`RedisStore::purge_expired`]) forgets its
 //! instants too: the job then counts as never run.
 //!
+//! # Partitions
+//!
+//! [`RedisStore`] implements [`lease_core::PartitionStore`] (capability `partitions: true`) with
+//! the rules of the [`lease_core::partitions`] module. A group's partition leases are **one
+//! hash**, `<prefix>{<group>}:partitions`, with one field per partition: the field is the
+//! partition number in decimal, its value `<epoch> <expires_at_ms> <owner>` (server time, Unix
+//! milliseconds; the owner last, so it may hold spaces), e.g. `7 1732890000123 node-a@0f3c…`.
+//! One Lua script per operation, each reading "now" from `TIME`:
+//!
+//! | operation | script does, atomically | round trips |
+//! |---|---|---|
+//! | `acquire_partition` | live under another owner? nil. Live under this owner? epoch kept. Else (never seen, released, expired) epoch + 1 (first 1; see [`TermScheme`]). Expiry = now + ttl | 1 |
+//! | `renew_partitions` | for each partition named (once each): live under this owner? expiry = now + ttl, one expiry for all; epoch kept | 1, however many (up to 10,000) |
+//! | `release_partitions` | for each partition named: live under this owner? expiry = now, record and epoch kept | 1, however many |
+//! | `owners` | `HGETALL`, keep the live ones (sorted by partition in the store) | 1 |
+//!
+//! A renewal or release sends every partition number as an argument of one `EVALSHA` on the
+//! group's one key ([`BatchRenew::Fixed`](lease_core::BatchRenew::Fixed) with one round trip; two
+//! only when the server had not cached the script). The script reads and checks every record
+//! first (`HMGET` in chunks of 1,000, Lua's `unpack` limit being about 8,000 values) and only
+//! then writes (`HSET` in chunks), so a malformed record fails the whole call and changes
+//! nothing. An empty slice does no I/O. Redis runs nothing else while a script runs: a renewal
+//! of 1,000 partitions holds the server for about 2.5 ms, and `owners` of a 1,000-partition
+//! group about 3 ms (server time from `INFO commandstats` on a loaded 2-vCPU test machine;
+//! about 30 ms each for 10,000 partitions, the most one call takes), so keep groups to
+//! thousands of partitions, not millions.
+//!
+//! Epochs are fencing tokens and are made exactly as lease terms are: [`TermScheme`] applies to
+//! them too (with [`TermScheme::ClockFloor`] an epoch that goes up becomes at least the server's
+//! clock in microseconds, so a lost group hash does not bring epochs back to 1), and they are
+//! exactly as durable as the group's hash (see *Durability*). Released and expired partitions
+//! keep their record and epoch for as long as the hash exists: **no key TTL is ever set on it**.
+//! A `PEXPIRE` "far beyond the lease" would drop the epochs of a group left idle that long, and
+//! under [`TermScheme::Counter`] the next owner would get epoch 1 again, below the epoch a
+//! process that stalled for that long may still present to a fenced resource; on a server with
+//! a `volatile-*` eviction policy it would also make the group evictable. Delete a retired
+//! group on purpose with [`RedisStore::forget_group`] instead.
+//!
+//! **Redis Cluster:** a group's partitions share one key, so every operation, 1,000 partitions
+//! or one, is one slot.
+//!
+//! # Membership
+//!
+//! [`RedisStore`] implements [`lease_core::MembershipStore`] (capability `membership: true`).
+//! A service's members are **two keys under the service's hash tag**:
+//!
+//! - `<prefix>{<service>}:members`, a hash: node id → `<address>\n<groups>` (the groups one per
+//!   line, as [`lease_core::encode_groups`] writes them; addresses and names hold no control
+//!   characters);
+//! - `<prefix>{<service>}:members:expiry`, a sorted set: node id scored by its expiry (server
+//!   time, Unix milliseconds).
+//!
+//! | operation | script does, atomically | round trips |
+//! |---|---|---|
+//! | `heartbeat` | drop up to 100 records of the service that expired by the server's clock; replace the node's record; expiry = now + ttl | 1 |
+//! | `members` | node ids scored later than now (`ZRANGEBYSCORE`), their records (`HMGET`); writes nothing; sorted by node id (bytes) in the store | 1 |
+//! | `leave` | delete the node's record (both keys); reply whether it was live | 1 |
+//!
+//! `members` never scans the keyspace, and reads only the live nodes of one service. Expired
+//! records stay until a heartbeat of the same service drops them (at most 100 per heartbeat,
+//! which bounds the script), so a service's keys hold its live nodes plus at most the nodes that
+//! stopped since; a service whose every node stopped keeps its last records (a few dozen bytes
+//! each) until one heartbeats again or someone deletes the two keys. Member records carry no
+//! epoch, so losing them is harmless: nodes reappear at their next heartbeat.
+//!
+//! **Redis Cluster:** the two keys share the service's hash tag, so each script is one slot.
+//!
 //! # Keys and data layout
 //!
 //! One hash per name, at `<prefix>{<name>}` (prefix `lease:` unless
@@ -102,21 +170,37 @@
 //! hex digits), `instance`, `term` and `expires_at_ms` (server time, Unix milliseconds), and,
 //! for scheduler jobs, `slot_ms`, `unfinished_ms` and `rerun_ms` (see *Scheduler slots*).
 //!
+//! | key | type | holds |
+//! |---|---|---|
+//! | `<prefix>{<name>}` | hash | one lease (and its scheduler slot instants) |
+//! | `<prefix>{<group>}:partitions` | hash | every partition lease of a group (see *Partitions*) |
+//! | `<prefix>{<service>}:members` | hash | a service's member records (see *Membership*) |
+//! | `<prefix>{<service>}:members:expiry` | sorted set | their expiries |
+//!
+//! Lease names, groups and services are escaped the same way (below). A lease key ends with the
+//! `}` the store adds and the others never do, so no group or service key is ever taken for a
+//! lease record, whatever the names (a lease, a group and a service may even share a name).
+//!
 //! **Redis Cluster:** the braces make the whole name the key's hash tag, so each operation
 //! touches one key in one slot. Names may hold `{` and `}`: the name is escaped inside the tag
 //! (`%` → `%25`, `{` → `%7B`, `}` → `%7D`, nothing else changes), so the tag always ends at the
 //! closing brace the store adds, and the prefix may not hold braces
-//! ([`RedisConfig::validate`]). For example `orders{eu}` is stored at `lease:{orders%7Beu%7D}`.
+//! ([`RedisConfig::validate`]). For example `orders{eu}` is stored at `lease:{orders%7Beu%7D}`,
+//! and a group of that name at `lease:{orders%7Beu%7D}:partitions`. All the keys of a group, or
+//! of a service, share its tag, so every partition and membership script is one slot.
 //! The one operation on many names, [`SlotStore::unfinished`](lease_core::SlotStore::unfinished),
 //! sends one single-key script per name (see *Scheduler slots*).
 //!
-//! Names are at most [`MAX_NAME_BYTES`] (1024) bytes, checked with the other name rules before
-//! any I/O.
+//! Names, groups and services are at most [`MAX_NAME_BYTES`] (1024) bytes, checked with the
+//! other name rules before any I/O (owners and node ids as instance labels, at most 128 bytes).
 //!
 //! # Durability: when terms could repeat
 //!
 //! The term lives in the record, which never carries a key TTL (no `EXPIRE`/`PEXPIRE`): release
-//! and expiry keep it, so terms keep growing. **Terms are exactly as durable as the records.**
+//! and expiry keep it, so terms keep growing. **Terms are exactly as durable as the records**,
+//! and partition epochs exactly as durable as their group's hash, which never carries a key TTL
+//! either: everything below about terms holds for epochs, with "the group's hash" for "the
+//! record".
 //! With the default [`TermScheme::Counter`], a name's term repeats — a fenced resource could
 //! accept a stale holder — when its record is lost, that is when:
 //!
@@ -136,8 +220,8 @@
 //! you opt in with [`RedisConfig::allow_volatile`] (it then logs a warning) or choose
 //! [`TermScheme::ClockFloor`]. It cannot see replication lag.
 //!
-//! [`TermScheme::ClockFloor`] makes a claim's term the larger of the stored term + 1 and the
-//! server's clock in microseconds, so a lost record does not restart terms at 1: the next term
+//! [`TermScheme::ClockFloor`] makes a claim's term (and an acquire's new epoch) the larger of the
+//! stored value + 1 and the server's clock in microseconds, so a lost record does not restart terms at 1: the next term
 //! is still higher than every earlier term of the name **unless the clock of the Redis serving
 //! the next claim reads no later than the clock of the Redis that issued the last lost term did**
 //! (a clock stepped back, or a failover to a host whose clock is behind by more than the time
@@ -151,8 +235,13 @@
 //!
 //! # Clean-up of names no longer used
 //!
-//! Records are never removed by the store itself: a record is about 150 bytes plus the name
-//! (about 60 more with slot instants), so a million retired names cost about 200 MB. Remove retired names on purpose with
+//! Lease records and partition records are never removed by the store itself (member records
+//! are: see *Membership*): a record is about 150 bytes plus the name (about 60 more with slot
+//! instants), so a million retired names cost about 200 MB; a partition costs about 30 bytes
+//! plus its owner id. Delete a retired group with [`RedisStore::forget_group`] (all its leases
+//! ended long enough ago, re-checked atomically; one round trip); it then counts as never
+//! seen, and under [`TermScheme::Counter`] its epochs start again at 1, with the same warning as
+//! for names below. [`RedisStore::purge_expired`] never touches group or service keys. Remove retired names on purpose with
 //! [`RedisStore::forget`] (one name) or [`RedisStore::purge_expired`] (every record under the
 //! prefix whose lease ended long enough ago; `SCAN`, one node), or by hand with
 //! `redis-cli --scan --pattern 'lease:{*'` and `DEL`. Both helpers re-check the expiry
@@ -171,7 +260,8 @@
 //! `Unavailable` (temporary), naming the server by host and port, never by credentials; errors
 //! the server answers are `Backend` with the Redis error as source (see the mapping in the source
 //! of `error.rs`). Names and durations are refused (`InvalidName`, `InvalidTimings`) before any
-//! I/O.
+//! I/O; so are groups, owners, node ids, addresses, group lists and partition batches (at most
+//! 10,000 per call).
 //!
 //! Requires Redis 5.0 or later (scripts replicated by effect, so `TIME` may precede writes);
 //! tested on Redis 7.0.
@@ -180,6 +270,8 @@ mod backend;
 mod config;
 mod error;
 mod keys;
+mod membership;
+mod partitions;
 mod scripts;
 mod slots;
 

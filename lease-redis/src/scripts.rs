@@ -3,7 +3,9 @@
 //!
 //! Every script that judges time reads "now" from `redis.call('TIME')`, the server's clock, in
 //! milliseconds (only `last_slot`, a plain read, needs no clock). Each touches exactly one key,
-//! `KEYS[1]`, so Redis Cluster routes it by that key's hash tag.
+//! `KEYS[1]`, so Redis Cluster routes it by that key's hash tag — except the membership scripts
+//! (`heartbeat`, `members`, `leave`), which touch a service's two keys, `KEYS[1]` and `KEYS[2]`,
+//! both under the service's hash tag, so one slot too.
 
 use std::sync::LazyLock;
 
@@ -40,11 +42,19 @@ pub(crate) struct Scripts {
     pub(crate) unfinished: LuaScript,
     pub(crate) claim_rerun: LuaScript,
     pub(crate) last_slot: LuaScript,
+    pub(crate) acquire_partition: LuaScript,
+    pub(crate) renew_partitions: LuaScript,
+    pub(crate) release_partitions: LuaScript,
+    pub(crate) owners: LuaScript,
+    pub(crate) forget_group: LuaScript,
+    pub(crate) heartbeat: LuaScript,
+    pub(crate) members: LuaScript,
+    pub(crate) leave: LuaScript,
 }
 
 impl Scripts {
     /// All of them, for loading at start-up.
-    pub(crate) fn all(&self) -> [&LuaScript; 12] {
+    pub(crate) fn all(&self) -> [&LuaScript; 20] {
         [
             &self.claim,
             &self.renew,
@@ -58,6 +68,14 @@ impl Scripts {
             &self.unfinished,
             &self.claim_rerun,
             &self.last_slot,
+            &self.acquire_partition,
+            &self.renew_partitions,
+            &self.release_partitions,
+            &self.owners,
+            &self.forget_group,
+            &self.heartbeat,
+            &self.members,
+            &self.leave,
         ]
     }
 }
@@ -76,7 +94,28 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     unfinished: LuaScript::new("unfinished", include_str!("scripts/unfinished.lua")),
     claim_rerun: LuaScript::new("claim_rerun", include_str!("scripts/claim_rerun.lua")),
     last_slot: LuaScript::new("last_slot", include_str!("scripts/last_slot.lua")),
+    acquire_partition: LuaScript::new(
+        "acquire_partition",
+        include_str!("scripts/acquire_partition.lua"),
+    ),
+    renew_partitions: LuaScript::new(
+        "renew_partitions",
+        include_str!("scripts/renew_partitions.lua"),
+    ),
+    release_partitions: LuaScript::new(
+        "release_partitions",
+        include_str!("scripts/release_partitions.lua"),
+    ),
+    owners: LuaScript::new("owners", include_str!("scripts/owners.lua")),
+    forget_group: LuaScript::new("forget_group", include_str!("scripts/forget_group.lua")),
+    heartbeat: LuaScript::new("heartbeat", include_str!("scripts/heartbeat.lua")),
+    members: LuaScript::new("members", include_str!("scripts/members.lua")),
+    leave: LuaScript::new("leave", include_str!("scripts/leave.lua")),
 });
+
+/// The scripts that touch two keys (a service's records and their expiries).
+#[cfg(test)]
+const TWO_KEY_SCRIPTS: [&str; 3] = ["heartbeat", "members", "leave"];
 
 #[cfg(test)]
 mod tests {
@@ -107,9 +146,15 @@ mod tests {
             ] {
                 assert!(!upper.contains(ttl_cmd), "{} uses {ttl_cmd}", s.name);
             }
+            let keys = s.source.matches("KEYS[").count();
+            let one_or_two =
+                s.source.matches("KEYS[1]").count() + s.source.matches("KEYS[2]").count();
+            assert_eq!(keys, one_or_two, "{} uses a third key", s.name);
             assert_eq!(
-                s.source.matches("KEYS[").count(),
-                s.source.matches("KEYS[1]").count()
+                s.source.contains("KEYS[2]"),
+                TWO_KEY_SCRIPTS.contains(&s.name),
+                "{}",
+                s.name
             );
         }
     }

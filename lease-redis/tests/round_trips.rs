@@ -1,6 +1,8 @@
 //! One round trip per operation, counted twice: on the wire by the fault proxy, and by the
 //! server itself in `INFO commandstats` (one `EVALSHA` per operation, no `EVAL`). The slot
-//! operations too: `unfinished` for three names is one round trip carrying three `EVALSHA`s.
+//! operations too: `unfinished` for three names is one round trip carrying three `EVALSHA`s. So
+//! are the partition and membership operations: a renewal or release of 1,000 partitions is one
+//! `EVALSHA` carrying all of them.
 //!
 //! One test only, so nothing else in this binary runs scripts while it counts.
 
@@ -11,7 +13,7 @@ mod common;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use lease_core::{HolderToken, LeaseStore, SlotClaim, SlotStore};
+use lease_core::{HolderToken, LeaseStore, MembershipStore, PartitionStore, SlotClaim, SlotStore};
 use lease_redis::redis::aio::MultiplexedConnection;
 
 /// `calls` per command from `INFO commandstats`.
@@ -141,6 +143,70 @@ async fn every_operation_is_one_round_trip() {
     assert_eq!(delta(&before, &after, "evalsha"), 8, "{after:?}");
     assert_eq!(delta(&before, &after, "eval"), 0);
 
+    // Partitions and membership: one EVALSHA each, however many partitions.
+    let group = format!("{prefix}group");
+    let service = format!("{prefix}svc");
+    let owner = "node-a@1";
+    let all: Vec<u32> = (0..1000).collect();
+    for p in &all[1..] {
+        store
+            .acquire_partition(&group, *p, owner, ttl)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    let before = command_calls(&mut raw).await;
+    trips.clear();
+    let lease = one!(
+        "acquire_partition",
+        store.acquire_partition(&group, 0, owner, ttl)
+    )
+    .unwrap();
+    assert_eq!(lease.epoch, 1);
+    let renewed = one!(
+        "renew_partitions(1,000)",
+        store.renew_partitions(&group, &all, owner, ttl)
+    );
+    assert_eq!(renewed.len(), 1000);
+    let owners = one!("owners", store.owners(&group));
+    assert_eq!(owners.len(), 1000);
+    let released = one!(
+        "release_partitions(1,000)",
+        store.release_partitions(&group, &all, owner)
+    );
+    assert_eq!(released, 1000);
+    let groups = vec!["orders".to_owned()];
+    let m = one!(
+        "heartbeat",
+        store.heartbeat(&service, "n1", "10.0.0.1:7000", ttl, &groups)
+    );
+    assert_eq!(m.groups, groups);
+    let members = one!("members", store.members(&service));
+    assert_eq!(members.len(), 1);
+    assert!(one!("leave", store.leave(&service, "n1")));
+    let after = command_calls(&mut raw).await;
+    eprintln!("round trips per partition/membership operation: {trips:?}");
+    for (op, n) in &trips {
+        assert_eq!(*n, 1, "{op} took {n} round trips");
+    }
+    assert_eq!(delta(&before, &after, "evalsha"), 7, "{after:?}");
+    assert_eq!(delta(&before, &after, "eval"), 0);
+    // No I/O at all for empty batches.
+    proxy.reset_stats();
+    assert!(
+        store
+            .renew_partitions(&group, &[], owner, ttl)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        store.release_partitions(&group, &[], owner).await.unwrap(),
+        0
+    );
+    assert_eq!(proxy.stats().round_trips, 0, "empty batches");
+    assert!(store.forget_group(&group, Duration::ZERO).await.unwrap());
+
     // After SCRIPT FLUSH the first use of a script costs two: NOSCRIPT, then EVAL (which
     // caches it); the next use is one EVALSHA again.
     let _: () = lease_redis::redis::cmd("SCRIPT")
@@ -182,6 +248,40 @@ async fn every_operation_is_one_round_trip() {
     let after = command_calls(&mut raw).await;
     assert_eq!(delta(&before, &after, "eval"), 5);
     assert!(store.release(&cold, &holder).await.unwrap());
+    // The two-key membership scripts fall back to EVAL the same way, and a cold batch renewal
+    // is two round trips as well.
+    proxy.reset_stats();
+    store.heartbeat(&service, "n2", "", ttl, &[]).await.unwrap();
+    assert_eq!(proxy.stats().round_trips, 2, "cold heartbeat");
+    proxy.reset_stats();
+    assert_eq!(store.members(&service).await.unwrap().len(), 1);
+    assert_eq!(proxy.stats().round_trips, 2, "cold members");
+    proxy.reset_stats();
+    assert!(store.leave(&service, "n2").await.unwrap());
+    assert_eq!(proxy.stats().round_trips, 2, "cold leave");
+    store
+        .acquire_partition(&group, 0, owner, ttl)
+        .await
+        .unwrap()
+        .unwrap();
+    proxy.reset_stats();
+    let renewed = store
+        .renew_partitions(&group, &all, owner, ttl)
+        .await
+        .unwrap();
+    assert_eq!(renewed.len(), 1);
+    assert_eq!(proxy.stats().round_trips, 2, "cold batch renewal");
+    proxy.reset_stats();
+    store
+        .renew_partitions(&group, &all, owner, ttl)
+        .await
+        .unwrap();
+    assert_eq!(proxy.stats().round_trips, 1, "warm batch renewal");
+    assert_eq!(
+        store.release_partitions(&group, &[0], owner).await.unwrap(),
+        1
+    );
+    assert!(store.forget_group(&group, Duration::ZERO).await.unwrap());
 
     // available() loads every script, so even first uses are one round trip afterwards.
     let _: () = lease_redis::redis::cmd("SCRIPT")

@@ -1,0 +1,93 @@
+//! The group worker: a group's partitions spread over the live members of a service.
+//!
+//! A [`GroupWorker`] runs one node's part. On every tick (the timings' `renew_every`) it
+//!
+//! 1. heartbeats its membership of the service, serving the group, for the lease duration;
+//! 2. reads the live members that serve the group (its own node always counts);
+//! 3. renews every partition it holds in one batch ([`PartitionStore::renew_partitions`]);
+//! 4. computes its fair share with rendezvous hashing ([`assign`]): every member computes the
+//!    same assignment from the same member list, and a join or a leave moves few partitions;
+//! 5. gives up the partitions that are no longer its: first it takes them out of its published
+//!    [`Assignment`], then it releases them, so the successor — which could not have claimed them
+//!    while they were held — takes them on its next tick;
+//! 6. acquires the partitions of its share it does not hold yet (those still held by their
+//!    previous owner are tried again next tick);
+//! 7. publishes its assignment (partition → epoch) on a watch channel when it changed.
+//!
+//! # Guarantees and their limits
+//!
+//! - A partition is in at most one worker's published assignment at a time, as long as the
+//!   process is not paused for longer than the lease: a worker drops a partition from its
+//!   assignment when no renewal has succeeded within the local `deadline` of the start of the
+//!   last one that did, and with valid [`Timings`] that is at least `grace` before the store
+//!   lets anyone else acquire it. The consumer of the assignment has that `grace` to stop.
+//! - The epoch published with each partition is a fencing token: it strictly increases every
+//!   time the partition changes hands. Pass it to whatever the work writes, and let that refuse
+//!   lower epochs — the only protection against a process that was paused past its lease.
+//! - After a member joins or leaves gracefully, the assignment settles within
+//!   [`GroupWorker::settle_time`]; after a member crashes, within
+//!   [`GroupWorker::crash_settle_time`]. Both assume the store answers.
+//!
+//! # Sizing the timings
+//!
+//! One [`Timings`] drives both the partition leases and the membership records:
+//!
+//! - `lease` is how long a crashed member's partitions stay unowned before the others take them
+//!   over (plus up to three ticks). Shorter means faster takeover and more store writes.
+//! - `renew_every` is the tick: one heartbeat, one member read and one batch renewal per tick
+//!   per member, whatever the number of partitions, plus one acquire per partition that
+//!   changes hands. A join or a graceful leave settles within three ticks.
+//! - `deadline`, `grace`: as for a single lease (see [`Timings`]); the consumer of the
+//!   assignment must stop work on a partition within `grace` of its removal.
+//!
+//! With the defaults (lease 15 s, tick 2 s) a join or a graceful leave settles in about 6 s and
+//! a crash in about 21 s; `Timings::from_lease(Duration::from_secs(3))` gives 1.2 s and 4.2 s.
+//!
+//! ```
+//! use std::time::Duration;
+//! use lease_core::{GroupWorker, Timings};
+//! use lease_local::MemoryStore;
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() -> lease_core::Result<()> {
+//! let store = MemoryStore::new();
+//! let timings = Timings::from_lease(Duration::from_secs(3))?;
+//! let a = GroupWorker::builder(store.clone(), "orders", 12).node("a").timings(timings).start().await?;
+//! let b = GroupWorker::builder(store.clone(), "orders", 12).node("b").timings(timings).start().await?;
+//!
+//! tokio::time::sleep(GroupWorker::settle_time(&timings)).await;
+//! let (mine, theirs) = (a.assignment().borrow().clone(), b.assignment().borrow().clone());
+//! assert_eq!(mine.partitions.len() + theirs.partitions.len(), 12);
+//! assert_eq!(mine.partitions.len(), 6);
+//!
+//! a.leave().await?; // releases its six at once: b takes them on its next ticks
+//! tokio::time::sleep(GroupWorker::settle_time(&timings)).await;
+//! assert_eq!(b.assignment().borrow().partitions.len(), 12);
+//! b.leave().await?;
+//! # Ok(()) }
+//! ```
+
+mod assign;
+mod worker;
+
+pub use assign::{assign, score};
+pub use worker::{Assignment, GroupWorker, GroupWorkerBuilder, MAX_GROUP_PARTITIONS};
+
+use crate::Timings;
+
+impl GroupWorker {
+    /// How long the assignment takes to settle after a member joins or leaves gracefully, when
+    /// the store answers: every member sees the change within one tick, gives up what is no
+    /// longer its within the next, and acquires what is its within the one after — three ticks
+    /// (`3 × renew_every`), plus the time each tick's store operations take.
+    pub fn settle_time(timings: &Timings) -> std::time::Duration {
+        timings.renew_every() * 3
+    }
+
+    /// How long the assignment takes to settle after a member crashes (or hangs, or loses the
+    /// store): its membership and its partition leases expire within `lease` of its last
+    /// successful tick, then the others settle as after a leave.
+    pub fn crash_settle_time(timings: &Timings) -> std::time::Duration {
+        timings.lease() + Self::settle_time(timings)
+    }
+}
