@@ -42,7 +42,13 @@ impl HolderToken {
 
     /// The token as 32 lower-case hex digits, for stores that keep text.
     pub fn to_hex(&self) -> String {
-        self.0.iter().map(|b| format!("{b:02x}")).collect()
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        let mut out = String::with_capacity(32);
+        for b in self.0 {
+            out.push(char::from(DIGITS[usize::from(b >> 4)]));
+            out.push(char::from(DIGITS[usize::from(b & 0x0f)]));
+        }
+        out
     }
 
     /// Parses 32 hex digits.
@@ -314,6 +320,10 @@ mod tests {
         assert_ne!(a, b);
         assert_eq!(HolderToken::from_hex(&a.to_hex()), Some(a.clone()));
         assert_eq!(HolderToken::from_hex("zz"), None);
+        let fixed = HolderToken::from_bytes([
+            0x01, 0xab, 0xff, 0x00, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x9c,
+        ]);
+        assert_eq!(fixed.to_hex(), "01abff0000000000000000000000009c");
         assert!(format!("{a:?}").len() < 30);
     }
 }
