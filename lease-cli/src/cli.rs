@@ -47,6 +47,12 @@ pub(crate) enum Command {
     /// Show who holds each NAME: holder instance, term, time left.
     #[command(long_about = STATUS_ABOUT)]
     Status(StatusArgs),
+    /// Show the live members of SERVICE: node id, address, groups, time left.
+    #[command(long_about = MEMBERS_ABOUT)]
+    Members(MembersArgs),
+    /// Show the live partition leases of GROUP: partition, owner, epoch, time left.
+    #[command(long_about = OWNERS_ABOUT)]
+    Owners(OwnersArgs),
     /// Break a lease (an administrator's tool; UNSAFE, needs --force).
     #[command(long_about = RELEASE_ABOUT)]
     Release(ReleaseArgs),
@@ -82,6 +88,33 @@ const STATUS_ABOUT: &str = "Show who holds each NAME: holder instance, term, tim
     Names must be given: the store contract has no listing of names. The term shown is the last \
     one issued, also when nobody holds the name now; '-' means none. Times are by the store's \
     clock.";
+
+const MEMBERS_ABOUT: &str = "Show the live members of SERVICE: node id, address, groups, time \
+    left.\n\n\
+    The members are the nodes whose heartbeats for SERVICE (e.g. from a GroupWorker) are live by \
+    the store's clock: a node drops out when its TTL runs out without a heartbeat, or at once \
+    when it leaves. One line per member, by node id (byte order), under a header; columns are \
+    separated by two spaces or more:\n\n\
+    \x20 NODE    ADDRESS        GROUPS       EXPIRES IN\n\
+    \x20 node-a  10.0.0.7:8080  orders,mail  12.4s\n\
+    \x20 node-b  -              orders       3.1s\n\n\
+    GROUPS lists the partition groups the node serves, comma-separated; '-' means an empty \
+    address or no groups. EXPIRES IN is the time left on the heartbeat. With no live member, \
+    nothing is printed (--json prints []), a note goes to stderr and lease exits 0. On NATS \
+    the records are those of the bucket for 15s leases, or of the one ?bucket=NAME names.";
+
+const OWNERS_ABOUT: &str = "Show the live partition leases of GROUP: partition, owner, epoch, \
+    time left.\n\n\
+    One line per partition whose lease is live by the store's clock, by partition number, under \
+    a header; columns are separated by two spaces or more:\n\n\
+    \x20 PARTITION  OWNER                    EPOCH  EXPIRES IN\n\
+    \x20 0          node-a@3f9c0e1d2b4a5968  4      14.2s\n\
+    \x20 1          node-b@0a1b2c3d4e5f6071  2      14.2s\n\n\
+    OWNER is the owning process incarnation (its node id, '@', an id minted at its start); EPOCH \
+    is the partition's fencing token, which increases every time the partition changes hands. \
+    Partitions nobody holds live are not listed. With no live lease, nothing is printed (--json \
+    prints []), a note goes to stderr and lease exits 0. On NATS the records are those of the \
+    bucket for 15s leases, or of the one ?bucket=NAME names.";
 
 const RELEASE_ABOUT: &str = "Break a lease: an administrator's tool. UNSAFE.\n\n\
     Ends whoever's live lease on NAME at once. The holder may still be working: it finds out at \
@@ -160,6 +193,30 @@ pub(crate) struct StatusArgs {
     pub(crate) json: bool,
 }
 
+/// Options of `lease members`.
+#[derive(Debug, Args)]
+pub(crate) struct MembersArgs {
+    /// The service whose members to show (a name, as for leases).
+    pub(crate) service: String,
+
+    /// Print JSON instead of a table: an array with one object per member with node, address,
+    /// groups (an array) and expires_in_ms; [] when there is none.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// Options of `lease owners`.
+#[derive(Debug, Args)]
+pub(crate) struct OwnersArgs {
+    /// The partition group whose leases to show (a name, as for leases).
+    pub(crate) group: String,
+
+    /// Print JSON instead of a table: an array with one object per live partition lease with
+    /// partition, owner, epoch and expires_in_ms; [] when there is none.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
 /// Options of `lease release`.
 #[derive(Debug, Args)]
 pub(crate) struct ReleaseArgs {
@@ -205,7 +262,7 @@ pub(crate) fn after_help() -> String {
 pub(crate) fn command() -> clap::Command {
     let after = after_help();
     let mut cmd = Cli::command().after_help(after.clone());
-    for sub in ["run", "elect", "status", "release"] {
+    for sub in ["run", "elect", "status", "members", "owners", "release"] {
         let text = after.clone();
         cmd = cmd.mut_subcommand(sub, |s| s.after_help(text));
     }

@@ -12,10 +12,11 @@ use lease_core::ErrorKind;
 /// One of `lease`'s own exit codes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Exit {
-    /// The command line is wrong (unknown option, missing CMD, `release` without `--force`).
+    /// The command line is wrong (unknown option, missing CMD, `release` without `--force`), or
+    /// an argument is out of range.
     Usage,
-    /// The lease name is empty, too long for the store, or holds control characters; or the
-    /// instance label is.
+    /// The lease, service or group name is empty, too long for the store, or holds control
+    /// characters; or the instance label is.
     BadName,
     /// A duration does not parse, is zero, or gives unsafe timings.
     BadDuration,
@@ -83,10 +84,12 @@ impl Exit {
     pub(crate) fn meaning(self) -> &'static str {
         match self {
             Exit::Usage => {
-                "bad command line (unknown option, missing CMD, release without --force)"
+                "bad command line (unknown option, missing CMD, release without --force, an \
+                 argument out of range)"
             }
             Exit::BadName => {
-                "bad lease name or instance label (empty, too long, control characters)"
+                "bad lease/service/group name or instance label (empty, too long, control \
+                 characters)"
             }
             Exit::BadDuration => "bad duration (unparsable, zero) or unsafe timings for --ttl",
             Exit::BadUrl => "bad store URL",
@@ -122,6 +125,7 @@ impl Exit {
         match kind {
             ErrorKind::InvalidName => Exit::BadName,
             ErrorKind::InvalidTimings => Exit::BadDuration,
+            ErrorKind::InvalidArgument => Exit::Usage,
             ErrorKind::Unavailable | ErrorKind::Timeout => Exit::Unavailable,
             ErrorKind::Unsupported => Exit::StoreRefused,
             ErrorKind::Held => Exit::Held,
@@ -203,6 +207,15 @@ mod tests {
             assert!((64..=78).contains(&code), "{code}");
         }
         assert!(Exit::help_table().contains("75"));
+    }
+
+    #[test]
+    fn kinds_map_to_codes() {
+        assert_eq!(Exit::for_kind(ErrorKind::InvalidName), Exit::BadName);
+        assert_eq!(Exit::for_kind(ErrorKind::InvalidArgument), Exit::Usage);
+        assert_eq!(Exit::for_kind(ErrorKind::InvalidTimings), Exit::BadDuration);
+        assert_eq!(Exit::for_kind(ErrorKind::Unsupported), Exit::StoreRefused);
+        assert_eq!(Exit::for_kind(ErrorKind::Backend), Exit::StoreError);
     }
 
     #[test]

@@ -4,7 +4,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lease_core::{Error, ErrorKind, LeaseStore};
+use lease_core::{Capabilities, Error, ErrorKind, GroupStore, LeaseStore};
 use lease_sql::{MySqlStore, PostgresStore, SqlConfig, SqliteStore};
 use tokio::time::Instant;
 
@@ -26,6 +26,48 @@ const SQLITE_BUSY_FOR: Duration = Duration::from_secs(5);
 /// `lease` is the lease duration the store will be used with: a NATS store keeps every lease for
 /// its bucket's max age, so it opens the bucket for that duration.
 pub(crate) async fn open(url: &StoreUrl, lease: Duration) -> Result<Arc<dyn LeaseStore>, CliError> {
+    // Every store is a group store; as a lease store it is the same object, upcast.
+    let store: Arc<dyn LeaseStore> = connect(url, lease).await?;
+    Ok(store)
+}
+
+/// Connects to the store `url` names, as [`open`] does, for its partition leases and membership
+/// records: a store whose capabilities lack either gives [`Exit::StoreRefused`].
+pub(crate) async fn open_group(
+    url: &StoreUrl,
+    lease: Duration,
+) -> Result<Arc<dyn GroupStore>, CliError> {
+    let store = connect(url, lease).await?;
+    require_groups(url, &store.capabilities())?;
+    Ok(store)
+}
+
+/// Refuses a store that keeps no partition leases or no membership records.
+fn require_groups(url: &StoreUrl, caps: &Capabilities) -> Result<(), CliError> {
+    let missing: Vec<&str> = [
+        (!caps.partitions).then_some("partition leases"),
+        (!caps.membership).then_some("membership records"),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(CliError::new(
+        Exit::StoreRefused,
+        format!(
+            "store '{url}' keeps no {}; `lease members` and `lease owners` need a store that \
+             keeps both: choose another --store",
+            missing.join(" and no ")
+        ),
+    ))
+}
+
+/// Connects to the store `url` names (see [`open`]), once per scheme, as a [`GroupStore`]:
+/// every store type this build knows implements leases, partitions and membership, so the
+/// callers upcast the one object to the trait they need.
+async fn connect(url: &StoreUrl, lease: Duration) -> Result<Arc<dyn GroupStore>, CliError> {
     check_with_driver(url)?;
     if let Some(file) = url.default_file()
         && let Some(dir) = file.parent()
@@ -42,7 +84,7 @@ pub(crate) async fn open(url: &StoreUrl, lease: Duration) -> Result<Arc<dyn Leas
         })?;
     }
     let at = |e: Error| connect_error(url, &e);
-    let store: Arc<dyn LeaseStore> = match url.scheme() {
+    let store: Arc<dyn GroupStore> = match url.scheme() {
         Scheme::Sqlite => Arc::new(open_sqlite(url).await?),
         Scheme::Postgres => Arc::new(
             PostgresStore::connect(url.driver_url(), SqlConfig::default())
@@ -84,7 +126,7 @@ pub(crate) async fn open(url: &StoreUrl, lease: Duration) -> Result<Arc<dyn Leas
                 .await
                 .map_err(at)?,
         ),
-        Scheme::Nats => open_nats(url, lease).await?,
+        Scheme::Nats => Arc::new(open_nats(url, lease).await?),
     };
     Ok(store)
 }
@@ -128,7 +170,7 @@ fn is_sqlite_busy(e: &Error) -> bool {
 
 /// Opens a NATS JetStream KV store: the bucket for `lease` (`leases_<ms>ms`, created when
 /// missing), or the one `?bucket=NAME` names, whatever its max age.
-async fn open_nats(url: &StoreUrl, lease: Duration) -> Result<Arc<dyn LeaseStore>, CliError> {
+async fn open_nats(url: &StoreUrl, lease: Duration) -> Result<lease_nats::NatsStore, CliError> {
     let (base, query) = match url.driver_url().split_once('?') {
         Some((base, query)) => (base, Some(query)),
         None => (url.driver_url(), None),
@@ -156,10 +198,9 @@ async fn open_nats(url: &StoreUrl, lease: Duration) -> Result<Arc<dyn LeaseStore
             }
         }
     }
-    let store = lease_nats::NatsStore::connect(base, config)
+    lease_nats::NatsStore::connect(base, config)
         .await
-        .map_err(|e| connect_error(url, &e))?;
-    Ok(Arc::new(store))
+        .map_err(|e| connect_error(url, &e))
 }
 
 /// Lets the store's driver parse the URL, without any I/O. (MongoDB's parser may look up DNS,
@@ -210,4 +251,47 @@ fn connect_error(url: &StoreUrl, e: &Error) -> CliError {
         _ => "",
     };
     CliError::new(exit, format!("store '{url}': {e}{hint}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stores_without_partitions_or_membership_are_refused() {
+        let url = StoreUrl::parse("sqlite:///tmp/x.db").unwrap();
+        let both = Capabilities {
+            partitions: true,
+            membership: true,
+            ..Capabilities::default()
+        };
+        assert!(require_groups(&url, &both).is_ok());
+        let e = require_groups(&url, &Capabilities::default()).unwrap_err();
+        assert_eq!(e.exit(), Exit::StoreRefused);
+        assert!(
+            e.message()
+                .contains("keeps no partition leases and no membership records"),
+            "{}",
+            e.message()
+        );
+        let e = require_groups(
+            &url,
+            &Capabilities {
+                partitions: true,
+                ..Capabilities::default()
+            },
+        )
+        .unwrap_err();
+        assert!(
+            e.message().contains("keeps no membership records;"),
+            "{}",
+            e.message()
+        );
+        assert!(
+            e.message()
+                .ends_with("need a store that keeps both: choose another --store"),
+            "{}",
+            e.message()
+        );
+    }
 }

@@ -58,6 +58,49 @@ fn bad_names() {
 }
 
 #[test]
+fn bad_service_and_group_names() {
+    let dir = TempDir::new("group-names");
+    let store = dir.sqlite();
+    for json in [&[][..], &["--json"][..]] {
+        let with = |cmd: &'static str, name: &str| {
+            let mut args = vec![cmd];
+            args.extend_from_slice(json);
+            args.push(name);
+            run_on(&store, &args.iter().map(|a| &**a).collect::<Vec<_>>())
+        };
+        refused(
+            &with("members", ""),
+            65,
+            &["service name is empty", "give a non-empty name"],
+        );
+        refused(
+            &with("owners", ""),
+            65,
+            &["group name is empty", "give a non-empty name"],
+        );
+        refused(
+            &with("members", "a\u{7}b"),
+            65,
+            &["service name", "control character", "printable"],
+        );
+        let long = "g".repeat(300);
+        refused(
+            &with("owners", &long),
+            65,
+            &["group name is 300 bytes long", "at most 255"],
+        );
+        // Nothing was printed but the one line.
+        assert_eq!(stdout(&with("members", "")), "");
+    }
+    // A missing or extra argument is clap's usage error.
+    for args in [&["members"][..], &["owners"][..], &["owners", "a", "b"][..]] {
+        let out = run_on(&store, args);
+        assert_eq!(code(out.status), 64, "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains("lease's own exit code 64"));
+    }
+}
+
+#[test]
 fn bad_durations() {
     let dir = TempDir::new("durations");
     let store = dir.sqlite();
@@ -201,9 +244,30 @@ fn the_default_store_is_one_per_user_file_created_when_missing() {
 #[test]
 fn help_never_shows_the_store_password() {
     let pg = format!("postgres://user:{SECRET}@127.0.0.1:5432/db");
-    for args in [&["--help"][..], &["run", "--help"][..], &["run"][..]] {
+    for args in [
+        &["--help"][..],
+        &["run", "--help"][..],
+        &["run"][..],
+        &["members", "--help"][..],
+        &["owners", "--help"][..],
+    ] {
         let out = lease(&pg, args).output().unwrap();
         assert!(!stdout(&out).contains(SECRET), "{}", stdout(&out));
         assert!(!stderr(&out).contains(SECRET), "{}", stderr(&out));
+    }
+    // The table formats and the exit codes are documented in the commands' help.
+    for (cmd, header) in [
+        ("members", "NODE    ADDRESS        GROUPS       EXPIRES IN"),
+        (
+            "owners",
+            "PARTITION  OWNER                    EPOCH  EXPIRES IN",
+        ),
+    ] {
+        let out = lease(&pg, &[cmd, "--help"]).output().unwrap();
+        assert_eq!(code(out.status), 0);
+        let text = stdout(&out);
+        assert!(text.contains(header), "{text}");
+        assert!(text.contains("--json"), "{text}");
+        assert!(text.contains("  65 "), "{text}");
     }
 }

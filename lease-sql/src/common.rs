@@ -9,6 +9,8 @@ pub(crate) fn capabilities(config: &SqlConfig) -> Capabilities {
         verify_in_transaction: true,
         force_release: true,
         slots: true,
+        partitions: true,
+        membership: true,
         max_name_bytes: config.max_name_bytes,
         ..Capabilities::default()
     }

@@ -32,8 +32,19 @@ pub struct SqlConfig {
 /// The default table name.
 pub const DEFAULT_TABLE: &str = "leases";
 
-/// The width of the `name` column the crate creates, in bytes.
+/// The width of the `name` column the crate creates, in bytes (and of the `group_name` and
+/// `service` columns of the partition and member tables).
 pub const NAME_COLUMN_BYTES: usize = 255;
+
+/// What is appended to the lease table's name to name the partition table.
+pub const PARTITIONS_SUFFIX: &str = "_partitions";
+
+/// What is appended to the lease table's name to name the member table.
+pub const MEMBERS_SUFFIX: &str = "_members";
+
+/// The longest identifier accepted for the lease table (PostgreSQL cuts identifiers at 63 bytes),
+/// leaving room for the longer of the two suffixes.
+const MAX_TABLE_BYTES: usize = 63 - PARTITIONS_SUFFIX.len();
 
 impl Default for SqlConfig {
     fn default() -> Self {
@@ -47,9 +58,20 @@ impl Default for SqlConfig {
 }
 
 impl SqlConfig {
-    /// Sets the table name: an identifier (`[A-Za-z_][A-Za-z0-9_]*`, at most 63 bytes),
-    /// optionally qualified by a schema (`schema.table`). It is interpolated into the SQL, so
-    /// nothing else is accepted.
+    /// Sets the table name: an identifier (`[A-Za-z_][A-Za-z0-9_]*`, at most 52 bytes),
+    /// optionally qualified by a schema (`schema.table`, the schema at most 63 bytes). It is
+    /// interpolated into the SQL, so nothing else is accepted.
+    ///
+    /// The partition and member tables are named after it, in the same schema:
+    /// `<table>_partitions` and `<table>_members` (hence 52 bytes: the longer name must still
+    /// fit PostgreSQL's 63).
+    ///
+    /// ```
+    /// use lease_sql::SqlConfig;
+    /// let config = SqlConfig::default().table("app.jobs").unwrap();
+    /// assert_eq!(config.partitions_table_name(), "app.jobs_partitions");
+    /// assert_eq!(config.members_table_name(), "app.jobs_members");
+    /// ```
     pub fn table(mut self, table: &str) -> Result<Self> {
         let parts: Vec<&str> = table.split('.').collect();
         let ident_ok = |p: &str| {
@@ -64,6 +86,13 @@ impl SqlConfig {
             return Err(Error::invalid_name(format!(
                 "table name {table:?} is not a plain SQL identifier; use letters, digits and \
                  underscores (optionally schema.table)"
+            )));
+        }
+        if let Some(last) = parts.last().filter(|p| p.len() > MAX_TABLE_BYTES) {
+            return Err(Error::invalid_name(format!(
+                "table name {last:?} is {} bytes long; at most {MAX_TABLE_BYTES} are taken, so \
+                 that `{last}{PARTITIONS_SUFFIX}` still fits a 63-byte identifier",
+                last.len()
             )));
         }
         self.table = table.to_owned();
@@ -95,6 +124,16 @@ impl SqlConfig {
     pub fn table_name(&self) -> &str {
         &self.table
     }
+
+    /// The partition table's name: the lease table's, then `_partitions`.
+    pub fn partitions_table_name(&self) -> String {
+        format!("{}{PARTITIONS_SUFFIX}", self.table)
+    }
+
+    /// The member table's name: the lease table's, then `_members`.
+    pub fn members_table_name(&self) -> String {
+        format!("{}{MEMBERS_SUFFIX}", self.table)
+    }
 }
 
 #[cfg(test)]
@@ -108,5 +147,11 @@ mod tests {
         for bad in ["", "1x", "a;drop table x", "a.b.c", "a-b", "\"x\"", "a b"] {
             assert!(SqlConfig::default().table(bad).is_err(), "{bad}");
         }
+        let longest = "t".repeat(MAX_TABLE_BYTES);
+        let config = SqlConfig::default().table(&longest).unwrap();
+        assert_eq!(config.partitions_table_name().len(), 63);
+        assert!(SqlConfig::default().table(&format!("{longest}x")).is_err());
+        let schema = "s".repeat(63);
+        assert!(SqlConfig::default().table(&format!("{schema}.t")).is_ok());
     }
 }

@@ -40,12 +40,20 @@
 //!
 //! The table's DDL is [`schema_sql`]; the same SQL ships as migrations under `migrations/` for
 //! those who manage their own schema.
+//!
+//! Partitioned leases ([`PartitionStore`](lease_core::PartitionStore)) and membership
+//! ([`MembershipStore`](lease_core::MembershipStore)) live in two more tables named after the
+//! lease table, `<table>_partitions` and `<table>_members` ([`partitions_schema_sql`],
+//! [`members_schema_sql`], migration `0002`), created and checked at start-up as the lease
+//! table is. Every one of their operations is one round trip, a batch renewal of any size
+//! included.
 
 mod common;
 mod common_checks;
 mod config;
 mod conns;
 mod error;
+mod groups;
 #[cfg(feature = "mysql")]
 mod mysql;
 #[cfg(feature = "postgres")]
@@ -56,12 +64,14 @@ mod slots;
 mod sqlite;
 mod store;
 
-pub use config::{DEFAULT_TABLE, Ddl, NAME_COLUMN_BYTES, SqlConfig};
+pub use config::{
+    DEFAULT_TABLE, Ddl, MEMBERS_SUFFIX, NAME_COLUMN_BYTES, PARTITIONS_SUFFIX, SqlConfig,
+};
 #[cfg(feature = "mysql")]
 pub use mysql::MySqlStore;
 #[cfg(feature = "postgres")]
 pub use postgres::PostgresStore;
-pub use schema::{Dialect, schema_sql};
+pub use schema::{Dialect, members_schema_sql, partitions_schema_sql, schema_sql};
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteStore;
 pub use store::{Fence, SqlStore};

@@ -102,10 +102,65 @@ pub(crate) const DEADLOCK_RETRIES: usize = 3;
 /// `claim_slot` is two round trips; every other slot operation one. The slot writes are
 /// retried at once after a deadlock, as the claim is.
 ///
+/// Partitioned leases ([`PartitionStore`](lease_core::PartitionStore)) and membership
+/// ([`MembershipStore`](lease_core::MembershipStore)), on the tables `leases_partitions` and
+/// `leases_members` (named after the lease table, see
+/// [`partitions_schema_sql`](crate::partitions_schema_sql)). Every operation is one round trip:
+///
+/// ```sql
+/// -- acquire_partition: LAST_INSERT_ID() = the epoch when acquired or kept, 0 when another
+/// -- owner holds it. Assigned left to right: the epoch first, from the old owner and expiry;
+/// -- expires_at_ms last, its condition true whether it reads the old owner or the new one.
+/// INSERT INTO leases_partitions (group_name, partition_no, owner, epoch, expires_at_ms)
+/// VALUES (?, ?, :owner, LAST_INSERT_ID(1), :now + :ttl)
+/// ON DUPLICATE KEY UPDATE
+///   epoch = IF(expires_at_ms <= :now, LAST_INSERT_ID(epoch + 1),
+///              IF(owner = :owner, LAST_INSERT_ID(epoch), epoch + LAST_INSERT_ID(0))),
+///   owner = IF(expires_at_ms <= :now, :owner, owner),
+///   expires_at_ms = IF(expires_at_ms <= :now OR owner = :owner, :now + :ttl, expires_at_ms);
+///
+/// -- renew_partitions: one text-protocol request of three statements (one round trip, no
+/// -- prepare whatever the batch's size): :group and :owner as hex literals (X'…'),
+/// -- :partitions and :ttl as decimal integers — nothing else is interpolated.
+/// SET @lease_sql_renewal_ms = :now + :ttl;                 -- one expiry for the batch
+/// UPDATE leases_partitions SET expires_at_ms = @lease_sql_renewal_ms
+///  WHERE group_name = :group AND partition_no IN (:partitions) AND owner = :owner
+///    AND expires_at_ms > :now                              -- never revives an expired lease
+///    AND @lease_sql_renewal_ms > :now;                     -- never an expiry already past
+/// SELECT partition_no, epoch, expires_at_ms - :now FROM leases_partitions
+///  WHERE group_name = :group AND partition_no IN (:partitions) AND owner = :owner
+///    AND expires_at_ms = @lease_sql_renewal_ms AND expires_at_ms > :now;  -- those it renewed
+///
+/// -- release_partitions (text protocol, as the renewal): the row and its epoch stay
+/// UPDATE leases_partitions SET expires_at_ms = :now
+///  WHERE group_name = :group AND partition_no IN (:partitions) AND owner = :owner
+///    AND expires_at_ms > :now;
+/// -- owners
+/// SELECT partition_no, owner, epoch, expires_at_ms - :now FROM leases_partitions
+///  WHERE group_name = ? AND expires_at_ms > :now ORDER BY partition_no;
+/// -- heartbeat (the groups one per line)
+/// INSERT INTO leases_members (service, node, address, group_list, expires_at_ms)
+/// VALUES (?, ?, ?, ?, :now + ?)
+/// ON DUPLICATE KEY UPDATE address = ?, group_list = ?, expires_at_ms = :now + ?;
+/// -- members (VARBINARY node: byte order)
+/// SELECT node, address, group_list, expires_at_ms - :now FROM leases_members
+///  WHERE service = ? AND expires_at_ms > :now ORDER BY node;
+/// -- leave
+/// UPDATE leases_members SET expires_at_ms = :now
+///  WHERE service = ? AND node = ? AND expires_at_ms > :now;
+/// ```
+///
+/// Release and leave count affected rows, which here mean the same with or without the
+/// client's found-rows flag: they match live records only and always change them (the expiry
+/// moves back to now). The heartbeat's answer is what it wrote, its `expires_in` the TTL from
+/// the statement's own clock reading: one round trip, no read-back. The writes are retried at
+/// once after a deadlock, as the claim is.
+///
 /// The `name` column must compare bytes exactly: `VARBINARY`, or a `_nopad_bin`/`_0900_bin`
 /// collation. Under a case-insensitive or PAD SPACE collation (including MariaDB's
 /// `utf8mb4_bin`) "Job", "job" and "job " would share one row; the store refuses such a table at
-/// start-up.
+/// start-up. The same goes for the `group_name`, `owner`, `service` and `node` columns, and
+/// `partition_no` must hold every `u32` (`INT UNSIGNED`).
 pub type MySqlStore = SqlStore<MySql>;
 
 impl SqlStore<MySql> {
@@ -206,7 +261,8 @@ impl SqlStore<MySql> {
                 };
                 (t, w)
             }),
-        )
+        )?;
+        self.check_group_tables().await
     }
 
     async fn exec(

@@ -83,6 +83,54 @@ use crate::store::SqlStore;
 /// ```
 ///
 /// `claim_slot` is two round trips; every other slot operation one.
+///
+/// Partitioned leases ([`PartitionStore`](lease_core::PartitionStore)) and membership
+/// ([`MembershipStore`](lease_core::MembershipStore)), on the tables `leases_partitions` and
+/// `leases_members` (named after the lease table, see
+/// [`partitions_schema_sql`](crate::partitions_schema_sql)). Every operation is one statement,
+/// one round trip; `clock_timestamp()` moves during a statement, so each statement reads it once:
+///
+/// ```sql
+/// -- acquire_partition: a free lease or the owner's own; the epoch kept while the owner holds
+/// -- it live, +1 otherwise (`excluded.expires_at_ms - $4` is the statement's one `:now`)
+/// INSERT INTO leases_partitions AS p (group_name, partition_no, owner, epoch, expires_at_ms)
+/// VALUES ($1, $2, $3, 1, :now + $4)
+/// ON CONFLICT (group_name, partition_no) DO UPDATE SET owner = excluded.owner,
+///        epoch = CASE WHEN p.owner = excluded.owner
+///                      AND p.expires_at_ms > excluded.expires_at_ms - $4
+///                     THEN p.epoch ELSE p.epoch + 1 END,
+///        expires_at_ms = excluded.expires_at_ms
+///  WHERE p.owner = excluded.owner OR p.expires_at_ms <= excluded.expires_at_ms - $4
+/// RETURNING p.epoch;                                   -- no row: another owner holds it
+/// -- renew_partitions ($2: bigint[], one expiry for the whole batch)
+/// WITH n AS (SELECT :now AS now)
+/// UPDATE leases_partitions AS p SET expires_at_ms = n.now + $4 FROM n
+///  WHERE p.group_name = $1 AND p.partition_no = ANY($2) AND p.owner = $3
+///    AND p.expires_at_ms > n.now
+/// RETURNING p.partition_no, p.epoch;
+/// -- release_partitions: the row and its epoch stay; affected rows = leases ended
+/// WITH n AS (SELECT :now AS now)
+/// UPDATE leases_partitions AS p SET expires_at_ms = n.now FROM n
+///  WHERE p.group_name = $1 AND p.partition_no = ANY($2) AND p.owner = $3
+///    AND p.expires_at_ms > n.now;
+/// -- owners
+/// WITH n AS (SELECT :now AS now)
+/// SELECT p.partition_no, p.owner, p.epoch, p.expires_at_ms - n.now FROM leases_partitions p, n
+///  WHERE p.group_name = $1 AND p.expires_at_ms > n.now ORDER BY p.partition_no;
+/// -- heartbeat ($4: the groups, one per line)
+/// INSERT INTO leases_members (service, node, address, group_list, expires_at_ms)
+/// VALUES ($1, $2, $3, $4, :now + $5)
+/// ON CONFLICT (service, node) DO UPDATE SET address = excluded.address,
+///        group_list = excluded.group_list, expires_at_ms = excluded.expires_at_ms;
+/// -- members
+/// WITH n AS (SELECT :now AS now)
+/// SELECT m.node, m.address, m.group_list, m.expires_at_ms - n.now FROM leases_members m, n
+///  WHERE m.service = $1 AND m.expires_at_ms > n.now ORDER BY m.node COLLATE "C";
+/// -- leave: affected rows = 1 when the member was live
+/// WITH n AS (SELECT :now AS now)
+/// UPDATE leases_members AS m SET expires_at_ms = n.now FROM n
+///  WHERE m.service = $1 AND m.node = $2 AND m.expires_at_ms > n.now;
+/// ```
 pub type PostgresStore = SqlStore<Postgres>;
 
 impl SqlStore<Postgres> {
@@ -92,10 +140,11 @@ impl SqlStore<Postgres> {
         Self::with_config(pool, SqlConfig::default()).await
     }
 
-    /// A store on the application's pool. Creates the table when missing (unless
-    /// [`Ddl::None`](crate::Ddl::None)) and fails fast when the database cannot carry leases: no
-    /// clock, a read-only connection, a missing table with DDL off, a `name` column narrower
-    /// than `max_name_bytes`.
+    /// A store on the application's pool. Creates the lease, partition and member tables when
+    /// missing (unless [`Ddl::None`](crate::Ddl::None)) and fails fast when the database cannot
+    /// carry leases: no clock, a read-only connection, a missing table with DDL off, a `name`
+    /// (or `group_name`, `service`) column narrower than `max_name_bytes`, a missing or too
+    /// narrow column of the partition or member table.
     pub async fn with_config(pool: PgPool, config: SqlConfig) -> Result<Self> {
         let server = {
             let o = pool.connect_options();
@@ -151,7 +200,8 @@ impl SqlStore<Postgres> {
             .bind(&name)
             .bind(schema)
             .fetch_optional(c))?;
-        crate::common_checks::name_width(self, width.map(|(t, w)| (t, w.map(i64::from))))
+        crate::common_checks::name_width(self, width.map(|(t, w)| (t, w.map(i64::from))))?;
+        self.check_group_tables().await
     }
 }
 

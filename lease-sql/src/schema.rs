@@ -84,6 +84,96 @@ pub fn schema_sql(dialect: Dialect, table: &str) -> String {
     )
 }
 
+/// The `CREATE TABLE IF NOT EXISTS` statement for the partition table `table` (by default the
+/// lease table's name then `_partitions`, see
+/// [`SqlConfig::partitions_table_name`](crate::SqlConfig::partitions_table_name)) in `dialect`.
+///
+/// One row per `(group_name, partition_no)`: `owner` (one process incarnation, at most 128
+/// bytes), `epoch` (the fencing token: 1 first, kept while the owner holds the lease live, +1
+/// otherwise) and `expires_at_ms` (the server's clock; the release instant once released).
+/// `group_name` and `owner` compare byte for byte.
+///
+/// ```
+/// use lease_sql::{Dialect, partitions_schema_sql};
+/// let sql = partitions_schema_sql(Dialect::MySql, "leases_partitions");
+/// assert!(sql.contains("PRIMARY KEY (group_name, partition_no)"));
+/// ```
+pub fn partitions_schema_sql(dialect: Dialect, table: &str) -> String {
+    let (group, partition, owner, big, tail) = match dialect {
+        Dialect::Postgres => (
+            "VARCHAR(255) COLLATE \"C\"",
+            "BIGINT",
+            "TEXT COLLATE \"C\"",
+            "BIGINT",
+            "",
+        ),
+        Dialect::MySql => (
+            "VARBINARY(255)",
+            "INT UNSIGNED",
+            "VARBINARY(128)",
+            "BIGINT",
+            " ENGINE=InnoDB",
+        ),
+        Dialect::Sqlite => ("TEXT", "INTEGER", "TEXT", "INTEGER", ""),
+    };
+    format!(
+        "CREATE TABLE IF NOT EXISTS {table} (\n    \
+         group_name    {group} NOT NULL,\n    \
+         partition_no  {partition} NOT NULL,\n    \
+         owner         {owner} NOT NULL,\n    \
+         epoch         {big} NOT NULL,\n    \
+         expires_at_ms {big} NOT NULL,\n    \
+         PRIMARY KEY (group_name, partition_no)\n)\
+         {tail}"
+    )
+}
+
+/// The `CREATE TABLE IF NOT EXISTS` statement for the member table `table` (by default the
+/// lease table's name then `_members`, see
+/// [`SqlConfig::members_table_name`](crate::SqlConfig::members_table_name)) in `dialect`.
+///
+/// One row per `(service, node)`: `address` (free-form, at most 255 bytes), `group_list` (the
+/// groups the node serves, one per line, see [`lease_core::encode_groups`]) and
+/// `expires_at_ms` (the server's clock; the leaving instant once left). `service` and `node`
+/// compare and sort byte for byte.
+///
+/// ```
+/// use lease_sql::{Dialect, members_schema_sql};
+/// let sql = members_schema_sql(Dialect::Postgres, "leases_members");
+/// assert!(sql.contains("PRIMARY KEY (service, node)"));
+/// ```
+pub fn members_schema_sql(dialect: Dialect, table: &str) -> String {
+    let (service, node, address, groups, big, tail) = match dialect {
+        Dialect::Postgres => (
+            "VARCHAR(255) COLLATE \"C\"",
+            "TEXT COLLATE \"C\"",
+            "TEXT",
+            "TEXT",
+            "BIGINT",
+            "",
+        ),
+        Dialect::MySql => (
+            "VARBINARY(255)",
+            "VARBINARY(128)",
+            "VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin",
+            "TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin",
+            "BIGINT",
+            " ENGINE=InnoDB",
+        ),
+        Dialect::Sqlite => ("TEXT", "TEXT", "TEXT", "TEXT", "INTEGER", ""),
+    };
+    format!(
+        "CREATE TABLE IF NOT EXISTS {table} (\n    \
+         service       {service} NOT NULL,\n    \
+         node          {node} NOT NULL,\n    \
+         address       {address} NOT NULL,\n    \
+         group_list    {groups} NOT NULL,\n    \
+         expires_at_ms {big} NOT NULL,\n    \
+         PRIMARY KEY (service, node)\n)\
+         {tail}"
+    )
+}
+
 /// The statements of one store, with the table name and clock expression filled in.
 #[derive(Debug, Clone)]
 pub(crate) struct Statements {
@@ -97,6 +187,7 @@ pub(crate) struct Statements {
     pub(crate) now: String,
     pub(crate) create: String,
     pub(crate) slots: SlotStatements,
+    pub(crate) groups: GroupStatements,
 }
 
 /// The scheduler slot statements of one store (see `slots.rs`). PostgreSQL and SQLite share
@@ -118,6 +209,219 @@ pub(crate) struct SlotStatements {
     /// On MySQL, `name IN (/*names*/)`: one `?` per name is filled in per call.
     pub(crate) unfinished: String,
     pub(crate) last: String,
+}
+
+/// The partition and membership statements of one store (see `groups.rs`), on the partition
+/// and member tables.
+#[derive(Debug, Clone)]
+pub(crate) struct GroupStatements {
+    pub(crate) partitions_table: String,
+    pub(crate) members_table: String,
+    pub(crate) create_partitions: String,
+    pub(crate) create_members: String,
+    pub(crate) acquire: String,
+    /// On MySQL a text-protocol template: see [`GROUP_MARKER`] and the others.
+    pub(crate) renew: String,
+    /// On MySQL a text-protocol template, as `renew`.
+    pub(crate) release: String,
+    pub(crate) owners: String,
+    pub(crate) heartbeat: String,
+    pub(crate) members: String,
+    pub(crate) leave: String,
+}
+
+/// In MySQL's renew and release templates: the group, as a hex literal.
+#[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+pub(crate) const GROUP_MARKER: &str = "/*group*/";
+/// In MySQL's renew and release templates: the owner, as a hex literal.
+#[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+pub(crate) const OWNER_MARKER: &str = "/*owner*/";
+/// In MySQL's renew and release templates: the partition numbers, as decimal integers.
+#[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+pub(crate) const PARTITIONS_MARKER: &str = "/*partitions*/";
+/// In MySQL's renew template: the TTL in milliseconds, as a decimal integer.
+#[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+pub(crate) const TTL_MARKER: &str = "/*ttl*/";
+
+fn group_statements(dialect: Dialect, table: &str) -> GroupStatements {
+    let now = dialect.now_ms();
+    let p = format!("{table}{}", crate::config::PARTITIONS_SUFFIX);
+    let m = format!("{table}{}", crate::config::MEMBERS_SUFFIX);
+    let (create_partitions, create_members) = (
+        partitions_schema_sql(dialect, &p),
+        members_schema_sql(dialect, &m),
+    );
+    let s = match dialect {
+        // PostgreSQL reads clock_timestamp() anew at every call, so every statement that needs
+        // "now" twice (or once per row) reads it once, in a CTE (never inlined: volatile) — or,
+        // in the acquire, back from the expiry it just computed.
+        Dialect::Postgres => GroupStatements {
+            acquire: format!(
+                "INSERT INTO {p} AS p (group_name, partition_no, owner, epoch, expires_at_ms) \
+                 VALUES ($1, $2, $3, 1, {now} + $4) \
+                 ON CONFLICT (group_name, partition_no) DO UPDATE SET \
+                 owner = excluded.owner, \
+                 epoch = CASE WHEN p.owner = excluded.owner \
+                 AND p.expires_at_ms > excluded.expires_at_ms - $4 \
+                 THEN p.epoch ELSE p.epoch + 1 END, \
+                 expires_at_ms = excluded.expires_at_ms \
+                 WHERE p.owner = excluded.owner OR p.expires_at_ms <= excluded.expires_at_ms - $4 \
+                 RETURNING p.epoch"
+            ),
+            renew: format!(
+                "WITH n AS (SELECT {now} AS now) \
+                 UPDATE {p} AS p SET expires_at_ms = n.now + $4 FROM n \
+                 WHERE p.group_name = $1 AND p.partition_no = ANY($2) AND p.owner = $3 \
+                 AND p.expires_at_ms > n.now \
+                 RETURNING p.partition_no, p.epoch"
+            ),
+            release: format!(
+                "WITH n AS (SELECT {now} AS now) \
+                 UPDATE {p} AS p SET expires_at_ms = n.now FROM n \
+                 WHERE p.group_name = $1 AND p.partition_no = ANY($2) AND p.owner = $3 \
+                 AND p.expires_at_ms > n.now"
+            ),
+            owners: format!(
+                "WITH n AS (SELECT {now} AS now) \
+                 SELECT p.partition_no, p.owner, p.epoch, p.expires_at_ms - n.now \
+                 FROM {p} AS p, n WHERE p.group_name = $1 AND p.expires_at_ms > n.now \
+                 ORDER BY p.partition_no"
+            ),
+            heartbeat: format!(
+                "INSERT INTO {m} (service, node, address, group_list, expires_at_ms) \
+                 VALUES ($1, $2, $3, $4, {now} + $5) \
+                 ON CONFLICT (service, node) DO UPDATE SET address = excluded.address, \
+                 group_list = excluded.group_list, expires_at_ms = excluded.expires_at_ms"
+            ),
+            members: format!(
+                "WITH n AS (SELECT {now} AS now) \
+                 SELECT m.node, m.address, m.group_list, m.expires_at_ms - n.now \
+                 FROM {m} AS m, n WHERE m.service = $1 AND m.expires_at_ms > n.now \
+                 ORDER BY m.node COLLATE \"C\""
+            ),
+            leave: format!(
+                "WITH n AS (SELECT {now} AS now) \
+                 UPDATE {m} AS m SET expires_at_ms = n.now FROM n \
+                 WHERE m.service = $1 AND m.node = $2 AND m.expires_at_ms > n.now"
+            ),
+            partitions_table: String::new(),
+            members_table: String::new(),
+            create_partitions: String::new(),
+            create_members: String::new(),
+        },
+        // SQLite reads the clock once per step of a statement, and a write (RETURNING
+        // included) makes all its changes in its first step: every `:now` of a write is the
+        // same instant. The partition numbers come as one JSON array of integers.
+        Dialect::Sqlite => GroupStatements {
+            acquire: format!(
+                "INSERT INTO {p} AS p (group_name, partition_no, owner, epoch, expires_at_ms) \
+                 VALUES (?1, ?2, ?3, 1, {now} + ?4) \
+                 ON CONFLICT (group_name, partition_no) DO UPDATE SET \
+                 owner = excluded.owner, \
+                 epoch = CASE WHEN p.owner = excluded.owner AND p.expires_at_ms > {now} \
+                 THEN p.epoch ELSE p.epoch + 1 END, \
+                 expires_at_ms = excluded.expires_at_ms \
+                 WHERE p.owner = excluded.owner OR p.expires_at_ms <= {now} \
+                 RETURNING epoch"
+            ),
+            renew: format!(
+                "UPDATE {p} SET expires_at_ms = {now} + ?4 \
+                 WHERE group_name = ?1 AND partition_no IN (SELECT value FROM json_each(?2)) \
+                 AND owner = ?3 AND expires_at_ms > {now} \
+                 RETURNING partition_no, epoch"
+            ),
+            release: format!(
+                "UPDATE {p} SET expires_at_ms = {now} \
+                 WHERE group_name = ?1 AND partition_no IN (SELECT value FROM json_each(?2)) \
+                 AND owner = ?3 AND expires_at_ms > {now}"
+            ),
+            owners: format!(
+                "SELECT partition_no, owner, epoch, expires_at_ms - {now} FROM {p} \
+                 WHERE group_name = ?1 AND expires_at_ms > {now} ORDER BY partition_no"
+            ),
+            heartbeat: format!(
+                "INSERT INTO {m} (service, node, address, group_list, expires_at_ms) \
+                 VALUES (?1, ?2, ?3, ?4, {now} + ?5) \
+                 ON CONFLICT (service, node) DO UPDATE SET address = excluded.address, \
+                 group_list = excluded.group_list, expires_at_ms = excluded.expires_at_ms"
+            ),
+            members: format!(
+                "SELECT node, address, group_list, expires_at_ms - {now} FROM {m} \
+                 WHERE service = ?1 AND expires_at_ms > {now} ORDER BY node COLLATE BINARY"
+            ),
+            leave: format!(
+                "UPDATE {m} SET expires_at_ms = {now} \
+                 WHERE service = ?1 AND node = ?2 AND expires_at_ms > {now}"
+            ),
+            partitions_table: String::new(),
+            members_table: String::new(),
+            create_partitions: String::new(),
+            create_members: String::new(),
+        },
+        // MySQL: `:now` is fixed at the statement's start. ON DUPLICATE KEY UPDATE assigns left
+        // to right, each assignment seeing the columns already assigned: the epoch is computed
+        // first (from the old owner and expiry), expires_at_ms assigned last, and its condition
+        // holds whether it reads the old owner or the new one. LAST_INSERT_ID is the epoch when
+        // the lease is acquired or kept, 0 when another owner holds it.
+        Dialect::MySql => GroupStatements {
+            acquire: format!(
+                "INSERT INTO {p} (group_name, partition_no, owner, epoch, expires_at_ms) \
+                 VALUES (?, ?, ?, LAST_INSERT_ID(1), {now} + ?) \
+                 ON DUPLICATE KEY UPDATE \
+                 epoch = IF(expires_at_ms <= {now}, LAST_INSERT_ID(epoch + 1), \
+                 IF(owner = ?, LAST_INSERT_ID(epoch), epoch + LAST_INSERT_ID(0))), \
+                 owner = IF(expires_at_ms <= {now}, ?, owner), \
+                 expires_at_ms = IF(expires_at_ms <= {now} OR owner = ?, {now} + ?, expires_at_ms)"
+            ),
+            // Text protocol, one round trip for all three statements: the SET fixes one expiry
+            // for the batch, the UPDATE extends the live leases of the owner (never to an
+            // expiry already past), the SELECT reads back exactly those it extended.
+            renew: format!(
+                "SET @lease_sql_renewal_ms = {now} + {TTL_MARKER}; \
+                 UPDATE {p} SET expires_at_ms = @lease_sql_renewal_ms \
+                 WHERE group_name = {GROUP_MARKER} AND partition_no IN ({PARTITIONS_MARKER}) \
+                 AND owner = {OWNER_MARKER} AND expires_at_ms > {now} \
+                 AND @lease_sql_renewal_ms > {now}; \
+                 SELECT partition_no, epoch, expires_at_ms - {now} FROM {p} \
+                 WHERE group_name = {GROUP_MARKER} AND partition_no IN ({PARTITIONS_MARKER}) \
+                 AND owner = {OWNER_MARKER} AND expires_at_ms = @lease_sql_renewal_ms \
+                 AND expires_at_ms > {now}"
+            ),
+            release: format!(
+                "UPDATE {p} SET expires_at_ms = {now} \
+                 WHERE group_name = {GROUP_MARKER} AND partition_no IN ({PARTITIONS_MARKER}) \
+                 AND owner = {OWNER_MARKER} AND expires_at_ms > {now}"
+            ),
+            owners: format!(
+                "SELECT partition_no, owner, epoch, expires_at_ms - {now} FROM {p} \
+                 WHERE group_name = ? AND expires_at_ms > {now} ORDER BY partition_no"
+            ),
+            heartbeat: format!(
+                "INSERT INTO {m} (service, node, address, group_list, expires_at_ms) \
+                 VALUES (?, ?, ?, ?, {now} + ?) \
+                 ON DUPLICATE KEY UPDATE address = ?, group_list = ?, expires_at_ms = {now} + ?"
+            ),
+            members: format!(
+                "SELECT node, address, group_list, expires_at_ms - {now} FROM {m} \
+                 WHERE service = ? AND expires_at_ms > {now} ORDER BY node"
+            ),
+            leave: format!(
+                "UPDATE {m} SET expires_at_ms = {now} \
+                 WHERE service = ? AND node = ? AND expires_at_ms > {now}"
+            ),
+            partitions_table: String::new(),
+            members_table: String::new(),
+            create_partitions: String::new(),
+            create_members: String::new(),
+        },
+    };
+    GroupStatements {
+        partitions_table: p,
+        members_table: m,
+        create_partitions,
+        create_members,
+        ..s
+    }
 }
 
 /// The marker in MySQL's `unfinished` statement replaced with one `?` per name.
@@ -168,6 +472,7 @@ impl Statements {
                 ),
                 now: format!("SELECT {now}"),
                 create: schema_sql(dialect, t),
+                groups: group_statements(dialect, t),
                 slots: SlotStatements {
                     read: format!(
                         "SELECT n.now, l.term, l.expires_at_ms - n.now, l.slot_ms, \
@@ -299,6 +604,7 @@ impl Statements {
                 now: format!("SELECT {now}"),
                 create: schema_sql(dialect, t),
                 slots: mysql_slots(t, now),
+                groups: group_statements(dialect, t),
             },
         };
         if dialect == Dialect::Sqlite {
@@ -319,6 +625,8 @@ impl Statements {
             get: f(self.get),
             now: self.now,
             create: self.create,
+            // Written with SQLite's ?N already.
+            groups: self.groups,
             slots: SlotStatements {
                 read: f(self.slots.read),
                 insert: f(self.slots.insert),

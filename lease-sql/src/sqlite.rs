@@ -42,6 +42,15 @@ use crate::store::SqlStore;
 /// COMMIT;
 /// ```
 ///
+/// Partitioned leases and membership use PostgreSQL's statements too (see
+/// [`PostgresStore`](crate::PostgresStore)), each one statement, with three differences:
+/// SQLite reads its clock once per step of a statement, and an `UPDATE … RETURNING` makes all
+/// its changes in its first step, so `:now` is written out where PostgreSQL reads it through a
+/// CTE (a batch still gets one expiry); a batch of partitions is one JSON array of integers,
+/// `… partition_no IN (SELECT value FROM json_each(?2)) …`, one bound parameter however many
+/// (well clear of SQLite's limit of 32,766 parameters a statement); and members are ordered
+/// `ORDER BY node COLLATE BINARY` (byte order).
+///
 /// **The clock is the host's wall clock.** Every process on the host reads the same clock, so
 /// a skewed clock cannot make one process steal from another; but stepping the host clock
 /// (NTP correcting a large error, an administrator's `date -s`) moves every expiry at once:
@@ -139,7 +148,8 @@ impl SqlStore<Sqlite> {
             .bind(name)
             .bind(schema)
             .fetch_optional(c))?;
-        crate::common_checks::name_width(self, column.map(|(t,)| (t, None)))
+        crate::common_checks::name_width(self, column.map(|(t,)| (t, None)))?;
+        self.check_group_tables().await
     }
 }
 

@@ -3,7 +3,23 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use lease_sql::{DEFAULT_TABLE, Dialect, schema_sql};
+use lease_sql::{
+    DEFAULT_TABLE, Dialect, SqlConfig, members_schema_sql, partitions_schema_sql, schema_sql,
+};
+
+fn check(path: &std::path::Path, want: &str) {
+    if std::env::var_os("LEASE_BLESS").is_some() {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, want).unwrap();
+    }
+    let have = std::fs::read_to_string(path).unwrap_or_default();
+    assert_eq!(
+        have,
+        want,
+        "{} is stale; rerun with LEASE_BLESS=1",
+        path.display()
+    );
+}
 
 #[test]
 fn migrations_match_the_ddl_the_store_runs() {
@@ -15,16 +31,19 @@ fn migrations_match_the_ddl_the_store_runs() {
             dialect.as_str(),
             schema_sql(dialect, DEFAULT_TABLE)
         );
-        if std::env::var_os("LEASE_BLESS").is_some() {
-            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-            std::fs::write(&path, &want).unwrap();
-        }
-        let have = std::fs::read_to_string(&path).unwrap_or_default();
-        assert_eq!(
-            have,
-            want,
-            "{} is stale; rerun with LEASE_BLESS=1",
-            path.display()
+        check(&path, &want);
+
+        let config = SqlConfig::default();
+        let path = dir
+            .join(dialect.as_str())
+            .join("0002_create_partitions_and_members.sql");
+        let want = format!(
+            "-- The partition and member tables of lease-sql ({}): partitioned leases and \
+             membership.\n{};\n\n{};\n",
+            dialect.as_str(),
+            partitions_schema_sql(dialect, &config.partitions_table_name()),
+            members_schema_sql(dialect, &config.members_table_name())
         );
+        check(&path, &want);
     }
 }

@@ -8,7 +8,18 @@ mod support;
 use std::str::FromStr;
 
 use lease_core::{ErrorKind, HolderToken, LeaseStore};
-use lease_sql::{Ddl, MySqlStore, PostgresStore, SqlConfig, SqliteStore};
+use lease_sql::{
+    Ddl, Dialect, MySqlStore, PostgresStore, SqlConfig, SqliteStore, members_schema_sql,
+    partitions_schema_sql, schema_sql,
+};
+
+/// The partition and member tables' DDL for `config`.
+fn group_tables(dialect: Dialect, config: &SqlConfig) -> [String; 2] {
+    [
+        partitions_schema_sql(dialect, &config.partitions_table_name()),
+        members_schema_sql(dialect, &config.members_table_name()),
+    ]
+}
 
 #[tokio::test]
 async fn an_unreachable_server_is_unavailable_and_named_without_its_password() {
@@ -183,6 +194,9 @@ async fn a_name_column_that_would_merge_or_truncate_names_is_refused() {
         .unwrap()
         .ddl(Ddl::None)
         .max_name_bytes(10);
+    for create in group_tables(Dialect::MySql, &config) {
+        sqlx::query(&create).execute(&pool).await.unwrap();
+    }
     let narrow = MySqlStore::with_config(pool.clone(), config).await.unwrap();
     let h = HolderToken::mint();
     assert!(
@@ -197,10 +211,12 @@ async fn a_name_column_that_would_merge_or_truncate_names_is_refused() {
         .await
         .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InvalidName, "never truncated: {e}");
-    sqlx::query(&format!("DROP TABLE {table}"))
-        .execute(&pool)
-        .await
-        .unwrap();
+    sqlx::query(&format!(
+        "DROP TABLE {table}, {table}_partitions, {table}_members"
+    ))
+    .execute(&pool)
+    .await
+    .unwrap();
 
     // PostgreSQL too refuses a column narrower than the names it is told to accept.
     if let Some(url) = lease_conformance::env::server_url("postgres") {
@@ -224,5 +240,180 @@ async fn a_name_column_that_would_merge_or_truncate_names_is_refused() {
             .await
             .unwrap();
         assert!(e.to_string().contains("widen the column"), "{e}");
+    }
+}
+
+/// With DDL off, a lease table alone is not enough: the store names the missing partition or
+/// member table and the statement that creates it, and starts once both exist.
+#[tokio::test]
+async fn a_missing_group_table_with_ddl_off_names_it_and_its_statement() {
+    async fn check<DB: sqlx::Database>(
+        dialect: Dialect,
+        pool: sqlx::Pool<DB>,
+        build: impl AsyncFn(sqlx::Pool<DB>, SqlConfig) -> lease_core::Result<()>,
+    ) where
+        for<'c> &'c sqlx::Pool<DB>: sqlx::Executor<'c, Database = DB>,
+        for<'q> <DB as sqlx::Database>::Arguments<'q>: sqlx::IntoArguments<'q, DB>,
+    {
+        let table = format!("lease_groupless_{}", support::rand_u64() >> 20);
+        let config = SqlConfig::default().table(&table).unwrap().ddl(Ddl::None);
+        let run = |sql: String| {
+            let pool = pool.clone();
+            async move { sqlx::query(&sql).execute(&pool).await.unwrap() }
+        };
+        run(schema_sql(dialect, &table)).await;
+        let [partitions, members] = group_tables(dialect, &config);
+        for (missing, create) in [
+            (config.partitions_table_name(), partitions),
+            (config.members_table_name(), members),
+        ] {
+            let e = build(pool.clone(), config.clone()).await.unwrap_err();
+            let msg = e.to_string();
+            assert_eq!(e.kind(), ErrorKind::Unavailable, "{msg}");
+            assert!(!e.is_temporary(), "{msg}");
+            assert!(
+                msg.contains(&format!("`{missing}` does not exist")),
+                "{msg}"
+            );
+            assert!(msg.contains("DDL is off"), "{msg}");
+            assert!(msg.contains(&create), "{msg}");
+            run(create).await;
+        }
+        build(pool.clone(), config.clone()).await.unwrap();
+        for t in [
+            config.members_table_name(),
+            config.partitions_table_name(),
+            table,
+        ] {
+            run(format!("DROP TABLE {t}")).await;
+        }
+    }
+
+    let url = support::sqlite_url();
+    let opts = sqlx::sqlite::SqliteConnectOptions::from_str(&url)
+        .unwrap()
+        .create_if_missing(true);
+    let pool = sqlx::sqlite::SqlitePoolOptions::new()
+        .connect_with(opts)
+        .await
+        .unwrap();
+    check(Dialect::Sqlite, pool, async |p, c| {
+        SqliteStore::with_config(p, c).await.map(drop)
+    })
+    .await;
+    if let Some(url) = lease_conformance::env::server_url("postgres") {
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .connect(&url)
+            .await
+            .unwrap();
+        check(Dialect::Postgres, pool, async |p, c| {
+            PostgresStore::with_config(p, c).await.map(drop)
+        })
+        .await;
+    }
+    if let Some(url) = lease_conformance::env::server_url("mysql") {
+        let pool = sqlx::mysql::MySqlPoolOptions::new()
+            .connect(&url)
+            .await
+            .unwrap();
+        check(Dialect::MySql, pool, async |p, c| {
+            MySqlStore::with_config(p, c).await.map(drop)
+        })
+        .await;
+    }
+}
+
+/// Partition and member tables whose columns would merge, truncate or clamp what the store
+/// writes are refused at start-up, each with what to change.
+#[tokio::test]
+async fn group_columns_that_would_merge_truncate_or_clamp_are_refused() {
+    if let Some(url) = lease_conformance::env::server_url("mysql") {
+        let store = MySqlStore::connect(&url, SqlConfig::default())
+            .await
+            .unwrap();
+        let pool = store.app_pool().clone();
+        let cases = [
+            (
+                "group_name VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci",
+                "\"job \"",
+            ),
+            ("group_name VARBINARY(255)", "widen the column"), // owner below is too narrow
+            ("group_name VARBINARY(100)", "or lower max_name_bytes"),
+            ("group_name VARBINARY(255)", "INT UNSIGNED"), // partition_no below is signed
+        ];
+        for (i, (group_column, needle)) in cases.iter().enumerate() {
+            let table = format!("lease_badgroups_{}", support::rand_u64() >> 20);
+            let config = SqlConfig::default().table(&table).unwrap().ddl(Ddl::None);
+            let owner = if i == 1 {
+                "VARBINARY(64)"
+            } else {
+                "VARBINARY(128)"
+            };
+            let partition = if i == 3 { "INT" } else { "INT UNSIGNED" };
+            let [_, members] = group_tables(Dialect::MySql, &config);
+            for sql in [
+                schema_sql(Dialect::MySql, &table),
+                format!(
+                    "CREATE TABLE {} ({group_column} NOT NULL, partition_no {partition} NOT NULL, \
+                     owner {owner} NOT NULL, epoch BIGINT NOT NULL, \
+                     expires_at_ms BIGINT NOT NULL, PRIMARY KEY (group_name, partition_no))",
+                    config.partitions_table_name()
+                ),
+                members,
+            ] {
+                sqlx::query(&sql).execute(&pool).await.unwrap();
+            }
+            let e = MySqlStore::with_config(pool.clone(), config.clone())
+                .await
+                .unwrap_err();
+            sqlx::query(&format!(
+                "DROP TABLE {table}, {}, {}",
+                config.partitions_table_name(),
+                config.members_table_name()
+            ))
+            .execute(&pool)
+            .await
+            .unwrap();
+            assert_eq!(e.kind(), ErrorKind::Unavailable, "{group_column}: {e}");
+            assert!(e.to_string().contains(needle), "case {i}: {e}");
+        }
+    }
+
+    if let Some(url) = lease_conformance::env::server_url("postgres") {
+        let store = PostgresStore::connect(&url, SqlConfig::default())
+            .await
+            .unwrap();
+        let pool = store.app_pool().clone();
+        let table = format!("lease_narrowgroups_{}", support::rand_u64() >> 20);
+        let config = SqlConfig::default().table(&table).unwrap().ddl(Ddl::None);
+        let [partitions, _] = group_tables(Dialect::Postgres, &config);
+        for sql in [
+            schema_sql(Dialect::Postgres, &table),
+            partitions,
+            format!(
+                "CREATE TABLE {} (service VARCHAR(255) NOT NULL, node VARCHAR(128) NOT NULL, \
+                 address VARCHAR(100) NOT NULL, group_list TEXT NOT NULL, \
+                 expires_at_ms BIGINT NOT NULL, PRIMARY KEY (service, node))",
+                config.members_table_name()
+            ),
+        ] {
+            sqlx::query(&sql).execute(&pool).await.unwrap();
+        }
+        let e = PostgresStore::with_config(pool.clone(), config.clone())
+            .await
+            .unwrap_err();
+        sqlx::query(&format!(
+            "DROP TABLE {table}, {}, {}",
+            config.partitions_table_name(),
+            config.members_table_name()
+        ))
+        .execute(&pool)
+        .await
+        .unwrap();
+        let msg = e.to_string();
+        assert!(
+            msg.contains("`address`") && msg.contains("widen the column"),
+            "{msg}"
+        );
     }
 }

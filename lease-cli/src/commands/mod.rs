@@ -1,7 +1,10 @@
-//! The subcommands, and what `run` and `elect` share: checking input, opening the store,
-//! building the coordinator.
+//! The subcommands, and what they share: checking input, opening the store, building the
+//! coordinator.
 
 pub(crate) mod elect;
+pub(crate) mod members;
+pub(crate) mod output;
+pub(crate) mod owners;
 pub(crate) mod release;
 pub(crate) mod run;
 pub(crate) mod status;
@@ -9,7 +12,7 @@ pub(crate) mod status;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lease_core::{Coordinator, LeaseStore, Timings};
+use lease_core::{Coordinator, GroupStore, LeaseStore, Timings};
 
 use crate::cli::HoldArgs;
 use crate::duration::{human, parse_duration};
@@ -21,14 +24,55 @@ use crate::store_url::StoreUrl;
 /// Checks what can be checked of a name before the store is known: non-empty, no control
 /// characters. Its length is checked against the store once open ([`check_name`]).
 pub(crate) fn precheck_name(name: &str) -> Result<(), CliError> {
-    lease_core::validate_name(name, usize::MAX).map_err(|e| CliError::lease_with(Exit::BadName, &e))
+    precheck_name_of(Named::Lease, name)
 }
 
 /// Checks a name against the store's limits.
 pub(crate) fn check_name(store: &dyn LeaseStore, name: &str) -> Result<(), CliError> {
-    store
-        .validate_name(name)
-        .map_err(|e| CliError::lease_with(Exit::BadName, &e))
+    check_name_of(store, Named::Lease, name)
+}
+
+/// What a name on the command line names, for the messages about it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Named {
+    /// A lease (`run`, `elect`, `status`, `release`).
+    Lease,
+    /// A service of members (`members`).
+    Service,
+    /// A partition group (`owners`).
+    Group,
+}
+
+impl Named {
+    fn word(self) -> &'static str {
+        match self {
+            Named::Lease => "lease",
+            Named::Service => "service",
+            Named::Group => "group",
+        }
+    }
+
+    /// A name error of lease-core (which speaks of a "lease name") about this kind of name.
+    fn bad(self, e: &lease_core::Error) -> CliError {
+        let text = e
+            .to_string()
+            .replace("lease name", &format!("{} name", self.word()));
+        CliError::new(Exit::BadName, text)
+    }
+}
+
+/// [`precheck_name`] for a name of `what`.
+pub(crate) fn precheck_name_of(what: Named, name: &str) -> Result<(), CliError> {
+    lease_core::validate_name(name, usize::MAX).map_err(|e| what.bad(&e))
+}
+
+/// [`check_name`] for a name of `what`.
+pub(crate) fn check_name_of(
+    store: &dyn LeaseStore,
+    what: Named,
+    name: &str,
+) -> Result<(), CliError> {
+    store.validate_name(name).map_err(|e| what.bad(&e))
 }
 
 /// The shortest `--ttl` `lease` accepts. Shorter leases pass lease-core's checks, but their
@@ -125,5 +169,18 @@ pub(crate) async fn open_for(
     for name in names {
         check_name(store.as_ref(), name)?;
     }
+    Ok(store)
+}
+
+/// Opens the store for `members` and `owners` as a [`GroupStore`] and checks `name` (a name of
+/// `what`) before and after.
+pub(crate) async fn open_group_for(
+    url: &StoreUrl,
+    what: Named,
+    name: &str,
+) -> Result<Arc<dyn GroupStore>, CliError> {
+    precheck_name_of(what, name)?;
+    let store = open_store::open_group(url, lease_core::Timings::default().lease()).await?;
+    check_name_of(store.as_ref(), what, name)?;
     Ok(store)
 }

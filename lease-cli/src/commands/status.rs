@@ -1,13 +1,12 @@
 //! `lease status NAME… [--json]`: who holds what, by the store's clock.
 
-use std::io::Write;
-
 use lease_core::LeaseInfo;
 
 use crate::cli::StatusArgs;
 use crate::commands::open_for;
+use crate::commands::output::{self, json_string, printable};
 use crate::duration::human;
-use crate::exit::{CliError, Exit};
+use crate::exit::CliError;
 use crate::store_url::StoreUrl;
 
 /// One name's row.
@@ -34,10 +33,7 @@ pub(crate) async fn status(url: &StoreUrl, args: StatusArgs) -> Result<u8, CliEr
         rows.push(Row { name, info });
     }
     let text = if args.json { json(&rows) } else { table(&rows) };
-    std::io::stdout()
-        .lock()
-        .write_all(text.as_bytes())
-        .map_err(|e| CliError::new(Exit::StoreError, format!("cannot write the status: {e}")))?;
+    output::write_stdout(&text, "the status")?;
     Ok(0)
 }
 
@@ -60,31 +56,7 @@ pub(crate) fn table(rows: &[Row]) -> String {
         };
         cells.push([printable(&row.name), printable(&holder), term, expires]);
     }
-    let widths: Vec<usize> = (0..4)
-        .map(|c| {
-            cells
-                .iter()
-                .map(|r| r[c].chars().count())
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    let mut out = String::new();
-    for r in &cells {
-        let line = format!(
-            "{:<w0$}  {:<w1$}  {:<w2$}  {}",
-            r[0],
-            r[1],
-            r[2],
-            r[3],
-            w0 = widths[0],
-            w1 = widths[1],
-            w2 = widths[2]
-        );
-        out.push_str(line.trim_end());
-        out.push('\n');
-    }
-    out
+    output::table(&cells)
 }
 
 /// The rows as a JSON array: `name`, `held`, `holder` (null when free), `term` (the last one
@@ -110,32 +82,7 @@ pub(crate) fn json(rows: &[Row]) -> String {
             )
         })
         .collect();
-    format!("[{}]\n", items.join(","))
-}
-
-fn json_string(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x20 || c == '\u{7f}' => {
-                out.push_str(&format!("\\u{:04x}", c as u32))
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
-/// `s` with characters that would break a table row escaped.
-fn printable(s: &str) -> String {
-    s.chars().flat_map(char::escape_debug).collect::<String>()
+    output::json_array(&items)
 }
 
 #[cfg(test)]

@@ -733,7 +733,7 @@ pub async fn three_nodes_rebalance_without_overlap(h: &Harness) {
             let crash_bound = GroupWorker::crash_settle_time(&t) + TICK_WORK;
             let mut rx = e.assignment();
             let stopped = tokio::time::timeout(
-                t.deadline() + t.renew_every() + h.slack,
+                t.deadline() + h.slack,
                 rx.wait_for(|a| a.partitions.is_empty()),
             )
             .await

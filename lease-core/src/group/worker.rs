@@ -328,6 +328,10 @@ impl Run {
     }
 
     /// One store operation, bounded by the attempt timeout and by `cut` (a local deadline).
+    ///
+    /// Every operation of a tick is cut at the earliest local deadline of the partitions held,
+    /// and the tick drops lapsed partitions after each, so a partition leaves the assignment at
+    /// its deadline whatever the store is doing.
     async fn bounded<T>(
         &self,
         what: &str,
@@ -353,13 +357,22 @@ impl Run {
             lease,
             &self.groups,
         );
-        if let Err(e) = self.bounded("heartbeat", None, beat).await {
-            warn!(group = %self.group, node = %self.node, error = %e, "heartbeat failed; retrying next tick");
-        }
-        let view = match self
-            .bounded("members", None, self.store.members(&self.service))
+        if let Err(e) = self
+            .bounded("heartbeat", self.earliest_deadline(), beat)
             .await
         {
+            warn!(group = %self.group, node = %self.node, error = %e, "heartbeat failed; retrying next tick");
+        }
+        self.drop_lapsed();
+        let members = self
+            .bounded(
+                "members",
+                self.earliest_deadline(),
+                self.store.members(&self.service),
+            )
+            .await;
+        self.drop_lapsed();
+        let view = match members {
             Ok(members) => {
                 let mut nodes: BTreeSet<String> = members
                     .into_iter()
@@ -471,7 +484,7 @@ impl Run {
             let op = self
                 .store
                 .release_partitions(&self.group, chunk, &self.owner);
-            if let Err(e) = self.bounded("release", None, op).await {
+            if let Err(e) = self.bounded("release", self.earliest_deadline(), op).await {
                 warn!(group = %self.group, node = %self.node, error = %e, "release failed; the partitions pass on when their leases expire");
             }
         }
@@ -495,7 +508,7 @@ impl Run {
             let op =
                 self.store
                     .acquire_partition(&self.group, p, &self.owner, self.timings.lease());
-            match self.bounded("acquire", None, op).await {
+            match self.bounded("acquire", self.earliest_deadline(), op).await {
                 Ok(Some(lease)) => {
                     let deadline = started + self.timings.deadline();
                     self.held.insert(

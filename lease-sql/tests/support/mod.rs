@@ -123,8 +123,9 @@ pub(crate) async fn harness_postgres() -> Option<Harness> {
     let (store, p) = postgres().await?;
     Some(
         Harness::new(Arc::new(store.clone()))
-            .with_faults(Arc::new(p.store), p.proxy)
-            .with_slots(Arc::new(store)),
+            .with_faults(Arc::new(p.store.clone()), p.proxy)
+            .with_slots(Arc::new(store.clone()))
+            .with_groups(Arc::new(store), Some(Arc::new(p.store))),
     )
 }
 
@@ -132,8 +133,9 @@ pub(crate) async fn harness_mysql() -> Option<Harness> {
     let (store, p) = mysql().await?;
     Some(
         Harness::new(Arc::new(store.clone()))
-            .with_faults(Arc::new(p.store), p.proxy)
-            .with_slots(Arc::new(store)),
+            .with_faults(Arc::new(p.store.clone()), p.proxy)
+            .with_slots(Arc::new(store.clone()))
+            .with_groups(Arc::new(store), Some(Arc::new(p.store))),
     )
 }
 
@@ -143,6 +145,7 @@ pub(crate) async fn harness_sqlite() -> Option<Harness> {
     Some(
         Harness::new(Arc::new(store.clone()))
             .with_faults(Arc::new(faulty.clone()), Arc::new(Switch(faulty)))
-            .with_slots(Arc::new(store)),
+            .with_slots(Arc::new(store.clone()))
+            .with_groups(Arc::new(store), None),
     )
 }
