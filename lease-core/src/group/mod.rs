@@ -4,8 +4,8 @@
 //!
 //! 1. heartbeats its membership of the service, serving the group, for the lease duration;
 //! 2. reads the live members that serve the group (its own node always counts);
-//! 3. renews every partition it holds in one batch ([`PartitionStore::renew_partitions`]);
-//! 4. computes its fair share with rendezvous hashing ([`assign`]): every member computes the
+//! 3. renews every partition it holds in one batch ([`PartitionStore::renew_partitions`](crate::PartitionStore::renew_partitions));
+//! 4. computes its fair share with rendezvous hashing ([`assign`](assign())): every member computes the
 //!    same assignment from the same member list, and a join or a leave moves few partitions;
 //! 5. gives up the partitions that are no longer its: first it takes them out of its published
 //!    [`Assignment`], then it releases them, so the successor — which could not have claimed them
