@@ -92,7 +92,9 @@ async fn renewals_do_not_starve_behind_a_saturated_application_pool() {
     };
     let app = sqlx::postgres::PgPoolOptions::new()
         .max_connections(1)
-        .acquire_timeout(Duration::from_millis(200))
+        // Long enough for the start-up checks' connection to come back to the pool (sqlx pings
+        // it on return) on a loaded machine; the saturation check below uses its own bound.
+        .acquire_timeout(Duration::from_secs(10))
         .connect(&url)
         .await
         .unwrap();
@@ -100,7 +102,9 @@ async fn renewals_do_not_starve_behind_a_saturated_application_pool() {
     let mut busy = app.begin().await.unwrap();
     sqlx::query("SELECT 1").execute(&mut *busy).await.unwrap();
     assert!(
-        app.acquire().await.is_err(),
+        tokio::time::timeout(Duration::from_millis(200), app.acquire())
+            .await
+            .is_err(),
         "the application pool is saturated"
     );
 
