@@ -164,9 +164,10 @@ pub trait PartitionStore: LeaseStore {
     /// The live leases of `group`, by partition number.
     async fn owners(&self, group: &str) -> Result<Vec<PartitionLease>>;
 
-    /// How [`renew`](PartitionStore::renew_partitions) reaches the server.
+    /// How [`renew_partitions`](PartitionStore::renew_partitions) reaches the server: the
+    /// store's [`Capabilities::batch_renew`](crate::Capabilities::batch_renew).
     fn batch_renew(&self) -> BatchRenew {
-        BatchRenew::default()
+        self.capabilities().batch_renew
     }
 }
 

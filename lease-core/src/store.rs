@@ -122,6 +122,9 @@ pub struct Capabilities {
     pub force_release: bool,
     /// The longest name, in bytes.
     pub max_name_bytes: usize,
+    /// How a batch renewal of partitions reaches the server (see
+    /// [`PartitionStore::renew_partitions`](crate::PartitionStore::renew_partitions)).
+    pub batch_renew: crate::BatchRenew,
     /// When set, the only lease duration the store accepts (a store whose expiry is fixed
     /// server-side, such as a bucket's max age).
     pub fixed_ttl: Option<Duration>,
@@ -142,6 +145,7 @@ impl Default for Capabilities {
             slots: false,
             force_release: false,
             max_name_bytes: DEFAULT_MAX_NAME_BYTES,
+            batch_renew: crate::BatchRenew::default(),
             fixed_ttl: None,
         }
     }

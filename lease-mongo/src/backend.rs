@@ -470,6 +470,9 @@ impl LeaseStore for MongoStore {
             partitions: true,
             membership: true,
             max_name_bytes: MAX_NAME_BYTES,
+            // The multi-document `update`, then the `aggregate` that reads back the documents
+            // carrying this renewal's id: two round trips however many partitions.
+            batch_renew: lease_core::BatchRenew::Fixed { round_trips: 2 },
             ..Capabilities::default()
         }
     }

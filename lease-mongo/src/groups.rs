@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use futures::TryStreamExt;
 use lease_core::{
-    BatchRenew, Error, ErrorKind, HolderToken, LeaseStore, Member, MembershipStore, PartitionLease,
+    Error, ErrorKind, HolderToken, LeaseStore, Member, MembershipStore, PartitionLease,
     PartitionStore, Result, async_trait, check_member_args, check_partition_args,
     check_partition_batch,
 };
@@ -262,12 +262,6 @@ impl PartitionStore for MongoStore {
             )
             .await?;
         commands::partitions_from_replies(&replies)
-    }
-
-    /// Two round trips, however many partitions: the multi-document `update`, then the
-    /// `aggregate` that reads back the documents carrying this renewal's id.
-    fn batch_renew(&self) -> BatchRenew {
-        BatchRenew::Fixed { round_trips: 2 }
     }
 }
 

@@ -465,6 +465,9 @@ impl LeaseStore for NatsStore {
             slots: false,
             force_release: true,
             max_name_bytes: MAX_NAME_BYTES,
+            // No multi-key operation: one compare-and-set per partition, all sent before any
+            // answer is awaited.
+            batch_renew: lease_core::BatchRenew::Pipelined,
             fixed_ttl: Some(self.inner.ttl),
         }
     }

@@ -7,7 +7,7 @@ use std::sync::MutexGuard;
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
-use lease_core::{BatchRenew, Error};
+use lease_core::Error;
 use lease_core::{
     LeaseStore, Member, MembershipStore, PartitionLease, PartitionStore, Result, async_trait,
     check_member_args, check_partition_args, check_partition_batch,
@@ -572,10 +572,6 @@ impl PartitionStore for NatsStore {
             Ok(live.into_values().collect())
         };
         self.bounded(OP, group, listing).await?
-    }
-
-    fn batch_renew(&self) -> BatchRenew {
-        BatchRenew::Pipelined
     }
 }
 

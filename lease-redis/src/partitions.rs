@@ -6,8 +6,8 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use lease_core::{
-    BatchRenew, Error, ErrorKind, LeaseStore, PartitionLease, PartitionStore, Result, async_trait,
-    ceil_millis, check_partition_args, check_partition_batch,
+    Error, ErrorKind, LeaseStore, PartitionLease, PartitionStore, Result, async_trait, ceil_millis,
+    check_partition_args, check_partition_batch,
 };
 use redis::aio::ConnectionLike;
 
@@ -207,11 +207,5 @@ where
             .collect();
         leases.sort_by_key(|l| l.partition);
         Ok(leases)
-    }
-
-    /// One round trip per call ([`BatchRenew::Fixed`]); two only when the server had not cached
-    /// the script (after a restart or `SCRIPT FLUSH`; `available()` loads it).
-    fn batch_renew(&self) -> BatchRenew {
-        BatchRenew::Fixed { round_trips: 1 }
     }
 }
