@@ -7,7 +7,10 @@ use clap::{Parser, ValueEnum};
 
 /// A bounded soak of every lease store: contenders run fenced critical sections through
 /// `run_elected` while a seeded schedule stalls and cuts their connections and restarts the
-/// server once; the history checker must see no overlap and no term going back.
+/// server once; the history checker must see no overlap and no term going back. At the same
+/// time, group workers share a group's partitions under faults of their own, a leave, a
+/// re-join and a crash; the assignment audit must see no partition held twice, and the
+/// assignment must settle once the faults stop.
 ///
 /// Servers (PostgreSQL, MariaDB, Redis, NATS) are started by the soak itself from the installed
 /// binaries, on free loopback ports in a temporary directory, and removed at the end. A backend
@@ -40,6 +43,20 @@ pub(crate) struct Args {
     #[arg(long, default_value_t = 1500, value_parser = clap::value_parser!(u64).range(300..=60_000))]
     pub(crate) lease_ms: u64,
 
+    /// The phases to run on each backend, comma-separated: `leases` (contenders campaigning for
+    /// one lease) and `groups` (group workers sharing a group's partitions). Both run at the
+    /// same time, on the same server and through its restart.
+    #[arg(long, value_delimiter = ',', default_value = "leases,groups")]
+    pub(crate) phases: Vec<Phase>,
+
+    /// How many group workers share the group (group phase).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(2..=16))]
+    pub(crate) group_workers: u64,
+
+    /// How many partitions the group has (group phase).
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub(crate) group_partitions: u32,
+
     /// Print the fault schedule of each backend and exit without running anything.
     #[arg(long)]
     pub(crate) show_schedule: bool,
@@ -49,6 +66,14 @@ pub(crate) struct Args {
     /// the store has let their lease expire, and the soak must FAIL with overlaps.
     #[arg(long)]
     pub(crate) break_renewals: bool,
+
+    /// Check the group checker: each group worker's store answers a batch renewal that fails or
+    /// hangs as if every partition had been renewed (and a heartbeat or member read as if it had
+    /// worked), as a buggy backend would. A worker cut off from the store then keeps its
+    /// partitions after the others have taken them over, and the soak must FAIL with assignment
+    /// violations.
+    #[arg(long)]
+    pub(crate) break_group_renewals: bool,
 
     /// Keep the temporary directories (server data and logs) for inspection.
     #[arg(long)]
@@ -75,6 +100,30 @@ impl Args {
     pub(crate) fn contenders(&self) -> usize {
         usize::try_from(self.contenders).unwrap_or(5)
     }
+
+    /// Whether the lease phase runs.
+    pub(crate) fn leases(&self) -> bool {
+        self.phases.contains(&Phase::Leases)
+    }
+
+    /// Whether the group phase runs.
+    pub(crate) fn groups(&self) -> bool {
+        self.phases.contains(&Phase::Groups)
+    }
+
+    /// The number of group workers.
+    pub(crate) fn group_workers(&self) -> usize {
+        usize::try_from(self.group_workers).unwrap_or(4)
+    }
+}
+
+/// What the soak runs on each backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Phase {
+    /// Contenders campaign for one lease and run fenced critical sections.
+    Leases,
+    /// Group workers share a group's partitions, watched by an assignment audit.
+    Groups,
 }
 
 /// A backend the soak knows.
@@ -160,5 +209,16 @@ mod tests {
         assert_eq!(args.backends.len(), 6);
         assert_eq!(args.contenders(), 5);
         assert_eq!(args.lease(), Duration::from_millis(1500));
+        assert!(args.leases() && args.groups());
+        assert_eq!(args.group_workers(), 4);
+        assert_eq!(args.group_partitions, 16);
+    }
+
+    #[test]
+    fn phases_can_be_chosen() {
+        let args = Args::try_parse_from(["lease-soak", "--phases", "groups"]).unwrap();
+        assert!(!args.leases() && args.groups());
+        assert!(Args::try_parse_from(["lease-soak", "--phases", "slots"]).is_err());
+        assert!(Args::try_parse_from(["lease-soak", "--group-workers", "1"]).is_err());
     }
 }

@@ -7,8 +7,14 @@
 //! fault-injecting store wrapper for the embedded backends) and restarts the server once — a
 //! server the soak started itself, on its own port, from the machine's installed binaries.
 //!
-//! It prints one line per backend and a summary, and exits non-zero on any overlap, term
-//! regression, step-down failure, error, or a backend that saw too few terms.
+//! At the same time, on the same server, a group phase runs group workers over one group's
+//! partitions under a schedule of its own (stalls, cuts and blips of one worker's connection, a
+//! graceful leave and re-join, a crash), watched by an assignment audit; once the faults stop,
+//! the assignment must settle within the group worker's crash bound.
+//!
+//! It prints lines per backend and a summary, and exits non-zero on any overlap, term
+//! regression, step-down failure, assignment violation, unsettled assignment, error, or a
+//! backend that saw too few terms.
 //!
 //! ```text
 //! cargo run --release -p lease-soak -- [--seconds N] [--backends memory,sqlite,…] [--seed S]
@@ -16,6 +22,7 @@
 
 mod cli;
 mod contenders;
+mod groups;
 mod report;
 mod schedule;
 mod servers;
@@ -43,8 +50,14 @@ fn main() -> ExitCode {
 
     if args.show_schedule {
         for &kind in &args.backends {
-            println!("schedule {kind} (seed {}):", args.seed);
-            print!("{}", soak::schedule_for(kind, &args));
+            if args.leases() {
+                println!("schedule {kind} (seed {}):", args.seed);
+                print!("{}", soak::schedule_for(kind, &args));
+            }
+            if args.groups() {
+                println!("group schedule {kind} (seed {}):", args.seed);
+                print!("{}", groups::schedule_for(kind.name(), &args));
+            }
         }
         return ExitCode::SUCCESS;
     }
@@ -77,26 +90,53 @@ fn main() -> ExitCode {
 
 /// Soaks every backend in turn and prints the lines and the summary.
 async fn run_all(args: &Args) -> ExitCode {
+    let contenders = if args.leases() {
+        format!("{} contenders", args.contenders)
+    } else {
+        "no contenders".to_owned()
+    };
+    let workers = if args.groups() {
+        format!(
+            "{} group workers × {} partitions",
+            args.group_workers, args.group_partitions
+        )
+    } else {
+        "no group workers".to_owned()
+    };
     println!(
-        "soak: {} backends × {} s, {} contenders, lease {} ms, seed {}",
+        "soak: {} backends × {} s, {contenders}, {workers}, lease {} ms, seed {}",
         args.backends.len(),
         args.seconds,
-        args.contenders,
         args.lease_ms,
         args.seed
     );
     if args.break_renewals {
         println!("soak: --break-renewals: stores lie about failed renewals; this run must FAIL");
     }
+    if args.break_group_renewals {
+        println!(
+            "soak: --break-group-renewals: group stores lie about failed renewals (and \
+             heartbeats and member reads); this run must FAIL"
+        );
+    }
     let mut outcomes = Vec::new();
     for &kind in &args.backends {
         let outcome = soak::run(kind, args).await;
         match &outcome {
             Outcome::Ran(report) => {
-                println!("{}", report.line());
-                println!("{}", report.details());
-                for line in report.evidence() {
-                    println!("    {line}");
+                if report.leases {
+                    println!("{}", report.line());
+                    println!("{}", report.details());
+                    for line in report.evidence() {
+                        println!("    {line}");
+                    }
+                }
+                if let Some(group) = &report.groups {
+                    println!("{}", group.line());
+                    println!("{}", group.details());
+                    for line in group.evidence() {
+                        println!("    {line}");
+                    }
                 }
             }
             Outcome::Skipped { backend, why, .. } => println!("soak {backend}: SKIPPED: {why}"),

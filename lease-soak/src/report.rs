@@ -8,11 +8,184 @@ use lease_conformance::HistoryReport;
 /// A backend must see at least this many terms: a soak that did nothing fails.
 pub(crate) const MIN_TERMS: u64 = 5;
 
+/// How long the assignment took to settle after one event of the group phase.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Settle {
+    /// The event: `start`, `leave`, `join`, `restart`, `crash`.
+    pub(crate) after: &'static str,
+    /// How long until every partition was held by exactly one live worker, fair shares; `None`
+    /// when another event (or the server going down) came first.
+    pub(crate) took: Option<Duration>,
+}
+
+/// What one backend's group phase recorded.
+#[derive(Debug, Clone)]
+pub(crate) struct GroupReport {
+    /// The backend's name.
+    pub(crate) backend: &'static str,
+    /// Group workers at the start.
+    pub(crate) workers: usize,
+    /// Partitions in the group.
+    pub(crate) partitions: u32,
+    /// Long stalls played (longer than the local deadline).
+    pub(crate) stalls: usize,
+    /// Cuts played.
+    pub(crate) cuts: usize,
+    /// Blips played (stalls or cuts shorter than a tick).
+    pub(crate) blips: usize,
+    /// Server restarts the workers went through.
+    pub(crate) restarts: usize,
+    /// Graceful leaves followed by a re-join.
+    pub(crate) rejoins: usize,
+    /// Workers dropped without a leave, their connection cut.
+    pub(crate) crashes: usize,
+    /// Observations of the workers' assignments checked by the audit.
+    pub(crate) observations: u64,
+    /// Epoch increases seen in the assignments: each a partition changing hands (or coming back
+    /// to its owner after a lapse).
+    pub(crate) handovers: u64,
+    /// The audit's violations (the first few in full).
+    pub(crate) violations: Vec<String>,
+    /// Settle times after each event, measured under whatever faults were going on
+    /// (informational).
+    pub(crate) settles: Vec<Settle>,
+    /// How long, once the faults had stopped, until every live worker's store answered again;
+    /// `None` when one did not.
+    pub(crate) stores_back: Option<Duration>,
+    /// How long the assignment then took to settle; `None` when it did not within `bound`.
+    pub(crate) final_settle: Option<Duration>,
+    /// What each live worker held and saw when the final settle ran out of time.
+    pub(crate) unsettled: Option<String>,
+    /// The bound on `final_settle`: `GroupWorker::crash_settle_time` plus a second.
+    pub(crate) bound: Duration,
+    /// How long the settled assignment was then watched staying settled.
+    pub(crate) steady: Duration,
+    /// Anything else that went wrong: a worker that did not start or leave, the store
+    /// disagreeing with the assignment, an assignment coming apart after settling.
+    pub(crate) errors: Vec<String>,
+}
+
+/// How many violations the assignment audit keeps in full.
+const AUDIT_KEEPS: usize = 20;
+
+impl GroupReport {
+    /// Faults of every kind.
+    pub(crate) fn faults(&self) -> usize {
+        self.stalls + self.cuts + self.blips + self.restarts
+    }
+
+    /// The violation count as known: the audit keeps the first [`AUDIT_KEEPS`].
+    fn violation_count(&self) -> String {
+        let n = self.violations.len();
+        if n >= AUDIT_KEEPS {
+            format!("{n}+")
+        } else {
+            n.to_string()
+        }
+    }
+
+    /// The group line: workers, faults, events, observations, hand-overs and violations.
+    pub(crate) fn line(&self) -> String {
+        format!(
+            "group {}: {} workers × {} partitions, {} faults ({} stalls, {} cuts, {} blips, {} \
+             restart{}), {} leave + re-join, {} crash, {} observations, {} hand-overs, {} \
+             violations",
+            self.backend,
+            self.workers,
+            self.partitions,
+            self.faults(),
+            self.stalls,
+            self.cuts,
+            self.blips,
+            self.restarts,
+            if self.restarts == 1 { "" } else { "s" },
+            self.rejoins,
+            self.crashes,
+            self.observations,
+            self.handovers,
+            self.violation_count()
+        )
+    }
+
+    /// A second line: the settle times.
+    pub(crate) fn details(&self) -> String {
+        let settles: Vec<String> = self
+            .settles
+            .iter()
+            .map(|s| match s.took {
+                Some(d) => format!("{} {:.1} s", s.after, d.as_secs_f64()),
+                None => format!("{} (interrupted)", s.after),
+            })
+            .collect();
+        let mut line = format!("  {}: settled after {}", self.backend, settles.join(", "));
+        line.push_str("; after the faults: ");
+        match self.stores_back {
+            Some(d) => {
+                let _ = write!(line, "stores answering in {:.1} s, ", d.as_secs_f64());
+            }
+            None => line.push_str("a store NOT answering, "),
+        }
+        match self.final_settle {
+            Some(d) => {
+                let _ = write!(
+                    line,
+                    "settled {:.1} s later (bound {:.1} s), steady for {:.1} s",
+                    d.as_secs_f64(),
+                    self.bound.as_secs_f64(),
+                    self.steady.as_secs_f64()
+                );
+            }
+            None => {
+                let _ = write!(line, "NOT settled within {:.1} s", self.bound.as_secs_f64());
+            }
+        }
+        line
+    }
+
+    /// Every reason the group phase fails; empty when it passes.
+    pub(crate) fn problems(&self) -> Vec<String> {
+        let mut p = Vec::new();
+        if !self.violations.is_empty() {
+            p.push(format!("{} assignment violations", self.violation_count()));
+        }
+        if self.final_settle.is_none() {
+            p.push(format!(
+                "the assignment did not settle within {:.1} s of the faults' end and the stores \
+                 answering",
+                self.bound.as_secs_f64()
+            ));
+        }
+        p.extend(self.errors.iter().cloned());
+        p
+    }
+
+    /// The violations (each once: the audit sees a stale holder on every observation until it
+    /// stops) and failures in full, for the output.
+    pub(crate) fn evidence(&self) -> Vec<String> {
+        let mut lines: Vec<String> = Vec::new();
+        for v in &self.violations {
+            let line = format!("assignment violation: {v}");
+            if !lines.contains(&line) {
+                lines.push(line);
+            }
+        }
+        if let Some(view) = &self.unsettled {
+            lines.push(format!("not settled: {view}"));
+        }
+        lines.extend(self.errors.iter().cloned());
+        lines
+    }
+}
+
 /// What one backend's soak recorded.
 #[derive(Debug, Clone)]
 pub(crate) struct BackendReport {
     /// The backend's name.
     pub(crate) backend: &'static str,
+    /// Whether the lease phase ran (contenders); when not, the lease fields are empty.
+    pub(crate) leases: bool,
+    /// The group phase, when it ran.
+    pub(crate) groups: Option<GroupReport>,
     /// The history checker's report.
     pub(crate) history: HistoryReport,
     /// Stalls played.
@@ -98,17 +271,20 @@ impl BackendReport {
                 self.step_down_failures.len()
             ));
         }
-        if h.distinct_terms < MIN_TERMS {
+        if self.leases && h.distinct_terms < MIN_TERMS {
             p.push(format!(
                 "only {} terms (at least {MIN_TERMS} expected): the soak did not exercise the lease",
                 h.distinct_terms
             ));
         }
         p.extend(self.errors.iter().cloned());
+        if let Some(g) = &self.groups {
+            p.extend(g.problems().into_iter().map(|e| format!("groups: {e}")));
+        }
         p
     }
 
-    /// The violations and failures in full, for the output.
+    /// The violations and failures of the lease phase in full, for the output.
     pub(crate) fn evidence(&self) -> Vec<String> {
         let mut lines: Vec<String> = self.history.violations.clone();
         let hidden = self
@@ -202,6 +378,31 @@ pub(crate) fn summary(outcomes: &[Outcome], seed: u64, seconds: u64) -> (String,
         if pass { "PASSED" } else { "FAILED" },
         ran.len(),
     );
+    let groups: Vec<&GroupReport> = ran.iter().filter_map(|r| r.groups.as_ref()).collect();
+    if !groups.is_empty() {
+        let handovers: u64 = groups.iter().map(|g| g.handovers).sum();
+        let violations: usize = groups.iter().map(|g| g.violations.len()).sum();
+        let slowest = groups
+            .iter()
+            .filter_map(|g| g.final_settle.map(|d| (d, g.bound)))
+            .max();
+        let _ = write!(
+            line,
+            "; groups on {} backends: {handovers} hand-overs, {violations} violations",
+            groups.len()
+        );
+        let back = groups.iter().filter_map(|g| g.stores_back).max();
+        if let (Some(back), Some((d, bound))) = (back, slowest) {
+            let _ = write!(
+                line,
+                "; after the faults, stores answering within {:.1} s, settled within {:.1} s more \
+                 (bound {:.1} s)",
+                back.as_secs_f64(),
+                d.as_secs_f64(),
+                bound.as_secs_f64()
+            );
+        }
+    }
     if !skipped.is_empty() {
         let _ = write!(line, "; skipped: {}", skipped.join(", "));
     }
@@ -221,6 +422,8 @@ mod tests {
     fn report(terms: u64, overlaps: u64) -> BackendReport {
         BackendReport {
             backend: "postgres",
+            leases: true,
+            groups: None,
             history: HistoryReport {
                 sections: 1840,
                 distinct_terms: terms,
@@ -251,6 +454,78 @@ mod tests {
             "soak postgres: 212 terms, 23 faults (12 stalls, 10 cuts, 1 restart), 1840 sections, \
              0 overlaps, 0 regressions, 0 step-down failures"
         );
+    }
+
+    fn group(violations: usize, settled: bool) -> GroupReport {
+        GroupReport {
+            backend: "postgres",
+            workers: 4,
+            partitions: 16,
+            stalls: 9,
+            cuts: 9,
+            blips: 8,
+            restarts: 1,
+            rejoins: 1,
+            crashes: 1,
+            observations: 15230,
+            handovers: 88,
+            violations: vec![
+                "worker-1 holds partition 3 under epoch 4 after …".into();
+                violations
+            ],
+            settles: vec![
+                Settle {
+                    after: "start",
+                    took: Some(Duration::from_millis(620)),
+                },
+                Settle {
+                    after: "crash",
+                    took: None,
+                },
+            ],
+            stores_back: Some(Duration::from_millis(20)),
+            final_settle: settled.then_some(Duration::from_millis(840)),
+            unsettled: None,
+            bound: Duration::from_millis(3100),
+            steady: Duration::from_millis(1500),
+            errors: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn group_lines_have_the_documented_shape() {
+        assert_eq!(
+            group(0, true).line(),
+            "group postgres: 4 workers × 16 partitions, 27 faults (9 stalls, 9 cuts, 8 blips, 1 \
+             restart), 1 leave + re-join, 1 crash, 15230 observations, 88 hand-overs, 0 violations"
+        );
+        assert_eq!(
+            group(0, true).details(),
+            "  postgres: settled after start 0.6 s, crash (interrupted); after the faults: stores \
+             answering in 0.0 s, settled 0.8 s later (bound 3.1 s), steady for 1.5 s"
+        );
+        assert!(group(20, true).line().ends_with("20+ violations"));
+        assert_eq!(
+            group(20, true).evidence().len(),
+            1,
+            "repeated violations shown once"
+        );
+        assert!(group(0, true).problems().is_empty());
+        assert!(!group(1, true).problems().is_empty());
+        assert!(!group(0, false).problems().is_empty());
+        let mut r = report(212, 0);
+        r.groups = Some(group(2, true));
+        assert_eq!(r.problems(), ["groups: 2 assignment violations"]);
+        let (line, pass) = summary(&[Outcome::Ran(Box::new(r))], 1, 30);
+        assert!(!pass);
+        assert!(
+            line.contains("groups on 1 backends: 88 hand-overs, 2 violations"),
+            "{line}"
+        );
+        let mut groups_only = report(0, 0);
+        groups_only.leases = false;
+        groups_only.groups = Some(group(0, true));
+        assert!(groups_only.problems().is_empty());
     }
 
     #[test]

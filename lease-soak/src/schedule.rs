@@ -231,6 +231,214 @@ impl fmt::Display for Schedule {
     }
 }
 
+/// One fault on one group worker's connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct GroupFault {
+    pub(crate) at: Duration,
+    pub(crate) worker: usize,
+    pub(crate) mode: Mode,
+    pub(crate) lasts: Duration,
+    /// A short blip (shorter than a tick) rather than a long stall or a cut.
+    pub(crate) blip: bool,
+}
+
+/// What happens to the group workers at one moment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum GroupAction {
+    /// Fault `fault` (an index in [`GroupSchedule::faults`]) starts.
+    FaultStarts(usize),
+    /// Fault `fault` ends.
+    FaultEnds(usize),
+    /// The worker leaves gracefully.
+    Leave(usize),
+    /// The worker starts again, same node id, new incarnation.
+    Rejoin(usize),
+    /// The worker's connection is cut for good and the worker dropped without a leave.
+    Crash(usize),
+    /// No fault and no event comes after this: the assignment must settle.
+    Calm,
+}
+
+/// The group phase's schedule of one backend: faults on one worker at a time each, a graceful
+/// leave and re-join, and a crash.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct GroupSchedule {
+    pub(crate) faults: Vec<GroupFault>,
+    /// The worker that leaves, when it leaves, and when it joins again.
+    pub(crate) leave: (usize, Duration, Duration),
+    /// The worker that crashes, and when.
+    pub(crate) crash: (usize, Duration),
+}
+
+impl GroupSchedule {
+    /// The group schedule for one backend.
+    ///
+    /// One worker leaves gracefully between 15 % and 22 % of the run and joins again between
+    /// 28 % and 36 % (before the server restart, which comes at 40 % to 60 %); another crashes
+    /// between 65 % and 75 %. Faults, as for the contenders, start after a quiet second, one
+    /// every 1/5 to 1 lease, and end two leases before `duration`; they come in turn as stalls
+    /// longer than the local deadline (11/15 to 5/3 leases: the worker loses its partitions and,
+    /// past a lease, its membership), cuts (1/30 to 1 lease) and blips (a stall or a cut of
+    /// 10 ms to 1/15 lease, shorter than a tick). A fault hits a worker that has no fault going
+    /// on and is a member for all of it: never the leaving worker within a lease of its leave,
+    /// never the crashing worker across its crash.
+    pub(crate) fn generate(
+        seed: u64,
+        backend: &str,
+        duration: Duration,
+        workers: usize,
+        lease: Duration,
+    ) -> GroupSchedule {
+        let mut rng = Rng::new(seed, &format!("groups/{backend}"));
+        let workers = workers.max(2);
+        let last = workers as u64 - 1;
+        let leaver = usize::try_from(rng.between(0, last)).unwrap_or(0);
+        let crasher = (leaver + usize::try_from(rng.between(1, last)).unwrap_or(1)) % workers;
+        let leave_at = rng.duration(duration * 15 / 100, duration * 22 / 100);
+        let rejoin_at = rng.duration(duration * 28 / 100, duration * 36 / 100);
+        let crash_at = rng.duration(duration * 65 / 100, duration * 75 / 100);
+        // Whether `worker` is a member, and free of the leave's margin, over `[from, to]`.
+        let member = |worker: usize, from: Duration, to: Duration| {
+            if worker == leaver {
+                to + lease <= leave_at || from >= rejoin_at
+            } else if worker == crasher {
+                to <= crash_at
+            } else {
+                true
+            }
+        };
+        let deadline = lease * 2 / 3;
+        let mut faults = Vec::new();
+        let mut busy_until = vec![Duration::ZERO; workers];
+        let end = duration.saturating_sub(lease * 2);
+        let mut at = Duration::from_secs(1);
+        let mut turn = rng.between(0, 2);
+        // Bounded: every turn moves `at` forward by at least lease / 5 ≥ 60 ms.
+        while at < end {
+            let first = usize::try_from(rng.between(0, last)).unwrap_or(0);
+            turn = (turn + 1) % 3;
+            let (mode, lasts, blip) = match turn {
+                0 => (
+                    Mode::Stall,
+                    rng.duration(deadline + lease / 15, lease * 5 / 3),
+                    false,
+                ),
+                1 => (Mode::Cut, rng.duration(lease / 30, lease), false),
+                _ => {
+                    let mode = if rng.chance(50) {
+                        Mode::Stall
+                    } else {
+                        Mode::Cut
+                    };
+                    let lasts = rng.duration(Duration::from_millis(10), lease / 15);
+                    (mode, lasts, true)
+                }
+            };
+            let lasts = lasts.min(end.saturating_sub(at));
+            // A stall cut short by the end of the faults would no longer outlast the deadline.
+            let too_short = mode == Mode::Stall && !blip && lasts <= deadline;
+            let free = (0..workers)
+                .map(|k| (first + k) % workers)
+                .find(|&w| busy_until[w] <= at && member(w, at, at + lasts));
+            if let Some(worker) = free
+                && !lasts.is_zero()
+                && !too_short
+            {
+                faults.push(GroupFault {
+                    at,
+                    worker,
+                    mode,
+                    lasts,
+                    blip,
+                });
+                busy_until[worker] = at + lasts;
+            }
+            at += rng.duration(lease / 5, lease);
+        }
+        GroupSchedule {
+            faults,
+            leave: (leaver, leave_at, rejoin_at),
+            crash: (crasher, crash_at),
+        }
+    }
+
+    /// Long stalls.
+    pub(crate) fn stalls(&self) -> usize {
+        self.faults
+            .iter()
+            .filter(|f| !f.blip && f.mode == Mode::Stall)
+            .count()
+    }
+
+    /// Cuts.
+    pub(crate) fn cuts(&self) -> usize {
+        self.faults
+            .iter()
+            .filter(|f| !f.blip && f.mode == Mode::Cut)
+            .count()
+    }
+
+    /// Blips.
+    pub(crate) fn blips(&self) -> usize {
+        self.faults.iter().filter(|f| f.blip).count()
+    }
+
+    /// Every action in time order (at equal times, a fault's end before anything else), the
+    /// last one [`GroupAction::Calm`] after every fault and event.
+    pub(crate) fn actions(&self) -> Vec<(Duration, GroupAction)> {
+        let (leaver, leave_at, rejoin_at) = self.leave;
+        let (crasher, crash_at) = self.crash;
+        let mut actions: Vec<(Duration, GroupAction)> = self
+            .faults
+            .iter()
+            .enumerate()
+            .flat_map(|(i, f)| {
+                [
+                    (f.at, GroupAction::FaultStarts(i)),
+                    (f.at + f.lasts, GroupAction::FaultEnds(i)),
+                ]
+            })
+            .collect();
+        actions.push((leave_at, GroupAction::Leave(leaver)));
+        actions.push((rejoin_at, GroupAction::Rejoin(leaver)));
+        actions.push((crash_at, GroupAction::Crash(crasher)));
+        let order = |a: &GroupAction| match a {
+            GroupAction::FaultEnds(_) => 0,
+            _ => 1,
+        };
+        actions.sort_by_key(|(at, a)| (*at, order(a)));
+        let calm = actions.last().map_or(Duration::ZERO, |(at, _)| *at);
+        actions.push((calm, GroupAction::Calm));
+        actions
+    }
+}
+
+impl fmt::Display for GroupSchedule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (at, action) in self.actions() {
+            let what = match action {
+                GroupAction::FaultStarts(i) => match self.faults.get(i) {
+                    Some(fault) => format!(
+                        "{:<5}  for {:.3}s  worker-{}{}",
+                        fault.mode,
+                        fault.lasts.as_secs_f64(),
+                        fault.worker,
+                        if fault.blip { " (blip)" } else { "" }
+                    ),
+                    None => continue,
+                },
+                GroupAction::FaultEnds(_) => continue,
+                GroupAction::Leave(w) => format!("leave  worker-{w}"),
+                GroupAction::Rejoin(w) => format!("rejoin worker-{w}"),
+                GroupAction::Crash(w) => format!("crash  worker-{w} (cut for good, dropped)"),
+                GroupAction::Calm => "calm   (the assignment must settle)".to_owned(),
+            };
+            writeln!(f, "  {:>7.3}s  {what}", at.as_secs_f64())?;
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -283,6 +491,61 @@ mod tests {
         }
         assert!(s.faults.iter().any(|f| f.on_holder));
         assert!(s.faults.iter().any(|f| !f.on_holder));
+    }
+
+    fn group_schedule(seed: u64) -> GroupSchedule {
+        GroupSchedule::generate(seed, "postgres", Duration::from_secs(20), 4, LEASE)
+    }
+
+    #[test]
+    fn group_schedules_are_seeded_and_keep_faults_off_leaving_and_crashed_workers() {
+        assert_eq!(group_schedule(42), group_schedule(42));
+        assert_ne!(group_schedule(42), group_schedule(43));
+        for seed in 0..50 {
+            let s = group_schedule(seed);
+            assert!(
+                s.stalls() > 0 && s.cuts() > 0 && s.blips() > 0,
+                "seed {seed}"
+            );
+            let (leaver, leave_at, rejoin_at) = s.leave;
+            let (crasher, crash_at) = s.crash;
+            assert_ne!(leaver, crasher);
+            let timings = lease_core::Timings::from_lease(LEASE).unwrap();
+            let settle = lease_core::GroupWorker::settle_time(&timings);
+            assert!(leave_at + settle <= rejoin_at, "seed {seed}");
+            assert!(
+                rejoin_at < Duration::from_secs(8),
+                "before the restart: seed {seed}"
+            );
+            let mut last_end = [Duration::ZERO; 4];
+            for f in &s.faults {
+                let end = f.at + f.lasts;
+                assert!(f.at >= Duration::from_secs(1) && end <= Duration::from_secs(17));
+                assert!(f.at >= last_end[f.worker], "seed {seed}: {f:?}");
+                last_end[f.worker] = end;
+                if f.worker == leaver {
+                    assert!(
+                        end + LEASE <= leave_at || f.at >= rejoin_at,
+                        "seed {seed}: {f:?}"
+                    );
+                }
+                if f.worker == crasher {
+                    assert!(end <= crash_at, "seed {seed}: {f:?}");
+                }
+                if f.blip {
+                    assert!(f.lasts <= LEASE / 15);
+                } else if f.mode == Mode::Stall {
+                    assert!(
+                        f.lasts > LEASE * 2 / 3,
+                        "stalls outlast the deadline: {f:?}"
+                    );
+                }
+            }
+            let actions = s.actions();
+            assert_eq!(actions.len(), s.faults.len() * 2 + 4);
+            assert!(actions.windows(2).all(|w| w[0].0 <= w[1].0));
+            assert_eq!(actions.last().map(|a| a.1), Some(GroupAction::Calm));
+        }
     }
 
     #[test]

@@ -1,17 +1,20 @@
-//! One backend's soak: set up the server (or the embedded store), connect each contender
-//! through its own fault switch, run the contenders while the schedule plays its faults and the
-//! restart, then stop everything and report.
+//! One backend's soak: set up the server (or the embedded store), connect each contender and
+//! each group worker through its own fault switch, run the contenders and the group phase while
+//! their schedules play their faults and the server restarts once, then stop everything and
+//! report.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use lease_conformance::FaultProxy;
-use lease_core::{LeaseStore, Timings};
+use lease_core::{GroupStore, LeaseStore, Timings};
 use lease_local::{FaultyStore, MemoryStore};
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::cli::{Args, BackendKind};
 use crate::contenders::{Contender, Record};
+use crate::groups::{self, GroupSetup, Restart};
 use crate::report::{BackendReport, Outcome};
 use crate::schedule::{Mode, Schedule};
 use crate::servers::{self, Server, SetupError, TempDir};
@@ -64,15 +67,32 @@ pub(crate) async fn run(kind: BackendKind, args: &Args) -> Outcome {
     }
 }
 
+/// How many contenders and group workers `args` asks for: `(contenders, workers)`.
+fn counts(args: &Args) -> (usize, usize) {
+    (
+        if args.leases() { args.contenders() } else { 0 },
+        if args.groups() {
+            args.group_workers()
+        } else {
+            0
+        },
+    )
+}
+
 async fn run_memory(args: &Args, timings: Timings) -> Result<BackendReport, SetupError> {
-    let shared: Arc<dyn LeaseStore> = Arc::new(MemoryStore::new());
-    let (stores, switches) = wrap_in_faults((0..args.contenders()).map(|_| shared.clone()));
+    let shared: Arc<dyn GroupStore> = Arc::new(MemoryStore::new());
+    let (contenders, workers) = counts(args);
+    let (stores, switches) = wrap_in_faults((0..contenders).map(|_| shared.clone()));
+    let group = args.groups().then(|| {
+        let (stores, switches) = wrap_in_faults((0..workers).map(|_| shared.clone()));
+        GroupSetup { stores, switches }
+    });
     Ok(drive(
         BackendKind::Memory,
         args,
         timings,
-        stores,
-        switches,
+        (stores, switches),
+        group,
         Restarter::None,
     )
     .await)
@@ -82,8 +102,9 @@ async fn run_sqlite(args: &Args, timings: Timings) -> Result<BackendReport, Setu
     let dir = TempDir::new("sqlite", args.keep)
         .map_err(|e| SetupError::Failed(format!("temporary directory: {e}")))?;
     let url = format!("sqlite://{}", dir.path().join("soak.db").display());
+    let (contenders, workers) = counts(args);
     let mut reopenables = Vec::new();
-    for _ in 0..args.contenders() {
+    for _ in 0..contenders + workers {
         let store = Reopenable::open(&url)
             .await
             .map_err(|e| SetupError::Failed(format!("opening {url}: {e}")))?;
@@ -92,14 +113,24 @@ async fn run_sqlite(args: &Args, timings: Timings) -> Result<BackendReport, Setu
     let (stores, switches) = wrap_in_faults(
         reopenables
             .iter()
-            .map(|r| Arc::clone(r) as Arc<dyn LeaseStore>),
+            .take(contenders)
+            .map(|r| Arc::clone(r) as Arc<dyn GroupStore>),
     );
+    let group = args.groups().then(|| {
+        let (stores, switches) = wrap_in_faults(
+            reopenables
+                .iter()
+                .skip(contenders)
+                .map(|r| Arc::clone(r) as Arc<dyn GroupStore>),
+        );
+        GroupSetup { stores, switches }
+    });
     let report = drive(
         BackendKind::Sqlite,
         args,
         timings,
-        stores,
-        switches,
+        (stores, switches),
+        group,
         Restarter::Sqlite(reopenables),
     )
     .await;
@@ -120,18 +151,28 @@ async fn run_server(
     stores::probe(kind, &direct, lease, attempt)
         .await
         .map_err(|e| SetupError::Failed(format!("{e}; {}", server.log_tail())))?;
+    let (contenders, workers) = counts(args);
     let mut stores = Vec::new();
     let mut switches = Vec::new();
-    for i in 0..args.contenders() {
+    for i in 0..contenders + workers {
+        let who = if i < contenders {
+            format!("contender-{i}")
+        } else {
+            format!("worker-{}", i - contenders)
+        };
         let proxy = FaultProxy::start(server.addr())
             .await
             .map_err(|e| SetupError::Failed(format!("fault proxy: {e}")))?;
         let store = stores::connect(kind, &url_of(proxy.local_addr()), lease, attempt)
             .await
-            .map_err(|e| SetupError::Failed(format!("contender-{i} connecting: {e}")))?;
+            .map_err(|e| SetupError::Failed(format!("{who} connecting: {e}")))?;
         stores.push(store);
         switches.push(Switch::Proxy(proxy));
     }
+    let group = args.groups().then(|| GroupSetup {
+        stores: stores.split_off(contenders),
+        switches: switches.split_off(contenders),
+    });
     let restarter = Restarter::Server {
         server: &mut server,
         kind,
@@ -139,7 +180,7 @@ async fn run_server(
         lease,
         attempt,
     };
-    let mut report = drive(kind, args, timings, stores, switches, restarter).await;
+    let mut report = drive(kind, args, timings, (stores, switches), group, restarter).await;
     if let Err(e) = server.stop().await {
         report.errors.push(e);
     }
@@ -148,13 +189,13 @@ async fn run_server(
 
 /// Wraps each store in a [`FaultyStore`], whose switch plays the faults.
 fn wrap_in_faults(
-    inner: impl Iterator<Item = Arc<dyn LeaseStore>>,
-) -> (Vec<Arc<dyn LeaseStore>>, Vec<Switch>) {
+    inner: impl Iterator<Item = Arc<dyn GroupStore>>,
+) -> (Vec<Arc<dyn GroupStore>>, Vec<Switch>) {
     inner
         .map(|s| {
             let faulty = FaultyStore::new(s);
             (
-                Arc::new(faulty.clone()) as Arc<dyn LeaseStore>,
+                Arc::new(faulty.clone()) as Arc<dyn GroupStore>,
                 Switch::Store(faulty),
             )
         })
@@ -219,14 +260,15 @@ impl Restarter<'_> {
     }
 }
 
-/// Runs the contenders on `stores` while the schedule plays on `switches` and the restarter
-/// restarts once; then closes every contender and reports.
+/// Runs the contenders on their stores while the schedule plays on their switches, and the
+/// group phase (when set up) at the same time, while the restarter restarts once; then closes
+/// every contender and reports.
 async fn drive(
     kind: BackendKind,
     args: &Args,
     timings: Timings,
-    stores: Vec<Arc<dyn LeaseStore>>,
-    switches: Vec<Switch>,
+    (stores, switches): (Vec<Arc<dyn GroupStore>>, Vec<Switch>),
+    group: Option<GroupSetup>,
     mut restarter: Restarter<'_>,
 ) -> BackendReport {
     let record = Record::default();
@@ -234,7 +276,7 @@ async fn drive(
     let mut errors = Vec::new();
     let mut contenders = Vec::new();
     for (i, store) in stores.into_iter().enumerate() {
-        let store = if args.break_renewals {
+        let store: Arc<dyn LeaseStore> = if args.break_renewals {
             Arc::new(LyingStore(store))
         } else {
             store
@@ -280,11 +322,26 @@ async fn drive(
             }
         }
     };
+    let (restart_tx, restart_rx) = watch::channel(match schedule.restart_at {
+        Some(_) => Restart::Ahead,
+        None => Restart::Over,
+    });
     let restart = async {
         match schedule.restart_at {
             Some(at) => {
                 tokio::time::sleep_until(start + at).await;
-                Some(restarter.restart(restart_pause(timings.lease())).await)
+                restart_tx.send_replace(Restart::Down);
+                let restarted = restarter.restart(restart_pause(timings.lease())).await;
+                restart_tx.send_replace(Restart::Over);
+                Some(restarted)
+            }
+            None => None,
+        }
+    };
+    let group_phase = async {
+        match group {
+            Some(setup) => {
+                Some(groups::run(kind.name(), args, timings, setup, start, restart_rx).await)
             }
             None => None,
         }
@@ -301,7 +358,8 @@ async fn drive(
             max = max.max(before.elapsed().saturating_sub(LAG_TICK));
         }
     };
-    let ((), restarted, max_lag) = tokio::join!(faults, restart, lag);
+    let ((), restarted, max_lag, mut group_report) =
+        tokio::join!(faults, restart, lag, group_phase);
     for switch in &switches {
         switch.set(Mode::Pass);
     }
@@ -326,8 +384,13 @@ async fn drive(
         }
         None => (0, None),
     };
+    if let Some(g) = group_report.as_mut() {
+        g.restarts = restarts;
+    }
     BackendReport {
         backend: kind.name(),
+        leases: args.leases(),
+        groups: group_report,
         history: record.history.report(),
         stalls: schedule.stalls(),
         cuts: schedule.cuts(),

@@ -6,13 +6,18 @@
 //! held without an answer, cut = operations failing at once). For SQLite, each contender's store
 //! is a [`Reopenable`] one, whose "restart" closes every connection to the file and opens new
 //! ones.
+//!
+//! Every store here is a [`GroupStore`] (leases, partitions and membership): the contenders use
+//! its lease operations, the group workers the rest.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use lease_conformance::{FaultMode, FaultProxy};
 use lease_core::{
-    Capabilities, Error, Grant, HolderToken, LeaseInfo, LeaseStore, Result, async_trait,
+    BatchRenew, Capabilities, Error, Grant, GroupStore, HolderToken, LeaseInfo, LeaseStore, Member,
+    MembershipStore, PartitionLease, PartitionStore, Result, async_trait,
 };
 use lease_local::FaultyStore;
 use lease_nats::{NatsConfig, NatsStore};
@@ -26,14 +31,14 @@ use crate::schedule::Mode;
 const PROBE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Opens a store of `kind` at `url`, creating its table or bucket when missing, and checks
-/// that it can carry leases. Operations are bounded by `attempt` (the coordinator bounds them
-/// too); NATS keeps leases for exactly `lease`.
+/// that it can carry leases. Operations are bounded by `attempt` (the coordinator and the group
+/// worker bound them too); NATS keeps leases, partitions and members for exactly `lease`.
 pub(crate) async fn connect(
     kind: BackendKind,
     url: &str,
     lease: Duration,
     attempt: Duration,
-) -> Result<Arc<dyn LeaseStore>> {
+) -> Result<Arc<dyn GroupStore>> {
     Ok(match kind {
         BackendKind::Postgres => Arc::new(PostgresStore::connect(url, SqlConfig::default()).await?),
         BackendKind::Mariadb => Arc::new(MySqlStore::connect(url, SqlConfig::default()).await?),
@@ -81,7 +86,7 @@ pub(crate) enum Switch {
     /// A TCP proxy between the contender and the server.
     Proxy(FaultProxy),
     /// A wrapper around the contender's store.
-    Store(FaultyStore<Arc<dyn LeaseStore>>),
+    Store(FaultyStore<Arc<dyn GroupStore>>),
 }
 
 impl Switch {
@@ -115,6 +120,14 @@ impl LeaseStore for LyingStore {
 
     fn capabilities(&self) -> Capabilities {
         self.0.capabilities()
+    }
+
+    fn validate_name(&self, name: &str) -> Result<()> {
+        self.0.validate_name(name)
+    }
+
+    fn validate_ttl(&self, ttl: Duration) -> Result<()> {
+        self.0.validate_ttl(ttl)
     }
 
     async fn claim(
@@ -153,6 +166,206 @@ impl LeaseStore for LyingStore {
 
     async fn get(&self, name: &str) -> Result<Option<LeaseInfo>> {
         self.0.get(name).await
+    }
+}
+
+/// A deliberately broken group store for checking the assignment audit
+/// (`--break-group-renewals`): a batch renewal that fails or takes longer than a tenth of the
+/// lease is answered as if every partition named had been renewed, under the epoch this store
+/// last saw it acquired with.
+///
+/// The worker's tick heartbeats and reads the members before it renews, each call cut at the
+/// earliest local deadline; where a cut connection makes requests wait for their timeout rather
+/// than fail at once (NATS), those two calls alone would outlast the deadline and the worker
+/// would drop its partitions before the lie could keep them. So they lie too, after the same
+/// tenth of the lease: a heartbeat as if recorded, a member read with the last list read.
+/// Everything else is passed through.
+#[derive(Debug)]
+pub(crate) struct LyingGroupStore {
+    inner: Arc<dyn GroupStore>,
+    /// How long a call may take before the store lies about it.
+    lie_after: Duration,
+    /// The epoch of each partition as last acquired through this store, by group.
+    epochs: Mutex<HashMap<(String, u32), u64>>,
+    /// The last member list read, by service.
+    members: Mutex<HashMap<String, Vec<Member>>>,
+}
+
+impl LyingGroupStore {
+    /// Wraps `inner`, for a lease of `lease`.
+    pub(crate) fn new(inner: Arc<dyn GroupStore>, lease: Duration) -> LyingGroupStore {
+        LyingGroupStore {
+            inner,
+            lie_after: lease / 10,
+            epochs: Mutex::default(),
+            members: Mutex::default(),
+        }
+    }
+
+    fn epochs(&self) -> MutexGuard<'_, HashMap<(String, u32), u64>> {
+        self.epochs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn members(&self) -> MutexGuard<'_, HashMap<String, Vec<Member>>> {
+        self.members.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[async_trait]
+impl LeaseStore for LyingGroupStore {
+    fn backend(&self) -> &'static str {
+        self.inner.backend()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+
+    fn validate_name(&self, name: &str) -> Result<()> {
+        self.inner.validate_name(name)
+    }
+
+    fn validate_ttl(&self, ttl: Duration) -> Result<()> {
+        self.inner.validate_ttl(ttl)
+    }
+
+    async fn claim(
+        &self,
+        name: &str,
+        holder: &HolderToken,
+        instance: &str,
+        ttl: Duration,
+    ) -> Result<Option<Grant>> {
+        self.inner.claim(name, holder, instance, ttl).await
+    }
+
+    async fn renew(
+        &self,
+        name: &str,
+        holder: &HolderToken,
+        ttl: Duration,
+    ) -> Result<Option<Grant>> {
+        self.inner.renew(name, holder, ttl).await
+    }
+
+    async fn release(&self, name: &str, holder: &HolderToken) -> Result<bool> {
+        self.inner.release(name, holder).await
+    }
+
+    async fn verify(&self, name: &str, holder: &HolderToken) -> Result<Option<Grant>> {
+        self.inner.verify(name, holder).await
+    }
+
+    async fn get(&self, name: &str) -> Result<Option<LeaseInfo>> {
+        self.inner.get(name).await
+    }
+}
+
+#[async_trait]
+impl PartitionStore for LyingGroupStore {
+    async fn acquire_partition(
+        &self,
+        group: &str,
+        partition: u32,
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<Option<PartitionLease>> {
+        let answer = self
+            .inner
+            .acquire_partition(group, partition, owner, ttl)
+            .await?;
+        if let Some(lease) = &answer {
+            self.epochs()
+                .insert((group.to_owned(), partition), lease.epoch);
+        }
+        Ok(answer)
+    }
+
+    async fn renew_partitions(
+        &self,
+        group: &str,
+        partitions: &[u32],
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<Vec<PartitionLease>> {
+        let renewal = self.inner.renew_partitions(group, partitions, owner, ttl);
+        match tokio::time::timeout(self.lie_after, renewal).await {
+            Ok(Ok(answer)) => Ok(answer),
+            // The lie: the worker only matches partitions and epochs in the answer.
+            Ok(Err(_)) | Err(_) => {
+                let epochs = self.epochs();
+                Ok(partitions
+                    .iter()
+                    .filter_map(|&p| {
+                        epochs
+                            .get(&(group.to_owned(), p))
+                            .map(|&epoch| PartitionLease {
+                                partition: p,
+                                owner: owner.to_owned(),
+                                epoch,
+                                expires_in: ttl,
+                            })
+                    })
+                    .collect())
+            }
+        }
+    }
+
+    async fn release_partitions(
+        &self,
+        group: &str,
+        partitions: &[u32],
+        owner: &str,
+    ) -> Result<usize> {
+        self.inner
+            .release_partitions(group, partitions, owner)
+            .await
+    }
+
+    async fn owners(&self, group: &str) -> Result<Vec<PartitionLease>> {
+        self.inner.owners(group).await
+    }
+
+    fn batch_renew(&self) -> BatchRenew {
+        self.inner.batch_renew()
+    }
+}
+
+#[async_trait]
+impl MembershipStore for LyingGroupStore {
+    async fn heartbeat(
+        &self,
+        service: &str,
+        node: &str,
+        address: &str,
+        ttl: Duration,
+        groups: &[String],
+    ) -> Result<Member> {
+        let beat = self.inner.heartbeat(service, node, address, ttl, groups);
+        match tokio::time::timeout(self.lie_after, beat).await {
+            Ok(Ok(member)) => Ok(member),
+            Ok(Err(_)) | Err(_) => Ok(Member {
+                node: node.to_owned(),
+                address: address.to_owned(),
+                groups: groups.to_vec(),
+                expires_in: ttl,
+            }),
+        }
+    }
+
+    async fn members(&self, service: &str) -> Result<Vec<Member>> {
+        let read = self.inner.members(service);
+        match tokio::time::timeout(self.lie_after, read).await {
+            Ok(Ok(members)) => {
+                self.members().insert(service.to_owned(), members.clone());
+                Ok(members)
+            }
+            Ok(Err(_)) | Err(_) => Ok(self.members().get(service).cloned().unwrap_or_default()),
+        }
+    }
+
+    async fn leave(&self, service: &str, node: &str) -> Result<bool> {
+        self.inner.leave(service, node).await
     }
 }
 
@@ -243,5 +456,71 @@ impl LeaseStore for Reopenable {
 
     async fn get(&self, name: &str) -> Result<Option<LeaseInfo>> {
         self.store()?.get(name).await
+    }
+}
+
+#[async_trait]
+impl PartitionStore for Reopenable {
+    async fn acquire_partition(
+        &self,
+        group: &str,
+        partition: u32,
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<Option<PartitionLease>> {
+        self.store()?
+            .acquire_partition(group, partition, owner, ttl)
+            .await
+    }
+
+    async fn renew_partitions(
+        &self,
+        group: &str,
+        partitions: &[u32],
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<Vec<PartitionLease>> {
+        self.store()?
+            .renew_partitions(group, partitions, owner, ttl)
+            .await
+    }
+
+    async fn release_partitions(
+        &self,
+        group: &str,
+        partitions: &[u32],
+        owner: &str,
+    ) -> Result<usize> {
+        self.store()?
+            .release_partitions(group, partitions, owner)
+            .await
+    }
+
+    async fn owners(&self, group: &str) -> Result<Vec<PartitionLease>> {
+        self.store()?.owners(group).await
+    }
+}
+
+#[async_trait]
+impl MembershipStore for Reopenable {
+    async fn heartbeat(
+        &self,
+        service: &str,
+        node: &str,
+        address: &str,
+        ttl: Duration,
+        groups: &[String],
+    ) -> Result<Member> {
+        self.store()?
+            .heartbeat(service, node, address, ttl, groups)
+            .await
+    }
+
+    async fn members(&self, service: &str) -> Result<Vec<Member>> {
+        self.store()?.members(service).await
+    }
+
+    async fn leave(&self, service: &str, node: &str) -> Result<bool> {
+        self.store()?.leave(service, node).await
     }
 }

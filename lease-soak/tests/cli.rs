@@ -28,6 +28,10 @@ fn help_works() {
         "--seed",
         "--contenders",
         "--lease-ms",
+        "--phases",
+        "--group-workers",
+        "--group-partitions",
+        "--break-group-renewals",
     ] {
         assert!(out.contains(option), "{option} missing from:\n{out}");
     }
@@ -49,6 +53,10 @@ fn the_seed_decides_the_schedule() {
     let (ok, first) = soak(&args("42"));
     assert!(ok);
     assert!(first.contains("stall") && first.contains("cut") && first.contains("restart"));
+    assert!(first.contains("group schedule postgres"), "{first}");
+    assert!(first.contains("leave  worker-") && first.contains("rejoin worker-"));
+    assert!(first.contains("crash  worker-") && first.contains("(blip)"));
+    assert!(first.contains("calm"));
     assert_eq!(soak(&args("42")).1, first);
     assert_ne!(soak(&args("43")).1, first);
 }
@@ -57,4 +65,5 @@ fn the_seed_decides_the_schedule() {
 fn bad_options_are_refused() {
     assert!(!soak(&["--backends", "mongo"]).0);
     assert!(!soak(&["--seconds", "0"]).0);
+    assert!(!soak(&["--phases", "slots"]).0);
 }
