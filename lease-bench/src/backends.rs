@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use lease_conformance::FaultProxy;
-use lease_core::LeaseStore;
+use lease_core::{GroupStore, LeaseStore};
 use lease_local::MemoryStore;
 use lease_nats::{NatsConfig, NatsStore};
 use lease_redis::RedisConfig;
@@ -150,8 +150,19 @@ pub(crate) async fn open_store(
     url: &str,
     ttl: Duration,
 ) -> Result<Arc<dyn LeaseStore>> {
+    let store: Arc<dyn LeaseStore> = open_group_store(backend, url, ttl).await?;
+    Ok(store)
+}
+
+/// [`open_store`] as a [`GroupStore`] (leases, partitions and membership): every backend's store
+/// is one.
+pub(crate) async fn open_group_store(
+    backend: Backend,
+    url: &str,
+    ttl: Duration,
+) -> Result<Arc<dyn GroupStore>> {
     let opening = async {
-        let store: Arc<dyn LeaseStore> = match backend {
+        let store: Arc<dyn GroupStore> = match backend {
             Backend::Local => Arc::new(MemoryStore::new()),
             Backend::Sqlite => Arc::new(SqliteStore::connect(url, sql_config()?).await?),
             Backend::Postgres => Arc::new(PostgresStore::connect(url, sql_config()?).await?),
@@ -180,7 +191,9 @@ pub(crate) async fn open_store(
         .with_context(|| format!("opening the {} store at {}", backend.label(), redact(url)))
 }
 
-fn sql_config() -> Result<SqlConfig> {
+/// The SQL stores' configuration: the benchmark's own table (its partition table is
+/// `<table>_partitions`).
+pub(crate) fn sql_config() -> Result<SqlConfig> {
     Ok(SqlConfig::default().table(SQL_TABLE)?)
 }
 

@@ -1,5 +1,6 @@
-//! Removes what this run left on the servers: lease records keep their row (or hash) after
-//! release by design, so the run's rows and keys are deleted by name prefix at the end.
+//! Removes what this run left on the servers: lease and partition records keep their row (or
+//! hash) after release by design, so the run's rows and keys are deleted by name (or group)
+//! prefix at the end.
 //! NATS removes released and expired keys itself; the SQLite file lives in a temporary folder.
 
 use anyhow::{Context, Result};
@@ -7,7 +8,7 @@ use sqlx::Connection;
 use sqlx::mysql::MySqlConnection;
 use sqlx::postgres::PgConnection;
 
-use crate::backends::{Env, REDIS_PREFIX, SQL_TABLE};
+use crate::backends::{Env, REDIS_PREFIX, SQL_TABLE, sql_config};
 use crate::cli::Backend;
 
 /// Deletes the run's records on `backend`; returns how many.
@@ -23,7 +24,13 @@ pub(crate) async fn run(env: &Env, backend: Backend) -> Result<u64> {
                 .execute(&mut c)
                 .await
                 .context("deleting the run's rows")?;
-            Ok(done.rows_affected())
+            let parts = sql_config()?.partitions_table_name();
+            let done_parts = sqlx::query(&format!("DELETE FROM {parts} WHERE group_name LIKE $1"))
+                .bind(&like)
+                .execute(&mut c)
+                .await
+                .context("deleting the run's partition rows")?;
+            Ok(done.rows_affected() + done_parts.rows_affected())
         }
         Backend::Mysql => {
             let mut c = MySqlConnection::connect(&env.mysql)
@@ -34,7 +41,13 @@ pub(crate) async fn run(env: &Env, backend: Backend) -> Result<u64> {
                 .execute(&mut c)
                 .await
                 .context("deleting the run's rows")?;
-            Ok(done.rows_affected())
+            let parts = sql_config()?.partitions_table_name();
+            let done_parts = sqlx::query(&format!("DELETE FROM {parts} WHERE group_name LIKE ?"))
+                .bind(&like)
+                .execute(&mut c)
+                .await
+                .context("deleting the run's partition rows")?;
+            Ok(done.rows_affected() + done_parts.rows_affected())
         }
         Backend::Redis => {
             let mut c = redis::Client::open(env.redis.as_str())

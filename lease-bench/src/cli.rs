@@ -67,6 +67,26 @@ pub(crate) struct Args {
     #[arg(long, value_name = "N", default_value_t = 16)]
     pub(crate) renew_concurrency: usize,
 
+    /// Partitions per batch (K) in the partitions run, each measured against K leases renewed
+    /// one by one (comma-separated; at most 10,000, the most one call takes).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "K,…",
+        default_values_t = [10usize, 100, 1_000, 10_000]
+    )]
+    pub(crate) partitions: Vec<usize>,
+
+    /// Most interleaved rounds per K in the partitions run: each round renews the K partitions
+    /// with one call and the K leases one by one, the order alternating.
+    #[arg(long, value_name = "N", default_value_t = 100)]
+    pub(crate) partition_rounds: u32,
+
+    /// Time budget per K and backend of the partitions run's rounds, in seconds: no new round
+    /// starts once it is spent and 5 rounds ran.
+    #[arg(long, value_name = "N", default_value_t = 10.0)]
+    pub(crate) partition_seconds: f64,
+
     /// Candidates on one name in the contention run.
     #[arg(long, value_name = "N", default_value_t = 64)]
     pub(crate) candidates: usize,
@@ -149,6 +169,23 @@ impl Args {
             "--held values must be 1 to 100000"
         );
         anyhow::ensure!(
+            self.partitions
+                .iter()
+                .all(|n| (1..=lease_core::MAX_PARTITIONS_PER_CALL).contains(n)),
+            "--partitions values must be 1 to {} (the most one renew_partitions call takes)",
+            lease_core::MAX_PARTITIONS_PER_CALL
+        );
+        anyhow::ensure!(
+            (5..=10_000).contains(&self.partition_rounds),
+            "--partition-rounds must be 5 to 10000"
+        );
+        anyhow::ensure!(
+            self.partition_seconds.is_finite()
+                && self.partition_seconds > 0.0
+                && self.partition_seconds <= 600.0,
+            "--partition-seconds must be in (0, 600]"
+        );
+        anyhow::ensure!(
             (1..=256).contains(&self.renew_concurrency),
             "--renew-concurrency must be 1 to 256"
         );
@@ -225,6 +262,8 @@ pub(crate) enum Section {
     Failover,
     /// Renewing 1, 100, 10,000 held leases once.
     RenewCost,
+    /// Renewing K partitions with one `renew_partitions` call against K leases one by one.
+    Partitions,
     /// Many candidates on one name through `run_elected`.
     Contention,
 }

@@ -10,6 +10,8 @@
 //! - **round-trips** — per store operation and per cycle of every subject, counted on the wire
 //!   by the conformance suite's proxy;
 //! - **renew-cost** — renewing 1, 100, 10,000 held leases once;
+//! - **partitions** — renewing K partitions with one `renew_partitions` call against K leases
+//!   renewed one by one, for K = 10, 100, 1,000, 10,000, in interleaved rounds;
 //! - **failover** — take-over after the holder dies and after it resigns, with a candidate
 //!   polling through `run_elected`;
 //! - **contention** — 64 candidates on one name, store operations counted by a wrapper.
@@ -103,6 +105,8 @@ async fn run(args: Args) -> Result<()> {
             .unwrap_or(0),
         seconds: args.seconds,
         rounds: args.rounds,
+        partition_rounds: args.partition_rounds,
+        partition_seconds: args.partition_seconds,
         ..Report::default()
     };
     for b in args.backends() {
@@ -138,6 +142,14 @@ async fn run(args: Args) -> Result<()> {
         for &b in &backends {
             progress(started, &format!("renew cost: {}", b.label()));
             report.renew.extend(renew_cost::run(&args, &env, b).await);
+        }
+    }
+    if args.runs(Section::Partitions) {
+        for &b in &backends {
+            progress(started, &format!("partitions: {}", b.label()));
+            report
+                .partitions
+                .extend(renew_cost::partitions(&args, &env, b).await);
         }
     }
     // Failover and contention wait out leases and campaign pauses, not the CPU: every backend

@@ -124,6 +124,11 @@ impl AssignmentAudit {
         self.lock().violations.clone()
     }
 
+    /// How many violations were found (all of them, not only those kept in full).
+    pub fn violation_count(&self) -> usize {
+        self.lock().violation_count
+    }
+
     /// How many observations were checked.
     pub fn observations(&self) -> u64 {
         self.lock().observations

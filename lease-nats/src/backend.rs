@@ -206,8 +206,11 @@ impl NatsStore {
         config.validate()?;
         let label = url_label(url)?;
         let bound = config.op_timeout;
+        // async-nats backs off up to 4 s between reconnect attempts by default; a lease holder
+        // must be back within a renewal period or two, so the pause is capped far lower.
         let connecting = async_nats::ConnectOptions::new()
             .connection_timeout(bound)
+            .reconnect_delay_callback(reconnect_delay)
             .connect(url);
         let client = match tokio::time::timeout(bound, connecting).await {
             Err(_) => {
@@ -830,5 +833,28 @@ mod tests {
         assert!(!e.is_temporary());
         assert!(!e.to_string().contains("secret"), "{e}");
         assert!(url_label("").is_err());
+    }
+}
+
+/// The pause before reconnect attempt `attempts` (counted from 1): none for the first, then
+/// 50 ms doubling up to 500 ms.
+fn reconnect_delay(attempts: usize) -> Duration {
+    if attempts <= 1 {
+        return Duration::ZERO;
+    }
+    let exp = u32::try_from(attempts.saturating_sub(2).min(4)).unwrap_or(4);
+    Duration::from_millis(50 * 2u64.pow(exp)).min(Duration::from_millis(500))
+}
+
+#[cfg(test)]
+mod reconnect_tests {
+    use super::*;
+
+    #[test]
+    fn reconnect_pauses_stay_short() {
+        assert_eq!(reconnect_delay(1), Duration::ZERO);
+        assert_eq!(reconnect_delay(2), Duration::from_millis(50));
+        assert_eq!(reconnect_delay(3), Duration::from_millis(100));
+        assert_eq!(reconnect_delay(100), Duration::from_millis(500));
     }
 }

@@ -3,10 +3,12 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
+use lease_core::BatchRenew;
+
 use super::{Report, fmt_dur, fmt_rate};
 use crate::cli::Backend;
 use crate::peers::{Kind, SubjectId};
-use crate::stats::Spread;
+use crate::stats::{Spread, Summary};
 
 /// The whole report.
 pub(super) fn render(r: &Report) -> String {
@@ -27,6 +29,9 @@ pub(super) fn render(r: &Report) -> String {
     }
     if !r.contention.is_empty() {
         contention(r, &mut s);
+    }
+    if !r.partitions.is_empty() {
+        partitions(r, &mut s);
     }
     targets(r, &mut s);
     s
@@ -291,6 +296,101 @@ fn renew(r: &Report, s: &mut String) {
     s.push('\n');
 }
 
+/// The renew period of the default timings (the group worker's).
+fn renew_period() -> Duration {
+    lease_core::Timings::default().renew_every()
+}
+
+fn mode(m: Option<BatchRenew>) -> String {
+    match m {
+        Some(BatchRenew::Fixed { round_trips }) => format!("fixed, {round_trips} RT"),
+        Some(BatchRenew::Pipelined) => "pipelined".to_owned(),
+        None => "–".to_owned(),
+    }
+}
+
+fn partitions(r: &Report, s: &mut String) {
+    let period = renew_period();
+    let _ = writeln!(
+        s,
+        "## Partitions: one batch renewal against single renewals\n"
+    );
+    let _ = writeln!(
+        s,
+        "(a) one `renew_partitions` call renewing K partitions of one group; (b) K leases \
+         (claimed beforehand) renewed one after the other with `LeaseStore::renew`. Both through \
+         one store object on a warm connection, leases of {}, in interleaved rounds (one (a) and one (b) per \
+         round, the order alternating), at most {} rounds per K or until {:.0} s are spent \
+         (at least {} rounds). Times are per batch of K; renewals/s = K × batches ÷ their wall \
+         time; (b) ÷ (a) compares the medians. Round trips counted on the wire in a second pass \
+         through a proxy (one batch of each). Share of the period: (a)'s p99 against the default \
+         {} renew period.\n",
+        fmt_dur(crate::renew_cost::PARTITION_TTL),
+        r.partition_rounds,
+        r.partition_seconds,
+        crate::renew_cost::MIN_PARTITION_ROUNDS,
+        fmt_dur(period),
+    );
+    let _ = writeln!(
+        s,
+        "| backend | K | batch mode | rounds | (a) batch p50 / p99 | (a) renewals/s | \
+         (b) one by one p50 / p99 | (b) renewals/s | (b) ÷ (a) | round trips (a) / (b) | \
+         (a) p99 share of the {} period |",
+        fmt_dur(period)
+    );
+    let _ = writeln!(s, "|---|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|");
+    let rt = |v: Option<u64>| {
+        v.map(|n| fmt_rate(n as f64))
+            .unwrap_or_else(|| "–".to_owned())
+    };
+    let pair = |sum: Option<Summary>| match sum {
+        Some(x) => format!("{} / {}", opt_dur(x.p50), opt_dur(x.p99)),
+        None => "–".to_owned(),
+    };
+    for x in &r.partitions {
+        let err = x
+            .error
+            .as_ref()
+            .map(|e| format!(" (error: {e})"))
+            .unwrap_or_default();
+        let rts = if x.backend.has_server() {
+            let conns = if x.connections > 0 {
+                format!(" (+{} connections)", x.connections)
+            } else {
+                String::new()
+            };
+            format!("{} / {}{conns}", rt(x.rt_batch), rt(x.rt_single))
+        } else {
+            "–".to_owned()
+        };
+        let share = x
+            .batch
+            .and_then(|b| b.p99)
+            .map(|d| format!("{:.2} %", d.as_secs_f64() / period.as_secs_f64() * 100.0))
+            .unwrap_or_else(|| "–".to_owned());
+        let _ = writeln!(
+            s,
+            "| {}{err} | {} | {} | {} | {} | {} | {} | {} | {} | {rts} | {share} |",
+            x.backend.label(),
+            fmt_rate(x.k as f64),
+            mode(x.mode),
+            x.rounds,
+            pair(x.batch),
+            x.batch_rate()
+                .map(fmt_rate)
+                .unwrap_or_else(|| "–".to_owned()),
+            pair(x.single),
+            x.single_rate()
+                .map(fmt_rate)
+                .unwrap_or_else(|| "–".to_owned()),
+            x.ratio()
+                .map(|v| format!("{v:.1}×"))
+                .unwrap_or_else(|| "–".to_owned()),
+        );
+    }
+    s.push('\n');
+}
+
 fn contention(r: &Report, s: &mut String) {
     let _ = writeln!(s, "## Contention (one name, run_elected)\n");
     let _ = writeln!(
@@ -412,6 +512,26 @@ fn targets(r: &Report, s: &mut String) {
             c.ops_per_sec(),
             c.bound(),
             verdict(c.ops_per_sec() <= c.bound())
+        );
+    }
+    let period = renew_period();
+    for x in &r.partitions {
+        let Some(p99) = x.batch.and_then(|b| b.p99) else {
+            continue;
+        };
+        if x.k != lease_core::MAX_PARTITIONS_PER_CALL || x.error.is_some() {
+            continue;
+        }
+        let _ = writeln!(
+            s,
+            "| one batch renewal of {} partitions inside the {} renew period | {} | p99 {} ({:.2} % of the period; p50 {}) | {} |",
+            fmt_rate(x.k as f64),
+            fmt_dur(period),
+            x.backend.label(),
+            fmt_dur(p99),
+            p99.as_secs_f64() / period.as_secs_f64() * 100.0,
+            opt_dur(x.batch.and_then(|b| b.p50)),
+            verdict(p99 < period)
         );
     }
     for f in &r.failover {

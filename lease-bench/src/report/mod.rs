@@ -15,7 +15,7 @@ use crate::cycles::CycleRow;
 use crate::failover::FailoverRow;
 use crate::machine::Machine;
 use crate::peers::SubjectId;
-use crate::renew_cost::RenewRow;
+use crate::renew_cost::{PartitionRow, RenewRow};
 use crate::round_trips::{CycleRoundTrips, OpRoundTrips};
 
 /// Everything one run measured.
@@ -33,6 +33,10 @@ pub(crate) struct Report {
     pub(crate) seconds: f64,
     /// Interleaved rounds.
     pub(crate) rounds: u32,
+    /// Most rounds per K of the partitions run.
+    pub(crate) partition_rounds: u32,
+    /// Time budget per K and backend of the partitions run, in seconds.
+    pub(crate) partition_seconds: f64,
     /// Backends measured.
     pub(crate) backends: Vec<Backend>,
     /// Backends skipped, and why.
@@ -49,6 +53,8 @@ pub(crate) struct Report {
     pub(crate) renew: Vec<RenewRow>,
     /// Contention.
     pub(crate) contention: Vec<ContentionRow>,
+    /// Batch renewal of partitions against single renewals.
+    pub(crate) partitions: Vec<PartitionRow>,
 }
 
 impl Report {
