@@ -8,7 +8,7 @@ use std::time::Duration;
 use lease_core::{
     Assignment, ErrorKind, GroupStore, GroupWorker, MembershipStore, PartitionStore, Timings,
 };
-use lease_local::{AssignmentAudit, FaultMode, FaultyStore, MemoryStore};
+use lease_local::{AssignmentAudit, FaultMode, FaultyStore, MemoryStore, assignments_settled};
 use tokio::time::{Instant, sleep};
 
 const GROUP: &str = "orders";
@@ -40,17 +40,7 @@ fn snapshot(workers: &[&GroupWorker]) -> Vec<Assignment> {
 
 /// Every partition held by exactly one of `workers`, each holding its fair share.
 fn settled(workers: &[&GroupWorker]) -> bool {
-    let all = snapshot(workers);
-    let mut owners: BTreeMap<u32, usize> = BTreeMap::new();
-    for a in &all {
-        for p in a.partitions.keys() {
-            *owners.entry(*p).or_default() += 1;
-        }
-    }
-    let (lo, hi) = (N as usize / all.len(), (N as usize).div_ceil(all.len()));
-    owners.len() == N as usize
-        && owners.values().all(|&c| c == 1)
-        && all.iter().all(|a| (lo..=hi).contains(&a.partitions.len()))
+    assignments_settled(&snapshot(workers), N)
 }
 
 /// How long until `workers` settle, checked every 10 ms; panics past `bound`.

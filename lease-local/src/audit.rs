@@ -1,12 +1,43 @@
 //! An audit of group workers' assignments, with epochs as fencing tokens: for tests.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use lease_core::Assignment;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+
+/// `true` when the workers whose `assignments` are given hold every partition `0..partitions`
+/// exactly once between them, each a fair share (`⌊N/M⌋` or `⌈N/M⌉`); `false` for no workers.
+///
+/// ```
+/// use std::collections::BTreeMap;
+/// use lease_core::Assignment;
+/// use lease_local::assignments_settled;
+///
+/// let holds = |ps: &[u32]| Assignment { partitions: ps.iter().map(|&p| (p, 1)).collect(), members: vec![] };
+/// assert!(assignments_settled(&[holds(&[0, 1]), holds(&[2, 3, 4])], 5));
+/// assert!(!assignments_settled(&[holds(&[0, 1, 2]), holds(&[2, 3, 4])], 5)); // 2 twice
+/// ```
+pub fn assignments_settled(assignments: &[Assignment], partitions: u32) -> bool {
+    if assignments.is_empty() {
+        return false;
+    }
+    let mut count = BTreeMap::<u32, usize>::new();
+    for a in assignments {
+        for p in a.partitions.keys() {
+            *count.entry(*p).or_default() += 1;
+        }
+    }
+    let n = partitions as usize;
+    let (lo, hi) = (n / assignments.len(), n.div_ceil(assignments.len()));
+    count.len() == n
+        && count.values().all(|&c| c == 1)
+        && assignments
+            .iter()
+            .all(|a| (lo..=hi).contains(&a.partitions.len()))
+}
 
 /// How many violations the audit keeps in full.
 const MAX_VIOLATIONS: usize = 20;
@@ -149,5 +180,35 @@ impl AssignmentAudit {
             st.observations,
             st.violations.join("\n")
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn holds(partitions: &[u32]) -> Assignment {
+        Assignment {
+            partitions: partitions.iter().map(|&p| (p, 1)).collect(),
+            members: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn settled_means_each_partition_once_in_fair_shares() {
+        assert!(assignments_settled(&[holds(&[0, 1]), holds(&[2, 3, 4])], 5));
+        assert!(
+            !assignments_settled(&[holds(&[0, 1]), holds(&[2, 3])], 5),
+            "4 missing"
+        );
+        assert!(
+            !assignments_settled(&[holds(&[0, 1, 2]), holds(&[2, 3, 4])], 5),
+            "2 twice"
+        );
+        assert!(
+            !assignments_settled(&[holds(&[0]), holds(&[1, 2, 3, 4])], 5),
+            "unfair"
+        );
+        assert!(!assignments_settled(&[], 5));
     }
 }

@@ -12,12 +12,12 @@
 //! with the store's [`owners`](PartitionStore::owners); then every worker leaves and the store
 //! must hold no live partition lease and no live member.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lease_core::{Assignment, GroupStore, GroupWorker, MembershipStore, PartitionStore, Timings};
-use lease_local::AssignmentAudit;
+use lease_local::{AssignmentAudit, assignments_settled};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep, sleep_until, timeout};
@@ -111,24 +111,6 @@ impl Tracker {
     }
 }
 
-/// Every partition in exactly one assignment, each a fair share.
-fn settled(all: &[Assignment], n: u32) -> bool {
-    if all.is_empty() {
-        return false;
-    }
-    let mut count = BTreeMap::<u32, usize>::new();
-    for a in all {
-        for p in a.partitions.keys() {
-            *count.entry(*p).or_default() += 1;
-        }
-    }
-    let n = n as usize;
-    let (lo, hi) = (n / all.len(), n.div_ceil(all.len()));
-    count.len() == n
-        && count.values().all(|&c| c == 1)
-        && all.iter().all(|a| (lo..=hi).contains(&a.partitions.len()))
-}
-
 /// Records every (partition, epoch) pair a worker publishes, until its channel closes.
 fn track_epochs(
     seen: Arc<Mutex<HashSet<(u32, u64)>>>,
@@ -200,7 +182,7 @@ impl GroupRun {
     }
 
     fn is_settled(&self) -> bool {
-        settled(&self.snapshot(), self.partitions)
+        assignments_settled(&self.snapshot(), self.partitions)
     }
 
     /// Each live worker's partitions and member view, for a failure message.
@@ -617,25 +599,6 @@ pub(crate) async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn holds(partitions: &[u32]) -> Assignment {
-        Assignment {
-            partitions: partitions.iter().map(|&p| (p, 1)).collect(),
-            members: Vec::new(),
-        }
-    }
-
-    #[test]
-    fn settled_means_each_partition_once_in_fair_shares() {
-        assert!(settled(&[holds(&[0, 1]), holds(&[2, 3, 4])], 5));
-        assert!(!settled(&[holds(&[0, 1]), holds(&[2, 3])], 5), "4 missing");
-        assert!(
-            !settled(&[holds(&[0, 1, 2]), holds(&[2, 3, 4])], 5),
-            "2 twice"
-        );
-        assert!(!settled(&[holds(&[0]), holds(&[1, 2, 3, 4])], 5), "unfair");
-        assert!(!settled(&[], 5));
-    }
 
     #[test]
     fn an_event_before_the_settle_interrupts_it() {

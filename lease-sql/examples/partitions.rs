@@ -10,10 +10,10 @@
 //! (`RUST_LOG=lease_core=info` for the worker's own log lines). It exits non-zero when the
 //! workers do not settle within the bound their timings give.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use lease_core::{Assignment, Error, GroupWorker, Result, Timings};
+use lease_local::assignments_settled;
 use lease_sql::{SqlConfig, SqliteStore};
 use tokio::time::{Instant, sleep};
 
@@ -63,21 +63,11 @@ async fn start(
 async fn settle(workers: &[&GroupWorker], bound: Duration, what: &str) -> Result<()> {
     let start = Instant::now();
     loop {
-        let mut owners: BTreeMap<u32, Vec<&str>> = BTreeMap::new();
-        for w in workers {
-            for p in w.assignment().borrow().partitions.keys() {
-                owners.entry(*p).or_default().push(w.node());
-            }
-        }
-        let fair = PARTITIONS as usize / workers.len();
-        let loads_fair = workers.iter().all(|w| {
-            let n = w.assignment().borrow().partitions.len();
-            n == fair || n == fair + 1
-        });
-        if owners.len() == PARTITIONS as usize
-            && owners.values().all(|o| o.len() == 1)
-            && loads_fair
-        {
+        let now: Vec<Assignment> = workers
+            .iter()
+            .map(|w| w.assignment().borrow().clone())
+            .collect();
+        if assignments_settled(&now, PARTITIONS) {
             println!(
                 "  ----  {what}: settled in {:.1}s",
                 start.elapsed().as_secs_f64()
@@ -86,7 +76,7 @@ async fn settle(workers: &[&GroupWorker], bound: Duration, what: &str) -> Result
         }
         if start.elapsed() > bound {
             return Err(Error::invalid_argument(format!(
-                "{what}: not settled within {bound:?}: {owners:?}"
+                "{what}: not settled within {bound:?}: {now:?}"
             )));
         }
         sleep(Duration::from_millis(20)).await;

@@ -12,7 +12,7 @@ use lease_core::{
     Assignment, BatchRenew, ErrorKind, GroupStore, GroupWorker, MAX_PARTITIONS_PER_CALL,
     PartitionLease,
 };
-use lease_local::AssignmentAudit;
+use lease_local::{AssignmentAudit, assignments_settled};
 use tokio::time::sleep;
 
 use crate::Harness;
@@ -584,21 +584,10 @@ fn snapshot(workers: &[&GroupWorker]) -> Vec<(String, Assignment)> {
         .collect()
 }
 
-/// Every partition in exactly one assignment, each a fair share.
+/// Every partition in exactly one of the workers' assignments, each a fair share.
 fn settled(workers: &[&GroupWorker], n: u32) -> bool {
-    let all = snapshot(workers);
-    let mut count = std::collections::BTreeMap::<u32, usize>::new();
-    for (_, a) in &all {
-        for p in a.partitions.keys() {
-            *count.entry(*p).or_default() += 1;
-        }
-    }
-    let (lo, hi) = (n as usize / all.len(), (n as usize).div_ceil(all.len()));
-    count.len() == n as usize
-        && count.values().all(|&c| c == 1)
-        && all
-            .iter()
-            .all(|(_, a)| (lo..=hi).contains(&a.partitions.len()))
+    let all: Vec<Assignment> = snapshot(workers).into_iter().map(|(_, a)| a).collect();
+    assignments_settled(&all, n)
 }
 
 async fn settle(h: &Harness, workers: &[&GroupWorker], n: u32, bound: Duration, what: &str) {
