@@ -160,6 +160,7 @@ impl GroupWorkerBuilder {
             groups,
             held: BTreeMap::new(),
             view: None,
+            share: BTreeSet::new(),
             tx,
         };
         let task = tokio::spawn(run.run(stop.clone()));
@@ -299,6 +300,8 @@ struct Run {
     groups: Vec<String>,
     held: BTreeMap<u32, Held>,
     view: Option<Vec<String>>,
+    /// This node's share under `view`.
+    share: BTreeSet<u32>,
     tx: watch::Sender<Assignment>,
 }
 
@@ -392,15 +395,18 @@ impl Run {
         let Some(view) = view else { return };
         if self.view.as_ref() != Some(&view) {
             info!(group = %self.group, node = %self.node, members = ?view, "members changed");
-            self.view = Some(view.clone());
+            // The share changes only with the member list: computed once per change, not per
+            // tick (the assignment sorts partitions × members pairs).
+            let me = view.iter().position(|n| *n == self.node);
+            self.share = assign(&self.group, self.partitions, &view)
+                .into_iter()
+                .zip(0u32..)
+                .filter(|(owner, _)| Some(*owner) == me)
+                .map(|(_, p)| p)
+                .collect();
+            self.view = Some(view);
         }
-        let me = view.iter().position(|n| *n == self.node);
-        let mine: BTreeSet<u32> = assign(&self.group, self.partitions, &view)
-            .into_iter()
-            .zip(0u32..)
-            .filter(|(owner, _)| Some(*owner) == me)
-            .map(|(_, p)| p)
-            .collect();
+        let mine = self.share.clone();
         self.give_up(&mine).await;
         self.acquire(&mine, next).await;
         self.publish();
