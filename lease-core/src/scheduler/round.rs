@@ -1,6 +1,7 @@
 //! Running one round under its term, with `run`'s step-down rules, then finishing it.
 
 use std::panic::AssertUnwindSafe;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::time::{Instant, sleep, timeout};
@@ -138,12 +139,41 @@ pub(crate) async fn run_round(
     cursor
 }
 
+/// The round's hold on its term, carried by the work's task: a handle on the term, so the
+/// keeper goes on renewing while the work runs even when nothing else keeps the term (the
+/// work dropped its [`Round`] and the round's future was dropped with `Scheduler::run`'s), and
+/// a count in the term's runs, so `Coordinator::close` leaves the release to the work's end.
+/// Dropped when the task ends (the work returned, or was aborted past the step-down grace):
+/// then, if it was the last handle, the keeper stops and releases.
+struct WorkHold {
+    term: Term,
+}
+
+impl WorkHold {
+    fn new(term: &Term) -> WorkHold {
+        term.shared().under_run.fetch_add(1, Ordering::SeqCst);
+        WorkHold { term: term.clone() }
+    }
+}
+
+impl Drop for WorkHold {
+    fn drop(&mut self) {
+        self.term.shared().under_run.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 /// `Term::run`'s rules for one round: the work on its own task (tracked for close), the
 /// step-down grace once the lease is lost, the fail action past it. The term is left held
-/// (unless abandoned) so the finish can run under it.
+/// (unless abandoned) so the finish can run under it. The task holds the term until the work
+/// returns ([`WorkHold`]), so dropping this future never frees the name under running work.
 async fn execute(term: &Term, fut: WorkFuture) -> Verdict {
     let shared = term.shared().clone();
-    let mut task = shared.coord.work.spawn(fut);
+    let hold = WorkHold::new(term);
+    let mut task = shared.coord.work.spawn(async move {
+        let outcome = fut.await;
+        drop(hold);
+        outcome
+    });
     let finished = tokio::select! {
         biased;
         r = &mut task => Some(r),
