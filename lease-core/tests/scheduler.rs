@@ -1321,3 +1321,92 @@ async fn instants_a_crashed_rounds_lease_held_through_are_counted_as_missed() {
         1
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_overrun_the_round_could_not_record_is_claimed_late_and_counted() {
+    let rec = rec();
+    let store = MemoryStore::new();
+    let clock = TokioClock::starting_at(store.now_ms());
+    let starts = Starts::default();
+    let first_round = Arc::new(AtomicBool::new(true));
+    // The first round runs 25 s, overrunning the next two instants, unless told to stop: then
+    // it takes a second to wrap up and returns Ok (within the step-down grace).
+    let job = {
+        let starts = starts.clone();
+        Job::every("unrecorded", 10 * S)
+            .unwrap()
+            .run(move |round: Round| {
+                starts.0.lock().unwrap().push(Start {
+                    who: "a".to_owned(),
+                    job: round.job().to_owned(),
+                    instant_ms: round.instant_ms(),
+                    token: round.token(),
+                    rerun: round.is_rerun(),
+                    at_ms: clock.now_ms(),
+                });
+                let long = first_round.swap(false, Ordering::SeqCst);
+                async move {
+                    if long {
+                        tokio::select! {
+                            _ = round.done() => sleep(S).await,
+                            _ = sleep(25 * S) => {}
+                        }
+                    } else {
+                        sleep(S).await;
+                    }
+                    Ok::<(), std::io::Error>(())
+                }
+            })
+    };
+    let failures = Failures::default();
+    let f = failures.clone();
+    // No rerun check within the test: the freed lease would let the unfinished round run again
+    // at once, beside its work winding down (as any lost lease allows).
+    let s = Scheduler::builder(store.clone())
+        .instance("a")
+        .clock(clock)
+        .rerun_check(Duration::from_secs(3600))
+        .fail_action(move |x| f.0.lock().unwrap().push(x.clone()))
+        .job(job)
+        .build()
+        .unwrap();
+    let task = start(&s);
+    while starts.len() < 1 {
+        sleep(S / 10).await;
+    }
+    let first = starts.of("unrecorded")[0].clone();
+    // 21 s in, past two instants, the lease is taken away (an operator's force release): the
+    // round's next renewal finds it gone, the work wraps up, and its finish can record the
+    // round's end but not its overrun.
+    sleep_until_ms(&clock, first.instant_ms + 21_000).await;
+    assert!(store.force_release("unrecorded").await.unwrap());
+    sleep_until_ms(&clock, first.instant_ms + 55_000).await;
+    s.shutdown().await.unwrap();
+    task.await.unwrap().unwrap();
+
+    let runs = starts.of("unrecorded");
+    let got: Vec<(i64, i64)> = runs
+        .iter()
+        .map(|r| (r.instant_ms - first.instant_ms, r.at_ms - first.instant_ms))
+        .collect();
+    // +10 s never ran (counted as missed); +20 s ran late, right after the round ended.
+    assert_eq!(
+        got,
+        [
+            (0, 0),
+            (20_000, 23_000),
+            (30_000, 30_000),
+            (40_000, 40_000),
+            (50_000, 50_000)
+        ],
+        "{runs:#?}"
+    );
+    assert_eq!(rec.read(telemetry::INSTANTS_MISSED, "job=unrecorded"), 1);
+    assert_eq!(rec.read(telemetry::INSTANTS_LATE, "job=unrecorded"), 1);
+    assert_eq!(rec.read(telemetry::INSTANTS_SKIPPED, "job=unrecorded"), 0);
+    assert_eq!(
+        rec.read(telemetry::ROUNDS_FINISHED, "job=unrecorded,rerun=false"),
+        5
+    );
+    assert!(failures.0.lock().unwrap().is_empty());
+}

@@ -240,12 +240,15 @@ pub(crate) async fn job_loop(s: Arc<Inner>, job: Job) -> Result<()> {
         }
         return Ok(());
     };
+    // The next instant is claimed late: the last round overran it without recording it.
+    let mut next_late = false;
     loop {
         if !s.wait_for(instant).await {
             return Ok(());
         }
         // The instant last answered `Held` because the lease belonged to an earlier round.
         let mut held: Option<i64> = None;
+        let late = std::mem::take(&mut next_late);
         let claimed = loop {
             if s.stopping.is_cancelled() {
                 return Ok(());
@@ -310,12 +313,14 @@ pub(crate) async fn job_loop(s: Arc<Inner>, job: Job) -> Result<()> {
                 superseded_ms,
             } => {
                 report_superseded(&job, superseded_ms, instant, term.token());
-                if held == Some(instant) {
+                if late || held == Some(instant) {
                     telemetry::job(telemetry::INSTANTS_LATE, name, 1);
                     let late_ms = s.clock.now_ms().saturating_sub(instant);
-                    info!(job = name, instant = %Schedule::format(instant), late_ms, term = term.token(), "instant claimed late: the lease of an earlier round held the job when it came, and that round ended without taking it along");
+                    info!(job = name, instant = %Schedule::format(instant), late_ms, term = term.token(), "instant claimed late: the round of an earlier instant held the job's lease when it came, and ended without recording it");
                 }
-                run_round(&s, &job, instant, term, false).await
+                let end = run_round(&s, &job, instant, term, false).await;
+                next_late = end.next_late;
+                end.cursor
             }
             Claimed::Taken { last_ms } => {
                 debug!(job = name, instant = %Schedule::format(instant), last = %Schedule::format(last_ms), "instant taken: claimed or skipped already");
@@ -382,6 +387,8 @@ pub(crate) async fn rerun_loop(s: Arc<Inner>) -> Result<()> {
                     busy.insert(name.clone());
                     let s = s.clone();
                     running.spawn(async move {
+                        // A rerun leaves its overrun to the job's own loop, which has
+                        // moved on to the latest instant meanwhile.
                         run_round(&s, &job, instant, term, true).await;
                         name
                     });
