@@ -31,6 +31,10 @@ const MAX_NAP: Duration = Duration::from_secs(60);
 /// claims of a held instant.
 const HELD_MARGIN: Duration = Duration::from_millis(10);
 
+/// When a claim was answered `Held` but the lease reads as ended (it ended in between, or a
+/// store's answers disagree for a moment), the pause before the claim is asked again.
+const HELD_RECHECK: Duration = Duration::from_millis(100);
+
 pub(crate) const IDLE: u8 = 0;
 pub(crate) const RUNNING: u8 = 1;
 pub(crate) const RAN: u8 = 2;
@@ -177,7 +181,7 @@ async fn held_by(s: &Inner, name: &str, instant_ms: i64) -> HeldBy {
     // running renews it meanwhile, and its finish takes this instant along).
     let wait = match timeout(t.attempt_timeout(), s.store.get(name)).await {
         Ok(Ok(Some(info))) if info.live => info.expires_in + HELD_MARGIN,
-        Ok(Ok(_)) => HELD_MARGIN,
+        Ok(Ok(_)) => HELD_RECHECK,
         Ok(Err(_)) | Err(_) => s.retry_pause(),
     };
     HeldBy::Earlier { last_ms, wait }
@@ -262,11 +266,10 @@ pub(crate) async fn job_loop(s: Arc<Inner>, job: Job) -> Result<()> {
                             held = Some(instant);
                         }
                         // Wake at the next instant at the latest, to claim it on time.
-                        let until_next = job
-                            .schedule
-                            .next_after(instant)
-                            .and_then(|next| u64::try_from(next - s.clock.now_ms()).ok())
-                            .map_or(MAX_NAP, Duration::from_millis);
+                        let now = s.clock.now_ms();
+                        let until_next = job.schedule.next_after(instant).map_or(MAX_NAP, |next| {
+                            Duration::from_millis(u64::try_from(next - now).unwrap_or(0))
+                        });
                         let nap = wait.min(until_next).min(MAX_NAP).max(HELD_MARGIN);
                         if !s.nap(nap).await {
                             return Ok(());
