@@ -498,6 +498,10 @@ impl Coordinator {
     ///
     /// When some work has not returned within the grace, `close` returns a `Timeout` error;
     /// those leases stay held and are released as soon as their work returns, never before.
+    ///
+    /// A [`Term::run`] racing `close` either took its term first — `close` then leaves the
+    /// release to it and waits for its work like any other — or finds the term ended and starts
+    /// no work: no work ever starts, or goes on, under a term that `close` released.
     pub async fn close(&self) -> Result<()> {
         let terms: Vec<Arc<TermShared>> = {
             let mut terms = self.shared.terms.lock().unwrap_or_else(|p| p.into_inner());

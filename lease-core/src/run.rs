@@ -410,12 +410,13 @@ impl Term {
         if by_chain {
             return Some("the work reports the lease lost".to_owned());
         }
-        if !self.is_live() {
-            return Some("the local deadline has passed".to_owned());
-        }
         let shared = self.shared();
         if !shared.expires {
             return None;
+        }
+        // Not `is_live`: a term ended by a close or a resign is not lost.
+        if self.deadline_in().is_zero() {
+            return Some("the local deadline has passed".to_owned());
         }
         let bound = shared.timings.attempt_timeout().min(self.deadline_in());
         match timeout(bound, shared.store.verify(&shared.name, &shared.holder)).await {

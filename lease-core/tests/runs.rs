@@ -559,3 +559,23 @@ async fn run_elected_under_the_return_policy_returns_and_counts_the_end() {
         .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InvalidTimings);
 }
+
+/// A work error after a close (the term ended, still renewed, the store still holding it) is
+/// the work's error, not a loss.
+#[tokio::test(start_paused = true)]
+async fn a_work_error_after_a_close_is_not_a_loss() {
+    let rec = Rec::default();
+    let _local = metrics::set_default_local_recorder(&rec);
+    let store = FaultyStore::new(MemoryStore::new());
+    let (a, _) = coordinator(&store, "a");
+    let term = a.try_acquire("job").await.unwrap();
+    let run = tokio::spawn(term.run(|term| async move {
+        term.done().await;
+        Err::<(), _>(std::io::Error::other("interrupted by the shutdown"))
+    }));
+    a.close().await.unwrap();
+    let e = run.await.unwrap().unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Work, "{e}");
+    assert_eq!(rec.read(telemetry::LOSSES, "name=job"), 0);
+    assert_eq!(live_holder(store.inner(), "job").await, None);
+}
