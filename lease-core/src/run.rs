@@ -50,7 +50,7 @@ pub fn default_fail_action(failure: &StepDownFailure) {
 /// dropped. Dropped while still armed — the run's future was dropped before its work returned —
 /// it ends the term as closed, so the work is told to stop; renewals go on, and the lease is
 /// released once the work's task has ended and the last handle on the term is dropped (the
-/// task keeps one: see [`supervise`]).
+/// task keeps one: see [`spawn_supervised`]).
 pub(crate) struct RunGuard {
     term: Term,
     /// What runs under the term, for the message when it is cancelled (e.g. "run of lease 'x'").
