@@ -579,3 +579,40 @@ async fn a_work_error_after_a_close_is_not_a_loss() {
     assert_eq!(rec.read(telemetry::LOSSES, "name=job"), 0);
     assert_eq!(live_holder(store.inner(), "job").await, None);
 }
+
+/// The same race on a multi-threaded runtime, many times over, with no help from the test:
+/// whenever work starts, its lease is held in the store, and stays held until it returns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_racing_run_on_two_threads_never_releases_under_running_work() {
+    let mut started = 0;
+    for _ in 0..300 {
+        let store = FaultyStore::new(MemoryStore::new());
+        let (a, _) = coordinator(&store, "a");
+        let term = a.try_acquire("job").await.unwrap();
+        let closing = {
+            let a = a.clone();
+            tokio::spawn(async move { a.close().await })
+        };
+        let inner = store.inner().clone();
+        let run = tokio::spawn(async move {
+            term.run(move |_term| async move {
+                let at_start = live_holder(&inner, "job").await;
+                tokio::task::yield_now().await;
+                let at_end = live_holder(&inner, "job").await;
+                Ok::<_, std::io::Error>((at_start, at_end))
+            })
+            .await
+        });
+        match run.await.unwrap() {
+            Ok((at_start, at_end)) => {
+                started += 1;
+                assert_eq!(at_start.as_deref(), Some("a"), "work started unheld");
+                assert_eq!(at_end.as_deref(), Some("a"), "released under the work");
+            }
+            Err(e) => assert_eq!(e.kind(), ErrorKind::Closed, "{e}"),
+        }
+        closing.await.unwrap().unwrap();
+        assert_eq!(live_holder(store.inner(), "job").await, None);
+    }
+    eprintln!("work started in {started} of 300 races");
+}
