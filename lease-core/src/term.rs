@@ -31,7 +31,9 @@ use crate::timings::Timings;
 /// - without an error when [`resign`](Term::resign)ed.
 ///
 /// `Term` is a cheap handle; clones share one term. When the last clone is dropped, the keeper
-/// stops and releases the lease in the background. Renewals go on after
+/// stops and releases the lease in the background. The task running a [`run`](Term::run)'s
+/// work holds a clone until it ends, so dropping the run (or every other clone) never frees
+/// the name under running work. Renewals go on after
 /// [`done`](Term::done) fires for a close, until the holder resigns or drops the term, so the
 /// name is never freed while its work is still winding down.
 #[derive(Clone)]
