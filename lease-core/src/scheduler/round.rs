@@ -1,7 +1,6 @@
 //! Running one round under its term, with `run`'s step-down rules, then finishing it.
 
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::time::{Instant, sleep, timeout};
@@ -188,14 +187,14 @@ struct WorkHold {
 
 impl WorkHold {
     fn new(term: &Term) -> WorkHold {
-        term.shared().under_run.fetch_add(1, Ordering::SeqCst);
+        term.shared().add_run();
         WorkHold { term: term.clone() }
     }
 }
 
 impl Drop for WorkHold {
     fn drop(&mut self) {
-        self.term.shared().under_run.fetch_sub(1, Ordering::SeqCst);
+        self.term.shared().leave_run();
     }
 }
 
@@ -232,8 +231,13 @@ async fn execute(term: &Term, fut: WorkFuture) -> Verdict {
                 };
                 (shared.coord.fail_action)(&failure);
                 task.abort();
-                // Release in the background: the store may be what failed.
-                shared.stop.cancel();
+                // Release in the background (the store may be what failed), and only once the
+                // aborted task is gone: an abort takes effect at the work's next await point.
+                let stop = shared.stop.clone();
+                tokio::spawn(async move {
+                    let _gone = task.await;
+                    stop.cancel();
+                });
                 return Verdict::Abandoned(error);
             }
         },
