@@ -178,6 +178,11 @@ pub fn members_schema_sql(dialect: Dialect, table: &str) -> String {
 #[derive(Debug, Clone)]
 pub(crate) struct Statements {
     pub(crate) claim: String,
+    /// MariaDB's claim: the same under `SET STATEMENT innodb_lock_wait_timeout = 0 FOR`, so a
+    /// row locked by a verified transaction fails it at once (1205) rather than after a wait.
+    /// Empty elsewhere.
+    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+    pub(crate) claim_nowait: String,
     pub(crate) renew: String,
     pub(crate) release: String,
     pub(crate) force_release: String,
@@ -434,15 +439,33 @@ impl Statements {
         let t = table;
         let s = match dialect {
             Dialect::Postgres | Dialect::Sqlite => Statements {
-                claim: format!(
-                    "INSERT INTO {t} AS l (name, holder, instance, term, expires_at_ms) \
-                     VALUES ($1, $2, $3, 1, {now} + $4) \
-                     ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, \
-                     instance = excluded.instance, term = l.term + 1, \
-                     expires_at_ms = excluded.expires_at_ms \
-                     WHERE l.expires_at_ms <= {now} \
-                     RETURNING term"
-                ),
+                claim: if dialect == Dialect::Postgres {
+                    // The CTE takes the row's lock first, without waiting: a row locked by a
+                    // verified transaction (FOR SHARE) fails the claim at once with 55P03,
+                    // which the store answers as held. The count forces the CTE to run before
+                    // the insert (a SELECT in WITH runs only as far as it is read).
+                    format!(
+                        "WITH busy AS (SELECT 1 FROM {t} WHERE name = $1 FOR UPDATE NOWAIT) \
+                         INSERT INTO {t} AS l (name, holder, instance, term, expires_at_ms) \
+                         SELECT $1, $2, $3, 1, {now} + $4 FROM (SELECT count(*) FROM busy) AS b \
+                         ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, \
+                         instance = excluded.instance, term = l.term + 1, \
+                         expires_at_ms = excluded.expires_at_ms \
+                         WHERE l.expires_at_ms <= {now} \
+                         RETURNING term"
+                    )
+                } else {
+                    format!(
+                        "INSERT INTO {t} AS l (name, holder, instance, term, expires_at_ms) \
+                         VALUES ($1, $2, $3, 1, {now} + $4) \
+                         ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, \
+                         instance = excluded.instance, term = l.term + 1, \
+                         expires_at_ms = excluded.expires_at_ms \
+                         WHERE l.expires_at_ms <= {now} \
+                         RETURNING term"
+                    )
+                },
+                claim_nowait: String::new(),
                 renew: format!(
                     "UPDATE {t} SET expires_at_ms = {now} + $3 \
                      WHERE name = $1 AND holder = $2 AND expires_at_ms > {now} RETURNING term"
@@ -575,6 +598,16 @@ impl Statements {
                      term = IF(expires_at_ms <= {now}, LAST_INSERT_ID(term + 1), term + LAST_INSERT_ID(0)), \
                      expires_at_ms = IF(expires_at_ms <= {now}, {now} + ?, expires_at_ms)"
                 ),
+                claim_nowait: format!(
+                    "SET STATEMENT innodb_lock_wait_timeout = 0 FOR \
+                     INSERT INTO {t} (name, holder, instance, term, expires_at_ms) \
+                     VALUES (?, ?, ?, LAST_INSERT_ID(1), {now} + ?) \
+                     ON DUPLICATE KEY UPDATE \
+                     holder = IF(expires_at_ms <= {now}, ?, holder), \
+                     instance = IF(expires_at_ms <= {now}, ?, instance), \
+                     term = IF(expires_at_ms <= {now}, LAST_INSERT_ID(term + 1), term + LAST_INSERT_ID(0)), \
+                     expires_at_ms = IF(expires_at_ms <= {now}, {now} + ?, expires_at_ms)"
+                ),
                 renew: format!(
                     "UPDATE {t} SET expires_at_ms = {now} + ?, term = LAST_INSERT_ID(term) \
                      WHERE name = ? AND holder = ? AND expires_at_ms > {now}"
@@ -617,6 +650,7 @@ impl Statements {
     fn map(self, f: impl Fn(String) -> String) -> Statements {
         Statements {
             claim: f(self.claim),
+            claim_nowait: self.claim_nowait,
             renew: f(self.renew),
             release: f(self.release),
             force_release: f(self.force_release),
