@@ -119,12 +119,12 @@ impl<DB: Database> DerefMut for Slot<'_, DB> {
 
 impl<DB: Database> Drop for Slot<'_, DB> {
     fn drop(&mut self) {
-        if let Some(conn) = self.conn.take() {
-            if self.clean {
-                self.conns.push(conn);
-            }
-            // Otherwise dropping the connection closes its socket without a goodbye: it may be
-            // mid-reply.
+        // Unclean, the connection is dropped: that closes its socket without a goodbye, as it
+        // may be mid-reply.
+        if let Some(conn) = self.conn.take()
+            && self.clean
+        {
+            self.conns.push(conn);
         }
     }
 }
