@@ -293,10 +293,15 @@ macro_rules! verify_guard {
             ) -> lease_core::Result<()> {
                 let fence = fence.into();
                 lease_core::LeaseStore::validate_name(self, fence.name)?;
-                let row: Option<(i64,)> = sqlx::query_as(&self.inner.stmts.verify_locking)
+                let q = sqlx::query_as(&self.inner.stmts.verify_locking)
                     .bind(fence.name)
                     .bind(fence.holder.to_hex())
-                    .bind($crate::store::term_i64(fence.term))
+                    .bind($crate::store::term_i64(fence.term));
+                let q = match <$db as $crate::conns::LeaseDb>::verify_now() {
+                    Some(now) => q.bind(now),
+                    None => q,
+                };
+                let row: Option<(i64,)> = q
                     .fetch_optional(&mut *conn)
                     .await
                     .map_err(|e| self.err(e, "verify in transaction"))?;

@@ -14,6 +14,7 @@
 //! mid-flight by a timeout) may hold half a response; it is closed, never reused, and a later
 //! operation opens a fresh one.
 
+use std::future::Future;
 use std::ops::{Deref, DerefMut};
 use std::sync::Mutex;
 
@@ -21,6 +22,74 @@ use sqlx::{ConnectOptions, Connection, Database};
 use tokio::sync::{Semaphore, SemaphorePermit};
 
 type Options<DB> = <<DB as Database>::Connection as Connection>::Options;
+
+/// What a dialect does on its lease connections besides the operation itself.
+pub(crate) trait LeaseDb: Database {
+    /// Once on each new connection.
+    fn on_connect(
+        _conn: &mut Self::Connection,
+    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send {
+        std::future::ready(Ok(()))
+    }
+
+    /// Right before each operation (after [`LeaseDb::on_connect`] on a new connection).
+    fn before_op(
+        _conn: &mut Self::Connection,
+    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send {
+        std::future::ready(Ok(()))
+    }
+
+    /// The clock a verify inside an application's transaction is told, bound after its other
+    /// parameters: `None` where the statement reads the server's clock itself.
+    fn verify_now() -> Option<i64> {
+        None
+    }
+}
+
+#[cfg(feature = "postgres")]
+impl LeaseDb for sqlx::Postgres {}
+
+#[cfg(feature = "mysql")]
+impl LeaseDb for sqlx::MySql {}
+
+/// SQLite reads no clock of a server: each operation is told the boot clock (see
+/// `boot_clock.rs`) through a one-row temporary table of its connection, which the statements
+/// read as `:now`, set right before the operation's statement runs.
+#[cfg(feature = "sqlite")]
+impl LeaseDb for sqlx::Sqlite {
+    fn on_connect(
+        conn: &mut Self::Connection,
+    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send {
+        async move {
+            sqlx::query(
+                "CREATE TEMP TABLE IF NOT EXISTS lease_sql_clock \
+                 (id INTEGER PRIMARY KEY CHECK (id = 1), boot_ms INTEGER NOT NULL)",
+            )
+            .execute(&mut *conn)
+            .await?;
+            sqlx::query("INSERT OR REPLACE INTO temp.lease_sql_clock (id, boot_ms) VALUES (1, 0)")
+                .execute(&mut *conn)
+                .await?;
+            Ok(())
+        }
+    }
+
+    fn before_op(
+        conn: &mut Self::Connection,
+    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send {
+        async move {
+            sqlx::query("UPDATE temp.lease_sql_clock SET boot_ms = ?1")
+                .bind(crate::boot_clock::now_ms())
+                .execute(&mut *conn)
+                .await?;
+            Ok(())
+        }
+    }
+
+    fn verify_now() -> Option<i64> {
+        Some(crate::boot_clock::now_ms())
+    }
+}
 
 pub(crate) struct Conns<DB: Database> {
     options: Options<DB>,
@@ -40,26 +109,6 @@ impl<DB: Database> Conns<DB> {
         }
     }
 
-    /// A connection for one operation: the first one free, opened when none is open yet.
-    pub(crate) async fn get(&self) -> Result<Slot<'_, DB>, sqlx::Error> {
-        let permit = self
-            .permits
-            .acquire()
-            .await
-            .map_err(|_| sqlx::Error::PoolClosed)?;
-        let idle = self.pop();
-        let conn = match idle {
-            Some(c) => c,
-            None => self.options.connect().await?,
-        };
-        Ok(Slot {
-            conns: self,
-            conn: Some(conn),
-            clean: false,
-            _permit: permit,
-        })
-    }
-
     fn pop(&self) -> Option<DB::Connection> {
         match self.idle.lock() {
             Ok(mut idle) => idle.pop(),
@@ -72,6 +121,34 @@ impl<DB: Database> Conns<DB> {
             Ok(mut idle) => idle.push(conn),
             Err(poisoned) => poisoned.into_inner().push(conn),
         }
+    }
+}
+
+impl<DB: LeaseDb> Conns<DB> {
+    /// A connection for one operation: the first one free, opened when none is open yet.
+    pub(crate) async fn get(&self) -> Result<Slot<'_, DB>, sqlx::Error> {
+        let permit = self
+            .permits
+            .acquire()
+            .await
+            .map_err(|_| sqlx::Error::PoolClosed)?;
+        let idle = self.pop();
+        let mut conn = match idle {
+            Some(c) => c,
+            None => {
+                let mut c = self.options.connect().await?;
+                DB::on_connect(&mut c).await?;
+                c
+            }
+        };
+        // A failure here drops the connection: it is not known to be clean.
+        DB::before_op(&mut conn).await?;
+        Ok(Slot {
+            conns: self,
+            conn: Some(conn),
+            clean: false,
+            _permit: permit,
+        })
     }
 }
 

@@ -48,6 +48,8 @@
 //! table is. Every one of their operations is one round trip, a batch renewal of any size
 //! included.
 
+#[cfg(feature = "sqlite")]
+mod boot_clock;
 mod common;
 mod common_checks;
 mod config;
@@ -71,7 +73,9 @@ pub use config::{
 pub use mysql::MySqlStore;
 #[cfg(feature = "postgres")]
 pub use postgres::PostgresStore;
-pub use schema::{Dialect, members_schema_sql, partitions_schema_sql, schema_sql};
+pub use schema::{
+    Dialect, members_schema_sql, partitions_schema_sql, schema_sql, sqlite_boot_clock_sql,
+};
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteStore;
 pub use store::{Fence, SqlStore};

@@ -22,14 +22,28 @@ impl Dialect {
     /// - MySQL / MariaDB: `UNIX_TIMESTAMP()` plus the milliseconds of `NOW(3)`; both read the
     ///   statement's start instant, and neither goes through the session time zone (which is
     ///   ambiguous at daylight-saving changes).
-    /// - SQLite: `unixepoch('subsec')` (SQLite 3.42+), the host's clock.
+    /// - SQLite: the host's boot clock (`CLOCK_BOOTTIME` on Linux), which the store reads
+    ///   right before each operation and hands the statement through a one-row temporary table
+    ///   of its connection; not the wall clock, which `faketime` or a step of the host's clock
+    ///   would move for one process or all (see [`SqliteStore`](crate::SqliteStore)). Milliseconds
+    ///   since boot, not since the Unix epoch.
     pub fn now_ms(self) -> &'static str {
         match self {
             Dialect::Postgres => "FLOOR(EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT",
             Dialect::MySql => {
                 "(CAST(UNIX_TIMESTAMP() AS SIGNED) * 1000 + MICROSECOND(NOW(3)) DIV 1000)"
             }
+            Dialect::Sqlite => "(SELECT boot_ms FROM temp.lease_sql_clock)",
+        }
+    }
+
+    /// The wall clock in milliseconds since the Unix epoch, for the scheduler's instants (never
+    /// for expiries): the server's clock as [`Dialect::now_ms`] on PostgreSQL and MySQL;
+    /// `unixepoch('subsec')` (SQLite 3.42+) on SQLite.
+    pub(crate) fn wall_ms(self) -> &'static str {
+        match self {
             Dialect::Sqlite => "CAST(unixepoch('subsec') * 1000 AS INTEGER)",
+            _ => self.now_ms(),
         }
     }
 
@@ -172,6 +186,58 @@ pub fn members_schema_sql(dialect: Dialect, table: &str) -> String {
          PRIMARY KEY (service, node)\n)\
          {tail}"
     )
+}
+
+/// SQLite's boot-clock DDL for the lease table `table` (by default `leases`): its statements,
+/// in order (see [`sqlite_boot_clock_sql`]).
+pub(crate) fn sqlite_boot_clock_statements(table: &str) -> Vec<String> {
+    let (schema, bare) = match table.split_once('.') {
+        Some((s, n)) => (format!("{s}."), n),
+        None => (String::new(), table),
+    };
+    let floor = crate::config::WALL_CLOCK_FLOOR_MS;
+    let mut out = vec![format!(
+        "CREATE TABLE IF NOT EXISTS {table}{CLOCK_SUFFIX} (\n    \
+         id      INTEGER NOT NULL PRIMARY KEY CHECK (id = 1),\n    \
+         boot_id TEXT NOT NULL\n)"
+    )];
+    for suffix in [
+        "",
+        crate::config::PARTITIONS_SUFFIX,
+        crate::config::MEMBERS_SUFFIX,
+    ] {
+        let t = format!("{bare}{suffix}");
+        for (event, what) in [("INSERT", "insert"), ("UPDATE OF expires_at_ms", "update")] {
+            out.push(format!(
+                "CREATE TRIGGER IF NOT EXISTS {schema}{t}_boot_clock_{what}\n\
+                 BEFORE {event} ON {t} WHEN NEW.expires_at_ms >= {floor}\n\
+                 BEGIN SELECT RAISE(ABORT, 'lease-sql: {t} keeps its expiries on the boot \
+                 clock; a process of an older lease-sql (wall-clock expiries) still writes it: \
+                 stop or upgrade it'); END"
+            ));
+        }
+    }
+    out
+}
+
+/// In SQLite, the suffix of the table that records which boot the expiries were measured in.
+pub(crate) const CLOCK_SUFFIX: &str = "_clock";
+
+/// SQLite only: the DDL that puts the lease, partition and member tables of `table` on the
+/// host's boot clock (migration `0003`).
+///
+/// The table `<table>_clock` holds one row, the kernel's boot id under which the expiries were
+/// measured; no row means a file of a lease-sql from before, whose expiries are wall-clock
+/// milliseconds (the store converts them at start-up). The triggers refuse a wall-clock expiry
+/// (milliseconds since the Unix epoch, from September 2001 on), so a process of an older
+/// lease-sql still running on the file fails its writes rather than take a live lease.
+///
+/// ```
+/// let sql = lease_sql::sqlite_boot_clock_sql("leases");
+/// assert!(sql.contains("CREATE TABLE IF NOT EXISTS leases_clock"));
+/// ```
+pub fn sqlite_boot_clock_sql(table: &str) -> String {
+    sqlite_boot_clock_statements(table).join(";\n\n")
 }
 
 /// The statements of one store, with the table name and clock expression filled in.
@@ -436,6 +502,7 @@ pub(crate) const NAMES_MARKER: &str = "/*names*/";
 impl Statements {
     pub(crate) fn new(dialect: Dialect, table: &str) -> Statements {
         let now = dialect.now_ms();
+        let wall = dialect.wall_ms();
         let t = table;
         let s = match dialect {
             Dialect::Postgres | Dialect::Sqlite => Statements {
@@ -481,27 +548,42 @@ impl Statements {
                     "SELECT term, expires_at_ms - {now} FROM {t} \
                      WHERE name = $1 AND holder = $2 AND expires_at_ms > {now}"
                 ),
+                // It runs on the application's connection, where SQLite's temporary clock
+                // table does not exist: there the boot clock is bound as $4.
                 verify_locking: format!(
                     "SELECT term FROM {t} \
-                     WHERE name = $1 AND holder = $2 AND term = $3 AND expires_at_ms > {now}{}",
+                     WHERE name = $1 AND holder = $2 AND term = $3 AND expires_at_ms > {}",
                     if dialect == Dialect::Postgres {
-                        " FOR SHARE"
+                        format!("{now} FOR SHARE")
                     } else {
-                        ""
+                        "$4".to_owned()
                     }
                 ),
                 get: format!(
                     "SELECT instance, term, expires_at_ms - {now} FROM {t} WHERE name = $1"
                 ),
-                now: format!("SELECT {now}"),
+                // SQLite's start-up check of its clock function (the boot clock is the
+                // store's own).
+                now: format!("SELECT {wall}"),
                 create: schema_sql(dialect, t),
                 groups: group_statements(dialect, t),
                 slots: SlotStatements {
-                    read: format!(
-                        "SELECT n.now, l.term, l.expires_at_ms - n.now, l.slot_ms, \
-                         l.unfinished_slot_ms \
-                         FROM (SELECT {now} AS now) n LEFT JOIN {t} l ON l.name = $1"
-                    ),
+                    // The instants are wall-clock times: SQLite reads its wall clock for them
+                    // and its boot clock for the expiry.
+                    read: if dialect == Dialect::Postgres {
+                        format!(
+                            "SELECT n.now, l.term, l.expires_at_ms - n.now, l.slot_ms, \
+                             l.unfinished_slot_ms \
+                             FROM (SELECT {now} AS now) n LEFT JOIN {t} l ON l.name = $1"
+                        )
+                    } else {
+                        format!(
+                            "SELECT n.wall, l.term, l.expires_at_ms - n.now, l.slot_ms, \
+                             l.unfinished_slot_ms \
+                             FROM (SELECT {now} AS now, {wall} AS wall) n \
+                             LEFT JOIN {t} l ON l.name = $1"
+                        )
+                    },
                     insert: format!(
                         "INSERT INTO {t} \
                          (name, holder, instance, term, expires_at_ms, slot_ms, unfinished_slot_ms) \
@@ -539,7 +621,7 @@ impl Statements {
                             "SELECT holder = $2 AND expires_at_ms > {now}, \
                              COALESCE(slot_ms = $3, 0), \
                              COALESCE(unfinished_slot_ms = $3, 0), \
-                             COALESCE($4 <= {now} AND $4 > $3, 0) \
+                             COALESCE($4 <= {wall} AND $4 > $3, 0) \
                              FROM {t} WHERE name = $1"
                         )
                     },

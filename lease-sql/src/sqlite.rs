@@ -4,10 +4,10 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use lease_core::{Error, ErrorKind, Result};
-use sqlx::Sqlite;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
 };
+use sqlx::{Connection, Sqlite};
 
 use crate::common::{check_common, returning_store, verify_guard};
 use crate::config::SqlConfig;
@@ -149,7 +149,99 @@ impl SqlStore<Sqlite> {
             .bind(schema)
             .fetch_optional(c))?;
         crate::common_checks::name_width(self, column.map(|(t,)| (t, None)))?;
-        self.check_group_tables().await
+        self.check_group_tables().await?;
+        self.check_boot_clock().await
+    }
+
+    /// Puts the file's expiries on this boot's clock: creates the clock table and the triggers
+    /// (unless DDL is off), then, in one `BEGIN IMMEDIATE` transaction, converts a file of a
+    /// lease-sql from before (wall-clock expiries; live leases keep the time they had left) or
+    /// ends every lease recorded under another boot (its holders died with it).
+    async fn check_boot_clock(&self) -> Result<()> {
+        let table = self.inner.config.table.clone();
+        let clock_table = format!("{table}{}", crate::schema::CLOCK_SUFFIX);
+        let ddl = crate::schema::sqlite_boot_clock_statements(&table);
+        if self.inner.config.ddl == crate::Ddl::Auto {
+            for stmt in &ddl {
+                crate::common::with_conn!(self, "create the boot clock table", |c| {
+                    sqlx::query(stmt).execute(c)
+                })?;
+            }
+        }
+        let boot_id = crate::boot_clock::boot_id().await.map_err(|e| {
+            Error::new(
+                ErrorKind::Unavailable,
+                "cannot read the kernel's boot id (/proc/sys/kernel/random/boot_id), which SQLite \
+                 leases are measured against; is /proc mounted?",
+            )
+            .with_temporary(false)
+            .with_source(e)
+        })?;
+        let tables = [
+            table.clone(),
+            self.inner.config.partitions_table_name(),
+            self.inner.config.members_table_name(),
+        ];
+        let wall = Dialect::Sqlite.wall_ms();
+        let now = Dialect::Sqlite.now_ms();
+        let read = format!("SELECT boot_id FROM {clock_table} WHERE id = 1");
+        let outcome = crate::common::raw_conn!(self, "start-up check", |c| async {
+            let mut tx = c.begin_with("BEGIN IMMEDIATE").await?;
+            let recorded: Option<(String,)> =
+                sqlx::query_as(&read).fetch_optional(&mut *tx).await?;
+            let rebase = match &recorded {
+                Some((id,)) if *id == boot_id => None,
+                // Another boot: every holder of a lease recorded then is gone.
+                Some(_) => Some(format!("0")),
+                // A file from before: wall-clock expiries; the live ones keep their time left.
+                None => Some(format!(
+                    "CASE WHEN expires_at_ms > {wall} THEN {now} + (expires_at_ms - {wall}) \
+                     ELSE 0 END"
+                )),
+            };
+            if let Some(expiry) = &rebase {
+                for t in &tables {
+                    sqlx::query(&format!(
+                        "UPDATE {t} SET expires_at_ms = {expiry} WHERE expires_at_ms <> 0"
+                    ))
+                    .execute(&mut *tx)
+                    .await?;
+                }
+                sqlx::query(&format!(
+                    "INSERT OR REPLACE INTO {clock_table} (id, boot_id) VALUES (1, ?1)"
+                ))
+                .bind(&boot_id)
+                .execute(&mut *tx)
+                .await?;
+            }
+            tx.commit().await?;
+            Ok::<_, sqlx::Error>(recorded.map(|(id,)| id))
+        });
+        match outcome {
+            Ok(Some(id)) if id != boot_id => {
+                tracing::info!(
+                    server = %self.inner.server,
+                    "the SQLite lease file was last used under another boot; every lease \
+                     recorded then has expired"
+                );
+                Ok(())
+            }
+            Ok(Some(_)) => Ok(()),
+            Ok(None) => {
+                tracing::info!(
+                    server = %self.inner.server,
+                    "the SQLite lease file moved from wall-clock to boot-clock expiries"
+                );
+                Ok(())
+            }
+            Err(e) if crate::error::is_missing_table(&e) => {
+                Err(
+                    crate::store::missing_table(&clock_table, &ddl.join(";\n"), &self.inner.server)
+                        .with_source(e),
+                )
+            }
+            Err(e) => Err(self.err(e, "start-up check")),
+        }
     }
 }
 
