@@ -23,7 +23,7 @@ pub(crate) fn now_ms() -> i64 {
     let ts = rustix::time::clock_gettime(rustix::time::ClockId::Boottime);
     ts.tv_sec
         .saturating_mul(1000)
-        .saturating_add(i64::try_from(ts.tv_nsec).unwrap_or(0) / 1_000_000)
+        .saturating_add(ts.tv_nsec / 1_000_000)
 }
 
 /// The boot clock in milliseconds (Linux: `CLOCK_BOOTTIME`; elsewhere the wall clock since the

@@ -57,33 +57,25 @@ impl LeaseDb for sqlx::MySql {}
 /// read as `:now`, set right before the operation's statement runs.
 #[cfg(feature = "sqlite")]
 impl LeaseDb for sqlx::Sqlite {
-    fn on_connect(
-        conn: &mut Self::Connection,
-    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send {
-        async move {
-            sqlx::query(
-                "CREATE TEMP TABLE IF NOT EXISTS lease_sql_clock \
-                 (id INTEGER PRIMARY KEY CHECK (id = 1), boot_ms INTEGER NOT NULL)",
-            )
+    async fn on_connect(conn: &mut Self::Connection) -> Result<(), sqlx::Error> {
+        sqlx::query(
+            "CREATE TEMP TABLE IF NOT EXISTS lease_sql_clock \
+             (id INTEGER PRIMARY KEY CHECK (id = 1), boot_ms INTEGER NOT NULL)",
+        )
+        .execute(&mut *conn)
+        .await?;
+        sqlx::query("INSERT OR REPLACE INTO temp.lease_sql_clock (id, boot_ms) VALUES (1, 0)")
             .execute(&mut *conn)
             .await?;
-            sqlx::query("INSERT OR REPLACE INTO temp.lease_sql_clock (id, boot_ms) VALUES (1, 0)")
-                .execute(&mut *conn)
-                .await?;
-            Ok(())
-        }
+        Ok(())
     }
 
-    fn before_op(
-        conn: &mut Self::Connection,
-    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send {
-        async move {
-            sqlx::query("UPDATE temp.lease_sql_clock SET boot_ms = ?1")
-                .bind(crate::boot_clock::now_ms())
-                .execute(&mut *conn)
-                .await?;
-            Ok(())
-        }
+    async fn before_op(conn: &mut Self::Connection) -> Result<(), sqlx::Error> {
+        sqlx::query("UPDATE temp.lease_sql_clock SET boot_ms = ?1")
+            .bind(crate::boot_clock::now_ms())
+            .execute(&mut *conn)
+            .await?;
+        Ok(())
     }
 
     fn verify_now() -> Option<i64> {

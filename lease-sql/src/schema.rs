@@ -22,27 +22,27 @@ impl Dialect {
     /// - MySQL / MariaDB: `UNIX_TIMESTAMP()` plus the milliseconds of `NOW(3)`; both read the
     ///   statement's start instant, and neither goes through the session time zone (which is
     ///   ambiguous at daylight-saving changes).
-    /// - SQLite: the host's boot clock (`CLOCK_BOOTTIME` on Linux), which the store reads
-    ///   right before each operation and hands the statement through a one-row temporary table
-    ///   of its connection; not the wall clock, which `faketime` or a step of the host's clock
-    ///   would move for one process or all (see [`SqliteStore`](crate::SqliteStore)). Milliseconds
-    ///   since boot, not since the Unix epoch.
+    /// - SQLite: `unixepoch('subsec')` (SQLite 3.42+), the wall clock of the process running
+    ///   the statement. The SQLite store does **not** judge expiries by it: it uses the host's
+    ///   boot clock, which no SQL expression reads (the store hands it to each statement; see
+    ///   [`SqliteStore`](crate::SqliteStore)). Here it serves the scheduler's instants.
     pub fn now_ms(self) -> &'static str {
         match self {
             Dialect::Postgres => "FLOOR(EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT",
             Dialect::MySql => {
                 "(CAST(UNIX_TIMESTAMP() AS SIGNED) * 1000 + MICROSECOND(NOW(3)) DIV 1000)"
             }
-            Dialect::Sqlite => "(SELECT boot_ms FROM temp.lease_sql_clock)",
+            Dialect::Sqlite => "CAST(unixepoch('subsec') * 1000 AS INTEGER)",
         }
     }
 
-    /// The wall clock in milliseconds since the Unix epoch, for the scheduler's instants (never
-    /// for expiries): the server's clock as [`Dialect::now_ms`] on PostgreSQL and MySQL;
-    /// `unixepoch('subsec')` (SQLite 3.42+) on SQLite.
-    pub(crate) fn wall_ms(self) -> &'static str {
+    /// The clock expiries are measured on, as a SQL expression: [`Dialect::now_ms`] on
+    /// PostgreSQL and MySQL; on SQLite the host's boot clock in milliseconds since boot, which
+    /// the store sets right before each operation in a one-row temporary table of its lease
+    /// connection (see `boot_clock.rs` and `conns.rs`).
+    pub(crate) fn expiry_ms(self) -> &'static str {
         match self {
-            Dialect::Sqlite => "CAST(unixepoch('subsec') * 1000 AS INTEGER)",
+            Dialect::Sqlite => "(SELECT boot_ms FROM temp.lease_sql_clock)",
             _ => self.now_ms(),
         }
     }
@@ -315,7 +315,7 @@ pub(crate) const PARTITIONS_MARKER: &str = "/*partitions*/";
 pub(crate) const TTL_MARKER: &str = "/*ttl*/";
 
 fn group_statements(dialect: Dialect, table: &str) -> GroupStatements {
-    let now = dialect.now_ms();
+    let now = dialect.expiry_ms();
     let p = format!("{table}{}", crate::config::PARTITIONS_SUFFIX);
     let m = format!("{table}{}", crate::config::MEMBERS_SUFFIX);
     let (create_partitions, create_members) = (
@@ -501,8 +501,8 @@ pub(crate) const NAMES_MARKER: &str = "/*names*/";
 
 impl Statements {
     pub(crate) fn new(dialect: Dialect, table: &str) -> Statements {
-        let now = dialect.now_ms();
-        let wall = dialect.wall_ms();
+        let now = dialect.expiry_ms();
+        let wall = dialect.now_ms();
         let t = table;
         let s = match dialect {
             Dialect::Postgres | Dialect::Sqlite => Statements {

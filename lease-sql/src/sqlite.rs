@@ -17,8 +17,9 @@ use crate::store::SqlStore;
 /// A lease store on SQLite: leases among the processes of one host that share a database file.
 ///
 /// The statements are PostgreSQL's (see [`PostgresStore`](crate::PostgresStore)) with `?N`
-/// parameters and `:now` = `unixepoch('subsec')` in milliseconds (SQLite 3.42 or later; the
-/// bundled SQLite is recent enough). Verified transactions start with `BEGIN IMMEDIATE`, so they
+/// parameters and `:now` = `(SELECT boot_ms FROM temp.lease_sql_clock)`, the host's boot clock
+/// (below), but for the claim, which takes no row lock first (SQLite has none: verified
+/// transactions hold the file's write lock). Verified transactions start with `BEGIN IMMEDIATE`, so they
 /// hold the write lock from their first statement and no claim can slip in before they commit.
 ///
 /// Scheduler slots ([`SlotStore`](lease_core::SlotStore)) use PostgreSQL's statements too, but
@@ -33,7 +34,7 @@ use crate::store::SqlStore;
 /// SELECT holder = ?2 AND expires_at_ms > :now,                 -- held → released
 ///        COALESCE(slot_ms = ?3, 0),                            -- recorded
 ///        COALESCE(unfinished_slot_ms = ?3, 0),                 -- cleared when recorded
-///        COALESCE(?4 <= :now AND ?4 > ?3, 0)                   -- passed taken, when held
+///        COALESCE(?4 <= :wall AND ?4 > ?3, 0)                  -- passed taken (wall clock)
 ///   FROM leases WHERE name = ?1;                               -- ?3: instant, ?4: passed
 /// UPDATE leases SET slot_ms = CASE WHEN ?2 THEN ?3 ELSE slot_ms END,  -- ?2: passed taken
 ///        unfinished_slot_ms = CASE WHEN ?4 THEN NULL ELSE unfinished_slot_ms END,
@@ -51,13 +52,37 @@ use crate::store::SqlStore;
 /// (well clear of SQLite's limit of 32,766 parameters a statement); and members are ordered
 /// `ORDER BY node COLLATE BINARY` (byte order).
 ///
-/// **The clock is the host's wall clock.** Every process on the host reads the same clock, so
-/// a skewed clock cannot make one process steal from another; but stepping the host clock
-/// (NTP correcting a large error, an administrator's `date -s`) moves every expiry at once:
-/// forward, and live leases expire early — their holders' local deadlines still end their terms
-/// on time by the monotonic clock, but a contender may claim before a holder's work has stepped
-/// down; backward, and released names stay free while unreleased ones live longer. Keep the
-/// host clock slewed, not stepped.
+/// **The clock is the host's boot clock, not its wall clock.** SQLite has no server: whatever
+/// clock a statement reads is the clock of the process running it, and a wall clock differs
+/// between processes (`faketime`, a container's clock) and jumps for all of them when the host's
+/// clock is stepped (NTP correcting a large error, `date -s`) — a contender would see a live
+/// lease as expired and take it. So `:now` is `CLOCK_BOOTTIME` in milliseconds since boot, read
+/// by the process right before each operation's statement (through rustix, from the kernel
+/// directly: an `LD_PRELOAD` shim such as libfaketime cannot move it) and handed to the
+/// statement through a one-row temporary table of the store's connection (for `verify_in` on
+/// the application's connection, as a bound parameter). It is one clock for every process of
+/// the host, never stepped, and it counts through a suspend, as the holders' local deadlines do.
+///
+/// The boot clock starts again at each boot, so the file records, in `<table>_clock`, the
+/// kernel's boot id its expiries were measured under. At start-up, a file last used under
+/// another boot has every lease, partition lease and member ended (their holders died with that
+/// boot); a file of a lease-sql from before (wall-clock expiries, no clock row) is converted,
+/// every live lease keeping the time it had left. Triggers then refuse wall-clock expiries
+/// (from September 2001 on, in milliseconds), so a process of an older lease-sql still running on
+/// the file fails its writes rather than take a live lease: stop or upgrade every process on the
+/// file. The DDL is [`sqlite_boot_clock_sql`](crate::sqlite_boot_clock_sql) (migration
+/// `0003`).
+///
+/// Limits: the file is safe among the processes of **one host** only (one boot clock and one
+/// boot id; processes in different Linux time namespaces do not share a boot clock). The
+/// scheduler's instants are wall-clock times, read with `unixepoch('subsec')`: a skewed process
+/// may find an instant due early, never take a live lease. On platforms other than Linux the
+/// wall clock stands in for the boot clock, with the old limits: keep the host clock slewed,
+/// not stepped.
+///
+/// While a verified transaction is open (`BEGIN IMMEDIATE`), every write to the file waits for
+/// it, up to the 5 s busy timeout: any name's renewal, any claim. Keep them far shorter than
+/// the renew interval.
 pub type SqliteStore = SqlStore<Sqlite>;
 
 impl SqlStore<Sqlite> {
@@ -182,8 +207,8 @@ impl SqlStore<Sqlite> {
             self.inner.config.partitions_table_name(),
             self.inner.config.members_table_name(),
         ];
-        let wall = Dialect::Sqlite.wall_ms();
-        let now = Dialect::Sqlite.now_ms();
+        let wall = Dialect::Sqlite.now_ms();
+        let now = Dialect::Sqlite.expiry_ms();
         let read = format!("SELECT boot_id FROM {clock_table} WHERE id = 1");
         let outcome = crate::common::raw_conn!(self, "start-up check", |c| async {
             let mut tx = c.begin_with("BEGIN IMMEDIATE").await?;
@@ -192,7 +217,7 @@ impl SqlStore<Sqlite> {
             let rebase = match &recorded {
                 Some((id,)) if *id == boot_id => None,
                 // Another boot: every holder of a lease recorded then is gone.
-                Some(_) => Some(format!("0")),
+                Some(_) => Some("0".to_owned()),
                 // A file from before: wall-clock expiries; the live ones keep their time left.
                 None => Some(format!(
                     "CASE WHEN expires_at_ms > {wall} THEN {now} + (expires_at_ms - {wall}) \
