@@ -56,9 +56,10 @@ pub(crate) enum Command {
     /// Break a lease (an administrator's tool; UNSAFE, needs --force).
     #[command(long_about = RELEASE_ABOUT)]
     Release(ReleaseArgs),
-    /// Internal: kills CMD's process group when `lease` dies.
+    /// Internal: the parent of CMD, which ends CMD and all its descendants at the local
+    /// deadline, on request, and when `lease` dies.
     #[command(name = "__watchdog", hide = true)]
-    Watchdog,
+    Watchdog(WatchdogArgs),
     /// Internal: starts CMD for `lease` (tied to its parent's life).
     #[command(name = "__exec", hide = true)]
     Exec(ExecArgs),
@@ -236,6 +237,23 @@ pub(crate) struct ExecArgs {
     pub(crate) parent: i32,
 
     /// The command to become.
+    #[arg(
+        required = true,
+        num_args = 1..,
+        trailing_var_arg = true,
+        allow_hyphen_values = true
+    )]
+    pub(crate) cmd: Vec<OsString>,
+}
+
+/// Options of the internal `__watchdog`.
+#[derive(Debug, Args)]
+pub(crate) struct WatchdogArgs {
+    /// The abstract Unix socket name `lease` listens on for the watchdog.
+    #[arg(long)]
+    pub(crate) socket: String,
+
+    /// The command to run for each term.
     #[arg(
         required = true,
         num_args = 1..,
