@@ -249,7 +249,7 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 fn unhex(text: &str) -> Option<Vec<u8>> {
-    if text.len() % 2 != 0 {
+    if !text.len().is_multiple_of(2) {
         return None;
     }
     (0..text.len())
@@ -456,11 +456,8 @@ impl Guard {
                 }
             }
             Some((&"end", [])) => self.begin_end(false),
-            Some((&"stop", [])) => {
-                if self.kill_at.is_none() {
-                    self.signal_all(Signal::STOP);
-                }
-            }
+            // Once ending, stopping would only delay the end.
+            Some((&"stop", [])) if self.kill_at.is_none() => self.signal_all(Signal::STOP),
             Some((&"cont", [])) => self.signal_all(Signal::CONT),
             _ => {}
         }
