@@ -169,10 +169,12 @@ fn ms(n: u64) -> Duration {
 }
 
 /// The watchdog died (it was killed: it never exits on its own while a term runs). CMD's
-/// descendants were re-parented to `lease`, a child subreaper: kill them all, and CMD's group.
+/// descendants were re-parented to `lease`, a child subreaper: kill them all, and CMD's group,
+/// and return only once none is left (the caller releases the name next; a process SIGKILL
+/// cannot end at once, say one in uninterruptible sleep, keeps the term held meanwhile).
 async fn watchdog_died(pgid: Pid) -> CliError {
     let me = rustix::process::getpid();
-    let until = Instant::now() + Duration::from_secs(2);
+    let mut warn_at = Instant::now() + Duration::from_secs(2);
     loop {
         let _ = signal_group(pgid, Signal::KILL);
         let left = descendants(me);
@@ -181,8 +183,12 @@ async fn watchdog_died(pgid: Pid) -> CliError {
         }
         // Reap what was adopted (the watchdog was this process's only child of its own).
         while let Ok(Some(_)) = rustix::process::wait(rustix::process::WaitOptions::NOHANG) {}
-        if left.is_empty() || Instant::now() >= until {
+        if left.is_empty() {
             break;
+        }
+        if Instant::now() >= warn_at {
+            tracing::error!(left = ?left, "descendants of CMD survive SIGKILL; the lease stays held until they are gone");
+            warn_at = Instant::now() + Duration::from_secs(5);
         }
         tokio::time::sleep(ms(10)).await;
     }

@@ -291,3 +291,52 @@ fn elect_accumulates_no_escaped_workers() {
         );
     }
 }
+
+/// The children of `pid`, from `/proc/PID/task/*/children`.
+fn children_of(pid: u32) -> Vec<i32> {
+    let mut out = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+    {
+        let list = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+        out.extend(
+            list.split_whitespace()
+                .filter_map(|p| p.parse::<i32>().ok()),
+        );
+    }
+    out
+}
+
+#[test]
+fn a_killed_watchdog_takes_every_descendant_with_it() {
+    let esc = Escapes::new("esc-watchdog");
+    let store = esc.store();
+    let cmd = esc.cmd_setsid("exec sleep 30");
+    let holder = lease(&store, &args(&["run", "dogless", "--"], &cmd))
+        .spawn()
+        .unwrap();
+    assert!(wait_until(Duration::from_secs(10), || !esc
+        .pids()
+        .is_empty()));
+    let pid = esc.pids()[0];
+    // `lease`'s only child is its watchdog (CMD is the watchdog's child).
+    let kids = children_of(holder.id());
+    assert_eq!(kids.len(), 1, "{kids:?}");
+    let watchdog = rustix::process::Pid::from_raw(kids[0]).unwrap();
+    rustix::process::kill_process(watchdog, Signal::KILL).unwrap();
+    let out = finish(holder, Duration::from_secs(10));
+    assert_eq!(code(out.status), 71, "{}", stderr(&out));
+    assert!(stderr(&out).contains("watchdog"), "{}", stderr(&out));
+    assert!(
+        is_dead(pid),
+        "the escaped worker {pid} outlived the watchdog"
+    );
+    // The lease was released (or is free by now): the next run gets it.
+    let next = lease_output(
+        &store,
+        &["run", "--wait", "dogless", "--", "true"],
+        Duration::from_secs(30),
+    );
+    assert_eq!(code(next.status), 0, "{}", stderr(&next));
+}
