@@ -34,7 +34,10 @@ async fn is_held_turns_false_at_the_give_up_instant_while_a_poll_hangs() {
     // t = 1: the poll fails at once.
     store.set_mode(FaultMode::Fail);
     sleep_until(t0 + ms(1_500)).await;
-    assert!(lease.is_held(), "a failed poll keeps the lease until its give-up instant");
+    assert!(
+        lease.is_held(),
+        "a failed poll keeps the lease until its give-up instant"
+    );
 
     // t = 2: the poll hangs (until its bound, at t = 3, the TTL).
     store.set_mode(FaultMode::Stall);
@@ -80,11 +83,7 @@ async fn a_contender_never_overlaps_a_holder_whose_polls_hang() {
     while t < t0 + ms(6_000) {
         t += ms(1);
         sleep_until(t).await;
-        assert!(
-            !(a.is_held() && b.is_held()),
-            "both held at {:?}",
-            t - t0
-        );
+        assert!(!(a.is_held() && b.is_held()), "both held at {:?}", t - t0);
         if b.is_held() && b_held_at.is_none() {
             b_held_at = Some(t - t0);
         }

@@ -428,10 +428,7 @@ async fn a_store_built_with_config_runs_its_start_up_check_before_the_first_clai
         ),
         (
             "heartbeat",
-            store
-                .heartbeat("s", "n1", "", ttl, &[])
-                .await
-                .unwrap_err(),
+            store.heartbeat("s", "n1", "", ttl, &[]).await.unwrap_err(),
         ),
     ];
     for (op, e) in errors {

@@ -392,7 +392,9 @@ where
         let mut risks = Vec::new();
         let mut unknown = Vec::new();
         match self.config_get("appendonly").await {
-            Ok(Some(v)) if v.eq_ignore_ascii_case("yes") => self.fsync_risks(&mut risks, &mut unknown).await,
+            Ok(Some(v)) if v.eq_ignore_ascii_case("yes") => {
+                self.fsync_risks(&mut risks, &mut unknown).await
+            }
             Ok(Some(_)) => risks.push(
                 "appendonly is off, so a restart loses every lease record (RDB snapshots, if \
                  any, lose the claims since the last one)"
