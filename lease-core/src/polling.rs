@@ -15,7 +15,7 @@ use tokio::time::timeout;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
-use crate::clock::Stamp;
+use crate::clock::{Deadline, Stamp};
 use crate::error::{Error, Result};
 use crate::validate::{validate_name, validate_ttl};
 
@@ -123,8 +123,8 @@ impl PollingLeaser {
 }
 
 /// When a lease confirmed by a poll that started at `confirmed_at` is given up locally.
-fn give_up_at(confirmed_at: &Stamp, keep_for: Duration) -> tokio::time::Instant {
-    confirmed_at.tokio_instant_after(keep_for)
+fn give_up_at(confirmed_at: &Stamp, keep_for: Duration) -> Deadline {
+    Deadline::after(*confirmed_at, keep_for)
 }
 
 /// Publishes `next` when it differs from the current state.
@@ -199,7 +199,7 @@ async fn poll(
         };
         match answer {
             Ok(Ok((_, current))) => {
-                let held = current == holder && start.elapsed() < keep_for;
+                let held = current == holder && !give_up_at(&start, keep_for).has_passed();
                 if held {
                     // The confirmation first, then `held`: a reader never pairs `held` with a
                     // later give-up instant than the truth.
@@ -244,10 +244,11 @@ async fn poll(
     tx.send_replace(PollingState::default());
 }
 
-/// Sleeps until `deadline`, or forever when there is none.
-async fn sleep_until_some(deadline: Option<tokio::time::Instant>) {
+/// Waits for `deadline` (woken at once after a resume from suspend), or forever when there is
+/// none.
+async fn sleep_until_some(deadline: Option<Deadline>) {
     match deadline {
-        Some(at) => tokio::time::sleep_until(at).await,
+        Some(at) => at.reached().await,
         None => std::future::pending().await,
     }
 }
@@ -295,7 +296,7 @@ impl PollingLease {
             && self
                 .confirmed
                 .get()
-                .is_some_and(|at| at.elapsed() < self.keep_for)
+                .is_some_and(|at| !give_up_at(&at, self.keep_for).has_passed())
     }
 
     /// Who holds the lease, as of the last successful poll.
