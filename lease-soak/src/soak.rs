@@ -13,7 +13,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::cli::{Args, BackendKind};
-use crate::contenders::{Contender, Record};
+use crate::contenders::{Contender, Record, zombie_max_pause};
 use crate::groups::{self, GroupSetup, Restart};
 use crate::report::{BackendReport, Outcome};
 use crate::schedule::{Mode, Schedule};
@@ -24,6 +24,10 @@ use crate::stores::{self, LyingStore, Reopenable, Switch};
 const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 /// The period of the timer that measures scheduling lag.
 const LAG_TICK: Duration = Duration::from_millis(10);
+/// At most this many zombies per backend.
+const MAX_ZOMBIES: usize = 3;
+/// How often the zombie driver looks whether the zombie it armed is over.
+const ZOMBIE_DRIVER_POLL: Duration = Duration::from_millis(20);
 
 /// The schedule `args` gives `kind`.
 pub(crate) fn schedule_for(kind: BackendKind, args: &Args) -> Schedule {
@@ -271,7 +275,7 @@ async fn drive(
     group: Option<GroupSetup>,
     mut restarter: Restarter<'_>,
 ) -> BackendReport {
-    let record = Record::default();
+    let record = Record::new(args.break_fencing);
     let name = format!("soak-{}-{}", kind.name(), args.seed);
     let mut errors = Vec::new();
     let mut contenders = Vec::new();
@@ -326,6 +330,14 @@ async fn drive(
         Some(_) => Restart::Ahead,
         None => Restart::Over,
     });
+    let zombies = drive_zombies(
+        &record,
+        args.leases(),
+        timings.lease(),
+        (start, end),
+        schedule.restart_at.map(|at| start + at),
+        restart_tx.subscribe(),
+    );
     let restart = async {
         match schedule.restart_at {
             Some(at) => {
@@ -358,11 +370,13 @@ async fn drive(
             max = max.max(before.elapsed().saturating_sub(LAG_TICK));
         }
     };
-    let ((), restarted, max_lag, mut group_report) =
-        tokio::join!(faults, restart, lag, group_phase);
+    let ((), restarted, max_lag, mut group_report, ()) =
+        tokio::join!(faults, restart, lag, group_phase, zombies);
     for switch in &switches {
         switch.set(Mode::Pass);
     }
+    // Every zombie's pause ended before `end`; this only collects their tasks.
+    record.zombies.wait().await;
 
     let stopping: Vec<_> = contenders
         .into_iter()
@@ -399,8 +413,62 @@ async fn drive(
         terms_won: record.terms_won.load(std::sync::atomic::Ordering::Relaxed),
         terms_lost: record.terms_lost.load(std::sync::atomic::Ordering::Relaxed),
         step_down_failures: record.failures(),
+        zombies: record.zombies.finished(),
+        refused_writes: record.resource.refused(),
+        stale_writes: record.resource.stale_accepted(),
         errors,
         max_lag,
         elapsed: Duration::ZERO,
+    }
+}
+
+/// The zombie phase: arms one zombie at a time (the next holder to start a section turn
+/// becomes one, see `contenders`), up to [`MAX_ZOMBIES`], the first a lease after the start, each a lease after the previous one is over. A zombie may only start where its
+/// whole pause ([`zombie_max_pause`]) ends before the restart (or starts a lease after the
+/// server is back) and a lease before `end`: a successor must be able to win and write while it
+/// pauses, and no zombie is still pausing when the contenders are stopped.
+async fn drive_zombies(
+    record: &Record,
+    leases: bool,
+    lease: Duration,
+    (start, end): (Instant, Instant),
+    restart_at: Option<Instant>,
+    mut restart: watch::Receiver<Restart>,
+) {
+    if !leases {
+        return;
+    }
+    let pause = zombie_max_pause(lease);
+    let Some(last_start) = end.checked_sub(lease + pause) else {
+        return;
+    };
+    let mut next = start + lease;
+    // Bounded: every turn arms a zombie (which a holder takes or which lapses) or waits for
+    // the restart to be over, and `next` only grows until it passes the last start.
+    while record.zombies.finished().len() < MAX_ZOMBIES {
+        tokio::time::sleep_until(next).await;
+        let state = *restart.borrow();
+        let until = match (state, restart_at) {
+            (Restart::Ahead, Some(at)) => at.checked_sub(pause).map(|u| u.min(last_start)),
+            (Restart::Down, _) => None,
+            _ => Some(last_start),
+        };
+        let now = Instant::now();
+        match until {
+            Some(until) if now <= until => {
+                record.zombies.arm(until);
+                // Bounded: an arm lapses at `until`, a zombie's pause by `pause`.
+                while !record.zombies.idle() {
+                    tokio::time::sleep(ZOMBIE_DRIVER_POLL).await;
+                }
+                next = Instant::now() + lease;
+            }
+            _ if state == Restart::Over => return,
+            _ => {
+                // Too close to the restart, or during it: wait until the server is back.
+                let _ = restart.wait_for(|r| *r == Restart::Over).await;
+                next = Instant::now() + lease;
+            }
+        }
     }
 }
