@@ -229,4 +229,10 @@ mod tests {
         assert!(Args::try_parse_from(["lease-soak", "--phases", "slots"]).is_err());
         assert!(Args::try_parse_from(["lease-soak", "--group-workers", "1"]).is_err());
     }
+
+    #[test]
+    fn break_switches_parse() {
+        let args = Args::try_parse_from(["lease-soak", "--break-fencing"]).unwrap();
+        assert!(args.break_fencing && !args.break_renewals && !args.break_group_renewals);
+    }
 }

@@ -640,7 +640,10 @@ mod tests {
         history.enter("contender-0", 3).exit();
         assert_eq!(resource.write("contender-0", 3, None), Written::Accepted);
         let live = history.enter("contender-1", 4);
-        assert_eq!(resource.write_in(&live, Some("contender-1")), Written::Accepted);
+        assert_eq!(
+            resource.write_in(&live, Some("contender-1")),
+            Written::Accepted
+        );
         // The zombie writes with its old token while contender-1's section is open.
         assert_eq!(
             resource.write("contender-0", 3, Some("contender-1")),
@@ -650,12 +653,18 @@ mod tests {
         assert_eq!(resource.refused(), 0);
         assert_eq!(
             resource.stale_accepted(),
-            ["stale write accepted: contender-0 wrote with token 3 after token 4 had written; \
-              contender-1 holds the lease"]
+            [
+                "stale write accepted: contender-0 wrote with token 3 after token 4 had written; \
+              contender-1 holds the lease"
+            ]
         );
         let report = history.report();
         assert_eq!((report.overlaps, report.regressions), (1, 1), "{report}");
-        assert_eq!(resource.fence(), 4, "a stale write does not move the fence back");
+        assert_eq!(
+            resource.fence(),
+            4,
+            "a stale write does not move the fence back"
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -585,11 +585,18 @@ mod tests {
                 .any(|p| p.starts_with("1 stale writes accepted by the fenced resource")),
             "{problems:?}"
         );
-        assert!(r.line().ends_with("1 of 2 zombie writes refused"), "{}", r.line());
+        assert!(
+            r.line().ends_with("1 of 2 zombie writes refused"),
+            "{}",
+            r.line()
+        );
         assert!(r.evidence()[0].starts_with("stale write accepted: contender-1"));
         let (line, pass) = summary(&[Outcome::Ran(Box::new(r))], 1, 20);
         assert!(!pass);
-        assert!(line.contains("1 of 2 zombie writes refused, 1 stale writes ACCEPTED"), "{line}");
+        assert!(
+            line.contains("1 of 2 zombie writes refused, 1 stale writes ACCEPTED"),
+            "{line}"
+        );
         assert!(line.contains("FAILED postgres: 1 overlaps; 1 term regressions; 1 stale writes"));
 
         // The stale write alone (no section open, history not consulted) fails too.
