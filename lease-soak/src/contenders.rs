@@ -11,16 +11,19 @@
 //! (the holder resigns and the name changes hands at once), some run for a second or two, so
 //! that renewals run and faults hit holders.
 //!
-//! **Zombies.** A few times per backend (see [`Zombies`]), the holder whose work next starts a
-//! section turn becomes a zombie instead: a simulated stop-the-world pause (a GC pause, a
-//! suspended VM). Its store is frozen ([`Pausable`]: no renewal leaves the "process"), and its
-//! pause runs on a task of its own, which ignores `done()` and `lost()` and which the
-//! coordinator's abort cannot reach, as a thread of a paused process would be. The term is lost
-//! at its local deadline, the coordinator's fail action fires after the grace (recorded as
-//! expected, not as a step-down failure: the soak's fail action does not exit), the store lets
-//! the lease expire and another contender wins a higher term and writes. Then the zombie wakes
-//! and writes with its old token: the fenced [`Resource`] must refuse it. With
-//! `--break-fencing` the resource accepts stale tokens, and every such write is a violation.
+//! **Zombies.** One more contender, `zombie`, campaigns only when the soak arms it (a few times
+//! per backend, see [`Zombies`]). Once it wins, it runs one section like the others, then pauses
+//! as in a stop-the-world pause (a GC pause, a suspended VM): its store is frozen
+//! ([`Pausable`]: no renewal leaves the "process"), and its pause runs on a task of its own,
+//! which ignores `done()` and `lost()` and which the coordinator's abort cannot reach, as a
+//! thread of a paused process would be. The term is lost at its local deadline, the
+//! coordinator's fail action fires after the grace (recorded as expected, not as a step-down
+//! failure: the soak's fail action does not exit), the store lets the lease expire and another
+//! contender wins a higher term and writes. Then the zombie wakes and writes with its old token:
+//! the fenced [`Resource`] must refuse it. With `--break-fencing` the resource accepts stale
+//! tokens, and every such write is a violation. Being a contender of its own, the zombie only
+//! ever takes a free lease: it never ends another contender's term, so the terms the faults and
+//! the restart hit are the same as without it.
 
 use std::collections::HashSet;
 use std::convert::Infallible;
@@ -44,8 +47,13 @@ use crate::schedule::Rng;
 pub(crate) const SECTION_MAX: Duration = Duration::from_millis(20);
 /// No section starts with less than this left before the term's local deadline.
 pub(crate) const SECTION_GUARD: Duration = Duration::from_millis(100);
-/// How often a zombie looks whether a successor has written yet.
+/// How often a zombie looks whether a successor has written yet, whether it is armed, and
+/// campaigns while armed.
 const ZOMBIE_POLL: Duration = Duration::from_millis(10);
+/// How often the zombie contender claims while armed.
+const ZOMBIE_CAMPAIGN: Duration = Duration::from_millis(50);
+/// The zombie contender's instance label.
+pub(crate) const ZOMBIE: &str = "zombie";
 
 /// No contender holds the lease.
 const NO_HOLDER: usize = usize::MAX;
@@ -184,14 +192,14 @@ pub(crate) struct Zombie {
 enum ZombieState {
     /// No zombie asked for.
     Idle,
-    /// The next holder to start a section turn up to this instant becomes a zombie.
+    /// The zombie contender campaigns, up to this instant.
     Armed(Instant),
     /// A zombie is pausing.
     Running,
 }
 
-/// The zombies of one backend: the driver arms one at a time, a holder takes it, the fail
-/// action recognises its term.
+/// The zombies of one backend: the driver arms one at a time, the zombie contender takes it
+/// with the term it wins, the fail action recognises that term.
 #[derive(Debug)]
 pub(crate) struct Zombies {
     state: Mutex<ZombieState>,
@@ -220,7 +228,7 @@ impl Default for Zombies {
 }
 
 impl Zombies {
-    /// Asks for a zombie: the next holder to start a section turn before `until` becomes one.
+    /// Asks for a zombie: the zombie contender campaigns until it wins or `until` passes.
     pub(crate) fn arm(&self, until: Instant) {
         let mut state = lock(&self.state);
         if *state == ZombieState::Idle {
@@ -237,6 +245,16 @@ impl Zombies {
             *state = ZombieState::Idle;
         }
         *state == ZombieState::Idle
+    }
+
+    /// Whether an arm is set and not lapsed.
+    fn armed(&self) -> bool {
+        matches!(*lock(&self.state), ZombieState::Armed(until) if Instant::now() <= until)
+    }
+
+    /// Gives a taken arm back without a zombie (its term ended before its first section).
+    fn cancel(&self) {
+        *lock(&self.state) = ZombieState::Idle;
     }
 
     /// Takes the arm, if one is set and not lapsed, for `(who, token)`.
@@ -455,17 +473,10 @@ impl Contender {
     ) -> lease_core::Result<Contender> {
         let label = format!("contender-{index}");
         let failures = Arc::clone(&record.step_down_failures);
-        let zombies = Arc::clone(&record.zombies);
-        let store = Arc::new(Pausable::new(store));
-        // The fail action records instead of exiting: a zombie's is expected, any other is a
-        // step-down failure.
-        let coordinator = Coordinator::builder_arc(store.clone())
+        let coordinator = Coordinator::builder_arc(store)
             .instance(label.clone())
             .timings(timings)
             .fail_action(move |f| {
-                if zombies.fail_action(&f.instance, f.term) {
-                    return;
-                }
                 lock(&failures).push(format!(
                     "{} term {} of '{}': {}",
                     f.instance, f.term, f.name, f.error
@@ -478,7 +489,7 @@ impl Contender {
         let task = tokio::spawn(async move {
             c.run_elected(&name, move |term: Term| {
                 let rng = Rng::new(seed, &format!("{}/term-{}", term.instance(), term.token()));
-                work(index, term, rng, record.clone(), store.clone())
+                work(index, term, rng, record.clone())
             })
             .await
         });
@@ -512,7 +523,6 @@ async fn work(
     term: Term,
     mut rng: Rng,
     record: Record,
-    store: Arc<Pausable>,
 ) -> std::result::Result<(), Infallible> {
     record.terms_won.fetch_add(1, Ordering::Relaxed);
     record.holder.store(index, Ordering::SeqCst);
@@ -524,7 +534,7 @@ async fn work(
     };
     let max_ms = u64::try_from(SECTION_MAX.as_millis()).unwrap_or(20);
     // Bounded: at most `sections` turns.
-    for turn in 0..sections {
+    for _ in 0..sections {
         if term.check().is_err() || term.deadline_in() < SECTION_GUARD {
             let lost = match term.check() {
                 Err(e) => e.is(ErrorKind::Lost),
@@ -535,10 +545,6 @@ async fn work(
                 record.terms_lost.fetch_add(1, Ordering::Relaxed);
             }
             break;
-        }
-        // A zombie once it has written under its term at least once.
-        if turn > 0 && record.zombies.take(&who, term.token()) {
-            return zombie(index, term, record, store).await;
         }
         let section = record.history.enter(&who, term.token());
         // A refused write is counted by the resource (and a refused section's write can only
@@ -559,11 +565,84 @@ async fn work(
     Ok(())
 }
 
-/// The work of a holder that turns zombie: its store freezes, its pause runs on a task of its
+/// The zombie contender: campaigns while armed, and runs [`zombie`] under each term it wins.
+pub(crate) struct ZombieContender {
+    coordinator: Coordinator,
+    task: JoinHandle<()>,
+}
+
+impl ZombieContender {
+    /// Starts the zombie contender for `name` on `store` (which it wraps in a [`Pausable`]).
+    pub(crate) fn spawn(
+        store: Arc<dyn LeaseStore>,
+        timings: Timings,
+        name: &str,
+        record: &Record,
+    ) -> lease_core::Result<ZombieContender> {
+        let failures = Arc::clone(&record.step_down_failures);
+        let zombies = Arc::clone(&record.zombies);
+        let store = Arc::new(Pausable::new(store));
+        // The fail action records instead of exiting: a zombie's is expected, any other (a
+        // term of the zombie contender that was not taken as a zombie) a step-down failure.
+        let coordinator = Coordinator::builder_arc(store.clone())
+            .instance(ZOMBIE)
+            .timings(timings)
+            .fail_action(move |f| {
+                if zombies.fail_action(&f.instance, f.term) {
+                    return;
+                }
+                lock(&failures).push(format!(
+                    "{} term {} of '{}': {}",
+                    f.instance, f.term, f.name, f.error
+                ));
+            })
+            .build()?;
+        let c = coordinator.clone();
+        let name = name.to_owned();
+        let record = record.clone();
+        let task = tokio::spawn(async move {
+            // Bounded: ends once the coordinator is closed.
+            while !c.is_closed() {
+                if !record.zombies.armed() {
+                    tokio::time::sleep(ZOMBIE_POLL).await;
+                    continue;
+                }
+                match c.try_acquire(&name).await {
+                    Ok(term) => {
+                        if record.zombies.take(term.instance(), term.token()) {
+                            let store = Arc::clone(&store);
+                            let record = record.clone();
+                            // Lost, by design; the outcome is in `record.zombies`.
+                            let _ = term.run(move |t| zombie(t, record, store)).await;
+                        } else {
+                            // The arm lapsed while the claim was on its way.
+                            let _ = term.resign().await;
+                        }
+                    }
+                    Err(e) if e.is(ErrorKind::Closed) => break,
+                    Err(_) => tokio::time::sleep(ZOMBIE_CAMPAIGN).await,
+                }
+            }
+        });
+        Ok(ZombieContender { coordinator, task })
+    }
+
+    /// Closes the coordinator and waits for the campaign to end, up to `within`.
+    pub(crate) async fn stop(self, within: Duration) -> std::result::Result<(), String> {
+        let closed = self.coordinator.close().await;
+        match tokio::time::timeout(within, self.task).await {
+            Err(_) => Err(format!("{ZOMBIE}: did not stop within {within:?}")),
+            Ok(Err(e)) => Err(format!("{ZOMBIE}: task failed: {e}")),
+            Ok(Ok(())) => closed.map_err(|e| format!("{ZOMBIE}: close: {e}")),
+        }
+    }
+}
+
+/// The work of the zombie under the term it won: one section like any contender's (so that its
+/// token is on the fence), then the pause. Its store freezes, its pause runs on a task of its
 /// own, and the work waits for it while ignoring `done()` and `lost()` — until the coordinator
 /// gives up on it after the grace, fires the fail action and aborts it (the pause goes on).
 async fn zombie(
-    index: usize,
     term: Term,
     record: Record,
     store: Arc<Pausable>,
@@ -571,11 +650,15 @@ async fn zombie(
     let who = term.instance().to_owned();
     let token = term.token();
     let lease = term.timings().lease();
+    if term.check().is_err() || term.deadline_in() < SECTION_GUARD {
+        record.zombies.cancel();
+        return Ok(());
+    }
+    let section = record.history.enter(&who, token);
+    let _written = record.resource.write_in(&section, Some(&who));
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    section.exit();
     store.freeze(true);
-    // Whoever wins next is the holder the fault schedule aims at.
-    let _ = record
-        .holder
-        .compare_exchange(index, NO_HOLDER, Ordering::SeqCst, Ordering::SeqCst);
     drop(term);
     let (woke_tx, woke_rx) = oneshot::channel::<()>();
     let zombies = Arc::clone(&record.zombies);

@@ -13,7 +13,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::cli::{Args, BackendKind};
-use crate::contenders::{Contender, Record, zombie_max_pause};
+use crate::contenders::{Contender, Record, ZOMBIE, ZombieContender, zombie_max_pause};
 use crate::groups::{self, GroupSetup, Restart};
 use crate::report::{BackendReport, Outcome};
 use crate::schedule::{Mode, Schedule};
@@ -71,10 +71,15 @@ pub(crate) async fn run(kind: BackendKind, args: &Args) -> Outcome {
     }
 }
 
-/// How many contenders and group workers `args` asks for: `(contenders, workers)`.
+/// How many lease stores and group workers `args` asks for: `(contenders + the zombie
+/// contender, workers)`.
 fn counts(args: &Args) -> (usize, usize) {
     (
-        if args.leases() { args.contenders() } else { 0 },
+        if args.leases() {
+            args.contenders() + 1
+        } else {
+            0
+        },
         if args.groups() {
             args.group_workers()
         } else {
@@ -159,7 +164,9 @@ async fn run_server(
     let mut stores = Vec::new();
     let mut switches = Vec::new();
     for i in 0..contenders + workers {
-        let who = if i < contenders {
+        let who = if i + 1 == contenders {
+            ZOMBIE.to_owned()
+        } else if i < contenders {
             format!("contender-{i}")
         } else {
             format!("worker-{}", i - contenders)
@@ -279,6 +286,20 @@ async fn drive(
     let name = format!("soak-{}-{}", kind.name(), args.seed);
     let mut errors = Vec::new();
     let mut contenders = Vec::new();
+    let mut stores = stores;
+    // The last lease store is the zombie contender's; its switch is never flipped (the
+    // schedule hits contenders `0..args.contenders()` only, and the zombie is never the holder
+    // the faults aim at).
+    let zombie = stores.pop().and_then(|store| {
+        let store: Arc<dyn LeaseStore> = if args.break_renewals {
+            Arc::new(LyingStore(store))
+        } else {
+            store
+        };
+        ZombieContender::spawn(store, timings, &name, &record)
+            .map_err(|e| errors.push(format!("{ZOMBIE}: {e}")))
+            .ok()
+    });
     for (i, store) in stores.into_iter().enumerate() {
         let store: Arc<dyn LeaseStore> = if args.break_renewals {
             Arc::new(LyingStore(store))
@@ -378,10 +399,11 @@ async fn drive(
     // Every zombie's pause ended before `end`; this only collects their tasks.
     record.zombies.wait().await;
 
-    let stopping: Vec<_> = contenders
+    let mut stopping: Vec<_> = contenders
         .into_iter()
         .map(|c| tokio::spawn(c.stop(STOP_TIMEOUT)))
         .collect();
+    stopping.extend(zombie.map(|z| tokio::spawn(z.stop(STOP_TIMEOUT))));
     for handle in stopping {
         match handle.await {
             Ok(Ok(())) => {}
@@ -422,11 +444,12 @@ async fn drive(
     }
 }
 
-/// The zombie phase: arms one zombie at a time (the next holder to start a section turn
-/// becomes one, see `contenders`), up to [`MAX_ZOMBIES`], the first a lease after the start, each a lease after the previous one is over. A zombie may only start where its
-/// whole pause ([`zombie_max_pause`]) ends before the restart (or starts a lease after the
-/// server is back) and a lease before `end`: a successor must be able to win and write while it
-/// pauses, and no zombie is still pausing when the contenders are stopped.
+/// The zombie phase: arms one zombie at a time (the zombie contender campaigns until it wins,
+/// see `contenders`), up to [`MAX_ZOMBIES`], the first a lease after the start, each a lease
+/// after the previous one is over. A zombie may only start where its whole pause
+/// ([`zombie_max_pause`]) ends before the restart (or starts a lease after the server is back)
+/// and a lease before `end`: a successor must be able to win and write while it pauses, and no
+/// zombie is still pausing when the contenders are stopped.
 async fn drive_zombies(
     record: &Record,
     leases: bool,
@@ -443,7 +466,8 @@ async fn drive_zombies(
         return;
     };
     let mut next = start + lease;
-    // Bounded: every turn arms a zombie (which a holder takes or which lapses) or waits for
+    // Bounded: every turn arms a zombie (which the zombie contender takes or which lapses) or
+    // waits for
     // the restart to be over, and `next` only grows until it passes the last start.
     while record.zombies.finished().len() < MAX_ZOMBIES {
         tokio::time::sleep_until(next).await;
