@@ -445,8 +445,8 @@ async fn drive(
 }
 
 /// The zombie phase: arms one zombie at a time (the zombie contender campaigns until it wins,
-/// see `contenders`), up to [`MAX_ZOMBIES`], the first a lease after the start, each a lease
-/// after the previous one is over. A zombie may only start where its whole pause
+/// see `contenders`), up to [`MAX_ZOMBIES`], the first a third of a lease after the start, each
+/// a lease after the previous one is over. A zombie may only start where its whole pause
 /// ([`zombie_max_pause`]) ends before the restart (or starts a lease after the server is back)
 /// and a lease before `end`: a successor must be able to win and write while it pauses, and no
 /// zombie is still pausing when the contenders are stopped.
@@ -465,7 +465,7 @@ async fn drive_zombies(
     let Some(last_start) = end.checked_sub(lease + pause) else {
         return;
     };
-    let mut next = start + lease;
+    let mut next = start + lease / 3;
     // Bounded: every turn arms a zombie (which the zombie contender takes or which lapses) or
     // waits for
     // the restart to be over, and `next` only grows until it passes the last start.
