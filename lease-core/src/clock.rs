@@ -13,7 +13,7 @@
 //! they drift apart. A deadline that passed while the machine slept therefore fires within
 //! `RESUME_CHECK` of the resume, not up to a whole tokio sleep later.
 //!
-//! Tests move the boot clock with [`testing::suspend`] (feature `test-util`): it jumps the
+//! Tests move the boot clock with `testing::suspend` (feature `test-util`): it jumps the
 //! calling thread's boot clock forward, as a suspend would, and wakes every waiter.
 
 use std::cell::Cell;
