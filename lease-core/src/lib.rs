@@ -46,7 +46,7 @@
 //!   downstream system against that: pass [`Term::token`] along and let the system refuse
 //!   lower tokens.
 
-mod clock;
+pub mod clock;
 mod coordinator;
 mod error;
 pub mod group;
@@ -63,7 +63,7 @@ mod term;
 mod timings;
 mod validate;
 
-pub use clock::Stamp;
+pub use clock::{Deadline, Stamp};
 pub use coordinator::{Coordinator, CoordinatorBuilder};
 pub use error::{BoxError, Error, ErrorKind, Result};
 pub use group::{Assignment, GroupWorker, GroupWorkerBuilder, StopAck};

@@ -5,11 +5,11 @@ use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use tokio::time::{Instant, sleep_until, timeout};
+use tokio::time::{Instant, timeout};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 use tracing::{Instrument, debug, info, info_span, warn};
 
-use crate::clock::Stamp;
+use crate::clock::{Deadline, Stamp};
 use crate::coordinator::CoordShared;
 use crate::error::{Error, ErrorKind, Result};
 use crate::store::{Grant, HolderToken, LeaseStore};
@@ -211,7 +211,18 @@ impl Term {
         if !shared.expires {
             return Duration::MAX;
         }
-        shared.status().last_ok.remaining(shared.timings.deadline())
+        self.deadline().remaining()
+    }
+
+    /// The local deadline: the term ends unless a renewal succeeds before it.
+    /// [`Deadline::never`] on a store whose leases never expire. A later renewal moves the
+    /// deadline; read it again after each.
+    pub fn deadline(&self) -> Deadline {
+        let shared = self.shared();
+        if !shared.expires {
+            return Deadline::never();
+        }
+        Deadline::after(shared.status().last_ok, shared.timings.deadline())
     }
 
     /// `true` while the term has not ended and its local deadline has not passed. It reads the
@@ -289,15 +300,17 @@ async fn keep(shared: Arc<TermShared>) {
             break;
         }
         let last_ok = shared.status().last_ok;
-        let deadline_at = Instant::now() + last_ok.remaining(t.deadline());
+        let deadline = Deadline::after(last_ok, t.deadline());
         let next = last_attempt.tokio_instant_after(t.renew_every());
         tokio::select! {
             biased;
             _ = shared.stop.cancelled() => break,
             _ = shared.lost.cancelled() => break,
-            _ = sleep_until(next.min(deadline_at)) => {}
+            // Wakes at the renewal time, or at the deadline, also right after a resume from
+            // suspend (tokio's timer alone would fire up to the time slept late).
+            _ = deadline.reached_or(next) => {}
         }
-        if last_ok.elapsed() >= t.deadline() {
+        if deadline.has_passed() {
             shared.lose(format_args!(
                 "no renewal succeeded within the local deadline of {:?}",
                 t.deadline()
@@ -318,6 +331,15 @@ async fn keep(shared: Arc<TermShared>) {
             biased;
             _ = shared.stop.cancelled() => break,
             r = attempt => r,
+            // The attempt's timeout runs on tokio's clock; a suspend during the attempt must
+            // still end the term at the deadline.
+            () = deadline.reached() => {
+                shared.lose(format_args!(
+                    "no renewal succeeded within the local deadline of {:?}",
+                    t.deadline()
+                ));
+                break;
+            }
         };
         match outcome {
             Ok(Ok(Some(grant))) => {
