@@ -239,7 +239,8 @@ async fn dropping_a_worker_leaves_in_the_background() {
     let a = worker(store.clone(), "a", &audit).await;
     settle(&[&a], GroupWorker::settle_time(&timings()), "start").await;
     drop(a);
-    sleep(STEP).await;
+    // No consumer acknowledges: the partitions are released once the grace has passed.
+    sleep(timings().grace() + STEP).await;
     assert!(store.owners(GROUP).await.unwrap().is_empty());
     assert!(store.members(GROUP).await.unwrap().is_empty());
 }
@@ -458,7 +459,11 @@ async fn an_acquire_of_unknown_outcome_is_read_back() {
         sleep(STEP).await;
     }
     sleep(t.attempt_timeout() + STEP).await;
-    assert_eq!(store.owners(GROUP).await.unwrap().len(), 1);
+    let owners = store.owners(GROUP).await.unwrap();
+    assert!(
+        owners.iter().any(|l| l.partition == 0 && l.owner == b.owner()),
+        "the lost acquire took effect: {owners:?}"
+    );
     // From now on b's acquires fail outright.
     lossy.set_claim_mode(FaultMode::Fail);
     let c = consumed(store.clone(), &c_name, N, &audit, Duration::ZERO, true).await;
@@ -670,4 +675,49 @@ async fn a_stalled_chunk_does_not_keep_another_chunks_partitions_past_their_dead
         "the high partitions stayed published {late:?} past their deadline"
     );
     drop(a);
+}
+
+/// Item 3 (the group worker): local deadlines count a machine suspend. A suspend past the
+/// deadline — simulated by jumping the boot clock — unpublishes every partition at once on
+/// resume, whether the worker is between ticks or waiting on a store that does not answer;
+/// the partitions come back later under higher epochs.
+#[tokio::test(start_paused = true)]
+async fn a_suspend_past_the_deadline_unpublishes_at_once_on_resume() {
+    use lease_core::clock::testing;
+    if !testing::can_suspend() {
+        eprintln!("no boot clock on this platform: nothing to test");
+        return;
+    }
+    let t = timings();
+    for stalled in [false, true] {
+        let store = FaultyStore::new(MemoryStore::new());
+        let audit = AssignmentAudit::new();
+        let a = consumed(store.clone(), "a", N, &audit, Duration::ZERO, true).await;
+        settle(&[&a], GroupWorker::settle_time(&t), "start").await;
+        let before = a.assignment().borrow().partitions.clone();
+        if stalled {
+            store.set_mode(FaultMode::Stall);
+            // The worker is now inside a store operation that does not answer.
+            sleep(t.renew_every() + STEP).await;
+        }
+        assert_eq!(a.assignment().borrow().partitions.len(), N as usize);
+        let resumed = Instant::now();
+        testing::suspend(t.lease() * 2);
+        let mut rx = a.assignment();
+        let gone = tokio::time::timeout(STEP, rx.wait_for(|a| a.partitions.is_empty()))
+            .await
+            .is_ok_and(|r| r.is_ok());
+        assert!(
+            gone && resumed.elapsed() <= Duration::from_millis(1),
+            "stalled: {stalled}: the partitions were still published {:?} after the resume",
+            resumed.elapsed()
+        );
+        store.set_mode(FaultMode::Pass);
+        settle(&[&a], GroupWorker::crash_settle_time(&t), "after the resume").await;
+        for (p, e) in a.assignment().borrow().partitions.iter() {
+            assert!(*e > before[p], "partition {p}: epoch {} then {e}", before[p]);
+        }
+        a.leave().await.unwrap();
+        audit.assert_clean();
+    }
 }

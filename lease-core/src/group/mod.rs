@@ -78,10 +78,12 @@ use crate::Timings;
 impl GroupWorker {
     /// How long the assignment takes to settle after a member joins or leaves gracefully, when
     /// the store answers: every member sees the change within one tick, gives up what is no
-    /// longer its within the next, and acquires what is its within the one after — three ticks
-    /// (`3 × renew_every`), plus the time each tick's store operations take.
+    /// longer its within the next, releases it once its consumer acknowledged the stop or the
+    /// grace has passed, and the new owner acquires it within the tick after — three ticks
+    /// plus the grace (`3 × renew_every + grace`), plus the time each tick's store operations
+    /// take. With consumers that acknowledge their stops at once, about three ticks.
     pub fn settle_time(timings: &Timings) -> std::time::Duration {
-        timings.renew_every() * 3
+        timings.renew_every() * 3 + timings.grace()
     }
 
     /// How long the assignment takes to settle after a member crashes (or hangs, or loses the
