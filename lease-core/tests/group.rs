@@ -461,7 +461,9 @@ async fn an_acquire_of_unknown_outcome_is_read_back() {
     sleep(t.attempt_timeout() + STEP).await;
     let owners = store.owners(GROUP).await.unwrap();
     assert!(
-        owners.iter().any(|l| l.partition == 0 && l.owner == b.owner()),
+        owners
+            .iter()
+            .any(|l| l.partition == 0 && l.owner == b.owner()),
         "the lost acquire took effect: {owners:?}"
     );
     // From now on b's acquires fail outright.
@@ -541,11 +543,7 @@ impl LeaseStore for ScriptedStore {
     async fn release(&self, name: &str, holder: &HolderToken) -> lease_core::Result<bool> {
         self.inner.release(name, holder).await
     }
-    async fn verify(
-        &self,
-        name: &str,
-        holder: &HolderToken,
-    ) -> lease_core::Result<Option<Grant>> {
+    async fn verify(&self, name: &str, holder: &HolderToken) -> lease_core::Result<Option<Grant>> {
         self.inner.verify(name, holder).await
     }
     async fn get(&self, name: &str) -> lease_core::Result<Option<LeaseInfo>> {
@@ -602,7 +600,9 @@ impl PartitionStore for ScriptedStore {
         partitions: &[u32],
         owner: &str,
     ) -> lease_core::Result<usize> {
-        self.inner.release_partitions(group, partitions, owner).await
+        self.inner
+            .release_partitions(group, partitions, owner)
+            .await
     }
     async fn owners(&self, group: &str) -> lease_core::Result<Vec<PartitionLease>> {
         self.inner.owners(group).await
@@ -713,9 +713,18 @@ async fn a_suspend_past_the_deadline_unpublishes_at_once_on_resume() {
             resumed.elapsed()
         );
         store.set_mode(FaultMode::Pass);
-        settle(&[&a], GroupWorker::crash_settle_time(&t), "after the resume").await;
+        settle(
+            &[&a],
+            GroupWorker::crash_settle_time(&t),
+            "after the resume",
+        )
+        .await;
         for (p, e) in a.assignment().borrow().partitions.iter() {
-            assert!(*e > before[p], "partition {p}: epoch {} then {e}", before[p]);
+            assert!(
+                *e > before[p],
+                "partition {p}: epoch {} then {e}",
+                before[p]
+            );
         }
         a.leave().await.unwrap();
         audit.assert_clean();

@@ -12,10 +12,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::assign::assign;
+use crate::clock::{Deadline, Stamp};
 use crate::error::{Error, Result};
 use crate::membership::{GroupStore, check_member_args};
 use crate::partitions::{MAX_PARTITIONS_PER_CALL, PartitionStore, check_partition_args, owner_id};
-use crate::clock::{Deadline, Stamp};
 use crate::{MembershipStore, Timings};
 
 /// The most partitions one group may have.
