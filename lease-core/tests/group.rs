@@ -364,11 +364,26 @@ async fn a_hand_over_waits_for_the_acknowledgement_or_the_grace() {
         let b = consumed(store.clone(), "b", N, &audit, Duration::ZERO, true).await;
         settle(&[&a, &b], GroupWorker::settle_time(&t), "start").await;
         let given: Vec<u32> = a.assignment().borrow().partitions.keys().copied().collect();
+        let a_owner = a.owner().to_string();
         let mut rx = a.assignment();
         let began = Instant::now();
         let leave = tokio::spawn(a.leave());
         rx.wait_for(|a| a.partitions.is_empty()).await.ok();
         let removed = began.elapsed();
+        if !ack {
+            // Just before the grace ends: still a's, and renewed while draining.
+            sleep(t.grace() - Duration::from_millis(100)).await;
+            let owners = store.owners(GROUP).await.unwrap();
+            for p in &given {
+                let lease = owners.iter().find(|l| l.partition == *p).unwrap();
+                assert_eq!(lease.owner, a_owner, "partition {p} drains under a");
+                assert!(
+                    lease.expires_in >= t.lease() - t.renew_every() - STEP,
+                    "partition {p} is not renewed while it drains: {:?} left",
+                    lease.expires_in
+                );
+            }
+        }
         // When b first holds every partition a gave up.
         let mut took = None;
         while took.is_none() {

@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
-use tokio::time::timeout;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
@@ -166,15 +165,13 @@ impl GroupWorkerBuilder {
             &groups,
         )?;
         check_partition_args(&*store, &self.group, &owner, Some(lease))?;
-        let first = timeout(
-            self.timings.attempt_timeout(),
-            store.heartbeat(&service, &node, &self.address, lease, &groups),
-        )
-        .await;
-        match first {
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => return Err(e),
-            Err(_) => {
+        let attempt = Deadline::in_(self.timings.attempt_timeout());
+        tokio::select! {
+            biased;
+            first = store.heartbeat(&service, &node, &self.address, lease, &groups) => {
+                first?;
+            }
+            () = attempt.reached() => {
                 return Err(Error::timeout(
                     format!("the first heartbeat of {node} in {service}"),
                     self.timings.attempt_timeout(),
@@ -462,9 +459,9 @@ struct Run {
     tx: watch::Sender<Assignment>,
 }
 
-/// The earliest of some deadlines.
+/// The earliest of some deadlines (the one with the least time left).
 fn earliest(deadlines: impl Iterator<Item = Deadline>) -> Option<Deadline> {
-    deadlines.reduce(Deadline::min)
+    deadlines.min_by_key(Deadline::remaining)
 }
 
 impl Run {
