@@ -57,6 +57,13 @@ const MAX_VIOLATIONS: usize = 20;
 /// successor can only acquire it after that, a correct worker never trips the audit however the
 /// observations interleave.
 ///
+/// The audit also checks consumers' work: [`work_started`](AssignmentAudit::work_started) and
+/// [`work_stopped`](AssignmentAudit::work_stopped) record when a consumer works a partition
+/// under which epoch ([`consume`](AssignmentAudit::consume) runs a simulated consumer that
+/// does). Starting work on a partition another consumer still works, or under an epoch not
+/// above every earlier holding's, is a violation: a worker that handed a partition over
+/// without giving its consumer the grace, or that held it twice under one epoch, trips it.
+///
 /// ```
 /// use std::collections::BTreeMap;
 /// use lease_core::{Assignment, StopAck};
@@ -322,6 +329,24 @@ mod tests {
             partitions: partitions.iter().map(|&p| (p, 1)).collect(),
             members: Vec::new(),
         }
+    }
+
+    #[test]
+    fn work_overlaps_and_shared_epochs_are_violations() {
+        let audit = AssignmentAudit::new();
+        audit.work_started("a", 0, 1);
+        audit.work_stopped("a", 0, 1);
+        audit.work_started("b", 0, 2); // after a stopped, under a higher epoch: fine
+        assert_eq!(audit.violation_count(), 0);
+        audit.work_started("c", 0, 3); // b still works it
+        assert_eq!(audit.violation_count(), 1);
+        audit.work_stopped("b", 0, 2);
+        audit.work_stopped("c", 0, 3);
+        audit.work_started("a", 0, 3); // epoch 3 again, though nobody works it now
+        assert_eq!(audit.violation_count(), 2);
+        assert_eq!(audit.work_intervals(), 4);
+        assert!(audit.violations()[0].contains("still works it"));
+        assert!(audit.violations()[1].contains("not above epoch 3"));
     }
 
     #[test]
