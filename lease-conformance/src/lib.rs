@@ -212,6 +212,9 @@ impl Harness {
         let built = Coordinator::builder_arc(store)
             .instance(instance)
             .timings(self.timings)
+            // The cases' work asserts: a failed assertion must end `run_elected` with the
+            // panic, not be restarted (the default).
+            .on_work_error(lease_core::OnWorkError::Return)
             .fail_action(move |f| {
                 failures
                     .lock()

@@ -3,25 +3,84 @@
 use std::fmt;
 use std::future::Future;
 use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
 
 use tokio::time::timeout;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
 use crate::clock::Stamp;
 use crate::error::{BoxError, Error, ErrorKind, Result};
 use crate::observer::Observer;
 use crate::run::{FailAction, default_fail_action};
 use crate::store::{HolderToken, LeaseStore, validate_instance};
+use crate::telemetry;
 use crate::term::{Term, TermShared};
 use crate::timings::Timings;
+use crate::validate::MAX_TTL;
+
+/// What [`Coordinator::run_elected`] does when its work fails — returns an error or panics —
+/// while its term is live (a failure that turns out to be the term's loss is a loss, never
+/// this: see [`Term::run`]).
+///
+/// The default is [`Restart`](OnWorkError::Restart) with a backoff of up to a minute. An
+/// elector exists to keep a leader: a transient error in the leader's work (a database that
+/// blipped, a downstream call that timed out) should cost a step-down, not this node's place
+/// in the election for good, and releasing at once lets a healthy node take over while this
+/// one backs off. Every failure is logged at warn level with the error and counted
+/// ([`telemetry::WORK_FAILURES`]), so a failure that never clears (a bad configuration) shows
+/// as a steady stream rather than a silent, dead elector. Choose
+/// [`Return`](OnWorkError::Return) when the caller must see the error — a command-line tool
+/// that should exit non-zero, a test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum OnWorkError {
+    /// Step down (the lease is released as after any term), pause, and campaign again. After
+    /// the n-th failure in a row the pause is `retry × 2ⁿ⁻¹`, at most `max_backoff` (and never
+    /// less than `retry`), plus the usual random jitter; a term that ends without a failure
+    /// starts the count again.
+    Restart {
+        /// The longest pause after a failure (at most a day).
+        max_backoff: Duration,
+    },
+    /// End the election: `run_elected` returns the error ([`Work`](ErrorKind::Work) or
+    /// [`Panicked`](ErrorKind::Panicked)), logged at error level and counted in
+    /// [`telemetry::ELECTIONS_ENDED`].
+    Return,
+}
+
+impl OnWorkError {
+    /// The default's longest pause after failures in a row: one minute.
+    pub const DEFAULT_MAX_BACKOFF: Duration = Duration::from_secs(60);
+
+    /// The pause before the next campaign after `failures` failures in a row (at least 1).
+    fn backoff(&self, timings: &Timings, failures: u32) -> Duration {
+        let OnWorkError::Restart { max_backoff } = *self else {
+            return timings.retry();
+        };
+        let doublings = failures.saturating_sub(1).min(30);
+        let pause = timings.retry().saturating_mul(1u32 << doublings);
+        pause.min(max_backoff).max(timings.retry())
+    }
+}
+
+impl Default for OnWorkError {
+    /// [`Restart`](OnWorkError::Restart) with a backoff of at most
+    /// [`DEFAULT_MAX_BACKOFF`](OnWorkError::DEFAULT_MAX_BACKOFF).
+    fn default() -> Self {
+        OnWorkError::Restart {
+            max_backoff: Self::DEFAULT_MAX_BACKOFF,
+        }
+    }
+}
 
 pub(crate) struct CoordShared {
     pub(crate) store: Arc<dyn LeaseStore>,
     pub(crate) instance: String,
     pub(crate) timings: Timings,
     pub(crate) fail_action: FailAction,
+    on_work_error: OnWorkError,
     /// Work spawned by `run`, waited for by `close`.
     pub(crate) work: TaskTracker,
     /// Fires when the coordinator starts closing.
@@ -66,6 +125,7 @@ pub struct CoordinatorBuilder {
     instance: Option<String>,
     timings: Timings,
     fail_action: FailAction,
+    on_work_error: OnWorkError,
 }
 
 impl CoordinatorBuilder {
@@ -93,17 +153,34 @@ impl CoordinatorBuilder {
         self
     }
 
+    /// What [`run_elected`](Coordinator::run_elected) does when its work fails while its term
+    /// is live (default: [`OnWorkError::Restart`] with a backoff of up to a minute; see
+    /// [`OnWorkError`] for why).
+    pub fn on_work_error(mut self, policy: OnWorkError) -> Self {
+        self.on_work_error = policy;
+        self
+    }
+
     /// Checks the instance label and the timings against the store, and builds.
     pub fn build(self) -> Result<Coordinator> {
         let instance = self.instance.unwrap_or_else(default_instance);
         validate_instance(&instance)?;
         self.store.validate_ttl(self.timings.lease())?;
+        if let OnWorkError::Restart { max_backoff } = self.on_work_error
+            && max_backoff > MAX_TTL
+        {
+            return Err(Error::invalid_timings(format!(
+                "the backoff after work failures of up to {max_backoff:?} exceeds the maximum \
+                 {MAX_TTL:?}; choose seconds to minutes"
+            )));
+        }
         Ok(Coordinator {
             shared: Arc::new(CoordShared {
                 store: self.store,
                 instance,
                 timings: self.timings,
                 fail_action: self.fail_action,
+                on_work_error: self.on_work_error,
                 work: TaskTracker::new(),
                 closing: CancellationToken::new(),
                 terms: Mutex::new(Terms::default()),
@@ -145,6 +222,7 @@ impl Coordinator {
             instance: None,
             timings: Timings::default(),
             fail_action: Arc::new(default_fail_action),
+            on_work_error: OnWorkError::default(),
         }
     }
 
@@ -305,25 +383,47 @@ impl Coordinator {
     /// Every [`retry`](Timings::retry) plus jitter it tries to claim the name. When it wins, it
     /// runs `f` as [`Term::run`] does (own task, cancellation through the term's
     /// [`done`](Term::done), step-down grace on loss), resigns when `f` returns, and campaigns
-    /// again after a pause. Held and lost terms are the election working: it goes on. A
-    /// failed campaign (store unreachable) is logged and retried.
+    /// again after a pause. Held and lost terms are the election working: it goes on. A loss
+    /// the work learns of first — it fails with a `Lost` error in its chain of sources (a
+    /// fenced write that found the lease expired), or fails once the term is no longer live or
+    /// no longer held by the store — is a loss too. A failed campaign (store unreachable) is
+    /// logged and retried.
     ///
-    /// Returns `Ok(())` once the coordinator is closed, and the error when `f` fails or
-    /// panics while its term is live, or when the name or timings are invalid.
+    /// When `f` fails (an error or a panic) while its term is live, the coordinator's
+    /// [`OnWorkError`] policy decides: by default the node steps down and campaigns again
+    /// after a growing backoff; with [`OnWorkError::Return`] the error is returned.
+    ///
+    /// Returns `Ok(())` once the coordinator is closed; an error for invalid names or timings,
+    /// or a work failure under [`OnWorkError::Return`]. Every end is counted in
+    /// [`telemetry::ELECTIONS_ENDED`] by reason; an end other than a close is logged at error
+    /// level, since the node no longer campaigns.
+    ///
+    /// Dropping this future ends the current term as closed (its work is told to stop); the
+    /// lease is renewed until the work has returned, then released.
     pub async fn run_elected<F, Fut, E>(&self, name: &str, mut f: F) -> Result<()>
     where
         F: FnMut(Term) -> Fut,
         Fut: Future<Output = std::result::Result<(), E>> + Send + 'static,
         E: Into<BoxError> + Send + 'static,
     {
-        self.shared.store.validate_name(name)?;
+        if let Err(e) = self.shared.store.validate_name(name) {
+            return self.election_ended(name, Err(e));
+        }
+        let policy = self.shared.on_work_error;
+        let t = self.shared.timings;
         let mut first = true;
+        let mut failures = 0u32;
         loop {
             if !first {
-                let pause = self.shared.timings.retry_delay();
+                let pause = if failures > 0 {
+                    let jitter = t.retry_delay().saturating_sub(t.retry());
+                    policy.backoff(&t, failures) + jitter
+                } else {
+                    t.retry_delay()
+                };
                 tokio::select! {
                     biased;
-                    _ = self.shared.closing.cancelled() => return Ok(()),
+                    _ = self.shared.closing.cancelled() => return self.election_ended(name, Ok(())),
                     _ = tokio::time::sleep(pause) => {}
                 }
             }
@@ -332,9 +432,9 @@ impl Coordinator {
                 Ok(term) => term,
                 Err(e) => match e.kind() {
                     ErrorKind::Held => continue,
-                    ErrorKind::Closed => return Ok(()),
+                    ErrorKind::Closed => return self.election_ended(name, Ok(())),
                     ErrorKind::InvalidName | ErrorKind::InvalidTimings | ErrorKind::Unsupported => {
-                        return Err(e);
+                        return self.election_ended(name, Err(e));
                     }
                     _ => {
                         warn!(name, error = %e, "campaign failed; retrying");
@@ -342,16 +442,51 @@ impl Coordinator {
                     }
                 },
             };
-            let fut = f(term.clone());
-            match term.run_future(fut).await {
-                Ok(()) => debug!(name, "work returned; campaigning again"),
-                Err(e) if e.is(ErrorKind::Lost) => {
-                    info!(name, error = %e, "term lost; campaigning again");
+            let token = term.token();
+            match term.run(&mut f).await {
+                Ok(()) => {
+                    failures = 0;
+                    debug!(name, term = token, "work returned; campaigning again");
                 }
-                Err(e) if e.is(ErrorKind::Closed) => return Ok(()),
-                Err(e) => return Err(e),
+                Err(e) if e.is(ErrorKind::Lost) => {
+                    failures = 0;
+                    info!(name, term = token, error = %e, "term lost; campaigning again");
+                }
+                Err(e) if e.is(ErrorKind::Closed) => {
+                    if self.is_closed() {
+                        return self.election_ended(name, Ok(()));
+                    }
+                    failures = 0;
+                    debug!(name, term = token, error = %e, "term closed; campaigning again");
+                }
+                Err(e) => {
+                    telemetry::work_failed(name);
+                    match policy {
+                        OnWorkError::Return => return self.election_ended(name, Err(e)),
+                        OnWorkError::Restart { .. } => {
+                            failures = failures.saturating_add(1);
+                            let backoff = policy.backoff(&t, failures);
+                            warn!(name, term = token, error = %e, failures, ?backoff, "work failed; stepped down, campaigning again after the backoff");
+                        }
+                    }
+                }
             }
         }
+    }
+
+    /// Logs and counts the end of a `run_elected` loop.
+    fn election_ended(&self, name: &str, result: Result<()>) -> Result<()> {
+        match &result {
+            Ok(()) => {
+                telemetry::election_ended(name, "closed");
+                info!(name, "election ended: the coordinator is closed");
+            }
+            Err(e) => {
+                telemetry::election_ended(name, e.kind().as_str());
+                error!(name, error = %e, kind = %e.kind(), "election ended: this node no longer campaigns for the lease");
+            }
+        }
+        result
     }
 
     /// Closes the coordinator.
@@ -363,6 +498,10 @@ impl Coordinator {
     ///
     /// When some work has not returned within the grace, `close` returns a `Timeout` error;
     /// those leases stay held and are released as soon as their work returns, never before.
+    ///
+    /// A [`Term::run`] racing `close` either took its term first — `close` then leaves the
+    /// release to it and waits for its work like any other — or finds the term ended and starts
+    /// no work: no work ever starts, or goes on, under a term that `close` released.
     pub async fn close(&self) -> Result<()> {
         let terms: Vec<Arc<TermShared>> = {
             let mut terms = self.shared.terms.lock().unwrap_or_else(|p| p.into_inner());
@@ -378,16 +517,22 @@ impl Coordinator {
         let waited = timeout(grace, self.shared.work.wait()).await;
         let mut still_running = 0usize;
         for t in &terms {
-            if t.under_run.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+            // Decided under the lock a starting run takes: either no run uses the term and it
+            // is released here (a run that comes later sees the term ended and starts nothing),
+            // or the release is left to the run.
+            if t.stop_if_unused() {
                 let _ = t.stop_and_wait().await;
             } else if waited.is_ok() {
                 // The work has returned and its `run` is resigning: wait for the release.
-                let _ = timeout(t.timings.attempt_timeout(), t.finished.cancelled()).await;
+                let released = timeout(t.timings.attempt_timeout(), t.finished.cancelled()).await;
+                if released.is_err() && t.runs() > 0 {
+                    still_running += 1;
+                }
             } else {
                 still_running += 1;
             }
         }
-        if waited.is_err() && still_running > 0 {
+        if still_running > 0 {
             return Err(Error::new(
                 ErrorKind::Timeout,
                 format!(

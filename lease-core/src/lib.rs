@@ -64,7 +64,7 @@ mod timings;
 mod validate;
 
 pub use clock::{Deadline, Stamp};
-pub use coordinator::{Coordinator, CoordinatorBuilder};
+pub use coordinator::{Coordinator, CoordinatorBuilder, OnWorkError};
 pub use error::{BoxError, Error, ErrorKind, Result};
 pub use group::{Assignment, GroupWorker, GroupWorkerBuilder, StopAck};
 pub use membership::{
@@ -84,7 +84,7 @@ pub use store::{
     Capabilities, Grant, HolderToken, LeaseInfo, LeaseStore, MAX_INSTANCE_BYTES, validate_instance,
 };
 pub use term::Term;
-pub use timings::{DRIFT_MARGIN_PERCENT, Timings, TimingsBuilder};
+pub use timings::{DRIFT_MARGIN_PERCENT, STORE_CLOCK_GRANULARITY, Timings, TimingsBuilder};
 pub use validate::{
     DEFAULT_MAX_NAME_BYTES, MAX_TTL, MIN_TTL, ceil_millis, validate_name, validate_ttl,
 };

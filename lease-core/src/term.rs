@@ -1,7 +1,6 @@
 //! A term: one holding of a lease, with its fencing token, and the keeper that renews it.
 
 use std::fmt;
-use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -32,7 +31,9 @@ use crate::timings::Timings;
 /// - without an error when [`resign`](Term::resign)ed.
 ///
 /// `Term` is a cheap handle; clones share one term. When the last clone is dropped, the keeper
-/// stops and releases the lease in the background. Renewals go on after
+/// stops and releases the lease in the background. The task running a [`run`](Term::run)'s
+/// work holds a clone until it ends, so dropping the run (or every other clone) never frees
+/// the name under running work. Renewals go on after
 /// [`done`](Term::done) fires for a close, until the holder resigns or drops the term, so the
 /// name is never freed while its work is still winding down.
 #[derive(Clone)]
@@ -59,6 +60,10 @@ struct Status {
     end: Option<Error>,
     /// Result of the release at the end, once done.
     released: Option<Result<bool>>,
+    /// How many runs (and the tasks of their work) are using this term. Changed only under
+    /// this lock, together with the checks in `try_add_run` and `stop_if_unused`, so a run and
+    /// `Coordinator::close` never both believe they own the release.
+    runs: usize,
 }
 
 pub(crate) struct TermShared {
@@ -79,8 +84,6 @@ pub(crate) struct TermShared {
     pub(crate) stop: CancellationToken,
     /// Fires when the keeper has finished (released or given up).
     pub(crate) finished: CancellationToken,
-    /// How many `run`s are using this term.
-    pub(crate) under_run: AtomicUsize,
     status: Mutex<Status>,
 }
 
@@ -113,7 +116,54 @@ impl TermShared {
         }
     }
 
-    fn lose(&self, why: impl fmt::Display) {
+    /// The error the term ended with; `None` while live or after a resign.
+    pub(crate) fn end_error(&self) -> Option<Error> {
+        self.status().end.clone()
+    }
+
+    /// Marks one more run (or work task) as using the term, unconditionally.
+    pub(crate) fn add_run(&self) {
+        self.status().runs += 1;
+    }
+
+    /// Marks one more run as using the term, unless the term has ended, its local deadline has
+    /// passed, or its release has begun: then `false`, and nothing is marked. `close` ends a
+    /// term before it looks at its runs (under the same lock), so a run either is seen by
+    /// `close` — which then leaves the release to the run — or sees the end here and starts
+    /// no work.
+    pub(crate) fn try_add_run(&self) -> bool {
+        let mut st = self.status();
+        let ended = self.done.is_cancelled()
+            || self.stop.is_cancelled()
+            || (self.expires && Deadline::after(st.last_ok, self.timings.deadline()).has_passed());
+        if !ended {
+            st.runs += 1;
+        }
+        !ended
+    }
+
+    /// Unmarks one run (or work task).
+    pub(crate) fn leave_run(&self) {
+        let mut st = self.status();
+        st.runs = st.runs.saturating_sub(1);
+    }
+
+    /// How many runs and work tasks are using the term.
+    pub(crate) fn runs(&self) -> usize {
+        self.status().runs
+    }
+
+    /// Tells the keeper to stop and release if no run is using the term; `false` (and nothing
+    /// done) otherwise. Decided under the lock that `try_add_run` takes.
+    pub(crate) fn stop_if_unused(&self) -> bool {
+        let st = self.status();
+        if st.runs == 0 {
+            self.stop.cancel();
+        }
+        st.runs == 0
+    }
+
+    pub(crate) fn lose(&self, why: impl fmt::Display) {
         let err = Error::lost(&self.name, why);
         warn!(name = %self.name, term = self.token, instance = %self.instance, "{err}");
         self.end(Some(err));
@@ -149,12 +199,12 @@ impl Term {
             lost: CancellationToken::new(),
             stop: CancellationToken::new(),
             finished: CancellationToken::new(),
-            under_run: AtomicUsize::new(0),
             status: Mutex::new(Status {
                 last_ok: claimed_at,
                 expires_in: grant.expires_in,
                 end: None,
                 released: None,
+                runs: 0,
             }),
         });
         telemetry::claimed(&shared.name);

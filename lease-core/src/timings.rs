@@ -7,8 +7,15 @@ use crate::error::{Error, Result};
 use crate::validate::validate_ttl;
 
 /// The share of the lease kept back for clock-rate drift between this process and the store,
-/// in percent: `deadline + grace ≤ lease − lease × DRIFT_MARGIN_PERCENT / 100`.
+/// in percent: `deadline + grace + STORE_CLOCK_GRANULARITY ≤ lease − lease ×
+/// DRIFT_MARGIN_PERCENT / 100`.
 pub const DRIFT_MARGIN_PERCENT: u32 = 1;
+
+/// The coarsest clock a store keeps expiries in: one millisecond. A store records a claim at
+/// its "now" truncated to the millisecond, so the lease can expire up to this much before
+/// `start of the request + lease` by the caller's clock; [`Timings`] keep it back in full, on
+/// top of the drift margin (which alone covers it only for leases of 100 ms or more).
+pub const STORE_CLOCK_GRANULARITY: Duration = Duration::from_millis(1);
 
 /// The durations that drive holding a lease.
 ///
@@ -27,8 +34,10 @@ pub const DRIFT_MARGIN_PERCENT: u32 = 1;
 /// - `renew_every < deadline`: a failed renewal is retried before the deadline;
 /// - `attempt_timeout ≤ deadline / 2`: at least two attempts fit in the deadline (each attempt is
 ///   further cut to the time left before the deadline, and attempts never overlap);
-/// - `deadline + grace ≤ lease − 1 %`: the work has stopped before the store lets anyone else
-///   claim, with a margin of [`DRIFT_MARGIN_PERCENT`] for clock-rate drift.
+/// - `deadline + grace + 1 ms ≤ lease − 1 %`: the work has stopped before the store lets anyone
+///   else claim, with a margin of [`DRIFT_MARGIN_PERCENT`] for clock-rate drift and
+///   [`STORE_CLOCK_GRANULARITY`] for a store clock truncated to the millisecond. (So a lease
+///   needs at least about 18 ms in the default proportions.)
 ///
 /// ```
 /// use std::time::Duration;
@@ -236,10 +245,14 @@ impl TimingsBuilder {
             )));
         }
         let margin = t.lease * DRIFT_MARGIN_PERCENT / 100;
-        if t.deadline + t.grace > t.lease - margin {
+        let kept_back = margin + STORE_CLOCK_GRANULARITY;
+        if t.deadline + t.grace > t.lease.saturating_sub(kept_back) {
             return Err(Error::invalid_timings(format!(
-                "deadline + grace ≤ lease − {DRIFT_MARGIN_PERCENT}% drift margin does not hold: \
-                 {:?} + {:?} > {:?} − {:?}; lengthen the lease or shorten the deadline or grace",
+                "deadline + grace ≤ lease − {DRIFT_MARGIN_PERCENT}% drift margin − \
+                 {STORE_CLOCK_GRANULARITY:?} store clock granularity does not hold: \
+                 {:?} + {:?} > {:?} − {:?} − {STORE_CLOCK_GRANULARITY:?} (a store keeps its \
+                 clock in whole milliseconds, so a lease can end up to 1 ms early); lengthen \
+                 the lease or shorten the deadline or grace",
                 t.deadline, t.grace, t.lease, margin
             )));
         }
@@ -308,13 +321,44 @@ mod tests {
                 "{e} should mention {needle}"
             );
         }
-        // The boundary itself is allowed.
+        // The boundary itself is allowed: 10 s + 4.849 s = 15 s − 150 ms − 1 ms.
         assert!(
             Timings::builder()
-                .grace(Duration::from_millis(4850))
+                .grace(Duration::from_millis(4849))
                 .build()
                 .is_ok()
         );
+    }
+
+    /// Stores keep their clocks in whole milliseconds: a claim recorded at a truncated "now"
+    /// can expire up to 1 ms before `start + lease` by the caller's clock. Timings whose
+    /// deadline and grace fit only within the drift margin, not within that millisecond too,
+    /// would let the work run past the store's expiry.
+    #[test]
+    fn deadlines_leave_room_for_millisecond_truncation() {
+        let ms = Duration::from_millis;
+        // lease 50 ms: drift margin 0.5 ms; deadline + grace = 49.5 ms fits the drift margin
+        // but a store expiry truncated by 1 ms comes at 49 ms.
+        let tight = Timings::builder()
+            .lease(ms(50))
+            .renew_every(ms(5))
+            .deadline(ms(30))
+            .attempt_timeout(ms(15))
+            .grace(Duration::from_micros(19_500))
+            .retry(ms(5))
+            .jitter(ms(1));
+        let e = tight.clone().build().unwrap_err();
+        assert_eq!(e.kind(), crate::ErrorKind::InvalidTimings);
+        assert!(e.to_string().contains("1ms"), "{e}");
+        // With the millisecond left over it is accepted.
+        assert!(tight.grace(Duration::from_micros(18_500)).build().is_ok());
+        // The same holds for derived timings: a 10 ms lease leaves 0.67 ms after the grace.
+        let e = Timings::from_lease(ms(10)).unwrap_err();
+        assert_eq!(e.kind(), crate::ErrorKind::InvalidTimings);
+        assert!(Timings::from_lease(ms(20)).is_ok());
+        // Default proportions: the boundary moves by the millisecond.
+        assert!(Timings::builder().grace(ms(4849)).build().is_ok());
+        assert!(Timings::builder().grace(ms(4850)).build().is_err());
     }
 
     #[test]

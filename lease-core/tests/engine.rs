@@ -5,7 +5,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lease_core::{Coordinator, ErrorKind, LeaseStore, StepDownFailure, Timings};
+use lease_core::{Coordinator, ErrorKind, LeaseStore, OnWorkError, StepDownFailure, Timings};
 use lease_local::{FaultMode, FaultyStore, MemoryStore};
 use tokio::time::{Instant, advance, sleep};
 
@@ -359,9 +359,15 @@ async fn a_claim_that_did_not_take_effect_is_not_adopted() {
     assert_eq!(r.store.inner().get("job").await.unwrap(), None);
 }
 
+/// Under `OnWorkError::Return` (the default restarts: see tests/runs.rs).
 #[tokio::test(start_paused = true)]
 async fn run_elected_returns_an_error_of_a_live_term() {
-    let r = rig();
+    let mut r = rig();
+    r.coordinator = Coordinator::builder(r.store.clone())
+        .instance("a")
+        .on_work_error(OnWorkError::Return)
+        .build()
+        .unwrap();
     let err = r
         .coordinator
         .run_elected("job", |_term| async {

@@ -441,6 +441,8 @@ async fn three_replicas_start_each_instant_exactly_once() {
     // Counted once cluster-wide: the three replicas' counters add up to the instants.
     let started = rec.read(telemetry::ROUNDS_STARTED, "job=fast,rerun=false");
     assert_eq!(started, u64::try_from(fast.len()).unwrap());
+    assert_eq!(rec.read(telemetry::INSTANTS_LATE, "job=fast"), 0);
+    assert_eq!(rec.read(telemetry::INSTANTS_LATE, "job=minutely"), 0);
     assert!(starts.of("fast").iter().all(|s| !s.rerun));
     assert!(failures.0.lock().unwrap().is_empty());
     let mut by_who: BTreeMap<String, usize> = BTreeMap::new();
@@ -674,6 +676,9 @@ async fn overrun_instants_are_skipped_cluster_wide_and_recorded() {
     );
     assert!(all_once(&per));
     assert_eq!(rec.read(telemetry::INSTANTS_SKIPPED, "job=overrun"), 2);
+    // The other replica waited for the long round to end instead of claiming late.
+    assert_eq!(rec.read(telemetry::INSTANTS_LATE, "job=overrun"), 0);
+    assert_eq!(rec.read(telemetry::INSTANTS_MISSED, "job=overrun"), 0);
     eprintln!("paused time: {:?}", t0.elapsed());
 }
 
@@ -943,4 +948,471 @@ async fn shutdown_works_on_the_task_that_polls_run() {
         }
     }
     assert_eq!(starts.len(), 3);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Work that does not keep its round (safety issue, item 2), and instants held by a crashed
+// round's lease (item 15).
+
+#[derive(Debug, Clone)]
+struct End {
+    who: String,
+    instant_ms: i64,
+    token: u64,
+    /// The wall clock when the work returned.
+    at_ms: i64,
+}
+
+#[derive(Clone, Default)]
+struct Ends(Arc<Mutex<Vec<End>>>);
+
+impl Ends {
+    fn of(&self, job: &str, starts: &Starts) -> Vec<End> {
+        let tokens: Vec<u64> = starts.of(job).iter().map(|s| s.token).collect();
+        self.0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|e| tokens.contains(&e.token))
+            .cloned()
+            .collect()
+    }
+}
+
+/// The job's work: record the start, take what it needs from its `Round` and drop it at once,
+/// then run for `hold(round)` whatever happens (it never looks at the round again), and record
+/// its end.
+fn detached(
+    builder: JobBuilder,
+    who: &str,
+    starts: &Starts,
+    ends: &Ends,
+    clock: TokioClock,
+    hold: Hold,
+) -> Job {
+    let who = who.to_owned();
+    let starts = starts.clone();
+    let ends = ends.clone();
+    builder.run(move |round: Round| {
+        let start = Start {
+            who: who.clone(),
+            job: round.job().to_owned(),
+            instant_ms: round.instant_ms(),
+            token: round.token(),
+            rerun: round.is_rerun(),
+            at_ms: clock.now_ms(),
+        };
+        starts.0.lock().unwrap().push(start.clone());
+        let d = hold(&round);
+        drop(round);
+        let ends = ends.clone();
+        async move {
+            sleep(d).await;
+            ends.0.lock().unwrap().push(End {
+                who: start.who,
+                instant_ms: start.instant_ms,
+                token: start.token,
+                at_ms: clock.now_ms(),
+            });
+            Ok::<(), std::io::Error>(())
+        }
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_round_whose_work_dropped_its_round_is_not_rerun_while_it_runs() {
+    let t0 = Instant::now();
+    let store = MemoryStore::new();
+    let clock = TokioClock::starting_at(store.now_ms());
+    let starts = Starts::default();
+    let ends = Ends::default();
+    let failures = Failures::default();
+    // The first round runs 40 s, far past its lease's TTL (15 s); a rerun takes a second.
+    let long_first: Hold = Arc::new(|r: &Round| if r.is_rerun() { S } else { 40 * S });
+    let replicas: Vec<Scheduler> = ["a", "b"]
+        .iter()
+        .map(|who| {
+            let job = detached(
+                Job::every("detached", 300 * S).unwrap(),
+                who,
+                &starts,
+                &ends,
+                clock,
+                long_first.clone(),
+            );
+            scheduler(store.clone(), clock, who, &failures, vec![job])
+        })
+        .collect();
+    let mut tasks: Vec<Option<JoinHandle<Result<()>>>> =
+        replicas.iter().map(|r| Some(start(r))).collect();
+    while starts.len() < 1 {
+        sleep(S / 10).await;
+    }
+    let first = starts.of("detached")[0].clone();
+    let winner = usize::from(first.who != "a");
+    sleep(S).await;
+    // The winner's `run` future is dropped while its round's work runs on; the other replica
+    // looks for rounds to rerun every 2–2.5 s.
+    let task = tasks[winner].take().unwrap();
+    task.abort();
+    assert!(task.await.unwrap_err().is_cancelled());
+    for _ in 0..30 {
+        sleep(S).await;
+        if ends.of("detached", &starts).is_empty() {
+            let info = store.get("detached").await.unwrap().unwrap();
+            assert!(
+                info.live && info.term == first.token,
+                "the lease of a round whose work still runs must stay held: {info:?}; \
+                 starts {:#?}",
+                starts.of("detached")
+            );
+        }
+    }
+    sleep(30 * S).await;
+    replicas[1 - winner].shutdown().await.unwrap();
+    for t in tasks.into_iter().flatten() {
+        t.await.unwrap().unwrap();
+    }
+
+    let runs = starts.of("detached");
+    let done = ends.of("detached", &starts);
+    let first_end = done.iter().find(|e| e.token == first.token).unwrap();
+    assert_eq!(
+        (first_end.who.as_str(), first_end.instant_ms),
+        (first.who.as_str(), first.instant_ms)
+    );
+    assert_eq!(first_end.at_ms - first.at_ms, 40_000);
+    for s in runs.iter().filter(|s| s.instant_ms == first.instant_ms) {
+        assert!(
+            s.token == first.token || s.at_ms >= first_end.at_ms,
+            "instant {} started again at {} while its first round ran until {}: {runs:#?}",
+            first.instant_ms,
+            s.at_ms,
+            first_end.at_ms
+        );
+    }
+    // Once the work returned, its lease was released, and the round (cut short: its `run` was
+    // dropped) ran again once, on the other replica.
+    assert_eq!(runs.len(), 2, "{runs:#?}");
+    assert!(runs[1].rerun && runs[1].who != first.who && runs[1].instant_ms == first.instant_ms);
+    assert!(
+        runs[1].at_ms - first_end.at_ms <= 3_000,
+        "{runs:#?} {first_end:?}"
+    );
+    assert!(failures.0.lock().unwrap().is_empty());
+    eprintln!("paused time: {:?}", t0.elapsed());
+}
+
+#[tokio::test(start_paused = true)]
+async fn dropping_run_leaves_the_instant_unclaimable_until_the_work_returns() {
+    let store = MemoryStore::new();
+    let clock = TokioClock::starting_at(store.now_ms());
+    let starts = Starts::default();
+    let ends = Ends::default();
+    let s = scheduler(
+        store.clone(),
+        clock,
+        "a",
+        &Failures::default(),
+        vec![detached(
+            Job::every("orphaned", 120 * S).unwrap(),
+            "a",
+            &starts,
+            &ends,
+            clock,
+            hold(60 * S),
+        )],
+    );
+    let task = start(&s);
+    while starts.len() < 1 {
+        sleep(S / 10).await;
+    }
+    let round = starts.of("orphaned")[0].clone();
+    sleep(S).await;
+    task.abort();
+    assert!(task.await.unwrap_err().is_cancelled());
+    let names = ["orphaned".to_owned()];
+    let ttl = Timings::default().lease();
+    // Well past the lease's TTL, while the work still runs: the lease is held (renewed), the
+    // instant is neither unfinished (for a rerun) nor claimable.
+    for at in [2 * S, 20 * S, 50 * S] {
+        if at == 20 * S {
+            // A shutdown now does not release it either: the work has not returned within the
+            // grace, so the lease stays held until it does.
+            let e = s.shutdown().await.unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
+        }
+        sleep_until_ms(&clock, round.at_ms + i64::try_from(at.as_millis()).unwrap()).await;
+        assert!(ends.0.lock().unwrap().is_empty());
+        let info = store.get("orphaned").await.unwrap().unwrap();
+        assert!(info.live, "{at:?} in: {info:?}");
+        assert_eq!(info.term, round.token);
+        assert_eq!(store.unfinished(&names).await.unwrap(), vec![]);
+        let rerun = store
+            .claim_rerun(
+                "orphaned",
+                &HolderToken::mint(),
+                "probe",
+                ttl,
+                round.instant_ms,
+            )
+            .await
+            .unwrap();
+        assert!(rerun.is_none(), "{at:?} in: a rerun was granted: {rerun:?}");
+    }
+    // Once the work returns, the lease is released and the round, cut short, awaits its rerun.
+    sleep_until_ms(&clock, round.at_ms + 60_100).await;
+    assert_eq!(ends.0.lock().unwrap().len(), 1);
+    assert!(!store.get("orphaned").await.unwrap().unwrap().live);
+    assert_eq!(
+        store.unfinished(&names).await.unwrap(),
+        vec![("orphaned".to_owned(), round.instant_ms)]
+    );
+}
+
+/// Two replicas on links; the one that wins the first round of `job` is killed a second into
+/// it (its lease stays live in the store until its TTL passes). Rerun checks are off, so what
+/// happens to the instants after is the job loop's doing. Returns the first round and the
+/// survivor's instance.
+async fn kill_the_first_round(
+    store: &MemoryStore,
+    clock: TokioClock,
+    starts: &Starts,
+    failures: &Failures,
+    job: impl Fn(&str) -> Job,
+    run_for: Duration,
+) -> (Start, String) {
+    let links = [Link::new(store), Link::new(store)];
+    let replicas: Vec<Scheduler> = ["a", "b"]
+        .iter()
+        .zip(&links)
+        .map(|(who, link)| {
+            let f = failures.clone();
+            Scheduler::builder(link.clone())
+                .instance(*who)
+                .clock(clock)
+                .rerun_check(Duration::from_secs(3600))
+                .fail_action(move |x| f.0.lock().unwrap().push(x.clone()))
+                .job(job(who))
+                .build()
+                .unwrap()
+        })
+        .collect();
+    let mut tasks: Vec<_> = replicas.iter().map(|r| Some(start(r))).collect();
+    while starts.len() < 1 {
+        sleep(S / 10).await;
+    }
+    sleep(S).await;
+    let first = starts.0.lock().unwrap()[0].clone();
+    let victim = usize::from(first.who != "a");
+    links[victim].cut();
+    tasks[victim].take().unwrap().abort();
+    sleep_until_ms(
+        &clock,
+        first.instant_ms + i64::try_from(run_for.as_millis()).unwrap(),
+    )
+    .await;
+    replicas[1 - victim].shutdown().await.unwrap();
+    for t in tasks.into_iter().flatten() {
+        let _ = t.await.unwrap();
+    }
+    (first, ["a", "b"][1 - victim].to_owned())
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_instant_held_by_a_crashed_rounds_lease_runs_once_the_lease_ends() {
+    let rec = rec();
+    let store = MemoryStore::new();
+    let clock = TokioClock::starting_at(store.now_ms());
+    let starts = Starts::default();
+    let failures = Failures::default();
+    // Every 10 s; the killed round's lease (15 s) is still live at the next instant.
+    let job = |who: &str| {
+        recording(
+            Job::every("held-late", 10 * S).unwrap(),
+            who,
+            &starts,
+            clock,
+            hold(2 * S),
+        )
+    };
+    let (first, survivor) =
+        kill_the_first_round(&store, clock, &starts, &failures, job, 55 * S).await;
+
+    let runs = starts.of("held-late");
+    let per = starts.per_instant("held-late");
+    assert_eq!(
+        per.keys().copied().collect::<Vec<_>>(),
+        every(10 * S, first.instant_ms - 1, first.instant_ms + 55_000),
+        "no instant lost: {runs:#?}"
+    );
+    assert!(all_once(&per), "{per:?}");
+    // The next instant ran once the dead lease had expired (15 s after the claim), on the
+    // survivor, late and counted; the dead round was superseded by it (no rerun check ran).
+    let late = runs
+        .iter()
+        .find(|s| s.instant_ms == first.instant_ms + 10_000)
+        .unwrap();
+    assert_eq!(late.who, survivor);
+    assert!(
+        (first.instant_ms + 15_000..=first.instant_ms + 15_100).contains(&late.at_ms),
+        "{late:?}"
+    );
+    assert_eq!(rec.read(telemetry::INSTANTS_LATE, "job=held-late"), 1);
+    assert_eq!(rec.read(telemetry::INSTANTS_SUPERSEDED, "job=held-late"), 1);
+    assert_eq!(rec.read(telemetry::INSTANTS_MISSED, "job=held-late"), 0);
+    // Every other instant on time.
+    for s in runs.iter().filter(|s| s.instant_ms != late.instant_ms) {
+        assert!(s.at_ms - s.instant_ms <= 5, "{s:?}");
+    }
+    let record = store.last_slot("held-late").await.unwrap().unwrap();
+    assert_eq!(record.unfinished_ms, None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn instants_a_crashed_rounds_lease_held_through_are_counted_as_missed() {
+    let rec = rec();
+    let store = MemoryStore::new();
+    let clock = TokioClock::starting_at(store.now_ms());
+    let starts = Starts::default();
+    let failures = Failures::default();
+    // Every 4 s; the killed round's lease (15 s) covers the next three instants (+4 s, +8 s,
+    // +12 s): the last of them runs late, the two before it are missed and counted. The first
+    // round takes 3 s (it is killed a second in), the others half a second.
+    let first_round = Arc::new(AtomicBool::new(true));
+    let short_after_first: Hold = Arc::new(move |_: &Round| {
+        if first_round.swap(false, Ordering::SeqCst) {
+            3 * S
+        } else {
+            S / 2
+        }
+    });
+    let job = |who: &str| {
+        recording(
+            Job::every("held-missed", 4 * S).unwrap(),
+            who,
+            &starts,
+            clock,
+            short_after_first.clone(),
+        )
+    };
+    let (first, survivor) =
+        kill_the_first_round(&store, clock, &starts, &failures, job, 30 * S).await;
+
+    let runs = starts.of("held-missed");
+    let got: Vec<i64> = starts
+        .per_instant("held-missed")
+        .keys()
+        .map(|t| t - first.instant_ms)
+        .collect();
+    assert_eq!(
+        got,
+        [0, 12_000, 16_000, 20_000, 24_000, 28_000],
+        "{runs:#?}"
+    );
+    assert!(all_once(&starts.per_instant("held-missed")));
+    let late = runs
+        .iter()
+        .find(|s| s.instant_ms == first.instant_ms + 12_000)
+        .unwrap();
+    assert_eq!(late.who, survivor);
+    assert!(
+        (first.instant_ms + 15_000..=first.instant_ms + 15_100).contains(&late.at_ms),
+        "{late:?}"
+    );
+    assert_eq!(rec.read(telemetry::INSTANTS_MISSED, "job=held-missed"), 2);
+    assert_eq!(rec.read(telemetry::INSTANTS_LATE, "job=held-missed"), 1);
+    assert_eq!(
+        rec.read(telemetry::INSTANTS_SUPERSEDED, "job=held-missed"),
+        1
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_overrun_the_round_could_not_record_is_claimed_late_and_counted() {
+    let rec = rec();
+    let store = MemoryStore::new();
+    let clock = TokioClock::starting_at(store.now_ms());
+    let starts = Starts::default();
+    let first_round = Arc::new(AtomicBool::new(true));
+    // The first round runs 25 s, overrunning the next two instants, unless told to stop: then
+    // it takes a second to wrap up and returns Ok (within the step-down grace).
+    let job = {
+        let starts = starts.clone();
+        Job::every("unrecorded", 10 * S)
+            .unwrap()
+            .run(move |round: Round| {
+                starts.0.lock().unwrap().push(Start {
+                    who: "a".to_owned(),
+                    job: round.job().to_owned(),
+                    instant_ms: round.instant_ms(),
+                    token: round.token(),
+                    rerun: round.is_rerun(),
+                    at_ms: clock.now_ms(),
+                });
+                let long = first_round.swap(false, Ordering::SeqCst);
+                async move {
+                    if long {
+                        tokio::select! {
+                            _ = round.done() => sleep(S).await,
+                            _ = sleep(25 * S) => {}
+                        }
+                    } else {
+                        sleep(S).await;
+                    }
+                    Ok::<(), std::io::Error>(())
+                }
+            })
+    };
+    let failures = Failures::default();
+    let f = failures.clone();
+    // No rerun check within the test: the freed lease would let the unfinished round run again
+    // at once, beside its work winding down (as any lost lease allows).
+    let s = Scheduler::builder(store.clone())
+        .instance("a")
+        .clock(clock)
+        .rerun_check(Duration::from_secs(3600))
+        .fail_action(move |x| f.0.lock().unwrap().push(x.clone()))
+        .job(job)
+        .build()
+        .unwrap();
+    let task = start(&s);
+    while starts.len() < 1 {
+        sleep(S / 10).await;
+    }
+    let first = starts.of("unrecorded")[0].clone();
+    // 21 s in, past two instants, the lease is taken away (an operator's force release): the
+    // round's next renewal finds it gone, the work wraps up, and its finish can record the
+    // round's end but not its overrun.
+    sleep_until_ms(&clock, first.instant_ms + 21_000).await;
+    assert!(store.force_release("unrecorded").await.unwrap());
+    sleep_until_ms(&clock, first.instant_ms + 55_000).await;
+    s.shutdown().await.unwrap();
+    task.await.unwrap().unwrap();
+
+    let runs = starts.of("unrecorded");
+    let got: Vec<(i64, i64)> = runs
+        .iter()
+        .map(|r| (r.instant_ms - first.instant_ms, r.at_ms - first.instant_ms))
+        .collect();
+    // +10 s never ran (counted as missed); +20 s ran late, right after the round ended.
+    assert_eq!(
+        got,
+        [
+            (0, 0),
+            (20_000, 23_000),
+            (30_000, 30_000),
+            (40_000, 40_000),
+            (50_000, 50_000)
+        ],
+        "{runs:#?}"
+    );
+    assert_eq!(rec.read(telemetry::INSTANTS_MISSED, "job=unrecorded"), 1);
+    assert_eq!(rec.read(telemetry::INSTANTS_LATE, "job=unrecorded"), 1);
+    assert_eq!(rec.read(telemetry::INSTANTS_SKIPPED, "job=unrecorded"), 0);
+    assert_eq!(
+        rec.read(telemetry::ROUNDS_FINISHED, "job=unrecorded,rerun=false"),
+        5
+    );
+    assert!(failures.0.lock().unwrap().is_empty());
 }

@@ -128,14 +128,21 @@ macro_rules! returning_store {
                 lease_core::validate_instance(instance)?;
                 let ms = $crate::store::ttl_ms(ttl);
                 let row: Option<(i64,)> =
-                    crate::common::with_conn!(self, "claim", |c| sqlx::query_as(
+                    match crate::common::raw_conn!(self, "claim", |c| sqlx::query_as(
                         &self.inner.stmts.claim
                     )
                     .bind(name)
                     .bind(holder.to_hex())
                     .bind(instance)
                     .bind(ms)
-                    .fetch_optional(c))?;
+                    .fetch_optional(c))
+                    {
+                        Ok(row) => row,
+                        // The row is locked by a transaction (a verified one of the holder's):
+                        // live, so held — answered at once, never waited out.
+                        Err(e) if $crate::error::is_lock_busy(&e) => None,
+                        Err(e) => return Err(self.err(e, "claim")),
+                    };
                 row.map(|(t,)| {
                     Ok(lease_core::Grant {
                         term: self.term_from(t)?,
@@ -252,8 +259,10 @@ macro_rules! verify_guard {
             /// commits.
             ///
             /// When the lease is lost, the transaction is rolled back and `Lost` is returned:
-            /// not one business statement runs. Keep such transactions short: the holder's own
-            /// renewal waits for the lock too.
+            /// not one business statement runs. A contender's claim that meets the lock answers
+            /// held at once on PostgreSQL and MariaDB (on MySQL it waits for the lock). Keep
+            /// such transactions short: the holder's own renewal of the name waits for the lock,
+            /// and on SQLite every write to the file does.
             pub async fn begin_verified<'f>(
                 &self,
                 fence: impl Into<$crate::Fence<'f>>,
@@ -284,10 +293,15 @@ macro_rules! verify_guard {
             ) -> lease_core::Result<()> {
                 let fence = fence.into();
                 lease_core::LeaseStore::validate_name(self, fence.name)?;
-                let row: Option<(i64,)> = sqlx::query_as(&self.inner.stmts.verify_locking)
+                let q = sqlx::query_as(&self.inner.stmts.verify_locking)
                     .bind(fence.name)
                     .bind(fence.holder.to_hex())
-                    .bind($crate::store::term_i64(fence.term))
+                    .bind($crate::store::term_i64(fence.term));
+                let q = match <$db as $crate::conns::LeaseDb>::verify_now() {
+                    Some(now) => q.bind(now),
+                    None => q,
+                };
+                let row: Option<(i64,)> = q
                     .fetch_optional(&mut *conn)
                     .await
                     .map_err(|e| self.err(e, "verify in transaction"))?;

@@ -42,6 +42,11 @@ pub const PARTITIONS_SUFFIX: &str = "_partitions";
 /// What is appended to the lease table's name to name the member table.
 pub const MEMBERS_SUFFIX: &str = "_members";
 
+/// SQLite: expiries at or above this are wall-clock milliseconds (September 2001 or later),
+/// written by a lease-sql from before the boot clock; boot-clock values stay below it through
+/// 31 years of uptime.
+pub(crate) const WALL_CLOCK_FLOOR_MS: i64 = 1_000_000_000_000;
+
 /// The longest identifier accepted for the lease table (PostgreSQL cuts identifiers at 63 bytes),
 /// leaving room for the longer of the two suffixes.
 const MAX_TABLE_BYTES: usize = 63 - PARTITIONS_SUFFIX.len();

@@ -2,60 +2,156 @@
 //!
 //! Not a sqlx `Pool`: a pool pings every connection when it is returned (and, by default, when
 //! it is checked out), so every lease operation through it would cost two round trips or more.
-//! These slots hold plain connections: a warm operation is one statement, one round trip.
+//! These are plain connections: a warm operation is one statement, one round trip.
+//!
+//! An operation takes the first connection that is free: a fair semaphore with one permit per
+//! connection hands permits out in the order operations asked for them, and a free connection
+//! is taken from the idle list (or opened when there is none yet). An operation never queues
+//! behind one particular connection, so one that waits long on the server (a lock, a slow
+//! statement) delays no other while another connection is free.
 //!
 //! A connection whose operation did not finish (an error of the transport, or a future dropped
-//! mid-flight by a timeout) may hold half a response; it is closed, never reused, and the next
+//! mid-flight by a timeout) may hold half a response; it is closed, never reused, and a later
 //! operation opens a fresh one.
 
+use std::future::Future;
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 use sqlx::{ConnectOptions, Connection, Database};
-use tokio::sync::{Mutex, MutexGuard};
+use tokio::sync::{Semaphore, SemaphorePermit};
 
 type Options<DB> = <<DB as Database>::Connection as Connection>::Options;
 
+/// What a dialect does on its lease connections besides the operation itself.
+pub(crate) trait LeaseDb: Database {
+    /// Once on each new connection.
+    fn on_connect(
+        _conn: &mut Self::Connection,
+    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send {
+        std::future::ready(Ok(()))
+    }
+
+    /// Right before each operation (after [`LeaseDb::on_connect`] on a new connection).
+    fn before_op(
+        _conn: &mut Self::Connection,
+    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send {
+        std::future::ready(Ok(()))
+    }
+
+    /// The clock a verify inside an application's transaction is told, bound after its other
+    /// parameters: `None` where the statement reads the server's clock itself.
+    fn verify_now() -> Option<i64> {
+        None
+    }
+}
+
+#[cfg(feature = "postgres")]
+impl LeaseDb for sqlx::Postgres {}
+
+#[cfg(feature = "mysql")]
+impl LeaseDb for sqlx::MySql {}
+
+/// SQLite reads no clock of a server: each operation is told the boot clock (see
+/// `boot_clock.rs`) through a one-row temporary table of its connection, which the statements
+/// read as `:now`, set right before the operation's statement runs.
+#[cfg(feature = "sqlite")]
+impl LeaseDb for sqlx::Sqlite {
+    async fn on_connect(conn: &mut Self::Connection) -> Result<(), sqlx::Error> {
+        sqlx::query(
+            "CREATE TEMP TABLE IF NOT EXISTS lease_sql_clock \
+             (id INTEGER PRIMARY KEY CHECK (id = 1), boot_ms INTEGER NOT NULL)",
+        )
+        .execute(&mut *conn)
+        .await?;
+        sqlx::query("INSERT OR REPLACE INTO temp.lease_sql_clock (id, boot_ms) VALUES (1, 0)")
+            .execute(&mut *conn)
+            .await?;
+        Ok(())
+    }
+
+    async fn before_op(conn: &mut Self::Connection) -> Result<(), sqlx::Error> {
+        sqlx::query("UPDATE temp.lease_sql_clock SET boot_ms = ?1")
+            .bind(crate::boot_clock::now_ms())
+            .execute(&mut *conn)
+            .await?;
+        Ok(())
+    }
+
+    fn verify_now() -> Option<i64> {
+        Some(crate::boot_clock::now_ms())
+    }
+}
+
 pub(crate) struct Conns<DB: Database> {
     options: Options<DB>,
-    slots: Vec<Mutex<Option<DB::Connection>>>,
-    next: AtomicUsize,
+    /// One permit per connection that may be open at once.
+    permits: Semaphore,
+    /// Open connections no operation holds. Locked only to push or pop, never across an await.
+    idle: Mutex<Vec<DB::Connection>>,
 }
 
 impl<DB: Database> Conns<DB> {
     pub(crate) fn new(options: Options<DB>, n: u32) -> Self {
+        let n = usize::try_from(n.max(1)).unwrap_or(1);
         Conns {
             options,
-            slots: (0..n.max(1)).map(|_| Mutex::new(None)).collect(),
-            next: AtomicUsize::new(0),
+            permits: Semaphore::new(n),
+            idle: Mutex::new(Vec::with_capacity(n)),
         }
     }
 
-    /// A connection for one operation: a free one if any, otherwise the next in turn.
+    fn pop(&self) -> Option<DB::Connection> {
+        match self.idle.lock() {
+            Ok(mut idle) => idle.pop(),
+            Err(poisoned) => poisoned.into_inner().pop(),
+        }
+    }
+
+    fn push(&self, conn: DB::Connection) {
+        match self.idle.lock() {
+            Ok(mut idle) => idle.push(conn),
+            Err(poisoned) => poisoned.into_inner().push(conn),
+        }
+    }
+}
+
+impl<DB: LeaseDb> Conns<DB> {
+    /// A connection for one operation: the first one free, opened when none is open yet.
     pub(crate) async fn get(&self) -> Result<Slot<'_, DB>, sqlx::Error> {
-        let guard = match self.slots.iter().find_map(|s| s.try_lock().ok()) {
-            Some(g) => g,
+        let permit = self
+            .permits
+            .acquire()
+            .await
+            .map_err(|_| sqlx::Error::PoolClosed)?;
+        let idle = self.pop();
+        let mut conn = match idle {
+            Some(c) => c,
             None => {
-                let i = self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len();
-                self.slots[i].lock().await
+                let mut c = self.options.connect().await?;
+                DB::on_connect(&mut c).await?;
+                c
             }
         };
-        let mut slot = Slot {
-            guard,
+        // A failure here drops the connection: it is not known to be clean.
+        DB::before_op(&mut conn).await?;
+        Ok(Slot {
+            conns: self,
+            conn: Some(conn),
             clean: false,
-        };
-        if slot.guard.is_none() {
-            *slot.guard = Some(self.options.connect().await?);
-        }
-        Ok(slot)
+            _permit: permit,
+        })
     }
 }
 
 /// One connection, held for one operation. Dropped without [`Slot::done`], it closes the
-/// connection.
+/// connection; either way its permit goes to the next operation waiting.
 pub(crate) struct Slot<'a, DB: Database> {
-    guard: MutexGuard<'a, Option<DB::Connection>>,
+    conns: &'a Conns<DB>,
+    conn: Option<DB::Connection>,
     clean: bool,
+    // Dropped after `Drop::drop` has put the connection back: the next operation finds it idle.
+    _permit: SemaphorePermit<'a>,
 }
 
 impl<DB: Database> Slot<'_, DB> {
@@ -74,27 +170,30 @@ impl<DB: Database> Slot<'_, DB> {
 impl<DB: Database> Deref for Slot<'_, DB> {
     type Target = DB::Connection;
     fn deref(&self) -> &DB::Connection {
-        match self.guard.as_ref() {
+        match self.conn.as_ref() {
             Some(c) => c,
-            None => unreachable!("a slot always holds a connection"),
+            None => unreachable!("a slot holds its connection until dropped"),
         }
     }
 }
 
 impl<DB: Database> DerefMut for Slot<'_, DB> {
     fn deref_mut(&mut self) -> &mut DB::Connection {
-        match self.guard.as_mut() {
+        match self.conn.as_mut() {
             Some(c) => c,
-            None => unreachable!("a slot always holds a connection"),
+            None => unreachable!("a slot holds its connection until dropped"),
         }
     }
 }
 
 impl<DB: Database> Drop for Slot<'_, DB> {
     fn drop(&mut self) {
-        if !self.clean {
-            // Dropping the connection closes its socket without a goodbye: it may be mid-reply.
-            self.guard.take();
+        // Unclean, the connection is dropped: that closes its socket without a goodbye, as it
+        // may be mid-reply.
+        if let Some(conn) = self.conn.take()
+            && self.clean
+        {
+            self.conns.push(conn);
         }
     }
 }

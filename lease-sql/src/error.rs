@@ -66,6 +66,19 @@ pub(crate) fn is_deadlock(e: &sqlx::Error) -> bool {
     }
 }
 
+/// `true` when the statement gave up on a row lock another transaction holds: PostgreSQL's
+/// `lock_not_available` (55P03, from `NOWAIT` or `lock_timeout`), MySQL/MariaDB's lock wait
+/// timeout (1205) or `NOWAIT` failure (3572). The statement changed nothing.
+pub(crate) fn is_lock_busy(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Database(d) => matches!(
+            code_of(d.as_ref()),
+            Code::Postgres("55P03") | Code::MySql(1205 | 3572)
+        ),
+        _ => false,
+    }
+}
+
 /// `true` for a unique violation or "already exists" on `CREATE TABLE IF NOT EXISTS`, which
 /// PostgreSQL reports when two sessions create the table at once.
 pub(crate) fn is_create_race(e: &sqlx::Error) -> bool {

@@ -2,8 +2,9 @@
 //!
 //! One row per name in a lease table, updated in place by four single-row statements (claim,
 //! renew, release, verify), each one round trip on a warm connection. Expiry is judged by the
-//! **database server's clock** only; a process whose own clock is hours off neither steals a
-//! live lease nor misjudges an expired one. The term (fencing token) is a column that goes up by
+//! **database server's clock** only (on SQLite, which has no server, by the host's boot clock,
+//! see [`SqliteStore`]); a process whose own wall clock is hours off neither steals a live lease
+//! nor misjudges an expired one. The term (fencing token) is a column that goes up by
 //! one on every change of hands and survives release and expiry.
 //!
 //! ```
@@ -48,6 +49,8 @@
 //! table is. Every one of their operations is one round trip, a batch renewal of any size
 //! included.
 
+#[cfg(feature = "sqlite")]
+mod boot_clock;
 mod common;
 mod common_checks;
 mod config;
@@ -71,7 +74,9 @@ pub use config::{
 pub use mysql::MySqlStore;
 #[cfg(feature = "postgres")]
 pub use postgres::PostgresStore;
-pub use schema::{Dialect, members_schema_sql, partitions_schema_sql, schema_sql};
+pub use schema::{
+    Dialect, members_schema_sql, partitions_schema_sql, schema_sql, sqlite_boot_clock_sql,
+};
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteStore;
 pub use store::{Fence, SqlStore};

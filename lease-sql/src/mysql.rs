@@ -1,6 +1,7 @@
 //! MySQL and MariaDB.
 
 use std::str::FromStr;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use lease_core::{
@@ -41,7 +42,9 @@ pub(crate) const DEADLOCK_RETRIES: usize = 3;
 ///   instance = IF(expires_at_ms <= :now, ?, instance),
 ///   term = IF(expires_at_ms <= :now, LAST_INSERT_ID(term + 1), term + LAST_INSERT_ID(0)),
 ///   expires_at_ms = IF(expires_at_ms <= :now, :now + ?, expires_at_ms);  -- assigned last
-/// -- LAST_INSERT_ID() = 0: held; otherwise the new term
+/// -- LAST_INSERT_ID() = 0: held; otherwise the new term. On MariaDB 10.3 or later the claim
+/// -- runs as `SET STATEMENT innodb_lock_wait_timeout = 0 FOR INSERT …`: a row locked by a
+/// -- verified transaction fails it at once (1205), answered as held.
 /// UPDATE leases SET expires_at_ms = :now + ?, term = LAST_INSERT_ID(term)
 ///  WHERE name = ? AND holder = ? AND expires_at_ms > :now;               -- renew
 /// UPDATE leases SET expires_at_ms = 0, term = LAST_INSERT_ID(term)
@@ -211,6 +214,12 @@ impl SqlStore<MySql> {
 
     async fn check_available(&self) -> Result<()> {
         check_common!(self, MySql);
+        let version: String = crate::common::with_conn!(self, "start-up check", |c| {
+            sqlx::query_scalar("SELECT CAST(VERSION() AS CHAR)").fetch_one(c)
+        })?;
+        self.inner
+            .nowait_claims
+            .store(takes_nowait_claims(&version), Ordering::Relaxed);
         let table = &self.inner.config.table;
         let (schema, name) = match table.split_once('.') {
             Some((s, n)) => (Some(s.to_owned()), n.to_owned()),
@@ -274,6 +283,20 @@ impl SqlStore<MySql> {
     }
 }
 
+/// `true` for MariaDB 10.3 or later (`VERSION()` like `10.11.19-MariaDB-…`), which takes
+/// `SET STATEMENT innodb_lock_wait_timeout = 0 FOR …`. MySQL has no per-statement lock timeout
+/// for InnoDB (its `innodb_lock_wait_timeout` is 1 s at least and no `SET_VAR` hint): a claim
+/// there waits for a verified transaction's lock as long as `innodb_lock_wait_timeout`.
+fn takes_nowait_claims(version: &str) -> bool {
+    if !version.to_ascii_lowercase().contains("mariadb") {
+        return false;
+    }
+    let mut parts = version.split(|c: char| !c.is_ascii_digit());
+    let major: u32 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+    let minor: u32 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+    (major, minor) >= (10, 3)
+}
+
 #[async_trait]
 impl LeaseStore for SqlStore<MySql> {
     fn backend(&self) -> &'static str {
@@ -300,10 +323,15 @@ impl LeaseStore for SqlStore<MySql> {
         validate_instance(instance)?;
         let ms = ttl_ms(ttl);
         let hex = holder.to_hex();
+        let stmt = if self.inner.nowait_claims.load(Ordering::Relaxed) {
+            &self.inner.stmts.claim_nowait
+        } else {
+            &self.inner.stmts.claim
+        };
         let mut attempt = 0;
         let done = loop {
             let r = crate::common::raw_conn!(self, "claim", |c| {
-                sqlx::query(&self.inner.stmts.claim)
+                sqlx::query(stmt)
                     .bind(name)
                     .bind(&hex)
                     .bind(instance)
@@ -317,6 +345,9 @@ impl LeaseStore for SqlStore<MySql> {
                 Err(e) if crate::error::is_deadlock(&e) && attempt < DEADLOCK_RETRIES => {
                     attempt += 1;
                 }
+                // The row is locked by a transaction (a verified one of the holder's): live, so
+                // held. The statement was rolled back whole.
+                Err(e) if crate::error::is_lock_busy(&e) => return Ok(None),
                 r => break r.map_err(|e| self.err(e, "claim"))?,
             }
         };
@@ -404,3 +435,18 @@ impl LeaseStore for SqlStore<MySql> {
 }
 
 verify_guard!(MySql, MySqlConnection, begin);
+
+#[cfg(test)]
+mod tests {
+    use super::takes_nowait_claims;
+
+    #[test]
+    fn nowait_claims_on_mariadb_10_3_and_later() {
+        assert!(takes_nowait_claims("10.11.19-MariaDB-0+deb12u1"));
+        assert!(takes_nowait_claims("10.3.0-MariaDB"));
+        assert!(takes_nowait_claims("11.4.2-MariaDB-log"));
+        assert!(!takes_nowait_claims("10.2.44-MariaDB"));
+        assert!(!takes_nowait_claims("8.0.36"));
+        assert!(!takes_nowait_claims("8.4.0-commercial"));
+    }
+}

@@ -16,9 +16,12 @@ use crate::store::SqlStore;
 /// Statements (`:now` is `clock_timestamp()` in milliseconds):
 ///
 /// ```sql
-/// -- claim: one statement whether the name is new, expired or held
+/// -- claim: one statement whether the name is new, expired or held. The CTE takes the row's
+/// -- lock without waiting: a row locked by a verified transaction fails it at once (55P03),
+/// -- answered as held.
+/// WITH busy AS (SELECT 1 FROM leases WHERE name = $1 FOR UPDATE NOWAIT)
 /// INSERT INTO leases AS l (name, holder, instance, term, expires_at_ms)
-/// VALUES ($1, $2, $3, 1, :now + $4)
+/// SELECT $1, $2, $3, 1, :now + $4 FROM (SELECT count(*) FROM busy) AS b
 /// ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, instance = excluded.instance,
 ///        term = l.term + 1, expires_at_ms = excluded.expires_at_ms
 ///  WHERE l.expires_at_ms <= :now

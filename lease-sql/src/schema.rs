@@ -22,7 +22,10 @@ impl Dialect {
     /// - MySQL / MariaDB: `UNIX_TIMESTAMP()` plus the milliseconds of `NOW(3)`; both read the
     ///   statement's start instant, and neither goes through the session time zone (which is
     ///   ambiguous at daylight-saving changes).
-    /// - SQLite: `unixepoch('subsec')` (SQLite 3.42+), the host's clock.
+    /// - SQLite: `unixepoch('subsec')` (SQLite 3.42+), the wall clock of the process running
+    ///   the statement. The SQLite store does **not** judge expiries by it: it uses the host's
+    ///   boot clock, which no SQL expression reads (the store hands it to each statement; see
+    ///   [`SqliteStore`](crate::SqliteStore)). Here it serves the scheduler's instants.
     pub fn now_ms(self) -> &'static str {
         match self {
             Dialect::Postgres => "FLOOR(EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT",
@@ -30,6 +33,17 @@ impl Dialect {
                 "(CAST(UNIX_TIMESTAMP() AS SIGNED) * 1000 + MICROSECOND(NOW(3)) DIV 1000)"
             }
             Dialect::Sqlite => "CAST(unixepoch('subsec') * 1000 AS INTEGER)",
+        }
+    }
+
+    /// The clock expiries are measured on, as a SQL expression: [`Dialect::now_ms`] on
+    /// PostgreSQL and MySQL; on SQLite the host's boot clock in milliseconds since boot, which
+    /// the store sets right before each operation in a one-row temporary table of its lease
+    /// connection (see `boot_clock.rs` and `conns.rs`).
+    pub(crate) fn expiry_ms(self) -> &'static str {
+        match self {
+            Dialect::Sqlite => "(SELECT boot_ms FROM temp.lease_sql_clock)",
+            _ => self.now_ms(),
         }
     }
 
@@ -174,10 +188,67 @@ pub fn members_schema_sql(dialect: Dialect, table: &str) -> String {
     )
 }
 
+/// SQLite's boot-clock DDL for the lease table `table` (by default `leases`): its statements,
+/// in order (see [`sqlite_boot_clock_sql`]).
+pub(crate) fn sqlite_boot_clock_statements(table: &str) -> Vec<String> {
+    let (schema, bare) = match table.split_once('.') {
+        Some((s, n)) => (format!("{s}."), n),
+        None => (String::new(), table),
+    };
+    let floor = crate::config::WALL_CLOCK_FLOOR_MS;
+    let mut out = vec![format!(
+        "CREATE TABLE IF NOT EXISTS {table}{CLOCK_SUFFIX} (\n    \
+         id      INTEGER NOT NULL PRIMARY KEY CHECK (id = 1),\n    \
+         boot_id TEXT NOT NULL\n)"
+    )];
+    for suffix in [
+        "",
+        crate::config::PARTITIONS_SUFFIX,
+        crate::config::MEMBERS_SUFFIX,
+    ] {
+        let t = format!("{bare}{suffix}");
+        for (event, what) in [("INSERT", "insert"), ("UPDATE OF expires_at_ms", "update")] {
+            out.push(format!(
+                "CREATE TRIGGER IF NOT EXISTS {schema}{t}_boot_clock_{what}\n\
+                 BEFORE {event} ON {t} WHEN NEW.expires_at_ms >= {floor}\n\
+                 BEGIN SELECT RAISE(ABORT, 'lease-sql: {t} keeps its expiries on the boot \
+                 clock; a process of an older lease-sql (wall-clock expiries) still writes it: \
+                 stop or upgrade it'); END"
+            ));
+        }
+    }
+    out
+}
+
+/// In SQLite, the suffix of the table that records which boot the expiries were measured in.
+pub(crate) const CLOCK_SUFFIX: &str = "_clock";
+
+/// SQLite only: the DDL that puts the lease, partition and member tables of `table` on the
+/// host's boot clock (migration `0003`).
+///
+/// The table `<table>_clock` holds one row, the kernel's boot id under which the expiries were
+/// measured; no row means a file of a lease-sql from before, whose expiries are wall-clock
+/// milliseconds (the store converts them at start-up). The triggers refuse a wall-clock expiry
+/// (milliseconds since the Unix epoch, from September 2001 on), so a process of an older
+/// lease-sql still running on the file fails its writes rather than take a live lease.
+///
+/// ```
+/// let sql = lease_sql::sqlite_boot_clock_sql("leases");
+/// assert!(sql.contains("CREATE TABLE IF NOT EXISTS leases_clock"));
+/// ```
+pub fn sqlite_boot_clock_sql(table: &str) -> String {
+    sqlite_boot_clock_statements(table).join(";\n\n")
+}
+
 /// The statements of one store, with the table name and clock expression filled in.
 #[derive(Debug, Clone)]
 pub(crate) struct Statements {
     pub(crate) claim: String,
+    /// MariaDB's claim: the same under `SET STATEMENT innodb_lock_wait_timeout = 0 FOR`, so a
+    /// row locked by a verified transaction fails it at once (1205) rather than after a wait.
+    /// Empty elsewhere.
+    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+    pub(crate) claim_nowait: String,
     pub(crate) renew: String,
     pub(crate) release: String,
     pub(crate) force_release: String,
@@ -244,7 +315,7 @@ pub(crate) const PARTITIONS_MARKER: &str = "/*partitions*/";
 pub(crate) const TTL_MARKER: &str = "/*ttl*/";
 
 fn group_statements(dialect: Dialect, table: &str) -> GroupStatements {
-    let now = dialect.now_ms();
+    let now = dialect.expiry_ms();
     let p = format!("{table}{}", crate::config::PARTITIONS_SUFFIX);
     let m = format!("{table}{}", crate::config::MEMBERS_SUFFIX);
     let (create_partitions, create_members) = (
@@ -430,19 +501,38 @@ pub(crate) const NAMES_MARKER: &str = "/*names*/";
 
 impl Statements {
     pub(crate) fn new(dialect: Dialect, table: &str) -> Statements {
-        let now = dialect.now_ms();
+        let now = dialect.expiry_ms();
+        let wall = dialect.now_ms();
         let t = table;
         let s = match dialect {
             Dialect::Postgres | Dialect::Sqlite => Statements {
-                claim: format!(
-                    "INSERT INTO {t} AS l (name, holder, instance, term, expires_at_ms) \
-                     VALUES ($1, $2, $3, 1, {now} + $4) \
-                     ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, \
-                     instance = excluded.instance, term = l.term + 1, \
-                     expires_at_ms = excluded.expires_at_ms \
-                     WHERE l.expires_at_ms <= {now} \
-                     RETURNING term"
-                ),
+                claim: if dialect == Dialect::Postgres {
+                    // The CTE takes the row's lock first, without waiting: a row locked by a
+                    // verified transaction (FOR SHARE) fails the claim at once with 55P03,
+                    // which the store answers as held. The count forces the CTE to run before
+                    // the insert (a SELECT in WITH runs only as far as it is read).
+                    format!(
+                        "WITH busy AS (SELECT 1 FROM {t} WHERE name = $1 FOR UPDATE NOWAIT) \
+                         INSERT INTO {t} AS l (name, holder, instance, term, expires_at_ms) \
+                         SELECT $1, $2, $3, 1, {now} + $4 FROM (SELECT count(*) FROM busy) AS b \
+                         ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, \
+                         instance = excluded.instance, term = l.term + 1, \
+                         expires_at_ms = excluded.expires_at_ms \
+                         WHERE l.expires_at_ms <= {now} \
+                         RETURNING term"
+                    )
+                } else {
+                    format!(
+                        "INSERT INTO {t} AS l (name, holder, instance, term, expires_at_ms) \
+                         VALUES ($1, $2, $3, 1, {now} + $4) \
+                         ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, \
+                         instance = excluded.instance, term = l.term + 1, \
+                         expires_at_ms = excluded.expires_at_ms \
+                         WHERE l.expires_at_ms <= {now} \
+                         RETURNING term"
+                    )
+                },
+                claim_nowait: String::new(),
                 renew: format!(
                     "UPDATE {t} SET expires_at_ms = {now} + $3 \
                      WHERE name = $1 AND holder = $2 AND expires_at_ms > {now} RETURNING term"
@@ -458,27 +548,42 @@ impl Statements {
                     "SELECT term, expires_at_ms - {now} FROM {t} \
                      WHERE name = $1 AND holder = $2 AND expires_at_ms > {now}"
                 ),
+                // It runs on the application's connection, where SQLite's temporary clock
+                // table does not exist: there the boot clock is bound as $4.
                 verify_locking: format!(
                     "SELECT term FROM {t} \
-                     WHERE name = $1 AND holder = $2 AND term = $3 AND expires_at_ms > {now}{}",
+                     WHERE name = $1 AND holder = $2 AND term = $3 AND expires_at_ms > {}",
                     if dialect == Dialect::Postgres {
-                        " FOR SHARE"
+                        format!("{now} FOR SHARE")
                     } else {
-                        ""
+                        "$4".to_owned()
                     }
                 ),
                 get: format!(
                     "SELECT instance, term, expires_at_ms - {now} FROM {t} WHERE name = $1"
                 ),
-                now: format!("SELECT {now}"),
+                // SQLite's start-up check of its clock function (the boot clock is the
+                // store's own).
+                now: format!("SELECT {wall}"),
                 create: schema_sql(dialect, t),
                 groups: group_statements(dialect, t),
                 slots: SlotStatements {
-                    read: format!(
-                        "SELECT n.now, l.term, l.expires_at_ms - n.now, l.slot_ms, \
-                         l.unfinished_slot_ms \
-                         FROM (SELECT {now} AS now) n LEFT JOIN {t} l ON l.name = $1"
-                    ),
+                    // The instants are wall-clock times: SQLite reads its wall clock for them
+                    // and its boot clock for the expiry.
+                    read: if dialect == Dialect::Postgres {
+                        format!(
+                            "SELECT n.now, l.term, l.expires_at_ms - n.now, l.slot_ms, \
+                             l.unfinished_slot_ms \
+                             FROM (SELECT {now} AS now) n LEFT JOIN {t} l ON l.name = $1"
+                        )
+                    } else {
+                        format!(
+                            "SELECT n.wall, l.term, l.expires_at_ms - n.now, l.slot_ms, \
+                             l.unfinished_slot_ms \
+                             FROM (SELECT {now} AS now, {wall} AS wall) n \
+                             LEFT JOIN {t} l ON l.name = $1"
+                        )
+                    },
                     insert: format!(
                         "INSERT INTO {t} \
                          (name, holder, instance, term, expires_at_ms, slot_ms, unfinished_slot_ms) \
@@ -516,7 +621,7 @@ impl Statements {
                             "SELECT holder = $2 AND expires_at_ms > {now}, \
                              COALESCE(slot_ms = $3, 0), \
                              COALESCE(unfinished_slot_ms = $3, 0), \
-                             COALESCE($4 <= {now} AND $4 > $3, 0) \
+                             COALESCE($4 <= {wall} AND $4 > $3, 0) \
                              FROM {t} WHERE name = $1"
                         )
                     },
@@ -575,6 +680,16 @@ impl Statements {
                      term = IF(expires_at_ms <= {now}, LAST_INSERT_ID(term + 1), term + LAST_INSERT_ID(0)), \
                      expires_at_ms = IF(expires_at_ms <= {now}, {now} + ?, expires_at_ms)"
                 ),
+                claim_nowait: format!(
+                    "SET STATEMENT innodb_lock_wait_timeout = 0 FOR \
+                     INSERT INTO {t} (name, holder, instance, term, expires_at_ms) \
+                     VALUES (?, ?, ?, LAST_INSERT_ID(1), {now} + ?) \
+                     ON DUPLICATE KEY UPDATE \
+                     holder = IF(expires_at_ms <= {now}, ?, holder), \
+                     instance = IF(expires_at_ms <= {now}, ?, instance), \
+                     term = IF(expires_at_ms <= {now}, LAST_INSERT_ID(term + 1), term + LAST_INSERT_ID(0)), \
+                     expires_at_ms = IF(expires_at_ms <= {now}, {now} + ?, expires_at_ms)"
+                ),
                 renew: format!(
                     "UPDATE {t} SET expires_at_ms = {now} + ?, term = LAST_INSERT_ID(term) \
                      WHERE name = ? AND holder = ? AND expires_at_ms > {now}"
@@ -617,6 +732,7 @@ impl Statements {
     fn map(self, f: impl Fn(String) -> String) -> Statements {
         Statements {
             claim: f(self.claim),
+            claim_nowait: self.claim_nowait,
             renew: f(self.renew),
             release: f(self.release),
             force_release: f(self.force_release),

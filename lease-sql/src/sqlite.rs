@@ -4,10 +4,10 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use lease_core::{Error, ErrorKind, Result};
-use sqlx::Sqlite;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
 };
+use sqlx::{Connection, Sqlite};
 
 use crate::common::{check_common, returning_store, verify_guard};
 use crate::config::SqlConfig;
@@ -17,8 +17,9 @@ use crate::store::SqlStore;
 /// A lease store on SQLite: leases among the processes of one host that share a database file.
 ///
 /// The statements are PostgreSQL's (see [`PostgresStore`](crate::PostgresStore)) with `?N`
-/// parameters and `:now` = `unixepoch('subsec')` in milliseconds (SQLite 3.42 or later; the
-/// bundled SQLite is recent enough). Verified transactions start with `BEGIN IMMEDIATE`, so they
+/// parameters and `:now` = `(SELECT boot_ms FROM temp.lease_sql_clock)`, the host's boot clock
+/// (below), but for the claim, which takes no row lock first (SQLite has none: verified
+/// transactions hold the file's write lock). Verified transactions start with `BEGIN IMMEDIATE`, so they
 /// hold the write lock from their first statement and no claim can slip in before they commit.
 ///
 /// Scheduler slots ([`SlotStore`](lease_core::SlotStore)) use PostgreSQL's statements too, but
@@ -33,7 +34,7 @@ use crate::store::SqlStore;
 /// SELECT holder = ?2 AND expires_at_ms > :now,                 -- held → released
 ///        COALESCE(slot_ms = ?3, 0),                            -- recorded
 ///        COALESCE(unfinished_slot_ms = ?3, 0),                 -- cleared when recorded
-///        COALESCE(?4 <= :now AND ?4 > ?3, 0)                   -- passed taken, when held
+///        COALESCE(?4 <= :wall AND ?4 > ?3, 0)                  -- passed taken (wall clock)
 ///   FROM leases WHERE name = ?1;                               -- ?3: instant, ?4: passed
 /// UPDATE leases SET slot_ms = CASE WHEN ?2 THEN ?3 ELSE slot_ms END,  -- ?2: passed taken
 ///        unfinished_slot_ms = CASE WHEN ?4 THEN NULL ELSE unfinished_slot_ms END,
@@ -51,13 +52,37 @@ use crate::store::SqlStore;
 /// (well clear of SQLite's limit of 32,766 parameters a statement); and members are ordered
 /// `ORDER BY node COLLATE BINARY` (byte order).
 ///
-/// **The clock is the host's wall clock.** Every process on the host reads the same clock, so
-/// a skewed clock cannot make one process steal from another; but stepping the host clock
-/// (NTP correcting a large error, an administrator's `date -s`) moves every expiry at once:
-/// forward, and live leases expire early — their holders' local deadlines still end their terms
-/// on time by the monotonic clock, but a contender may claim before a holder's work has stepped
-/// down; backward, and released names stay free while unreleased ones live longer. Keep the
-/// host clock slewed, not stepped.
+/// **The clock is the host's boot clock, not its wall clock.** SQLite has no server: whatever
+/// clock a statement reads is the clock of the process running it, and a wall clock differs
+/// between processes (`faketime`, a container's clock) and jumps for all of them when the host's
+/// clock is stepped (NTP correcting a large error, `date -s`) — a contender would see a live
+/// lease as expired and take it. So `:now` is `CLOCK_BOOTTIME` in milliseconds since boot, read
+/// by the process right before each operation's statement (through rustix, from the kernel
+/// directly: an `LD_PRELOAD` shim such as libfaketime cannot move it) and handed to the
+/// statement through a one-row temporary table of the store's connection (for `verify_in` on
+/// the application's connection, as a bound parameter). It is one clock for every process of
+/// the host, never stepped, and it counts through a suspend, as the holders' local deadlines do.
+///
+/// The boot clock starts again at each boot, so the file records, in `<table>_clock`, the
+/// kernel's boot id its expiries were measured under. At start-up, a file last used under
+/// another boot has every lease, partition lease and member ended (their holders died with that
+/// boot); a file of a lease-sql from before (wall-clock expiries, no clock row) is converted,
+/// every live lease keeping the time it had left. Triggers then refuse wall-clock expiries
+/// (from September 2001 on, in milliseconds), so a process of an older lease-sql still running on
+/// the file fails its writes rather than take a live lease: stop or upgrade every process on the
+/// file. The DDL is [`sqlite_boot_clock_sql`](crate::sqlite_boot_clock_sql) (migration
+/// `0003`).
+///
+/// Limits: the file is safe among the processes of **one host** only (one boot clock and one
+/// boot id; processes in different Linux time namespaces do not share a boot clock). The
+/// scheduler's instants are wall-clock times, read with `unixepoch('subsec')`: a skewed process
+/// may find an instant due early, never take a live lease. On platforms other than Linux the
+/// wall clock stands in for the boot clock, with the old limits: keep the host clock slewed,
+/// not stepped.
+///
+/// While a verified transaction is open (`BEGIN IMMEDIATE`), every write to the file waits for
+/// it, up to the 5 s busy timeout: any name's renewal, any claim. Keep them far shorter than
+/// the renew interval.
 pub type SqliteStore = SqlStore<Sqlite>;
 
 impl SqlStore<Sqlite> {
@@ -149,7 +174,99 @@ impl SqlStore<Sqlite> {
             .bind(schema)
             .fetch_optional(c))?;
         crate::common_checks::name_width(self, column.map(|(t,)| (t, None)))?;
-        self.check_group_tables().await
+        self.check_group_tables().await?;
+        self.check_boot_clock().await
+    }
+
+    /// Puts the file's expiries on this boot's clock: creates the clock table and the triggers
+    /// (unless DDL is off), then, in one `BEGIN IMMEDIATE` transaction, converts a file of a
+    /// lease-sql from before (wall-clock expiries; live leases keep the time they had left) or
+    /// ends every lease recorded under another boot (its holders died with it).
+    async fn check_boot_clock(&self) -> Result<()> {
+        let table = self.inner.config.table.clone();
+        let clock_table = format!("{table}{}", crate::schema::CLOCK_SUFFIX);
+        let ddl = crate::schema::sqlite_boot_clock_statements(&table);
+        if self.inner.config.ddl == crate::Ddl::Auto {
+            for stmt in &ddl {
+                crate::common::with_conn!(self, "create the boot clock table", |c| {
+                    sqlx::query(stmt).execute(c)
+                })?;
+            }
+        }
+        let boot_id = crate::boot_clock::boot_id().await.map_err(|e| {
+            Error::new(
+                ErrorKind::Unavailable,
+                "cannot read the kernel's boot id (/proc/sys/kernel/random/boot_id), which SQLite \
+                 leases are measured against; is /proc mounted?",
+            )
+            .with_temporary(false)
+            .with_source(e)
+        })?;
+        let tables = [
+            table.clone(),
+            self.inner.config.partitions_table_name(),
+            self.inner.config.members_table_name(),
+        ];
+        let wall = Dialect::Sqlite.now_ms();
+        let now = Dialect::Sqlite.expiry_ms();
+        let read = format!("SELECT boot_id FROM {clock_table} WHERE id = 1");
+        let outcome = crate::common::raw_conn!(self, "start-up check", |c| async {
+            let mut tx = c.begin_with("BEGIN IMMEDIATE").await?;
+            let recorded: Option<(String,)> =
+                sqlx::query_as(&read).fetch_optional(&mut *tx).await?;
+            let rebase = match &recorded {
+                Some((id,)) if *id == boot_id => None,
+                // Another boot: every holder of a lease recorded then is gone.
+                Some(_) => Some("0".to_owned()),
+                // A file from before: wall-clock expiries; the live ones keep their time left.
+                None => Some(format!(
+                    "CASE WHEN expires_at_ms > {wall} THEN {now} + (expires_at_ms - {wall}) \
+                     ELSE 0 END"
+                )),
+            };
+            if let Some(expiry) = &rebase {
+                for t in &tables {
+                    sqlx::query(&format!(
+                        "UPDATE {t} SET expires_at_ms = {expiry} WHERE expires_at_ms <> 0"
+                    ))
+                    .execute(&mut *tx)
+                    .await?;
+                }
+                sqlx::query(&format!(
+                    "INSERT OR REPLACE INTO {clock_table} (id, boot_id) VALUES (1, ?1)"
+                ))
+                .bind(&boot_id)
+                .execute(&mut *tx)
+                .await?;
+            }
+            tx.commit().await?;
+            Ok::<_, sqlx::Error>(recorded.map(|(id,)| id))
+        });
+        match outcome {
+            Ok(Some(id)) if id != boot_id => {
+                tracing::info!(
+                    server = %self.inner.server,
+                    "the SQLite lease file was last used under another boot; every lease \
+                     recorded then has expired"
+                );
+                Ok(())
+            }
+            Ok(Some(_)) => Ok(()),
+            Ok(None) => {
+                tracing::info!(
+                    server = %self.inner.server,
+                    "the SQLite lease file moved from wall-clock to boot-clock expiries"
+                );
+                Ok(())
+            }
+            Err(e) if crate::error::is_missing_table(&e) => {
+                Err(
+                    crate::store::missing_table(&clock_table, &ddl.join(";\n"), &self.inner.server)
+                        .with_source(e),
+                )
+            }
+            Err(e) => Err(self.err(e, "start-up check")),
+        }
     }
 }
 

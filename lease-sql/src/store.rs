@@ -30,6 +30,10 @@ pub(crate) struct Inner<DB: Database> {
     pub(crate) config: SqlConfig,
     pub(crate) server: String,
     pub(crate) dialect: Dialect,
+    /// MySQL/MariaDB: the server takes `SET STATEMENT innodb_lock_wait_timeout = 0 FOR` (MariaDB
+    /// 10.3 or later), so claims use [`Statements::claim_nowait`]; found at start-up.
+    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+    pub(crate) nowait_claims: std::sync::atomic::AtomicBool,
 }
 
 impl<DB: Database> Clone for SqlStore<DB> {
@@ -66,6 +70,7 @@ impl<DB: Database> SqlStore<DB> {
                 config,
                 server,
                 dialect,
+                nowait_claims: std::sync::atomic::AtomicBool::new(false),
             }),
         }
     }

@@ -367,10 +367,12 @@ fn seed_sql(dialect: Dialect, table: &str) -> String {
             "INSERT INTO {table} (group_name, partition_no, owner, epoch, expires_at_ms) \
              SELECT $1, g, 'node-a@1', 1, {now} + 60000 FROM generate_series(0, 9999) g"
         ),
+        // SQLite's expiries are on the host's boot clock, which no SQL expression reads: bound
+        // as ?2.
         Dialect::Sqlite => format!(
             "WITH RECURSIVE s(n) AS (SELECT 0 UNION ALL SELECT n + 1 FROM s WHERE n < 9999) \
              INSERT INTO {table} (group_name, partition_no, owner, epoch, expires_at_ms) \
-             SELECT ?1, n, 'node-a@1', 1, {now} + 60000 FROM s"
+             SELECT ?1, n, 'node-a@1', 1, ?2 + 60000 FROM s"
         ),
         Dialect::MySql => {
             let d = "(SELECT 0 d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 \
@@ -428,7 +430,14 @@ async fn sqlite_group_corners() {
     let sql = seed_sql(Dialect::Sqlite, &store.config().partitions_table_name());
     let pool = store.app_pool().clone();
     corners(store, async |group| {
-        sqlx::query(&sql).bind(group).execute(&pool).await.unwrap();
+        let ts = rustix::time::clock_gettime(rustix::time::ClockId::Boottime);
+        let boot_ms = ts.tv_sec * 1000 + ts.tv_nsec / 1_000_000;
+        sqlx::query(&sql)
+            .bind(group)
+            .bind(boot_ms)
+            .execute(&pool)
+            .await
+            .unwrap();
     })
     .await;
 }

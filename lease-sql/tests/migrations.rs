@@ -5,6 +5,7 @@
 
 use lease_sql::{
     DEFAULT_TABLE, Dialect, SqlConfig, members_schema_sql, partitions_schema_sql, schema_sql,
+    sqlite_boot_clock_sql,
 };
 
 fn check(path: &std::path::Path, want: &str) {
@@ -46,4 +47,12 @@ fn migrations_match_the_ddl_the_store_runs() {
         );
         check(&path, &want);
     }
+    let path = dir.join("sqlite").join("0003_boot_clock.sql");
+    let want = format!(
+        "-- SQLite only: expiries on the host's boot clock, recorded with the boot they were \
+         measured in.\n-- The store converts a file's wall-clock expiries on its first start \
+         after this migration.\n{};\n",
+        sqlite_boot_clock_sql(DEFAULT_TABLE)
+    );
+    check(&path, &want);
 }

@@ -279,7 +279,22 @@ async fn a_missing_group_table_with_ddl_off_names_it_and_its_statement() {
             assert!(msg.contains(&create), "{msg}");
             run(create).await;
         }
+        if dialect == Dialect::Sqlite {
+            // SQLite's boot-clock table (migration 0003) is named the same way.
+            let clock = format!("{table}_clock");
+            let e = build(pool.clone(), config.clone()).await.unwrap_err();
+            let msg = e.to_string();
+            assert!(msg.contains(&format!("`{clock}` does not exist")), "{msg}");
+            assert!(msg.contains("DDL is off"), "{msg}");
+            for stmt in lease_sql::sqlite_boot_clock_sql(&table).split(";\n\n") {
+                assert!(msg.contains(stmt), "{msg}");
+                run(stmt.to_owned()).await;
+            }
+        }
         build(pool.clone(), config.clone()).await.unwrap();
+        if dialect == Dialect::Sqlite {
+            run(format!("DROP TABLE {table}_clock")).await;
+        }
         for t in [
             config.members_table_name(),
             config.partitions_table_name(),

@@ -26,6 +26,15 @@ use crate::slots::{SlotRecord, SlotStore};
 /// it, so a step of the system clock delays a round by at most this much.
 const MAX_NAP: Duration = Duration::from_secs(60);
 
+/// Past the end of the lease that held an instant, when the claim is asked again (the store's
+/// clock and the local one agree only to the millisecond), and the least pause between two
+/// claims of a held instant.
+const HELD_MARGIN: Duration = Duration::from_millis(10);
+
+/// When a claim was answered `Held` but the lease reads as ended (it ended in between, or a
+/// store's answers disagree for a moment), the pause before the claim is asked again.
+const HELD_RECHECK: Duration = Duration::from_millis(100);
+
 pub(crate) const IDLE: u8 = 0;
 pub(crate) const RUNNING: u8 = 1;
 pub(crate) const RAN: u8 = 2;
@@ -94,7 +103,14 @@ fn fatal(e: &Error) -> bool {
     )
 }
 
-/// Logs and counts an unfinished instant the store reports as given up by a claim.
+/// Logs and counts an unfinished instant the store reports as given up by a claim, and the
+/// instants between the two that never ran.
+///
+/// An unfinished instant is always the last one on record (a claim sets both; a finish clears
+/// the unfinished one before it takes later instants along), so the instants strictly between
+/// it and the claimed one were never claimed, nor recorded as skipped: the name was held
+/// through them by the superseded round's lease, past the next instant too. Only the claim that
+/// supersedes sees this, so they are counted once cluster-wide, here.
 fn report_superseded(job: &Job, superseded_ms: Option<i64>, by_ms: i64, token: u64) {
     if let Some(gone) = superseded_ms {
         telemetry::job(telemetry::INSTANTS_SUPERSEDED, &job.name, 1);
@@ -106,7 +122,69 @@ fn report_superseded(job: &Job, superseded_ms: Option<i64>, by_ms: i64, token: u
             "instant superseded: its round was cut short and not rerun before a later instant \
              was claimed; it will not run again"
         );
+        let missed = job
+            .schedule
+            .count_between(gone, by_ms.saturating_sub(1), 1_000_000);
+        if missed > 0 {
+            telemetry::job(telemetry::INSTANTS_MISSED, &job.name, missed);
+            warn!(
+                job = &*job.name,
+                after = %Schedule::format(gone),
+                before = %Schedule::format(by_ms),
+                missed,
+                term = token,
+                "{missed} instant(s) never ran: the lease of the superseded round, cut short, \
+                 held the job through them"
+            );
+        }
     }
+}
+
+/// Who holds the job's lease when a claim of an instant is answered `Held`.
+enum HeldBy {
+    /// The instant, or a later one, is on record: another replica claimed it first (or the
+    /// round holding the lease took it along).
+    Claimed { last_ms: i64 },
+    /// The round of an earlier instant (still running, or cut short with its lease live):
+    /// ask again after `wait`, when its lease may have ended.
+    Earlier {
+        last_ms: Option<i64>,
+        wait: Duration,
+    },
+}
+
+/// Reads the job's record after a `Held` answer for `instant_ms`. When the store cannot be
+/// read, the holder is taken to be an earlier round and the claim is asked again after the
+/// retry pause.
+async fn held_by(s: &Inner, name: &str, instant_ms: i64) -> HeldBy {
+    let t = s.coordinator.timings();
+    let last_ms = match timeout(t.attempt_timeout(), s.store.last_slot(name)).await {
+        Ok(Ok(record)) => record.and_then(|r| r.last_ms),
+        Ok(Err(e)) => {
+            debug!(job = name, error = %e, "reading the job's record after a held claim failed");
+            return HeldBy::Earlier {
+                last_ms: None,
+                wait: s.retry_pause(),
+            };
+        }
+        Err(_) => {
+            return HeldBy::Earlier {
+                last_ms: None,
+                wait: s.retry_pause(),
+            };
+        }
+    };
+    if let Some(last) = last_ms.filter(|last| *last >= instant_ms) {
+        return HeldBy::Claimed { last_ms: last };
+    }
+    // Ask again just after the lease expires by the store's clock (a round that is still
+    // running renews it meanwhile, and its finish takes this instant along).
+    let wait = match timeout(t.attempt_timeout(), s.store.get(name)).await {
+        Ok(Ok(Some(info))) if info.live => info.expires_in + HELD_MARGIN,
+        Ok(Ok(_)) => HELD_RECHECK,
+        Ok(Err(_)) | Err(_) => s.retry_pause(),
+    };
+    HeldBy::Earlier { last_ms, wait }
 }
 
 /// The first instant this replica considers for `job`, by its catch-up policy.
@@ -166,15 +244,47 @@ pub(crate) async fn job_loop(s: Arc<Inner>, job: Job) -> Result<()> {
         }
         return Ok(());
     };
+    // The next instant is claimed late: the last round overran it without recording it.
+    let mut next_late = false;
     loop {
         if !s.wait_for(instant).await {
             return Ok(());
         }
+        // The instant last answered `Held` because the lease belonged to an earlier round.
+        let mut held: Option<i64> = None;
+        let late = std::mem::take(&mut next_late);
         let claimed = loop {
             if s.stopping.is_cancelled() {
                 return Ok(());
             }
             match adapter::claim(&s.coordinator, name, Ask::Instant(instant)).await {
+                Claimed::Held => match held_by(&s, name, instant).await {
+                    HeldBy::Claimed { last_ms } => break Claimed::Taken { last_ms },
+                    HeldBy::Earlier { last_ms, wait } => {
+                        if held != Some(instant) {
+                            debug!(job = name, instant = %Schedule::format(instant), last = ?last_ms.map(Schedule::format), wait_ms = wait.as_millis(), "instant held by the round of an earlier instant; claiming it again once that lease ends");
+                            held = Some(instant);
+                        }
+                        // Wake at the next instant at the latest, to claim it on time.
+                        let now = s.clock.now_ms();
+                        let until_next = job.schedule.next_after(instant).map_or(MAX_NAP, |next| {
+                            Duration::from_millis(u64::try_from(next - now).unwrap_or(0))
+                        });
+                        let nap = wait.min(until_next).min(MAX_NAP).max(HELD_MARGIN);
+                        if !s.nap(nap).await {
+                            return Ok(());
+                        }
+                        if let Some(latest) = job.schedule.latest_at_or_before(s.clock.now_ms())
+                            && latest > instant
+                        {
+                            // The holder's round takes the instants it held along when it
+                            // ends; if it was cut short, the claim that supersedes it counts
+                            // them as missed.
+                            debug!(job = name, instant = %Schedule::format(instant), now = %Schedule::format(latest), "the lease of an earlier round still held the job at the next instant; moving on to it");
+                            instant = latest;
+                        }
+                    }
+                },
                 Claimed::Early { now_ms } => {
                     let ahead = u64::try_from(instant.saturating_sub(now_ms)).unwrap_or(0);
                     debug!(job = name, instant = %Schedule::format(instant), ahead_ms = ahead, "the store's clock has not reached the instant; waiting");
@@ -206,18 +316,22 @@ pub(crate) async fn job_loop(s: Arc<Inner>, job: Job) -> Result<()> {
                 superseded_ms,
             } => {
                 report_superseded(&job, superseded_ms, instant, term.token());
-                run_round(&s, &job, instant, term, false).await
-            }
-            Claimed::Held => {
-                debug!(job = name, instant = %Schedule::format(instant), "instant held: another replica runs the job");
-                instant
+                if late || held == Some(instant) {
+                    telemetry::job(telemetry::INSTANTS_LATE, name, 1);
+                    let late_ms = s.clock.now_ms().saturating_sub(instant);
+                    info!(job = name, instant = %Schedule::format(instant), late_ms, term = term.token(), "instant claimed late: the round of an earlier instant held the job's lease when it came, and ended without recording it");
+                }
+                let end = run_round(&s, &job, instant, term, false).await;
+                next_late = end.next_late;
+                end.cursor
             }
             Claimed::Taken { last_ms } => {
                 debug!(job = name, instant = %Schedule::format(instant), last = %Schedule::format(last_ms), "instant taken: claimed or skipped already");
                 instant.max(last_ms)
             }
             Claimed::Closed => return Ok(()),
-            Claimed::Early { .. } | Claimed::Failed(_) => instant,
+            // The claim loop resolves these itself.
+            Claimed::Held | Claimed::Early { .. } | Claimed::Failed(_) => instant,
         };
         match job.schedule.next_after(cursor) {
             Some(next) => instant = next,
@@ -276,6 +390,8 @@ pub(crate) async fn rerun_loop(s: Arc<Inner>) -> Result<()> {
                     busy.insert(name.clone());
                     let s = s.clone();
                     running.spawn(async move {
+                        // A rerun leaves its overrun to the job's own loop, which has
+                        // moved on to the latest instant meanwhile.
                         run_round(&s, &job, instant, term, true).await;
                         name
                     });

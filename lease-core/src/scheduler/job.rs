@@ -158,8 +158,10 @@ impl fmt::Debug for Job {
 
 /// One round of a job: the instant it runs for, under a lease held for the round.
 ///
-/// A cheap handle (clones share the term). The lease is renewed while the work runs;
-/// [`done`](Round::done) fires when the round must stop (lease lost, scheduler shut down).
+/// A cheap handle (clones share the term). The lease is renewed while the work runs — until
+/// the work's future returns, whether or not it keeps the `Round` — and given back when it
+/// returns; [`done`](Round::done) fires when the round must stop (lease lost, scheduler shut
+/// down).
 #[derive(Clone)]
 pub struct Round {
     pub(crate) job: Arc<str>,

@@ -5,16 +5,30 @@
 //!
 //! 1. At the instant (by the scheduler's [`WallClock`]), every replica claims it with
 //!    [`SlotStore::claim_slot`]. The store decides, by its own clock: one replica wins and holds
-//!    the job's lease for the round; the others skip the instant (`Held`: a round is running;
-//!    `Taken`: this instant or a later one is on record). A replica whose clock runs fast is
-//!    told `Early`, waits the difference and asks again.
-//! 2. The winner runs the job's work under the lease with [`Term::run`](crate::Term::run)'s rules: the lease is
-//!    renewed meanwhile; once it is lost, [`Round::done`] fires and the work has the step-down
-//!    grace to return, then the fail action runs.
+//!    the job's lease for the round; the others leave the instant to it (`Taken`: this
+//!    instant or a later one is on record, or `Held` by the round of this instant). A replica
+//!    whose clock runs fast is told `Early`, waits the difference and asks again. When the
+//!    lease is `Held` by the round of an **earlier** instant, the replica claims again once
+//!    that lease has ended (it asks the store when): a round still running takes the instant
+//!    along when it finishes (an overrun, step 3), so the claim finds it taken; a round cut
+//!    short with its lease still live (its replica died) does not, and once its lease has
+//!    expired the instant either runs **late**, once, logged and counted
+//!    ([`telemetry::INSTANTS_LATE`]; its claim supersedes the round cut short), or — when
+//!    that round's rerun is claimed first — is taken along as skipped by the rerun's finish.
+//!    When the next instant comes first, the replica moves on to it; the instants a dead
+//!    round's lease held the job through are then counted as **missed**
+//!    ([`telemetry::INSTANTS_MISSED`]) by the claim that supersedes that round, or taken along
+//!    as skipped by its rerun. No instant is passed over without a record or a count.
+//! 2. The winner runs the job's work under the lease with [`Term::run`](crate::Term::run)'s
+//!    rules: the lease is renewed meanwhile, until the work returns, whether or not the work
+//!    keeps its [`Round`]; once it is lost, [`Round::done`] fires and the work has the
+//!    step-down grace to return, then the fail action runs.
 //! 3. When the work returns, [`SlotStore::finish_slot`] records the round as run to its end
 //!    and gives the lease back, taking along `passed`: the last instant of the schedule that has
 //!    come by then. Instants a round **overran** are thereby skipped cluster-wide, recorded,
-//!    logged and counted ([`telemetry::INSTANTS_SKIPPED`]).
+//!    logged and counted ([`telemetry::INSTANTS_SKIPPED`]). When the finish cannot take them
+//!    along (the lease was gone by then, or the store's clock has not reached them), the latest
+//!    of them is claimed next, late, and those before it are counted as missed.
 //!
 //! **A round cut short** — the process died, the scheduler shut down, the lease was lost — is
 //! left unfinished. Every replica looks for unfinished rounds of all its jobs in one call
@@ -178,7 +192,10 @@ impl Scheduler {
     /// [`Closed`](ErrorKind::Closed) error.
     ///
     /// If this future is dropped, the rounds in flight are told to stop (their terms end as
-    /// closed) and stay unfinished: they run again once elsewhere.
+    /// closed) and stay unfinished: they run again once elsewhere. Each round's lease is
+    /// renewed until its work returns — whether or not the work kept its [`Round`] — and
+    /// released only then, so no replica reruns a round while its work still runs. (Work that
+    /// never returns therefore holds its job's name for as long as the process lives.)
     pub async fn run(&self) -> Result<()> {
         let inner = &self.inner;
         if inner

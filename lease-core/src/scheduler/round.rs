@@ -26,16 +26,28 @@ enum Verdict {
     Abandoned(Error),
 }
 
-/// Runs the round of `instant_ms` under `term` and finishes it. Returns the local cursor: the
-/// latest instant of the schedule that has come by the round's end (at least `instant_ms`),
-/// so the caller's next instant skips those the round overran.
+/// Where the job's loop goes on after a round.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RoundEnd {
+    /// The job's next instant is the first one after this: the latest instant of the schedule
+    /// that has come by the round's end (at least the round's own), so the instants the round
+    /// overran are skipped; or just before that latest instant, when the round could not
+    /// record its overrun, so that instant is claimed next.
+    pub(crate) cursor: i64,
+    /// The next instant is claimed late: the round held the job through it without recording
+    /// it.
+    pub(crate) next_late: bool,
+}
+
+/// Runs the round of `instant_ms` under `term` and finishes it; see [`RoundEnd`] for what it
+/// returns.
 pub(crate) async fn run_round(
     s: &Inner,
     job: &Job,
     instant_ms: i64,
     term: Term,
     rerun: bool,
-) -> i64 {
+) -> RoundEnd {
     let name: &str = &job.name;
     let token = term.token();
     let instant = Schedule::format(instant_ms);
@@ -46,7 +58,10 @@ pub(crate) async fn run_round(
         let _ = term.resign().await;
         warn!(job = name, %instant, term = token, rerun, "round cut short before it started: the scheduler is shutting down");
         telemetry::round(telemetry::ROUNDS_CUT_SHORT, name, rerun);
-        return instant_ms;
+        return RoundEnd {
+            cursor: instant_ms,
+            next_late: false,
+        };
     }
     info!(job = name, %instant, instant_ms, term = token, rerun, instance = %term.instance(), "round started");
     telemetry::round(telemetry::ROUNDS_STARTED, name, rerun);
@@ -76,7 +91,10 @@ pub(crate) async fn run_round(
         .schedule
         .latest_at_or_before(now_ms)
         .filter(|p| *p > instant_ms);
-    let cursor = passed_ms.unwrap_or(instant_ms);
+    let mut end = RoundEnd {
+        cursor: passed_ms.unwrap_or(instant_ms),
+        next_late: false,
+    };
     match verdict {
         Verdict::Finished(error) => {
             let failed = error.is_some();
@@ -106,8 +124,27 @@ pub(crate) async fn run_round(
                             telemetry::job(telemetry::INSTANTS_SKIPPED, name, n);
                             info!(job = name, %instant, term = token, rerun, skipped = n, through = %Schedule::format(passed), "round overran {n} instant(s); they are skipped");
                         }
+                        Some(passed) if f.recorded => {
+                            // Still the last instant on record: nobody claimed the instants
+                            // this round overran, and they are not recorded as skipped. The
+                            // latest is claimed next (late); those before it never ran.
+                            let missed = job.schedule.count_between(
+                                instant_ms,
+                                passed.saturating_sub(1),
+                                1_000_000,
+                            );
+                            if missed > 0 {
+                                telemetry::job(telemetry::INSTANTS_MISSED, name, missed);
+                                warn!(job = name, %instant, term = token, rerun, missed, through = %Schedule::format(passed), "round overran {missed} instant(s) but could not record them as skipped (its lease was lost, or the store's clock has not reached them); they never ran");
+                            }
+                            debug!(job = name, %instant, term = token, rerun, passed = %Schedule::format(passed), "overrun not recorded; claiming the latest instant that has come");
+                            end = RoundEnd {
+                                cursor: passed.saturating_sub(1),
+                                next_late: true,
+                            };
+                        }
                         Some(passed) => {
-                            debug!(job = name, %instant, term = token, rerun, passed = %Schedule::format(passed), "overrun instants not recorded (lease lost, or the store's clock has not reached them)");
+                            debug!(job = name, %instant, term = token, rerun, passed = %Schedule::format(passed), "overrun instants not recorded: a later instant has been claimed meanwhile");
                         }
                         None => {}
                     }
@@ -135,15 +172,44 @@ pub(crate) async fn run_round(
             warn!(job = name, %instant, term = token, rerun, elapsed_ms, error = %e, "round abandoned: its work did not return within the step-down grace after the lease was lost");
         }
     }
-    cursor
+    end
+}
+
+/// The round's hold on its term, carried by the work's task: a handle on the term, so the
+/// keeper goes on renewing while the work runs even when nothing else keeps the term (the
+/// work dropped its [`Round`] and the round's future was dropped with `Scheduler::run`'s), and
+/// a count in the term's runs, so `Coordinator::close` leaves the release to the work's end.
+/// Dropped when the task ends (the work returned, or was aborted past the step-down grace):
+/// then, if it was the last handle, the keeper stops and releases.
+struct WorkHold {
+    term: Term,
+}
+
+impl WorkHold {
+    fn new(term: &Term) -> WorkHold {
+        term.shared().add_run();
+        WorkHold { term: term.clone() }
+    }
+}
+
+impl Drop for WorkHold {
+    fn drop(&mut self) {
+        self.term.shared().leave_run();
+    }
 }
 
 /// `Term::run`'s rules for one round: the work on its own task (tracked for close), the
 /// step-down grace once the lease is lost, the fail action past it. The term is left held
-/// (unless abandoned) so the finish can run under it.
+/// (unless abandoned) so the finish can run under it. The task holds the term until the work
+/// returns ([`WorkHold`]), so dropping this future never frees the name under running work.
 async fn execute(term: &Term, fut: WorkFuture) -> Verdict {
     let shared = term.shared().clone();
-    let mut task = shared.coord.work.spawn(fut);
+    let hold = WorkHold::new(term);
+    let mut task = shared.coord.work.spawn(async move {
+        let outcome = fut.await;
+        drop(hold);
+        outcome
+    });
     let finished = tokio::select! {
         biased;
         r = &mut task => Some(r),
@@ -165,8 +231,13 @@ async fn execute(term: &Term, fut: WorkFuture) -> Verdict {
                 };
                 (shared.coord.fail_action)(&failure);
                 task.abort();
-                // Release in the background: the store may be what failed.
-                shared.stop.cancel();
+                // Release in the background (the store may be what failed), and only once the
+                // aborted task is gone: an abort takes effect at the work's next await point.
+                let stop = shared.stop.clone();
+                tokio::spawn(async move {
+                    let _gone = task.await;
+                    stop.cancel();
+                });
                 return Verdict::Abandoned(error);
             }
         },

@@ -22,6 +22,18 @@ pub const INSTANTS_SKIPPED: &str = "lease_scheduler_instants_skipped_total";
 pub const INSTANTS_SUPERSEDED: &str = "lease_scheduler_instants_superseded_total";
 /// Counter: reruns of unfinished instants claimed by this replica, by `job`.
 pub const RERUNS: &str = "lease_scheduler_reruns_total";
+/// Counter: instants this replica claimed late, by `job`: when they came, the job's lease was
+/// held by the round of an earlier instant, and that round ended without taking them along (it
+/// was cut short, e.g. its replica died with its lease still live), so they ran once that lease
+/// had ended.
+pub const INSTANTS_LATE: &str = "lease_scheduler_instants_late_total";
+/// Counter: instants that never ran and were not recorded as skipped, by `job`: the lease of a
+/// round held the job's name through them (and through a later instant too, which is claimed
+/// late instead), and the round ended without recording them — it was cut short (e.g. its
+/// replica died with its lease still live), or its lease was gone when it finished. Counted
+/// once cluster-wide: by the replica whose claim of a later instant superseded a round cut
+/// short, or by the replica whose round finished without recording its overrun.
+pub const INSTANTS_MISSED: &str = "lease_scheduler_instants_missed_total";
 
 fn rerun_label(rerun: bool) -> &'static str {
     if rerun { "true" } else { "false" }

@@ -2,8 +2,10 @@
 //! test can run it under `faketime` with a wall clock hours off.
 //!
 //! Usage: `lease-sql-skew-probe URL NAME TTL_MS claim|get`. Prints `clock <unix seconds>` (this
-//! process's own wall clock, so the test can check the skew took effect) and then one of
-//! `claimed <term>`, `held`, `live <term>`, `expired <term>`, `none`, `error <message>`.
+//! process's own wall clock, so the test can check the skew took effect), `boot <ms>` (the boot
+//! clock as lease-sql reads it on Linux, through rustix — the test checks that `faketime` did not
+//! move it) and then one of `claimed <term>`, `held`, `live <term>`, `expired <term>`, `none`,
+//! `error <message>`.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -22,6 +24,11 @@ async fn main() {
         .map(|d| d.as_secs())
         .unwrap_or(0);
     println!("clock {clock}");
+    #[cfg(target_os = "linux")]
+    {
+        let ts = rustix::time::clock_gettime(rustix::time::ClockId::Boottime);
+        println!("boot {}", ts.tv_sec * 1000 + ts.tv_nsec / 1_000_000);
+    }
     let ttl = Duration::from_millis(ttl_ms.parse().unwrap_or(1000));
     let store: Box<dyn LeaseStore> = match open(url).await {
         Ok(s) => s,
