@@ -451,13 +451,10 @@ async fn a_published_loss_is_never_followed_by_the_same_epoch() {
 }
 
 /// Item 15: an acquire whose answer is lost (it took effect) is read back: the partition is
-/// adopted or released, so when the assignment moves it elsewhere the new owner does not wait
-/// out the lease.
+/// adopted while it is still this node's share, released at once (never published) when the
+/// assignment has moved it elsewhere — so its new owner does not wait out the lease.
 #[tokio::test(start_paused = true)]
 async fn an_acquire_of_unknown_outcome_is_read_back() {
-    let store = MemoryStore::new();
-    let lossy = FaultyStore::new(store.clone());
-    let audit = AssignmentAudit::new();
     let t = timings();
     // A node name that the assignment of two gives partition 0 (b, alone, tries it first).
     let c_name = (0..)
@@ -467,38 +464,63 @@ async fn an_acquire_of_unknown_outcome_is_read_back() {
             nodes[lease_core::group::assign(GROUP, N, &nodes)[0]] == *c
         })
         .unwrap();
-    lossy.set_claim_mode(FaultMode::LoseAnswers);
-    let b = consumed(lossy.clone(), "b", N, &audit, Duration::ZERO, true).await;
-    // b's first acquire (partition 0) takes effect, its answer is lost.
-    while lossy.counts().claims == 0 {
-        sleep(STEP).await;
+    // c joins while b's first acquire hangs (b then never holds partition 0), or after b read
+    // it back and adopted it.
+    for adopted_first in [false, true] {
+        let store = MemoryStore::new();
+        let lossy = FaultyStore::new(store.clone());
+        let audit = AssignmentAudit::new();
+        lossy.set_claim_mode(FaultMode::LoseAnswers);
+        let b = consumed(lossy.clone(), "b", N, &audit, Duration::ZERO, true).await;
+        let mut b_rx = b.assignment();
+        let b_held_0 = tokio::spawn(async move {
+            let mut held = false;
+            loop {
+                held |= b_rx.borrow_and_update().holds(0);
+                if b_rx.changed().await.is_err() {
+                    return held;
+                }
+            }
+        });
+        // b's first acquire (partition 0) takes effect, its answer is lost.
+        while lossy.counts().claims == 0 {
+            sleep(Duration::from_millis(1)).await;
+        }
+        let owners = store.owners(GROUP).await.unwrap();
+        assert!(
+            owners
+                .iter()
+                .any(|l| l.partition == 0 && l.owner == b.owner()),
+            "the lost acquire took effect: {owners:?}"
+        );
+        if adopted_first {
+            sleep(t.attempt_timeout() + STEP).await;
+        }
+        // From now on b's acquires fail outright.
+        lossy.set_claim_mode(FaultMode::Fail);
+        let c = consumed(store.clone(), &c_name, N, &audit, Duration::ZERO, true).await;
+        let joined = Instant::now();
+        let mut rx = c.assignment();
+        let bound = t.renew_every() * 3 + t.attempt_timeout();
+        let got = tokio::time::timeout(t.lease(), rx.wait_for(|a| a.holds(0)))
+            .await
+            .is_ok_and(|r| r.is_ok());
+        let took = joined.elapsed();
+        assert!(
+            got && took <= bound,
+            "adopted first: {adopted_first}: {c_name} got partition 0 {took:?} after joining \
+             (bound {bound:?}); the store: {:?}",
+            store.owners(GROUP).await.unwrap()
+        );
+        b.leave().await.unwrap();
+        c.leave().await.unwrap();
+        assert_eq!(
+            b_held_0.await.unwrap(),
+            adopted_first,
+            "b published partition 0 only when it was still its share"
+        );
+        audit.assert_clean();
     }
-    sleep(t.attempt_timeout() + STEP).await;
-    let owners = store.owners(GROUP).await.unwrap();
-    assert!(
-        owners
-            .iter()
-            .any(|l| l.partition == 0 && l.owner == b.owner()),
-        "the lost acquire took effect: {owners:?}"
-    );
-    // From now on b's acquires fail outright.
-    lossy.set_claim_mode(FaultMode::Fail);
-    let c = consumed(store.clone(), &c_name, N, &audit, Duration::ZERO, true).await;
-    let joined = Instant::now();
-    let mut rx = c.assignment();
-    let bound = t.renew_every() * 3 + Duration::from_secs(1);
-    let got = tokio::time::timeout(t.lease(), rx.wait_for(|a| a.holds(0)))
-        .await
-        .is_ok_and(|r| r.is_ok());
-    let took = joined.elapsed();
-    assert!(
-        got && took <= bound,
-        "{c_name} got partition 0 {took:?} after joining (bound {bound:?}); the store: {:?}",
-        store.owners(GROUP).await.unwrap()
-    );
-    b.leave().await.unwrap();
-    c.leave().await.unwrap();
-    audit.assert_clean();
 }
 
 /// A memory store whose batch renewals can fail for the chunks holding a partition of

@@ -568,22 +568,28 @@ impl Run {
                 None
             }
         };
-        self.renew().await;
-        self.take_acks();
-        self.release_due(true).await;
-        let Some(view) = view else { return };
-        if self.view.as_ref() != Some(&view) {
+        // The share first, so that the renewal's read-back of unknown acquires adopts only
+        // what is still this node's.
+        if let Some(view) = &view
+            && self.view.as_ref() != Some(view)
+        {
             info!(group = %self.group, node = %self.node, members = ?view, "members changed");
             // The share changes only with the member list: computed once per change, not per
             // tick (the assignment sorts partitions × members pairs).
-            let me = view.iter().position(|n| *n == self.node);
-            self.share = assign(&self.group, self.partitions, &view)
+            let me = view.iter().position(|n| n == &self.node);
+            self.share = assign(&self.group, self.partitions, view)
                 .into_iter()
                 .zip(0u32..)
                 .filter(|(owner, _)| Some(*owner) == me)
                 .map(|(_, p)| p)
                 .collect();
-            self.view = Some(view);
+            self.view = Some(view.clone());
+        }
+        self.renew().await;
+        self.take_acks();
+        self.release_due(true).await;
+        if view.is_none() {
+            return;
         }
         let mine = self.share.clone();
         self.give_up(&mine).await;
