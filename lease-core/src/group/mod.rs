@@ -4,10 +4,12 @@
 //!
 //! 1. heartbeats its membership of the service, serving the group, for the lease duration;
 //! 2. reads the live members that serve the group (its own node always counts);
-//! 3. renews every partition it holds in one batch ([`PartitionStore::renew_partitions`](crate::PartitionStore::renew_partitions)),
-//!    with the partitions still draining and a read-back of any acquire whose answer was lost;
-//! 4. computes its fair share with rendezvous hashing ([`assign`](assign())): every member computes the
-//!    same assignment from the same member list, and a join or a leave moves few partitions;
+//! 3. computes its fair share with rendezvous hashing ([`assign`](assign())) when the member list
+//!    changed: every member computes the same assignment from the same member list, and a join
+//!    or a leave moves few partitions;
+//! 4. renews every partition it holds in one batch ([`PartitionStore::renew_partitions`](crate::PartitionStore::renew_partitions)),
+//!    with the partitions still draining and a read-back of any acquire whose answer was lost
+//!    (adopted when still its share, released otherwise);
 //! 5. gives up the partitions that are no longer its: it takes them out of its published
 //!    [`Assignment`] and lets them **drain** — still renewed, so no one else can acquire them —
 //!    until the consumer says it stopped ([`StopAck`]) or the timings' `grace` has passed,
