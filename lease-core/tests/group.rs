@@ -536,6 +536,10 @@ struct Rules {
     fail_high: bool,
     stall_low: bool,
     lose_renewal_answers: bool,
+    /// Releases are held back without an answer (a connection that stalls), to be delivered
+    /// later with `deliver_releases`.
+    hold_releases: bool,
+    held_releases: Vec<(String, Vec<u32>, String)>,
     /// When the last high chunk's renewal that reached the store began.
     last_high_renewal: Option<Instant>,
 }
@@ -543,6 +547,20 @@ struct Rules {
 impl ScriptedStore {
     fn rules(&self) -> std::sync::MutexGuard<'_, Rules> {
         self.rules.lock().unwrap()
+    }
+
+    /// Carries out the releases held back so far, late.
+    async fn deliver_releases(&self) -> usize {
+        let held = std::mem::take(&mut self.rules().held_releases);
+        let mut ended = 0;
+        for (group, partitions, owner) in held {
+            ended += self
+                .inner
+                .release_partitions(&group, &partitions, &owner)
+                .await
+                .unwrap();
+        }
+        ended
     }
 }
 
@@ -637,6 +655,18 @@ impl PartitionStore for ScriptedStore {
         partitions: &[u32],
         owner: &str,
     ) -> lease_core::Result<usize> {
+        let hold = {
+            let mut rules = self.rules();
+            if rules.hold_releases {
+                rules
+                    .held_releases
+                    .push((group.to_owned(), partitions.to_vec(), owner.to_owned()));
+            }
+            rules.hold_releases
+        };
+        if hold {
+            return std::future::pending().await;
+        }
         self.inner
             .release_partitions(group, partitions, owner)
             .await
@@ -766,4 +796,58 @@ async fn a_suspend_past_the_deadline_unpublishes_at_once_on_resume() {
         a.leave().await.unwrap();
         audit.assert_clean();
     }
+}
+
+/// A release that had no answer may reach the store later: it must not end a later holding.
+/// Here a's partitions lapse (renewal answers lost) and their releases hang; once the store
+/// answers again a gets them back — and then the hung releases arrive. a's holdings live on,
+/// because a acquired them again under a new owner id.
+#[tokio::test(start_paused = true)]
+async fn a_late_release_does_not_end_a_later_holding() {
+    let store = ScriptedStore {
+        inner: MemoryStore::new(),
+        rules: Arc::default(),
+    };
+    let audit = AssignmentAudit::new();
+    let t = timings();
+    let a = consumed(store.clone(), "a", N, &audit, Duration::ZERO, true).await;
+    settle(&[&a], GroupWorker::settle_time(&t), "start").await;
+    let first_owner = a.owner();
+    {
+        let mut rules = store.rules();
+        rules.lose_renewal_answers = true;
+        rules.hold_releases = true;
+    }
+    sleep(t.deadline() + t.attempt_timeout() + t.renew_every()).await;
+    assert!(a.assignment().borrow().partitions.is_empty());
+    assert!(
+        !store.rules().held_releases.is_empty(),
+        "releases were tried"
+    );
+    {
+        let mut rules = store.rules();
+        rules.lose_renewal_answers = false;
+        rules.hold_releases = false;
+    }
+    settle(&[&a], GroupWorker::crash_settle_time(&t), "back").await;
+    let back = a.assignment().borrow().partitions.clone();
+    let mut rx = a.assignment();
+    rx.borrow_and_update();
+    store.deliver_releases().await;
+    sleep(t.renew_every() * 2).await;
+    assert!(
+        !rx.has_changed().unwrap() && a.assignment().borrow().partitions == back,
+        "the late releases ended a's new holdings: {back:?} became {:?}",
+        a.assignment().borrow().partitions
+    );
+    let owners = store.owners(GROUP).await.unwrap();
+    assert_eq!(owners.len(), N as usize);
+    assert!(owners.iter().all(|l| a.owns(&l.owner)));
+    assert_ne!(
+        a.owner(),
+        first_owner,
+        "a new owner id after an unanswered release"
+    );
+    a.leave().await.unwrap();
+    audit.assert_clean();
 }

@@ -490,7 +490,7 @@ impl GroupRun {
         for lease in owners {
             let published = live
                 .iter()
-                .find(|w| w.owner() == lease.owner)
+                .find(|w| w.owns(&lease.owner))
                 .map(|w| w.assignment().borrow().epoch(lease.partition));
             if published != Some(Some(lease.epoch)) {
                 return Some(format!(

@@ -152,7 +152,8 @@ impl GroupWorkerBuilder {
             let hex = crate::HolderToken::mint().to_hex();
             format!("node-{}", hex.get(..8).unwrap_or(&hex))
         });
-        let owner = owner_id(&node);
+        let owners = Arc::new(Owners::new(&node));
+        let owner = owners.current();
         let lease = self.timings.lease();
         let groups = vec![self.group.clone()];
         let store = self.store;
@@ -187,14 +188,15 @@ impl GroupWorkerBuilder {
             service: service.clone(),
             node: node.clone(),
             address: self.address,
-            owner: owner.clone(),
+            owner: Arc::from(owner.as_str()),
+            owners: Arc::clone(&owners),
             partitions: self.partitions,
             timings: self.timings,
             groups,
             held: BTreeMap::new(),
             draining: BTreeMap::new(),
-            unsure: BTreeSet::new(),
-            strays: BTreeSet::new(),
+            unsure: BTreeMap::new(),
+            strays: BTreeMap::new(),
             view: None,
             share: BTreeSet::new(),
             acks: Arc::clone(&acks),
@@ -207,11 +209,11 @@ impl GroupWorkerBuilder {
             stop,
             task: Some(task),
             acks,
+            owners,
             partitions: self.partitions,
             group: self.group,
             service,
             node,
-            owner,
         })
     }
 }
@@ -226,11 +228,11 @@ pub struct GroupWorker {
     stop: CancellationToken,
     task: Option<JoinHandle<Result<()>>>,
     acks: Arc<AckBox>,
+    owners: Arc<Owners>,
     partitions: u32,
     group: String,
     service: String,
     node: String,
-    owner: String,
 }
 
 impl fmt::Debug for GroupWorker {
@@ -239,7 +241,7 @@ impl fmt::Debug for GroupWorker {
             .field("group", &self.group)
             .field("service", &self.service)
             .field("node", &self.node)
-            .field("owner", &self.owner)
+            .field("owner", &self.owners.current())
             .finish_non_exhaustive()
     }
 }
@@ -359,9 +361,18 @@ impl GroupWorker {
         &self.node
     }
 
-    /// The owner id of this incarnation, as the partition leases record it.
-    pub fn owner(&self) -> &str {
-        &self.owner
+    /// The owner id under which this worker acquires partitions now, as the partition leases
+    /// record it: `node@` and 16 hex digits, minted at start. It changes (the last digits count
+    /// up) after a release of unknown outcome, so that a release still on its way cannot end a
+    /// later holding; partitions acquired before keep their owner id. See
+    /// [`owns`](GroupWorker::owns).
+    pub fn owner(&self) -> String {
+        self.owners.current()
+    }
+
+    /// `true` when `owner` is one of this worker's owner ids (of any generation).
+    pub fn owns(&self, owner: &str) -> bool {
+        self.owners.owns(owner)
     }
 
     /// Leaves gracefully: the assignment becomes empty and the membership ends at once; each
@@ -388,6 +399,51 @@ impl Drop for GroupWorker {
     }
 }
 
+/// The owner ids of one worker: one per generation, all sharing the prefix `node@` + 12 hex
+/// digits minted at start, and ending in the generation as 4 hex digits (so an owner id keeps
+/// the shape of [`owner_id`]'s). A new generation starts whenever a release under the current
+/// one had no answer: such a release may still reach the store later, and must not end a
+/// later holding — so nothing is acquired again under an owner id it could still hit.
+#[derive(Debug)]
+pub(super) struct Owners {
+    prefix: String,
+    generation: std::sync::atomic::AtomicU32,
+}
+
+impl Owners {
+    fn new(node: &str) -> Owners {
+        let base = owner_id(node);
+        let prefix = base
+            .get(..base.len().saturating_sub(4))
+            .unwrap_or(&base)
+            .to_owned();
+        Owners {
+            prefix,
+            generation: std::sync::atomic::AtomicU32::new(0),
+        }
+    }
+
+    fn id(&self, generation: u32) -> String {
+        format!("{}{:04x}", self.prefix, generation.min(0xffff))
+    }
+
+    fn current(&self) -> String {
+        self.id(self.generation.load(std::sync::atomic::Ordering::SeqCst))
+    }
+
+    /// Moves to the next generation and returns its owner id.
+    fn next(&self) -> String {
+        let g = self
+            .generation
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.id(g.saturating_add(1))
+    }
+
+    fn owns(&self, owner: &str) -> bool {
+        owner.len() == self.prefix.len() + 4 && owner.starts_with(&self.prefix)
+    }
+}
+
 /// The consumer's acknowledgements, shared between the [`StopAck`] handles and the task.
 #[derive(Debug, Default)]
 pub(super) struct AckBox {
@@ -403,9 +459,11 @@ impl AckBox {
 }
 
 /// A partition in the published assignment.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Held {
     epoch: u64,
+    /// The owner id it was acquired under.
+    owner: Owner,
     /// The local deadline: the start of the last successful acquire or renewal plus `deadline`.
     deadline: Deadline,
 }
@@ -415,9 +473,10 @@ struct Held {
 /// the grace has passed, and only a release that the store answered ends it. Until then it is
 /// not acquired again, so its next holding — by anyone, this node included — gets a higher
 /// epoch.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Draining {
     epoch: u64,
+    owner: Owner,
     /// The lease's local deadline while it is still renewed (a partition given up, until it is
     /// due); `None` once lapsed, or for a partition that was lost.
     renewed_until: Option<Deadline>,
@@ -435,23 +494,29 @@ impl Draining {
     }
 }
 
+/// An owner id, shared between the partitions held under it.
+type Owner = Arc<str>;
+
 struct Run {
     store: Arc<dyn GroupStore>,
     group: String,
     service: String,
     node: String,
     address: String,
-    owner: String,
+    /// The current generation's owner id: new acquires use it.
+    owner: Owner,
+    owners: Arc<Owners>,
     partitions: u32,
     timings: Timings,
     groups: Vec<String>,
     held: BTreeMap<u32, Held>,
     draining: BTreeMap<u32, Draining>,
-    /// Partitions whose acquire had no answer: read back by the next renewal.
-    unsure: BTreeSet<u32>,
-    /// Partitions read back as this owner's that are not its share and were never published:
+    /// Partitions whose acquire had no answer, with the owner id tried: read back by the next
+    /// renewal.
+    unsure: BTreeMap<u32, Owner>,
+    /// Partitions read back as this worker's that are not its share and were never published:
     /// released at the next give-up.
-    strays: BTreeSet<u32>,
+    strays: BTreeMap<u32, Owner>,
     view: Option<Vec<String>>,
     /// This node's share under `view`.
     share: BTreeSet<u32>,
@@ -602,82 +667,102 @@ impl Run {
     /// [`MAX_PARTITIONS_PER_CALL`]. Each batch is cut at the earliest deadline of all held
     /// partitions, and lapsed partitions are dropped between batches.
     async fn renew(&mut self) {
-        let mut keys: BTreeSet<u32> = self.held.keys().copied().collect();
-        keys.extend(
-            self.draining
-                .iter()
-                .filter(|(_, d)| d.renewed_until.is_some() && !d.due())
-                .map(|(p, _)| *p),
-        );
-        keys.extend(self.unsure.iter().copied());
-        let keys: Vec<u32> = keys.into_iter().collect();
-        for chunk in keys.chunks(MAX_PARTITIONS_PER_CALL) {
-            self.drop_lapsed();
-            let started = Stamp::now();
-            let op =
-                self.store
-                    .renew_partitions(&self.group, chunk, &self.owner, self.timings.lease());
-            match self.bounded("renewal", self.earliest_deadline(), op).await {
-                Ok(leases) => {
-                    let answered: BTreeMap<u32, u64> = leases
-                        .into_iter()
-                        .filter(|l| l.owner == self.owner)
-                        .map(|l| (l.partition, l.epoch))
-                        .collect();
-                    let deadline = started.deadline_after(self.timings.deadline());
-                    for &p in chunk {
-                        self.renewed(p, answered.get(&p).copied(), deadline);
+        // By owner id: one batch per generation still holding something (usually one).
+        let mut by_owner: BTreeMap<Owner, BTreeSet<u32>> = BTreeMap::new();
+        for (p, h) in &self.held {
+            by_owner.entry(Arc::clone(&h.owner)).or_default().insert(*p);
+        }
+        for (p, d) in &self.draining {
+            if d.renewed_until.is_some() && !d.due() {
+                by_owner.entry(Arc::clone(&d.owner)).or_default().insert(*p);
+            }
+        }
+        for (p, owner) in &self.unsure {
+            by_owner.entry(Arc::clone(owner)).or_default().insert(*p);
+        }
+        for (owner, keys) in by_owner {
+            let keys: Vec<u32> = keys.into_iter().collect();
+            for chunk in keys.chunks(MAX_PARTITIONS_PER_CALL) {
+                self.drop_lapsed();
+                let started = Stamp::now();
+                let op =
+                    self.store
+                        .renew_partitions(&self.group, chunk, &owner, self.timings.lease());
+                match self.bounded("renewal", self.earliest_deadline(), op).await {
+                    Ok(leases) => {
+                        let answered: BTreeMap<u32, u64> = leases
+                            .into_iter()
+                            .filter(|l| *l.owner == *owner)
+                            .map(|l| (l.partition, l.epoch))
+                            .collect();
+                        let deadline = started.deadline_after(self.timings.deadline());
+                        for &p in chunk {
+                            self.renewed(p, &owner, answered.get(&p).copied(), deadline);
+                        }
+                    }
+                    Err(e) => {
+                        warn!(group = %self.group, node = %self.node, error = %e, "renewal failed; retrying next tick");
                     }
                 }
-                Err(e) => {
-                    warn!(group = %self.group, node = %self.node, error = %e, "renewal failed; retrying next tick");
-                }
+                self.drop_lapsed();
+                self.publish();
             }
-            self.drop_lapsed();
-            self.publish();
         }
     }
 
     /// The store's known answer for `p`: `Some(epoch)` when it holds `p` live under this owner
     /// (now renewed to `deadline`), `None` when it does not.
-    fn renewed(&mut self, p: u32, answer: Option<u64>, deadline: Deadline) {
-        if let Some(h) = self.held.get_mut(&p) {
+    fn renewed(&mut self, p: u32, owner: &Owner, answer: Option<u64>, deadline: Deadline) {
+        if let Some(h) = self.held.get_mut(&p)
+            && h.owner == *owner
+        {
             match answer {
                 Some(epoch) if epoch == h.epoch => h.deadline = deadline,
                 _ => {
                     warn!(group = %self.group, node = %self.node, partition = p, "partition lost: the store no longer has it under this owner");
                     // Drained under the epoch the consumer knows.
-                    let epoch = h.epoch;
+                    let (epoch, owner) = (h.epoch, Arc::clone(&h.owner));
                     self.held.remove(&p);
-                    self.retire(p, epoch, None);
+                    self.retire(p, epoch, owner, None);
                 }
             }
-        } else if let Some(d) = self.draining.get_mut(&p) {
+        } else if let Some(d) = self.draining.get_mut(&p)
+            && d.owner == *owner
+        {
             match answer {
                 Some(_) => d.renewed_until = Some(deadline),
                 // The store holds it no longer: nothing to release, and the next acquire
                 // gets a higher epoch. The consumer's grace is kept all the same.
                 None => d.renewed_until = None,
             }
-        } else if self.unsure.remove(&p)
-            && let Some(epoch) = answer
-        {
-            if self.share.contains(&p) {
+        } else if self.unsure.get(&p) == Some(owner) {
+            self.unsure.remove(&p);
+            let Some(epoch) = answer else { return };
+            if self.share.contains(&p) && !self.held.contains_key(&p) {
                 info!(group = %self.group, node = %self.node, partition = p, epoch, "partition adopted: an acquire whose answer was lost had taken effect");
-                self.held.insert(p, Held { epoch, deadline });
+                let owner = Arc::clone(owner);
+                self.held.insert(
+                    p,
+                    Held {
+                        epoch,
+                        owner,
+                        deadline,
+                    },
+                );
             } else {
-                self.strays.insert(p);
+                self.strays.insert(p, Arc::clone(owner));
             }
         }
     }
 
     /// Takes `p` (published until now under `epoch`) into the drain: the consumer has the grace
     /// from now to stop.
-    fn retire(&mut self, p: u32, epoch: u64, renewed_until: Option<Deadline>) {
+    fn retire(&mut self, p: u32, epoch: u64, owner: Owner, renewed_until: Option<Deadline>) {
         self.draining.insert(
             p,
             Draining {
                 epoch,
+                owner,
                 renewed_until,
                 grace: Deadline::in_(self.timings.grace()),
                 acked: false,
@@ -700,11 +785,11 @@ impl Run {
     /// Drops (and publishes the loss of) every partition past its local deadline: each goes into
     /// the drain, not renewed; a draining partition past its deadline is no longer renewed.
     fn drop_lapsed(&mut self) {
-        let lapsed: Vec<(u32, u64)> = self
+        let lapsed: Vec<(u32, u64, Owner)> = self
             .held
             .iter()
             .filter(|(_, h)| h.deadline.has_passed())
-            .map(|(p, h)| (*p, h.epoch))
+            .map(|(p, h)| (*p, h.epoch, Arc::clone(&h.owner)))
             .collect();
         for d in self.draining.values_mut() {
             if d.renewed_until.is_some_and(|r| r.has_passed()) {
@@ -714,10 +799,10 @@ impl Run {
         if lapsed.is_empty() {
             return;
         }
-        warn!(group = %self.group, node = %self.node, partitions = ?lapsed.iter().map(|(p, _)| p).collect::<Vec<_>>(), "partitions lost: no renewal succeeded within the deadline");
-        for (p, epoch) in lapsed {
+        warn!(group = %self.group, node = %self.node, partitions = ?lapsed.iter().map(|(p, _, _)| p).collect::<Vec<_>>(), "partitions lost: no renewal succeeded within the deadline");
+        for (p, epoch, owner) in lapsed {
             self.held.remove(&p);
-            self.retire(p, epoch, None);
+            self.retire(p, epoch, owner, None);
         }
         self.publish();
     }
@@ -726,32 +811,42 @@ impl Run {
     /// whose release failed only at a tick (`at_tick`). A release the store answered ends the
     /// drain.
     async fn release_due(&mut self, at_tick: bool) {
-        let due: Vec<u32> = self
-            .draining
-            .iter()
-            .filter(|(_, d)| (at_tick || !d.retry) && d.due())
-            .map(|(p, _)| *p)
-            .collect();
-        for chunk in due.chunks(MAX_PARTITIONS_PER_CALL) {
-            self.drop_lapsed();
-            let op = self
-                .store
-                .release_partitions(&self.group, chunk, &self.owner);
-            match self.bounded("release", self.earliest_deadline(), op).await {
-                Ok(_) => {
-                    for p in chunk {
-                        self.draining.remove(p);
+        let mut due: BTreeMap<Owner, Vec<u32>> = BTreeMap::new();
+        for (p, d) in &self.draining {
+            if (at_tick || !d.retry) && d.due() {
+                due.entry(Arc::clone(&d.owner)).or_default().push(*p);
+            }
+        }
+        for (owner, parts) in due {
+            for chunk in parts.chunks(MAX_PARTITIONS_PER_CALL) {
+                self.drop_lapsed();
+                let op = self.store.release_partitions(&self.group, chunk, &owner);
+                match self.bounded("release", self.earliest_deadline(), op).await {
+                    Ok(_) => {
+                        for p in chunk {
+                            self.draining.remove(p);
+                        }
                     }
-                }
-                Err(e) => {
-                    warn!(group = %self.group, node = %self.node, error = %e, "release failed; retrying next tick (the partitions pass on when their leases expire)");
-                    for p in chunk {
-                        if let Some(d) = self.draining.get_mut(p) {
-                            d.retry = true;
+                    Err(e) => {
+                        warn!(group = %self.group, node = %self.node, error = %e, "release failed; retrying next tick (the partitions pass on when their leases expire)");
+                        self.unanswered_release(&owner);
+                        for p in chunk {
+                            if let Some(d) = self.draining.get_mut(p) {
+                                d.retry = true;
+                            }
                         }
                     }
                 }
             }
+        }
+    }
+
+    /// A release under `owner` had no answer: it may still reach the store, so nothing is
+    /// acquired under that owner id again.
+    fn unanswered_release(&mut self, owner: &Owner) {
+        if *owner == self.owner {
+            self.owner = Arc::from(self.owners.next().as_str());
+            info!(group = %self.group, node = %self.node, owner = %self.owner, "a release had no answer: acquiring under a new owner id from now on");
         }
     }
 
@@ -768,20 +863,26 @@ impl Run {
         if !gone.is_empty() {
             for p in &gone {
                 if let Some(h) = self.held.remove(p) {
-                    self.retire(*p, h.epoch, Some(h.deadline));
+                    self.retire(*p, h.epoch, h.owner, Some(h.deadline));
                 }
             }
             self.publish();
             info!(group = %self.group, node = %self.node, partitions = ?gone, "giving partitions up: released once the consumer acknowledges the stop or the grace passes");
         }
-        let strays: Vec<u32> = std::mem::take(&mut self.strays).into_iter().collect();
-        for chunk in strays.chunks(MAX_PARTITIONS_PER_CALL) {
-            let op = self
-                .store
-                .release_partitions(&self.group, chunk, &self.owner);
-            if let Err(e) = self.bounded("release", self.earliest_deadline(), op).await {
-                warn!(group = %self.group, node = %self.node, error = %e, "release failed; reading the partitions back next tick");
-                self.unsure.extend(chunk.iter().copied());
+        let mut strays: BTreeMap<Owner, Vec<u32>> = BTreeMap::new();
+        for (p, owner) in std::mem::take(&mut self.strays) {
+            strays.entry(owner).or_default().push(p);
+        }
+        for (owner, parts) in strays {
+            for chunk in parts.chunks(MAX_PARTITIONS_PER_CALL) {
+                let op = self.store.release_partitions(&self.group, chunk, &owner);
+                if let Err(e) = self.bounded("release", self.earliest_deadline(), op).await {
+                    warn!(group = %self.group, node = %self.node, error = %e, "release failed; reading the partitions back next tick");
+                    self.unanswered_release(&owner);
+                    for p in chunk {
+                        self.unsure.insert(*p, Arc::clone(&owner));
+                    }
+                }
             }
         }
     }
@@ -792,7 +893,11 @@ impl Run {
     async fn acquire(&mut self, mine: &BTreeSet<u32>, next: Deadline) {
         let wanted: Vec<u32> = mine
             .iter()
-            .filter(|p| !self.held.contains_key(p) && !self.draining.contains_key(p))
+            .filter(|p| {
+                !self.held.contains_key(p)
+                    && !self.draining.contains_key(p)
+                    && !self.strays.contains_key(p)
+            })
             .copied()
             .collect();
         let mut gained = Vec::new();
@@ -808,9 +913,14 @@ impl Run {
                 cut = self.earliest_deadline();
             }
             let started = Stamp::now();
-            let op =
-                self.store
-                    .acquire_partition(&self.group, p, &self.owner, self.timings.lease());
+            let owner = Arc::clone(&self.owner);
+            // An earlier acquire of unknown outcome under another owner id: read back first.
+            if self.unsure.get(&p).is_some_and(|o| *o != owner) {
+                continue;
+            }
+            let op = self
+                .store
+                .acquire_partition(&self.group, p, &owner, self.timings.lease());
             match self.bounded("acquire", cut, op).await {
                 Ok(Some(lease)) => {
                     self.unsure.remove(&p);
@@ -819,6 +929,7 @@ impl Run {
                         p,
                         Held {
                             epoch: lease.epoch,
+                            owner,
                             deadline,
                         },
                     );
@@ -830,7 +941,7 @@ impl Run {
                 }
                 Err(e) => {
                     warn!(group = %self.group, node = %self.node, partition = p, error = %e, "acquire failed; reading it back and retrying next tick");
-                    self.unsure.insert(p);
+                    self.unsure.insert(p, owner);
                     break;
                 }
             }
@@ -860,7 +971,7 @@ impl Run {
     /// every partition number of the group is released for this owner.
     async fn leave(mut self) -> Result<()> {
         for (p, h) in std::mem::take(&mut self.held) {
-            self.retire(p, h.epoch, Some(h.deadline));
+            self.retire(p, h.epoch, h.owner, Some(h.deadline));
         }
         self.view = None;
         self.share.clear();
@@ -896,14 +1007,20 @@ impl Run {
                 () = wake.reached() => {}
             }
         }
+        // Every owner id that may still hold something: the current one (an acquire cut short
+        // by the leave) and those of the partitions still draining or read back.
+        let mut owners: BTreeSet<Owner> = BTreeSet::from([Arc::clone(&self.owner)]);
+        owners.extend(self.draining.values().map(|d| Arc::clone(&d.owner)));
+        owners.extend(self.unsure.values().cloned());
+        owners.extend(self.strays.values().cloned());
         let all: Vec<u32> = (0..self.partitions).collect();
-        for chunk in all.chunks(MAX_PARTITIONS_PER_CALL) {
-            let op = self
-                .store
-                .release_partitions(&self.group, chunk, &self.owner);
-            if let Err(e) = self.bounded("release", None, op).await {
-                warn!(group = %self.group, node = %self.node, error = %e, "release on leave failed; the partitions pass on when their leases expire");
-                first_error.get_or_insert(e);
+        for owner in owners {
+            for chunk in all.chunks(MAX_PARTITIONS_PER_CALL) {
+                let op = self.store.release_partitions(&self.group, chunk, &owner);
+                if let Err(e) = self.bounded("release", None, op).await {
+                    warn!(group = %self.group, node = %self.node, error = %e, "release on leave failed; the partitions pass on when their leases expire");
+                    first_error.get_or_insert(e);
+                }
             }
         }
         info!(group = %self.group, node = %self.node, "group worker left");
