@@ -56,9 +56,10 @@ pub(crate) enum Command {
     /// Break a lease (an administrator's tool; UNSAFE, needs --force).
     #[command(long_about = RELEASE_ABOUT)]
     Release(ReleaseArgs),
-    /// Internal: kills CMD's process group when `lease` dies.
+    /// Internal: the parent of CMD, which ends CMD and all its descendants at the local
+    /// deadline, on request, and when `lease` dies.
     #[command(name = "__watchdog", hide = true)]
-    Watchdog,
+    Watchdog(WatchdogArgs),
     /// Internal: starts CMD for `lease` (tied to its parent's life).
     #[command(name = "__exec", hide = true)]
     Exec(ExecArgs),
@@ -68,21 +69,37 @@ const RUN_ABOUT: &str = "Run CMD only while holding NAME: a cluster-wide flock.\
     CMD gets LEASE_NAME, LEASE_TERM (the fencing token) and LEASE_INSTANCE in its environment. \
     Without --wait, lease exits at once with code 75 when someone else holds NAME; with --wait it \
     campaigns until it gets NAME. While CMD runs the lease is renewed; when the lease is lost, \
-    CMD's process group gets SIGTERM, then SIGKILL after the step-down grace (4/15 of the TTL), \
-    and lease exits 74. SIGINT, SIGTERM and SIGHUP are forwarded to CMD's process group; the \
-    lease is released once CMD has exited. Otherwise lease exits with CMD's code.\n\n\
-    CMD runs in its own process group (so it cannot read from a terminal), and never outlives \
-    lease: when lease dies, even by kill -9, a watchdog process kills CMD's whole group. Once \
-    CMD exits, what remains of its group gets SIGTERM, then SIGKILL after the grace, before the \
-    lease is released.";
+    CMD's process group and every descendant of CMD get SIGTERM, then SIGKILL after the \
+    step-down grace (4/15 of the TTL), and lease exits 74. SIGINT, SIGTERM and SIGHUP are \
+    forwarded to CMD's process group; the lease is released once CMD has exited. Otherwise lease \
+    exits with CMD's code.\n\n\
+    CMD runs in its own process group (so it cannot read from a terminal) under a watchdog \
+    process that is CMD's parent and a child subreaper, so every descendant of CMD stays in \
+    its care, also after setsid or a double fork. The watchdog ends CMD and every descendant \
+    (SIGTERM, then SIGKILL after the grace) at the term's local deadline (10/15 of the TTL \
+    after the last renewal, on the boot clock) on its own, so CMD never runs on after the \
+    lease could have passed to someone else, even when lease is frozen (SIGSTOP) or starved; \
+    when lease dies, even by kill -9, it SIGKILLs them all at once. Ctrl-Z (SIGTSTP) stops \
+    CMD and every descendant, then lease; on SIGCONT they continue only if the term is still \
+    live, and otherwise lease stops them as on a loss. Once CMD exits, whatever remains of its \
+    descendants gets SIGTERM, then SIGKILL after the grace, and only when none is left is the \
+    lease released.\n\n\
+    What escapes: processes that are not descendants of CMD — work CMD hands to another \
+    process to start (systemd-run, at, a container engine's daemon, ssh to another host, any \
+    server); and, when the watchdog itself is SIGKILLed (CMD then dies with it), the \
+    descendants that left CMD's process group are killed by lease only if lease is running: \
+    if lease dies at the same time (pkill -9 lease, the OOM killer) they are re-parented to \
+    init and survive; if lease is stopped, they run until it continues. Linux only.";
 
 const ELECT_ABOUT: &str = "Campaign for NAME forever and run CMD while leader: a leader-only \
     daemon.\n\n\
     When CMD exits or the lease is lost, lease releases NAME and campaigns again. When CMD keeps \
     failing (non-zero exit), each further campaign waits longer: the campaign retry doubled per \
     failure in a row, up to 60s, reset when CMD exits 0 or has run for 60s. CMD gets the same \
-    environment and supervision as with `lease run`. SIGINT, SIGTERM and SIGHUP stop it: \
-    forwarded to CMD when it runs (lease then exits with CMD's code), exit 72 otherwise.";
+    environment and supervision as with `lease run`: every descendant of CMD is ended before \
+    the name is released and the next campaign starts, so no term's workers outlive it, and \
+    what escapes is the same. SIGINT, SIGTERM and SIGHUP stop it: forwarded to CMD when it \
+    runs (lease then exits with CMD's code), exit 72 otherwise.";
 
 const STATUS_ABOUT: &str = "Show who holds each NAME: holder instance, term, time left.\n\n\
     Names must be given: the store contract has no listing of names. The term shown is the last \
@@ -245,14 +262,32 @@ pub(crate) struct ExecArgs {
     pub(crate) cmd: Vec<OsString>,
 }
 
+/// Options of the internal `__watchdog`.
+#[derive(Debug, Args)]
+pub(crate) struct WatchdogArgs {
+    /// The abstract Unix socket name `lease` listens on for the watchdog.
+    #[arg(long)]
+    pub(crate) socket: String,
+
+    /// The command to run for each term.
+    #[arg(
+        required = true,
+        num_args = 1..,
+        trailing_var_arg = true,
+        allow_hyphen_values = true
+    )]
+    pub(crate) cmd: Vec<OsString>,
+}
+
 /// The text after the options in every `--help`: the store and the exit codes.
 pub(crate) fn after_help() -> String {
     format!(
         "Store:\n  --store URL, or {STORE_VAR}; default: {}\n  (one fixed file per user: \
          $XDG_STATE_HOME/lease/leases.db, else ~/.local/state/lease/leases.db, created when \
          missing).\n  Schemes: sqlite, postgres(ql), mysql, mariadb, redis(s), mongodb, nats.\n  \
-         NATS: one bucket per lease duration (leases_<ms>ms); ?bucket=NAME picks one.\n  Redis: add ?allow_volatile=1 or ?terms=clock_floor to accept \
-         a server without AOF.\n  Passwords in URLs are never printed.\n\n{}",
+         NATS: one bucket per lease duration (leases_<ms>ms); ?bucket=NAME picks one.\n  Redis: needs appendonly yes with appendfsync always; add \
+         ?allow_fsync_everysec=1 to accept appendfsync everysec, ?allow_volatile=1 or \
+         ?terms=clock_floor to accept a server without AOF.\n  Passwords in URLs are never printed.\n\n{}",
         default_store_help(),
         Exit::help_table()
     )

@@ -60,6 +60,10 @@ fn main() -> ExitCode {
         // The shim: no runtime, no log, straight to `exec`.
         return ExitCode::from(child::become_cmd(exec.parent, &exec.cmd));
     }
+    if let Command::Watchdog(args) = &cli.command {
+        // The watchdog: no runtime, no log; a loop over poll(2).
+        return ExitCode::from(child::watch(args));
+    }
     init_log();
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -94,7 +98,7 @@ async fn dispatch(cli: Cli) -> Result<u8, CliError> {
         Command::Members(args) => commands::members::members(&store()?, args).await,
         Command::Owners(args) => commands::owners::owners(&store()?, args).await,
         Command::Release(args) => commands::release::release(&store()?, args).await,
-        Command::Watchdog => Ok(child::watch().await),
+        Command::Watchdog(_) => Err(CliError::new(Exit::Usage, "__watchdog is internal")),
         Command::Exec(_) => Err(CliError::new(Exit::Usage, "__exec is internal")),
     }
 }

@@ -98,7 +98,9 @@ async fn connect(url: &StoreUrl, lease: Duration) -> Result<Arc<dyn GroupStore>,
         ),
         Scheme::Redis => {
             let options = url.redis_options();
-            let mut config = lease_redis::RedisConfig::new().allow_volatile(options.allow_volatile);
+            let mut config = lease_redis::RedisConfig::new()
+                .allow_volatile(options.allow_volatile)
+                .allow_fsync_everysec(options.allow_fsync_everysec);
             if options.clock_floor {
                 config = config.term_scheme(lease_redis::TermScheme::ClockFloor);
             }
@@ -111,7 +113,8 @@ async fn connect(url: &StoreUrl, lease: Duration) -> Result<Arc<dyn GroupStore>,
                     refused = CliError::new(
                         Exit::StoreRefused,
                         format!(
-                            "{} (with lease: add ?allow_volatile=1 or ?terms=clock_floor to \
+                            "{} (with lease: add ?allow_fsync_everysec=1 (AOF with \
+                             appendfsync everysec), ?allow_volatile=1 or ?terms=clock_floor to \
                              the store URL)",
                             refused.message()
                         ),

@@ -51,6 +51,9 @@ impl Scheme {
 pub(crate) struct RedisOptions {
     /// `allow_volatile=1`: accept a server that could lose lease records.
     pub(crate) allow_volatile: bool,
+    /// `allow_fsync_everysec=1`: accept AOF with `appendfsync everysec` (a crash can lose
+    /// the last second of claims and so repeat a `Counter` term).
+    pub(crate) allow_fsync_everysec: bool,
     /// `terms=clock_floor`: terms that keep growing even if a record is lost.
     pub(crate) clock_floor: bool,
 }
@@ -316,6 +319,18 @@ fn example(scheme: Scheme) -> &'static str {
     }
 }
 
+/// A yes/no query option.
+fn flag(key: &str, value: &str, shown: &str) -> Result<bool, CliError> {
+    match value {
+        "1" | "true" | "yes" | "" => Ok(true),
+        "0" | "false" | "no" => Ok(false),
+        _ => Err(CliError::new(
+            Exit::BadUrl,
+            format!("store URL '{shown}': {key} takes 1 or 0, not '{value}'"),
+        )),
+    }
+}
+
 /// Takes `lease`'s own Redis options out of the query of `url`.
 fn take_redis_options(url: &str, shown: &str) -> Result<(String, RedisOptions), CliError> {
     let Some((base, query)) = url.split_once('?') else {
@@ -326,18 +341,8 @@ fn take_redis_options(url: &str, shown: &str) -> Result<(String, RedisOptions), 
     for pair in query.split('&') {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
         match key {
-            "allow_volatile" => {
-                options.allow_volatile = match value {
-                    "1" | "true" | "yes" | "" => true,
-                    "0" | "false" | "no" => false,
-                    _ => {
-                        return Err(CliError::new(
-                            Exit::BadUrl,
-                            format!("store URL '{shown}': allow_volatile takes 1 or 0"),
-                        ));
-                    }
-                };
-            }
+            "allow_volatile" => options.allow_volatile = flag(key, value, shown)?,
+            "allow_fsync_everysec" => options.allow_fsync_everysec = flag(key, value, shown)?,
             "terms" => {
                 options.clock_floor = match value {
                     "clock_floor" => true,
@@ -439,7 +444,12 @@ mod tests {
         let u =
             StoreUrl::parse("redis://127.0.0.1:6379/0?allow_volatile=1&protocol=resp3").unwrap();
         assert!(u.redis_options().allow_volatile);
+        assert!(!u.redis_options().allow_fsync_everysec);
         assert_eq!(u.driver_url(), "redis://127.0.0.1:6379/0?protocol=resp3");
+        let u = StoreUrl::parse("redis://127.0.0.1:6379/0?allow_fsync_everysec=1").unwrap();
+        assert!(u.redis_options().allow_fsync_everysec);
+        assert_eq!(u.driver_url(), "redis://127.0.0.1:6379/0");
+        assert!(StoreUrl::parse("redis://127.0.0.1:6379/0?allow_fsync_everysec=2").is_err());
         let u = StoreUrl::parse("redis://h?terms=clock_floor").unwrap();
         assert!(u.redis_options().clock_floor);
         assert_eq!(u.driver_url(), "redis://h");

@@ -68,13 +68,13 @@ pub use coordinator::{Coordinator, CoordinatorBuilder, OnWorkError};
 pub use error::{BoxError, Error, ErrorKind, Result};
 pub use group::{Assignment, GroupWorker, GroupWorkerBuilder, StopAck};
 pub use membership::{
-    GroupStore, MAX_ADDRESS_BYTES, MAX_GROUPS_PER_MEMBER, Member, MembershipStore,
-    check_member_args, decode_groups, encode_groups,
+    GroupStore, MAX_ADDRESS_BYTES, MAX_GROUPS_PER_MEMBER, MAX_NODE_ID_BYTES, Member,
+    MembershipStore, check_member_args, decode_groups, encode_groups,
 };
 pub use observer::Observer;
 pub use partitions::{
-    BatchRenew, MAX_PARTITIONS_PER_CALL, PartitionLease, PartitionStore, check_partition_args,
-    check_partition_batch, owner_id, owner_node,
+    BatchRenew, MAX_PARTITIONS_PER_CALL, OWNER_ID_SUFFIX_BYTES, PartitionLease, PartitionStore,
+    check_partition_args, check_partition_batch, owner_id, owner_node,
 };
 pub use polling::{PollingLease, PollingLeaser, PollingState, PollingStore};
 pub use run::{FAIL_EXIT_CODE, FailAction, StepDownFailure, default_fail_action};

@@ -11,7 +11,13 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::error::{Error, Result};
-use crate::store::{LeaseStore, validate_instance};
+use crate::partitions::OWNER_ID_SUFFIX_BYTES;
+use crate::store::{LeaseStore, MAX_INSTANCE_BYTES, validate_instance};
+
+/// The longest node id, in bytes: 111, so that the owner id a
+/// [`GroupWorker`](crate::GroupWorker) makes of it ([`owner_id`](crate::owner_id): the node id,
+/// `@` and 16 hex digits) fits the [`MAX_INSTANCE_BYTES`] of an owner.
+pub const MAX_NODE_ID_BYTES: usize = MAX_INSTANCE_BYTES - OWNER_ID_SUFFIX_BYTES;
 
 /// The longest address a member record keeps, in bytes.
 pub const MAX_ADDRESS_BYTES: usize = 255;
@@ -40,7 +46,9 @@ impl Member {
 }
 
 /// Checks a heartbeat's arguments before any I/O: the service and every group are names the
-/// store can hold, the node a label of at most [`MAX_INSTANCE_BYTES`](crate::MAX_INSTANCE_BYTES),
+/// store can hold, the node a label of at most [`MAX_NODE_ID_BYTES`] (so that its owner id
+/// fits an owner; a longer one is refused here, naming the node id, rather than later as an
+/// owner),
 /// the address printable and at most [`MAX_ADDRESS_BYTES`], at most [`MAX_GROUPS_PER_MEMBER`]
 /// groups, and the TTL one the store keeps.
 pub fn check_member_args(
@@ -56,6 +64,15 @@ pub fn check_member_args(
         .map_err(|e| Error::invalid_name(format!("service: {}", e.message())))?;
     validate_instance(node)
         .map_err(|e| Error::invalid_name(e.message().replace("instance label", "node id")))?;
+    if node.len() > MAX_NODE_ID_BYTES {
+        return Err(Error::invalid_name(format!(
+            "node id {:?}… is {} bytes long; a node id is at most {MAX_NODE_ID_BYTES} bytes, so \
+             that the owner id of its partition leases (the node id, '@' and 16 hex digits) \
+             fits the {MAX_INSTANCE_BYTES} bytes of an owner; give a shorter node id",
+            node.chars().take(24).collect::<String>(),
+            node.len()
+        )));
+    }
     if let Some(address) = address {
         if address.len() > MAX_ADDRESS_BYTES {
             return Err(Error::invalid_argument(format!(

@@ -29,6 +29,9 @@ use async_trait::async_trait;
 use crate::error::{Error, Result};
 use crate::store::{HolderToken, LeaseStore, validate_instance};
 
+/// How many bytes [`owner_id`] appends to a node id: `@` and 16 hex digits.
+pub const OWNER_ID_SUFFIX_BYTES: usize = 17;
+
 /// The most partitions one [`PartitionStore::renew_partitions`] or [`PartitionStore::release_partitions`] call takes.
 pub const MAX_PARTITIONS_PER_CALL: usize = 10_000;
 
@@ -74,6 +77,10 @@ impl Default for BatchRenew {
 /// assert!(a.starts_with("node-a@"));
 /// assert_ne!(a, b);
 /// ```
+///
+/// The owner id is [`OWNER_ID_SUFFIX_BYTES`] longer than the node id, and an owner is at most
+/// [`MAX_INSTANCE_BYTES`](crate::MAX_INSTANCE_BYTES) bytes, hence
+/// [`MAX_NODE_ID_BYTES`](crate::MAX_NODE_ID_BYTES).
 pub fn owner_id(node: &str) -> String {
     let hex = HolderToken::mint().to_hex();
     format!("{node}@{}", hex.get(..16).unwrap_or(&hex))

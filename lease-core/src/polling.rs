@@ -6,7 +6,7 @@
 //! [`LeaseStore`](crate::LeaseStore) when work must be fenced.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -15,7 +15,7 @@ use tokio::time::timeout;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
-use crate::clock::Stamp;
+use crate::clock::{Deadline, Stamp};
 use crate::error::{Error, Result};
 use crate::validate::{validate_name, validate_ttl};
 
@@ -88,6 +88,12 @@ impl PollingLeaser {
         })
     }
 
+    /// How long a confirmation keeps the lease held: two thirds of the TTL, measured from the
+    /// start of the poll that confirmed it.
+    fn keep_for(&self) -> Duration {
+        self.ttl * 2 / 3
+    }
+
     /// Starts polling for `name` as `holder` (non-empty bytes that identify this holder).
     pub fn new_lease(&self, name: &str, holder: impl Into<Vec<u8>>) -> Result<PollingLease> {
         validate_name(name, crate::validate::DEFAULT_MAX_NAME_BYTES)?;
@@ -96,20 +102,56 @@ impl PollingLeaser {
             return Err(Error::invalid_name("polling lease holder is empty"));
         }
         let (tx, rx) = watch::channel(PollingState::default());
+        let confirmed = Confirmed::default();
         let stop = CancellationToken::new();
         let task = tokio::spawn(poll(
             self.clone(),
             name.to_owned(),
             holder,
             tx,
+            confirmed.clone(),
             stop.clone(),
         ));
         Ok(PollingLease {
             state: rx,
+            confirmed,
+            keep_for: self.keep_for(),
             stop,
             task: Some(task),
         })
     }
+}
+
+/// When a lease confirmed by a poll that started at `confirmed_at` is given up locally.
+fn give_up_at(confirmed_at: &Stamp, keep_for: Duration) -> Deadline {
+    Deadline::after(*confirmed_at, keep_for)
+}
+
+/// Publishes `next` when it differs from the current state.
+fn publish(name: &str, tx: &watch::Sender<PollingState>, next: PollingState) {
+    tx.send_if_modified(|cur| {
+        if *cur != next {
+            debug!(name, held = next.held, "polling lease changed");
+            *cur = next;
+            true
+        } else {
+            false
+        }
+    });
+}
+
+/// Gives the lease up locally: held is published as `false` first, then the confirmation is
+/// forgotten (so [`PollingLease::is_held`] is never `true` in between).
+fn give_up(name: &str, tx: &watch::Sender<PollingState>, confirmed: &Confirmed) {
+    publish(
+        name,
+        tx,
+        PollingState {
+            held: false,
+            holder: None,
+        },
+    );
+    confirmed.set(None);
 }
 
 async fn poll(
@@ -117,64 +159,113 @@ async fn poll(
     name: String,
     holder: Vec<u8>,
     tx: watch::Sender<PollingState>,
+    confirmed: Confirmed,
     stop: CancellationToken,
 ) {
-    let keep_for = leaser.ttl * 2 / 3;
+    let keep_for = leaser.keep_for();
     let mut last_ok: Option<Stamp> = None;
     let mut interval = tokio::time::interval(leaser.poll_every);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            biased;
-            _ = stop.cancelled() => break,
-            _ = interval.tick() => {}
+    'polls: loop {
+        // Wait for the next poll; give the lease up at its give-up instant meanwhile.
+        loop {
+            let deadline = last_ok.as_ref().map(|s| give_up_at(s, keep_for));
+            tokio::select! {
+                biased;
+                _ = stop.cancelled() => break 'polls,
+                _ = sleep_until_some(deadline) => {
+                    give_up(&name, &tx, &confirmed);
+                    last_ok = None;
+                }
+                _ = interval.tick() => break,
+            }
         }
         let start = Stamp::now();
         let bound = leaser.poll_every;
-        let answer = tokio::select! {
-            biased;
-            _ = stop.cancelled() => break,
-            r = timeout(bound, leaser.store.try_acquire(&name, &holder, leaser.ttl)) => r,
+        let call = timeout(bound, leaser.store.try_acquire(&name, &holder, leaser.ttl));
+        tokio::pin!(call);
+        // The poll may hang up to its bound: the give-up instant does not wait for it.
+        let answer = loop {
+            let deadline = last_ok.as_ref().map(|s| give_up_at(s, keep_for));
+            tokio::select! {
+                biased;
+                _ = stop.cancelled() => break 'polls,
+                r = &mut call => break r,
+                _ = sleep_until_some(deadline) => {
+                    give_up(&name, &tx, &confirmed);
+                    last_ok = None;
+                }
+            }
         };
-        let next = match answer {
+        match answer {
             Ok(Ok((_, current))) => {
-                let held = current == holder;
-                last_ok = held.then_some(start);
-                PollingState {
-                    held,
-                    holder: Some(current),
+                let held = current == holder && !give_up_at(&start, keep_for).has_passed();
+                if held {
+                    // The confirmation first, then `held`: a reader never pairs `held` with a
+                    // later give-up instant than the truth.
+                    confirmed.set(Some(start));
+                    last_ok = Some(start);
+                    publish(
+                        &name,
+                        &tx,
+                        PollingState {
+                            held: true,
+                            holder: Some(current),
+                        },
+                    );
+                } else {
+                    // Someone else's, or ours but confirmed too late to count.
+                    let other = (current != holder).then_some(current);
+                    publish(
+                        &name,
+                        &tx,
+                        PollingState {
+                            held: false,
+                            holder: other,
+                        },
+                    );
+                    confirmed.set(None);
+                    last_ok = None;
                 }
             }
             Ok(Err(e)) => {
                 warn!(name, error = %e, "polling lease: try_acquire failed");
-                tx.borrow().clone()
             }
             Err(_) => {
                 warn!(name, "polling lease: try_acquire timed out");
-                tx.borrow().clone()
             }
-        };
-        let next = match last_ok {
-            Some(s) if s.elapsed() >= keep_for => PollingState {
-                held: false,
-                holder: None,
-            },
-            _ => next,
-        };
-        tx.send_if_modified(|cur| {
-            if *cur != next {
-                debug!(name, held = next.held, "polling lease changed");
-                *cur = next;
-                true
-            } else {
-                false
-            }
-        });
+        }
     }
     if tx.borrow().held {
+        give_up(&name, &tx, &confirmed);
         let _ = timeout(leaser.poll_every, leaser.store.release(&name, &holder)).await;
     }
+    confirmed.set(None);
     tx.send_replace(PollingState::default());
+}
+
+/// Waits for `deadline` (woken at once after a resume from suspend), or forever when there is
+/// none.
+async fn sleep_until_some(deadline: Option<Deadline>) {
+    match deadline {
+        Some(at) => at.reached().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The start of the last poll that confirmed the lease, shared by the poll task and the
+/// [`PollingLease`], so that [`PollingLease::is_held`] reads the clock itself.
+#[derive(Debug, Clone, Default)]
+struct Confirmed(Arc<Mutex<Option<Stamp>>>);
+
+impl Confirmed {
+    fn set(&self, at: Option<Stamp>) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = at;
+    }
+
+    fn get(&self) -> Option<Stamp> {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 /// One name polled by a [`PollingLeaser`]. Dropping it stops polling (without releasing);
@@ -182,14 +273,30 @@ async fn poll(
 #[derive(Debug)]
 pub struct PollingLease {
     state: watch::Receiver<PollingState>,
+    confirmed: Confirmed,
+    keep_for: Duration,
     stop: CancellationToken,
     task: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl PollingLease {
-    /// `true` while this holder has the lease.
+    /// `true` while this holder has the lease: the last poll that confirmed it started less
+    /// than two thirds of the TTL ago, by the local clock ([`Stamp`]: monotonic, and on Linux
+    /// counting through a suspend).
+    ///
+    /// It reads the clock on every call, so it turns `false` at the give-up instant whatever
+    /// the poll task is doing (a poll hanging on the store, a task starved of the runtime, a
+    /// machine just resumed). The store can hand the lease to someone else only once the whole
+    /// TTL has passed since the confirming poll reached it, so the third of the TTL in between
+    /// is the margin for clock drift and for the poll's own travel time. There is no fencing
+    /// token: work that must not overlap has to check `is_held()` before each step and keep
+    /// each step well within that margin.
     pub fn is_held(&self) -> bool {
         self.state.borrow().held
+            && self
+                .confirmed
+                .get()
+                .is_some_and(|at| !give_up_at(&at, self.keep_for).has_passed())
     }
 
     /// Who holds the lease, as of the last successful poll.
@@ -197,7 +304,9 @@ impl PollingLease {
         self.state.borrow().holder.clone()
     }
 
-    /// A receiver notified on every change of [`PollingState`].
+    /// A receiver notified on every change of [`PollingState`]. `held` turns `false` there when
+    /// the give-up instant's timer fires (on tokio's clock, so after a machine suspend it fires
+    /// late); [`is_held`](Self::is_held) reads the clock and is right at once.
     pub fn changes(&self) -> watch::Receiver<PollingState> {
         self.state.clone()
     }

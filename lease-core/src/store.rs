@@ -25,9 +25,25 @@ pub const MAX_INSTANCE_BYTES: usize = 128;
 pub struct HolderToken([u8; 16]);
 
 impl HolderToken {
-    /// A fresh random token.
+    /// A fresh random token: 128 bits read from the operating system's random source
+    /// (`getrandom(2)` on Linux) on every call.
+    ///
+    /// No generator state lives in the process, so a child made by `fork()` never mints a
+    /// token its parent minted or will mint (a per-process or per-thread generator, such as
+    /// `rand`'s thread-local one, is copied by `fork()` and would make both processes mint the
+    /// same tokens). Should the operating system's source fail, which it does not on any
+    /// supported platform, the token comes from the thread-local generator with the process
+    /// id mixed in, which still tells a forked child's tokens from its parent's.
     pub fn mint() -> HolderToken {
-        HolderToken(rand::random())
+        use rand::TryRngCore;
+        let mut bytes = [0u8; 16];
+        if rand::rngs::OsRng.try_fill_bytes(&mut bytes).is_err() {
+            bytes = rand::random();
+            for (b, p) in bytes.iter_mut().zip(std::process::id().to_le_bytes()) {
+                *b ^= p;
+            }
+        }
+        HolderToken(bytes)
     }
 
     /// A token from its 16 bytes.

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use lease_core::{
     BatchRenew, Capabilities, Error, Grant, HolderToken, LeaseInfo, LeaseStore, Member,
-    MembershipStore, PartitionLease, PartitionStore, Result, async_trait,
+    MembershipStore, PartitionLease, PartitionStore, PollingStore, Result, async_trait,
 };
 use tokio::sync::watch;
 
@@ -252,5 +252,30 @@ impl<S: MembershipStore> MembershipStore for FaultyStore<S> {
 
     async fn leave(&self, service: &str, node: &str) -> Result<bool> {
         self.around(self.inner.leave(service, node)).await
+    }
+}
+
+/// The polling leaser's store under the same faults: `try_acquire` counts as a claim (and
+/// follows the claim mode too), `release` as a release.
+#[async_trait]
+impl<S: LeaseStore + PollingStore> PollingStore for FaultyStore<S> {
+    async fn try_acquire(
+        &self,
+        name: &str,
+        holder: &[u8],
+        ttl: Duration,
+    ) -> Result<(bool, Vec<u8>)> {
+        self.counters.claims.fetch_add(1, Ordering::SeqCst);
+        let op = Self::apply(
+            &self.claim_mode,
+            PollingStore::try_acquire(&self.inner, name, holder, ttl),
+        );
+        self.around(op).await
+    }
+
+    async fn release(&self, name: &str, holder: &[u8]) -> Result<()> {
+        self.counters.releases.fetch_add(1, Ordering::SeqCst);
+        self.around(PollingStore::release(&self.inner, name, holder))
+            .await
     }
 }

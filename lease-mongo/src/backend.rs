@@ -18,6 +18,7 @@ use mongodb::options::{
     SelectionCriteria, WriteConcern,
 };
 use mongodb::{Client, Collection, Database, IndexModel};
+use tokio::sync::OnceCell;
 
 use crate::commands;
 use crate::config::{DEFAULT_DATABASE, Ddl, MongoConfig};
@@ -66,6 +67,8 @@ pub struct MongoStore {
     /// Membership records ([`MembershipStore`](lease_core::MembershipStore)).
     pub(crate) members: Collection<Document>,
     config: Arc<MongoConfig>,
+    /// Set once the start-up check ([`LeaseStore::available`]) has passed; shared by clones.
+    started: Arc<OnceCell<()>>,
 }
 
 impl fmt::Debug for MongoStore {
@@ -127,7 +130,8 @@ fn password_of_url(url: &str) -> Option<&str> {
 
 impl MongoStore {
     /// A store on the user's `client`, leases in `database`, with the default options (see
-    /// [`MongoConfig::new`]). No I/O; call [`available`](LeaseStore::available) at start-up.
+    /// [`MongoConfig::new`]). No I/O; the start-up check runs before the first claim (see
+    /// [`with_config`](MongoStore::with_config)).
     ///
     /// # Errors
     ///
@@ -137,6 +141,16 @@ impl MongoStore {
     }
 
     /// A store on the user's `client` with `config`. No I/O.
+    ///
+    /// **The start-up check is never skipped.** The store runs
+    /// [`available`](LeaseStore::available) itself, once, before its first operation that hands
+    /// out a term or joins a group (`claim`, `claim_slot`, `claim_rerun`, `acquire_partition`,
+    /// `heartbeat`), so a coordinator, group worker or scheduler built over it never works on a
+    /// server or collection the check refuses (a server older than 4.2, a view, a collation
+    /// that does not compare names byte for byte, majority reads off). While the check fails,
+    /// each of those operations fails with the check's error and tries again next time; once
+    /// it has passed (or an explicit `available()` call passed) it is not run again. Call
+    /// `available()` at start-up anyway, to fail there.
     ///
     /// The store sets its own concerns on its collection handle (majority write concern,
     /// journaled; majority read concern; primary), whatever the client's defaults are.
@@ -169,6 +183,7 @@ impl MongoStore {
             partitions,
             members,
             config: Arc::new(config),
+            started: Arc::new(OnceCell::new()),
         })
     }
 
@@ -283,6 +298,66 @@ impl MongoStore {
         let store = MongoStore::with_config(client, config)?;
         store.available().await?;
         Ok(store)
+    }
+
+    /// The checks of [`LeaseStore::available`].
+    async fn start_up_check(&self) -> Result<()> {
+        let op = "availability check";
+        let db = self.database();
+        let build_info = db.run_command(commands::build_info_command()).into_future();
+        let reply = self
+            .bounded(op, "", build_info)
+            .await?
+            .map_err(|e| self.map(op, "", e))?;
+        commands::check_build_info(&reply, self.server())?;
+        self.ensure_schema().await?;
+        let names = [
+            self.config.collection_name().to_owned(),
+            self.config.partition_collection_name(),
+            self.config.member_collection_name(),
+        ];
+        let list = async {
+            let specs = db
+                .list_collections()
+                .filter(doc! { "name": { "$in": names.as_slice() } })
+                .await?;
+            specs.try_collect::<Vec<_>>().await
+        };
+        let specs = self
+            .bounded(op, "", list)
+            .await?
+            .map_err(|e| self.map("collection check", "", e))?;
+        for spec in specs {
+            commands::check_collection(
+                &spec.name,
+                matches!(spec.collection_type, mongodb::results::CollectionType::View),
+                spec.options.collation.as_ref().map(|c| c.locale.as_str()),
+                self.server(),
+            )?;
+        }
+        // A majority read of a name no lease can have: refused where majority reads are off.
+        let probe = self
+            .leases
+            .find_one(doc! { "_id": "" })
+            .max_time(self.op_timeout())
+            .into_future();
+        self.bounded(op, "", probe)
+            .await?
+            .map_err(|e| self.map("majority read check", "", e))?;
+        Ok(())
+    }
+
+    /// Runs the start-up check once, before the first operation that hands out a term or joins
+    /// a group; see [`with_config`](MongoStore::with_config). A failed check is not remembered:
+    /// the next such operation runs it again.
+    pub(crate) async fn started(&self) -> Result<()> {
+        if self.started.initialized() {
+            return Ok(());
+        }
+        self.started
+            .get_or_try_init(|| self.start_up_check())
+            .await
+            .map(|_| ())
     }
 
     /// The user's client.
@@ -484,48 +559,9 @@ impl LeaseStore for MongoStore {
     /// and that majority reads are served. A few commands (eight under [`Ddl::Auto`], three
     /// under [`Ddl::None`]), at start-up only.
     async fn available(&self) -> Result<()> {
-        let op = "availability check";
-        let db = self.database();
-        let build_info = db.run_command(commands::build_info_command()).into_future();
-        let reply = self
-            .bounded(op, "", build_info)
-            .await?
-            .map_err(|e| self.map(op, "", e))?;
-        commands::check_build_info(&reply, self.server())?;
-        self.ensure_schema().await?;
-        let names = [
-            self.config.collection_name().to_owned(),
-            self.config.partition_collection_name(),
-            self.config.member_collection_name(),
-        ];
-        let list = async {
-            let specs = db
-                .list_collections()
-                .filter(doc! { "name": { "$in": names.as_slice() } })
-                .await?;
-            specs.try_collect::<Vec<_>>().await
-        };
-        let specs = self
-            .bounded(op, "", list)
-            .await?
-            .map_err(|e| self.map("collection check", "", e))?;
-        for spec in specs {
-            commands::check_collection(
-                &spec.name,
-                matches!(spec.collection_type, mongodb::results::CollectionType::View),
-                spec.options.collation.as_ref().map(|c| c.locale.as_str()),
-                self.server(),
-            )?;
-        }
-        // A majority read of a name no lease can have: refused where majority reads are off.
-        let probe = self
-            .leases
-            .find_one(doc! { "_id": "" })
-            .max_time(self.op_timeout())
-            .into_future();
-        self.bounded(op, "", probe)
-            .await?
-            .map_err(|e| self.map("majority read check", "", e))?;
+        self.start_up_check().await?;
+        // Later operations need not check again.
+        let _ = self.started.set(());
         Ok(())
     }
 
@@ -539,6 +575,7 @@ impl LeaseStore for MongoStore {
         self.validate_name(name)?;
         self.validate_ttl(ttl)?;
         validate_instance(instance)?;
+        self.started().await?;
         // 128 fresh random bits per call: the document comes back with them only if this
         // call's update took the lease.
         let claim_id = HolderToken::mint().to_hex();
@@ -676,6 +713,7 @@ impl SlotStore for MongoStore {
         self.validate_name(name)?;
         self.validate_ttl(ttl)?;
         validate_instance(instance)?;
+        self.started().await?;
         let op = "slot claim";
         let read = self
             .read_one(op, name, commands::slot_read_pipeline(name))
@@ -787,6 +825,7 @@ impl SlotStore for MongoStore {
         self.validate_name(name)?;
         self.validate_ttl(ttl)?;
         validate_instance(instance)?;
+        self.started().await?;
         let doc = self
             .modify(
                 "slot rerun claim",

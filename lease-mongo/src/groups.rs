@@ -108,6 +108,7 @@ impl PartitionStore for MongoStore {
         ttl: Duration,
     ) -> Result<Option<PartitionLease>> {
         check_partition_args(self, group, owner, Some(ttl))?;
+        self.started().await?;
         let op = "partition acquire";
         let what = label(group, partition);
         let fut = self
@@ -286,6 +287,7 @@ impl MembershipStore for MongoStore {
         groups: &[String],
     ) -> Result<Member> {
         check_member_args(self, service, node, Some(address), Some(ttl), groups)?;
+        self.started().await?;
         let op = "heartbeat";
         let what = label(service, node);
         let send = || {

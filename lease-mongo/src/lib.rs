@@ -15,7 +15,9 @@
 //!     client,
 //!     MongoConfig::new("app").collection("leases").server_label("db1:27017"),
 //! )?;
-//! lease_core::LeaseStore::available(&store).await?; // fails fast on a server < 4.2
+//! // Fails fast on a server < 4.2; the store would otherwise run the same check before its
+//! // first claim.
+//! lease_core::LeaseStore::available(&store).await?;
 //!
 //! // Or in one step: `MongoStore::connect("mongodb://db1:27017/app").await?`.
 //! let coordinator = store.coordinator().instance("worker-1").build()?;

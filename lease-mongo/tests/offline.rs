@@ -394,3 +394,51 @@ async fn configuration_is_checked_and_capabilities_are_declared() {
         "{shown}"
     );
 }
+
+/// Item 14 of the safety issue: a store built with `with_config` (no I/O) runs its start-up
+/// check before its first claim, acquire or heartbeat, whether or not `available()` was called:
+/// the operation's error is the check's.
+#[tokio::test]
+async fn a_store_built_with_config_runs_its_start_up_check_before_the_first_claim() {
+    let store = refused_store(200, Duration::from_secs(5)).await;
+    let a = HolderToken::mint();
+    let ttl = Duration::from_millis(600);
+    let errors = [
+        ("claim", store.claim("n", &a, "a", ttl).await.unwrap_err()),
+        (
+            "slot claim",
+            store
+                .claim_slot("n", &a, "a", ttl, 1_000)
+                .await
+                .unwrap_err(),
+        ),
+        (
+            "slot rerun",
+            store
+                .claim_rerun("n", &a, "a", ttl, 1_000)
+                .await
+                .unwrap_err(),
+        ),
+        (
+            "partition acquire",
+            store
+                .acquire_partition("g", 0, "o@1", ttl)
+                .await
+                .unwrap_err(),
+        ),
+        (
+            "heartbeat",
+            store.heartbeat("s", "n1", "", ttl, &[]).await.unwrap_err(),
+        ),
+    ];
+    for (op, e) in errors {
+        assert_eq!(e.kind(), ErrorKind::Unavailable, "{op}: {e}");
+        assert!(
+            e.message().contains("availability check"),
+            "{op} ran without the start-up check: {e}"
+        );
+    }
+    // Reads hand out nothing and are not held back.
+    let e = store.get("n").await.unwrap_err();
+    assert!(!e.message().contains("availability check"), "{e}");
+}

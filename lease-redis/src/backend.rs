@@ -12,6 +12,7 @@ use lease_core::{
 };
 use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::{Cmd, FromRedisValue, RedisResult, ServerErrorKind};
+use tokio::sync::OnceCell;
 
 use crate::config::{RedisConfig, TermScheme};
 use crate::error::from_redis;
@@ -45,6 +46,8 @@ struct Inner {
     config: RedisConfig,
     /// "redis server host:port", or "the Redis server", for messages.
     server: String,
+    /// Set once the start-up check ([`LeaseStore::available`]) has passed.
+    started: OnceCell<()>,
 }
 
 impl<C> fmt::Debug for RedisStore<C> {
@@ -60,13 +63,24 @@ impl<C> RedisStore<C>
 where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
-    /// A store on `conn` with the default [`RedisConfig`].
+    /// A store on `conn` with the default [`RedisConfig`]. No I/O: the start-up check runs
+    /// before the first operation that hands out a term (see [`with_config`](Self::with_config)).
     pub fn new(conn: C) -> RedisStore<C> {
         RedisStore::build(conn, RedisConfig::default())
     }
 
     /// A store on `conn` with `config`, refused when the configuration is invalid
-    /// ([`RedisConfig::validate`]).
+    /// ([`RedisConfig::validate`]). No I/O.
+    ///
+    /// **The start-up check is never skipped.** The store runs
+    /// [`available`](LeaseStore::available) itself, once, before its first operation that hands
+    /// out a term or joins a group (`claim`, `claim_slot`, `claim_rerun`, `acquire_partition`,
+    /// `heartbeat`), so a coordinator, group worker or scheduler built over it refuses to work
+    /// on a server that could repeat fencing tokens, whether or not anyone called `available`.
+    /// While the check fails, each of those operations fails with the check's error (for a
+    /// volatile server `Unsupported`, saying what to change) and tries the check again next
+    /// time; once it has passed (or an explicit `available()` call passed), it is not run again.
+    /// Call `available()` at start-up anyway, to fail there rather than at the first claim.
     pub fn with_config(conn: C, config: RedisConfig) -> Result<RedisStore<C>> {
         config.validate()?;
         Ok(RedisStore::build(conn, config))
@@ -79,7 +93,11 @@ where
         };
         RedisStore {
             conn,
-            inner: Arc::new(Inner { config, server }),
+            inner: Arc::new(Inner {
+                config,
+                server,
+                started: OnceCell::new(),
+            }),
         }
     }
 
@@ -205,6 +223,20 @@ where
         self.bounded(what, call).await
     }
 
+    /// Runs the start-up check once, before the first operation that hands out a term or joins
+    /// a group; see [`with_config`](Self::with_config). A failed check is not remembered: the
+    /// next such operation runs it again.
+    pub(crate) async fn started(&self) -> Result<()> {
+        if self.inner.started.initialized() {
+            return Ok(());
+        }
+        self.inner
+            .started
+            .get_or_try_init(|| self.start_up_check())
+            .await
+            .map(|_| ())
+    }
+
     /// "redis server host:port" or "the Redis server", for messages.
     pub(crate) fn server(&self) -> &str {
         &self.inner.server
@@ -254,12 +286,115 @@ where
         }
     }
 
+    /// The checks of [`LeaseStore::available`].
+    async fn start_up_check(&self) -> Result<()> {
+        let (_secs, _micros): (u64, u64) = self.command("TIME", redis::cmd("TIME")).await?;
+        for script in SCRIPTS.all() {
+            let mut load = redis::cmd("SCRIPT");
+            load.arg("LOAD").arg(script.source);
+            let sha: String = self
+                .command(&format!("SCRIPT LOAD ({})", script.name), load)
+                .await
+                .map_err(|e| {
+                    if e.is(ErrorKind::Backend) && !e.is_temporary() {
+                        Error::unsupported(format!(
+                            "{} cannot run the lease scripts ({e}); Lua scripting must be \
+                             enabled and allowed for this user",
+                            self.inner.server
+                        ))
+                    } else {
+                        e
+                    }
+                })?;
+            if !sha.eq_ignore_ascii_case(&script.sha) {
+                return Err(Error::unsupported(format!(
+                    "{} returned SHA-1 {sha} for the {} script, expected {}",
+                    self.inner.server, script.name, script.sha
+                )));
+            }
+        }
+        let (risks, unknown) = self.durability_risks().await;
+        if risks.is_empty() && unknown.is_empty() {
+            return Ok(());
+        }
+        let mut why = risks.join("; ");
+        if !unknown.is_empty() {
+            if !why.is_empty() {
+                why.push_str("; ");
+            }
+            why.push_str("durability cannot be checked: ");
+            why.push_str(&unknown.join("; "));
+        }
+        let server = &self.inner.server;
+        if self.config().get_allow_volatile() {
+            tracing::warn!(
+                %server,
+                %why,
+                "lease records may be lost; terms and partition epochs (fencing tokens) could \
+                 then repeat; accepted by allow_volatile"
+            );
+            return Ok(());
+        }
+        if self.config().get_term_scheme() == TermScheme::ClockFloor {
+            tracing::info!(
+                %server,
+                %why,
+                "lease records may be lost; clock-floor terms and epochs still grow after a \
+                 loss unless the server clock goes back"
+            );
+            return Ok(());
+        }
+        Err(Error::unsupported(format!(
+            "{server} may lose lease records, and a lost record restarts its terms (or a lost \
+             partition group its epochs) at 1, so fencing tokens could repeat: {why}. Turn on \
+             AOF synced on every write (appendonly yes, appendfsync always) and a noeviction or \
+             volatile-* maxmemory-policy; or choose TermScheme::ClockFloor; or accept the risk \
+             with RedisConfig::allow_volatile(true)"
+        )))
+    }
+
+    /// With AOF on: how often the file is synced. `always` loses nothing acknowledged;
+    /// `everysec` (Redis's default) can lose the last second of writes when the host crashes,
+    /// and `no` the last tens of seconds (whenever the kernel flushes), so claims acknowledged
+    /// in that window vanish and a `Counter` term repeats. `everysec` is accepted, with a
+    /// warning, under [`RedisConfig::allow_fsync_everysec`].
+    async fn fsync_risks(&self, risks: &mut Vec<String>, unknown: &mut Vec<String>) {
+        match self.config_get("appendfsync").await {
+            Ok(Some(v)) if v.eq_ignore_ascii_case("always") => {}
+            Ok(Some(v)) if v.eq_ignore_ascii_case("everysec") => {
+                if self.config().get_allow_fsync_everysec() {
+                    tracing::warn!(
+                        server = %self.inner.server,
+                        "appendfsync is everysec: a host crash can lose the last second of \
+                         claims, and terms and partition epochs (fencing tokens) issued in it \
+                         could repeat; accepted by allow_fsync_everysec"
+                    );
+                } else {
+                    risks.push(
+                        "appendfsync is everysec, so a crash of the host loses up to the last \
+                         second of lease records written (use appendfsync always, or accept \
+                         that window with RedisConfig::allow_fsync_everysec(true))"
+                            .to_owned(),
+                    );
+                }
+            }
+            Ok(Some(v)) => risks.push(format!(
+                "appendfsync is {v}, so a crash of the host loses the lease records written \
+                 since the kernel last flushed the file (use appendfsync always)"
+            )),
+            Ok(None) => unknown.push("CONFIG GET appendfsync answered nothing".to_owned()),
+            Err(why) => unknown.push(format!("CONFIG GET appendfsync failed: {why}")),
+        }
+    }
+
     /// What can make this server lose lease records, as far as it can be checked.
     async fn durability_risks(&self) -> (Vec<String>, Vec<String>) {
         let mut risks = Vec::new();
         let mut unknown = Vec::new();
         match self.config_get("appendonly").await {
-            Ok(Some(v)) if v.eq_ignore_ascii_case("yes") => {}
+            Ok(Some(v)) if v.eq_ignore_ascii_case("yes") => {
+                self.fsync_risks(&mut risks, &mut unknown).await
+            }
             Ok(Some(_)) => risks.push(
                 "appendonly is off, so a restart loses every lease record (RDB snapshots, if \
                  any, lose the claims since the last one)"
@@ -323,78 +458,24 @@ where
 
     /// Checks, in a few round trips: the server answers `TIME`; every script loads (`SCRIPT
     /// LOAD`, which also warms the script cache so the first operations take one round trip);
-    /// and the server keeps records across a restart (`CONFIG GET appendonly` is `yes`) and
-    /// never evicts them (`maxmemory-policy` is not `allkeys-*`).
+    /// and the server keeps records across a restart and a host crash (`CONFIG GET appendonly`
+    /// is `yes` and `appendfsync` is `always`) and never evicts them (`maxmemory-policy` is not
+    /// `allkeys-*`). The store runs this check itself before its first claim (see
+    /// [`RedisStore::with_config`]); a passed explicit call spares that.
     ///
     /// When a durability check fails or cannot be made (CONFIG disabled or renamed, as on many
     /// managed services), it fails with `Unsupported`, saying why, unless
-    /// [`RedisConfig::allow_volatile`] is set (then it logs a warning) or the term scheme is
+    /// [`RedisConfig::allow_volatile`] is set (then it logs a warning), or the only risk is
+    /// `appendfsync everysec` and [`RedisConfig::allow_fsync_everysec`] is set (a warning too),
+    /// or the term scheme is
     /// [`TermScheme::ClockFloor`] (then it logs at info level: terms and partition epochs still
     /// grow after a loss, within the limits that scheme documents). The same checks cover the
     /// partition and membership keys: they live on the same server under the same prefix.
     async fn available(&self) -> Result<()> {
-        let (_secs, _micros): (u64, u64) = self.command("TIME", redis::cmd("TIME")).await?;
-        for script in SCRIPTS.all() {
-            let mut load = redis::cmd("SCRIPT");
-            load.arg("LOAD").arg(script.source);
-            let sha: String = self
-                .command(&format!("SCRIPT LOAD ({})", script.name), load)
-                .await
-                .map_err(|e| {
-                    if e.is(ErrorKind::Backend) && !e.is_temporary() {
-                        Error::unsupported(format!(
-                            "{} cannot run the lease scripts ({e}); Lua scripting must be \
-                             enabled and allowed for this user",
-                            self.inner.server
-                        ))
-                    } else {
-                        e
-                    }
-                })?;
-            if !sha.eq_ignore_ascii_case(&script.sha) {
-                return Err(Error::unsupported(format!(
-                    "{} returned SHA-1 {sha} for the {} script, expected {}",
-                    self.inner.server, script.name, script.sha
-                )));
-            }
-        }
-        let (risks, unknown) = self.durability_risks().await;
-        if risks.is_empty() && unknown.is_empty() {
-            return Ok(());
-        }
-        let mut why = risks.join("; ");
-        if !unknown.is_empty() {
-            if !why.is_empty() {
-                why.push_str("; ");
-            }
-            why.push_str("durability cannot be checked: ");
-            why.push_str(&unknown.join("; "));
-        }
-        let server = &self.inner.server;
-        if self.config().get_allow_volatile() {
-            tracing::warn!(
-                %server,
-                %why,
-                "lease records may be lost; terms and partition epochs (fencing tokens) could \
-                 then repeat; accepted by allow_volatile"
-            );
-            return Ok(());
-        }
-        if self.config().get_term_scheme() == TermScheme::ClockFloor {
-            tracing::info!(
-                %server,
-                %why,
-                "lease records may be lost; clock-floor terms and epochs still grow after a \
-                 loss unless the server clock goes back"
-            );
-            return Ok(());
-        }
-        Err(Error::unsupported(format!(
-            "{server} may lose lease records, and a lost record restarts its terms (or a lost \
-             partition group its epochs) at 1, so fencing tokens could repeat: {why}. Turn on AOF (appendonly yes) and a noeviction \
-             or volatile-* maxmemory-policy; or choose TermScheme::ClockFloor; or accept the \
-             risk with RedisConfig::allow_volatile(true)"
-        )))
+        self.start_up_check().await?;
+        // Later operations need not check again.
+        let _ = self.inner.started.set(());
+        Ok(())
     }
 
     async fn claim(
@@ -407,6 +488,7 @@ where
         self.validate_name(name)?;
         self.validate_ttl(ttl)?;
         validate_instance(instance)?;
+        self.started().await?;
         let key = record_key(self.config().get_key_prefix(), name);
         let ttl = ceil_millis(ttl).to_string();
         let reply: Option<(u64, u64)> = self

@@ -78,6 +78,7 @@ pub struct RedisConfig {
     operation_timeout: Option<Duration>,
     connect_timeout: Duration,
     allow_volatile: bool,
+    allow_fsync_everysec: bool,
     term_scheme: TermScheme,
     server_label: Option<String>,
 }
@@ -89,6 +90,7 @@ impl Default for RedisConfig {
             operation_timeout: Some(DEFAULT_OPERATION_TIMEOUT),
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             allow_volatile: false,
+            allow_fsync_everysec: false,
             term_scheme: TermScheme::Counter,
             server_label: None,
         }
@@ -98,7 +100,8 @@ impl Default for RedisConfig {
 impl RedisConfig {
     /// The defaults: prefix [`DEFAULT_KEY_PREFIX`], operations bounded by
     /// [`DEFAULT_OPERATION_TIMEOUT`], connections by [`DEFAULT_CONNECT_TIMEOUT`], counter terms,
-    /// and no volatile server accepted.
+    /// and no volatile server accepted (AOF on, synced on every write, no `allkeys-*`
+    /// eviction).
     pub fn new() -> Self {
         Self::default()
     }
@@ -107,6 +110,7 @@ impl RedisConfig {
     ///
     /// - `LEASE_REDIS_KEY_PREFIX`: the key prefix;
     /// - `LEASE_REDIS_ALLOW_VOLATILE`: `true`/`1`/`yes` or `false`/`0`/`no`;
+    /// - `LEASE_REDIS_ALLOW_FSYNC_EVERYSEC`: the same values;
     /// - `LEASE_REDIS_TERMS`: `counter` or `clock-floor`;
     /// - `LEASE_REDIS_OPERATION_TIMEOUT_MS`: milliseconds, `0` for no bound.
     ///
@@ -117,17 +121,21 @@ impl RedisConfig {
         if let Some(prefix) = var("LEASE_REDIS_KEY_PREFIX") {
             config = config.key_prefix(prefix);
         }
-        if let Some(v) = var("LEASE_REDIS_ALLOW_VOLATILE") {
-            let allow = match v.trim().to_ascii_lowercase().as_str() {
-                "1" | "true" | "yes" => true,
-                "0" | "false" | "no" => false,
-                _ => {
-                    return Err(Error::unsupported(format!(
-                        "LEASE_REDIS_ALLOW_VOLATILE is {v:?}; give true or false"
-                    )));
-                }
-            };
+        let flag = |name: &str| -> Result<Option<bool>> {
+            let Some(v) = var(name) else { return Ok(None) };
+            match v.trim().to_ascii_lowercase().as_str() {
+                "1" | "true" | "yes" => Ok(Some(true)),
+                "0" | "false" | "no" => Ok(Some(false)),
+                _ => Err(Error::unsupported(format!(
+                    "{name} is {v:?}; give true or false"
+                ))),
+            }
+        };
+        if let Some(allow) = flag("LEASE_REDIS_ALLOW_VOLATILE")? {
             config = config.allow_volatile(allow);
+        }
+        if let Some(allow) = flag("LEASE_REDIS_ALLOW_FSYNC_EVERYSEC")? {
+            config = config.allow_fsync_everysec(allow);
         }
         if let Some(v) = var("LEASE_REDIS_TERMS") {
             let scheme = match v.trim().to_ascii_lowercase().as_str() {
@@ -187,6 +195,20 @@ impl RedisConfig {
         self
     }
 
+    /// Accepts a server with AOF on but synced once a second (`appendfsync everysec`, Redis's
+    /// default) rather than on every write (default `false`). With `everysec`, a crash of the
+    /// host (not of the Redis process alone: the kernel still holds its writes) loses up to the
+    /// last second of acknowledged writes, so a claim made in that second can be made again
+    /// after the restart with the same [`TermScheme::Counter`] term. Set it when a host crash
+    /// followed within a lease of a second holder fenced by the same token is a risk you accept;
+    /// [`available`](lease_core::LeaseStore::available) then logs the risk as a warning.
+    /// [`allow_volatile`](Self::allow_volatile) accepts this and every other risk;
+    /// `appendfsync no` is accepted only by `allow_volatile`.
+    pub fn allow_fsync_everysec(mut self, allow: bool) -> Self {
+        self.allow_fsync_everysec = allow;
+        self
+    }
+
     /// Chooses how terms are made (default [`TermScheme::Counter`]).
     pub fn term_scheme(mut self, scheme: TermScheme) -> Self {
         self.term_scheme = scheme;
@@ -219,6 +241,11 @@ impl RedisConfig {
     /// Whether a server that may lose records is accepted.
     pub fn get_allow_volatile(&self) -> bool {
         self.allow_volatile
+    }
+
+    /// Whether a server syncing its AOF once a second is accepted.
+    pub fn get_allow_fsync_everysec(&self) -> bool {
+        self.allow_fsync_everysec
     }
 
     /// How terms are made.

@@ -20,7 +20,8 @@
 //! let store = RedisStore::with_config(manager, config)?;
 //! // … or `lease_redis::connect("redis://127.0.0.1:6379").await?`.
 //!
-//! // Fails fast when the server could lose lease records (see "Durability").
+//! // Fails fast when the server could lose lease records (see "Durability"); the store
+//! // would otherwise run the same check before its first claim.
 //! store.available().await?;
 //!
 //! let leases = Coordinator::builder(store)
@@ -192,7 +193,8 @@
 //! sends one single-key script per name (see *Scheduler slots*).
 //!
 //! Names, groups and services are at most [`MAX_NAME_BYTES`] (1024) bytes, checked with the
-//! other name rules before any I/O (owners and node ids as instance labels, at most 128 bytes).
+//! other name rules before any I/O (owners as instance labels, at most 128 bytes; node ids at
+//! most 111, so that a group worker's owner id made of one fits).
 //!
 //! # Durability: when terms could repeat
 //!
@@ -215,10 +217,20 @@
 //!   [`RedisStore::forget`]).
 //!
 //! [`available`](lease_core::LeaseStore::available) therefore checks `CONFIG GET appendonly`
-//! (must be `yes`) and `maxmemory-policy` (must not be `allkeys-*`) and **fails with
-//! `Unsupported`** when either check fails or cannot be made (CONFIG disabled or renamed), unless
-//! you opt in with [`RedisConfig::allow_volatile`] (it then logs a warning) or choose
-//! [`TermScheme::ClockFloor`]. It cannot see replication lag.
+//! (must be `yes`), `appendfsync` (must be `always`: Redis's default `everysec` loses up to a
+//! second of acknowledged claims when the host crashes) and `maxmemory-policy` (must not be
+//! `allkeys-*`) and **fails with `Unsupported`** when a check fails or cannot be made (CONFIG
+//! disabled or renamed), unless you opt in with [`RedisConfig::allow_volatile`] (every risk;
+//! it then logs a warning), accept `appendfsync everysec` alone with
+//! [`RedisConfig::allow_fsync_everysec`] (a warning too), or choose [`TermScheme::ClockFloor`].
+//! It cannot see replication lag.
+//!
+//! **The check is never skipped:** a store runs it itself, once, before its first claim,
+//! acquire or heartbeat, however it was built ([`RedisStore::new`], [`RedisStore::with_config`],
+//! [`connect`]), so a coordinator, group worker or scheduler over a volatile server refuses to
+//! start work (the operation fails with the check's `Unsupported` error) instead of handing out
+//! terms that a restart can repeat. Calling `available()` at start-up fails earlier, and spares
+//! the first claim the check's round trips.
 //!
 //! [`TermScheme::ClockFloor`] makes a claim's term (and an acquire's new epoch) the larger of the
 //! stored value + 1 and the server's clock in microseconds, so a lost record does not restart terms at 1: the next term

@@ -68,6 +68,7 @@ where
         groups: &[String],
     ) -> Result<Member> {
         check_member_args(self, service, node, Some(address), Some(ttl), groups)?;
+        self.started().await?;
         let prefix = self.config().get_key_prefix();
         let (records, expiries) = (
             members_key(prefix, service),

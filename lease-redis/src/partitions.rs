@@ -86,6 +86,7 @@ where
         ttl: Duration,
     ) -> Result<Option<PartitionLease>> {
         check_partition_args(self, group, owner, Some(ttl))?;
+        self.started().await?;
         let key = partitions_key(self.config().get_key_prefix(), group);
         let ttl = ceil_millis(ttl).to_string();
         let reply: Option<(u64, u64)> = self

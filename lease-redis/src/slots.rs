@@ -123,6 +123,7 @@ where
         self.validate_name(name)?;
         self.validate_ttl(ttl)?;
         validate_instance(instance)?;
+        self.started().await?;
         let key = self.key(name);
         let ttl = ceil_millis(ttl).to_string();
         let what = || format!("slot claim of '{name}'");
@@ -226,6 +227,7 @@ where
         self.validate_name(name)?;
         self.validate_ttl(ttl)?;
         validate_instance(instance)?;
+        self.started().await?;
         let key = self.key(name);
         let ttl = ceil_millis(ttl).to_string();
         let reply: Option<(u64, u64)> = self

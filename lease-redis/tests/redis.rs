@@ -15,6 +15,32 @@ use lease_redis::{RedisConfig, RedisStore, TermScheme};
 
 const TTL: Duration = Duration::from_millis(600);
 
+/// Held by every test that changes the test server's configuration or depends on it, so that
+/// none sees another's change. Each restores what it changed before it releases the lock.
+static SERVER_CONFIG: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// One `CONFIG GET` value of the test server.
+async fn server_config(raw: &mut MultiplexedConnection, param: &str) -> String {
+    let v: Vec<String> = lease_redis::redis::cmd("CONFIG")
+        .arg("GET")
+        .arg(param)
+        .query_async(raw)
+        .await
+        .unwrap();
+    v.get(1).cloned().unwrap_or_default()
+}
+
+/// `CONFIG SET param value` on the test server.
+async fn set_server_config(raw: &mut MultiplexedConnection, param: &str, value: &str) {
+    let _: () = lease_redis::redis::cmd("CONFIG")
+        .arg("SET")
+        .arg(param)
+        .arg(value)
+        .query_async(raw)
+        .await
+        .unwrap_or_else(|e| panic!("CONFIG SET {param} {value}: {e}"));
+}
+
 fn full_text(e: &lease_core::Error) -> String {
     format!("{e} / {e:?}")
 }
@@ -113,6 +139,7 @@ async fn bad_names_and_ttls_are_refused_before_any_io() {
 #[tokio::test]
 async fn available_reports_the_durability_risk_unless_accepted() {
     let Some(url) = common::url() else { return };
+    let _config = SERVER_CONFIG.lock().await;
     let mut raw = common::raw(&url).await;
     let appendonly: Vec<String> = lease_redis::redis::cmd("CONFIG")
         .arg("GET")
@@ -126,7 +153,9 @@ async fn available_reports_the_durability_risk_unless_accepted() {
         .query_async(&mut raw)
         .await
         .unwrap();
+    let fsync = server_config(&mut raw, "appendfsync").await;
     let durable = appendonly.get(1).map(String::as_str) == Some("yes")
+        && fsync == "always"
         && !policy.get(1).is_some_and(|p| p.starts_with("allkeys-"));
 
     let Some(strict) = common::direct(&url, RedisConfig::new()).await else {
@@ -464,4 +493,213 @@ async fn the_store_runs_on_any_async_connection() {
     assert_eq!(store.verify(&name, &h).await.unwrap().unwrap().term, g.term);
     assert!(store.release(&name, &h).await.unwrap());
     assert!(format!("{store:?}").contains("RedisStore"));
+}
+
+/// Runs `checks` (in a task of its own) with the test server's parameters set as `set` says,
+/// then restores them, even when a check panicked, and only then passes the panic on.
+async fn with_server_config<T: Send + 'static>(
+    raw: &mut MultiplexedConnection,
+    set: &[(&str, &str)],
+    checks: impl std::future::Future<Output = T> + Send + 'static,
+) -> T {
+    let mut saved = Vec::new();
+    for (param, _) in set {
+        saved.push((*param, server_config(raw, param).await));
+    }
+    for (param, value) in set {
+        set_server_config(raw, param, value).await;
+    }
+    let result = tokio::spawn(checks).await;
+    for (param, value) in saved.iter().rev() {
+        set_server_config(raw, param, value).await;
+    }
+    match result {
+        Ok(v) => v,
+        Err(e) => std::panic::resume_unwind(e.into_panic()),
+    }
+}
+
+/// Item 9a of the safety issue: AOF synced once a second (Redis's default) can lose the last
+/// second of claims on a host crash, so a `Counter` term could repeat: refused unless accepted
+/// by `allow_fsync_everysec` (or `allow_volatile`), or the terms are clock-floored.
+#[tokio::test]
+async fn available_refuses_appendfsync_everysec_unless_accepted() {
+    let Some(url) = common::url() else { return };
+    let _config = SERVER_CONFIG.lock().await;
+    let mut raw = common::raw(&url).await;
+    if server_config(&mut raw, "maxmemory-policy")
+        .await
+        .starts_with("allkeys-")
+    {
+        panic!("the test server evicts keys (maxmemory-policy allkeys-*); use noeviction");
+    }
+    let u = url.clone();
+    with_server_config(
+        &mut raw,
+        &[("appendonly", "yes"), ("appendfsync", "everysec")],
+        async move {
+            let store = |config: RedisConfig| {
+                let u = u.clone();
+                async move { common::direct(&u, config).await.unwrap() }
+            };
+            let e = store(RedisConfig::new())
+                .await
+                .available()
+                .await
+                .expect_err("appendfsync everysec passed the durability check");
+            assert_eq!(e.kind(), ErrorKind::Unsupported, "{e}");
+            assert!(!e.is_temporary(), "{e}");
+            assert!(e.message().contains("appendfsync is everysec"), "{e}");
+            assert!(e.message().contains("allow_fsync_everysec"), "{e}");
+            assert!(!e.message().contains("appendonly is off"), "{e}");
+            for accepted in [
+                RedisConfig::new().allow_fsync_everysec(true),
+                RedisConfig::new().allow_volatile(true),
+                RedisConfig::new().term_scheme(TermScheme::ClockFloor),
+            ] {
+                store(accepted.clone())
+                    .await
+                    .available()
+                    .await
+                    .unwrap_or_else(|e| panic!("{accepted:?}: {e}"));
+            }
+        },
+    )
+    .await;
+    let u = url.clone();
+    with_server_config(
+        &mut raw,
+        &[("appendonly", "yes"), ("appendfsync", "no")],
+        async move {
+            let e = common::direct(&u, RedisConfig::new().allow_fsync_everysec(true))
+                .await
+                .unwrap()
+                .available()
+                .await
+                .expect_err("appendfsync no passed the durability check");
+            assert_eq!(e.kind(), ErrorKind::Unsupported, "{e}");
+            assert!(e.message().contains("appendfsync is no"), "{e}");
+        },
+    )
+    .await;
+    let u = url.clone();
+    with_server_config(
+        &mut raw,
+        &[("appendonly", "yes"), ("appendfsync", "always")],
+        async move {
+            common::direct(&u, RedisConfig::new())
+                .await
+                .unwrap()
+                .available()
+                .await
+                .expect("AOF synced on every write is durable");
+        },
+    )
+    .await;
+}
+
+/// A store on a `ConnectionManager` of its own, built with `with_config` (no I/O, no check).
+async fn built_with_config(url: &str, config: RedisConfig) -> RedisStore {
+    let client = Client::open(url).unwrap();
+    let manager = ConnectionManager::new_with_config(client, config.manager_config())
+        .await
+        .unwrap();
+    RedisStore::with_config(manager, config).unwrap()
+}
+
+/// Item 14 of the safety issue: a store built with `with_config` on a server without AOF, on
+/// which nobody calls `available()`, still refuses to hand out terms: the store runs its
+/// start-up check before its first claim, acquire or heartbeat, so a coordinator, a group
+/// worker and a scheduler over it refuse to start; `allow_volatile` lets them.
+#[tokio::test]
+async fn a_store_built_with_config_checks_the_server_before_its_first_claim() {
+    use lease_core::{
+        Coordinator, GroupWorker, MembershipStore, PartitionStore, SlotStore, Timings,
+    };
+    let Some(url) = common::url() else { return };
+    let _config = SERVER_CONFIG.lock().await;
+    let mut raw = common::raw(&url).await;
+    let u = url.clone();
+    with_server_config(&mut raw, &[("appendonly", "no")], async move {
+        let prefix = common::unique("chk");
+        let strict = built_with_config(&u, RedisConfig::new().key_prefix(prefix.clone())).await;
+        let h = HolderToken::mint();
+        let refused = |what: &str, e: lease_core::Error| {
+            assert_eq!(e.kind(), ErrorKind::Unsupported, "{what}: {e}");
+            assert!(e.message().contains("appendonly is off"), "{what}: {e}");
+            assert!(e.message().contains("allow_volatile"), "{what}: {e}");
+        };
+        refused(
+            "claim",
+            strict.claim("job", &h, "a", TTL).await.unwrap_err(),
+        );
+        refused(
+            "claim_slot",
+            strict
+                .claim_slot("job", &h, "a", TTL, 1_000)
+                .await
+                .unwrap_err(),
+        );
+        refused(
+            "acquire_partition",
+            strict
+                .acquire_partition("grp", 0, "o@1", TTL)
+                .await
+                .unwrap_err(),
+        );
+        refused(
+            "heartbeat",
+            strict
+                .heartbeat("svc", "n", "", TTL, &[])
+                .await
+                .unwrap_err(),
+        );
+        let timings = Timings::from_lease(Duration::from_secs(3)).unwrap();
+        let coordinator = Coordinator::builder(strict.clone())
+            .instance("a")
+            .timings(timings)
+            .build()
+            .unwrap();
+        refused(
+            "coordinator",
+            coordinator.try_acquire("job").await.unwrap_err(),
+        );
+        refused(
+            "group worker",
+            GroupWorker::builder(strict.clone(), "grp", 4)
+                .timings(timings)
+                .start()
+                .await
+                .unwrap_err(),
+        );
+        // Nothing was written under the prefix.
+        let mut raw = common::raw(&u).await;
+        let keys: Vec<String> = lease_redis::redis::cmd("KEYS")
+            .arg(format!("{prefix}*"))
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        assert!(keys.is_empty(), "written despite the refusal: {keys:?}");
+
+        // Opting in explicitly: the same paths work.
+        let accepting = built_with_config(
+            &u,
+            RedisConfig::new().key_prefix(prefix).allow_volatile(true),
+        )
+        .await;
+        let coordinator = Coordinator::builder(accepting.clone())
+            .instance("a")
+            .timings(timings)
+            .build()
+            .unwrap();
+        let term = coordinator.try_acquire("job").await.unwrap();
+        term.resign().await.unwrap();
+        let worker = GroupWorker::builder(accepting, "grp", 4)
+            .timings(timings)
+            .start()
+            .await
+            .unwrap();
+        worker.leave().await.unwrap();
+    })
+    .await;
 }

@@ -67,6 +67,13 @@ pub(crate) struct Args {
     #[arg(long)]
     pub(crate) break_renewals: bool,
 
+    /// Check the fence: the fenced resource the contenders write to accepts stale tokens, as a
+    /// resource that does not compare fencing tokens would. The zombies (holders paused past
+    /// their lease that then write with their old token) then get their writes in after a
+    /// successor's, and the soak must FAIL with stale writes accepted.
+    #[arg(long)]
+    pub(crate) break_fencing: bool,
+
     /// Check the group checker: each group worker's store answers a batch renewal that fails or
     /// hangs as if every partition had been renewed (and a heartbeat or member read as if it had
     /// worked), as a buggy backend would. A worker cut off from the store then keeps its
@@ -210,6 +217,7 @@ mod tests {
         assert_eq!(args.contenders(), 5);
         assert_eq!(args.lease(), Duration::from_millis(1500));
         assert!(args.leases() && args.groups());
+        assert!(!args.break_renewals && !args.break_fencing);
         assert_eq!(args.group_workers(), 4);
         assert_eq!(args.group_partitions, 16);
     }
@@ -220,5 +228,11 @@ mod tests {
         assert!(!args.leases() && args.groups());
         assert!(Args::try_parse_from(["lease-soak", "--phases", "slots"]).is_err());
         assert!(Args::try_parse_from(["lease-soak", "--group-workers", "1"]).is_err());
+    }
+
+    #[test]
+    fn break_switches_parse() {
+        let args = Args::try_parse_from(["lease-soak", "--break-fencing"]).unwrap();
+        assert!(args.break_fencing && !args.break_renewals && !args.break_group_renewals);
     }
 }

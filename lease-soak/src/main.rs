@@ -12,9 +12,13 @@
 //! graceful leave and re-join, a crash), watched by an assignment audit; once the faults stop,
 //! the assignment must settle within the group worker's crash bound.
 //!
+//! A few times per backend, a holder turns zombie: it pauses past its lease (its store frozen,
+//! its work ignoring the term) and then writes with its old token; the fenced resource must
+//! refuse every such write.
+//!
 //! It prints lines per backend and a summary, and exits non-zero on any overlap, term
-//! regression, step-down failure, assignment violation, unsettled assignment, error, or a
-//! backend that saw too few terms.
+//! regression, step-down failure, stale write accepted, assignment violation, unsettled
+//! assignment, error, or a backend that saw too few terms or no zombie write.
 //!
 //! ```text
 //! cargo run --release -p lease-soak -- [--seconds N] [--backends memory,sqlite,…] [--seed S]
@@ -112,6 +116,12 @@ async fn run_all(args: &Args) -> ExitCode {
     );
     if args.break_renewals {
         println!("soak: --break-renewals: stores lie about failed renewals; this run must FAIL");
+    }
+    if args.break_fencing {
+        println!(
+            "soak: --break-fencing: the fenced resource accepts stale tokens, so zombie writes \
+             get in after a successor's; this run must FAIL"
+        );
     }
     if args.break_group_renewals {
         println!(

@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use lease_conformance::HistoryReport;
 
+use crate::contenders::{Written, Zombie};
+
 /// A backend must see at least this many terms: a soak that did nothing fails.
 pub(crate) const MIN_TERMS: u64 = 5;
 
@@ -203,8 +205,15 @@ pub(crate) struct BackendReport {
     pub(crate) terms_won: u64,
     /// Terms whose work stopped because the term was lost or about to be.
     pub(crate) terms_lost: u64,
-    /// Step-down failures recorded by the fail action.
+    /// Step-down failures recorded by the fail action (zombies' expected ones excepted).
     pub(crate) step_down_failures: Vec<String>,
+    /// The zombies: holders paused past their lease that then wrote with their old token.
+    pub(crate) zombies: Vec<Zombie>,
+    /// Writes the fenced resource refused (zombies' and any other).
+    pub(crate) refused_writes: u64,
+    /// Writes the fenced resource accepted with a token lower than one it had accepted:
+    /// violations, in plain words.
+    pub(crate) stale_writes: Vec<String>,
     /// Anything else that went wrong: a contender's error, a failed restart.
     pub(crate) errors: Vec<String>,
     /// The worst lateness of a 10 ms timer during the run: how long the process was unable to
@@ -220,12 +229,26 @@ impl BackendReport {
         self.stalls + self.cuts + self.restarts
     }
 
-    /// The soak line: terms, faults, sections and violations.
+    /// Zombie writes that reached the fenced resource (a zombie whose successor had not
+    /// written when its pause ran out gave up without writing).
+    pub(crate) fn zombie_writes(&self) -> u64 {
+        self.zombies.iter().filter(|z| z.written.is_some()).count() as u64
+    }
+
+    /// Zombie writes the fenced resource refused.
+    pub(crate) fn zombie_refused(&self) -> u64 {
+        self.zombies
+            .iter()
+            .filter(|z| z.written == Some(Written::Refused))
+            .count() as u64
+    }
+
+    /// The soak line: terms, faults, sections, violations and zombie writes refused.
     pub(crate) fn line(&self) -> String {
         let h = &self.history;
         format!(
             "soak {}: {} terms, {} faults ({} stalls, {} cuts, {} restart{}), {} sections, {} \
-             overlaps, {} regressions, {} step-down failures",
+             overlaps, {} regressions, {} step-down failures, {} of {} zombie writes refused",
             self.backend,
             h.distinct_terms,
             self.faults(),
@@ -236,16 +259,39 @@ impl BackendReport {
             h.sections,
             h.overlaps,
             h.regressions,
-            self.step_down_failures.len()
+            self.step_down_failures.len(),
+            self.zombie_refused(),
+            self.zombie_writes()
         )
     }
 
     /// A second line of detail.
     pub(crate) fn details(&self) -> String {
         let mut s = format!(
-            "  {}: {} terms won, {} ended by a fault, {} fenced writes refused",
-            self.backend, self.terms_won, self.terms_lost, self.history.rejected_writes
+            "  {}: {} terms won, {} ended by a fault",
+            self.backend, self.terms_won, self.terms_lost
         );
+        if self.leases {
+            let fired = self.zombies.iter().filter(|z| z.fail_action_fired).count();
+            let gave_up = self.zombies.len() - self.zombie_writes() as usize;
+            let _ = write!(s, ", {} zombies", self.zombies.len());
+            let paused = self.zombies.iter().map(|z| z.paused);
+            if let (Some(lo), Some(hi)) = (paused.clone().min(), paused.max()) {
+                let _ = write!(
+                    s,
+                    " (paused {:.1}–{:.1} s, fail action fired for {fired}, {gave_up} without a \
+                     successor)",
+                    lo.as_secs_f64(),
+                    hi.as_secs_f64()
+                );
+            }
+            let _ = write!(
+                s,
+                ", {} fenced writes refused, {} stale writes accepted",
+                self.refused_writes,
+                self.stale_writes.len()
+            );
+        }
         if let Some(d) = self.downtime {
             let _ = write!(s, ", server away {:.1} s", d.as_secs_f64());
         }
@@ -274,6 +320,27 @@ impl BackendReport {
                 self.step_down_failures.len()
             ));
         }
+        if !self.stale_writes.is_empty() {
+            p.push(format!(
+                "{} stale writes accepted by the fenced resource (a zombie's old token got in \
+                 after a higher one)",
+                self.stale_writes.len()
+            ));
+        }
+        if self.leases && self.zombie_writes() == 0 {
+            p.push(format!(
+                "no zombie write reached the fenced resource ({} zombies, none with a successor \
+                 that wrote in time): fencing was not exercised",
+                self.zombies.len()
+            ));
+        }
+        let unfired = self.zombies.iter().filter(|z| !z.fail_action_fired).count();
+        if unfired > 0 {
+            p.push(format!(
+                "{unfired} zombies woke before their coordinator's fail action fired (the \
+                 step-down grace was not enforced)"
+            ));
+        }
         if self.leases && h.distinct_terms < MIN_TERMS {
             p.push(format!(
                 "only {} terms (at least {MIN_TERMS} expected): the soak did not exercise the lease",
@@ -289,7 +356,8 @@ impl BackendReport {
 
     /// The violations and failures of the lease phase in full, for the output.
     pub(crate) fn evidence(&self) -> Vec<String> {
-        let mut lines: Vec<String> = self.history.violations.clone();
+        let mut lines: Vec<String> = self.stale_writes.clone();
+        lines.extend(self.history.violations.iter().cloned());
         let hidden = self
             .history
             .violations_total
@@ -301,6 +369,19 @@ impl BackendReport {
             self.step_down_failures
                 .iter()
                 .map(|f| format!("step-down failure: {f}")),
+        );
+        lines.extend(
+            self.zombies
+                .iter()
+                .filter(|z| !z.fail_action_fired)
+                .map(|z| {
+                    format!(
+                        "zombie {} term {} woke after {:.1} s without its fail action having fired",
+                        z.who,
+                        z.token,
+                        z.paused.as_secs_f64()
+                    )
+                }),
         );
         lines.extend(self.errors.iter().cloned());
         lines
@@ -361,6 +442,9 @@ pub(crate) fn summary(outcomes: &[Outcome], seed: u64, seconds: u64) -> (String,
     let faults = sum(&|r| r.faults() as u64);
     let restarts = sum(&|r| r.restarts as u64);
     let failures = sum(&|r| r.step_down_failures.len() as u64);
+    let zombie_writes = sum(&|r| r.zombie_writes());
+    let zombie_refused = sum(&|r| r.zombie_refused());
+    let stale = sum(&|r| r.stale_writes.len() as u64);
     let failing: Vec<String> = outcomes
         .iter()
         .filter_map(|o| {
@@ -377,10 +461,14 @@ pub(crate) fn summary(outcomes: &[Outcome], seed: u64, seconds: u64) -> (String,
     let mut line = format!(
         "soak {}: {} backends × {seconds} s (seed {seed}), {terms} terms, {faults} faults \
          ({restarts} restarts), {sections} sections, {overlaps} overlaps, {regressions} \
-         regressions, {failures} step-down failures",
+         regressions, {failures} step-down failures, {zombie_refused} of {zombie_writes} zombie \
+         writes refused",
         if pass { "PASSED" } else { "FAILED" },
         ran.len(),
     );
+    if stale > 0 {
+        let _ = write!(line, ", {stale} stale writes ACCEPTED");
+    }
     let groups: Vec<&GroupReport> = ran.iter().filter_map(|r| r.groups.as_ref()).collect();
     if !groups.is_empty() {
         let handovers: u64 = groups.iter().map(|g| g.handovers).sum();
@@ -444,9 +532,22 @@ mod tests {
             terms_won: terms,
             terms_lost: 3,
             step_down_failures: Vec::new(),
+            zombies: (0..2).map(|k| zombie(k, Some(Written::Refused))).collect(),
+            refused_writes: 2,
+            stale_writes: Vec::new(),
             errors: Vec::new(),
             max_lag: Duration::from_millis(4),
             elapsed: Duration::from_secs(31),
+        }
+    }
+
+    fn zombie(k: u64, written: Option<Written>) -> Zombie {
+        Zombie {
+            who: format!("contender-{k}"),
+            token: 10 + k,
+            paused: Duration::from_millis(2000 + 100 * k),
+            written,
+            fail_action_fired: true,
         }
     }
 
@@ -455,8 +556,76 @@ mod tests {
         assert_eq!(
             report(212, 0).line(),
             "soak postgres: 212 terms, 23 faults (12 stalls, 10 cuts, 1 restart), 1840 sections, \
-             0 overlaps, 0 regressions, 0 step-down failures"
+             0 overlaps, 0 regressions, 0 step-down failures, 2 of 2 zombie writes refused"
         );
+        assert_eq!(
+            report(212, 0).details(),
+            "  postgres: 212 terms won, 3 ended by a fault, 2 zombies (paused 2.0–2.1 s, fail \
+             action fired for 2, 0 without a successor), 2 fenced writes refused, 0 stale writes \
+             accepted, server away 2.1 s, max timer lag 4 ms, 31.0 s"
+        );
+    }
+
+    #[test]
+    fn an_accepted_stale_write_fails_the_soak() {
+        // What `--break-fencing` produces: a zombie's write accepted after a successor's, which
+        // the resource also entered into the history (an overlap here: the successor's section
+        // was open).
+        let mut r = report(212, 1);
+        r.history.regressions = 1;
+        r.history.violations_total = 2;
+        r.zombies[1].written = Some(Written::AcceptedStale);
+        r.refused_writes = 1;
+        r.stale_writes = vec![
+            "stale write accepted: contender-1 wrote with token 11 after token 12 had written; \
+             contender-2 holds the lease"
+                .into(),
+        ];
+        let problems = r.problems();
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.starts_with("1 stale writes accepted by the fenced resource")),
+            "{problems:?}"
+        );
+        assert!(
+            r.line().ends_with("1 of 2 zombie writes refused"),
+            "{}",
+            r.line()
+        );
+        assert!(r.evidence()[0].starts_with("stale write accepted: contender-1"));
+        let (line, pass) = summary(&[Outcome::Ran(Box::new(r))], 1, 20);
+        assert!(!pass);
+        assert!(
+            line.contains("1 of 2 zombie writes refused, 1 stale writes ACCEPTED"),
+            "{line}"
+        );
+        assert!(line.contains("FAILED postgres: 1 overlaps; 1 term regressions; 1 stale writes"));
+
+        // The stale write alone (no section open, history not consulted) fails too.
+        let mut r = report(212, 0);
+        r.stale_writes = vec!["stale write accepted: …".into()];
+        assert_eq!(r.problems().len(), 1, "{:?}", r.problems());
+    }
+
+    #[test]
+    fn a_soak_without_zombie_writes_fails() {
+        let mut r = report(212, 0);
+        r.zombies = vec![zombie(0, None)];
+        assert!(
+            r.problems()[0].starts_with("no zombie write reached the fenced resource (1 zombies"),
+            "{:?}",
+            r.problems()
+        );
+        r.zombies.clear();
+        assert_eq!(r.problems().len(), 1);
+        r.zombies = vec![zombie(0, Some(Written::Refused))];
+        r.zombies[0].fail_action_fired = false;
+        assert!(r.problems()[0].contains("before their coordinator's fail action fired"));
+        // A groups-only soak has no zombies and needs none.
+        r.leases = false;
+        r.zombies.clear();
+        assert!(r.problems().is_empty());
     }
 
     fn group(violations: usize, settled: bool) -> GroupReport {

@@ -13,7 +13,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::cli::{Args, BackendKind};
-use crate::contenders::{Contender, Record};
+use crate::contenders::{Contender, Record, ZOMBIE, ZombieContender, zombie_max_pause};
 use crate::groups::{self, GroupSetup, Restart};
 use crate::report::{BackendReport, Outcome};
 use crate::schedule::{Mode, Schedule};
@@ -24,6 +24,10 @@ use crate::stores::{self, LyingStore, Reopenable, Switch};
 const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 /// The period of the timer that measures scheduling lag.
 const LAG_TICK: Duration = Duration::from_millis(10);
+/// At most this many zombies per backend.
+const MAX_ZOMBIES: usize = 3;
+/// How often the zombie driver looks whether the zombie it armed is over.
+const ZOMBIE_DRIVER_POLL: Duration = Duration::from_millis(20);
 
 /// The schedule `args` gives `kind`.
 pub(crate) fn schedule_for(kind: BackendKind, args: &Args) -> Schedule {
@@ -67,10 +71,15 @@ pub(crate) async fn run(kind: BackendKind, args: &Args) -> Outcome {
     }
 }
 
-/// How many contenders and group workers `args` asks for: `(contenders, workers)`.
+/// How many lease stores and group workers `args` asks for: `(contenders + the zombie
+/// contender, workers)`.
 fn counts(args: &Args) -> (usize, usize) {
     (
-        if args.leases() { args.contenders() } else { 0 },
+        if args.leases() {
+            args.contenders() + 1
+        } else {
+            0
+        },
         if args.groups() {
             args.group_workers()
         } else {
@@ -155,7 +164,9 @@ async fn run_server(
     let mut stores = Vec::new();
     let mut switches = Vec::new();
     for i in 0..contenders + workers {
-        let who = if i < contenders {
+        let who = if i + 1 == contenders {
+            ZOMBIE.to_owned()
+        } else if i < contenders {
             format!("contender-{i}")
         } else {
             format!("worker-{}", i - contenders)
@@ -271,10 +282,24 @@ async fn drive(
     group: Option<GroupSetup>,
     mut restarter: Restarter<'_>,
 ) -> BackendReport {
-    let record = Record::default();
+    let record = Record::new(args.break_fencing);
     let name = format!("soak-{}-{}", kind.name(), args.seed);
     let mut errors = Vec::new();
     let mut contenders = Vec::new();
+    let mut stores = stores;
+    // The last lease store is the zombie contender's; its switch is never flipped (the
+    // schedule hits contenders `0..args.contenders()` only, and the zombie is never the holder
+    // the faults aim at).
+    let zombie = stores.pop().and_then(|store| {
+        let store: Arc<dyn LeaseStore> = if args.break_renewals {
+            Arc::new(LyingStore(store))
+        } else {
+            store
+        };
+        ZombieContender::spawn(store, timings, &name, &record)
+            .map_err(|e| errors.push(format!("{ZOMBIE}: {e}")))
+            .ok()
+    });
     for (i, store) in stores.into_iter().enumerate() {
         let store: Arc<dyn LeaseStore> = if args.break_renewals {
             Arc::new(LyingStore(store))
@@ -326,6 +351,14 @@ async fn drive(
         Some(_) => Restart::Ahead,
         None => Restart::Over,
     });
+    let zombies = drive_zombies(
+        &record,
+        args.leases(),
+        timings.lease(),
+        (start, end),
+        schedule.restart_at.map(|at| start + at),
+        restart_tx.subscribe(),
+    );
     let restart = async {
         match schedule.restart_at {
             Some(at) => {
@@ -358,16 +391,19 @@ async fn drive(
             max = max.max(before.elapsed().saturating_sub(LAG_TICK));
         }
     };
-    let ((), restarted, max_lag, mut group_report) =
-        tokio::join!(faults, restart, lag, group_phase);
+    let ((), restarted, max_lag, mut group_report, ()) =
+        tokio::join!(faults, restart, lag, group_phase, zombies);
     for switch in &switches {
         switch.set(Mode::Pass);
     }
+    // Every zombie's pause ended before `end`; this only collects their tasks.
+    record.zombies.wait().await;
 
-    let stopping: Vec<_> = contenders
+    let mut stopping: Vec<_> = contenders
         .into_iter()
         .map(|c| tokio::spawn(c.stop(STOP_TIMEOUT)))
         .collect();
+    stopping.extend(zombie.map(|z| tokio::spawn(z.stop(STOP_TIMEOUT))));
     for handle in stopping {
         match handle.await {
             Ok(Ok(())) => {}
@@ -399,8 +435,64 @@ async fn drive(
         terms_won: record.terms_won.load(std::sync::atomic::Ordering::Relaxed),
         terms_lost: record.terms_lost.load(std::sync::atomic::Ordering::Relaxed),
         step_down_failures: record.failures(),
+        zombies: record.zombies.finished(),
+        refused_writes: record.resource.refused(),
+        stale_writes: record.resource.stale_accepted(),
         errors,
         max_lag,
         elapsed: Duration::ZERO,
+    }
+}
+
+/// The zombie phase: arms one zombie at a time (the zombie contender campaigns until it wins,
+/// see `contenders`), up to [`MAX_ZOMBIES`], the first a third of a lease after the start, each
+/// a lease after the previous one is over. A zombie may only start where its whole pause
+/// ([`zombie_max_pause`]) ends before the restart (or starts a lease after the server is back)
+/// and a lease before `end`: a successor must be able to win and write while it pauses, and no
+/// zombie is still pausing when the contenders are stopped.
+async fn drive_zombies(
+    record: &Record,
+    leases: bool,
+    lease: Duration,
+    (start, end): (Instant, Instant),
+    restart_at: Option<Instant>,
+    mut restart: watch::Receiver<Restart>,
+) {
+    if !leases {
+        return;
+    }
+    let pause = zombie_max_pause(lease);
+    let Some(last_start) = end.checked_sub(lease + pause) else {
+        return;
+    };
+    let mut next = start + lease / 3;
+    // Bounded: every turn arms a zombie (which the zombie contender takes or which lapses) or
+    // waits for
+    // the restart to be over, and `next` only grows until it passes the last start.
+    while record.zombies.finished().len() < MAX_ZOMBIES {
+        tokio::time::sleep_until(next).await;
+        let state = *restart.borrow();
+        let until = match (state, restart_at) {
+            (Restart::Ahead, Some(at)) => at.checked_sub(pause).map(|u| u.min(last_start)),
+            (Restart::Down, _) => None,
+            _ => Some(last_start),
+        };
+        let now = Instant::now();
+        match until {
+            Some(until) if now <= until => {
+                record.zombies.arm(until);
+                // Bounded: an arm lapses at `until`, a zombie's pause by `pause`.
+                while !record.zombies.idle() {
+                    tokio::time::sleep(ZOMBIE_DRIVER_POLL).await;
+                }
+                next = Instant::now() + lease;
+            }
+            _ if state == Restart::Over => return,
+            _ => {
+                // Too close to the restart, or during it: wait until the server is back.
+                let _ = restart.wait_for(|r| *r == Restart::Over).await;
+                next = Instant::now() + lease;
+            }
+        }
     }
 }

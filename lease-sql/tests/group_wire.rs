@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use lease_conformance::FaultProxy;
 use lease_core::{
-    GroupStore, MAX_ADDRESS_BYTES, MAX_GROUPS_PER_MEMBER, MAX_INSTANCE_BYTES,
+    GroupStore, MAX_ADDRESS_BYTES, MAX_GROUPS_PER_MEMBER, MAX_INSTANCE_BYTES, MAX_NODE_ID_BYTES,
     MAX_PARTITIONS_PER_CALL, PartitionStore,
 };
 use lease_sql::{Dialect, SqlConfig, SqlStore};
@@ -311,7 +311,7 @@ async fn longest_values_are_kept(s: &dyn GroupStore) {
     );
 
     let service = pad(tag("long-svc"), max);
-    let node = pad("node-".into(), MAX_INSTANCE_BYTES);
+    let node = pad("node-".into(), MAX_NODE_ID_BYTES);
     let address = pad("[::1]:".into(), MAX_ADDRESS_BYTES);
     let groups: Vec<String> = (0..MAX_GROUPS_PER_MEMBER)
         .map(|i| pad(format!("g{i:02}-"), max))

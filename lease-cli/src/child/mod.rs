@@ -1,11 +1,14 @@
-//! CMD as a child of `lease`: its own process group, tied to `lease`'s life, signalled as a
-//! group.
+//! CMD under the watchdog: its own process group, every descendant accounted for, tied to the
+//! term's deadline and to `lease`'s life.
 //!
+//! - The [`watchdog`] is a separate process in a process group of its own, a child subreaper,
+//!   and CMD's parent. It ends CMD and every descendant of it at the term's local deadline,
+//!   when `lease` orders it, and when `lease` dies (kill -9 included), and tells `lease` when
+//!   none is left.
 //! - CMD leads a new process group, so signals reach everything it started, and a terminal's
 //!   Ctrl-C reaches `lease` (which forwards it) rather than CMD directly.
 //! - CMD starts through the [`shim`], which sets the parent-death signal, so CMD itself dies
-//!   with `lease` even in the instant before the watchdog knows its group.
-//! - The [`watchdog`] kills CMD's whole group when `lease` dies, kill -9 included.
+//!   with the watchdog should the watchdog be killed.
 
 mod group;
 mod shim;
@@ -17,12 +20,9 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 
-use rustix::process::Pid;
-use tokio::process::{Child, Command};
-
-pub(crate) use group::{end_group, group_alive, kill_group, signal_group};
+pub(crate) use group::{descendants, signal_group};
 pub(crate) use shim::{EXEC_SUBCOMMAND, become_cmd};
-pub(crate) use watchdog::{Watchdog, watch};
+pub(crate) use watchdog::{Report, Watchdog, boot_now, watch};
 
 use crate::exit::{CliError, Exit};
 
@@ -73,9 +73,14 @@ impl CmdLine {
         }
     }
 
-    /// The program, for messages.
+    /// The program.
     pub(crate) fn program(&self) -> &OsStr {
         &self.program
+    }
+
+    /// The arguments after the program.
+    pub(crate) fn arguments(&self) -> &[OsString] {
+        &self.args
     }
 }
 
@@ -97,54 +102,6 @@ pub(crate) fn self_exe() -> PathBuf {
         PathBuf::from("/proc/self/exe")
     } else {
         std::env::current_exe().unwrap_or_else(|_| PathBuf::from("lease"))
-    }
-}
-
-/// CMD, started and running in its own process group.
-#[derive(Debug)]
-pub(crate) struct Running {
-    child: Child,
-    pgid: Pid,
-}
-
-impl Running {
-    /// Starts `cmd` (through the shim) in a new process group, with `env` added to its
-    /// environment.
-    pub(crate) fn start(cmd: &CmdLine, env: &[(&str, String)]) -> Result<Running, CliError> {
-        let cannot = |e: std::io::Error| {
-            CliError::new(
-                Exit::CannotStart,
-                format!("cannot start '{}': {e}", cmd.program.to_string_lossy()),
-            )
-        };
-        let child = Command::new(self_exe())
-            .arg0("lease")
-            .arg(EXEC_SUBCOMMAND)
-            .arg("--parent")
-            .arg(std::process::id().to_string())
-            .arg("--")
-            .arg(&cmd.program)
-            .args(&cmd.args)
-            .envs(env.iter().map(|(k, v)| (k, v)))
-            .process_group(0)
-            .spawn()
-            .map_err(cannot)?;
-        let pgid = child
-            .id()
-            .and_then(|id| i32::try_from(id).ok())
-            .and_then(Pid::from_raw)
-            .ok_or_else(|| cannot(std::io::Error::other("the child has no process id")))?;
-        Ok(Running { child, pgid })
-    }
-
-    /// CMD's process group (its process id).
-    pub(crate) fn pgid(&self) -> Pid {
-        self.pgid
-    }
-
-    /// Waits for CMD itself to exit.
-    pub(crate) async fn wait(&mut self) -> std::io::Result<ExitStatus> {
-        self.child.wait().await
     }
 }
 

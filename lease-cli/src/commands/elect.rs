@@ -31,7 +31,7 @@ pub(crate) async fn elect(url: &StoreUrl, args: ElectArgs) -> Result<u8, CliErro
     let cmd = CmdLine::new(args.cmd)?;
     let name = args.name;
     let mut holding = prepare(url, &name, &args.hold).await?;
-    let mut watchdog = Watchdog::spawn()?;
+    let mut watchdog = Watchdog::spawn(&cmd).await?;
     let retry = holding.coordinator.timings().retry();
     let mut failures = 0u32;
     loop {
@@ -45,7 +45,7 @@ pub(crate) async fn elect(url: &StoreUrl, args: ElectArgs) -> Result<u8, CliErro
             "lease: leader for '{name}' (term {}); starting CMD",
             term.token()
         ));
-        let outcome = supervise(&term, &cmd, &mut watchdog, &mut holding.signals).await;
+        let outcome = supervise(&term, &mut watchdog, &mut holding.signals).await;
         if let Err(e) = term.resign().await
             && !term.is_lost()
         {

@@ -12,7 +12,7 @@ use crate::supervise::{Outcome, supervise};
 pub(crate) async fn run(url: &StoreUrl, args: RunArgs) -> Result<u8, CliError> {
     let cmd = CmdLine::new(args.cmd)?;
     let mut holding = prepare(url, &args.name, &args.hold).await?;
-    let mut watchdog = Watchdog::spawn()?;
+    let mut watchdog = Watchdog::spawn(&cmd).await?;
     let term = match acquire(
         &holding.coordinator,
         &args.name,
@@ -29,7 +29,7 @@ pub(crate) async fn run(url: &StoreUrl, args: RunArgs) -> Result<u8, CliError> {
             ));
         }
     };
-    let outcome = supervise(&term, &cmd, &mut watchdog, &mut holding.signals).await;
+    let outcome = supervise(&term, &mut watchdog, &mut holding.signals).await;
     // CMD's group is gone (or the error says why not): the lease can go.
     if let Err(e) = term.resign().await
         && !term.is_lost()
