@@ -66,7 +66,7 @@ mod validate;
 pub use clock::{Deadline, Stamp};
 pub use coordinator::{Coordinator, CoordinatorBuilder, OnWorkError};
 pub use error::{BoxError, Error, ErrorKind, Result};
-pub use group::{Assignment, GroupWorker, GroupWorkerBuilder};
+pub use group::{Assignment, GroupWorker, GroupWorkerBuilder, StopAck};
 pub use membership::{
     GroupStore, MAX_ADDRESS_BYTES, MAX_GROUPS_PER_MEMBER, MAX_NODE_ID_BYTES, Member,
     MembershipStore, check_member_args, decode_groups, encode_groups,

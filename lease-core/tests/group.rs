@@ -3,12 +3,16 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lease_core::{
-    Assignment, ErrorKind, GroupStore, GroupWorker, MembershipStore, PartitionStore, Timings,
+    Assignment, Capabilities, ErrorKind, Grant, GroupStore, GroupWorker, HolderToken, LeaseInfo,
+    LeaseStore, Member, MembershipStore, PartitionLease, PartitionStore, Timings, async_trait,
 };
-use lease_local::{AssignmentAudit, FaultMode, FaultyStore, MemoryStore, assignments_settled};
+use lease_local::{
+    AssignmentAudit, ConsumerPlan, FaultMode, FaultyStore, MemoryStore, assignments_settled,
+};
 use tokio::time::{Instant, sleep};
 
 const GROUP: &str = "orders";
@@ -235,7 +239,8 @@ async fn dropping_a_worker_leaves_in_the_background() {
     let a = worker(store.clone(), "a", &audit).await;
     settle(&[&a], GroupWorker::settle_time(&timings()), "start").await;
     drop(a);
-    sleep(STEP).await;
+    // No consumer acknowledges: the partitions are released once the grace has passed.
+    sleep(timings().grace() + STEP).await;
     assert!(store.owners(GROUP).await.unwrap().is_empty());
     assert!(store.members(GROUP).await.unwrap().is_empty());
 }
@@ -282,4 +287,567 @@ async fn bad_settings_are_refused_at_start() {
         .await
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Consumers' work: hand-overs with grace, epochs never shared.
+
+/// A worker over `store` for `n` partitions with a simulated consumer recording its work in
+/// `audit`: it goes on working a removed partition for `stop_after`, then acknowledges the
+/// stop when `ack`.
+async fn consumed(
+    store: impl GroupStore,
+    node: &str,
+    n: u32,
+    audit: &AssignmentAudit,
+    stop_after: Duration,
+    ack: bool,
+) -> GroupWorker {
+    let w = GroupWorker::builder(store, GROUP, n)
+        .node(node)
+        .timings(timings())
+        .start()
+        .await
+        .unwrap();
+    audit.watch(node, w.assignment(), STEP);
+    let acks = ack.then(|| w.stop_acks());
+    audit.consume(node, w.assignment(), ConsumerPlan { stop_after, acks });
+    w
+}
+
+/// Items 10 and 11 of the safety issue: through joins, a graceful leave and a dropped worker,
+/// with consumers that acknowledge at once, acknowledge late, or never do (and stop just
+/// within the grace), no two consumers ever work one partition at once, and every holding of
+/// a partition has a higher epoch than the one before.
+#[tokio::test(start_paused = true)]
+async fn a_graceful_rebalance_never_lets_two_consumers_work_one_partition() {
+    let store = MemoryStore::new();
+    let audit = AssignmentAudit::new();
+    let t = timings();
+    let (quick, slow, silent) = (
+        Duration::ZERO,
+        t.grace() / 2,
+        t.grace() - Duration::from_millis(50),
+    );
+    let a = consumed(store.clone(), "a", N, &audit, silent, false).await;
+    settle(&[&a], GroupWorker::settle_time(&t), "a alone").await;
+    let b = consumed(store.clone(), "b", N, &audit, slow, true).await;
+    settle(&[&a, &b], GroupWorker::settle_time(&t), "b joins").await;
+    let c = consumed(store.clone(), "c", N, &audit, quick, true).await;
+    settle(&[&a, &b, &c], GroupWorker::settle_time(&t), "c joins").await;
+    let d = consumed(store.clone(), "d", N, &audit, silent, false).await;
+    settle(&[&a, &b, &c, &d], GroupWorker::settle_time(&t), "d joins").await;
+    a.leave().await.unwrap();
+    settle(&[&b, &c, &d], GroupWorker::settle_time(&t), "a leaves").await;
+    drop(c);
+    settle(&[&b, &d], GroupWorker::settle_time(&t), "c is dropped").await;
+    let e = consumed(store.clone(), "e", N, &audit, slow, false).await;
+    settle(&[&b, &d, &e], GroupWorker::settle_time(&t), "e joins").await;
+    for w in [b, d, e] {
+        w.leave().await.unwrap();
+    }
+    sleep(t.grace()).await;
+    assert!(audit.work_intervals() > 20, "{}", audit.work_intervals());
+    audit.assert_clean();
+    assert!(store.owners(GROUP).await.unwrap().is_empty());
+}
+
+/// Item 10: a partition given up is released only once its consumer acknowledged the stop or
+/// the grace passed; an acknowledgement makes the hand-over (and `leave`) prompt.
+#[tokio::test(start_paused = true)]
+async fn a_hand_over_waits_for_the_acknowledgement_or_the_grace() {
+    let t = timings();
+    for ack in [false, true] {
+        let store = MemoryStore::new();
+        let audit = AssignmentAudit::new();
+        let a = consumed(store.clone(), "a", N, &audit, Duration::ZERO, ack).await;
+        let b = consumed(store.clone(), "b", N, &audit, Duration::ZERO, true).await;
+        settle(&[&a, &b], GroupWorker::settle_time(&t), "start").await;
+        let given: Vec<u32> = a.assignment().borrow().partitions.keys().copied().collect();
+        let a_owner = a.owner().to_string();
+        let mut rx = a.assignment();
+        let began = Instant::now();
+        let leave = tokio::spawn(a.leave());
+        rx.wait_for(|a| a.partitions.is_empty()).await.ok();
+        let removed = began.elapsed();
+        if !ack {
+            // Just before the grace ends: still a's, and renewed while draining.
+            sleep(t.grace() - Duration::from_millis(100)).await;
+            let owners = store.owners(GROUP).await.unwrap();
+            for p in &given {
+                let lease = owners.iter().find(|l| l.partition == *p).unwrap();
+                assert_eq!(lease.owner, a_owner, "partition {p} drains under a");
+                assert!(
+                    lease.expires_in >= t.lease() - t.renew_every() - STEP,
+                    "partition {p} is not renewed while it drains: {:?} left",
+                    lease.expires_in
+                );
+            }
+        }
+        // When b first holds every partition a gave up.
+        let mut took = None;
+        while took.is_none() {
+            if given.iter().all(|p| b.assignment().borrow().holds(*p)) {
+                took = Some(began.elapsed());
+            }
+            sleep(Duration::from_millis(1)).await;
+        }
+        let took = took.unwrap();
+        let left = leave.await.unwrap();
+        left.unwrap();
+        if ack {
+            assert!(
+                took <= t.renew_every() * 2,
+                "acknowledged at once, the hand-over took {took:?}"
+            );
+        } else {
+            assert!(
+                took >= removed + t.grace(),
+                "b took a's partitions {took:?} after a's leave began, a removed them after \
+                 {removed:?}: within the grace of {:?}",
+                t.grace()
+            );
+            assert!(took <= removed + t.grace() + t.renew_every() + STEP);
+        }
+        b.leave().await.unwrap();
+        audit.assert_clean();
+    }
+}
+
+/// Item 11: renewals reach the store but their answers are lost, so the worker publishes the
+/// loss at its deadline while the store still holds the partitions under its owner; the
+/// partitions come back under higher epochs, never the same ones.
+#[tokio::test(start_paused = true)]
+async fn a_published_loss_is_never_followed_by_the_same_epoch() {
+    let store = ScriptedStore {
+        inner: MemoryStore::new(),
+        rules: Arc::default(),
+    };
+    let audit = AssignmentAudit::new();
+    let t = timings();
+    let a = consumed(store.clone(), "a", N, &audit, t.grace() / 2, false).await;
+    settle(&[&a], GroupWorker::settle_time(&t), "start").await;
+    let before = a.assignment().borrow().partitions.clone();
+    store.rules().lose_renewal_answers = true;
+    // Past the deadline: the loss is published (at once followed by a new acquire on the old
+    // code: a watcher may not even see the gap).
+    sleep(t.deadline() + t.renew_every()).await;
+    // The store still holds them under a's owner.
+    let owners = store.owners(GROUP).await.unwrap();
+    assert_eq!(owners.len(), N as usize);
+    assert!(owners.iter().all(|l| l.owner == a.owner()));
+    settle(&[&a], GroupWorker::crash_settle_time(&t), "after the loss").await;
+    for (p, e) in a.assignment().borrow().partitions.iter() {
+        assert!(
+            *e > before[p],
+            "partition {p}: epoch {} before the published loss, {e} after",
+            before[p]
+        );
+    }
+    store.rules().lose_renewal_answers = false;
+    a.leave().await.unwrap();
+    sleep(t.grace()).await;
+    audit.assert_clean();
+}
+
+/// Item 15: an acquire whose answer is lost (it took effect) is read back: the partition is
+/// adopted while it is still this node's share, released at once (never published) when the
+/// assignment has moved it elsewhere — so its new owner does not wait out the lease.
+#[tokio::test(start_paused = true)]
+async fn an_acquire_of_unknown_outcome_is_read_back() {
+    let t = timings();
+    // A node name that the assignment of two gives partition 0 (b, alone, tries it first).
+    let c_name = (0..)
+        .map(|i| format!("c{i}"))
+        .find(|c| {
+            let nodes = ["b".to_string(), c.clone()];
+            nodes[lease_core::group::assign(GROUP, N, &nodes)[0]] == *c
+        })
+        .unwrap();
+    // c joins while b's first acquire hangs (b then never holds partition 0), or after b read
+    // it back and adopted it.
+    for adopted_first in [false, true] {
+        let store = MemoryStore::new();
+        let lossy = FaultyStore::new(store.clone());
+        let audit = AssignmentAudit::new();
+        lossy.set_claim_mode(FaultMode::LoseAnswers);
+        let b = consumed(lossy.clone(), "b", N, &audit, Duration::ZERO, true).await;
+        let mut b_rx = b.assignment();
+        let b_held_0 = tokio::spawn(async move {
+            let mut held = false;
+            loop {
+                held |= b_rx.borrow_and_update().holds(0);
+                if b_rx.changed().await.is_err() {
+                    return held;
+                }
+            }
+        });
+        // b's first acquire (partition 0) takes effect, its answer is lost.
+        while lossy.counts().claims == 0 {
+            sleep(Duration::from_millis(1)).await;
+        }
+        let owners = store.owners(GROUP).await.unwrap();
+        assert!(
+            owners
+                .iter()
+                .any(|l| l.partition == 0 && l.owner == b.owner()),
+            "the lost acquire took effect: {owners:?}"
+        );
+        if adopted_first {
+            sleep(t.attempt_timeout() + STEP).await;
+        }
+        // From now on b's acquires fail outright.
+        lossy.set_claim_mode(FaultMode::Fail);
+        let c = consumed(store.clone(), &c_name, N, &audit, Duration::ZERO, true).await;
+        let joined = Instant::now();
+        let mut rx = c.assignment();
+        let bound = t.renew_every() * 3 + t.attempt_timeout();
+        let got = tokio::time::timeout(t.lease(), rx.wait_for(|a| a.holds(0)))
+            .await
+            .is_ok_and(|r| r.is_ok());
+        let took = joined.elapsed();
+        assert!(
+            got && took <= bound,
+            "adopted first: {adopted_first}: {c_name} got partition 0 {took:?} after joining \
+             (bound {bound:?}); the store: {:?}",
+            store.owners(GROUP).await.unwrap()
+        );
+        b.leave().await.unwrap();
+        c.leave().await.unwrap();
+        assert_eq!(
+            b_held_0.await.unwrap(),
+            adopted_first,
+            "b published partition 0 only when it was still its share"
+        );
+        audit.assert_clean();
+    }
+}
+
+/// A memory store whose batch renewals can fail for the chunks holding a partition of
+/// 10,000 or more, stall for the chunks below, or lose their answers.
+#[derive(Debug, Clone)]
+struct ScriptedStore {
+    inner: MemoryStore,
+    rules: Arc<Mutex<Rules>>,
+}
+
+#[derive(Debug, Default)]
+struct Rules {
+    fail_high: bool,
+    stall_low: bool,
+    lose_renewal_answers: bool,
+    /// Releases are held back without an answer (a connection that stalls), to be delivered
+    /// later with `deliver_releases`.
+    hold_releases: bool,
+    held_releases: Vec<(String, Vec<u32>, String)>,
+    /// When the last high chunk's renewal that reached the store began.
+    last_high_renewal: Option<Instant>,
+}
+
+impl ScriptedStore {
+    fn rules(&self) -> std::sync::MutexGuard<'_, Rules> {
+        self.rules.lock().unwrap()
+    }
+
+    /// Carries out the releases held back so far, late.
+    async fn deliver_releases(&self) -> usize {
+        let held = std::mem::take(&mut self.rules().held_releases);
+        let mut ended = 0;
+        for (group, partitions, owner) in held {
+            ended += self
+                .inner
+                .release_partitions(&group, &partitions, &owner)
+                .await
+                .unwrap();
+        }
+        ended
+    }
+}
+
+#[async_trait]
+impl LeaseStore for ScriptedStore {
+    fn backend(&self) -> &'static str {
+        self.inner.backend()
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+    fn validate_name(&self, name: &str) -> lease_core::Result<()> {
+        self.inner.validate_name(name)
+    }
+    fn validate_ttl(&self, ttl: Duration) -> lease_core::Result<()> {
+        self.inner.validate_ttl(ttl)
+    }
+    async fn claim(
+        &self,
+        name: &str,
+        holder: &HolderToken,
+        instance: &str,
+        ttl: Duration,
+    ) -> lease_core::Result<Option<Grant>> {
+        self.inner.claim(name, holder, instance, ttl).await
+    }
+    async fn renew(
+        &self,
+        name: &str,
+        holder: &HolderToken,
+        ttl: Duration,
+    ) -> lease_core::Result<Option<Grant>> {
+        self.inner.renew(name, holder, ttl).await
+    }
+    async fn release(&self, name: &str, holder: &HolderToken) -> lease_core::Result<bool> {
+        self.inner.release(name, holder).await
+    }
+    async fn verify(&self, name: &str, holder: &HolderToken) -> lease_core::Result<Option<Grant>> {
+        self.inner.verify(name, holder).await
+    }
+    async fn get(&self, name: &str) -> lease_core::Result<Option<LeaseInfo>> {
+        self.inner.get(name).await
+    }
+}
+
+#[async_trait]
+impl PartitionStore for ScriptedStore {
+    async fn acquire_partition(
+        &self,
+        group: &str,
+        partition: u32,
+        owner: &str,
+        ttl: Duration,
+    ) -> lease_core::Result<Option<PartitionLease>> {
+        self.inner
+            .acquire_partition(group, partition, owner, ttl)
+            .await
+    }
+    async fn renew_partitions(
+        &self,
+        group: &str,
+        partitions: &[u32],
+        owner: &str,
+        ttl: Duration,
+    ) -> lease_core::Result<Vec<PartitionLease>> {
+        let high = partitions.iter().any(|p| *p >= 10_000);
+        let (stall, lose) = {
+            let mut rules = self.rules();
+            if high && rules.fail_high {
+                return Err(lease_core::Error::unavailable("injected: high chunk fails"));
+            }
+            if high {
+                rules.last_high_renewal = Some(Instant::now());
+            }
+            (!high && rules.stall_low, rules.lose_renewal_answers)
+        };
+        if stall {
+            return std::future::pending().await;
+        }
+        let answer = self
+            .inner
+            .renew_partitions(group, partitions, owner, ttl)
+            .await;
+        if lose {
+            return std::future::pending().await;
+        }
+        answer
+    }
+    async fn release_partitions(
+        &self,
+        group: &str,
+        partitions: &[u32],
+        owner: &str,
+    ) -> lease_core::Result<usize> {
+        let hold = {
+            let mut rules = self.rules();
+            if rules.hold_releases {
+                rules
+                    .held_releases
+                    .push((group.to_owned(), partitions.to_vec(), owner.to_owned()));
+            }
+            rules.hold_releases
+        };
+        if hold {
+            return std::future::pending().await;
+        }
+        self.inner
+            .release_partitions(group, partitions, owner)
+            .await
+    }
+    async fn owners(&self, group: &str) -> lease_core::Result<Vec<PartitionLease>> {
+        self.inner.owners(group).await
+    }
+}
+
+#[async_trait]
+impl MembershipStore for ScriptedStore {
+    async fn heartbeat(
+        &self,
+        service: &str,
+        node: &str,
+        address: &str,
+        ttl: Duration,
+        groups: &[String],
+    ) -> lease_core::Result<Member> {
+        self.inner
+            .heartbeat(service, node, address, ttl, groups)
+            .await
+    }
+    async fn members(&self, service: &str) -> lease_core::Result<Vec<Member>> {
+        self.inner.members(service).await
+    }
+    async fn leave(&self, service: &str, node: &str) -> lease_core::Result<bool> {
+        MembershipStore::leave(&self.inner, service, node).await
+    }
+}
+
+/// Item 4: with more than 10,000 partitions the batch renewal goes in chunks; a stalled chunk
+/// is cut at the earliest deadline of every held partition, and a partition of another chunk
+/// leaves the assignment at its own deadline, not when the stalled chunk gives up.
+#[tokio::test(start_paused = true)]
+async fn a_stalled_chunk_does_not_keep_another_chunks_partitions_past_their_deadline() {
+    const BIG: u32 = 10_050;
+    let store = ScriptedStore {
+        inner: MemoryStore::new(),
+        rules: Arc::default(),
+    };
+    let t = timings();
+    let a = GroupWorker::builder(store.clone(), GROUP, BIG)
+        .node("a")
+        .timings(t)
+        .start()
+        .await
+        .unwrap();
+    let mut rx = a.assignment();
+    tokio::time::timeout(
+        GroupWorker::settle_time(&t),
+        rx.wait_for(|a| a.partitions.len() == BIG as usize),
+    )
+    .await
+    .is_ok_and(|r| r.is_ok())
+    .then_some(())
+    .expect("a holds every partition");
+    sleep(t.renew_every() * 2).await;
+    // The high chunk's renewals fail from now on; the low chunk's stall from 5 s later, so the
+    // stall straddles the high partitions' deadline.
+    store.rules().fail_high = true;
+    sleep(Duration::from_secs(5)).await;
+    store.rules().stall_low = true;
+    let deadline = store.rules().last_high_renewal.unwrap() + t.deadline();
+    tokio::time::timeout(t.lease(), rx.wait_for(|a| !a.holds(BIG - 1)))
+        .await
+        .is_ok_and(|r| r.is_ok())
+        .then_some(())
+        .expect("the high partitions lapse");
+    let late = Instant::now().saturating_duration_since(deadline);
+    assert!(
+        late <= STEP,
+        "the high partitions stayed published {late:?} past their deadline"
+    );
+    drop(a);
+}
+
+/// Item 3 (the group worker): local deadlines count a machine suspend. A suspend past the
+/// deadline — simulated by jumping the boot clock — unpublishes every partition at once on
+/// resume, whether the worker is between ticks or waiting on a store that does not answer;
+/// the partitions come back later under higher epochs.
+#[tokio::test(start_paused = true)]
+async fn a_suspend_past_the_deadline_unpublishes_at_once_on_resume() {
+    use lease_core::clock::testing;
+    if !testing::can_suspend() {
+        eprintln!("no boot clock on this platform: nothing to test");
+        return;
+    }
+    let t = timings();
+    for stalled in [false, true] {
+        let store = FaultyStore::new(MemoryStore::new());
+        let audit = AssignmentAudit::new();
+        let a = consumed(store.clone(), "a", N, &audit, Duration::ZERO, true).await;
+        settle(&[&a], GroupWorker::settle_time(&t), "start").await;
+        let before = a.assignment().borrow().partitions.clone();
+        if stalled {
+            store.set_mode(FaultMode::Stall);
+            // The worker is now inside a store operation that does not answer.
+            sleep(t.renew_every() + STEP).await;
+        }
+        assert_eq!(a.assignment().borrow().partitions.len(), N as usize);
+        let resumed = Instant::now();
+        testing::suspend(t.lease() * 2);
+        let mut rx = a.assignment();
+        let gone = tokio::time::timeout(STEP, rx.wait_for(|a| a.partitions.is_empty()))
+            .await
+            .is_ok_and(|r| r.is_ok());
+        assert!(
+            gone && resumed.elapsed() <= Duration::from_millis(1),
+            "stalled: {stalled}: the partitions were still published {:?} after the resume",
+            resumed.elapsed()
+        );
+        store.set_mode(FaultMode::Pass);
+        settle(
+            &[&a],
+            GroupWorker::crash_settle_time(&t),
+            "after the resume",
+        )
+        .await;
+        for (p, e) in a.assignment().borrow().partitions.iter() {
+            assert!(
+                *e > before[p],
+                "partition {p}: epoch {} then {e}",
+                before[p]
+            );
+        }
+        a.leave().await.unwrap();
+        audit.assert_clean();
+    }
+}
+
+/// A release that had no answer may reach the store later: it must not end a later holding.
+/// Here a's partitions lapse (renewal answers lost) and their releases hang; once the store
+/// answers again a gets them back — and then the hung releases arrive. a's holdings live on,
+/// because a acquired them again under a new owner id.
+#[tokio::test(start_paused = true)]
+async fn a_late_release_does_not_end_a_later_holding() {
+    let store = ScriptedStore {
+        inner: MemoryStore::new(),
+        rules: Arc::default(),
+    };
+    let audit = AssignmentAudit::new();
+    let t = timings();
+    let a = consumed(store.clone(), "a", N, &audit, Duration::ZERO, true).await;
+    settle(&[&a], GroupWorker::settle_time(&t), "start").await;
+    let first_owner = a.owner();
+    {
+        let mut rules = store.rules();
+        rules.lose_renewal_answers = true;
+        rules.hold_releases = true;
+    }
+    sleep(t.deadline() + t.attempt_timeout() + t.renew_every()).await;
+    assert!(a.assignment().borrow().partitions.is_empty());
+    assert!(
+        !store.rules().held_releases.is_empty(),
+        "releases were tried"
+    );
+    {
+        let mut rules = store.rules();
+        rules.lose_renewal_answers = false;
+        rules.hold_releases = false;
+    }
+    settle(&[&a], GroupWorker::crash_settle_time(&t), "back").await;
+    let back = a.assignment().borrow().partitions.clone();
+    let mut rx = a.assignment();
+    rx.borrow_and_update();
+    store.deliver_releases().await;
+    sleep(t.renew_every() * 2).await;
+    assert!(
+        !rx.has_changed().unwrap() && a.assignment().borrow().partitions == back,
+        "the late releases ended a's new holdings: {back:?} became {:?}",
+        a.assignment().borrow().partitions
+    );
+    let owners = store.owners(GROUP).await.unwrap();
+    assert_eq!(owners.len(), N as usize);
+    assert!(owners.iter().all(|l| a.owns(&l.owner)));
+    assert_ne!(
+        a.owner(),
+        first_owner,
+        "a new owner id after an unanswered release"
+    );
+    a.leave().await.unwrap();
+    audit.assert_clean();
 }

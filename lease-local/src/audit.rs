@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use lease_core::Assignment;
+use lease_core::{Assignment, StopAck};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -13,7 +13,7 @@ use tokio::task::JoinHandle;
 ///
 /// ```
 /// use std::collections::BTreeMap;
-/// use lease_core::Assignment;
+/// use lease_core::{Assignment, StopAck};
 /// use lease_local::assignments_settled;
 ///
 /// let holds = |ps: &[u32]| Assignment { partitions: ps.iter().map(|&p| (p, 1)).collect(), members: vec![] };
@@ -57,9 +57,16 @@ const MAX_VIOLATIONS: usize = 20;
 /// successor can only acquire it after that, a correct worker never trips the audit however the
 /// observations interleave.
 ///
+/// The audit also checks consumers' work: [`work_started`](AssignmentAudit::work_started) and
+/// [`work_stopped`](AssignmentAudit::work_stopped) record when a consumer works a partition
+/// under which epoch ([`consume`](AssignmentAudit::consume) runs a simulated consumer that
+/// does). Starting work on a partition another consumer still works, or under an epoch not
+/// above every earlier holding's, is a violation: a worker that handed a partition over
+/// without giving its consumer the grace, or that held it twice under one epoch, trips it.
+///
 /// ```
 /// use std::collections::BTreeMap;
-/// use lease_core::Assignment;
+/// use lease_core::{Assignment, StopAck};
 /// use lease_local::AssignmentAudit;
 ///
 /// let audit = AssignmentAudit::new();
@@ -81,6 +88,31 @@ struct State {
     violations: Vec<String>,
     violation_count: usize,
     observations: u64,
+    /// Per partition: the consumers working it now (node, epoch).
+    working: HashMap<u32, Vec<(String, u64)>>,
+    /// Per partition: the highest epoch any consumer started working it under.
+    worked: HashMap<u32, u64>,
+    work_intervals: u64,
+}
+
+impl State {
+    fn violation(&mut self, v: String) {
+        self.violation_count += 1;
+        if self.violations.len() < MAX_VIOLATIONS {
+            self.violations.push(v);
+        }
+    }
+}
+
+/// How a simulated consumer ([`AssignmentAudit::consume`]) stops working a partition that left
+/// its worker's assignment.
+#[derive(Debug, Clone)]
+pub struct ConsumerPlan {
+    /// How long the consumer goes on working after it sees the partition leave (keep it within
+    /// the timings' `grace`).
+    pub stop_after: Duration,
+    /// Where it acknowledges its stops; `None` for a consumer that never does.
+    pub acks: Option<StopAck>,
 }
 
 impl AssignmentAudit {
@@ -112,17 +144,121 @@ impl AssignmentAudit {
                 _ => None,
             };
             match violation {
-                Some(v) => {
-                    st.violation_count += 1;
-                    if st.violations.len() < MAX_VIOLATIONS {
-                        st.violations.push(v);
-                    }
-                }
+                Some(v) => st.violation(v),
                 None => {
                     st.fences.insert(p, (epoch, node.to_owned()));
                 }
             }
         }
+    }
+
+    /// Records that `node`'s consumer starts working `partition` under `epoch`: a violation
+    /// when another consumer (or this one, under another epoch) still works it, or when the
+    /// epoch is not higher than every epoch the partition was worked under before — two
+    /// holdings sharing a fencing token.
+    pub fn work_started(&self, node: &str, partition: u32, epoch: u64) {
+        let mut st = self.lock();
+        st.work_intervals += 1;
+        let others: Vec<String> = st
+            .working
+            .get(&partition)
+            .into_iter()
+            .flatten()
+            .map(|(n, e)| format!("{n} (epoch {e})"))
+            .collect();
+        if !others.is_empty() {
+            st.violation(format!(
+                "{node} starts working partition {partition} under epoch {epoch} while {} still \
+                 works it",
+                others.join(" and ")
+            ));
+        }
+        if let Some(&seen) = st.worked.get(&partition)
+            && epoch <= seen
+        {
+            st.violation(format!(
+                "{node} starts working partition {partition} under epoch {epoch}, not above \
+                 epoch {seen} it was worked under before"
+            ));
+        }
+        let top = st.worked.entry(partition).or_insert(epoch);
+        *top = (*top).max(epoch);
+        st.working
+            .entry(partition)
+            .or_default()
+            .push((node.to_owned(), epoch));
+    }
+
+    /// Records that `node`'s consumer stopped working `partition` under `epoch`.
+    pub fn work_stopped(&self, node: &str, partition: u32, epoch: u64) {
+        let mut st = self.lock();
+        if let Some(open) = st.working.get_mut(&partition) {
+            open.retain(|(n, e)| !(n == node && *e == epoch));
+            if open.is_empty() {
+                st.working.remove(&partition);
+            }
+        }
+    }
+
+    /// How many work intervals consumers started.
+    pub fn work_intervals(&self) -> u64 {
+        self.lock().work_intervals
+    }
+
+    /// Runs a simulated consumer of `node`'s assignment until the channel closes: it starts
+    /// working a partition as soon as it sees it (recorded with
+    /// [`work_started`](AssignmentAudit::work_started)), and when the partition leaves (or
+    /// comes back under another epoch) goes on working it for `plan.stop_after`, then records
+    /// the stop and acknowledges it. When the channel closes, it stops everything the same way.
+    pub fn consume(
+        &self,
+        node: &str,
+        mut rx: watch::Receiver<Assignment>,
+        plan: ConsumerPlan,
+    ) -> JoinHandle<()> {
+        let audit = self.clone();
+        let node = node.to_owned();
+        tokio::spawn(async move {
+            let mut working: BTreeMap<u32, u64> = BTreeMap::new();
+            let mut stopping = Vec::new();
+            let stop = |p: u32, e: u64| {
+                let (audit, node, plan) = (audit.clone(), node.clone(), plan.clone());
+                tokio::spawn(async move {
+                    tokio::time::sleep(plan.stop_after).await;
+                    audit.work_stopped(&node, p, e);
+                    if let Some(acks) = &plan.acks {
+                        acks.stopped(p, e);
+                    }
+                })
+            };
+            loop {
+                let now = rx.borrow_and_update().partitions.clone();
+                let gone: Vec<(u32, u64)> = working
+                    .iter()
+                    .filter(|(p, e)| now.get(p) != Some(e))
+                    .map(|(p, e)| (*p, *e))
+                    .collect();
+                for (p, e) in gone {
+                    working.remove(&p);
+                    stopping.push(stop(p, e));
+                }
+                for (p, e) in now {
+                    if let std::collections::btree_map::Entry::Vacant(v) = working.entry(p) {
+                        audit.work_started(&node, p, e);
+                        v.insert(e);
+                    }
+                }
+                if rx.changed().await.is_err() {
+                    break;
+                }
+            }
+            for (p, e) in std::mem::take(&mut working) {
+                stopping.push(stop(p, e));
+            }
+            for s in stopping {
+                let _ = s.await;
+            }
+        })
     }
 
     /// Watches `node`'s assignment until the channel closes: checks it on every change and at
@@ -170,14 +306,15 @@ impl AssignmentAudit {
         self.lock().fences.get(&partition).map(|(e, _)| *e)
     }
 
-    /// Panics with every violation found, if any.
+    /// Panics with every violation found (assignments and consumers' work), if any.
     pub fn assert_clean(&self) {
         let st = self.lock();
         assert!(
             st.violation_count == 0,
-            "{} assignment violations in {} observations; the first ones:\n{}",
+            "{} violations in {} observations and {} work intervals; the first ones:\n{}",
             st.violation_count,
             st.observations,
+            st.work_intervals,
             st.violations.join("\n")
         );
     }
@@ -192,6 +329,24 @@ mod tests {
             partitions: partitions.iter().map(|&p| (p, 1)).collect(),
             members: Vec::new(),
         }
+    }
+
+    #[test]
+    fn work_overlaps_and_shared_epochs_are_violations() {
+        let audit = AssignmentAudit::new();
+        audit.work_started("a", 0, 1);
+        audit.work_stopped("a", 0, 1);
+        audit.work_started("b", 0, 2); // after a stopped, under a higher epoch: fine
+        assert_eq!(audit.violation_count(), 0);
+        audit.work_started("c", 0, 3); // b still works it
+        assert_eq!(audit.violation_count(), 1);
+        audit.work_stopped("b", 0, 2);
+        audit.work_stopped("c", 0, 3);
+        audit.work_started("a", 0, 3); // epoch 3 again, though nobody works it now
+        assert_eq!(audit.violation_count(), 2);
+        assert_eq!(audit.work_intervals(), 4);
+        assert!(audit.violations()[0].contains("still works it"));
+        assert!(audit.violations()[1].contains("not above epoch 3"));
     }
 
     #[test]

@@ -24,7 +24,7 @@ mod faults;
 mod groups;
 mod memory;
 
-pub use audit::{AssignmentAudit, assignments_settled};
+pub use audit::{AssignmentAudit, ConsumerPlan, assignments_settled};
 pub use faults::{FaultMode, FaultyStore, OpCounts};
 pub use memory::MemoryStore;
 

@@ -5,7 +5,11 @@
 //!
 //! An [`AssignmentAudit`] watches every worker's published assignment (every 5 ms and on every
 //! change) for a partition held by two workers at once or under an epoch lower than one already
-//! seen. Once every fault and event is over (and the server is back), and every live worker's
+//! seen. Each worker also has a simulated consumer that records when it starts and stops working
+//! each partition, and under which epoch: half of them stop soon after a partition leaves and
+//! acknowledge the stop ([`StopAck`](lease_core::StopAck)), the others go on working for half
+//! the grace and never acknowledge. The audit fails on two consumers working one partition at
+//! once, and on a holding whose epoch is not above every earlier holding's of that partition. Once every fault and event is over (and the server is back), and every live worker's
 //! store answers again (a client may still be waiting between reconnection attempts), the
 //! assignment must settle — every partition held by exactly one live worker, fair shares —
 //! within [`GroupWorker::crash_settle_time`] plus a second, stay settled for a lease, and agree
@@ -17,7 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lease_core::{Assignment, GroupStore, GroupWorker, MembershipStore, PartitionStore, Timings};
-use lease_local::{AssignmentAudit, assignments_settled};
+use lease_local::{AssignmentAudit, ConsumerPlan, assignments_settled};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep, sleep_until, timeout};
@@ -166,6 +170,21 @@ impl GroupRun {
         let label = format!("{}#{}", slot.node, slot.incarnation);
         self.watchers
             .push(self.audit.watch(&label, worker.assignment(), AUDIT_EVERY));
+        // Half the consumers stop soon and acknowledge; the others take half the grace and
+        // never acknowledge (the worker must then wait the grace out).
+        let plan = if i.is_multiple_of(2) {
+            ConsumerPlan {
+                stop_after: AUDIT_EVERY,
+                acks: Some(worker.stop_acks()),
+            }
+        } else {
+            ConsumerPlan {
+                stop_after: self.timings.grace() / 2,
+                acks: None,
+            }
+        };
+        self.watchers
+            .push(self.audit.consume(&label, worker.assignment(), plan));
         self.watchers
             .push(track_epochs(Arc::clone(&self.seen), worker.assignment()));
         slot.worker = Some(worker);
@@ -471,7 +490,7 @@ impl GroupRun {
         for lease in owners {
             let published = live
                 .iter()
-                .find(|w| w.owner() == lease.owner)
+                .find(|w| w.owns(&lease.owner))
                 .map(|w| w.assignment().borrow().epoch(lease.partition));
             if published != Some(Some(lease.epoch)) {
                 return Some(format!(
@@ -552,9 +571,14 @@ pub(crate) async fn run(
     let calm = Instant::now();
     let mut final_settle = None;
     let mut unsettled = None;
+    // A fault that ended just before the calm can still make a worker's partitions lapse up to
+    // `deadline` after it (the worker had no successful renewal since, and a lapsed partition
+    // comes back only after its drain and a tick, under a higher epoch): the final settle is
+    // looked for once every such deadline has passed, still within the bound from the calm.
+    let lapses_over = calm + timings.deadline();
     // Bounded: ends `bound` after `calm`.
     loop {
-        if run.is_settled() {
+        if Instant::now() >= lapses_over && run.is_settled() {
             final_settle = Some(calm.elapsed());
             break;
         }
@@ -570,6 +594,10 @@ pub(crate) async fn run(
         run.check_store_agrees().await;
     }
     run.leave_all().await;
+    if run.audit.work_intervals() == 0 {
+        run.errors
+            .push("no consumer ever worked a partition: the work audit saw nothing".to_owned());
+    }
 
     let seen = run.seen.lock().unwrap_or_else(|p| p.into_inner()).clone();
     let distinct: BTreeSet<u32> = seen.iter().map(|(p, _)| *p).collect();
@@ -584,6 +612,7 @@ pub(crate) async fn run(
         rejoins: run.rejoins,
         crashes: run.crashes,
         observations: run.audit.observations(),
+        work_intervals: run.audit.work_intervals(),
         handovers: (seen.len() - distinct.len()) as u64,
         violations: run.audit.violations(),
         settles: run.tracker.settles,

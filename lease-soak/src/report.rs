@@ -43,6 +43,8 @@ pub(crate) struct GroupReport {
     pub(crate) crashes: usize,
     /// Observations of the workers' assignments checked by the audit.
     pub(crate) observations: u64,
+    /// Work intervals the simulated consumers recorded (start to stop, per partition and epoch).
+    pub(crate) work_intervals: u64,
     /// Epoch increases seen in the assignments: each a partition changing hands (or coming back
     /// to its owner after a lapse).
     pub(crate) handovers: u64,
@@ -90,8 +92,8 @@ impl GroupReport {
     pub(crate) fn line(&self) -> String {
         format!(
             "group {}: {} workers × {} partitions, {} faults ({} stalls, {} cuts, {} blips, {} \
-             restart{}), {} leave + re-join, {} crash, {} observations, {} hand-overs, {} \
-             violations",
+             restart{}), {} leave + re-join, {} crash, {} observations, {} work intervals, {} \
+             hand-overs, {} violations",
             self.backend,
             self.workers,
             self.partitions,
@@ -104,6 +106,7 @@ impl GroupReport {
             self.rejoins,
             self.crashes,
             self.observations,
+            self.work_intervals,
             self.handovers,
             self.violation_count()
         )
@@ -637,6 +640,7 @@ mod tests {
             rejoins: 1,
             crashes: 1,
             observations: 15230,
+            work_intervals: 120,
             handovers: 88,
             violations: vec![
                 "worker-1 holds partition 3 under epoch 4 after …".into();
@@ -666,7 +670,8 @@ mod tests {
         assert_eq!(
             group(0, true).line(),
             "group postgres: 4 workers × 16 partitions, 27 faults (9 stalls, 9 cuts, 8 blips, 1 \
-             restart), 1 leave + re-join, 1 crash, 15230 observations, 88 hand-overs, 0 violations"
+             restart), 1 leave + re-join, 1 crash, 15230 observations, 120 work intervals, 88 \
+             hand-overs, 0 violations"
         );
         assert_eq!(
             group(0, true).details(),

@@ -4,12 +4,15 @@
 //! epoch) as it changes; the epochs are fencing tokens, higher every time a partition changes
 //! hands.
 //!
-//! Each worker has its own store (its own connections), as separate processes would.
+//! Each worker has its own store (its own connections), as separate processes would. Each
+//! worker's consumer acknowledges a partition's stop as soon as the partition leaves its
+//! assignment (`StopAck::stopped`), so hand-overs do not wait out the grace.
 //!
 //! Run with `cargo run -p lease-sql --example partitions`
 //! (`RUST_LOG=lease_core=info` for the worker's own log lines). It exits non-zero when the
 //! workers do not settle within the bound their timings give.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use lease_core::{Assignment, Error, GroupWorker, Result, Timings};
@@ -46,11 +49,28 @@ async fn start(
         .timings(timings)
         .start()
         .await?;
-    let mut rx = worker.assignment();
+    let (mut rx, acks) = (worker.assignment(), worker.stop_acks());
     tokio::spawn(async move {
+        let mut working: BTreeMap<u32, u64> = BTreeMap::new();
         loop {
-            let line = show(&rx.borrow_and_update());
-            println!("{:>6.1}s  {node} holds {line}", t0.elapsed().as_secs_f64());
+            let now = rx.borrow_and_update().clone();
+            println!(
+                "{:>6.1}s  {node} holds {}",
+                t0.elapsed().as_secs_f64(),
+                show(&now)
+            );
+            // The work on a partition that left (or came back under another epoch) stops here,
+            // and the worker hears of it: the partition is handed over at once.
+            working.retain(|&p, &mut epoch| {
+                let keep = now.partitions.get(&p) == Some(&epoch);
+                if !keep {
+                    acks.stopped(p, epoch);
+                }
+                keep
+            });
+            for (p, epoch) in now.partitions {
+                working.entry(p).or_insert(epoch);
+            }
             if rx.changed().await.is_err() {
                 break;
             }

@@ -4,15 +4,23 @@
 //!
 //! 1. heartbeats its membership of the service, serving the group, for the lease duration;
 //! 2. reads the live members that serve the group (its own node always counts);
-//! 3. renews every partition it holds in one batch ([`PartitionStore::renew_partitions`](crate::PartitionStore::renew_partitions));
-//! 4. computes its fair share with rendezvous hashing ([`assign`](assign())): every member computes the
-//!    same assignment from the same member list, and a join or a leave moves few partitions;
-//! 5. gives up the partitions that are no longer its: first it takes them out of its published
-//!    [`Assignment`], then it releases them, so the successor — which could not have claimed them
-//!    while they were held — takes them on its next tick;
-//! 6. acquires the partitions of its share it does not hold yet (those still held by their
-//!    previous owner are tried again next tick);
+//! 3. computes its fair share with rendezvous hashing ([`assign`](assign())) when the member list
+//!    changed: every member computes the same assignment from the same member list, and a join
+//!    or a leave moves few partitions;
+//! 4. renews every partition it holds in one batch ([`PartitionStore::renew_partitions`](crate::PartitionStore::renew_partitions)),
+//!    with the partitions still draining and a read-back of any acquire whose answer was lost
+//!    (adopted when still its share, released otherwise);
+//! 5. gives up the partitions that are no longer its: it takes them out of its published
+//!    [`Assignment`] and lets them **drain** — still renewed, so no one else can acquire them —
+//!    until the consumer says it stopped ([`StopAck`]) or the timings' `grace` has passed,
+//!    whichever comes first; then it releases them and the successor takes them on its next
+//!    tick;
+//! 6. acquires the partitions of its share it neither holds nor drains (those still held by
+//!    their previous owner are tried again next tick);
 //! 7. publishes its assignment (partition → epoch) on a watch channel when it changed.
+//!
+//! Between ticks it wakes at every local deadline, at the end of every drain's grace, and at
+//! every acknowledgement.
 //!
 //! # Guarantees and their limits
 //!
@@ -20,10 +28,19 @@
 //!   process is not paused for longer than the lease: a worker drops a partition from its
 //!   assignment when no renewal has succeeded within the local `deadline` of the start of the
 //!   last one that did, and with valid [`Timings`] that is at least `grace` before the store
-//!   lets anyone else acquire it. The consumer of the assignment has that `grace` to stop.
-//! - The epoch published with each partition is a fencing token: it strictly increases every
-//!   time the partition changes hands. Pass it to whatever the work writes, and let that refuse
-//!   lower epochs — the only protection against a process that was paused past its lease.
+//!   lets anyone else acquire it. Local deadlines are [`Deadline`](crate::clock::Deadline)s:
+//!   they count time the machine spent suspended, and fire at once on resume.
+//! - Every time a partition leaves the assignment — given up, lost at the deadline, or on
+//!   [`leave`](GroupWorker::leave) — its consumer has `grace` to stop before anyone, this
+//!   worker included, holds it again: a given-up partition is released only once the consumer
+//!   acknowledged the stop or the grace has passed, and a lost one is not acquired again by
+//!   this worker before then. A consumer that never acknowledges still gets the grace; one that
+//!   does makes hand-overs prompt.
+//! - The epoch published with each partition is a fencing token: every holding of a partition
+//!   has a higher epoch than the one before, also when the same worker gets it back after a
+//!   published loss (the worker releases it first, so the store moves the epoch on). Pass it to
+//!   whatever the work writes, and let that refuse lower epochs — the only protection against
+//!   a process that was paused past its lease.
 //! - After a member joins or leaves gracefully, the assignment settles within
 //!   [`GroupWorker::settle_time`]; after a member crashes, within
 //!   [`GroupWorker::crash_settle_time`]. Both assume the store answers.
@@ -38,10 +55,13 @@
 //!   per member, whatever the number of partitions, plus one acquire per partition that
 //!   changes hands. A join or a graceful leave settles within three ticks.
 //! - `deadline`, `grace`: as for a single lease (see [`Timings`]); the consumer of the
-//!   assignment must stop work on a partition within `grace` of its removal.
+//!   assignment must stop work on a partition within `grace` of its removal, and a hand-over
+//!   whose consumer does not acknowledge takes that long.
 //!
-//! With the defaults (lease 15 s, tick 2 s) a join or a graceful leave settles in about 6 s and
-//! a crash in about 21 s; `Timings::from_lease(Duration::from_secs(3))` gives 1.2 s and 4.2 s.
+//! With the defaults (lease 15 s, tick 2 s, grace 4 s) a join or a graceful leave settles in
+//! about 6 s when consumers acknowledge their stops (10 s at most when they do not) and a
+//! crash in about 25 s at most; `Timings::from_lease(Duration::from_secs(3))` gives 1.2 s
+//! (2.0 s) and 5.0 s.
 //!
 //! ```
 //! use std::time::Duration;
@@ -60,7 +80,9 @@
 //! assert_eq!(mine.partitions.len() + theirs.partitions.len(), 12);
 //! assert_eq!(mine.partitions.len(), 6);
 //!
-//! a.leave().await?; // releases its six at once: b takes them on its next ticks
+//! // No consumer acknowledges here, so a's partitions drain for the grace before their release;
+//! // b takes them on its next ticks (see `GroupWorker::stop_acks` for a consumer that does).
+//! a.leave().await?;
 //! tokio::time::sleep(GroupWorker::settle_time(&timings)).await;
 //! assert_eq!(b.assignment().borrow().partitions.len(), 12);
 //! b.leave().await?;
@@ -71,17 +93,19 @@ mod assign;
 mod worker;
 
 pub use assign::{assign, score};
-pub use worker::{Assignment, GroupWorker, GroupWorkerBuilder, MAX_GROUP_PARTITIONS};
+pub use worker::{Assignment, GroupWorker, GroupWorkerBuilder, MAX_GROUP_PARTITIONS, StopAck};
 
 use crate::Timings;
 
 impl GroupWorker {
     /// How long the assignment takes to settle after a member joins or leaves gracefully, when
     /// the store answers: every member sees the change within one tick, gives up what is no
-    /// longer its within the next, and acquires what is its within the one after — three ticks
-    /// (`3 × renew_every`), plus the time each tick's store operations take.
+    /// longer its within the next, releases it once its consumer acknowledged the stop or the
+    /// grace has passed, and the new owner acquires it within the tick after — three ticks
+    /// plus the grace (`3 × renew_every + grace`), plus the time each tick's store operations
+    /// take. With consumers that acknowledge their stops at once, about three ticks.
     pub fn settle_time(timings: &Timings) -> std::time::Duration {
-        timings.renew_every() * 3
+        timings.renew_every() * 3 + timings.grace()
     }
 
     /// How long the assignment takes to settle after a member crashes (or hangs, or loses the

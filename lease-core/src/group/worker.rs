@@ -2,15 +2,16 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
-use tokio::time::{Instant, sleep_until, timeout};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::assign::assign;
+use crate::clock::{Deadline, Stamp};
 use crate::error::{Error, Result};
 use crate::membership::{GroupStore, check_member_args};
 use crate::partitions::{MAX_PARTITIONS_PER_CALL, PartitionStore, check_partition_args, owner_id};
@@ -37,6 +38,39 @@ impl Assignment {
     /// The epoch under which this worker holds `partition`.
     pub fn epoch(&self, partition: u32) -> Option<u64> {
         self.partitions.get(&partition).copied()
+    }
+}
+
+/// A handle for the consumer of a [`GroupWorker`]'s assignment to say it stopped working a
+/// partition; see [`GroupWorker::stop_acks`]. Cheap to clone, and usable from any thread.
+///
+/// When a partition leaves the assignment (given up to another member, lost, or because the
+/// worker leaves), the worker does not release it — so no one else can acquire it — until the
+/// consumer has called [`stopped`](StopAck::stopped) with its partition and epoch, or the
+/// timings' `grace` has passed since the removal was published, whichever comes first. A
+/// consumer that never acknowledges thus still gets the whole grace to stop; one that does makes
+/// hand-overs (and [`GroupWorker::leave`]) prompt.
+#[derive(Debug, Clone)]
+pub struct StopAck {
+    acks: Arc<AckBox>,
+    partitions: u32,
+}
+
+impl StopAck {
+    /// Says the consumer stopped working `partition` under `epoch` (the epoch it was published
+    /// with). Call it once the work has really stopped: the partition may be handed over at
+    /// once. An acknowledgement for a partition still in the assignment, or for another epoch
+    /// than the one it left under, is ignored.
+    pub fn stopped(&self, partition: u32, epoch: u64) {
+        if partition >= self.partitions {
+            return;
+        }
+        {
+            let mut stopped = self.acks.stopped.lock().unwrap_or_else(|p| p.into_inner());
+            let e = stopped.entry(partition).or_insert(epoch);
+            *e = (*e).max(epoch);
+        }
+        self.acks.notify.notify_one();
     }
 }
 
@@ -118,7 +152,8 @@ impl GroupWorkerBuilder {
             let hex = crate::HolderToken::mint().to_hex();
             format!("node-{}", hex.get(..8).unwrap_or(&hex))
         });
-        let owner = owner_id(&node);
+        let owners = Arc::new(Owners::new(&node));
+        let owner = owners.current();
         let lease = self.timings.lease();
         let groups = vec![self.group.clone()];
         let store = self.store;
@@ -131,15 +166,13 @@ impl GroupWorkerBuilder {
             &groups,
         )?;
         check_partition_args(&*store, &self.group, &owner, Some(lease))?;
-        let first = timeout(
-            self.timings.attempt_timeout(),
-            store.heartbeat(&service, &node, &self.address, lease, &groups),
-        )
-        .await;
-        match first {
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => return Err(e),
-            Err(_) => {
+        let attempt = Deadline::in_(self.timings.attempt_timeout());
+        tokio::select! {
+            biased;
+            first = store.heartbeat(&service, &node, &self.address, lease, &groups) => {
+                first?;
+            }
+            () = attempt.reached() => {
                 return Err(Error::timeout(
                     format!("the first heartbeat of {node} in {service}"),
                     self.timings.attempt_timeout(),
@@ -148,19 +181,25 @@ impl GroupWorkerBuilder {
         }
         let (tx, rx) = watch::channel(Assignment::default());
         let stop = CancellationToken::new();
+        let acks = Arc::new(AckBox::default());
         let run = Run {
             store,
             group: self.group.clone(),
             service: service.clone(),
             node: node.clone(),
             address: self.address,
-            owner: owner.clone(),
+            owner: Arc::from(owner.as_str()),
+            owners: Arc::clone(&owners),
             partitions: self.partitions,
             timings: self.timings,
             groups,
             held: BTreeMap::new(),
+            draining: BTreeMap::new(),
+            unsure: BTreeMap::new(),
+            strays: BTreeMap::new(),
             view: None,
             share: BTreeSet::new(),
+            acks: Arc::clone(&acks),
             tx,
         };
         let task = tokio::spawn(run.run(stop.clone()));
@@ -169,10 +208,12 @@ impl GroupWorkerBuilder {
             rx,
             stop,
             task: Some(task),
+            acks,
+            owners,
+            partitions: self.partitions,
             group: self.group,
             service,
             node,
-            owner,
         })
     }
 }
@@ -186,10 +227,12 @@ pub struct GroupWorker {
     rx: watch::Receiver<Assignment>,
     stop: CancellationToken,
     task: Option<JoinHandle<Result<()>>>,
+    acks: Arc<AckBox>,
+    owners: Arc<Owners>,
+    partitions: u32,
     group: String,
     service: String,
     node: String,
-    owner: String,
 }
 
 impl fmt::Debug for GroupWorker {
@@ -198,7 +241,7 @@ impl fmt::Debug for GroupWorker {
             .field("group", &self.group)
             .field("service", &self.service)
             .field("node", &self.node)
-            .field("owner", &self.owner)
+            .field("owner", &self.owners.current())
             .finish_non_exhaustive()
     }
 }
@@ -232,12 +275,75 @@ impl GroupWorker {
 
     /// The watch channel of this worker's assignment. The value changes whenever a partition is
     /// gained or lost or the member list changes; when a partition disappears, stop its work
-    /// within the timings' `grace`.
+    /// within the timings' `grace`, and say so with [`stop_acks`](GroupWorker::stop_acks) so
+    /// that it is handed over at once. A partition that left is not released — nor acquired
+    /// again by this worker — before the acknowledgement or the end of the grace, and every
+    /// later holding of it, this worker's included, has a higher epoch.
     ///
     /// Do not hold a [`borrow`](watch::Receiver::borrow) across an `.await`: the worker's next
     /// publication waits for it, and with it the renewals. Clone what you need out of it.
     pub fn assignment(&self) -> watch::Receiver<Assignment> {
         self.rx.clone()
+    }
+
+    /// A handle for the consumer to acknowledge that it stopped working a partition (see
+    /// [`StopAck`]); it stays usable while [`leave`](GroupWorker::leave) drains.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lease_core::{GroupWorker, Timings};
+    /// use lease_local::MemoryStore;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> lease_core::Result<()> {
+    /// let timings = Timings::from_lease(Duration::from_secs(3))?;
+    /// let worker = GroupWorker::builder(MemoryStore::new(), "orders", 4)
+    ///     .node("a")
+    ///     .timings(timings)
+    ///     .start()
+    ///     .await?;
+    /// let (mut rx, acks) = (worker.assignment(), worker.stop_acks());
+    /// let consumer = tokio::spawn(async move {
+    ///     let mut working = std::collections::BTreeMap::new();
+    ///     loop {
+    ///         let now = rx.borrow_and_update().partitions.clone();
+    ///         // Stop what left (or came back under another epoch), then say so.
+    ///         working.retain(|p, e| {
+    ///             let keep = now.get(p) == Some(e);
+    ///             if !keep {
+    ///                 // ... stop the work on partition p here ...
+    ///                 acks.stopped(*p, *e);
+    ///             }
+    ///             keep
+    ///         });
+    ///         for (p, e) in now {
+    ///             // ... start work on partition p, fenced with epoch e ...
+    ///             working.entry(p).or_insert(e);
+    ///         }
+    ///         if rx.changed().await.is_err() {
+    ///             break;
+    ///         }
+    ///     }
+    /// });
+    /// tokio::time::sleep(GroupWorker::settle_time(&timings)).await;
+    /// assert_eq!(worker.assignment().borrow().partitions.len(), 4);
+    /// let left = tokio::time::Instant::now();
+    /// worker.leave().await?; // returns as soon as the consumer acknowledged the four stops
+    /// assert!(left.elapsed() < timings.grace());
+    /// consumer.await.ok();
+    /// # Ok(()) }
+    /// ```
+    pub fn stop_acks(&self) -> StopAck {
+        StopAck {
+            acks: Arc::clone(&self.acks),
+            partitions: self.partitions,
+        }
+    }
+
+    /// Says the consumer stopped working `partition` under `epoch`: as
+    /// [`StopAck::stopped`] on [`stop_acks`](GroupWorker::stop_acks).
+    pub fn stopped(&self, partition: u32, epoch: u64) {
+        self.stop_acks().stopped(partition, epoch);
     }
 
     /// The group.
@@ -255,15 +361,27 @@ impl GroupWorker {
         &self.node
     }
 
-    /// The owner id of this incarnation, as the partition leases record it.
-    pub fn owner(&self) -> &str {
-        &self.owner
+    /// The owner id under which this worker acquires partitions now, as the partition leases
+    /// record it: `node@` and 16 hex digits, minted at start. It changes (the last digits count
+    /// up) after a release of unknown outcome, so that a release still on its way cannot end a
+    /// later holding; partitions acquired before keep their owner id. See
+    /// [`owns`](GroupWorker::owns).
+    pub fn owner(&self) -> String {
+        self.owners.current()
     }
 
-    /// Leaves gracefully: the assignment becomes empty, every partition is released at once and
-    /// the membership ends, so the other members take over on their next ticks instead of
-    /// waiting out the lease. An error says a release or the leave did not reach the store (the
-    /// others then wait for the lease to expire).
+    /// `true` when `owner` is one of this worker's owner ids (of any generation).
+    pub fn owns(&self, owner: &str) -> bool {
+        self.owners.owns(owner)
+    }
+
+    /// Leaves gracefully: the assignment becomes empty and the membership ends at once; each
+    /// partition is released as soon as the consumer acknowledged its stop
+    /// ([`stop_acks`](GroupWorker::stop_acks)) or the timings' `grace` has passed (renewed
+    /// until then), so the other members take over on their next ticks instead of waiting out
+    /// the lease. Returns once every partition is released: at once when the consumer
+    /// acknowledges, after the grace when it does not. An error says a release or the leave did
+    /// not reach the store (the others then wait for the lease to expire).
     pub async fn leave(mut self) -> Result<()> {
         self.stop.cancel();
         match self.task.take() {
@@ -281,12 +399,103 @@ impl Drop for GroupWorker {
     }
 }
 
-#[derive(Debug, Clone, Copy)]
+/// The owner ids of one worker: one per generation, all sharing the prefix `node@` + 12 hex
+/// digits minted at start, and ending in the generation as 4 hex digits (so an owner id keeps
+/// the shape of [`owner_id`]'s). A new generation starts whenever a release under the current
+/// one had no answer: such a release may still reach the store later, and must not end a
+/// later holding — so nothing is acquired again under an owner id it could still hit.
+#[derive(Debug)]
+pub(super) struct Owners {
+    prefix: String,
+    generation: std::sync::atomic::AtomicU32,
+}
+
+impl Owners {
+    fn new(node: &str) -> Owners {
+        let base = owner_id(node);
+        let prefix = base
+            .get(..base.len().saturating_sub(4))
+            .unwrap_or(&base)
+            .to_owned();
+        Owners {
+            prefix,
+            generation: std::sync::atomic::AtomicU32::new(0),
+        }
+    }
+
+    fn id(&self, generation: u32) -> String {
+        format!("{}{:04x}", self.prefix, generation.min(0xffff))
+    }
+
+    fn current(&self) -> String {
+        self.id(self.generation.load(std::sync::atomic::Ordering::SeqCst))
+    }
+
+    /// Moves to the next generation and returns its owner id.
+    fn next(&self) -> String {
+        let g = self
+            .generation
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.id(g.saturating_add(1))
+    }
+
+    fn owns(&self, owner: &str) -> bool {
+        owner.len() == self.prefix.len() + 4 && owner.starts_with(&self.prefix)
+    }
+}
+
+/// The consumer's acknowledgements, shared between the [`StopAck`] handles and the task.
+#[derive(Debug, Default)]
+pub(super) struct AckBox {
+    /// Per partition, the highest epoch acknowledged since the task last looked.
+    stopped: Mutex<BTreeMap<u32, u64>>,
+    notify: Notify,
+}
+
+impl AckBox {
+    fn take(&self) -> BTreeMap<u32, u64> {
+        std::mem::take(&mut *self.stopped.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
+/// A partition in the published assignment.
+#[derive(Debug, Clone)]
 struct Held {
     epoch: u64,
+    /// The owner id it was acquired under.
+    owner: Owner,
     /// The local deadline: the start of the last successful acquire or renewal plus `deadline`.
-    deadline: Instant,
+    deadline: Deadline,
 }
+
+/// A partition taken out of the published assignment (given up, lost, or left) that the store
+/// may still hold under this owner: it is released once its consumer acknowledged the stop or
+/// the grace has passed, and only a release that the store answered ends it. Until then it is
+/// not acquired again, so its next holding — by anyone, this node included — gets a higher
+/// epoch.
+#[derive(Debug, Clone)]
+struct Draining {
+    epoch: u64,
+    owner: Owner,
+    /// The lease's local deadline while it is still renewed (a partition given up, until it is
+    /// due); `None` once lapsed, or for a partition that was lost.
+    renewed_until: Option<Deadline>,
+    /// The end of the consumer's grace, from the removal's publication.
+    grace: Deadline,
+    /// The consumer said it stopped.
+    acked: bool,
+    /// A release failed: it is tried again at every tick, not between ticks.
+    retry: bool,
+}
+
+impl Draining {
+    fn due(&self) -> bool {
+        self.acked || self.grace.has_passed()
+    }
+}
+
+/// An owner id, shared between the partitions held under it.
+type Owner = Arc<str>;
 
 struct Run {
     store: Arc<dyn GroupStore>,
@@ -294,31 +503,51 @@ struct Run {
     service: String,
     node: String,
     address: String,
-    owner: String,
+    /// The current generation's owner id: new acquires use it.
+    owner: Owner,
+    owners: Arc<Owners>,
     partitions: u32,
     timings: Timings,
     groups: Vec<String>,
     held: BTreeMap<u32, Held>,
+    draining: BTreeMap<u32, Draining>,
+    /// Partitions whose acquire had no answer, with the owner id tried: read back by the next
+    /// renewal.
+    unsure: BTreeMap<u32, Owner>,
+    /// Partitions read back as this worker's that are not its share and were never published:
+    /// released at the next give-up.
+    strays: BTreeMap<u32, Owner>,
     view: Option<Vec<String>>,
     /// This node's share under `view`.
     share: BTreeSet<u32>,
+    acks: Arc<AckBox>,
     tx: watch::Sender<Assignment>,
+}
+
+/// The earliest of some deadlines (the one with the least time left).
+fn earliest(deadlines: impl Iterator<Item = Deadline>) -> Option<Deadline> {
+    deadlines.min_by_key(Deadline::remaining)
 }
 
 impl Run {
     async fn run(mut self, stop: CancellationToken) -> Result<()> {
-        let mut next = Instant::now();
+        let acks = Arc::clone(&self.acks);
+        let mut next = Deadline::in_(Duration::ZERO);
         loop {
-            // Sleep until the next tick, waking at every local deadline on the way.
-            while Instant::now() < next {
-                let wake = self.earliest_deadline().map_or(next, |d| d.min(next));
+            // Until the next tick, wake at every local deadline and end of a grace on the way,
+            // and whenever the consumer acknowledges a stop.
+            while !next.has_passed() {
+                let wake = self.next_wake().map_or(next, |w| w.min(next));
                 tokio::select! {
                     () = stop.cancelled() => return self.leave().await,
-                    () = sleep_until(wake) => {}
+                    () = acks.notify.notified() => {}
+                    () = wake.reached() => {}
                 }
+                self.take_acks();
                 self.drop_lapsed();
+                self.release_due(false).await;
             }
-            next = Instant::now() + self.timings.renew_every();
+            next = Deadline::in_(self.timings.renew_every());
             tokio::select! {
                 () = stop.cancelled() => return self.leave().await,
                 () = self.tick(next) => {}
@@ -326,32 +555,46 @@ impl Run {
         }
     }
 
-    fn earliest_deadline(&self) -> Option<Instant> {
-        self.held.values().map(|h| h.deadline).min()
+    fn earliest_deadline(&self) -> Option<Deadline> {
+        earliest(self.held.values().map(|h| h.deadline))
+    }
+
+    /// When the task has something to do before the next tick: a held partition's deadline,
+    /// the end of a drain's grace (at once for an acknowledged one).
+    fn next_wake(&self) -> Option<Deadline> {
+        let drains = self.draining.values().filter(|d| !d.retry).map(|d| {
+            if d.acked {
+                Deadline::in_(Duration::ZERO)
+            } else {
+                d.grace
+            }
+        });
+        earliest(self.held.values().map(|h| h.deadline).chain(drains))
     }
 
     /// One store operation, bounded by the attempt timeout and by `cut` (a local deadline).
     ///
     /// Every operation of a tick is cut at the earliest local deadline of the partitions held,
     /// and the tick drops lapsed partitions after each, so a partition leaves the assignment at
-    /// its deadline whatever the store is doing.
+    /// its deadline whatever the store is doing — also when the machine was suspended during
+    /// the operation (the cut is a [`Deadline`], woken at a resume).
     async fn bounded<T>(
         &self,
         what: &str,
-        cut: Option<Instant>,
+        cut: Option<Deadline>,
         op: impl Future<Output = Result<T>>,
     ) -> Result<T> {
-        let mut bound = self.timings.attempt_timeout();
-        if let Some(cut) = cut {
-            bound = bound.min(cut.saturating_duration_since(Instant::now()));
-        }
-        match timeout(bound, op).await {
-            Ok(r) => r,
-            Err(_) => Err(Error::timeout(what, bound)),
+        let attempt = self.timings.attempt_timeout();
+        let cut = cut.map_or(Deadline::in_(attempt), |c| c.min(Deadline::in_(attempt)));
+        let bound = cut.remaining();
+        tokio::select! {
+            biased;
+            r = op => r,
+            () = cut.reached() => Err(Error::timeout(what, bound)),
         }
     }
 
-    async fn tick(&mut self, next: Instant) {
+    async fn tick(&mut self, next: Deadline) {
         let lease = self.timings.lease();
         let beat = self.store.heartbeat(
             &self.service,
@@ -390,21 +633,28 @@ impl Run {
                 None
             }
         };
-        self.renew().await;
-        self.drop_lapsed();
-        let Some(view) = view else { return };
-        if self.view.as_ref() != Some(&view) {
+        // The share first, so that the renewal's read-back of unknown acquires adopts only
+        // what is still this node's.
+        if let Some(view) = &view
+            && self.view.as_ref() != Some(view)
+        {
             info!(group = %self.group, node = %self.node, members = ?view, "members changed");
             // The share changes only with the member list: computed once per change, not per
             // tick (the assignment sorts partitions × members pairs).
-            let me = view.iter().position(|n| *n == self.node);
-            self.share = assign(&self.group, self.partitions, &view)
+            let me = view.iter().position(|n| n == &self.node);
+            self.share = assign(&self.group, self.partitions, view)
                 .into_iter()
                 .zip(0u32..)
                 .filter(|(owner, _)| Some(*owner) == me)
                 .map(|(_, p)| p)
                 .collect();
-            self.view = Some(view);
+            self.view = Some(view.clone());
+        }
+        self.renew().await;
+        self.take_acks();
+        self.release_due(true).await;
+        if view.is_none() {
+            return;
         }
         let mine = self.share.clone();
         self.give_up(&mine).await;
@@ -412,65 +662,197 @@ impl Run {
         self.publish();
     }
 
-    /// Renews every held partition, in batches of at most [`MAX_PARTITIONS_PER_CALL`].
+    /// Renews every held partition, every partition still draining within its grace, and reads
+    /// back every acquire of unknown outcome — in batches of at most
+    /// [`MAX_PARTITIONS_PER_CALL`]. Each batch is cut at the earliest deadline of all held
+    /// partitions, and lapsed partitions are dropped between batches.
     async fn renew(&mut self) {
-        let keys: Vec<u32> = self.held.keys().copied().collect();
-        for chunk in keys.chunks(MAX_PARTITIONS_PER_CALL) {
-            let started = Instant::now();
-            let cut = chunk
-                .iter()
-                .filter_map(|p| self.held.get(p))
-                .map(|h| h.deadline)
-                .min();
-            let op =
-                self.store
-                    .renew_partitions(&self.group, chunk, &self.owner, self.timings.lease());
-            match self.bounded("renewal", cut, op).await {
-                Ok(leases) => {
-                    let mut renewed = BTreeSet::new();
-                    for l in leases {
-                        if let Some(h) = self.held.get_mut(&l.partition)
-                            && h.epoch == l.epoch
-                        {
-                            h.deadline = started + self.timings.deadline();
-                            renewed.insert(l.partition);
+        // By owner id: one batch per generation still holding something (usually one).
+        let mut by_owner: BTreeMap<Owner, BTreeSet<u32>> = BTreeMap::new();
+        for (p, h) in &self.held {
+            by_owner.entry(Arc::clone(&h.owner)).or_default().insert(*p);
+        }
+        for (p, d) in &self.draining {
+            if d.renewed_until.is_some() && !d.due() {
+                by_owner.entry(Arc::clone(&d.owner)).or_default().insert(*p);
+            }
+        }
+        for (p, owner) in &self.unsure {
+            by_owner.entry(Arc::clone(owner)).or_default().insert(*p);
+        }
+        for (owner, keys) in by_owner {
+            let keys: Vec<u32> = keys.into_iter().collect();
+            for chunk in keys.chunks(MAX_PARTITIONS_PER_CALL) {
+                self.drop_lapsed();
+                let started = Stamp::now();
+                let op =
+                    self.store
+                        .renew_partitions(&self.group, chunk, &owner, self.timings.lease());
+                match self.bounded("renewal", self.earliest_deadline(), op).await {
+                    Ok(leases) => {
+                        let answered: BTreeMap<u32, u64> = leases
+                            .into_iter()
+                            .filter(|l| *l.owner == *owner)
+                            .map(|l| (l.partition, l.epoch))
+                            .collect();
+                        let deadline = started.deadline_after(self.timings.deadline());
+                        for &p in chunk {
+                            self.renewed(p, &owner, answered.get(&p).copied(), deadline);
                         }
                     }
-                    for p in chunk.iter().filter(|p| !renewed.contains(p)) {
-                        if self.held.remove(p).is_some() {
-                            warn!(group = %self.group, node = %self.node, partition = p, "partition lost: the store no longer has it under this owner");
-                        }
+                    Err(e) => {
+                        warn!(group = %self.group, node = %self.node, error = %e, "renewal failed; retrying next tick");
                     }
                 }
-                Err(e) => {
-                    warn!(group = %self.group, node = %self.node, error = %e, "renewal failed; retrying next tick");
+                self.drop_lapsed();
+                self.publish();
+            }
+        }
+    }
+
+    /// The store's known answer for `p`: `Some(epoch)` when it holds `p` live under this owner
+    /// (now renewed to `deadline`), `None` when it does not.
+    fn renewed(&mut self, p: u32, owner: &Owner, answer: Option<u64>, deadline: Deadline) {
+        if let Some(h) = self.held.get_mut(&p)
+            && h.owner == *owner
+        {
+            match answer {
+                Some(epoch) if epoch == h.epoch => h.deadline = deadline,
+                _ => {
+                    warn!(group = %self.group, node = %self.node, partition = p, "partition lost: the store no longer has it under this owner");
+                    // Drained under the epoch the consumer knows.
+                    let (epoch, owner) = (h.epoch, Arc::clone(&h.owner));
+                    self.held.remove(&p);
+                    self.retire(p, epoch, owner, None);
                 }
             }
+        } else if let Some(d) = self.draining.get_mut(&p)
+            && d.owner == *owner
+        {
+            match answer {
+                Some(_) => d.renewed_until = Some(deadline),
+                // The store holds it no longer: nothing to release, and the next acquire
+                // gets a higher epoch. The consumer's grace is kept all the same.
+                None => d.renewed_until = None,
+            }
+        } else if self.unsure.get(&p) == Some(owner) {
+            self.unsure.remove(&p);
+            let Some(epoch) = answer else { return };
+            if self.share.contains(&p) && !self.held.contains_key(&p) {
+                info!(group = %self.group, node = %self.node, partition = p, epoch, "partition adopted: an acquire whose answer was lost had taken effect");
+                let owner = Arc::clone(owner);
+                self.held.insert(
+                    p,
+                    Held {
+                        epoch,
+                        owner,
+                        deadline,
+                    },
+                );
+            } else {
+                self.strays.insert(p, Arc::clone(owner));
+            }
+        }
+    }
+
+    /// Takes `p` (published until now under `epoch`) into the drain: the consumer has the grace
+    /// from now to stop.
+    fn retire(&mut self, p: u32, epoch: u64, owner: Owner, renewed_until: Option<Deadline>) {
+        self.draining.insert(
+            p,
+            Draining {
+                epoch,
+                owner,
+                renewed_until,
+                grace: Deadline::in_(self.timings.grace()),
+                acked: false,
+                retry: false,
+            },
+        );
+    }
+
+    /// Applies the consumer's acknowledgements to the partitions draining under those epochs.
+    fn take_acks(&mut self) {
+        for (p, epoch) in self.acks.take() {
+            if let Some(d) = self.draining.get_mut(&p)
+                && d.epoch == epoch
+            {
+                d.acked = true;
+            }
+        }
+    }
+
+    /// Drops (and publishes the loss of) every partition past its local deadline: each goes into
+    /// the drain, not renewed; a draining partition past its deadline is no longer renewed.
+    fn drop_lapsed(&mut self) {
+        let lapsed: Vec<(u32, u64, Owner)> = self
+            .held
+            .iter()
+            .filter(|(_, h)| h.deadline.has_passed())
+            .map(|(p, h)| (*p, h.epoch, Arc::clone(&h.owner)))
+            .collect();
+        for d in self.draining.values_mut() {
+            if d.renewed_until.is_some_and(|r| r.has_passed()) {
+                d.renewed_until = None;
+            }
+        }
+        if lapsed.is_empty() {
+            return;
+        }
+        warn!(group = %self.group, node = %self.node, partitions = ?lapsed.iter().map(|(p, _, _)| p).collect::<Vec<_>>(), "partitions lost: no renewal succeeded within the deadline");
+        for (p, epoch, owner) in lapsed {
+            self.held.remove(&p);
+            self.retire(p, epoch, owner, None);
         }
         self.publish();
     }
 
-    /// Drops (and publishes the loss of) every partition past its local deadline.
-    fn drop_lapsed(&mut self) {
-        let now = Instant::now();
-        let before = self.held.len();
-        self.held.retain(|p, h| {
-            let keep = h.deadline > now;
-            if !keep {
-                warn!(
-                    partition = p,
-                    "partition lost: no renewal succeeded within the deadline"
-                );
+    /// Releases the draining partitions that are due (acknowledged, or past the grace); those
+    /// whose release failed only at a tick (`at_tick`). A release the store answered ends the
+    /// drain.
+    async fn release_due(&mut self, at_tick: bool) {
+        let mut due: BTreeMap<Owner, Vec<u32>> = BTreeMap::new();
+        for (p, d) in &self.draining {
+            if (at_tick || !d.retry) && d.due() {
+                due.entry(Arc::clone(&d.owner)).or_default().push(*p);
             }
-            keep
-        });
-        if self.held.len() != before {
-            self.publish();
+        }
+        for (owner, parts) in due {
+            for chunk in parts.chunks(MAX_PARTITIONS_PER_CALL) {
+                self.drop_lapsed();
+                let op = self.store.release_partitions(&self.group, chunk, &owner);
+                match self.bounded("release", self.earliest_deadline(), op).await {
+                    Ok(_) => {
+                        for p in chunk {
+                            self.draining.remove(p);
+                        }
+                    }
+                    Err(e) => {
+                        warn!(group = %self.group, node = %self.node, error = %e, "release failed; retrying next tick (the partitions pass on when their leases expire)");
+                        self.unanswered_release(&owner);
+                        for p in chunk {
+                            if let Some(d) = self.draining.get_mut(p) {
+                                d.retry = true;
+                            }
+                        }
+                    }
+                }
+            }
         }
     }
 
-    /// Takes the partitions that are no longer this node's out of the assignment, publishes,
-    /// then releases them.
+    /// A release under `owner` had no answer: it may still reach the store, so nothing is
+    /// acquired under that owner id again.
+    fn unanswered_release(&mut self, owner: &Owner) {
+        if *owner == self.owner {
+            self.owner = Arc::from(self.owners.next().as_str());
+            info!(group = %self.group, node = %self.node, owner = %self.owner, "a release had no answer: acquiring under a new owner id from now on");
+        }
+    }
+
+    /// Takes the partitions that are no longer this node's out of the assignment and publishes:
+    /// they drain, and are released once their consumer acknowledged the stop or the grace has
+    /// passed. Releases the strays at once (never published).
     async fn give_up(&mut self, mine: &BTreeSet<u32>) {
         let gone: Vec<u32> = self
             .held
@@ -478,57 +860,88 @@ impl Run {
             .filter(|p| !mine.contains(p))
             .copied()
             .collect();
-        if gone.is_empty() {
-            return;
+        if !gone.is_empty() {
+            for p in &gone {
+                if let Some(h) = self.held.remove(p) {
+                    self.retire(*p, h.epoch, h.owner, Some(h.deadline));
+                }
+            }
+            self.publish();
+            info!(group = %self.group, node = %self.node, partitions = ?gone, "giving partitions up: released once the consumer acknowledges the stop or the grace passes");
         }
-        for p in &gone {
-            self.held.remove(p);
+        let mut strays: BTreeMap<Owner, Vec<u32>> = BTreeMap::new();
+        for (p, owner) in std::mem::take(&mut self.strays) {
+            strays.entry(owner).or_default().push(p);
         }
-        self.publish();
-        info!(group = %self.group, node = %self.node, partitions = ?gone, "giving partitions up");
-        for chunk in gone.chunks(MAX_PARTITIONS_PER_CALL) {
-            let op = self
-                .store
-                .release_partitions(&self.group, chunk, &self.owner);
-            if let Err(e) = self.bounded("release", self.earliest_deadline(), op).await {
-                warn!(group = %self.group, node = %self.node, error = %e, "release failed; the partitions pass on when their leases expire");
+        for (owner, parts) in strays {
+            for chunk in parts.chunks(MAX_PARTITIONS_PER_CALL) {
+                let op = self.store.release_partitions(&self.group, chunk, &owner);
+                if let Err(e) = self.bounded("release", self.earliest_deadline(), op).await {
+                    warn!(group = %self.group, node = %self.node, error = %e, "release failed; reading the partitions back next tick");
+                    self.unanswered_release(&owner);
+                    for p in chunk {
+                        self.unsure.insert(*p, Arc::clone(&owner));
+                    }
+                }
             }
         }
     }
 
-    /// Acquires the partitions of this node's share it does not hold, until the tick's time is
-    /// up or the store fails.
-    async fn acquire(&mut self, mine: &BTreeSet<u32>, next: Instant) {
+    /// Acquires the partitions of this node's share it neither holds nor drains, until the
+    /// tick's time is up or the store fails. An acquire without an answer is read back by the
+    /// next renewal.
+    async fn acquire(&mut self, mine: &BTreeSet<u32>, next: Deadline) {
         let wanted: Vec<u32> = mine
             .iter()
-            .filter(|p| !self.held.contains_key(p))
+            .filter(|p| {
+                !self.held.contains_key(p)
+                    && !self.draining.contains_key(p)
+                    && !self.strays.contains_key(p)
+            })
             .copied()
             .collect();
         let mut gained = Vec::new();
+        // A new holding's deadline is later than every held one: the earliest stays put until
+        // something lapses.
+        let mut cut = self.earliest_deadline();
         for p in wanted {
-            if Instant::now() >= next {
+            if next.has_passed() {
                 break;
             }
-            self.drop_lapsed();
-            let started = Instant::now();
-            let op =
-                self.store
-                    .acquire_partition(&self.group, p, &self.owner, self.timings.lease());
-            match self.bounded("acquire", self.earliest_deadline(), op).await {
+            if cut.is_some_and(|c| c.has_passed()) {
+                self.drop_lapsed();
+                cut = self.earliest_deadline();
+            }
+            let started = Stamp::now();
+            let owner = Arc::clone(&self.owner);
+            // An earlier acquire of unknown outcome under another owner id: read back first.
+            if self.unsure.get(&p).is_some_and(|o| *o != owner) {
+                continue;
+            }
+            let op = self
+                .store
+                .acquire_partition(&self.group, p, &owner, self.timings.lease());
+            match self.bounded("acquire", cut, op).await {
                 Ok(Some(lease)) => {
-                    let deadline = started + self.timings.deadline();
+                    self.unsure.remove(&p);
+                    let deadline = started.deadline_after(self.timings.deadline());
                     self.held.insert(
                         p,
                         Held {
                             epoch: lease.epoch,
+                            owner,
                             deadline,
                         },
                     );
+                    cut.get_or_insert(deadline);
                     gained.push(p);
                 }
-                Ok(None) => {}
+                Ok(None) => {
+                    self.unsure.remove(&p);
+                }
                 Err(e) => {
-                    warn!(group = %self.group, node = %self.node, partition = p, error = %e, "acquire failed; retrying next tick");
+                    warn!(group = %self.group, node = %self.node, partition = p, error = %e, "acquire failed; reading it back and retrying next tick");
+                    self.unsure.insert(p, owner);
                     break;
                 }
             }
@@ -553,26 +966,62 @@ impl Run {
         });
     }
 
-    /// The graceful leave: an empty assignment, every partition released, the membership ended.
+    /// The graceful leave: an empty assignment and the membership ended at once; the partitions
+    /// drain (renewed) until their consumer acknowledged each stop or the grace has passed; then
+    /// every partition number of the group is released for this owner.
     async fn leave(mut self) -> Result<()> {
-        self.held.clear();
-        self.view = None;
-        self.publish();
-        let all: Vec<u32> = (0..self.partitions).collect();
-        let mut first_error = None;
-        for chunk in all.chunks(MAX_PARTITIONS_PER_CALL) {
-            let op = self
-                .store
-                .release_partitions(&self.group, chunk, &self.owner);
-            if let Err(e) = self.bounded("release", None, op).await {
-                warn!(group = %self.group, node = %self.node, error = %e, "release on leave failed; the partitions pass on when their leases expire");
-                first_error.get_or_insert(e);
-            }
+        for (p, h) in std::mem::take(&mut self.held) {
+            self.retire(p, h.epoch, h.owner, Some(h.deadline));
         }
+        self.view = None;
+        self.share.clear();
+        self.publish();
+        let mut first_error = None;
+        // The others rebalance while this node drains: they acquire as soon as it releases.
         let op = MembershipStore::leave(&*self.store, &self.service, &self.node);
         if let Err(e) = self.bounded("leave", None, op).await {
             warn!(group = %self.group, node = %self.node, error = %e, "leave failed; the membership ends when its record expires");
             first_error.get_or_insert(e);
+        }
+        if !self.draining.is_empty() {
+            info!(group = %self.group, node = %self.node, partitions = self.draining.len(), "leaving: the partitions are released once the consumer acknowledges each stop or the grace passes");
+        }
+        let acks = Arc::clone(&self.acks);
+        let mut next = Deadline::in_(self.timings.renew_every());
+        // Bounded: every drain is due at the latest at the end of its grace.
+        loop {
+            self.take_acks();
+            self.drop_lapsed();
+            self.release_due(false).await;
+            if self.draining.values().all(Draining::due) {
+                break;
+            }
+            if next.has_passed() {
+                self.renew().await;
+                next = Deadline::in_(self.timings.renew_every());
+                continue;
+            }
+            let wake = self.next_wake().map_or(next, |w| w.min(next));
+            tokio::select! {
+                () = acks.notify.notified() => {}
+                () = wake.reached() => {}
+            }
+        }
+        // Every owner id that may still hold something: the current one (an acquire cut short
+        // by the leave) and those of the partitions still draining or read back.
+        let mut owners: BTreeSet<Owner> = BTreeSet::from([Arc::clone(&self.owner)]);
+        owners.extend(self.draining.values().map(|d| Arc::clone(&d.owner)));
+        owners.extend(self.unsure.values().cloned());
+        owners.extend(self.strays.values().cloned());
+        let all: Vec<u32> = (0..self.partitions).collect();
+        for owner in owners {
+            for chunk in all.chunks(MAX_PARTITIONS_PER_CALL) {
+                let op = self.store.release_partitions(&self.group, chunk, &owner);
+                if let Err(e) = self.bounded("release", None, op).await {
+                    warn!(group = %self.group, node = %self.node, error = %e, "release on leave failed; the partitions pass on when their leases expire");
+                    first_error.get_or_insert(e);
+                }
+            }
         }
         info!(group = %self.group, node = %self.node, "group worker left");
         first_error.map_or(Ok(()), Err)
