@@ -1023,6 +1023,14 @@ impl Run {
                 }
             }
         }
+        // End the membership once more: a heartbeat of the tick that the leave cut short may
+        // have reached the store after the first leave (a dropped future's statement can still
+        // run) and put this node back on the member list until its record expires.
+        let op = MembershipStore::leave(&*self.store, &self.service, &self.node);
+        if let Err(e) = self.bounded("leave", None, op).await {
+            warn!(group = %self.group, node = %self.node, error = %e, "leave failed; the membership ends when its record expires");
+            first_error.get_or_insert(e);
+        }
         info!(group = %self.group, node = %self.node, "group worker left");
         first_error.map_or(Ok(()), Err)
     }
