@@ -12,8 +12,8 @@ use std::time::Duration;
 use lease_core::scheduler::telemetry;
 use lease_core::scheduler::{CatchUp, Job, JobBuilder, Round, Scheduler, TokioClock, WallClock};
 use lease_core::{
-    Capabilities, ErrorKind, Grant, HolderToken, LeaseInfo, LeaseStore, Result, SlotClaim,
-    SlotFinish, SlotRecord, SlotStore, StepDownFailure, Timings, async_trait,
+    Capabilities, ErrorKind, LeaseInfo, LeaseStore, Result, SlotStore, StepDownFailure, Timings,
+    backend::{Grant, HolderToken, SlotClaim, SlotFinish, SlotRecord, async_trait},
 };
 use lease_local::MemoryStore;
 use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
