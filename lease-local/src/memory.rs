@@ -143,10 +143,7 @@ impl LeaseStore for MemoryStore {
         Capabilities {
             expiry: self.expiry,
             force_release: true,
-            slots: true,
-            partitions: true,
-            membership: true,
-            ..Capabilities::default()
+            ..lease_core::derived_capabilities!(Self)
         }
     }
 
