@@ -138,3 +138,20 @@ pub(crate) fn corrupt(what: &str, server: &str) -> Error {
         format!("the lease table on {server} holds a corrupt row: {what}"),
     )
 }
+/// The lease table (or SQLite's clock table) `table` does not exist and DDL is off: the message
+/// carries `create`, the DDL that creates it.
+pub(crate) fn missing_table(table: &str, create: &str, server: &str) -> Error {
+    Error::new(
+        ErrorKind::Unavailable,
+        format!(
+            "the lease table `{table}` does not exist on {server} and DDL is off; create it \
+             with:\n{create}"
+        ),
+    )
+    .with_temporary(false)
+}
+
+
+/// How often a statement is retried at once after it was picked as a deadlock victim (it was
+/// rolled back whole, so retrying is safe).
+pub(crate) const DEADLOCK_RETRIES: usize = 3;

@@ -115,7 +115,9 @@ async fn a_read_only_connection_is_refused() {
         )
         .await
         .unwrap();
-    let e = SqliteStore::new(ro).await.unwrap_err();
+    let e = SqliteStore::with_client(ro, SqlConfig::default())
+        .await
+        .unwrap_err();
     assert!(e.to_string().contains("read-only"), "{e}");
 
     // PostgreSQL: every transaction read-only.
@@ -129,7 +131,7 @@ async fn a_read_only_connection_is_refused() {
         PostgresStore::connect(&url, SqlConfig::default())
             .await
             .unwrap();
-        let e = PostgresStore::with_config(pool, config).await.unwrap_err();
+        let e = PostgresStore::with_client(pool, config).await.unwrap_err();
         assert!(e.to_string().contains("read-only"), "{e}");
     }
 }
@@ -170,7 +172,7 @@ async fn a_name_column_that_would_merge_or_truncate_names_is_refused() {
         .await
         .unwrap();
         let config = SqlConfig::default().table(table).unwrap().ddl(Ddl::None);
-        let e = MySqlStore::with_config(pool.clone(), config)
+        let e = MySqlStore::with_client(pool.clone(), config)
             .await
             .unwrap_err();
         sqlx::query(&format!("DROP TABLE {table}"))
@@ -197,7 +199,7 @@ async fn a_name_column_that_would_merge_or_truncate_names_is_refused() {
     for create in group_tables(Dialect::MySql, &config) {
         sqlx::query(&create).execute(&pool).await.unwrap();
     }
-    let narrow = MySqlStore::with_config(pool.clone(), config).await.unwrap();
+    let narrow = MySqlStore::with_client(pool.clone(), config).await.unwrap();
     let h = HolderToken::mint();
     assert!(
         narrow
@@ -232,7 +234,7 @@ async fn a_name_column_that_would_merge_or_truncate_names_is_refused() {
         .await
         .unwrap();
         let config = SqlConfig::default().table(&table).unwrap().ddl(Ddl::None);
-        let e = PostgresStore::with_config(pg.app_pool().clone(), config)
+        let e = PostgresStore::with_client(pg.app_pool().clone(), config)
             .await
             .unwrap_err();
         sqlx::query(&format!("DROP TABLE {table}"))
@@ -313,7 +315,7 @@ async fn a_missing_group_table_with_ddl_off_names_it_and_its_statement() {
         .await
         .unwrap();
     check(Dialect::Sqlite, pool, async |p, c| {
-        SqliteStore::with_config(p, c).await.map(drop)
+        SqliteStore::with_client(p, c).await.map(drop)
     })
     .await;
     if let Some(url) = lease_conformance::env::server_url("postgres") {
@@ -322,7 +324,7 @@ async fn a_missing_group_table_with_ddl_off_names_it_and_its_statement() {
             .await
             .unwrap();
         check(Dialect::Postgres, pool, async |p, c| {
-            PostgresStore::with_config(p, c).await.map(drop)
+            PostgresStore::with_client(p, c).await.map(drop)
         })
         .await;
     }
@@ -332,7 +334,7 @@ async fn a_missing_group_table_with_ddl_off_names_it_and_its_statement() {
             .await
             .unwrap();
         check(Dialect::MySql, pool, async |p, c| {
-            MySqlStore::with_config(p, c).await.map(drop)
+            MySqlStore::with_client(p, c).await.map(drop)
         })
         .await;
     }
@@ -378,7 +380,7 @@ async fn group_columns_that_would_merge_truncate_or_clamp_are_refused() {
             ] {
                 sqlx::query(&sql).execute(&pool).await.unwrap();
             }
-            let e = MySqlStore::with_config(pool.clone(), config.clone())
+            let e = MySqlStore::with_client(pool.clone(), config.clone())
                 .await
                 .unwrap_err();
             sqlx::query(&format!(
@@ -414,7 +416,7 @@ async fn group_columns_that_would_merge_truncate_or_clamp_are_refused() {
         ] {
             sqlx::query(&sql).execute(&pool).await.unwrap();
         }
-        let e = PostgresStore::with_config(pool.clone(), config.clone())
+        let e = PostgresStore::with_client(pool.clone(), config.clone())
             .await
             .unwrap_err();
         sqlx::query(&format!(

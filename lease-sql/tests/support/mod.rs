@@ -38,7 +38,7 @@ pub(crate) async fn postgres_with(
     let pool = PgPoolOptions::new()
         .max_connections(2)
         .connect_lazy_with(opts.host("127.0.0.1").port(proxy.local_addr().port()));
-    let proxied = PostgresStore::with_config(pool, config).await.unwrap();
+    let proxied = PostgresStore::with_client(pool, config).await.unwrap();
     Some((
         store,
         Proxied {
@@ -68,7 +68,7 @@ pub(crate) async fn mysql_with(config: SqlConfig) -> Option<(MySqlStore, Proxied
     let pool = MySqlPoolOptions::new()
         .max_connections(2)
         .connect_lazy_with(opts.host("127.0.0.1").port(proxy.local_addr().port()));
-    let proxied = MySqlStore::with_config(pool, config).await.unwrap();
+    let proxied = MySqlStore::with_client(pool, config).await.unwrap();
     Some((
         store,
         Proxied {
