@@ -318,26 +318,20 @@ async fn a_missing_group_table_with_ddl_off_names_it_and_its_statement() {
         SqliteStore::with_client(p, c).await.map(drop)
     })
     .await;
-    if let Some(url) = lease_conformance::env::server_url("postgres") {
-        let pool = sqlx::postgres::PgPoolOptions::new()
-            .connect(&url)
-            .await
-            .unwrap();
-        check(Dialect::Postgres, pool, async |p, c| {
-            PostgresStore::with_client(p, c).await.map(drop)
-        })
-        .await;
+    // The servers', on a pool of the test's own.
+    macro_rules! on_server {
+        ($backend:literal, $dialect:expr, $pool:ty, $store:ty) => {
+            if let Some(url) = lease_conformance::env::server_url($backend) {
+                let pool = <$pool>::new().connect(&url).await.unwrap();
+                check($dialect, pool, async |p, c| {
+                    <$store>::with_client(p, c).await.map(drop)
+                })
+                .await;
+            }
+        };
     }
-    if let Some(url) = lease_conformance::env::server_url("mysql") {
-        let pool = sqlx::mysql::MySqlPoolOptions::new()
-            .connect(&url)
-            .await
-            .unwrap();
-        check(Dialect::MySql, pool, async |p, c| {
-            MySqlStore::with_client(p, c).await.map(drop)
-        })
-        .await;
-    }
+    on_server!("postgres", Dialect::Postgres, sqlx::postgres::PgPoolOptions, PostgresStore);
+    on_server!("mysql", Dialect::MySql, sqlx::mysql::MySqlPoolOptions, MySqlStore);
 }
 
 /// Partition and member tables whose columns would merge, truncate or clamp what the store

@@ -129,10 +129,7 @@ fn slots(t: &str, now: &str) -> SlotStatements {
 /// The partition and member statements.
 fn groups(table: &str) -> GroupStatements {
     let now = Dialect::MySql.expiry_ms();
-    let (p, m) = (
-        format!("{table}{}", crate::config::PARTITIONS_SUFFIX),
-        format!("{table}{}", crate::config::MEMBERS_SUFFIX),
-    );
+    let (p, m) = crate::wire::group_tables(table);
         // MySQL: `:now` is fixed at the statement's start. ON DUPLICATE KEY UPDATE assigns left
         // to right, each assignment seeing the columns already assigned: the epoch is computed
         // first (from the old owner and expiry), expires_at_ms assigned last, and its condition

@@ -65,10 +65,7 @@ pub(crate) fn statements(t: &str) -> Statements {
 /// The partition and member statements.
 fn groups(table: &str) -> GroupStatements {
     let now = Dialect::Postgres.expiry_ms();
-    let (p, m) = (
-        format!("{table}{}", crate::config::PARTITIONS_SUFFIX),
-        format!("{table}{}", crate::config::MEMBERS_SUFFIX),
-    );
+    let (p, m) = crate::wire::group_tables(table);
         // PostgreSQL reads clock_timestamp() anew at every call, so every statement that needs
         // "now" twice (or once per row) reads it once, in a CTE (never inlined: volatile) — or,
         // in the acquire, back from the expiry it just computed.

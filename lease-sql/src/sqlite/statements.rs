@@ -95,10 +95,7 @@ fn renumber(s: Statements, f: impl Fn(String) -> String) -> Statements {
 /// The partition and member statements.
 fn groups(table: &str) -> GroupStatements {
     let now = Dialect::Sqlite.expiry_ms();
-    let (p, m) = (
-        format!("{table}{}", crate::config::PARTITIONS_SUFFIX),
-        format!("{table}{}", crate::config::MEMBERS_SUFFIX),
-    );
+    let (p, m) = crate::wire::group_tables(table);
         // SQLite reads the clock once per step of a statement, and a write (RETURNING
         // included) makes all its changes in its first step: every `:now` of a write is the
         // same instant. The partition numbers come as one JSON array of integers.

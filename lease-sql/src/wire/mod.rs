@@ -101,8 +101,7 @@ impl GroupStatements {
         allow(dead_code)
     )]
     pub(crate) fn tables(dialect: Dialect, table: &str) -> GroupStatements {
-        let p = format!("{table}{PARTITIONS_SUFFIX}");
-        let m = format!("{table}{MEMBERS_SUFFIX}");
+        let (p, m) = group_tables(table);
         GroupStatements {
             create_partitions: partitions_schema_sql(dialect, &p),
             create_members: members_schema_sql(dialect, &m),
@@ -111,4 +110,12 @@ impl GroupStatements {
             ..GroupStatements::default()
         }
     }
+}
+
+/// The partition and member tables' names for the lease table `table`.
+pub(crate) fn group_tables(table: &str) -> (String, String) {
+    (
+        format!("{table}{PARTITIONS_SUFFIX}"),
+        format!("{table}{MEMBERS_SUFFIX}"),
+    )
 }
