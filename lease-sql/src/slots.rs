@@ -27,9 +27,11 @@
 
 use std::collections::HashMap;
 
-use lease_core::{SlotClaim, SlotRecord};
+use std::time::Duration;
 
-use crate::store::remaining;
+use lease_core::{LeaseStore, Result, SlotClaim, SlotRecord};
+
+use crate::store::{remaining, ttl_ms};
 
 /// The claim's read: the server's clock, then the record's term, the time left on its lease,
 /// `slot_ms` and `unfinished_slot_ms` (all `None` when there is no record).
@@ -100,6 +102,51 @@ pub(crate) fn in_order(
         .collect()
 }
 
+/// What a slot claim's write binds (the claim after its read, and the rerun claim).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Claim<'a> {
+    pub(crate) name: &'a str,
+    /// The holder token, in hex.
+    pub(crate) hex: &'a str,
+    pub(crate) instance: &'a str,
+    pub(crate) ttl_ms: i64,
+    pub(crate) instant_ms: i64,
+}
+
+impl<'a> Claim<'a> {
+    /// Checks a slot claim's arguments before any I/O (the name, the TTL, the instance), then
+    /// gathers what its write binds.
+    pub(crate) fn checked(
+        store: &impl LeaseStore,
+        name: &'a str,
+        hex: &'a str,
+        instance: &'a str,
+        ttl: Duration,
+        instant_ms: i64,
+    ) -> Result<Self> {
+        store.validate_name(name)?;
+        store.validate_ttl(ttl)?;
+        lease_core::validate_instance(instance)?;
+        Ok(Claim {
+            name,
+            hex,
+            instance,
+            ttl_ms: ttl_ms(ttl),
+            instant_ms,
+        })
+    }
+}
+
+/// What the finish binds.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Finish<'a> {
+    pub(crate) name: &'a str,
+    /// The holder token, in hex.
+    pub(crate) hex: &'a str,
+    pub(crate) instant_ms: i64,
+    pub(crate) passed_ms: Option<i64>,
+}
+
 /// `impl SlotStore` for `SqlStore<$db>`. The dialect brings `claim_slot_row` (the claim's write
 /// after the read: the new term, `None` when another replica's write matched first),
 /// `finish_in`, `unfinished_rows` (name bytes and instant, in any order) and `rerun_row` (the
@@ -116,11 +163,9 @@ macro_rules! slot_store {
                 ttl: std::time::Duration,
                 instant_ms: i64,
             ) -> lease_core::Result<lease_core::SlotClaim> {
-                use lease_core::LeaseStore as _;
-                self.validate_name(name)?;
-                self.validate_ttl(ttl)?;
-                lease_core::validate_instance(instance)?;
-                let ms = $crate::store::ttl_ms(ttl);
+                let hex = holder.to_hex();
+                let claim =
+                    $crate::slots::Claim::checked(self, name, &hex, instance, ttl, instant_ms)?;
                 let read: $crate::slots::ClaimRead =
                     $crate::store::with_conn!(self, "claim slot", |c| {
                         sqlx::query_as(&self.inner.stmts.slots.read)
@@ -131,13 +176,11 @@ macro_rules! slot_store {
                     $crate::slots::Next::Answer(answer) => return Ok(answer),
                     $crate::slots::Next::Write(previous) => previous,
                 };
-                let term = self
-                    .claim_slot_row(name, &holder.to_hex(), instance, ms, instant_ms, previous)
-                    .await?;
+                let term = self.claim_slot_row(claim, previous).await?;
                 Ok(match term {
                     // Another replica's write matched first.
                     None => lease_core::SlotClaim::Held,
-                    Some(term) => $crate::slots::claimed(term, ms, previous),
+                    Some(term) => $crate::slots::claimed(term, claim.ttl_ms, previous),
                 })
             }
 
@@ -150,8 +193,14 @@ macro_rules! slot_store {
             ) -> lease_core::Result<lease_core::SlotFinish> {
                 use lease_core::LeaseStore as _;
                 self.validate_name(name)?;
-                self.finish_in(name, &holder.to_hex(), instant_ms, passed_ms)
-                    .await
+                let hex = holder.to_hex();
+                self.finish_in($crate::slots::Finish {
+                    name,
+                    hex: &hex,
+                    instant_ms,
+                    passed_ms,
+                })
+                .await
             }
 
             async fn unfinished(&self, names: &[String]) -> lease_core::Result<Vec<(String, i64)>> {
@@ -174,17 +223,13 @@ macro_rules! slot_store {
                 ttl: std::time::Duration,
                 instant_ms: i64,
             ) -> lease_core::Result<Option<lease_core::Grant>> {
-                use lease_core::LeaseStore as _;
-                self.validate_name(name)?;
-                self.validate_ttl(ttl)?;
-                lease_core::validate_instance(instance)?;
-                let ms = $crate::store::ttl_ms(ttl);
-                let term = self
-                    .rerun_row(name, &holder.to_hex(), instance, ms, instant_ms)
-                    .await?;
+                let hex = holder.to_hex();
+                let claim =
+                    $crate::slots::Claim::checked(self, name, &hex, instance, ttl, instant_ms)?;
+                let term = self.rerun_row(claim).await?;
                 Ok(term.map(|term| lease_core::Grant {
                     term,
-                    expires_in: $crate::store::remaining(ms),
+                    expires_in: $crate::store::remaining(claim.ttl_ms),
                 }))
             }
 
@@ -215,31 +260,27 @@ macro_rules! returning_slot_writes {
             /// compared otherwise.
             async fn claim_slot_row(
                 &self,
-                name: &str,
-                hex: &str,
-                instance: &str,
-                ms: i64,
-                instant_ms: i64,
+                w: $crate::slots::Claim<'_>,
                 previous: Option<$crate::slots::Previous>,
             ) -> lease_core::Result<Option<u64>> {
                 let s = &self.inner.stmts.slots;
                 let row: Option<(i64,)> = match previous {
                     None => $crate::store::with_conn!(self, "claim slot", |c| {
                         sqlx::query_as(&s.insert)
-                            .bind(name)
-                            .bind(hex)
-                            .bind(instance)
-                            .bind(ms)
-                            .bind(instant_ms)
+                            .bind(w.name)
+                            .bind(w.hex)
+                            .bind(w.instance)
+                            .bind(w.ttl_ms)
+                            .bind(w.instant_ms)
                             .fetch_optional(c)
                     })?,
                     Some(p) => $crate::store::with_conn!(self, "claim slot", |c| {
                         sqlx::query_as(&s.update)
-                            .bind(name)
-                            .bind(hex)
-                            .bind(instance)
-                            .bind(ms)
-                            .bind(instant_ms)
+                            .bind(w.name)
+                            .bind(w.hex)
+                            .bind(w.instance)
+                            .bind(w.ttl_ms)
+                            .bind(w.instant_ms)
                             .bind(p.term)
                             .fetch_optional(c)
                     })?,
@@ -250,21 +291,17 @@ macro_rules! returning_slot_writes {
             /// The rerun claim: the new term, `None` when not eligible.
             async fn rerun_row(
                 &self,
-                name: &str,
-                hex: &str,
-                instance: &str,
-                ms: i64,
-                instant_ms: i64,
+                w: $crate::slots::Claim<'_>,
             ) -> lease_core::Result<Option<u64>> {
                 let row: Option<(i64,)> =
                     $crate::store::with_conn!(self, "claim rerun", |c| sqlx::query_as(
                         &self.inner.stmts.slots.rerun
                     )
-                    .bind(name)
-                    .bind(hex)
-                    .bind(instance)
-                    .bind(ms)
-                    .bind(instant_ms)
+                    .bind(w.name)
+                    .bind(w.hex)
+                    .bind(w.instance)
+                    .bind(w.ttl_ms)
+                    .bind(w.instant_ms)
                     .fetch_optional(c))?;
                 row.map(|(t,)| self.term_from(t)).transpose()
             }

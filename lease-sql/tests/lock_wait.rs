@@ -132,7 +132,12 @@ where
 /// A store whose verified transactions the scenario opens: each dialect's `begin_verified`.
 trait Verified: LeaseStore + Clone + 'static {
     type Tx: Send + 'static;
-    fn open(&self, name: &str, holder: &HolderToken, term: u64) -> impl Future<Output = Self::Tx> + Send;
+    fn open(
+        &self,
+        name: &str,
+        holder: &HolderToken,
+        term: u64,
+    ) -> impl Future<Output = Self::Tx> + Send;
     fn commit(tx: Self::Tx) -> impl Future<Output = ()> + Send;
 }
 

@@ -330,8 +330,18 @@ async fn a_missing_group_table_with_ddl_off_names_it_and_its_statement() {
             }
         };
     }
-    on_server!("postgres", Dialect::Postgres, sqlx::postgres::PgPoolOptions, PostgresStore);
-    on_server!("mysql", Dialect::MySql, sqlx::mysql::MySqlPoolOptions, MySqlStore);
+    on_server!(
+        "postgres",
+        Dialect::Postgres,
+        sqlx::postgres::PgPoolOptions,
+        PostgresStore
+    );
+    on_server!(
+        "mysql",
+        Dialect::MySql,
+        sqlx::mysql::MySqlPoolOptions,
+        MySqlStore
+    );
 }
 
 /// Partition and member tables whose columns would merge, truncate or clamp what the store
@@ -377,14 +387,7 @@ async fn group_columns_that_would_merge_truncate_or_clamp_are_refused() {
             let e = MySqlStore::with_client(pool.clone(), config.clone())
                 .await
                 .unwrap_err();
-            sqlx::query(&format!(
-                "DROP TABLE {table}, {}, {}",
-                config.partitions_table_name(),
-                config.members_table_name()
-            ))
-            .execute(&pool)
-            .await
-            .unwrap();
+            drop_tables(&pool, &config).await;
             assert_eq!(e.kind(), ErrorKind::Unavailable, "{group_column}: {e}");
             assert!(e.to_string().contains(needle), "case {i}: {e}");
         }
@@ -413,18 +416,26 @@ async fn group_columns_that_would_merge_truncate_or_clamp_are_refused() {
         let e = PostgresStore::with_client(pool.clone(), config.clone())
             .await
             .unwrap_err();
-        sqlx::query(&format!(
-            "DROP TABLE {table}, {}, {}",
-            config.partitions_table_name(),
-            config.members_table_name()
-        ))
-        .execute(&pool)
-        .await
-        .unwrap();
+        drop_tables(&pool, &config).await;
         let msg = e.to_string();
         assert!(
             msg.contains("`address`") && msg.contains("widen the column"),
             "{msg}"
         );
     }
+}
+
+/// Drops the lease table of `config` and its partition and member tables.
+async fn drop_tables<DB: sqlx::Database>(pool: &sqlx::Pool<DB>, config: &SqlConfig)
+where
+    for<'c> &'c sqlx::Pool<DB>: sqlx::Executor<'c, Database = DB>,
+    for<'q> <DB as sqlx::Database>::Arguments<'q>: sqlx::IntoArguments<'q, DB>,
+{
+    let sql = format!(
+        "DROP TABLE {}, {}, {}",
+        config.table_name(),
+        config.partitions_table_name(),
+        config.members_table_name()
+    );
+    sqlx::query(&sql).execute(pool).await.unwrap();
 }

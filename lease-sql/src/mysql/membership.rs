@@ -8,6 +8,9 @@ use sqlx::MySql;
 use crate::partitions::{Table, group_conn};
 use crate::store::SqlStore;
 
+/// A member as read: node, address and group list as bytes (binary columns), time left.
+type MemberRow = (Vec<u8>, Vec<u8>, Vec<u8>, i64);
+
 impl SqlStore<MySql> {
     /// One upsert, one round trip. MySQL has no `RETURNING`, but the answer is what was
     /// written: the expiry is `ttl` from the statement's own reading of the server's clock, so
@@ -42,10 +45,9 @@ impl SqlStore<MySql> {
         service: &str,
     ) -> Result<Vec<(String, String, String, i64)>> {
         let g = &self.inner.stmts.groups;
-        let rows: Vec<(Vec<u8>, Vec<u8>, Vec<u8>, i64)> =
-            group_conn!(self, "members", Table::Members, |c| {
-                sqlx::query_as(&g.members).bind(service).fetch_all(c)
-            })?;
+        let rows: Vec<MemberRow> = group_conn!(self, "members", Table::Members, |c| {
+            sqlx::query_as(&g.members).bind(service).fetch_all(c)
+        })?;
         rows.into_iter()
             .map(|(node, address, groups, left)| {
                 let node = self.text_from(Table::Members, "node", node)?;

@@ -228,17 +228,16 @@ impl SqlStore<MySql> {
             .store(takes_nowait_claims(&version), Ordering::Relaxed);
         let table = &self.inner.config.table;
         let (schema, name) = split_table(table);
-        let column: Option<NameColumn> =
-            with_conn!(self, "start-up check", |c| sqlx::query_as(
-                "SELECT CAST(DATA_TYPE AS CHAR), CAST(CHARACTER_MAXIMUM_LENGTH AS SIGNED), \
+        let column: Option<NameColumn> = with_conn!(self, "start-up check", |c| sqlx::query_as(
+            "SELECT CAST(DATA_TYPE AS CHAR), CAST(CHARACTER_MAXIMUM_LENGTH AS SIGNED), \
                     CAST(CHARACTER_OCTET_LENGTH AS SIGNED), CAST(COLLATION_NAME AS CHAR) \
              FROM information_schema.COLUMNS \
              WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ? \
                AND COLUMN_NAME = 'name'",
-            )
-            .bind(schema)
-            .bind(name)
-            .fetch_optional(c))?;
+        )
+        .bind(schema)
+        .bind(name)
+        .fetch_optional(c))?;
         if let Some((data_type, _, _, collation)) = &column {
             let exact = match data_type.to_ascii_lowercase().as_str() {
                 "varbinary" => true,
@@ -302,23 +301,23 @@ impl SqlStore<MySql> {
                 let exact_collation = collation
                     .as_deref()
                     .is_some_and(|c| c.ends_with("_nopad_bin") || c.ends_with("_0900_bin"));
-                let inexact =
-                    match t.as_str() {
-                        "varbinary" | "blob" | "tinyblob" | "mediumblob" | "longblob" => None,
-                        "varchar" | "text" | "tinytext" | "mediumtext" | "longtext"
-                            if exact_collation =>
-                        {
-                            None
-                        }
-                        "int" | "bigint" | "smallint" | "mediumint" | "tinyint" => None,
-                        _ => Some(collation.clone().unwrap_or_else(|| {
-                            format!("{data_type} (pads values to its width)")
-                        })),
-                    };
+                let inexact = match t.as_str() {
+                    "varbinary" | "blob" | "tinyblob" | "mediumblob" | "longblob" => None,
+                    "varchar" | "text" | "tinytext" | "mediumtext" | "longtext"
+                        if exact_collation =>
+                    {
+                        None
+                    }
+                    "int" | "bigint" | "smallint" | "mediumint" | "tinyint" => None,
+                    _ => Some(
+                        collation
+                            .clone()
+                            .unwrap_or_else(|| format!("{data_type} (pads values to its width)")),
+                    ),
+                };
                 if name.eq_ignore_ascii_case("partition_no")
                     && !(t == "bigint"
-                        || (t == "int"
-                            && column_type.to_ascii_lowercase().contains("unsigned")))
+                        || (t == "int" && column_type.to_ascii_lowercase().contains("unsigned")))
                 {
                     return Err(Error::new(
                         ErrorKind::Unavailable,

@@ -120,7 +120,13 @@ impl SqlStore<MySql> {
         partitions: &[u32],
         owner: &str,
     ) -> Result<u64> {
-        let sql = fill(&self.inner.stmts.groups.release, group, owner, partitions, 0);
+        let sql = fill(
+            &self.inner.stmts.groups.release,
+            group,
+            owner,
+            partitions,
+            0,
+        );
         let done = group_conn!(self, "release partitions", Table::Partitions, |c| {
             raw_execute(c, &sql)
         })?;

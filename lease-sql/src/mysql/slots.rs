@@ -8,7 +8,7 @@ use sqlx::mysql::{MySqlArguments, MySqlQueryResult};
 use sqlx::query::Query;
 
 use super::leases::inserted;
-use crate::slots::Previous;
+use crate::slots::{Claim, Finish, Previous};
 use crate::store::{SqlStore, raw_conn, with_conn};
 use crate::wire::NAMES_MARKER;
 
@@ -43,11 +43,7 @@ impl SqlStore<MySql> {
     /// did not match (a duplicate key, or a term that moved on since the read).
     pub(super) async fn claim_slot_row(
         &self,
-        name: &str,
-        hex: &str,
-        instance: &str,
-        ms: i64,
-        instant_ms: i64,
+        w: Claim<'_>,
         previous: Option<Previous>,
     ) -> Result<Option<u64>> {
         let s = &self.inner.stmts.slots;
@@ -55,24 +51,24 @@ impl SqlStore<MySql> {
             None => {
                 self.write("claim slot", || {
                     sqlx::query(&s.insert)
-                        .bind(name)
-                        .bind(hex)
-                        .bind(instance)
-                        .bind(ms)
-                        .bind(instant_ms)
-                        .bind(instant_ms)
+                        .bind(w.name)
+                        .bind(w.hex)
+                        .bind(w.instance)
+                        .bind(w.ttl_ms)
+                        .bind(w.instant_ms)
+                        .bind(w.instant_ms)
                 })
                 .await?
             }
             Some(p) => {
                 self.write("claim slot", || {
                     sqlx::query(&s.update)
-                        .bind(hex)
-                        .bind(instance)
-                        .bind(ms)
-                        .bind(instant_ms)
-                        .bind(instant_ms)
-                        .bind(name)
+                        .bind(w.hex)
+                        .bind(w.instance)
+                        .bind(w.ttl_ms)
+                        .bind(w.instant_ms)
+                        .bind(w.instant_ms)
+                        .bind(w.name)
                         .bind(p.term)
                 })
                 .await?
@@ -82,14 +78,8 @@ impl SqlStore<MySql> {
     }
 
     /// The finish: one `UPDATE`, its outcome in the bits of `LAST_INSERT_ID`.
-    pub(super) async fn finish_in(
-        &self,
-        name: &str,
-        hex: &str,
-        instant_ms: i64,
-        passed_ms: Option<i64>,
-    ) -> Result<SlotFinish> {
-        let (h, i, p) = (hex, instant_ms, passed_ms);
+    pub(super) async fn finish_in(&self, f: Finish<'_>) -> Result<SlotFinish> {
+        let (h, i, p) = (f.hex, f.instant_ms, f.passed_ms);
         // The placeholders in statement order (see `slots` in statements.rs):
         // LAST_INSERT_ID(rec, took, held), IF(rec AND fin), IF(took, passed), IF(held),
         // WHERE name AND (rec OR held).
@@ -117,7 +107,7 @@ impl SqlStore<MySql> {
                     // expires_at_ms: held
                     .bind(h)
                     // WHERE
-                    .bind(name)
+                    .bind(f.name)
                     .bind(i)
                     .bind(h)
             })
@@ -153,25 +143,18 @@ impl SqlStore<MySql> {
     }
 
     /// `LAST_INSERT_ID()` is the new term, 0 when not eligible.
-    pub(super) async fn rerun_row(
-        &self,
-        name: &str,
-        hex: &str,
-        instance: &str,
-        ms: i64,
-        instant_ms: i64,
-    ) -> Result<Option<u64>> {
+    pub(super) async fn rerun_row(&self, w: Claim<'_>) -> Result<Option<u64>> {
         let done = self
             .write("claim rerun", || {
                 sqlx::query(&self.inner.stmts.slots.rerun)
-                    .bind(hex)
-                    .bind(instance)
-                    .bind(ms)
-                    .bind(instant_ms)
-                    .bind(name)
-                    .bind(instant_ms)
-                    .bind(instant_ms)
-                    .bind(instant_ms)
+                    .bind(w.hex)
+                    .bind(w.instance)
+                    .bind(w.ttl_ms)
+                    .bind(w.instant_ms)
+                    .bind(w.name)
+                    .bind(w.instant_ms)
+                    .bind(w.instant_ms)
+                    .bind(w.instant_ms)
             })
             .await?;
         Ok(inserted(done.last_insert_id()))

@@ -3,8 +3,8 @@
 
 use crate::wire::schema::{Dialect, schema_sql};
 use crate::wire::{
-    GROUP_MARKER, GroupStatements, NAMES_MARKER, OWNER_MARKER, PARTITIONS_MARKER,
-    SlotStatements, Statements, TTL_MARKER,
+    GROUP_MARKER, GroupStatements, NAMES_MARKER, OWNER_MARKER, PARTITIONS_MARKER, SlotStatements,
+    Statements, TTL_MARKER,
 };
 
 /// The statements of a MySQL/MariaDB store on the lease table `t`.
@@ -23,47 +23,47 @@ pub(crate) fn statements(t: &str) -> Statements {
     let dialect = Dialect::MySql;
     let now = dialect.expiry_ms();
     let s = Statements {
-                claim: format!(
-                    "INSERT INTO {t} (name, holder, instance, term, expires_at_ms) \
+        claim: format!(
+            "INSERT INTO {t} (name, holder, instance, term, expires_at_ms) \
                      VALUES (?, ?, ?, LAST_INSERT_ID(1), {now} + ?) \
                      ON DUPLICATE KEY UPDATE \
                      holder = IF(expires_at_ms <= {now}, ?, holder), \
                      instance = IF(expires_at_ms <= {now}, ?, instance), \
                      term = IF(expires_at_ms <= {now}, LAST_INSERT_ID(term + 1), term + LAST_INSERT_ID(0)), \
                      expires_at_ms = IF(expires_at_ms <= {now}, {now} + ?, expires_at_ms)"
-                ),
-                claim_nowait: String::new(),
-                renew: format!(
-                    "UPDATE {t} SET expires_at_ms = {now} + ?, term = LAST_INSERT_ID(term) \
+        ),
+        claim_nowait: String::new(),
+        renew: format!(
+            "UPDATE {t} SET expires_at_ms = {now} + ?, term = LAST_INSERT_ID(term) \
                      WHERE name = ? AND holder = ? AND expires_at_ms > {now}"
-                ),
-                release: format!(
-                    "UPDATE {t} SET expires_at_ms = 0, term = LAST_INSERT_ID(term) \
+        ),
+        release: format!(
+            "UPDATE {t} SET expires_at_ms = 0, term = LAST_INSERT_ID(term) \
                      WHERE name = ? AND holder = ? AND expires_at_ms > {now}"
-                ),
-                force_release: format!(
-                    "UPDATE {t} SET expires_at_ms = 0, term = LAST_INSERT_ID(term) \
+        ),
+        force_release: format!(
+            "UPDATE {t} SET expires_at_ms = 0, term = LAST_INSERT_ID(term) \
                      WHERE name = ? AND expires_at_ms > {now}"
-                ),
-                verify: format!(
-                    "SELECT term, expires_at_ms - {now} FROM {t} \
+        ),
+        verify: format!(
+            "SELECT term, expires_at_ms - {now} FROM {t} \
                      WHERE name = ? AND holder = ? AND expires_at_ms > {now}"
-                ),
-                verify_locking: format!(
-                    "SELECT term FROM {t} \
+        ),
+        verify_locking: format!(
+            "SELECT term FROM {t} \
                      WHERE name = ? AND holder = ? AND term = ? AND expires_at_ms > {now} \
                      LOCK IN SHARE MODE"
-                ),
-                // utf8mb4_bin columns come back flagged binary: ask for text.
-                get: format!(
-                    "SELECT CAST(instance AS CHAR CHARACTER SET utf8mb4), term, \
+        ),
+        // utf8mb4_bin columns come back flagged binary: ask for text.
+        get: format!(
+            "SELECT CAST(instance AS CHAR CHARACTER SET utf8mb4), term, \
                      expires_at_ms - {now} FROM {t} WHERE name = ?"
-                ),
-                now: format!("SELECT {now}"),
-                create: schema_sql(dialect, t),
-                slots: slots(t, now),
-                groups: groups(t),
-            };
+        ),
+        now: format!("SELECT {now}"),
+        create: schema_sql(dialect, t),
+        slots: slots(t, now),
+        groups: groups(t),
+    };
     // MariaDB's claim: the same statement, under a lock wait timeout of 0.
     Statements {
         claim_nowait: format!("SET STATEMENT innodb_lock_wait_timeout = 0 FOR {}", s.claim),
@@ -130,26 +130,26 @@ fn slots(t: &str, now: &str) -> SlotStatements {
 fn groups(table: &str) -> GroupStatements {
     let now = Dialect::MySql.expiry_ms();
     let (p, m) = crate::wire::group_tables(table);
-        // MySQL: `:now` is fixed at the statement's start. ON DUPLICATE KEY UPDATE assigns left
-        // to right, each assignment seeing the columns already assigned: the epoch is computed
-        // first (from the old owner and expiry), expires_at_ms assigned last, and its condition
-        // holds whether it reads the old owner or the new one. LAST_INSERT_ID is the epoch when
-        // the lease is acquired or kept, 0 when another owner holds it.
-        GroupStatements {
-            acquire: format!(
-                "INSERT INTO {p} (group_name, partition_no, owner, epoch, expires_at_ms) \
+    // MySQL: `:now` is fixed at the statement's start. ON DUPLICATE KEY UPDATE assigns left
+    // to right, each assignment seeing the columns already assigned: the epoch is computed
+    // first (from the old owner and expiry), expires_at_ms assigned last, and its condition
+    // holds whether it reads the old owner or the new one. LAST_INSERT_ID is the epoch when
+    // the lease is acquired or kept, 0 when another owner holds it.
+    GroupStatements {
+        acquire: format!(
+            "INSERT INTO {p} (group_name, partition_no, owner, epoch, expires_at_ms) \
                  VALUES (?, ?, ?, LAST_INSERT_ID(1), {now} + ?) \
                  ON DUPLICATE KEY UPDATE \
                  epoch = IF(expires_at_ms <= {now}, LAST_INSERT_ID(epoch + 1), \
                  IF(owner = ?, LAST_INSERT_ID(epoch), epoch + LAST_INSERT_ID(0))), \
                  owner = IF(expires_at_ms <= {now}, ?, owner), \
                  expires_at_ms = IF(expires_at_ms <= {now} OR owner = ?, {now} + ?, expires_at_ms)"
-            ),
-            // Text protocol, one round trip for all three statements: the SET fixes one expiry
-            // for the batch, the UPDATE extends the live leases of the owner (never to an
-            // expiry already past), the SELECT reads back exactly those it extended.
-            renew: format!(
-                "SET @lease_sql_renewal_ms = {now} + {TTL_MARKER}; \
+        ),
+        // Text protocol, one round trip for all three statements: the SET fixes one expiry
+        // for the batch, the UPDATE extends the live leases of the owner (never to an
+        // expiry already past), the SELECT reads back exactly those it extended.
+        renew: format!(
+            "SET @lease_sql_renewal_ms = {now} + {TTL_MARKER}; \
                  UPDATE {p} SET expires_at_ms = @lease_sql_renewal_ms \
                  WHERE group_name = {GROUP_MARKER} AND partition_no IN ({PARTITIONS_MARKER}) \
                  AND owner = {OWNER_MARKER} AND expires_at_ms > {now} \
@@ -158,29 +158,29 @@ fn groups(table: &str) -> GroupStatements {
                  WHERE group_name = {GROUP_MARKER} AND partition_no IN ({PARTITIONS_MARKER}) \
                  AND owner = {OWNER_MARKER} AND expires_at_ms = @lease_sql_renewal_ms \
                  AND expires_at_ms > {now}"
-            ),
-            release: format!(
-                "UPDATE {p} SET expires_at_ms = {now} \
+        ),
+        release: format!(
+            "UPDATE {p} SET expires_at_ms = {now} \
                  WHERE group_name = {GROUP_MARKER} AND partition_no IN ({PARTITIONS_MARKER}) \
                  AND owner = {OWNER_MARKER} AND expires_at_ms > {now}"
-            ),
-            owners: format!(
-                "SELECT partition_no, owner, epoch, expires_at_ms - {now} FROM {p} \
+        ),
+        owners: format!(
+            "SELECT partition_no, owner, epoch, expires_at_ms - {now} FROM {p} \
                  WHERE group_name = ? AND expires_at_ms > {now} ORDER BY partition_no"
-            ),
-            heartbeat: format!(
-                "INSERT INTO {m} (service, node, address, group_list, expires_at_ms) \
+        ),
+        heartbeat: format!(
+            "INSERT INTO {m} (service, node, address, group_list, expires_at_ms) \
                  VALUES (?, ?, ?, ?, {now} + ?) \
                  ON DUPLICATE KEY UPDATE address = ?, group_list = ?, expires_at_ms = {now} + ?"
-            ),
-            members: format!(
-                "SELECT node, address, group_list, expires_at_ms - {now} FROM {m} \
+        ),
+        members: format!(
+            "SELECT node, address, group_list, expires_at_ms - {now} FROM {m} \
                  WHERE service = ? AND expires_at_ms > {now} ORDER BY node"
-            ),
-            leave: format!(
-                "UPDATE {m} SET expires_at_ms = {now} \
+        ),
+        leave: format!(
+            "UPDATE {m} SET expires_at_ms = {now} \
                  WHERE service = ? AND node = ? AND expires_at_ms > {now}"
-            ),
-            ..GroupStatements::tables(Dialect::MySql, table)
-        }
+        ),
+        ..GroupStatements::tables(Dialect::MySql, table)
+    }
 }

@@ -4,27 +4,21 @@
 use lease_core::{Result, SlotFinish};
 use sqlx::Postgres;
 
+use crate::slots::Finish;
 use crate::store::{SqlStore, with_conn};
 
 impl SqlStore<Postgres> {
     /// The finish: one statement that locks the row, computes the outcome from it and applies
     /// it (a data-modifying CTE).
-    pub(super) async fn finish_in(
-        &self,
-        name: &str,
-        hex: &str,
-        instant_ms: i64,
-        passed_ms: Option<i64>,
-    ) -> Result<SlotFinish> {
-        let row: Option<(bool, bool, bool)> =
-            with_conn!(self, "finish slot", |c| sqlx::query_as(
-                &self.inner.stmts.slots.finish
-            )
-            .bind(name)
-            .bind(hex)
-            .bind(instant_ms)
-            .bind(passed_ms)
-            .fetch_optional(c))?;
+    pub(super) async fn finish_in(&self, f: Finish<'_>) -> Result<SlotFinish> {
+        let row: Option<(bool, bool, bool)> = with_conn!(self, "finish slot", |c| sqlx::query_as(
+            &self.inner.stmts.slots.finish
+        )
+        .bind(f.name)
+        .bind(f.hex)
+        .bind(f.instant_ms)
+        .bind(f.passed_ms)
+        .fetch_optional(c))?;
         Ok(row
             .map(|(recorded, passed_taken, released)| SlotFinish {
                 recorded,
@@ -41,6 +35,9 @@ impl SqlStore<Postgres> {
         )
         .bind(names)
         .fetch_all(c))?;
-        Ok(rows.into_iter().map(|(n, at)| (n.into_bytes(), at)).collect())
+        Ok(rows
+            .into_iter()
+            .map(|(n, at)| (n.into_bytes(), at))
+            .collect())
     }
 }

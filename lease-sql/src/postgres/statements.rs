@@ -66,12 +66,12 @@ pub(crate) fn statements(t: &str) -> Statements {
 fn groups(table: &str) -> GroupStatements {
     let now = Dialect::Postgres.expiry_ms();
     let (p, m) = crate::wire::group_tables(table);
-        // PostgreSQL reads clock_timestamp() anew at every call, so every statement that needs
-        // "now" twice (or once per row) reads it once, in a CTE (never inlined: volatile) — or,
-        // in the acquire, back from the expiry it just computed.
-        GroupStatements {
-            acquire: format!(
-                "INSERT INTO {p} AS p (group_name, partition_no, owner, epoch, expires_at_ms) \
+    // PostgreSQL reads clock_timestamp() anew at every call, so every statement that needs
+    // "now" twice (or once per row) reads it once, in a CTE (never inlined: volatile) — or,
+    // in the acquire, back from the expiry it just computed.
+    GroupStatements {
+        acquire: format!(
+            "INSERT INTO {p} AS p (group_name, partition_no, owner, epoch, expires_at_ms) \
                  VALUES ($1, $2, $3, 1, {now} + $4) \
                  ON CONFLICT (group_name, partition_no) DO UPDATE SET \
                  owner = excluded.owner, \
@@ -81,43 +81,43 @@ fn groups(table: &str) -> GroupStatements {
                  expires_at_ms = excluded.expires_at_ms \
                  WHERE p.owner = excluded.owner OR p.expires_at_ms <= excluded.expires_at_ms - $4 \
                  RETURNING p.epoch"
-            ),
-            renew: format!(
-                "WITH n AS (SELECT {now} AS now) \
+        ),
+        renew: format!(
+            "WITH n AS (SELECT {now} AS now) \
                  UPDATE {p} AS p SET expires_at_ms = n.now + $4 FROM n \
                  WHERE p.group_name = $1 AND p.partition_no = ANY($2) AND p.owner = $3 \
                  AND p.expires_at_ms > n.now \
                  RETURNING p.partition_no, p.epoch"
-            ),
-            release: format!(
-                "WITH n AS (SELECT {now} AS now) \
+        ),
+        release: format!(
+            "WITH n AS (SELECT {now} AS now) \
                  UPDATE {p} AS p SET expires_at_ms = n.now FROM n \
                  WHERE p.group_name = $1 AND p.partition_no = ANY($2) AND p.owner = $3 \
                  AND p.expires_at_ms > n.now"
-            ),
-            owners: format!(
-                "WITH n AS (SELECT {now} AS now) \
+        ),
+        owners: format!(
+            "WITH n AS (SELECT {now} AS now) \
                  SELECT p.partition_no, p.owner, p.epoch, p.expires_at_ms - n.now \
                  FROM {p} AS p, n WHERE p.group_name = $1 AND p.expires_at_ms > n.now \
                  ORDER BY p.partition_no"
-            ),
-            heartbeat: format!(
-                "INSERT INTO {m} (service, node, address, group_list, expires_at_ms) \
+        ),
+        heartbeat: format!(
+            "INSERT INTO {m} (service, node, address, group_list, expires_at_ms) \
                  VALUES ($1, $2, $3, $4, {now} + $5) \
                  ON CONFLICT (service, node) DO UPDATE SET address = excluded.address, \
                  group_list = excluded.group_list, expires_at_ms = excluded.expires_at_ms"
-            ),
-            members: format!(
-                "WITH n AS (SELECT {now} AS now) \
+        ),
+        members: format!(
+            "WITH n AS (SELECT {now} AS now) \
                  SELECT m.node, m.address, m.group_list, m.expires_at_ms - n.now \
                  FROM {m} AS m, n WHERE m.service = $1 AND m.expires_at_ms > n.now \
                  ORDER BY m.node COLLATE \"C\""
-            ),
-            leave: format!(
-                "WITH n AS (SELECT {now} AS now) \
+        ),
+        leave: format!(
+            "WITH n AS (SELECT {now} AS now) \
                  UPDATE {m} AS m SET expires_at_ms = n.now FROM n \
                  WHERE m.service = $1 AND m.node = $2 AND m.expires_at_ms > n.now"
-            ),
-            ..GroupStatements::tables(Dialect::Postgres, table)
-        }
+        ),
+        ..GroupStatements::tables(Dialect::Postgres, table)
+    }
 }

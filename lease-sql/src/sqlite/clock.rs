@@ -90,7 +90,6 @@ impl LeaseDb for Sqlite {
     }
 }
 
-
 impl SqlStore<Sqlite> {
     /// Puts the file's expiries on this boot's clock: creates the clock table and the triggers
     /// (unless DDL is off), then, in one `BEGIN IMMEDIATE` transaction, converts a file of a

@@ -4,6 +4,7 @@
 use lease_core::{Result, SlotFinish};
 use sqlx::{Connection, Sqlite};
 
+use crate::slots::Finish;
 use crate::store::{SqlStore, with_conn};
 
 impl SqlStore<Sqlite> {
@@ -11,21 +12,15 @@ impl SqlStore<Sqlite> {
     /// applied in one `BEGIN IMMEDIATE` transaction (the write lock from its first statement),
     /// on the embedded database. A future dropped mid-way closes the connection, which rolls
     /// the transaction back.
-    pub(super) async fn finish_in(
-        &self,
-        name: &str,
-        hex: &str,
-        instant_ms: i64,
-        passed_ms: Option<i64>,
-    ) -> Result<SlotFinish> {
+    pub(super) async fn finish_in(&self, f: Finish<'_>) -> Result<SlotFinish> {
         let s = &self.inner.stmts.slots;
         with_conn!(self, "finish slot", |c| async move {
             let mut tx = c.begin_with("BEGIN IMMEDIATE").await?;
             let row: Option<(i64, i64, i64, i64)> = sqlx::query_as(&s.finish)
-                .bind(name)
-                .bind(hex)
-                .bind(instant_ms)
-                .bind(passed_ms)
+                .bind(f.name)
+                .bind(f.hex)
+                .bind(f.instant_ms)
+                .bind(f.passed_ms)
                 .fetch_optional(&mut *tx)
                 .await?;
             let Some((held, rec, fin, due)) = row else {
@@ -37,9 +32,9 @@ impl SqlStore<Sqlite> {
             let passed_taken = released && recorded && due != 0;
             if released || clear {
                 sqlx::query(&s.finish_write)
-                    .bind(name)
+                    .bind(f.name)
                     .bind(passed_taken)
-                    .bind(passed_ms)
+                    .bind(f.passed_ms)
                     .bind(clear)
                     .bind(released)
                     .execute(&mut *tx)
@@ -61,7 +56,10 @@ impl SqlStore<Sqlite> {
         )
         .bind(json_array(names))
         .fetch_all(c))?;
-        Ok(rows.into_iter().map(|(n, at)| (n.into_bytes(), at)).collect())
+        Ok(rows
+            .into_iter()
+            .map(|(n, at)| (n.into_bytes(), at))
+            .collect())
     }
 }
 
@@ -89,4 +87,3 @@ fn json_array(names: &[String]) -> String {
     out.push(']');
     out
 }
-

@@ -96,12 +96,12 @@ fn renumber(s: Statements, f: impl Fn(String) -> String) -> Statements {
 fn groups(table: &str) -> GroupStatements {
     let now = Dialect::Sqlite.expiry_ms();
     let (p, m) = crate::wire::group_tables(table);
-        // SQLite reads the clock once per step of a statement, and a write (RETURNING
-        // included) makes all its changes in its first step: every `:now` of a write is the
-        // same instant. The partition numbers come as one JSON array of integers.
-        GroupStatements {
-            acquire: format!(
-                "INSERT INTO {p} AS p (group_name, partition_no, owner, epoch, expires_at_ms) \
+    // SQLite reads the clock once per step of a statement, and a write (RETURNING
+    // included) makes all its changes in its first step: every `:now` of a write is the
+    // same instant. The partition numbers come as one JSON array of integers.
+    GroupStatements {
+        acquire: format!(
+            "INSERT INTO {p} AS p (group_name, partition_no, owner, epoch, expires_at_ms) \
                  VALUES (?1, ?2, ?3, 1, {now} + ?4) \
                  ON CONFLICT (group_name, partition_no) DO UPDATE SET \
                  owner = excluded.owner, \
@@ -110,36 +110,36 @@ fn groups(table: &str) -> GroupStatements {
                  expires_at_ms = excluded.expires_at_ms \
                  WHERE p.owner = excluded.owner OR p.expires_at_ms <= {now} \
                  RETURNING epoch"
-            ),
-            renew: format!(
-                "UPDATE {p} SET expires_at_ms = {now} + ?4 \
+        ),
+        renew: format!(
+            "UPDATE {p} SET expires_at_ms = {now} + ?4 \
                  WHERE group_name = ?1 AND partition_no IN (SELECT value FROM json_each(?2)) \
                  AND owner = ?3 AND expires_at_ms > {now} \
                  RETURNING partition_no, epoch"
-            ),
-            release: format!(
-                "UPDATE {p} SET expires_at_ms = {now} \
+        ),
+        release: format!(
+            "UPDATE {p} SET expires_at_ms = {now} \
                  WHERE group_name = ?1 AND partition_no IN (SELECT value FROM json_each(?2)) \
                  AND owner = ?3 AND expires_at_ms > {now}"
-            ),
-            owners: format!(
-                "SELECT partition_no, owner, epoch, expires_at_ms - {now} FROM {p} \
+        ),
+        owners: format!(
+            "SELECT partition_no, owner, epoch, expires_at_ms - {now} FROM {p} \
                  WHERE group_name = ?1 AND expires_at_ms > {now} ORDER BY partition_no"
-            ),
-            heartbeat: format!(
-                "INSERT INTO {m} (service, node, address, group_list, expires_at_ms) \
+        ),
+        heartbeat: format!(
+            "INSERT INTO {m} (service, node, address, group_list, expires_at_ms) \
                  VALUES (?1, ?2, ?3, ?4, {now} + ?5) \
                  ON CONFLICT (service, node) DO UPDATE SET address = excluded.address, \
                  group_list = excluded.group_list, expires_at_ms = excluded.expires_at_ms"
-            ),
-            members: format!(
-                "SELECT node, address, group_list, expires_at_ms - {now} FROM {m} \
+        ),
+        members: format!(
+            "SELECT node, address, group_list, expires_at_ms - {now} FROM {m} \
                  WHERE service = ?1 AND expires_at_ms > {now} ORDER BY node COLLATE BINARY"
-            ),
-            leave: format!(
-                "UPDATE {m} SET expires_at_ms = {now} \
+        ),
+        leave: format!(
+            "UPDATE {m} SET expires_at_ms = {now} \
                  WHERE service = ?1 AND node = ?2 AND expires_at_ms > {now}"
-            ),
-            ..GroupStatements::tables(Dialect::Sqlite, table)
-        }
+        ),
+        ..GroupStatements::tables(Dialect::Sqlite, table)
+    }
 }

@@ -49,8 +49,20 @@ macro_rules! server_with {
     };
 }
 
-server_with!(postgres_with, "postgres", PostgresStore, PgConnectOptions, PgPoolOptions);
-server_with!(mysql_with, "mysql", MySqlStore, MySqlConnectOptions, MySqlPoolOptions);
+server_with!(
+    postgres_with,
+    "postgres",
+    PostgresStore,
+    PgConnectOptions,
+    PgPoolOptions
+);
+server_with!(
+    mysql_with,
+    "mysql",
+    MySqlStore,
+    MySqlConnectOptions,
+    MySqlPoolOptions
+);
 
 pub(crate) async fn postgres() -> Option<(PostgresStore, Proxied<PostgresStore>)> {
     postgres_with(SqlConfig::default()).await
