@@ -151,7 +151,6 @@ pub(crate) fn missing_table(table: &str, create: &str, server: &str) -> Error {
     .with_temporary(false)
 }
 
-
 /// How often a statement is retried at once after it was picked as a deadlock victim (it was
 /// rolled back whole, so retrying is safe).
 pub(crate) const DEADLOCK_RETRIES: usize = 3;

@@ -57,7 +57,8 @@ macro_rules! membership_store {
                 )?;
                 let ms = $crate::store::ttl_ms(ttl);
                 let list = lease_core::encode_groups(groups);
-                self.heartbeat_row(service, node, address, &list, ms).await?;
+                self.heartbeat_row(service, node, address, &list, ms)
+                    .await?;
                 Ok($crate::membership::written(node, address, groups, ms))
             }
 

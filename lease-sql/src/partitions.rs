@@ -156,7 +156,11 @@ impl<DB: Database> SqlStore<DB> {
         }
     }
 
-    pub(crate) fn check_columns(&self, table: Table, have: &[crate::store::ColumnInfo]) -> Result<()> {
+    pub(crate) fn check_columns(
+        &self,
+        table: Table,
+        have: &[crate::store::ColumnInfo],
+    ) -> Result<()> {
         let (name, create) = self.table_of(table);
         crate::store::table_columns(
             &self.inner.server,
@@ -186,7 +190,10 @@ macro_rules! group_conn {
         loop {
             let r = $crate::store::raw_conn!($self, $op, |$c| $body);
             match r {
-                Err(e) if $crate::error::is_deadlock(&e) && attempt < $crate::error::DEADLOCK_RETRIES => {
+                Err(e)
+                    if $crate::error::is_deadlock(&e)
+                        && attempt < $crate::error::DEADLOCK_RETRIES =>
+                {
                     attempt += 1;
                 }
                 r => break r.map_err(|e| $self.group_err(e, $op, $table)),
@@ -199,7 +206,10 @@ macro_rules! group_conn {
 /// written.
 macro_rules! check_group_tables {
     ($self:expr, $db:ty) => {{
-        for table in [$crate::partitions::Table::Partitions, $crate::partitions::Table::Members] {
+        for table in [
+            $crate::partitions::Table::Partitions,
+            $crate::partitions::Table::Members,
+        ] {
             let (name, create) = $self.table_of(table);
             let op = format!("create the {}", table.what());
             if $self.inner.config.ddl == $crate::Ddl::Auto {
