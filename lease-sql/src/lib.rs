@@ -38,7 +38,8 @@
 //! (`with_client(pool, SqlConfig)`: [`PostgresStore::with_client`],
 //! [`MySqlStore::with_client`], [`SqliteStore::with_client`]). Building checks at once that the
 //! database can carry leases (a clock, a writable connection, the table — created unless
-//! [`Ddl::None`] — and a `name` column wide and exact enough).
+//! [`Ddl::None`] — and a `name` column wide and exact enough). [`SqlConfig::from_env`] reads the
+//! options from `LEASE_SQL_*` variables.
 //!
 //! The table's DDL is [`schema_sql`]; the same SQL ships as migrations under `migrations/` for
 //! those who manage their own schema.
