@@ -4,9 +4,12 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use lease_core::LeaseStoreExt;
 use lease_core::{
-    Capabilities, Grant, HolderToken, LeaseInfo, LeaseStore, PollingStore, Result, SlotClaim,
-    SlotFinish, SlotRecord, SlotStore, async_trait, validate_instance,
+    Capabilities, LeaseInfo, LeaseStore, PollingStore, Result, SlotStore,
+    backend::{
+        Grant, HolderToken, SlotClaim, SlotFinish, SlotRecord, async_trait, validate_instance,
+    },
 };
 use tokio::time::Instant;
 
@@ -140,10 +143,7 @@ impl LeaseStore for MemoryStore {
         Capabilities {
             expiry: self.expiry,
             force_release: true,
-            slots: true,
-            partitions: true,
-            membership: true,
-            ..Capabilities::default()
+            ..lease_core::derived_capabilities!(Self)
         }
     }
 

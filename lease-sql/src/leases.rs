@@ -13,33 +13,44 @@
 /// `None`, `release_row` and `force_release_row` → whether a live lease ended).
 macro_rules! lease_store {
     ($db:ty) => {
-        #[lease_core::async_trait]
+        #[lease_core::backend::async_trait]
         impl lease_core::LeaseStore for $crate::SqlStore<$db> {
             fn backend(&self) -> &'static str {
                 self.inner.dialect.as_str()
             }
 
+            /// Every SQL store verifies inside a transaction and can force a release; the
+            /// store traits it implements (all of them) are derived.
             fn capabilities(&self) -> lease_core::Capabilities {
-                $crate::store::capabilities(&self.inner.config)
+                lease_core::Capabilities {
+                    verify_in_transaction: true,
+                    force_release: true,
+                    max_name_bytes: self.inner.config.max_name_bytes,
+                    ..lease_core::derived_capabilities!(Self)
+                }
             }
 
             async fn available(&self) -> lease_core::Result<()> {
-                self.check_available().await
+                self.check_available().await.map_err(|e| {
+                    self.at_server(e)
+                        .during(lease_core::layer::Operation::Available, "")
+                })
             }
 
             async fn claim(
                 &self,
                 name: &str,
-                holder: &lease_core::HolderToken,
+                holder: &lease_core::backend::HolderToken,
                 instance: &str,
                 ttl: std::time::Duration,
-            ) -> lease_core::Result<Option<lease_core::Grant>> {
-                self.validate_name(name)?;
-                self.validate_ttl(ttl)?;
-                lease_core::validate_instance(instance)?;
+            ) -> lease_core::Result<Option<lease_core::backend::Grant>> {
+                lease_core::backend::check::claim(self, name, instance, ttl)?;
                 let ms = $crate::store::ttl_ms(ttl);
-                let term = self.claim_row(name, &holder.to_hex(), instance, ms).await?;
-                Ok(term.map(|term| lease_core::Grant {
+                let term = self
+                    .claim_row(name, &holder.to_hex(), instance, ms)
+                    .await
+                    .map_err(|e| e.during(lease_core::layer::Operation::Claim, name))?;
+                Ok(term.map(|term| lease_core::backend::Grant {
                     term,
                     expires_in: $crate::store::remaining(ms),
                 }))
@@ -48,14 +59,16 @@ macro_rules! lease_store {
             async fn renew(
                 &self,
                 name: &str,
-                holder: &lease_core::HolderToken,
+                holder: &lease_core::backend::HolderToken,
                 ttl: std::time::Duration,
-            ) -> lease_core::Result<Option<lease_core::Grant>> {
-                self.validate_name(name)?;
-                self.validate_ttl(ttl)?;
+            ) -> lease_core::Result<Option<lease_core::backend::Grant>> {
+                lease_core::backend::check::renew(self, name, ttl)?;
                 let ms = $crate::store::ttl_ms(ttl);
-                let term = self.renew_row(name, &holder.to_hex(), ms).await?;
-                Ok(term.map(|term| lease_core::Grant {
+                let term = self
+                    .renew_row(name, &holder.to_hex(), ms)
+                    .await
+                    .map_err(|e| e.during(lease_core::layer::Operation::Renew, name))?;
+                Ok(term.map(|term| lease_core::backend::Grant {
                     term,
                     expires_in: $crate::store::remaining(ms),
                 }))
@@ -64,28 +77,33 @@ macro_rules! lease_store {
             async fn release(
                 &self,
                 name: &str,
-                holder: &lease_core::HolderToken,
+                holder: &lease_core::backend::HolderToken,
             ) -> lease_core::Result<bool> {
-                self.validate_name(name)?;
-                self.release_row(name, &holder.to_hex()).await
+                lease_core::backend::check::name(self, name)?;
+                self.release_row(name, &holder.to_hex())
+                    .await
+                    .map_err(|e| e.during(lease_core::layer::Operation::Release, name))
             }
 
             async fn verify(
                 &self,
                 name: &str,
-                holder: &lease_core::HolderToken,
-            ) -> lease_core::Result<Option<lease_core::Grant>> {
-                self.validate_name(name)?;
+                holder: &lease_core::backend::HolderToken,
+            ) -> lease_core::Result<Option<lease_core::backend::Grant>> {
+                lease_core::backend::check::name(self, name)?;
+                let during =
+                    |e: lease_core::Error| e.during(lease_core::layer::Operation::Verify, name);
                 let row: Option<(i64, i64)> =
-                    $crate::store::with_conn!(self, "verify", |c| sqlx::query_as(
-                        &self.inner.stmts.verify
-                    )
-                    .bind(name)
-                    .bind(holder.to_hex())
-                    .fetch_optional(c))?;
+                    $crate::store::with_conn!(self, lease_core::layer::Operation::Verify, |c| {
+                        sqlx::query_as(&self.inner.stmts.verify)
+                            .bind(name)
+                            .bind(holder.to_hex())
+                            .fetch_optional(c)
+                    })
+                    .map_err(during)?;
                 row.map(|(t, left)| {
-                    Ok(lease_core::Grant {
-                        term: self.term_from(t)?,
+                    Ok(lease_core::backend::Grant {
+                        term: self.term_from(t).map_err(during)?,
                         expires_in: $crate::store::remaining(left),
                     })
                 })
@@ -93,18 +111,21 @@ macro_rules! lease_store {
             }
 
             async fn get(&self, name: &str) -> lease_core::Result<Option<lease_core::LeaseInfo>> {
-                self.validate_name(name)?;
+                lease_core::backend::check::name(self, name)?;
+                let during =
+                    |e: lease_core::Error| e.during(lease_core::layer::Operation::Get, name);
                 let row: Option<(String, i64, i64)> =
-                    $crate::store::with_conn!(self, "get", |c| sqlx::query_as(
-                        &self.inner.stmts.get
-                    )
-                    .bind(name)
-                    .fetch_optional(c))?;
+                    $crate::store::with_conn!(self, lease_core::layer::Operation::Get, |c| {
+                        sqlx::query_as(&self.inner.stmts.get)
+                            .bind(name)
+                            .fetch_optional(c)
+                    })
+                    .map_err(during)?;
                 row.map(|(instance, t, left)| {
                     Ok(lease_core::LeaseInfo {
                         name: name.to_owned(),
                         instance,
-                        term: self.term_from(t)?,
+                        term: self.term_from(t).map_err(during)?,
                         live: left > 0,
                         expires_in: $crate::store::remaining(left),
                     })
@@ -113,8 +134,10 @@ macro_rules! lease_store {
             }
 
             async fn force_release(&self, name: &str) -> lease_core::Result<bool> {
-                self.validate_name(name)?;
-                self.force_release_row(name).await
+                lease_core::backend::check::name(self, name)?;
+                self.force_release_row(name)
+                    .await
+                    .map_err(|e| e.during(lease_core::layer::Operation::ForceRelease, name))
             }
         }
     };
@@ -135,20 +158,19 @@ macro_rules! returning_writes {
                 ms: i64,
             ) -> lease_core::Result<Option<u64>> {
                 let row: Option<(i64,)> =
-                    match $crate::store::raw_conn!(self, "claim", |c| sqlx::query_as(
-                        &self.inner.stmts.claim
-                    )
-                    .bind(name)
-                    .bind(hex)
-                    .bind(instance)
-                    .bind(ms)
-                    .fetch_optional(c))
-                    {
+                    match $crate::store::raw_conn!(self, lease_core::layer::Operation::Claim, |c| {
+                        sqlx::query_as(&self.inner.stmts.claim)
+                            .bind(name)
+                            .bind(hex)
+                            .bind(instance)
+                            .bind(ms)
+                            .fetch_optional(c)
+                    }) {
                         Ok(row) => row,
                         // The row is locked by a transaction (a verified one of the holder's):
                         // live, so held — answered at once, never waited out.
                         Err(e) if $crate::error::is_lock_busy(&e) => None,
-                        Err(e) => return Err(self.err(e, "claim")),
+                        Err(e) => return Err(self.err(e, lease_core::layer::Operation::Claim)),
                     };
                 row.map(|(t,)| self.term_from(t)).transpose()
             }
@@ -161,34 +183,37 @@ macro_rules! returning_writes {
                 ms: i64,
             ) -> lease_core::Result<Option<u64>> {
                 let row: Option<(i64,)> =
-                    $crate::store::with_conn!(self, "renew", |c| sqlx::query_as(
-                        &self.inner.stmts.renew
-                    )
-                    .bind(name)
-                    .bind(hex)
-                    .bind(ms)
-                    .fetch_optional(c))?;
+                    $crate::store::with_conn!(self, lease_core::layer::Operation::Renew, |c| {
+                        sqlx::query_as(&self.inner.stmts.renew)
+                            .bind(name)
+                            .bind(hex)
+                            .bind(ms)
+                            .fetch_optional(c)
+                    })?;
                 row.map(|(t,)| self.term_from(t)).transpose()
             }
 
             /// The release: whether the holder's live lease ended.
             async fn release_row(&self, name: &str, hex: &str) -> lease_core::Result<bool> {
-                let done = $crate::store::with_conn!(self, "release", |c| sqlx::query(
-                    &self.inner.stmts.release
-                )
-                .bind(name)
-                .bind(hex)
-                .execute(c))?;
+                let done =
+                    $crate::store::with_conn!(self, lease_core::layer::Operation::Release, |c| {
+                        sqlx::query(&self.inner.stmts.release)
+                            .bind(name)
+                            .bind(hex)
+                            .execute(c)
+                    })?;
                 Ok(done.rows_affected() > 0)
             }
 
             /// The forced release: whether a live lease ended.
             async fn force_release_row(&self, name: &str) -> lease_core::Result<bool> {
-                let done = $crate::store::with_conn!(self, "force release", |c| sqlx::query(
-                    &self.inner.stmts.force_release
-                )
-                .bind(name)
-                .execute(c))?;
+                let done = $crate::store::with_conn!(
+                    self,
+                    lease_core::layer::Operation::ForceRelease,
+                    |c| sqlx::query(&self.inner.stmts.force_release)
+                        .bind(name)
+                        .execute(c)
+                )?;
                 Ok(done.rows_affected() > 0)
             }
         }
@@ -239,7 +264,7 @@ macro_rules! verify_guard {
                 fence: impl Into<$crate::Fence<'f>>,
             ) -> lease_core::Result<()> {
                 let fence = fence.into();
-                lease_core::LeaseStore::validate_name(self, fence.name)?;
+                lease_core::backend::check::name(self, fence.name)?;
                 let q = sqlx::query_as(&self.inner.stmts.verify_locking)
                     .bind(fence.name)
                     .bind(fence.holder.to_hex())

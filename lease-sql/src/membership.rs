@@ -3,7 +3,7 @@
 //! shared with the partition table, in `partitions.rs`).
 //!
 //! One impl for every dialect ([`membership_store`]): argument checks before any I/O
-//! (lease-core's `check_member_args`); the statements are the dialect's (`heartbeat_row`,
+//! (lease-core's `backend::check`, one per operation); the statements are the dialect's (`heartbeat_row`,
 //! `member_rows`: PostgreSQL's and SQLite's from [`returning_member_rows`], MySQL's in
 //! `mysql/membership.rs`), but `leave`, the same on every dialect. Every operation is one
 //! statement, one round trip; the heartbeat's answer is what it wrote (its `expires_in` the TTL
@@ -18,7 +18,7 @@ pub(crate) fn member(node: String, address: String, groups: &str, left: i64) -> 
     Member {
         node,
         address,
-        groups: lease_core::decode_groups(groups),
+        groups: lease_core::backend::decode_groups(groups),
         expires_in: remaining(left),
     }
 }
@@ -37,7 +37,7 @@ pub(crate) fn written(node: &str, address: &str, groups: &[String], ttl_ms: i64)
 /// and `member_rows` (node, address, group list, time left of each live member, by node).
 macro_rules! membership_store {
     ($db:ty) => {
-        #[lease_core::async_trait]
+        #[lease_core::backend::async_trait]
         impl lease_core::MembershipStore for $crate::SqlStore<$db> {
             async fn heartbeat(
                 &self,
@@ -47,24 +47,21 @@ macro_rules! membership_store {
                 ttl: std::time::Duration,
                 groups: &[String],
             ) -> lease_core::Result<lease_core::Member> {
-                lease_core::check_member_args(
-                    self,
-                    service,
-                    node,
-                    Some(address),
-                    Some(ttl),
-                    groups,
-                )?;
+                lease_core::backend::check::heartbeat(self, service, node, address, ttl, groups)?;
                 let ms = $crate::store::ttl_ms(ttl);
-                let list = lease_core::encode_groups(groups);
+                let list = lease_core::backend::encode_groups(groups);
                 self.heartbeat_row(service, node, address, &list, ms)
-                    .await?;
+                    .await
+                    .map_err(|e| e.during(lease_core::layer::Operation::Heartbeat, service))?;
                 Ok($crate::membership::written(node, address, groups, ms))
             }
 
             async fn members(&self, service: &str) -> lease_core::Result<Vec<lease_core::Member>> {
-                lease_core::check_member_args(self, service, "-", None, None, &[])?;
-                let rows = self.member_rows(service).await?;
+                lease_core::backend::check::members(self, service)?;
+                let rows = self
+                    .member_rows(service)
+                    .await
+                    .map_err(|e| e.during(lease_core::layer::Operation::Members, service))?;
                 Ok(rows
                     .into_iter()
                     .map(|(node, address, groups, left)| {
@@ -77,14 +74,15 @@ macro_rules! membership_store {
             /// MySQL whatever the found-rows flag: it matches a live record only, and always
             /// changes it).
             async fn leave(&self, service: &str, node: &str) -> lease_core::Result<bool> {
-                lease_core::check_member_args(self, service, node, None, None, &[])?;
+                lease_core::backend::check::leave(self, service, node)?;
                 let g = &self.inner.stmts.groups;
                 let done = $crate::partitions::group_conn!(
                     self,
-                    "leave",
+                    lease_core::layer::Operation::Leave,
                     $crate::partitions::Table::Members,
                     |c| { sqlx::query(&g.leave).bind(service).bind(node).execute(c) }
-                )?;
+                )
+                .map_err(|e| e.during(lease_core::layer::Operation::Leave, service))?;
                 Ok(done.rows_affected() > 0)
             }
         }
@@ -108,7 +106,7 @@ macro_rules! returning_member_rows {
                 let g = &self.inner.stmts.groups;
                 $crate::partitions::group_conn!(
                     self,
-                    "heartbeat",
+                    lease_core::layer::Operation::Heartbeat,
                     $crate::partitions::Table::Members,
                     |c| {
                         sqlx::query(&g.heartbeat)
@@ -130,7 +128,7 @@ macro_rules! returning_member_rows {
                 let g = &self.inner.stmts.groups;
                 $crate::partitions::group_conn!(
                     self,
-                    "members",
+                    lease_core::layer::Operation::Members,
                     $crate::partitions::Table::Members,
                     |c| { sqlx::query_as(&g.members).bind(service).fetch_all(c) }
                 )

@@ -7,7 +7,7 @@
 //! [`MySqlStore`](crate::MySqlStore) and [`SqliteStore`](crate::SqliteStore).
 //!
 //! One impl for every dialect ([`partition_store`]): argument checks before any I/O (lease-core's
-//! `check_partition_args` and `check_partition_batch`), an empty batch answered without I/O,
+//! `backend::check`, one per operation), an empty batch answered without I/O,
 //! the batch deduplicated; the statements are the dialect's (`acquire_row`, `renew_rows`,
 //! `release_rows`, `owner_rows`: PostgreSQL's and SQLite's from [`returning_partition_rows`],
 //! MySQL's in `mysql/partitions.rs`).
@@ -49,11 +49,16 @@ impl<DB: Database> SqlStore<DB> {
     }
 
     /// Maps a sqlx error of `op` on `table`, naming the table and its DDL when it is missing.
-    pub(crate) fn group_err(&self, e: sqlx::Error, op: &str, table: Table) -> Error {
+    pub(crate) fn group_err<'a>(
+        &self,
+        e: sqlx::Error,
+        doing: impl Into<crate::error::Doing<'a>>,
+        table: Table,
+    ) -> Error {
         if crate::error::is_missing_table(&e) {
             return self.missing_group_table(table).with_source(e);
         }
-        crate::error::map(e, op, &self.inner.server)
+        crate::error::map(e, doing.into(), &self.inner.server)
     }
 
     pub(crate) fn missing_group_table(&self, table: Table) -> Error {
@@ -65,24 +70,24 @@ impl<DB: Database> SqlStore<DB> {
         Error::new(
             ErrorKind::Unavailable,
             format!(
-                "the {} `{name}` does not exist on {}{ddl}; create it with:\n{create}",
+                "the {} `{name}` does not exist{ddl}; create it with:\n{create}",
                 table.what(),
-                self.inner.server
             ),
         )
         .with_temporary(false)
+        .at_server(&self.inner.server)
     }
 
     fn corrupt_row(&self, table: Table, what: &str) -> Error {
         Error::new(
             ErrorKind::Backend,
             format!(
-                "the {} `{}` on {} holds a corrupt row: {what}",
+                "the {} `{}` holds a corrupt row: {what}",
                 table.what(),
                 self.table_of(table).0,
-                self.inner.server
             ),
         )
+        .at_server(&self.inner.server)
     }
 
     fn partition_from(&self, v: i64) -> Result<u32> {
@@ -138,18 +143,18 @@ impl<DB: Database> SqlStore<DB> {
             Table::Partitions => vec![
                 compared("group_name", name, names),
                 plain("partition_no", 0),
-                compared("owner", lease_core::MAX_INSTANCE_BYTES, ""),
+                compared("owner", lease_core::backend::MAX_INSTANCE_BYTES, ""),
                 plain("epoch", 0),
                 plain("expires_at_ms", 0),
             ],
             Table::Members => vec![
                 compared("service", name, names),
-                compared("node", lease_core::MAX_INSTANCE_BYTES, ""),
-                plain("address", lease_core::MAX_ADDRESS_BYTES),
+                compared("node", lease_core::backend::MAX_INSTANCE_BYTES, ""),
+                plain("address", lease_core::backend::MAX_ADDRESS_BYTES),
                 // Every group at its longest, one line feed between two.
                 plain(
                     "group_list",
-                    lease_core::MAX_GROUPS_PER_MEMBER * (name + 1) - 1,
+                    lease_core::backend::MAX_GROUPS_PER_MEMBER * (name + 1) - 1,
                 ),
                 plain("expires_at_ms", 0),
             ],
@@ -163,7 +168,6 @@ impl<DB: Database> SqlStore<DB> {
     ) -> Result<()> {
         let (name, create) = self.table_of(table);
         crate::store::table_columns(
-            &self.inner.server,
             table.what(),
             name,
             create,
@@ -219,7 +223,7 @@ macro_rules! check_group_tables {
                 match created {
                     Ok(_) => {}
                     Err(e) if $crate::error::is_create_race(&e) => {}
-                    Err(e) => return Err($self.group_err(e, &op, table)),
+                    Err(e) => return Err($self.group_err(e, op.as_str(), table)),
                 }
             }
             let probe = format!("UPDATE {name} SET expires_at_ms = expires_at_ms WHERE 1 = 0");
@@ -235,10 +239,9 @@ macro_rules! check_group_tables {
                     return Err(lease_core::Error::new(
                         lease_core::ErrorKind::Unavailable,
                         format!(
-                            "cannot write the {} `{name}` on {}: does the user lack the \
+                            "cannot write the {} `{name}`: does the user lack the \
                              privilege, or is the connection read-only?",
                             table.what(),
-                            $self.inner.server
                         ),
                     )
                     .with_temporary(false)
@@ -256,7 +259,7 @@ macro_rules! check_group_tables {
 /// (partition, owner, epoch, time left of each live lease, by partition).
 macro_rules! partition_store {
     ($db:ty) => {
-        #[lease_core::async_trait]
+        #[lease_core::backend::async_trait]
         impl lease_core::PartitionStore for $crate::SqlStore<$db> {
             async fn acquire_partition(
                 &self,
@@ -265,9 +268,12 @@ macro_rules! partition_store {
                 owner: &str,
                 ttl: std::time::Duration,
             ) -> lease_core::Result<Option<lease_core::PartitionLease>> {
-                lease_core::check_partition_args(self, group, owner, Some(ttl))?;
+                lease_core::backend::check::acquire_partition(self, group, owner, ttl)?;
                 let ms = $crate::store::ttl_ms(ttl);
-                let epoch = self.acquire_row(group, partition, owner, ms).await?;
+                let epoch = self
+                    .acquire_row(group, partition, owner, ms)
+                    .await
+                    .map_err(|e| e.during(lease_core::layer::Operation::AcquirePartition, group))?;
                 Ok(epoch.map(|epoch| lease_core::PartitionLease {
                     partition,
                     owner: owner.to_owned(),
@@ -283,18 +289,24 @@ macro_rules! partition_store {
                 owner: &str,
                 ttl: std::time::Duration,
             ) -> lease_core::Result<Vec<lease_core::PartitionLease>> {
-                lease_core::check_partition_args(self, group, owner, Some(ttl))?;
-                lease_core::check_partition_batch(partitions)?;
-                if partitions.is_empty() {
+                let batch = lease_core::backend::check::renew_partitions(
+                    self, group, partitions, owner, ttl,
+                )?;
+                if batch == lease_core::backend::check::Batch::Empty {
                     return Ok(Vec::new());
                 }
                 let ms = $crate::store::ttl_ms(ttl);
+                let during = |e: lease_core::Error| {
+                    e.during(lease_core::layer::Operation::RenewPartitions, group)
+                };
                 let rows = self
                     .renew_rows(group, &$crate::partitions::distinct(partitions), owner, ms)
-                    .await?;
+                    .await
+                    .map_err(during)?;
                 rows.into_iter()
                     .map(|(p, epoch, left)| self.lease(p, owner.to_owned(), epoch, left))
-                    .collect()
+                    .collect::<lease_core::Result<_>>()
+                    .map_err(during)
             }
 
             async fn release_partitions(
@@ -303,14 +315,17 @@ macro_rules! partition_store {
                 partitions: &[u32],
                 owner: &str,
             ) -> lease_core::Result<usize> {
-                lease_core::check_partition_args(self, group, owner, None)?;
-                lease_core::check_partition_batch(partitions)?;
-                if partitions.is_empty() {
+                let batch =
+                    lease_core::backend::check::release_partitions(self, group, partitions, owner)?;
+                if batch == lease_core::backend::check::Batch::Empty {
                     return Ok(0);
                 }
                 let ended = self
                     .release_rows(group, &$crate::partitions::distinct(partitions), owner)
-                    .await?;
+                    .await
+                    .map_err(|e| {
+                        e.during(lease_core::layer::Operation::ReleasePartitions, group)
+                    })?;
                 Ok(usize::try_from(ended).unwrap_or(usize::MAX))
             }
 
@@ -318,11 +333,14 @@ macro_rules! partition_store {
                 &self,
                 group: &str,
             ) -> lease_core::Result<Vec<lease_core::PartitionLease>> {
-                lease_core::LeaseStore::validate_name(self, group)?;
-                let rows = self.owner_rows(group).await?;
+                lease_core::backend::check::owners(self, group)?;
+                let during =
+                    |e: lease_core::Error| e.during(lease_core::layer::Operation::Owners, group);
+                let rows = self.owner_rows(group).await.map_err(during)?;
                 rows.into_iter()
                     .map(|(p, owner, epoch, left)| self.lease(p, owner, epoch, left))
-                    .collect()
+                    .collect::<lease_core::Result<_>>()
+                    .map_err(during)
             }
         }
     };
@@ -344,7 +362,7 @@ macro_rules! returning_partition_rows {
                 let g = &self.inner.stmts.groups;
                 let row: Option<(i64,)> = $crate::partitions::group_conn!(
                     self,
-                    "acquire partition",
+                    lease_core::layer::Operation::AcquirePartition,
                     $crate::partitions::Table::Partitions,
                     |c| {
                         sqlx::query_as(&g.acquire)
@@ -370,7 +388,7 @@ macro_rules! returning_partition_rows {
                 let g = &self.inner.stmts.groups;
                 let rows: Vec<(i64, i64)> = $crate::partitions::group_conn!(
                     self,
-                    "renew partitions",
+                    lease_core::layer::Operation::RenewPartitions,
                     $crate::partitions::Table::Partitions,
                     |c| {
                         sqlx::query_as(&g.renew)
@@ -394,7 +412,7 @@ macro_rules! returning_partition_rows {
                 let g = &self.inner.stmts.groups;
                 let done = $crate::partitions::group_conn!(
                     self,
-                    "release partitions",
+                    lease_core::layer::Operation::ReleasePartitions,
                     $crate::partitions::Table::Partitions,
                     |c| {
                         sqlx::query(&g.release)
@@ -414,7 +432,7 @@ macro_rules! returning_partition_rows {
                 let g = &self.inner.stmts.groups;
                 $crate::partitions::group_conn!(
                     self,
-                    "owners",
+                    lease_core::layer::Operation::Owners,
                     $crate::partitions::Table::Partitions,
                     |c| { sqlx::query_as(&g.owners).bind(group).fetch_all(c) }
                 )

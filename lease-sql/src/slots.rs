@@ -29,7 +29,9 @@ use std::collections::HashMap;
 
 use std::time::Duration;
 
-use lease_core::{LeaseStore, Result, SlotClaim, SlotRecord};
+use lease_core::LeaseStore;
+use lease_core::Result;
+use lease_core::backend::{SlotClaim, SlotRecord};
 
 use crate::store::{remaining, ttl_ms};
 
@@ -74,7 +76,7 @@ pub(crate) fn decide(read: ClaimRead, instant_ms: i64) -> Next {
 
 pub(crate) fn claimed(term: u64, ttl_ms: i64, previous: Option<Previous>) -> SlotClaim {
     SlotClaim::Claimed {
-        grant: lease_core::Grant {
+        grant: lease_core::backend::Grant {
             term,
             expires_in: remaining(ttl_ms),
         },
@@ -124,9 +126,7 @@ impl<'a> Claim<'a> {
         ttl: Duration,
         instant_ms: i64,
     ) -> Result<Self> {
-        store.validate_name(name)?;
-        store.validate_ttl(ttl)?;
-        lease_core::validate_instance(instance)?;
+        lease_core::backend::check::claim(store, name, instance, ttl)?;
         Ok(Claim {
             name,
             hex,
@@ -153,33 +153,37 @@ pub(crate) struct Finish<'a> {
 /// new term, `None` when not eligible).
 macro_rules! slot_store {
     ($db:ty) => {
-        #[lease_core::async_trait]
+        #[lease_core::backend::async_trait]
         impl lease_core::SlotStore for $crate::SqlStore<$db> {
             async fn claim_slot(
                 &self,
                 name: &str,
-                holder: &lease_core::HolderToken,
+                holder: &lease_core::backend::HolderToken,
                 instance: &str,
                 ttl: std::time::Duration,
                 instant_ms: i64,
-            ) -> lease_core::Result<lease_core::SlotClaim> {
+            ) -> lease_core::Result<lease_core::backend::SlotClaim> {
                 let hex = holder.to_hex();
                 let claim =
                     $crate::slots::Claim::checked(self, name, &hex, instance, ttl, instant_ms)?;
                 let read: $crate::slots::ClaimRead =
-                    $crate::store::with_conn!(self, "claim slot", |c| {
+                    $crate::store::with_conn!(self, lease_core::layer::Operation::ClaimSlot, |c| {
                         sqlx::query_as(&self.inner.stmts.slots.read)
                             .bind(name)
                             .fetch_one(c)
-                    })?;
+                    })
+                    .map_err(|e| e.during(lease_core::layer::Operation::ClaimSlot, name))?;
                 let previous = match $crate::slots::decide(read, instant_ms) {
                     $crate::slots::Next::Answer(answer) => return Ok(answer),
                     $crate::slots::Next::Write(previous) => previous,
                 };
-                let term = self.claim_slot_row(claim, previous).await?;
+                let term = self
+                    .claim_slot_row(claim, previous)
+                    .await
+                    .map_err(|e| e.during(lease_core::layer::Operation::ClaimSlot, name))?;
                 Ok(match term {
                     // Another replica's write matched first.
-                    None => lease_core::SlotClaim::Held,
+                    None => lease_core::backend::SlotClaim::Held,
                     Some(term) => $crate::slots::claimed(term, claim.ttl_ms, previous),
                 })
             }
@@ -187,12 +191,11 @@ macro_rules! slot_store {
             async fn finish_slot(
                 &self,
                 name: &str,
-                holder: &lease_core::HolderToken,
+                holder: &lease_core::backend::HolderToken,
                 instant_ms: i64,
                 passed_ms: Option<i64>,
-            ) -> lease_core::Result<lease_core::SlotFinish> {
-                use lease_core::LeaseStore as _;
-                self.validate_name(name)?;
+            ) -> lease_core::Result<lease_core::backend::SlotFinish> {
+                lease_core::backend::check::name(self, name)?;
                 let hex = holder.to_hex();
                 self.finish_in($crate::slots::Finish {
                     name,
@@ -201,33 +204,38 @@ macro_rules! slot_store {
                     passed_ms,
                 })
                 .await
+                .map_err(|e| e.during(lease_core::layer::Operation::FinishSlot, name))
             }
 
             async fn unfinished(&self, names: &[String]) -> lease_core::Result<Vec<(String, i64)>> {
-                use lease_core::LeaseStore as _;
-                for name in names {
-                    self.validate_name(name)?;
-                }
-                if names.is_empty() {
+                if lease_core::backend::check::unfinished(self, names)?
+                    == lease_core::backend::check::Batch::Empty
+                {
                     return Ok(Vec::new());
                 }
-                let rows = self.unfinished_rows(names).await?;
+                let rows = self
+                    .unfinished_rows(names)
+                    .await
+                    .map_err(|e| e.during(lease_core::layer::Operation::Unfinished, ""))?;
                 Ok($crate::slots::in_order(names, rows))
             }
 
             async fn claim_rerun(
                 &self,
                 name: &str,
-                holder: &lease_core::HolderToken,
+                holder: &lease_core::backend::HolderToken,
                 instance: &str,
                 ttl: std::time::Duration,
                 instant_ms: i64,
-            ) -> lease_core::Result<Option<lease_core::Grant>> {
+            ) -> lease_core::Result<Option<lease_core::backend::Grant>> {
                 let hex = holder.to_hex();
                 let claim =
                     $crate::slots::Claim::checked(self, name, &hex, instance, ttl, instant_ms)?;
-                let term = self.rerun_row(claim).await?;
-                Ok(term.map(|term| lease_core::Grant {
+                let term = self
+                    .rerun_row(claim)
+                    .await
+                    .map_err(|e| e.during(lease_core::layer::Operation::ClaimRerun, name))?;
+                Ok(term.map(|term| lease_core::backend::Grant {
                     term,
                     expires_in: $crate::store::remaining(claim.ttl_ms),
                 }))
@@ -236,15 +244,15 @@ macro_rules! slot_store {
             async fn last_slot(
                 &self,
                 name: &str,
-            ) -> lease_core::Result<Option<lease_core::SlotRecord>> {
-                use lease_core::LeaseStore as _;
-                self.validate_name(name)?;
+            ) -> lease_core::Result<Option<lease_core::backend::SlotRecord>> {
+                lease_core::backend::check::name(self, name)?;
                 let row: Option<(Option<i64>, Option<i64>, Option<i64>)> =
-                    $crate::store::with_conn!(self, "last slot", |c| sqlx::query_as(
-                        &self.inner.stmts.slots.last
-                    )
-                    .bind(name)
-                    .fetch_optional(c))?;
+                    $crate::store::with_conn!(self, lease_core::layer::Operation::LastSlot, |c| {
+                        sqlx::query_as(&self.inner.stmts.slots.last)
+                            .bind(name)
+                            .fetch_optional(c)
+                    })
+                    .map_err(|e| e.during(lease_core::layer::Operation::LastSlot, name))?;
                 Ok(row.map($crate::slots::record))
             }
         }
@@ -265,25 +273,33 @@ macro_rules! returning_slot_writes {
             ) -> lease_core::Result<Option<u64>> {
                 let s = &self.inner.stmts.slots;
                 let row: Option<(i64,)> = match previous {
-                    None => $crate::store::with_conn!(self, "claim slot", |c| {
-                        sqlx::query_as(&s.insert)
-                            .bind(w.name)
-                            .bind(w.hex)
-                            .bind(w.instance)
-                            .bind(w.ttl_ms)
-                            .bind(w.instant_ms)
-                            .fetch_optional(c)
-                    })?,
-                    Some(p) => $crate::store::with_conn!(self, "claim slot", |c| {
-                        sqlx::query_as(&s.update)
-                            .bind(w.name)
-                            .bind(w.hex)
-                            .bind(w.instance)
-                            .bind(w.ttl_ms)
-                            .bind(w.instant_ms)
-                            .bind(p.term)
-                            .fetch_optional(c)
-                    })?,
+                    None => $crate::store::with_conn!(
+                        self,
+                        lease_core::layer::Operation::ClaimSlot,
+                        |c| {
+                            sqlx::query_as(&s.insert)
+                                .bind(w.name)
+                                .bind(w.hex)
+                                .bind(w.instance)
+                                .bind(w.ttl_ms)
+                                .bind(w.instant_ms)
+                                .fetch_optional(c)
+                        }
+                    )?,
+                    Some(p) => $crate::store::with_conn!(
+                        self,
+                        lease_core::layer::Operation::ClaimSlot,
+                        |c| {
+                            sqlx::query_as(&s.update)
+                                .bind(w.name)
+                                .bind(w.hex)
+                                .bind(w.instance)
+                                .bind(w.ttl_ms)
+                                .bind(w.instant_ms)
+                                .bind(p.term)
+                                .fetch_optional(c)
+                        }
+                    )?,
                 };
                 row.map(|(t,)| self.term_from(t)).transpose()
             }
@@ -293,16 +309,17 @@ macro_rules! returning_slot_writes {
                 &self,
                 w: $crate::slots::Claim<'_>,
             ) -> lease_core::Result<Option<u64>> {
-                let row: Option<(i64,)> =
-                    $crate::store::with_conn!(self, "claim rerun", |c| sqlx::query_as(
-                        &self.inner.stmts.slots.rerun
-                    )
-                    .bind(w.name)
-                    .bind(w.hex)
-                    .bind(w.instance)
-                    .bind(w.ttl_ms)
-                    .bind(w.instant_ms)
-                    .fetch_optional(c))?;
+                let row: Option<(i64,)> = $crate::store::with_conn!(
+                    self,
+                    lease_core::layer::Operation::ClaimRerun,
+                    |c| sqlx::query_as(&self.inner.stmts.slots.rerun)
+                        .bind(w.name)
+                        .bind(w.hex)
+                        .bind(w.instance)
+                        .bind(w.ttl_ms)
+                        .bind(w.instant_ms)
+                        .fetch_optional(c)
+                )?;
                 row.map(|(t,)| self.term_from(t)).transpose()
             }
         }

@@ -6,7 +6,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lease_core::{Capabilities, Error, ErrorKind, HolderToken, Result, Term};
+use lease_core::backend::HolderToken;
+use lease_core::{Error, ErrorKind, Result, Term};
 use sqlx::{Database, Pool};
 
 use crate::config::SqlConfig;
@@ -103,8 +104,13 @@ impl<DB: Database> SqlStore<DB> {
         &self.inner.app
     }
 
-    /// Maps a sqlx error of `op`, naming the table and its DDL when the table is missing.
-    pub(crate) fn err(&self, e: sqlx::Error, op: &str) -> Error {
+    /// Maps a sqlx error met while `doing` something, naming the table and its DDL when the
+    /// table is missing.
+    pub(crate) fn err<'a>(
+        &self,
+        e: sqlx::Error,
+        doing: impl Into<crate::error::Doing<'a>>,
+    ) -> Error {
         if crate::error::is_missing_table(&e) {
             return crate::error::missing_table(
                 &self.inner.config.table,
@@ -113,7 +119,13 @@ impl<DB: Database> SqlStore<DB> {
             )
             .with_source(e);
         }
-        crate::error::map(e, op, &self.inner.server)
+        crate::error::map(e, doing.into(), &self.inner.server)
+    }
+
+    /// `e` with this store's server attached, unless it has one (the start-up checks' messages
+    /// leave it out).
+    pub(crate) fn at_server(&self, e: Error) -> Error {
+        e.at_server(self.inner.server.as_str())
     }
 
     pub(crate) fn term_from(&self, v: i64) -> Result<u64> {
@@ -125,7 +137,7 @@ impl<DB: Database> SqlStore<DB> {
 }
 
 pub(crate) fn ttl_ms(ttl: Duration) -> i64 {
-    i64::try_from(lease_core::ceil_millis(ttl)).unwrap_or(i64::MAX)
+    i64::try_from(lease_core::backend::ceil_millis(ttl)).unwrap_or(i64::MAX)
 }
 
 pub(crate) fn remaining(ms: i64) -> Duration {
@@ -168,19 +180,6 @@ pub(crate) fn term_i64(term: u64) -> i64 {
     i64::try_from(term).unwrap_or(i64::MAX)
 }
 
-/// What every SQL store can do, whatever its dialect.
-pub(crate) fn capabilities(config: &SqlConfig) -> Capabilities {
-    Capabilities {
-        verify_in_transaction: true,
-        force_release: true,
-        slots: true,
-        partitions: true,
-        membership: true,
-        max_name_bytes: config.max_name_bytes,
-        ..Capabilities::default()
-    }
-}
-
 /// Runs `$body` (a sqlx future using the connection `$c`) on one of the store's own
 /// connections and returns sqlx's result; a failed transport closes the connection.
 macro_rules! raw_conn {
@@ -219,9 +218,9 @@ macro_rules! check_lease_table {
                 return Err(lease_core::Error::new(
                     lease_core::ErrorKind::Unavailable,
                     format!(
-                        "the database at {} cannot tell its clock with `{}`; it cannot carry \
+                        "the database cannot tell its clock with `{}`; it cannot carry \
                          leases (SQLite needs 3.42 or later for unixepoch('subsec'))",
-                        inner.server, inner.stmts.now
+                        inner.stmts.now
                     ),
                 )
                 .with_temporary(false)
@@ -253,8 +252,8 @@ macro_rules! check_lease_table {
                 return Err(lease_core::Error::new(
                     lease_core::ErrorKind::Unavailable,
                     format!(
-                        "cannot write the lease table `{}` on {}: is the connection read-only?",
-                        inner.config.table, inner.server
+                        "cannot write the lease table `{}`: is the connection read-only?",
+                        inner.config.table
                     ),
                 )
                 .with_temporary(false)
@@ -288,8 +287,8 @@ pub(crate) fn name_width<DB: Database>(
         return Err(Error::new(
             ErrorKind::Unavailable,
             format!(
-                "the lease table `{}` on {} has no `name` column; create it with:\n{}",
-                inner.config.table, inner.server, inner.stmts.create
+                "the lease table `{}` has no `name` column; create it with:\n{}",
+                inner.config.table, inner.stmts.create
             ),
         )
         .with_temporary(false));
@@ -299,9 +298,9 @@ pub(crate) fn name_width<DB: Database>(
         Some(w) if w < wanted => Err(Error::new(
             ErrorKind::Unavailable,
             format!(
-                "the `name` column of `{}` on {} is {data_type}({w}), narrower than the {wanted} \
+                "the `name` column of `{}` is {data_type}({w}), narrower than the {wanted} \
                  bytes this store accepts; widen the column or lower max_name_bytes to {w}",
-                inner.config.table, inner.server
+                inner.config.table
             ),
         )
         .with_temporary(false)),
@@ -337,7 +336,6 @@ pub(crate) struct Wanted {
 /// wanted column exists, holds the longest value the store writes, and, where the store
 /// compares it, compares byte for byte.
 pub(crate) fn table_columns(
-    server: &str,
     what: &str,
     table: &str,
     create: &str,
@@ -348,21 +346,21 @@ pub(crate) fn table_columns(
     for w in wanted {
         let Some(c) = have.iter().find(|c| c.name.eq_ignore_ascii_case(w.column)) else {
             return Err(unavailable(format!(
-                "the {what} `{table}` on {server} has no `{}` column; create it with:\n{create}",
+                "the {what} `{table}` has no `{}` column; create it with:\n{create}",
                 w.column
             )));
         };
         let bytes = i64::try_from(w.bytes).unwrap_or(i64::MAX);
         if let Some(width) = c.width.filter(|width| *width < bytes) {
             return Err(unavailable(format!(
-                "the `{}` column of `{table}` on {server} is {}({width}), narrower than the \
+                "the `{}` column of `{table}` is {}({width}), narrower than the \
                  {bytes} bytes this store writes; widen the column{}",
                 w.column, c.data_type, w.hint
             )));
         }
         if let (true, Some(collation)) = (w.exact, &c.inexact) {
             return Err(unavailable(format!(
-                "the `{}` column of `{table}` on {server} is {} with collation {collation}, \
+                "the `{}` column of `{table}` is {} with collation {collation}, \
                  under which \"Job\", \"job\" and \"job \" could compare equal; make it as in:\n\
                  {create}",
                 w.column, c.data_type

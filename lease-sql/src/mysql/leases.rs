@@ -35,7 +35,7 @@ impl SqlStore<MySql> {
         };
         let mut attempt = 0;
         let done = loop {
-            let r = raw_conn!(self, "claim", |c| {
+            let r = raw_conn!(self, lease_core::layer::Operation::Claim, |c| {
                 sqlx::query(stmt)
                     .bind(name)
                     .bind(hex)
@@ -56,7 +56,7 @@ impl SqlStore<MySql> {
                 // The row is locked by a transaction (a verified one of the holder's): live, so
                 // held. The statement was rolled back whole.
                 Err(e) if crate::error::is_lock_busy(&e) => return Ok(None),
-                r => break r.map_err(|e| self.err(e, "claim"))?,
+                r => break r.map_err(|e| self.err(e, lease_core::layer::Operation::Claim))?,
             }
         };
         Ok(inserted(done.last_insert_id()))
@@ -67,23 +67,35 @@ impl SqlStore<MySql> {
             .bind(ms)
             .bind(name)
             .bind(hex);
-        Ok(inserted(self.exec("renew", q).await?.last_insert_id()))
+        Ok(inserted(
+            self.exec(lease_core::layer::Operation::Renew, q)
+                .await?
+                .last_insert_id(),
+        ))
     }
 
     pub(super) async fn release_row(&self, name: &str, hex: &str) -> Result<bool> {
         let q = sqlx::query(&self.inner.stmts.release).bind(name).bind(hex);
-        Ok(self.exec("release", q).await?.last_insert_id() > 0)
+        Ok(self
+            .exec(lease_core::layer::Operation::Release, q)
+            .await?
+            .last_insert_id()
+            > 0)
     }
 
     pub(super) async fn force_release_row(&self, name: &str) -> Result<bool> {
         let q = sqlx::query(&self.inner.stmts.force_release).bind(name);
-        Ok(self.exec("force release", q).await?.last_insert_id() > 0)
+        Ok(self
+            .exec(lease_core::layer::Operation::ForceRelease, q)
+            .await?
+            .last_insert_id()
+            > 0)
     }
 
     /// Runs one statement of `op` on a lease connection.
     async fn exec(
         &self,
-        op: &str,
+        op: lease_core::layer::Operation,
         q: Query<'_, MySql, MySqlArguments>,
     ) -> Result<MySqlQueryResult> {
         with_conn!(self, op, |c| q.execute(c))

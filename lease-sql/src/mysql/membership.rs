@@ -25,18 +25,23 @@ impl SqlStore<MySql> {
         ms: i64,
     ) -> Result<()> {
         let g = &self.inner.stmts.groups;
-        group_conn!(self, "heartbeat", Table::Members, |c| {
-            sqlx::query(&g.heartbeat)
-                .bind(service)
-                .bind(node)
-                .bind(address)
-                .bind(list)
-                .bind(ms)
-                .bind(address)
-                .bind(list)
-                .bind(ms)
-                .execute(c)
-        })?;
+        group_conn!(
+            self,
+            lease_core::layer::Operation::Heartbeat,
+            Table::Members,
+            |c| {
+                sqlx::query(&g.heartbeat)
+                    .bind(service)
+                    .bind(node)
+                    .bind(address)
+                    .bind(list)
+                    .bind(ms)
+                    .bind(address)
+                    .bind(list)
+                    .bind(ms)
+                    .execute(c)
+            }
+        )?;
         Ok(())
     }
 
@@ -45,9 +50,12 @@ impl SqlStore<MySql> {
         service: &str,
     ) -> Result<Vec<(String, String, String, i64)>> {
         let g = &self.inner.stmts.groups;
-        let rows: Vec<MemberRow> = group_conn!(self, "members", Table::Members, |c| {
-            sqlx::query_as(&g.members).bind(service).fetch_all(c)
-        })?;
+        let rows: Vec<MemberRow> = group_conn!(
+            self,
+            lease_core::layer::Operation::Members,
+            Table::Members,
+            |c| { sqlx::query_as(&g.members).bind(service).fetch_all(c) }
+        )?;
         rows.into_iter()
             .map(|(node, address, groups, left)| {
                 let node = self.text_from(Table::Members, "node", node)?;

@@ -192,7 +192,10 @@ impl SqlStore<MySql> {
         };
         let stmts = statements::statements(&config.table);
         let store = Self::assemble(pool, config, server, Dialect::MySql, stmts);
-        store.check_available().await?;
+        store
+            .check_available()
+            .await
+            .map_err(|e| store.at_server(e))?;
         Ok(store)
     }
 
@@ -214,7 +217,7 @@ impl SqlStore<MySql> {
             .acquire_timeout(Duration::from_secs(5))
             .connect_with(opts)
             .await
-            .map_err(|e| crate::error::map(e, "connect", &server))?;
+            .map_err(|e| crate::error::map(e, "connect".into(), &server))?;
         Self::with_client(pool, config).await
     }
 
@@ -250,10 +253,9 @@ impl SqlStore<MySql> {
                 return Err(Error::new(
                     ErrorKind::Unavailable,
                     format!(
-                        "the `name` column of `{table}` on {} is {data_type} with collation {}, \
+                        "the `name` column of `{table}` is {data_type} with collation {}, \
                          under which \"Job\", \"job\" and \"job \" could share one row; make it \
                          VARBINARY(255) as in:\n{}",
-                        self.inner.server,
                         collation.as_deref().unwrap_or("(binary)"),
                         self.inner.stmts.create
                     ),
@@ -322,10 +324,9 @@ impl SqlStore<MySql> {
                     return Err(Error::new(
                         ErrorKind::Unavailable,
                         format!(
-                            "the `partition_no` column of `{full}` on {} is {column_type}, \
+                            "the `partition_no` column of `{full}` is {column_type}, \
                              which cannot hold every partition number (0 to 4294967295); \
                              make it INT UNSIGNED as in:\n{}",
-                            self.inner.server,
                             self.table_of(table).1
                         ),
                     )

@@ -68,21 +68,26 @@ impl SqlStore<MySql> {
         ms: i64,
     ) -> Result<Option<u64>> {
         let g = &self.inner.stmts.groups;
-        let done = group_conn!(self, "acquire partition", Table::Partitions, |c| {
-            sqlx::query(&g.acquire)
-                .bind(group)
-                .bind(partition)
-                .bind(owner)
-                .bind(ms)
-                // epoch: kept when still the owner's
-                .bind(owner)
-                // owner
-                .bind(owner)
-                // expires_at_ms
-                .bind(owner)
-                .bind(ms)
-                .execute(c)
-        })?;
+        let done = group_conn!(
+            self,
+            lease_core::layer::Operation::AcquirePartition,
+            Table::Partitions,
+            |c| {
+                sqlx::query(&g.acquire)
+                    .bind(group)
+                    .bind(partition)
+                    .bind(owner)
+                    .bind(ms)
+                    // epoch: kept when still the owner's
+                    .bind(owner)
+                    // owner
+                    .bind(owner)
+                    // expires_at_ms
+                    .bind(owner)
+                    .bind(ms)
+                    .execute(c)
+            }
+        )?;
         Ok(inserted(done.last_insert_id()))
     }
 
@@ -97,7 +102,7 @@ impl SqlStore<MySql> {
         ms: i64,
     ) -> Result<Vec<(i64, i64, i64)>> {
         let sql = fill(&self.inner.stmts.groups.renew, group, owner, partitions, ms);
-        let op = "renew partitions";
+        let op = lease_core::layer::Operation::RenewPartitions;
         let rows = group_conn!(self, op, Table::Partitions, |c| { raw_rows(c, &sql) })?;
         rows.iter()
             .map(|row| {
@@ -127,19 +132,24 @@ impl SqlStore<MySql> {
             partitions,
             0,
         );
-        let done = group_conn!(self, "release partitions", Table::Partitions, |c| {
-            raw_execute(c, &sql)
-        })?;
+        let done = group_conn!(
+            self,
+            lease_core::layer::Operation::ReleasePartitions,
+            Table::Partitions,
+            |c| { raw_execute(c, &sql) }
+        )?;
         Ok(done.rows_affected())
     }
 
     /// The owners, read as bytes (binary columns) and checked to be UTF-8.
     pub(super) async fn owner_rows(&self, group: &str) -> Result<Vec<(i64, String, i64, i64)>> {
         let g = &self.inner.stmts.groups;
-        let rows: Vec<(u32, Vec<u8>, i64, i64)> =
-            group_conn!(self, "owners", Table::Partitions, |c| {
-                sqlx::query_as(&g.owners).bind(group).fetch_all(c)
-            })?;
+        let rows: Vec<(u32, Vec<u8>, i64, i64)> = group_conn!(
+            self,
+            lease_core::layer::Operation::Owners,
+            Table::Partitions,
+            |c| { sqlx::query_as(&g.owners).bind(group).fetch_all(c) }
+        )?;
         rows.into_iter()
             .map(|(p, owner, epoch, left)| {
                 let owner = self.text_from(Table::Partitions, "owner", owner)?;

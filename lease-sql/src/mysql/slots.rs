@@ -2,12 +2,15 @@
 //! `LAST_INSERT_ID(expr)`; every write is retried at once after a deadlock, as the claim is.
 //! The rest of [`SlotStore`](lease_core::SlotStore) is shared, see `slots.rs`.
 
-use lease_core::{Result, SlotFinish};
+use lease_core::Result;
+use lease_core::backend::SlotFinish;
 use sqlx::MySql;
 use sqlx::mysql::{MySqlArguments, MySqlQueryResult};
 use sqlx::query::Query;
 
 use super::leases::inserted;
+use lease_core::layer::Operation;
+
 use crate::slots::{Claim, Finish, Previous};
 use crate::store::{SqlStore, raw_conn, with_conn};
 use crate::wire::NAMES_MARKER;
@@ -21,7 +24,7 @@ impl SqlStore<MySql> {
     /// a deadlock victim: the statement was rolled back whole.
     async fn write<'q>(
         &self,
-        op: &str,
+        op: Operation,
         q: impl Fn() -> Query<'q, MySql, MySqlArguments>,
     ) -> Result<MySqlQueryResult> {
         let mut attempt = 0;
@@ -49,7 +52,7 @@ impl SqlStore<MySql> {
         let s = &self.inner.stmts.slots;
         let done = match previous {
             None => {
-                self.write("claim slot", || {
+                self.write(lease_core::layer::Operation::ClaimSlot, || {
                     sqlx::query(&s.insert)
                         .bind(w.name)
                         .bind(w.hex)
@@ -61,7 +64,7 @@ impl SqlStore<MySql> {
                 .await?
             }
             Some(p) => {
-                self.write("claim slot", || {
+                self.write(lease_core::layer::Operation::ClaimSlot, || {
                     sqlx::query(&s.update)
                         .bind(w.hex)
                         .bind(w.instance)
@@ -84,7 +87,7 @@ impl SqlStore<MySql> {
         // LAST_INSERT_ID(rec, took, held), IF(rec AND fin), IF(took, passed), IF(held),
         // WHERE name AND (rec OR held).
         let done = self
-            .write("finish slot", || {
+            .write(lease_core::layer::Operation::FinishSlot, || {
                 sqlx::query(&self.inner.stmts.slots.finish)
                     // 1 + 2 * rec + 4 * took + 8 * held
                     .bind(i)
@@ -131,12 +134,13 @@ impl SqlStore<MySql> {
                 .slots
                 .unfinished
                 .replace(NAMES_MARKER, &marks);
-            let found: Vec<(Vec<u8>, i64)> = with_conn!(self, "unfinished slots", |c| {
-                chunk
-                    .iter()
-                    .fold(sqlx::query_as(&sql), |q, n| q.bind(n))
-                    .fetch_all(c)
-            })?;
+            let found: Vec<(Vec<u8>, i64)> =
+                with_conn!(self, lease_core::layer::Operation::Unfinished, |c| {
+                    chunk
+                        .iter()
+                        .fold(sqlx::query_as(&sql), |q, n| q.bind(n))
+                        .fetch_all(c)
+                })?;
             rows.extend(found);
         }
         Ok(rows)
@@ -145,7 +149,7 @@ impl SqlStore<MySql> {
     /// `LAST_INSERT_ID()` is the new term, 0 when not eligible.
     pub(super) async fn rerun_row(&self, w: Claim<'_>) -> Result<Option<u64>> {
         let done = self
-            .write("claim rerun", || {
+            .write(lease_core::layer::Operation::ClaimRerun, || {
                 sqlx::query(&self.inner.stmts.slots.rerun)
                     .bind(w.hex)
                     .bind(w.instance)

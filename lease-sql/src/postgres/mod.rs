@@ -159,7 +159,10 @@ impl SqlStore<Postgres> {
         };
         let stmts = statements::statements(&config.table);
         let store = Self::assemble(pool, config, server, Dialect::Postgres, stmts);
-        store.check_available().await?;
+        store
+            .check_available()
+            .await
+            .map_err(|e| store.at_server(e))?;
         Ok(store)
     }
 
@@ -181,7 +184,7 @@ impl SqlStore<Postgres> {
             .acquire_timeout(std::time::Duration::from_secs(5))
             .connect_with(opts)
             .await
-            .map_err(|e| crate::error::map(e, "connect", &server))?;
+            .map_err(|e| crate::error::map(e, "connect".into(), &server))?;
         Self::with_client(pool, config).await
     }
 

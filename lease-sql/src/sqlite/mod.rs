@@ -104,7 +104,10 @@ impl SqlStore<Sqlite> {
         );
         let stmts = statements::statements(&config.table);
         let store = Self::assemble(pool, config, server, Dialect::Sqlite, stmts);
-        store.check_available().await?;
+        store
+            .check_available()
+            .await
+            .map_err(|e| store.at_server(e))?;
         Ok(store)
     }
 
@@ -142,19 +145,18 @@ impl SqlStore<Sqlite> {
                 Err(e) if is_busy(&e) => {
                     return Err(Error::new(
                         ErrorKind::Unavailable,
-                        format!("the database file of {server} stays locked by another process"),
+                        "the database file stays locked by another process",
                     )
+                    .at_server(server.as_str())
                     .with_source(e));
                 }
                 Err(e) => {
                     return Err(Error::new(
                         ErrorKind::Unavailable,
-                        format!(
-                            "cannot open the database file of {server}; check the path and its \
-                             permissions"
-                        ),
+                        "cannot open the database file; check the path and its permissions",
                     )
                     .with_temporary(false)
+                    .at_server(server.as_str())
                     .with_source(e));
                 }
             }

@@ -1,7 +1,8 @@
 //! SQLite's slot finish and `unfinished` (the rest of [`SlotStore`](lease_core::SlotStore) is
 //! shared, see `slots.rs`).
 
-use lease_core::{Result, SlotFinish};
+use lease_core::Result;
+use lease_core::backend::SlotFinish;
 use sqlx::{Connection, Sqlite};
 
 use crate::slots::Finish;
@@ -14,48 +15,53 @@ impl SqlStore<Sqlite> {
     /// the transaction back.
     pub(super) async fn finish_in(&self, f: Finish<'_>) -> Result<SlotFinish> {
         let s = &self.inner.stmts.slots;
-        with_conn!(self, "finish slot", |c| async move {
-            let mut tx = c.begin_with("BEGIN IMMEDIATE").await?;
-            let row: Option<(i64, i64, i64, i64)> = sqlx::query_as(&s.finish)
-                .bind(f.name)
-                .bind(f.hex)
-                .bind(f.instant_ms)
-                .bind(f.passed_ms)
-                .fetch_optional(&mut *tx)
-                .await?;
-            let Some((held, rec, fin, due)) = row else {
-                tx.commit().await?;
-                return Ok(SlotFinish::default());
-            };
-            let (released, recorded) = (held != 0, rec != 0);
-            let clear = recorded && fin != 0;
-            let passed_taken = released && recorded && due != 0;
-            if released || clear {
-                sqlx::query(&s.finish_write)
+        with_conn!(
+            self,
+            lease_core::layer::Operation::FinishSlot,
+            |c| async move {
+                let mut tx = c.begin_with("BEGIN IMMEDIATE").await?;
+                let row: Option<(i64, i64, i64, i64)> = sqlx::query_as(&s.finish)
                     .bind(f.name)
-                    .bind(passed_taken)
+                    .bind(f.hex)
+                    .bind(f.instant_ms)
                     .bind(f.passed_ms)
-                    .bind(clear)
-                    .bind(released)
-                    .execute(&mut *tx)
+                    .fetch_optional(&mut *tx)
                     .await?;
+                let Some((held, rec, fin, due)) = row else {
+                    tx.commit().await?;
+                    return Ok(SlotFinish::default());
+                };
+                let (released, recorded) = (held != 0, rec != 0);
+                let clear = recorded && fin != 0;
+                let passed_taken = released && recorded && due != 0;
+                if released || clear {
+                    sqlx::query(&s.finish_write)
+                        .bind(f.name)
+                        .bind(passed_taken)
+                        .bind(f.passed_ms)
+                        .bind(clear)
+                        .bind(released)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                tx.commit().await?;
+                Ok::<_, sqlx::Error>(SlotFinish {
+                    recorded,
+                    passed_taken,
+                    released,
+                })
             }
-            tx.commit().await?;
-            Ok::<_, sqlx::Error>(SlotFinish {
-                recorded,
-                passed_taken,
-                released,
-            })
-        })
+        )
     }
 
     /// The unfinished instants of `names` (one JSON array parameter).
     pub(super) async fn unfinished_rows(&self, names: &[String]) -> Result<Vec<(Vec<u8>, i64)>> {
-        let rows: Vec<(String, i64)> = with_conn!(self, "unfinished slots", |c| sqlx::query_as(
-            &self.inner.stmts.slots.unfinished
-        )
-        .bind(json_array(names))
-        .fetch_all(c))?;
+        let rows: Vec<(String, i64)> =
+            with_conn!(self, lease_core::layer::Operation::Unfinished, |c| {
+                sqlx::query_as(&self.inner.stmts.slots.unfinished)
+                    .bind(json_array(names))
+                    .fetch_all(c)
+            })?;
         Ok(rows
             .into_iter()
             .map(|(n, at)| (n.into_bytes(), at))
