@@ -104,6 +104,57 @@ impl SqlConfig {
         Ok(self)
     }
 
+    /// Options from the environment, over the defaults:
+    ///
+    /// - `LEASE_SQL_TABLE`: the lease table (see [`table`](Self::table));
+    /// - `LEASE_SQL_DDL`: `auto` or `none` (see [`Ddl`]);
+    /// - `LEASE_SQL_MAX_NAME_BYTES`: the longest name accepted, in bytes;
+    /// - `LEASE_SQL_LEASE_CONNECTIONS`: the store's own connections for lease operations.
+    ///
+    /// An unset or empty variable keeps the default. A malformed value is refused with a
+    /// message naming the variable (`InvalidName` for the table, `InvalidArgument` otherwise).
+    pub fn from_env() -> Result<Self> {
+        Self::from_vars(|name| std::env::var(name).ok())
+    }
+
+    /// [`from_env`](Self::from_env) with the variables read through `var`.
+    fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Self> {
+        let var = |name: &str| var(name).filter(|v| !v.trim().is_empty());
+        let number = |name: &str| -> Result<Option<u64>> {
+            var(name)
+                .map(|v| {
+                    v.trim().parse::<u64>().map_err(|_| {
+                        Error::invalid_argument(format!("{name} is {v:?}; give a whole number"))
+                    })
+                })
+                .transpose()
+        };
+        let mut config = SqlConfig::default();
+        if let Some(table) = var("LEASE_SQL_TABLE") {
+            config = config
+                .table(table.trim())
+                .map_err(|e| Error::invalid_name(format!("LEASE_SQL_TABLE: {}", e.message())))?;
+        }
+        if let Some(v) = var("LEASE_SQL_DDL") {
+            config = config.ddl(match v.trim().to_ascii_lowercase().as_str() {
+                "auto" => Ddl::Auto,
+                "none" => Ddl::None,
+                _ => {
+                    return Err(Error::invalid_argument(format!(
+                        "LEASE_SQL_DDL is {v:?}; give auto or none"
+                    )));
+                }
+            });
+        }
+        if let Some(n) = number("LEASE_SQL_MAX_NAME_BYTES")? {
+            config = config.max_name_bytes(usize::try_from(n).unwrap_or(usize::MAX));
+        }
+        if let Some(n) = number("LEASE_SQL_LEASE_CONNECTIONS")? {
+            config = config.lease_connections(u32::try_from(n).unwrap_or(u32::MAX));
+        }
+        Ok(config)
+    }
+
     /// Sets the DDL switch.
     pub fn ddl(mut self, ddl: Ddl) -> Self {
         self.ddl = ddl;
@@ -144,6 +195,67 @@ impl SqlConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn options_from_the_environment() {
+        let vars = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == name)
+                    .map(|(_, v)| (*v).to_owned())
+            }
+        };
+        assert_eq!(
+            SqlConfig::from_vars(vars(&[])).unwrap(),
+            SqlConfig::default()
+        );
+        let config = SqlConfig::from_vars(vars(&[
+            ("LEASE_SQL_TABLE", "app.jobs"),
+            ("LEASE_SQL_DDL", "None"),
+            ("LEASE_SQL_MAX_NAME_BYTES", "100"),
+            ("LEASE_SQL_LEASE_CONNECTIONS", " 3 "),
+        ]))
+        .unwrap();
+        let expected = SqlConfig::default()
+            .table("app.jobs")
+            .unwrap()
+            .ddl(Ddl::None)
+            .max_name_bytes(100)
+            .lease_connections(3);
+        assert_eq!(config, expected);
+        assert_eq!(
+            SqlConfig::from_vars(vars(&[("LEASE_SQL_DDL", "")])).unwrap(),
+            SqlConfig::default()
+        );
+        for (pairs, kind, named) in [
+            (
+                &[("LEASE_SQL_TABLE", "a;b")][..],
+                lease_core::ErrorKind::InvalidName,
+                "LEASE_SQL_TABLE",
+            ),
+            (
+                &[("LEASE_SQL_DDL", "sometimes")][..],
+                lease_core::ErrorKind::InvalidArgument,
+                "LEASE_SQL_DDL",
+            ),
+            (
+                &[("LEASE_SQL_MAX_NAME_BYTES", "-1")][..],
+                lease_core::ErrorKind::InvalidArgument,
+                "LEASE_SQL_MAX_NAME_BYTES",
+            ),
+            (
+                &[("LEASE_SQL_LEASE_CONNECTIONS", "two")][..],
+                lease_core::ErrorKind::InvalidArgument,
+                "LEASE_SQL_LEASE_CONNECTIONS",
+            ),
+        ] {
+            let pairs: &'static [(&str, &str)] = pairs;
+            let e = SqlConfig::from_vars(vars(pairs)).unwrap_err();
+            assert_eq!(e.kind(), kind, "{e}");
+            assert!(e.to_string().contains(named), "{e}");
+        }
+    }
 
     #[test]
     fn table_names_are_identifiers() {

@@ -1,5 +1,6 @@
 //! sqlx errors as lease errors.
 
+use lease_core::layer::Operation;
 use lease_core::{Error, ErrorKind};
 
 /// A database error's code in one namespace per dialect: PostgreSQL's SQLSTATE, MySQL's error
@@ -104,9 +105,42 @@ pub(crate) fn is_missing_table(e: &sqlx::Error) -> bool {
     }
 }
 
-/// Maps a sqlx error from `op` against `server` (host:port or file, never a password).
-pub(crate) fn map(e: sqlx::Error, op: &str, server: &str) -> Error {
-    match &e {
+/// What the store was doing when a sqlx error came.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Doing<'a> {
+    /// A store operation (any [`Operation`]): the error's context says which (the operation's
+    /// impl attaches it with [`Error::during`], with the name), so the message leaves it out.
+    Op,
+    /// Anything else (a start-up step, the verified transaction's begin): named in the message.
+    Step(&'a str),
+}
+
+impl From<Operation> for Doing<'_> {
+    fn from(_: Operation) -> Self {
+        Doing::Op
+    }
+}
+
+impl<'a> From<&'a str> for Doing<'a> {
+    fn from(step: &'a str) -> Self {
+        Doing::Step(step)
+    }
+}
+
+impl Doing<'_> {
+    /// `message`, after the step when this is one.
+    fn say(self, message: &str) -> String {
+        match self {
+            Doing::Op => message.to_owned(),
+            Doing::Step(step) => format!("{step}: {message}"),
+        }
+    }
+}
+
+/// Maps a sqlx error met while `doing` something against `server` (host:port/database or
+/// file, never a password), attached as the error's server.
+pub(crate) fn map(e: sqlx::Error, doing: Doing<'_>, server: &str) -> Error {
+    let mapped = match &e {
         sqlx::Error::Io(_)
         | sqlx::Error::Tls(_)
         | sqlx::Error::PoolTimedOut
@@ -114,27 +148,46 @@ pub(crate) fn map(e: sqlx::Error, op: &str, server: &str) -> Error {
         | sqlx::Error::WorkerCrashed
         | sqlx::Error::Protocol(_) => Error::new(
             ErrorKind::Unavailable,
-            format!("{op}: cannot reach the database at {server}"),
+            doing.say("cannot reach the database"),
         )
         .with_source(e),
         sqlx::Error::Configuration(_) => Error::new(
             ErrorKind::Unavailable,
-            format!("{op}: bad database configuration for {server}"),
+            doing.say("bad database configuration"),
         )
         .with_temporary(false)
         .with_source(e),
         sqlx::Error::Database(d) => {
             let temporary = is_temporary(code_of(d.as_ref()));
-            Error::backend(format!("{op} failed on {server}"), e, temporary)
+            Error::backend(doing.say("the statement failed"), e, temporary)
         }
-        _ => Error::backend(format!("{op} failed on {server}"), e, false),
-    }
+        _ => Error::backend(doing.say("the statement failed"), e, false),
+    };
+    mapped.at_server(server)
 }
 
 /// A row the store cannot read (a negative term, a holder that is not hex…).
 pub(crate) fn corrupt(what: &str, server: &str) -> Error {
     Error::new(
         ErrorKind::Backend,
-        format!("the lease table on {server} holds a corrupt row: {what}"),
+        format!("the lease table holds a corrupt row: {what}"),
     )
+    .at_server(server)
 }
+
+/// The lease table (or SQLite's clock table) `table` does not exist and DDL is off: the message
+/// carries `create`, the DDL that creates it.
+pub(crate) fn missing_table(table: &str, create: &str, server: &str) -> Error {
+    Error::new(
+        ErrorKind::Unavailable,
+        format!(
+            "the lease table `{table}` does not exist and DDL is off; create it with:\n{create}"
+        ),
+    )
+    .with_temporary(false)
+    .at_server(server)
+}
+
+/// How often a statement is retried at once after it was picked as a deadlock victim (it was
+/// rolled back whole, so retrying is safe).
+pub(crate) const DEADLOCK_RETRIES: usize = 3;

@@ -34,10 +34,12 @@
 //! # }
 //! ```
 //!
-//! Build a store on the application's own pool ([`PostgresStore::new`], [`MySqlStore::new`],
-//! [`SqliteStore::new`]) or from a URL (`connect`). Building checks at once that the database
-//! can carry leases (a clock, a writable connection, the table — created unless
-//! [`Ddl::None`] — and a `name` column wide and exact enough).
+//! Build a store from a URL (`connect(url, SqlConfig)`) or on the application's own pool
+//! (`with_client(pool, SqlConfig)`: [`PostgresStore::with_client`],
+//! [`MySqlStore::with_client`], [`SqliteStore::with_client`]). Building checks at once that the
+//! database can carry leases (a clock, a writable connection, the table — created unless
+//! [`Ddl::None`] — and a `name` column wide and exact enough). [`SqlConfig::from_env`] reads the
+//! options from `LEASE_SQL_*` variables.
 //!
 //! The table's DDL is [`schema_sql`]; the same SQL ships as migrations under `migrations/` for
 //! those who manage their own schema.
@@ -49,23 +51,37 @@
 //! table is. Every one of their operations is one round trip, a batch renewal of any size
 //! included.
 
-#[cfg(feature = "sqlite")]
-mod boot_clock;
-mod common;
-mod common_checks;
+//!
+//! Every store implements [`LeaseStore`](lease_core::LeaseStore),
+//! [`PartitionStore`](lease_core::PartitionStore),
+//! [`MembershipStore`](lease_core::MembershipStore) and [`SlotStore`](lease_core::SlotStore);
+//! no operation is missing on any dialect.
+//!
+//! ## Layout
+//!
+//! One impl of each store trait serves every dialect (`leases.rs`, `partitions.rs`,
+//! `membership.rs`, `slots.rs`: argument checks, answers, the statements every dialect shares);
+//! what differs per dialect is in its folder, as sqlx's drivers are: `postgres/`, `mysql/`,
+//! `sqlite/` (each with its constructors and start-up checks in `mod.rs`, its statements in
+//! `statements.rs`, and the writes it does its own way — MySQL's through `LAST_INSERT_ID`,
+//! SQLite's boot clock). `store.rs` holds the store type and the start-up checks all share,
+//! `wire/` the DDL, the statements PostgreSQL and SQLite share and the store's own
+//! connections, `error.rs` the classification of sqlx errors.
+
 mod config;
-mod conns;
 mod error;
-mod groups;
+mod leases;
+mod membership;
 #[cfg(feature = "mysql")]
 mod mysql;
+mod partitions;
 #[cfg(feature = "postgres")]
 mod postgres;
-mod schema;
 mod slots;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 mod store;
+mod wire;
 
 pub use config::{
     DEFAULT_TABLE, Ddl, MEMBERS_SUFFIX, NAME_COLUMN_BYTES, PARTITIONS_SUFFIX, SqlConfig,
@@ -74,9 +90,9 @@ pub use config::{
 pub use mysql::MySqlStore;
 #[cfg(feature = "postgres")]
 pub use postgres::PostgresStore;
-pub use schema::{
-    Dialect, members_schema_sql, partitions_schema_sql, schema_sql, sqlite_boot_clock_sql,
-};
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteStore;
 pub use store::{Fence, SqlStore};
+pub use wire::schema::{
+    Dialect, members_schema_sql, partitions_schema_sql, schema_sql, sqlite_boot_clock_sql,
+};

@@ -1,8 +1,14 @@
 //! Scheduler slots ([`lease_core::SlotStore`]) on the lease table's `slot_ms`,
 //! `unfinished_slot_ms` and `rerun_slot_ms` columns.
 //!
+//! One impl for every dialect ([`slot_store`]): the argument checks, the claim's read and its
+//! decision, the reads; the writes are the dialect's (`claim_slot_row`, `finish_in`,
+//! `unfinished_rows`, `rerun_row`: PostgreSQL's and SQLite's claim writes from
+//! [`returning_slot_writes`], the rest in each dialect's `slots.rs`).
+//!
 //! Every statement runs on the store's own connections, one round trip each on a warm
-//! connection; the statements themselves are in `schema.rs` and written out in the docs of
+//! connection; the statements themselves are in each dialect's `statements.rs` and written out
+//! in the docs of
 //! [`PostgresStore`](crate::PostgresStore), [`MySqlStore`](crate::MySqlStore) and
 //! [`SqliteStore`](crate::SqliteStore).
 //!
@@ -21,23 +27,27 @@
 
 use std::collections::HashMap;
 
+use std::time::Duration;
+
+use lease_core::LeaseStore;
+use lease_core::Result;
 use lease_core::backend::{SlotClaim, SlotRecord};
 
-use crate::store::remaining;
+use crate::store::{remaining, ttl_ms};
 
 /// The claim's read: the server's clock, then the record's term, the time left on its lease,
 /// `slot_ms` and `unfinished_slot_ms` (all `None` when there is no record).
-type ClaimRead = (i64, Option<i64>, Option<i64>, Option<i64>, Option<i64>);
+pub(crate) type ClaimRead = (i64, Option<i64>, Option<i64>, Option<i64>, Option<i64>);
 
 /// The record a claim writes over.
 #[derive(Debug, Clone, Copy)]
-struct Previous {
-    term: i64,
-    unfinished_ms: Option<i64>,
+pub(crate) struct Previous {
+    pub(crate) term: i64,
+    pub(crate) unfinished_ms: Option<i64>,
 }
 
 /// What a claim does after its read.
-enum Next {
+pub(crate) enum Next {
     /// Answer without writing.
     Answer(SlotClaim),
     /// Write: a new record (`None`) or over the one read, with its term compared.
@@ -45,7 +55,7 @@ enum Next {
 }
 
 /// The claim's rules, on the record as read: held, then taken, then early.
-fn decide(read: ClaimRead, instant_ms: i64) -> Next {
+pub(crate) fn decide(read: ClaimRead, instant_ms: i64) -> Next {
     let (now_ms, term, left, last, unfinished_ms) = read;
     let previous = match term {
         Some(_) if left.unwrap_or(0) > 0 => return Next::Answer(SlotClaim::Held),
@@ -64,7 +74,7 @@ fn decide(read: ClaimRead, instant_ms: i64) -> Next {
     Next::Write(previous)
 }
 
-fn claimed(term: u64, ttl_ms: i64, previous: Option<Previous>) -> SlotClaim {
+pub(crate) fn claimed(term: u64, ttl_ms: i64, previous: Option<Previous>) -> SlotClaim {
     SlotClaim::Claimed {
         grant: lease_core::backend::Grant {
             term,
@@ -74,7 +84,7 @@ fn claimed(term: u64, ttl_ms: i64, previous: Option<Previous>) -> SlotClaim {
     }
 }
 
-fn record(row: (Option<i64>, Option<i64>, Option<i64>)) -> SlotRecord {
+pub(crate) fn record(row: (Option<i64>, Option<i64>, Option<i64>)) -> SlotRecord {
     SlotRecord {
         last_ms: row.0,
         unfinished_ms: row.1,
@@ -83,7 +93,7 @@ fn record(row: (Option<i64>, Option<i64>, Option<i64>)) -> SlotRecord {
 }
 
 /// The rows of `unfinished`, in the order of the names asked for (as the memory store answers).
-fn in_order(
+pub(crate) fn in_order(
     names: &[String],
     rows: impl IntoIterator<Item = (Vec<u8>, i64)>,
 ) -> Vec<(String, i64)> {
@@ -94,35 +104,54 @@ fn in_order(
         .collect()
 }
 
-/// The names as one JSON array of strings, for SQLite's `json_each`.
-#[cfg(feature = "sqlite")]
-fn json_array(names: &[String]) -> String {
-    use std::fmt::Write;
-    let mut out = String::from("[");
-    for (i, name) in names.iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        out.push('"');
-        for ch in name.chars() {
-            match ch {
-                '"' => out.push_str("\\\""),
-                '\\' => out.push_str("\\\\"),
-                c if u32::from(c) < 0x20 => {
-                    let _ = write!(out, "\\u{:04x}", u32::from(c));
-                }
-                c => out.push(c),
-            }
-        }
-        out.push('"');
-    }
-    out.push(']');
-    out
+/// What a slot claim's write binds (the claim after its read, and the rerun claim).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Claim<'a> {
+    pub(crate) name: &'a str,
+    /// The holder token, in hex.
+    pub(crate) hex: &'a str,
+    pub(crate) instance: &'a str,
+    pub(crate) ttl_ms: i64,
+    pub(crate) instant_ms: i64,
 }
 
-/// The `SlotStore` impl of the dialects with `RETURNING` (PostgreSQL, SQLite). Each dialect
-/// brings `finish_in` and `unfinished_rows`.
-macro_rules! returning_slots {
+impl<'a> Claim<'a> {
+    /// Checks a slot claim's arguments before any I/O (the name, the TTL, the instance), then
+    /// gathers what its write binds.
+    pub(crate) fn checked(
+        store: &impl LeaseStore,
+        name: &'a str,
+        hex: &'a str,
+        instance: &'a str,
+        ttl: Duration,
+        instant_ms: i64,
+    ) -> Result<Self> {
+        lease_core::backend::check::claim(store, name, instance, ttl)?;
+        Ok(Claim {
+            name,
+            hex,
+            instance,
+            ttl_ms: ttl_ms(ttl),
+            instant_ms,
+        })
+    }
+}
+
+/// What the finish binds.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Finish<'a> {
+    pub(crate) name: &'a str,
+    /// The holder token, in hex.
+    pub(crate) hex: &'a str,
+    pub(crate) instant_ms: i64,
+    pub(crate) passed_ms: Option<i64>,
+}
+
+/// `impl SlotStore` for `SqlStore<$db>`. The dialect brings `claim_slot_row` (the claim's write
+/// after the read: the new term, `None` when another replica's write matched first),
+/// `finish_in`, `unfinished_rows` (name bytes and instant, in any order) and `rerun_row` (the
+/// new term, `None` when not eligible).
+macro_rules! slot_store {
     ($db:ty) => {
         #[lease_core::backend::async_trait]
         impl lease_core::SlotStore for $crate::SqlStore<$db> {
@@ -134,45 +163,29 @@ macro_rules! returning_slots {
                 ttl: std::time::Duration,
                 instant_ms: i64,
             ) -> lease_core::Result<lease_core::backend::SlotClaim> {
-                lease_core::LeaseStoreExt::validate_name(self, name)?;
-                lease_core::LeaseStoreExt::validate_ttl(self, ttl)?;
-                lease_core::backend::validate_instance(instance)?;
-                let ms = $crate::store::ttl_ms(ttl);
-                let s = &self.inner.stmts.slots;
-                let read: ClaimRead = crate::common::with_conn!(self, "claim slot", |c| {
-                    sqlx::query_as(&s.read).bind(name).fetch_one(c)
-                })?;
-                let previous = match decide(read, instant_ms) {
-                    Next::Answer(answer) => return Ok(answer),
-                    Next::Write(previous) => previous,
-                };
                 let hex = holder.to_hex();
-                let row: Option<(i64,)> = match previous {
-                    None => crate::common::with_conn!(self, "claim slot", |c| {
-                        sqlx::query_as(&s.insert)
+                let claim =
+                    $crate::slots::Claim::checked(self, name, &hex, instance, ttl, instant_ms)?;
+                let read: $crate::slots::ClaimRead =
+                    $crate::store::with_conn!(self, lease_core::layer::Operation::ClaimSlot, |c| {
+                        sqlx::query_as(&self.inner.stmts.slots.read)
                             .bind(name)
-                            .bind(&hex)
-                            .bind(instance)
-                            .bind(ms)
-                            .bind(instant_ms)
-                            .fetch_optional(c)
-                    })?,
-                    Some(p) => crate::common::with_conn!(self, "claim slot", |c| {
-                        sqlx::query_as(&s.update)
-                            .bind(name)
-                            .bind(&hex)
-                            .bind(instance)
-                            .bind(ms)
-                            .bind(instant_ms)
-                            .bind(p.term)
-                            .fetch_optional(c)
-                    })?,
+                            .fetch_one(c)
+                    })
+                    .map_err(|e| e.during(lease_core::layer::Operation::ClaimSlot, name))?;
+                let previous = match $crate::slots::decide(read, instant_ms) {
+                    $crate::slots::Next::Answer(answer) => return Ok(answer),
+                    $crate::slots::Next::Write(previous) => previous,
                 };
-                match row {
+                let term = self
+                    .claim_slot_row(claim, previous)
+                    .await
+                    .map_err(|e| e.during(lease_core::layer::Operation::ClaimSlot, name))?;
+                Ok(match term {
                     // Another replica's write matched first.
-                    None => Ok(lease_core::backend::SlotClaim::Held),
-                    Some((t,)) => Ok(claimed(self.term_from(t)?, ms, previous)),
-                }
+                    None => lease_core::backend::SlotClaim::Held,
+                    Some(term) => $crate::slots::claimed(term, claim.ttl_ms, previous),
+                })
             }
 
             async fn finish_slot(
@@ -182,23 +195,29 @@ macro_rules! returning_slots {
                 instant_ms: i64,
                 passed_ms: Option<i64>,
             ) -> lease_core::Result<lease_core::backend::SlotFinish> {
-                lease_core::LeaseStoreExt::validate_name(self, name)?;
-                self.finish_in(name, &holder.to_hex(), instant_ms, passed_ms)
-                    .await
+                lease_core::backend::check::name(self, name)?;
+                let hex = holder.to_hex();
+                self.finish_in($crate::slots::Finish {
+                    name,
+                    hex: &hex,
+                    instant_ms,
+                    passed_ms,
+                })
+                .await
+                .map_err(|e| e.during(lease_core::layer::Operation::FinishSlot, name))
             }
 
             async fn unfinished(&self, names: &[String]) -> lease_core::Result<Vec<(String, i64)>> {
-                for name in names {
-                    lease_core::LeaseStoreExt::validate_name(self, name)?;
-                }
-                if names.is_empty() {
+                if lease_core::backend::check::unfinished(self, names)?
+                    == lease_core::backend::check::Batch::Empty
+                {
                     return Ok(Vec::new());
                 }
-                let rows = self.unfinished_rows(names).await?;
-                Ok(in_order(
-                    names,
-                    rows.into_iter().map(|(n, at)| (n.into_bytes(), at)),
-                ))
+                let rows = self
+                    .unfinished_rows(names)
+                    .await
+                    .map_err(|e| e.during(lease_core::layer::Operation::Unfinished, ""))?;
+                Ok($crate::slots::in_order(names, rows))
             }
 
             async fn claim_rerun(
@@ -209,384 +228,104 @@ macro_rules! returning_slots {
                 ttl: std::time::Duration,
                 instant_ms: i64,
             ) -> lease_core::Result<Option<lease_core::backend::Grant>> {
-                lease_core::LeaseStoreExt::validate_name(self, name)?;
-                lease_core::LeaseStoreExt::validate_ttl(self, ttl)?;
-                lease_core::backend::validate_instance(instance)?;
-                let ms = $crate::store::ttl_ms(ttl);
-                let row: Option<(i64,)> =
-                    crate::common::with_conn!(self, "claim rerun", |c| sqlx::query_as(
-                        &self.inner.stmts.slots.rerun
-                    )
-                    .bind(name)
-                    .bind(holder.to_hex())
-                    .bind(instance)
-                    .bind(ms)
-                    .bind(instant_ms)
-                    .fetch_optional(c))?;
-                row.map(|(t,)| {
-                    Ok(lease_core::backend::Grant {
-                        term: self.term_from(t)?,
-                        expires_in: remaining(ms),
-                    })
-                })
-                .transpose()
+                let hex = holder.to_hex();
+                let claim =
+                    $crate::slots::Claim::checked(self, name, &hex, instance, ttl, instant_ms)?;
+                let term = self
+                    .rerun_row(claim)
+                    .await
+                    .map_err(|e| e.during(lease_core::layer::Operation::ClaimRerun, name))?;
+                Ok(term.map(|term| lease_core::backend::Grant {
+                    term,
+                    expires_in: $crate::store::remaining(claim.ttl_ms),
+                }))
             }
 
             async fn last_slot(
                 &self,
                 name: &str,
             ) -> lease_core::Result<Option<lease_core::backend::SlotRecord>> {
-                lease_core::LeaseStoreExt::validate_name(self, name)?;
+                lease_core::backend::check::name(self, name)?;
                 let row: Option<(Option<i64>, Option<i64>, Option<i64>)> =
-                    crate::common::with_conn!(self, "last slot", |c| sqlx::query_as(
-                        &self.inner.stmts.slots.last
-                    )
-                    .bind(name)
-                    .fetch_optional(c))?;
-                Ok(row.map(record))
+                    $crate::store::with_conn!(self, lease_core::layer::Operation::LastSlot, |c| {
+                        sqlx::query_as(&self.inner.stmts.slots.last)
+                            .bind(name)
+                            .fetch_optional(c)
+                    })
+                    .map_err(|e| e.during(lease_core::layer::Operation::LastSlot, name))?;
+                Ok(row.map($crate::slots::record))
             }
         }
     };
 }
 
-#[cfg(feature = "postgres")]
-mod postgres {
-    use lease_core::{Result, backend::SlotFinish};
-    use sqlx::Postgres;
-
-    use super::*;
-    use crate::store::SqlStore;
-
-    impl SqlStore<Postgres> {
-        /// The finish: one statement that locks the row, computes the outcome from it and
-        /// applies it (a data-modifying CTE).
-        async fn finish_in(
-            &self,
-            name: &str,
-            hex: &str,
-            instant_ms: i64,
-            passed_ms: Option<i64>,
-        ) -> Result<SlotFinish> {
-            let row: Option<(bool, bool, bool)> =
-                crate::common::with_conn!(self, "finish slot", |c| sqlx::query_as(
-                    &self.inner.stmts.slots.finish
-                )
-                .bind(name)
-                .bind(hex)
-                .bind(instant_ms)
-                .bind(passed_ms)
-                .fetch_optional(c))?;
-            Ok(row
-                .map(|(recorded, passed_taken, released)| SlotFinish {
-                    recorded,
-                    passed_taken,
-                    released,
-                })
-                .unwrap_or_default())
-        }
-
-        async fn unfinished_rows(&self, names: &[String]) -> Result<Vec<(String, i64)>> {
-            crate::common::with_conn!(self, "unfinished slots", |c| sqlx::query_as(
-                &self.inner.stmts.slots.unfinished
-            )
-            .bind(names)
-            .fetch_all(c))
-        }
-    }
-
-    returning_slots!(Postgres);
-}
-
-#[cfg(feature = "sqlite")]
-mod sqlite {
-    use lease_core::{Result, backend::SlotFinish};
-    use sqlx::{Connection, Sqlite};
-
-    use super::*;
-    use crate::store::SqlStore;
-
-    impl SqlStore<Sqlite> {
-        /// The finish: SQLite's `RETURNING` sees only the new row, so the outcome is read and
-        /// applied in one `BEGIN IMMEDIATE` transaction (the write lock from its first
-        /// statement), on the embedded database. A future dropped mid-way closes the
-        /// connection, which rolls the transaction back.
-        async fn finish_in(
-            &self,
-            name: &str,
-            hex: &str,
-            instant_ms: i64,
-            passed_ms: Option<i64>,
-        ) -> Result<SlotFinish> {
-            let s = &self.inner.stmts.slots;
-            crate::common::with_conn!(self, "finish slot", |c| async move {
-                let mut tx = c.begin_with("BEGIN IMMEDIATE").await?;
-                let row: Option<(i64, i64, i64, i64)> = sqlx::query_as(&s.finish)
-                    .bind(name)
-                    .bind(hex)
-                    .bind(instant_ms)
-                    .bind(passed_ms)
-                    .fetch_optional(&mut *tx)
-                    .await?;
-                let Some((held, rec, fin, due)) = row else {
-                    tx.commit().await?;
-                    return Ok(SlotFinish::default());
+/// The claim writes of the dialects with `RETURNING` (PostgreSQL, SQLite), for [`slot_store`].
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+macro_rules! returning_slot_writes {
+    ($db:ty) => {
+        impl $crate::SqlStore<$db> {
+            /// The claim's write: an insert for a new record, an update with the term read
+            /// compared otherwise.
+            async fn claim_slot_row(
+                &self,
+                w: $crate::slots::Claim<'_>,
+                previous: Option<$crate::slots::Previous>,
+            ) -> lease_core::Result<Option<u64>> {
+                let s = &self.inner.stmts.slots;
+                let row: Option<(i64,)> = match previous {
+                    None => $crate::store::with_conn!(
+                        self,
+                        lease_core::layer::Operation::ClaimSlot,
+                        |c| {
+                            sqlx::query_as(&s.insert)
+                                .bind(w.name)
+                                .bind(w.hex)
+                                .bind(w.instance)
+                                .bind(w.ttl_ms)
+                                .bind(w.instant_ms)
+                                .fetch_optional(c)
+                        }
+                    )?,
+                    Some(p) => $crate::store::with_conn!(
+                        self,
+                        lease_core::layer::Operation::ClaimSlot,
+                        |c| {
+                            sqlx::query_as(&s.update)
+                                .bind(w.name)
+                                .bind(w.hex)
+                                .bind(w.instance)
+                                .bind(w.ttl_ms)
+                                .bind(w.instant_ms)
+                                .bind(p.term)
+                                .fetch_optional(c)
+                        }
+                    )?,
                 };
-                let (released, recorded) = (held != 0, rec != 0);
-                let clear = recorded && fin != 0;
-                let passed_taken = released && recorded && due != 0;
-                if released || clear {
-                    sqlx::query(&s.finish_write)
-                        .bind(name)
-                        .bind(passed_taken)
-                        .bind(passed_ms)
-                        .bind(clear)
-                        .bind(released)
-                        .execute(&mut *tx)
-                        .await?;
-                }
-                tx.commit().await?;
-                Ok::<_, sqlx::Error>(SlotFinish {
-                    recorded,
-                    passed_taken,
-                    released,
-                })
-            })
+                row.map(|(t,)| self.term_from(t)).transpose()
+            }
+
+            /// The rerun claim: the new term, `None` when not eligible.
+            async fn rerun_row(
+                &self,
+                w: $crate::slots::Claim<'_>,
+            ) -> lease_core::Result<Option<u64>> {
+                let row: Option<(i64,)> = $crate::store::with_conn!(
+                    self,
+                    lease_core::layer::Operation::ClaimRerun,
+                    |c| sqlx::query_as(&self.inner.stmts.slots.rerun)
+                        .bind(w.name)
+                        .bind(w.hex)
+                        .bind(w.instance)
+                        .bind(w.ttl_ms)
+                        .bind(w.instant_ms)
+                        .fetch_optional(c)
+                )?;
+                row.map(|(t,)| self.term_from(t)).transpose()
+            }
         }
-
-        async fn unfinished_rows(&self, names: &[String]) -> Result<Vec<(String, i64)>> {
-            crate::common::with_conn!(self, "unfinished slots", |c| sqlx::query_as(
-                &self.inner.stmts.slots.unfinished
-            )
-            .bind(json_array(names))
-            .fetch_all(c))
-        }
-    }
-
-    returning_slots!(Sqlite);
-}
-
-#[cfg(feature = "mysql")]
-mod mysql {
-    use std::time::Duration;
-
-    use lease_core::{
-        Result, SlotStore,
-        backend::{
-            Grant, HolderToken, SlotClaim, SlotFinish, SlotRecord, async_trait, validate_instance,
-        },
     };
-    use sqlx::MySql;
-    use sqlx::mysql::{MySqlArguments, MySqlQueryResult};
-    use sqlx::query::Query;
-
-    use super::*;
-    use crate::schema::NAMES_MARKER;
-    use crate::store::{SqlStore, ttl_ms};
-
-    /// The most names one `unfinished` statement carries (MySQL allows 65,535 placeholders a
-    /// statement); more take one round trip per this many.
-    const NAMES_PER_STATEMENT: usize = 4096;
-
-    impl SqlStore<MySql> {
-        /// Runs a write, retried at once (up to `DEADLOCK_RETRIES` times) when InnoDB picked it
-        /// as a deadlock victim: the statement was rolled back whole.
-        async fn write<'q>(
-            &self,
-            op: &str,
-            q: impl Fn() -> Query<'q, MySql, MySqlArguments>,
-        ) -> Result<MySqlQueryResult> {
-            let mut attempt = 0;
-            loop {
-                let r = crate::common::raw_conn!(self, op, |c| q().execute(c));
-                match r {
-                    Err(e)
-                        if crate::error::is_deadlock(&e)
-                            && attempt < crate::mysql::DEADLOCK_RETRIES =>
-                    {
-                        attempt += 1;
-                    }
-                    r => return r.map_err(|e| self.err(e, op)),
-                }
-            }
-        }
-    }
-
-    #[async_trait]
-    impl SlotStore for SqlStore<MySql> {
-        async fn claim_slot(
-            &self,
-            name: &str,
-            holder: &HolderToken,
-            instance: &str,
-            ttl: Duration,
-            instant_ms: i64,
-        ) -> Result<SlotClaim> {
-            lease_core::LeaseStoreExt::validate_name(self, name)?;
-            lease_core::LeaseStoreExt::validate_ttl(self, ttl)?;
-            validate_instance(instance)?;
-            let ms = ttl_ms(ttl);
-            let s = &self.inner.stmts.slots;
-            let read: ClaimRead = crate::common::with_conn!(self, "claim slot", |c| {
-                sqlx::query_as(&s.read).bind(name).fetch_one(c)
-            })?;
-            let previous = match decide(read, instant_ms) {
-                Next::Answer(answer) => return Ok(answer),
-                Next::Write(previous) => previous,
-            };
-            let hex = holder.to_hex();
-            // LAST_INSERT_ID is the new term, or 0 when the write did not match (a duplicate
-            // key, or a term that moved on since the read).
-            let done = match previous {
-                None => {
-                    self.write("claim slot", || {
-                        sqlx::query(&s.insert)
-                            .bind(name)
-                            .bind(&hex)
-                            .bind(instance)
-                            .bind(ms)
-                            .bind(instant_ms)
-                            .bind(instant_ms)
-                    })
-                    .await?
-                }
-                Some(p) => {
-                    self.write("claim slot", || {
-                        sqlx::query(&s.update)
-                            .bind(&hex)
-                            .bind(instance)
-                            .bind(ms)
-                            .bind(instant_ms)
-                            .bind(instant_ms)
-                            .bind(name)
-                            .bind(p.term)
-                    })
-                    .await?
-                }
-            };
-            Ok(match done.last_insert_id() {
-                0 => SlotClaim::Held,
-                t => claimed(t, ms, previous),
-            })
-        }
-
-        async fn finish_slot(
-            &self,
-            name: &str,
-            holder: &HolderToken,
-            instant_ms: i64,
-            passed_ms: Option<i64>,
-        ) -> Result<SlotFinish> {
-            lease_core::LeaseStoreExt::validate_name(self, name)?;
-            let (h, i, p) = (holder.to_hex(), instant_ms, passed_ms);
-            // The placeholders in statement order (see `mysql_slots` in schema.rs):
-            // LAST_INSERT_ID(rec, took, held), IF(rec AND fin), IF(took, passed), IF(held),
-            // WHERE name AND (rec OR held).
-            let done = self
-                .write("finish slot", || {
-                    sqlx::query(&self.inner.stmts.slots.finish)
-                        // 1 + 2 * rec + 4 * took + 8 * held
-                        .bind(i)
-                        .bind(&h)
-                        .bind(i)
-                        .bind(p)
-                        .bind(p)
-                        .bind(i)
-                        .bind(&h)
-                        // unfinished_slot_ms: rec AND fin
-                        .bind(i)
-                        .bind(i)
-                        // slot_ms: took, passed
-                        .bind(&h)
-                        .bind(i)
-                        .bind(p)
-                        .bind(p)
-                        .bind(i)
-                        .bind(p)
-                        // expires_at_ms: held
-                        .bind(&h)
-                        // WHERE
-                        .bind(name)
-                        .bind(i)
-                        .bind(&h)
-                })
-                .await?;
-            let flags = done.last_insert_id();
-            Ok(SlotFinish {
-                recorded: flags & 2 != 0,
-                passed_taken: flags & 4 != 0,
-                released: flags & 8 != 0,
-            })
-        }
-
-        async fn unfinished(&self, names: &[String]) -> Result<Vec<(String, i64)>> {
-            for name in names {
-                lease_core::LeaseStoreExt::validate_name(self, name)?;
-            }
-            let mut rows = Vec::new();
-            for chunk in names.chunks(NAMES_PER_STATEMENT) {
-                let marks = vec!["?"; chunk.len()].join(", ");
-                let sql = self
-                    .inner
-                    .stmts
-                    .slots
-                    .unfinished
-                    .replace(NAMES_MARKER, &marks);
-                let found: Vec<(Vec<u8>, i64)> =
-                    crate::common::with_conn!(self, "unfinished slots", |c| {
-                        chunk
-                            .iter()
-                            .fold(sqlx::query_as(&sql), |q, n| q.bind(n))
-                            .fetch_all(c)
-                    })?;
-                rows.extend(found);
-            }
-            Ok(in_order(names, rows))
-        }
-
-        async fn claim_rerun(
-            &self,
-            name: &str,
-            holder: &HolderToken,
-            instance: &str,
-            ttl: Duration,
-            instant_ms: i64,
-        ) -> Result<Option<Grant>> {
-            lease_core::LeaseStoreExt::validate_name(self, name)?;
-            lease_core::LeaseStoreExt::validate_ttl(self, ttl)?;
-            validate_instance(instance)?;
-            let ms = ttl_ms(ttl);
-            let hex = holder.to_hex();
-            let done = self
-                .write("claim rerun", || {
-                    sqlx::query(&self.inner.stmts.slots.rerun)
-                        .bind(&hex)
-                        .bind(instance)
-                        .bind(ms)
-                        .bind(instant_ms)
-                        .bind(name)
-                        .bind(instant_ms)
-                        .bind(instant_ms)
-                        .bind(instant_ms)
-                })
-                .await?;
-            Ok(match done.last_insert_id() {
-                0 => None,
-                term => Some(Grant {
-                    term,
-                    expires_in: remaining(ms),
-                }),
-            })
-        }
-
-        async fn last_slot(&self, name: &str) -> Result<Option<SlotRecord>> {
-            lease_core::LeaseStoreExt::validate_name(self, name)?;
-            let row: Option<(Option<i64>, Option<i64>, Option<i64>)> =
-                crate::common::with_conn!(self, "last slot", |c| sqlx::query_as(
-                    &self.inner.stmts.slots.last
-                )
-                .bind(name)
-                .fetch_optional(c))?;
-            Ok(row.map(record))
-        }
-    }
 }
+
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+pub(crate) use returning_slot_writes;
+pub(crate) use slot_store;

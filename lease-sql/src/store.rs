@@ -1,15 +1,19 @@
-//! The store type shared by the three dialects.
+//! The store type shared by the three dialects, the connection macros every operation runs
+//! through, and the start-up checks all dialects share (each dialect's `available()` runs them,
+//! then its own catalog checks).
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lease_core::{Error, ErrorKind, Result, Term, backend::HolderToken};
+use lease_core::backend::HolderToken;
+use lease_core::{Error, ErrorKind, Result, Term};
 use sqlx::{Database, Pool};
 
 use crate::config::SqlConfig;
-use crate::conns::Conns;
-use crate::schema::{Dialect, Statements};
+use crate::wire::Statements;
+use crate::wire::conns::Conns;
+use crate::wire::schema::Dialect;
 
 /// A lease store on a SQL database: [`PostgresStore`](crate::PostgresStore),
 /// [`MySqlStore`](crate::MySqlStore) or [`SqliteStore`](crate::SqliteStore).
@@ -55,30 +59,28 @@ impl<DB: Database> fmt::Debug for SqlStore<DB> {
 }
 
 impl<DB: Database> SqlStore<DB> {
+    /// The store on the application's pool `app`, with lease connections of its own opened
+    /// with the pool's connect options; `stmts` are the dialect's statements on the configured
+    /// table. No I/O: the dialect's `with_client` runs the start-up checks next.
     pub(crate) fn assemble(
         app: Pool<DB>,
-        leases: Conns<DB>,
         config: SqlConfig,
         server: String,
         dialect: Dialect,
+        stmts: Statements,
     ) -> Self {
+        let leases = Conns::new((*app.connect_options()).clone(), config.lease_connections);
         SqlStore {
             inner: Arc::new(Inner {
                 leases,
                 app,
-                stmts: Statements::new(dialect, &config.table),
+                stmts,
                 config,
                 server,
                 dialect,
                 nowait_claims: std::sync::atomic::AtomicBool::new(false),
             }),
         }
-    }
-
-    /// The store's own connections for lease operations, opened on first use with the
-    /// application pool's connect options.
-    pub(crate) fn lease_conns(app: &Pool<DB>, config: &SqlConfig) -> Conns<DB> {
-        Conns::new((*app.connect_options()).clone(), config.lease_connections)
     }
 
     /// The options this store was built with.
@@ -102,17 +104,28 @@ impl<DB: Database> SqlStore<DB> {
         &self.inner.app
     }
 
-    /// Maps a sqlx error of `op`, naming the table and its DDL when the table is missing.
-    pub(crate) fn err(&self, e: sqlx::Error, op: &str) -> Error {
+    /// Maps a sqlx error met while `doing` something, naming the table and its DDL when the
+    /// table is missing.
+    pub(crate) fn err<'a>(
+        &self,
+        e: sqlx::Error,
+        doing: impl Into<crate::error::Doing<'a>>,
+    ) -> Error {
         if crate::error::is_missing_table(&e) {
-            return missing_table(
+            return crate::error::missing_table(
                 &self.inner.config.table,
                 &self.inner.stmts.create,
                 &self.inner.server,
             )
             .with_source(e);
         }
-        crate::error::map(e, op, &self.inner.server)
+        crate::error::map(e, doing.into(), &self.inner.server)
+    }
+
+    /// `e` with this store's server attached, unless it has one (the start-up checks' messages
+    /// leave it out).
+    pub(crate) fn at_server(&self, e: Error) -> Error {
+        e.at_server(self.inner.server.as_str())
     }
 
     pub(crate) fn term_from(&self, v: i64) -> Result<u64> {
@@ -121,17 +134,6 @@ impl<DB: Database> SqlStore<DB> {
             .filter(|t| *t > 0)
             .ok_or_else(|| crate::error::corrupt(&format!("term {v}"), &self.inner.server))
     }
-}
-
-pub(crate) fn missing_table(table: &str, create: &str, server: &str) -> Error {
-    Error::new(
-        ErrorKind::Unavailable,
-        format!(
-            "the lease table `{table}` does not exist on {server} and DDL is off; create it \
-             with:\n{create}"
-        ),
-    )
-    .with_temporary(false)
 }
 
 pub(crate) fn ttl_ms(ttl: Duration) -> i64 {
@@ -176,4 +178,194 @@ pub(crate) fn lost_in_transaction(fence: &Fence<'_>) -> Error {
 
 pub(crate) fn term_i64(term: u64) -> i64 {
     i64::try_from(term).unwrap_or(i64::MAX)
+}
+
+/// Runs `$body` (a sqlx future using the connection `$c`) on one of the store's own
+/// connections and returns sqlx's result; a failed transport closes the connection.
+macro_rules! raw_conn {
+    ($self:expr, $op:expr, |$c:ident| $body:expr) => {{
+        match $self.inner.leases.get().await {
+            Ok(mut slot) => {
+                let $c = &mut *slot;
+                let r = $body.await;
+                slot.done(&r);
+                r
+            }
+            Err(e) => Err(e),
+        }
+    }};
+}
+
+/// As [`raw_conn`], with the error mapped to a lease error of operation `$op`.
+macro_rules! with_conn {
+    ($self:expr, $op:expr, |$c:ident| $body:expr) => {{ $crate::store::raw_conn!($self, $op, |$c| $body).map_err(|e| $self.err(e, $op)) }};
+}
+
+/// Start-up checks every dialect runs first on its lease connections: the clock, the DDL, the
+/// lease table, a write probe. `$db` is the database type; returns from the enclosing function
+/// on failure.
+macro_rules! check_lease_table {
+    ($self:expr, $db:ty) => {{
+        let inner = &$self.inner;
+        let now: std::result::Result<i64, sqlx::Error> = $crate::store::raw_conn!(
+            $self,
+            "start-up check",
+            |c| sqlx::query_scalar::<$db, i64>(&inner.stmts.now).fetch_one(c)
+        );
+        match now {
+            Ok(_) => {}
+            Err(e @ sqlx::Error::Database(_)) => {
+                return Err(lease_core::Error::new(
+                    lease_core::ErrorKind::Unavailable,
+                    format!(
+                        "the database cannot tell its clock with `{}`; it cannot carry \
+                         leases (SQLite needs 3.42 or later for unixepoch('subsec'))",
+                        inner.stmts.now
+                    ),
+                )
+                .with_temporary(false)
+                .with_source(e));
+            }
+            Err(e) => return Err($self.err(e, "start-up check")),
+        }
+        if inner.config.ddl == $crate::Ddl::Auto {
+            let created = $crate::store::raw_conn!($self, "create the lease table", |c| {
+                sqlx::query::<$db>(&inner.stmts.create).execute(c)
+            });
+            match created {
+                Ok(_) => {}
+                // Another process created it at the same moment (PostgreSQL reports the race on
+                // its catalog as a unique violation).
+                Err(e) if $crate::error::is_create_race(&e) => {}
+                Err(e) => return Err($self.err(e, "create the lease table")),
+            }
+        }
+        let probe = format!("UPDATE {} SET term = term WHERE 1 = 0", inner.config.table);
+        let probed = $crate::store::raw_conn!($self, "start-up check", |c| {
+            sqlx::query::<$db>(&probe).execute(c)
+        });
+        if let Err(e) = probed {
+            if $crate::error::is_missing_table(&e) {
+                return Err($self.err(e, "start-up check"));
+            }
+            if matches!(e, sqlx::Error::Database(_)) {
+                return Err(lease_core::Error::new(
+                    lease_core::ErrorKind::Unavailable,
+                    format!(
+                        "cannot write the lease table `{}`: is the connection read-only?",
+                        inner.config.table
+                    ),
+                )
+                .with_temporary(false)
+                .with_source(e));
+            }
+            return Err($self.err(e, "start-up check"));
+        }
+    }};
+}
+
+pub(crate) use check_lease_table;
+pub(crate) use raw_conn;
+pub(crate) use with_conn;
+
+/// A possibly schema-qualified table name, split: `(Some(schema), table)` or `(None, table)`.
+pub(crate) fn split_table(table: &str) -> (Option<&str>, &str) {
+    match table.split_once('.') {
+        Some((schema, name)) => (Some(schema), name),
+        None => (None, table),
+    }
+}
+
+/// Checks the `name` column: it must exist and hold `max_name_bytes`. `column` is its type and
+/// width in characters or bytes (whichever the type limits; `None` = unlimited).
+pub(crate) fn name_width<DB: Database>(
+    store: &SqlStore<DB>,
+    column: Option<(String, Option<i64>)>,
+) -> Result<()> {
+    let inner = &store.inner;
+    let Some((data_type, width)) = column else {
+        return Err(Error::new(
+            ErrorKind::Unavailable,
+            format!(
+                "the lease table `{}` has no `name` column; create it with:\n{}",
+                inner.config.table, inner.stmts.create
+            ),
+        )
+        .with_temporary(false));
+    };
+    let wanted = i64::try_from(inner.config.max_name_bytes).unwrap_or(i64::MAX);
+    match width {
+        Some(w) if w < wanted => Err(Error::new(
+            ErrorKind::Unavailable,
+            format!(
+                "the `name` column of `{}` is {data_type}({w}), narrower than the {wanted} \
+                 bytes this store accepts; widen the column or lower max_name_bytes to {w}",
+                inner.config.table
+            ),
+        )
+        .with_temporary(false)),
+        _ => Ok(()),
+    }
+}
+
+/// A column of the partition or member table, as the catalog describes it.
+#[derive(Debug, Clone)]
+pub(crate) struct ColumnInfo {
+    pub(crate) name: String,
+    /// Its type, for messages.
+    pub(crate) data_type: String,
+    /// How many bytes it surely holds (`None`: unlimited, or a type without a width).
+    pub(crate) width: Option<i64>,
+    /// `None` when it compares byte for byte; otherwise its collation, for the message.
+    pub(crate) inexact: Option<String>,
+}
+
+/// What the store needs of one column.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Wanted {
+    pub(crate) column: &'static str,
+    /// The longest value the store writes, in bytes (0: not a string).
+    pub(crate) bytes: usize,
+    /// The store compares (or sorts) it: it must compare byte for byte.
+    pub(crate) exact: bool,
+    /// Appended to the "too narrow" message, after "widen the column".
+    pub(crate) hint: &'static str,
+}
+
+/// Checks the columns of the partition or member table (`what` names it in messages): every
+/// wanted column exists, holds the longest value the store writes, and, where the store
+/// compares it, compares byte for byte.
+pub(crate) fn table_columns(
+    what: &str,
+    table: &str,
+    create: &str,
+    have: &[ColumnInfo],
+    wanted: &[Wanted],
+) -> Result<()> {
+    let unavailable = |msg: String| Error::new(ErrorKind::Unavailable, msg).with_temporary(false);
+    for w in wanted {
+        let Some(c) = have.iter().find(|c| c.name.eq_ignore_ascii_case(w.column)) else {
+            return Err(unavailable(format!(
+                "the {what} `{table}` has no `{}` column; create it with:\n{create}",
+                w.column
+            )));
+        };
+        let bytes = i64::try_from(w.bytes).unwrap_or(i64::MAX);
+        if let Some(width) = c.width.filter(|width| *width < bytes) {
+            return Err(unavailable(format!(
+                "the `{}` column of `{table}` is {}({width}), narrower than the \
+                 {bytes} bytes this store writes; widen the column{}",
+                w.column, c.data_type, w.hint
+            )));
+        }
+        if let (true, Some(collation)) = (w.exact, &c.inexact) {
+            return Err(unavailable(format!(
+                "the `{}` column of `{table}` is {} with collation {collation}, \
+                 under which \"Job\", \"job\" and \"job \" could compare equal; make it as in:\n\
+                 {create}",
+                w.column, c.data_type
+            )));
+        }
+    }
+    Ok(())
 }

@@ -129,11 +129,38 @@ where
     assert_eq!(renewed.map(|g| g.term), Some(names.a_term), "{backend}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_a_verified_transaction_holds_up_only_its_own_lease() {
-    let Some((store, _)) = support::postgres().await else {
-        return;
-    };
+/// A store whose verified transactions the scenario opens: each dialect's `begin_verified`.
+trait Verified: LeaseStore + Clone + 'static {
+    type Tx: Send + 'static;
+    fn open(
+        &self,
+        name: &str,
+        holder: &HolderToken,
+        term: u64,
+    ) -> impl Future<Output = Self::Tx> + Send;
+    fn commit(tx: Self::Tx) -> impl Future<Output = ()> + Send;
+}
+
+macro_rules! verified {
+    ($($db:ty),*) => {$(
+        impl Verified for SqlStore<$db> {
+            type Tx = sqlx::Transaction<'static, $db>;
+            async fn open(&self, name: &str, holder: &HolderToken, term: u64) -> Self::Tx {
+                self.begin_verified(Fence { name, holder, term })
+                    .await
+                    .unwrap()
+            }
+            async fn commit(tx: Self::Tx) {
+                tx.commit().await.unwrap();
+            }
+        }
+    )*};
+}
+
+verified!(sqlx::Postgres, sqlx::MySql, sqlx::Sqlite);
+
+/// The scenario on a server: the holder's verified transaction on A stays open for [`HOLD`].
+async fn holds_up_only_its_own_lease<S: Verified>(backend: &str, store: S) {
     let names = claim_all(&store).await;
     let verified = {
         let (store, a, holder, term) = (
@@ -143,58 +170,26 @@ async fn postgres_a_verified_transaction_holds_up_only_its_own_lease() {
             names.a_term,
         );
         async move {
-            let tx = open(&store, &a, &holder, term).await;
+            let tx = store.open(&a, &holder, term).await;
             tokio::time::sleep(HOLD).await;
-            tx.commit().await.unwrap();
+            S::commit(tx).await;
         }
     };
-    cadence("postgres", Arc::new(store), names, verified).await;
+    cadence(backend, Arc::new(store), names, verified).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_verified_transaction_holds_up_only_its_own_lease() {
+    if let Some((store, _)) = support::postgres().await {
+        holds_up_only_its_own_lease("postgres", store).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mysql_a_verified_transaction_holds_up_only_its_own_lease() {
-    let Some((store, _)) = support::mysql().await else {
-        return;
-    };
-    let names = claim_all(&store).await;
-    let verified = {
-        let (store, a, holder, term) = (
-            store.clone(),
-            names.a.clone(),
-            names.holder.clone(),
-            names.a_term,
-        );
-        async move {
-            let tx = open_mysql(&store, &a, &holder, term).await;
-            tokio::time::sleep(HOLD).await;
-            tx.commit().await.unwrap();
-        }
-    };
-    cadence("mysql", Arc::new(store), names, verified).await;
-}
-
-async fn open(
-    store: &SqlStore<sqlx::Postgres>,
-    name: &str,
-    holder: &HolderToken,
-    term: u64,
-) -> sqlx::Transaction<'static, sqlx::Postgres> {
-    store
-        .begin_verified(Fence { name, holder, term })
-        .await
-        .unwrap()
-}
-
-async fn open_mysql(
-    store: &SqlStore<sqlx::MySql>,
-    name: &str,
-    holder: &HolderToken,
-    term: u64,
-) -> sqlx::Transaction<'static, sqlx::MySql> {
-    store
-        .begin_verified(Fence { name, holder, term })
-        .await
-        .unwrap()
+    if let Some((store, _)) = support::mysql().await {
+        holds_up_only_its_own_lease("mysql", store).await;
+    }
 }
 
 /// SQLite differs: `BEGIN IMMEDIATE` takes the file's one write lock, so while a verified
@@ -206,7 +201,7 @@ async fn sqlite_a_verified_transaction_holds_up_every_write_until_it_commits() {
     let store = Arc::new(support::sqlite().await);
     let names = claim_all(&*store).await;
     let hold = Duration::from_millis(800);
-    let tx = open_sqlite(&store, &names.a, &names.holder, names.a_term).await;
+    let tx = store.open(&names.a, &names.holder, names.a_term).await;
     let opened = Instant::now();
     let commit = tokio::spawn(async move {
         tokio::time::sleep(hold).await;
@@ -232,16 +227,4 @@ async fn sqlite_a_verified_transaction_holds_up_every_write_until_it_commits() {
         .await
         .unwrap();
     assert!(claimed.is_none(), "the contender took a live lease");
-}
-
-async fn open_sqlite(
-    store: &SqlStore<sqlx::Sqlite>,
-    name: &str,
-    holder: &HolderToken,
-    term: u64,
-) -> sqlx::Transaction<'static, sqlx::Sqlite> {
-    store
-        .begin_verified(Fence { name, holder, term })
-        .await
-        .unwrap()
 }

@@ -115,7 +115,9 @@ async fn a_read_only_connection_is_refused() {
         )
         .await
         .unwrap();
-    let e = SqliteStore::new(ro).await.unwrap_err();
+    let e = SqliteStore::with_client(ro, SqlConfig::default())
+        .await
+        .unwrap_err();
     assert!(e.to_string().contains("read-only"), "{e}");
 
     // PostgreSQL: every transaction read-only.
@@ -129,7 +131,7 @@ async fn a_read_only_connection_is_refused() {
         PostgresStore::connect(&url, SqlConfig::default())
             .await
             .unwrap();
-        let e = PostgresStore::with_config(pool, config).await.unwrap_err();
+        let e = PostgresStore::with_client(pool, config).await.unwrap_err();
         assert!(e.to_string().contains("read-only"), "{e}");
     }
 }
@@ -170,7 +172,7 @@ async fn a_name_column_that_would_merge_or_truncate_names_is_refused() {
         .await
         .unwrap();
         let config = SqlConfig::default().table(table).unwrap().ddl(Ddl::None);
-        let e = MySqlStore::with_config(pool.clone(), config)
+        let e = MySqlStore::with_client(pool.clone(), config)
             .await
             .unwrap_err();
         sqlx::query(&format!("DROP TABLE {table}"))
@@ -197,7 +199,7 @@ async fn a_name_column_that_would_merge_or_truncate_names_is_refused() {
     for create in group_tables(Dialect::MySql, &config) {
         sqlx::query(&create).execute(&pool).await.unwrap();
     }
-    let narrow = MySqlStore::with_config(pool.clone(), config).await.unwrap();
+    let narrow = MySqlStore::with_client(pool.clone(), config).await.unwrap();
     let h = HolderToken::mint();
     assert!(
         narrow
@@ -232,7 +234,7 @@ async fn a_name_column_that_would_merge_or_truncate_names_is_refused() {
         .await
         .unwrap();
         let config = SqlConfig::default().table(&table).unwrap().ddl(Ddl::None);
-        let e = PostgresStore::with_config(pg.app_pool().clone(), config)
+        let e = PostgresStore::with_client(pg.app_pool().clone(), config)
             .await
             .unwrap_err();
         sqlx::query(&format!("DROP TABLE {table}"))
@@ -313,29 +315,33 @@ async fn a_missing_group_table_with_ddl_off_names_it_and_its_statement() {
         .await
         .unwrap();
     check(Dialect::Sqlite, pool, async |p, c| {
-        SqliteStore::with_config(p, c).await.map(drop)
+        SqliteStore::with_client(p, c).await.map(drop)
     })
     .await;
-    if let Some(url) = lease_conformance::env::server_url("postgres") {
-        let pool = sqlx::postgres::PgPoolOptions::new()
-            .connect(&url)
-            .await
-            .unwrap();
-        check(Dialect::Postgres, pool, async |p, c| {
-            PostgresStore::with_config(p, c).await.map(drop)
-        })
-        .await;
+    // The servers', on a pool of the test's own.
+    macro_rules! on_server {
+        ($backend:literal, $dialect:expr, $pool:ty, $store:ty) => {
+            if let Some(url) = lease_conformance::env::server_url($backend) {
+                let pool = <$pool>::new().connect(&url).await.unwrap();
+                check($dialect, pool, async |p, c| {
+                    <$store>::with_client(p, c).await.map(drop)
+                })
+                .await;
+            }
+        };
     }
-    if let Some(url) = lease_conformance::env::server_url("mysql") {
-        let pool = sqlx::mysql::MySqlPoolOptions::new()
-            .connect(&url)
-            .await
-            .unwrap();
-        check(Dialect::MySql, pool, async |p, c| {
-            MySqlStore::with_config(p, c).await.map(drop)
-        })
-        .await;
-    }
+    on_server!(
+        "postgres",
+        Dialect::Postgres,
+        sqlx::postgres::PgPoolOptions,
+        PostgresStore
+    );
+    on_server!(
+        "mysql",
+        Dialect::MySql,
+        sqlx::mysql::MySqlPoolOptions,
+        MySqlStore
+    );
 }
 
 /// Partition and member tables whose columns would merge, truncate or clamp what the store
@@ -378,17 +384,10 @@ async fn group_columns_that_would_merge_truncate_or_clamp_are_refused() {
             ] {
                 sqlx::query(&sql).execute(&pool).await.unwrap();
             }
-            let e = MySqlStore::with_config(pool.clone(), config.clone())
+            let e = MySqlStore::with_client(pool.clone(), config.clone())
                 .await
                 .unwrap_err();
-            sqlx::query(&format!(
-                "DROP TABLE {table}, {}, {}",
-                config.partitions_table_name(),
-                config.members_table_name()
-            ))
-            .execute(&pool)
-            .await
-            .unwrap();
+            drop_tables(&pool, &config).await;
             assert_eq!(e.kind(), ErrorKind::Unavailable, "{group_column}: {e}");
             assert!(e.to_string().contains(needle), "case {i}: {e}");
         }
@@ -414,21 +413,29 @@ async fn group_columns_that_would_merge_truncate_or_clamp_are_refused() {
         ] {
             sqlx::query(&sql).execute(&pool).await.unwrap();
         }
-        let e = PostgresStore::with_config(pool.clone(), config.clone())
+        let e = PostgresStore::with_client(pool.clone(), config.clone())
             .await
             .unwrap_err();
-        sqlx::query(&format!(
-            "DROP TABLE {table}, {}, {}",
-            config.partitions_table_name(),
-            config.members_table_name()
-        ))
-        .execute(&pool)
-        .await
-        .unwrap();
+        drop_tables(&pool, &config).await;
         let msg = e.to_string();
         assert!(
             msg.contains("`address`") && msg.contains("widen the column"),
             "{msg}"
         );
     }
+}
+
+/// Drops the lease table of `config` and its partition and member tables.
+async fn drop_tables<DB: sqlx::Database>(pool: &sqlx::Pool<DB>, config: &SqlConfig)
+where
+    for<'c> &'c sqlx::Pool<DB>: sqlx::Executor<'c, Database = DB>,
+    for<'q> <DB as sqlx::Database>::Arguments<'q>: sqlx::IntoArguments<'q, DB>,
+{
+    let sql = format!(
+        "DROP TABLE {}, {}, {}",
+        config.table_name(),
+        config.partitions_table_name(),
+        config.members_table_name()
+    );
+    sqlx::query(&sql).execute(pool).await.unwrap();
 }

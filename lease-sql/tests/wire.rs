@@ -98,7 +98,9 @@ async fn renewals_do_not_starve_behind_a_saturated_application_pool() {
         .connect(&url)
         .await
         .unwrap();
-    let store = lease_sql::PostgresStore::new(app.clone()).await.unwrap();
+    let store = lease_sql::PostgresStore::with_client(app.clone(), SqlConfig::default())
+        .await
+        .unwrap();
     let mut busy = app.begin().await.unwrap();
     sqlx::query("SELECT 1").execute(&mut *busy).await.unwrap();
     assert!(

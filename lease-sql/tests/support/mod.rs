@@ -16,66 +16,60 @@ pub(crate) struct Proxied<S> {
     pub proxy: Arc<FaultProxy>,
 }
 
+/// `$name(config)`: the `$backend` server's store (from its `LEASE_TEST_*` URL, default
+/// options, `None` when the server is skipped) and a second store built with `config` on a pool
+/// of its own whose connections go through a fault proxy.
+macro_rules! server_with {
+    ($name:ident, $backend:literal, $store:ty, $options:ty, $pool:ty) => {
+        pub(crate) async fn $name(config: SqlConfig) -> Option<($store, Proxied<$store>)> {
+            let url = env::server_url($backend)?;
+            let store = match <$store>::connect(&url, SqlConfig::default()).await {
+                Ok(s) => s,
+                Err(e) => {
+                    env::skip($backend, &format!("cannot connect: {e}"));
+                    return None;
+                }
+            };
+            let opts = <$options>::from_str(&url).unwrap();
+            let proxy = FaultProxy::start((opts.get_host().to_owned(), opts.get_port()))
+                .await
+                .unwrap();
+            let pool = <$pool>::new()
+                .max_connections(2)
+                .connect_lazy_with(opts.host("127.0.0.1").port(proxy.local_addr().port()));
+            let proxied = <$store>::with_client(pool, config).await.unwrap();
+            Some((
+                store,
+                Proxied {
+                    store: proxied,
+                    proxy: Arc::new(proxy),
+                },
+            ))
+        }
+    };
+}
+
+server_with!(
+    postgres_with,
+    "postgres",
+    PostgresStore,
+    PgConnectOptions,
+    PgPoolOptions
+);
+server_with!(
+    mysql_with,
+    "mysql",
+    MySqlStore,
+    MySqlConnectOptions,
+    MySqlPoolOptions
+);
+
 pub(crate) async fn postgres() -> Option<(PostgresStore, Proxied<PostgresStore>)> {
     postgres_with(SqlConfig::default()).await
 }
 
-pub(crate) async fn postgres_with(
-    config: SqlConfig,
-) -> Option<(PostgresStore, Proxied<PostgresStore>)> {
-    let url = env::server_url("postgres")?;
-    let store = match PostgresStore::connect(&url, SqlConfig::default()).await {
-        Ok(s) => s,
-        Err(e) => {
-            env::skip("postgres", &format!("cannot connect: {e}"));
-            return None;
-        }
-    };
-    let opts = PgConnectOptions::from_str(&url).unwrap();
-    let proxy = FaultProxy::start((opts.get_host().to_owned(), opts.get_port()))
-        .await
-        .unwrap();
-    let pool = PgPoolOptions::new()
-        .max_connections(2)
-        .connect_lazy_with(opts.host("127.0.0.1").port(proxy.local_addr().port()));
-    let proxied = PostgresStore::with_config(pool, config).await.unwrap();
-    Some((
-        store,
-        Proxied {
-            store: proxied,
-            proxy: Arc::new(proxy),
-        },
-    ))
-}
-
 pub(crate) async fn mysql() -> Option<(MySqlStore, Proxied<MySqlStore>)> {
     mysql_with(SqlConfig::default()).await
-}
-
-pub(crate) async fn mysql_with(config: SqlConfig) -> Option<(MySqlStore, Proxied<MySqlStore>)> {
-    let url = env::server_url("mysql")?;
-    let store = match MySqlStore::connect(&url, SqlConfig::default()).await {
-        Ok(s) => s,
-        Err(e) => {
-            env::skip("mysql", &format!("cannot connect: {e}"));
-            return None;
-        }
-    };
-    let opts = MySqlConnectOptions::from_str(&url).unwrap();
-    let proxy = FaultProxy::start((opts.get_host().to_owned(), opts.get_port()))
-        .await
-        .unwrap();
-    let pool = MySqlPoolOptions::new()
-        .max_connections(2)
-        .connect_lazy_with(opts.host("127.0.0.1").port(proxy.local_addr().port()));
-    let proxied = MySqlStore::with_config(pool, config).await.unwrap();
-    Some((
-        store,
-        Proxied {
-            store: proxied,
-            proxy: Arc::new(proxy),
-        },
-    ))
 }
 
 /// A fresh SQLite file under the system temp dir.
@@ -119,24 +113,23 @@ impl lease_conformance::FaultSwitch for Switch {
     }
 }
 
+/// The conformance harness on a server's store, its fault path through the proxy.
+fn harness_server<S>((store, p): (S, Proxied<S>)) -> Harness
+where
+    S: lease_core::SlotStore + lease_core::GroupStore + Clone + 'static,
+{
+    Harness::new(Arc::new(store.clone()))
+        .with_faults(Arc::new(p.store.clone()), p.proxy)
+        .with_slots(Arc::new(store.clone()))
+        .with_groups(Arc::new(store), Some(Arc::new(p.store)))
+}
+
 pub(crate) async fn harness_postgres() -> Option<Harness> {
-    let (store, p) = postgres().await?;
-    Some(
-        Harness::new(Arc::new(store.clone()))
-            .with_faults(Arc::new(p.store.clone()), p.proxy)
-            .with_slots(Arc::new(store.clone()))
-            .with_groups(Arc::new(store), Some(Arc::new(p.store))),
-    )
+    postgres().await.map(harness_server)
 }
 
 pub(crate) async fn harness_mysql() -> Option<Harness> {
-    let (store, p) = mysql().await?;
-    Some(
-        Harness::new(Arc::new(store.clone()))
-            .with_faults(Arc::new(p.store.clone()), p.proxy)
-            .with_slots(Arc::new(store.clone()))
-            .with_groups(Arc::new(store), Some(Arc::new(p.store))),
-    )
+    mysql().await.map(harness_server)
 }
 
 pub(crate) async fn harness_sqlite() -> Option<Harness> {

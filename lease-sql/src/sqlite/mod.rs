@@ -1,18 +1,24 @@
-//! SQLite.
+//! SQLite: the store's constructors and start-up checks; its statements are in
+//! `statements.rs`, its boot clock in `clock.rs`, its slot finish in `slots.rs`, and the rest is
+//! the shared impls, invoked at the bottom.
+
+mod clock;
+mod slots;
+mod statements;
 
 use std::str::FromStr;
 use std::time::Duration;
 
 use lease_core::{Error, ErrorKind, Result};
+use sqlx::Sqlite;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
 };
-use sqlx::{Connection, Sqlite};
 
-use crate::common::{check_common, returning_store, verify_guard};
 use crate::config::SqlConfig;
-use crate::schema::Dialect;
-use crate::store::SqlStore;
+use crate::partitions::{Table, check_group_tables, group_conn};
+use crate::store::{ColumnInfo, SqlStore, check_lease_table, split_table, with_conn};
+use crate::wire::schema::Dialect;
 
 /// A lease store on SQLite: leases among the processes of one host that share a database file.
 ///
@@ -86,28 +92,28 @@ use crate::store::SqlStore;
 pub type SqliteStore = SqlStore<Sqlite>;
 
 impl SqlStore<Sqlite> {
-    /// A store on the application's pool with the default options; checks at once that the
-    /// database can carry leases.
-    pub async fn new(pool: SqlitePool) -> Result<Self> {
-        Self::with_config(pool, SqlConfig::default()).await
-    }
-
-    /// A store on the application's pool. Lease operations get connections of their own on the
-    /// same file. (For `sqlite::memory:`, those connections share the pool's in-memory database,
+    /// A store on the application's pool; checks at once that the database can carry leases
+    /// (see [`PostgresStore::with_client`](crate::PostgresStore::with_client)) and puts the
+    /// file on this boot's clock. Lease operations get connections of their own on the same
+    /// file. (For `sqlite::memory:`, those connections share the pool's in-memory database,
     /// which lives while any connection to it is open.)
-    pub async fn with_config(pool: SqlitePool, config: SqlConfig) -> Result<Self> {
+    pub async fn with_client(pool: SqlitePool, config: SqlConfig) -> Result<Self> {
         let server = format!(
             "sqlite {}",
             pool.connect_options().get_filename().to_string_lossy()
         );
-        let leases = Self::lease_conns(&pool, &config);
-        let store = Self::assemble(pool, leases, config, server, Dialect::Sqlite);
-        store.check_available().await?;
+        let stmts = statements::statements(&config.table);
+        let store = Self::assemble(pool, config, server, Dialect::Sqlite, stmts);
+        store
+            .check_available()
+            .await
+            .map_err(|e| store.at_server(e))?;
         Ok(store)
     }
 
     /// Opens (creating when missing) the database file named by `url` (`sqlite:///path/to.db`
-    /// or `sqlite://relative.db`), in WAL mode with a 5 s busy timeout, and builds the store.
+    /// or `sqlite://relative.db`), in WAL mode with a 5 s busy timeout, and builds the store
+    /// (see [`with_client`](Self::with_client)).
     pub async fn connect(url: &str, config: SqlConfig) -> Result<Self> {
         let opts = SqliteConnectOptions::from_str(url)
             .map_err(|e| {
@@ -139,134 +145,67 @@ impl SqlStore<Sqlite> {
                 Err(e) if is_busy(&e) => {
                     return Err(Error::new(
                         ErrorKind::Unavailable,
-                        format!("the database file of {server} stays locked by another process"),
+                        "the database file stays locked by another process",
                     )
+                    .at_server(server.as_str())
                     .with_source(e));
                 }
                 Err(e) => {
                     return Err(Error::new(
                         ErrorKind::Unavailable,
-                        format!(
-                            "cannot open the database file of {server}; check the path and its \
-                             permissions"
-                        ),
+                        "cannot open the database file; check the path and its permissions",
                     )
                     .with_temporary(false)
+                    .at_server(server.as_str())
                     .with_source(e));
                 }
             }
         };
-        Self::with_config(pool, config).await
+        Self::with_client(pool, config).await
     }
 
     async fn check_available(&self) -> Result<()> {
-        check_common!(self, Sqlite);
-        let table = &self.inner.config.table;
-        let (schema, name) = match table.split_once('.') {
-            Some((s, n)) => (s, n),
-            None => ("main", table.as_str()),
-        };
-        let column: Option<(String,)> =
-            crate::common::with_conn!(self, "start-up check", |c| sqlx::query_as(
-                "SELECT type FROM pragma_table_info(?1, ?2) WHERE name = 'name'"
-            )
-            .bind(name)
-            .bind(schema)
-            .fetch_optional(c))?;
-        crate::common_checks::name_width(self, column.map(|(t,)| (t, None)))?;
+        check_lease_table!(self, Sqlite);
+        let (schema, name) = split_table(&self.inner.config.table);
+        let schema = schema.unwrap_or("main");
+        let column: Option<(String,)> = with_conn!(self, "start-up check", |c| sqlx::query_as(
+            "SELECT type FROM pragma_table_info(?1, ?2) WHERE name = 'name'"
+        )
+        .bind(name)
+        .bind(schema)
+        .fetch_optional(c))?;
+        crate::store::name_width(self, column.map(|(t,)| (t, None)))?;
         self.check_group_tables().await?;
         self.check_boot_clock().await
     }
 
-    /// Puts the file's expiries on this boot's clock: creates the clock table and the triggers
-    /// (unless DDL is off), then, in one `BEGIN IMMEDIATE` transaction, converts a file of a
-    /// lease-sql from before (wall-clock expiries; live leases keep the time they had left) or
-    /// ends every lease recorded under another boot (its holders died with it).
-    async fn check_boot_clock(&self) -> Result<()> {
-        let table = self.inner.config.table.clone();
-        let clock_table = format!("{table}{}", crate::schema::CLOCK_SUFFIX);
-        let ddl = crate::schema::sqlite_boot_clock_statements(&table);
-        if self.inner.config.ddl == crate::Ddl::Auto {
-            for stmt in &ddl {
-                crate::common::with_conn!(self, "create the boot clock table", |c| {
-                    sqlx::query(stmt).execute(c)
-                })?;
-            }
-        }
-        let boot_id = crate::boot_clock::boot_id().await.map_err(|e| {
-            Error::new(
-                ErrorKind::Unavailable,
-                "cannot read the kernel's boot id (/proc/sys/kernel/random/boot_id), which SQLite \
-                 leases are measured against; is /proc mounted?",
-            )
-            .with_temporary(false)
-            .with_source(e)
-        })?;
-        let tables = [
-            table.clone(),
-            self.inner.config.partitions_table_name(),
-            self.inner.config.members_table_name(),
-        ];
-        let wall = Dialect::Sqlite.now_ms();
-        let now = Dialect::Sqlite.expiry_ms();
-        let read = format!("SELECT boot_id FROM {clock_table} WHERE id = 1");
-        let outcome = crate::common::raw_conn!(self, "start-up check", |c| async {
-            let mut tx = c.begin_with("BEGIN IMMEDIATE").await?;
-            let recorded: Option<(String,)> =
-                sqlx::query_as(&read).fetch_optional(&mut *tx).await?;
-            let rebase = match &recorded {
-                Some((id,)) if *id == boot_id => None,
-                // Another boot: every holder of a lease recorded then is gone.
-                Some(_) => Some("0".to_owned()),
-                // A file from before: wall-clock expiries; the live ones keep their time left.
-                None => Some(format!(
-                    "CASE WHEN expires_at_ms > {wall} THEN {now} + (expires_at_ms - {wall}) \
-                     ELSE 0 END"
-                )),
-            };
-            if let Some(expiry) = &rebase {
-                for t in &tables {
-                    sqlx::query(&format!(
-                        "UPDATE {t} SET expires_at_ms = {expiry} WHERE expires_at_ms <> 0"
-                    ))
-                    .execute(&mut *tx)
-                    .await?;
-                }
-                sqlx::query(&format!(
-                    "INSERT OR REPLACE INTO {clock_table} (id, boot_id) VALUES (1, ?1)"
-                ))
-                .bind(&boot_id)
-                .execute(&mut *tx)
-                .await?;
-            }
-            tx.commit().await?;
-            Ok::<_, sqlx::Error>(recorded.map(|(id,)| id))
-        });
-        match outcome {
-            Ok(Some(id)) if id != boot_id => {
-                tracing::info!(
-                    server = %self.inner.server,
-                    "the SQLite lease file was last used under another boot; every lease \
-                     recorded then has expired"
-                );
-                Ok(())
-            }
-            Ok(Some(_)) => Ok(()),
-            Ok(None) => {
-                tracing::info!(
-                    server = %self.inner.server,
-                    "the SQLite lease file moved from wall-clock to boot-clock expiries"
-                );
-                Ok(())
-            }
-            Err(e) if crate::error::is_missing_table(&e) => {
-                Err(
-                    crate::store::missing_table(&clock_table, &ddl.join(";\n"), &self.inner.server)
-                        .with_source(e),
+    /// Start-up checks of the partition and member tables (SQLite does not enforce widths:
+    /// only the columns' presence is checked).
+    async fn check_group_tables(&self) -> Result<()> {
+        check_group_tables!(self, Sqlite);
+        for table in [Table::Partitions, Table::Members] {
+            let full = self.table_of(table).0.to_owned();
+            let (schema, name) = split_table(&full);
+            let schema = schema.unwrap_or("main");
+            let rows: Vec<(String, String)> =
+                group_conn!(self, "start-up check", table, |c| sqlx::query_as(
+                    "SELECT name, type FROM pragma_table_info(?1, ?2)"
                 )
-            }
-            Err(e) => Err(self.err(e, "start-up check")),
+                .bind(name)
+                .bind(schema)
+                .fetch_all(c))?;
+            let have: Vec<ColumnInfo> = rows
+                .into_iter()
+                .map(|(name, data_type)| ColumnInfo {
+                    name,
+                    data_type,
+                    width: None,
+                    inexact: None,
+                })
+                .collect();
+            self.check_columns(table, &have)?;
         }
+        Ok(())
     }
 }
 
@@ -276,5 +215,19 @@ fn is_busy(e: &sqlx::Error) -> bool {
         if matches!(crate::error::code_of(d.as_ref()), crate::error::Code::Sqlite(5 | 6)))
 }
 
-returning_store!(Sqlite);
-verify_guard!(Sqlite, SqliteConnection, begin_with, "BEGIN IMMEDIATE");
+/// A batch as one JSON array of integers, for `partition_no IN (SELECT value FROM
+/// json_each(?2))`: one bound parameter however many partitions.
+fn parts(partitions: &[u32]) -> String {
+    let list: Vec<String> = partitions.iter().map(u32::to_string).collect();
+    format!("[{}]", list.join(","))
+}
+
+crate::leases::lease_store!(Sqlite);
+crate::leases::returning_writes!(Sqlite);
+crate::leases::verify_guard!(Sqlite, SqliteConnection, begin_with, "BEGIN IMMEDIATE");
+crate::partitions::partition_store!(Sqlite);
+crate::partitions::returning_partition_rows!(Sqlite, parts);
+crate::membership::membership_store!(Sqlite);
+crate::membership::returning_member_rows!(Sqlite);
+crate::slots::slot_store!(Sqlite);
+crate::slots::returning_slot_writes!(Sqlite);

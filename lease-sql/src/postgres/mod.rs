@@ -1,4 +1,9 @@
-//! PostgreSQL.
+//! PostgreSQL: the store's constructors and start-up checks; its statements are in
+//! `statements.rs`, its slot finish in `slots.rs`, and the rest is the shared impls, invoked at
+//! the bottom.
+
+mod slots;
+mod statements;
 
 use std::str::FromStr;
 
@@ -6,10 +11,10 @@ use lease_core::{Error, ErrorKind, Result};
 use sqlx::Postgres;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 
-use crate::common::{check_common, returning_store, verify_guard};
 use crate::config::SqlConfig;
-use crate::schema::Dialect;
-use crate::store::SqlStore;
+use crate::partitions::{Table, check_group_tables, group_conn};
+use crate::store::{ColumnInfo, SqlStore, check_lease_table, split_table, with_conn};
+use crate::wire::schema::Dialect;
 
 /// A lease store on PostgreSQL.
 ///
@@ -137,18 +142,12 @@ use crate::store::SqlStore;
 pub type PostgresStore = SqlStore<Postgres>;
 
 impl SqlStore<Postgres> {
-    /// A store on the application's pool with the default options; checks at once that the
-    /// database can carry leases (see [`SqlStore::with_config`](SqlStore::<Postgres>::with_config)).
-    pub async fn new(pool: PgPool) -> Result<Self> {
-        Self::with_config(pool, SqlConfig::default()).await
-    }
-
     /// A store on the application's pool. Creates the lease, partition and member tables when
     /// missing (unless [`Ddl::None`](crate::Ddl::None)) and fails fast when the database cannot
     /// carry leases: no clock, a read-only connection, a missing table with DDL off, a `name`
     /// (or `group_name`, `service`) column narrower than `max_name_bytes`, a missing or too
     /// narrow column of the partition or member table.
-    pub async fn with_config(pool: PgPool, config: SqlConfig) -> Result<Self> {
+    pub async fn with_client(pool: PgPool, config: SqlConfig) -> Result<Self> {
         let server = {
             let o = pool.connect_options();
             format!(
@@ -158,15 +157,18 @@ impl SqlStore<Postgres> {
                 o.get_database().unwrap_or_default()
             )
         };
-        let leases = Self::lease_conns(&pool, &config);
-        let store = Self::assemble(pool, leases, config, server, Dialect::Postgres);
-        store.check_available().await?;
+        let stmts = statements::statements(&config.table);
+        let store = Self::assemble(pool, config, server, Dialect::Postgres, stmts);
+        store
+            .check_available()
+            .await
+            .map_err(|e| store.at_server(e))?;
         Ok(store)
     }
 
     /// Connects to `url` (`postgres://user:password@host:port/database`) with a pool of its own
-    /// and builds the store. A bad URL or an unreachable server gives `Unavailable`, naming the
-    /// host (never the password).
+    /// and builds the store (see [`with_client`](Self::with_client) for the checks). A bad URL
+    /// or an unreachable server gives `Unavailable`, naming the host (never the password).
     pub async fn connect(url: &str, config: SqlConfig) -> Result<Self> {
         let opts = PgConnectOptions::from_str(url).map_err(|e| {
             Error::new(
@@ -182,31 +184,72 @@ impl SqlStore<Postgres> {
             .acquire_timeout(std::time::Duration::from_secs(5))
             .connect_with(opts)
             .await
-            .map_err(|e| crate::error::map(e, "connect", &server))?;
-        Self::with_config(pool, config).await
+            .map_err(|e| crate::error::map(e, "connect".into(), &server))?;
+        Self::with_client(pool, config).await
     }
 
     async fn check_available(&self) -> Result<()> {
-        check_common!(self, Postgres);
+        check_lease_table!(self, Postgres);
         let table = self.inner.config.table.to_lowercase();
-        let (schema, name) = match table.split_once('.') {
-            Some((s, n)) => (Some(s.to_owned()), n.to_owned()),
-            None => (None, table.clone()),
-        };
+        let (schema, name) = split_table(&table);
         let width: Option<(String, Option<i32>)> =
-            crate::common::with_conn!(self, "start-up check", |c| sqlx::query_as(
+            with_conn!(self, "start-up check", |c| sqlx::query_as(
                 "SELECT data_type::text, character_maximum_length::int \
              FROM information_schema.columns \
              WHERE column_name = 'name' AND table_name = $1 \
                AND table_schema = COALESCE($2, current_schema())",
             )
-            .bind(&name)
+            .bind(name)
             .bind(schema)
             .fetch_optional(c))?;
-        crate::common_checks::name_width(self, width.map(|(t, w)| (t, w.map(i64::from))))?;
+        crate::store::name_width(self, width.map(|(t, w)| (t, w.map(i64::from))))?;
         self.check_group_tables().await
+    }
+
+    /// Start-up checks of the partition and member tables.
+    async fn check_group_tables(&self) -> Result<()> {
+        check_group_tables!(self, Postgres);
+        for table in [Table::Partitions, Table::Members] {
+            let full = self.table_of(table).0.to_lowercase();
+            let (schema, name) = split_table(&full);
+            let rows: Vec<(String, String, Option<i32>)> =
+                group_conn!(self, "start-up check", table, |c| sqlx::query_as(
+                    "SELECT column_name::text, data_type::text, \
+                     character_maximum_length::int FROM information_schema.columns \
+                     WHERE table_name = $1 AND table_schema = COALESCE($2, current_schema())"
+                )
+                .bind(name)
+                .bind(schema)
+                .fetch_all(c))?;
+            let have: Vec<ColumnInfo> = rows
+                .into_iter()
+                .map(|(name, data_type, width)| ColumnInfo {
+                    name,
+                    data_type,
+                    width: width.map(i64::from),
+                    inexact: None,
+                })
+                .collect();
+            self.check_columns(table, &have)?;
+        }
+        Ok(())
     }
 }
 
-returning_store!(Postgres);
-verify_guard!(Postgres, PgConnection, begin);
+/// PostgreSQL reads its own clock in every statement: nothing to do besides the operation.
+impl crate::wire::conns::LeaseDb for Postgres {}
+
+/// A batch as PostgreSQL's `bigint[]`, for `partition_no = ANY($2)`.
+fn parts(partitions: &[u32]) -> Vec<i64> {
+    partitions.iter().map(|p| i64::from(*p)).collect()
+}
+
+crate::leases::lease_store!(Postgres);
+crate::leases::returning_writes!(Postgres);
+crate::leases::verify_guard!(Postgres, PgConnection, begin);
+crate::partitions::partition_store!(Postgres);
+crate::partitions::returning_partition_rows!(Postgres, parts);
+crate::membership::membership_store!(Postgres);
+crate::membership::returning_member_rows!(Postgres);
+crate::slots::slot_store!(Postgres);
+crate::slots::returning_slot_writes!(Postgres);

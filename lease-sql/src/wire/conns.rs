@@ -23,7 +23,8 @@ use tokio::sync::{Semaphore, SemaphorePermit};
 
 type Options<DB> = <<DB as Database>::Connection as Connection>::Options;
 
-/// What a dialect does on its lease connections besides the operation itself.
+/// What a dialect does on its lease connections besides the operation itself (each dialect's
+/// `mod.rs` implements it; SQLite's sets its boot clock, see `sqlite/clock.rs`).
 pub(crate) trait LeaseDb: Database {
     /// Once on each new connection.
     fn on_connect(
@@ -43,43 +44,6 @@ pub(crate) trait LeaseDb: Database {
     /// parameters: `None` where the statement reads the server's clock itself.
     fn verify_now() -> Option<i64> {
         None
-    }
-}
-
-#[cfg(feature = "postgres")]
-impl LeaseDb for sqlx::Postgres {}
-
-#[cfg(feature = "mysql")]
-impl LeaseDb for sqlx::MySql {}
-
-/// SQLite reads no clock of a server: each operation is told the boot clock (see
-/// `boot_clock.rs`) through a one-row temporary table of its connection, which the statements
-/// read as `:now`, set right before the operation's statement runs.
-#[cfg(feature = "sqlite")]
-impl LeaseDb for sqlx::Sqlite {
-    async fn on_connect(conn: &mut Self::Connection) -> Result<(), sqlx::Error> {
-        sqlx::query(
-            "CREATE TEMP TABLE IF NOT EXISTS lease_sql_clock \
-             (id INTEGER PRIMARY KEY CHECK (id = 1), boot_ms INTEGER NOT NULL)",
-        )
-        .execute(&mut *conn)
-        .await?;
-        sqlx::query("INSERT OR REPLACE INTO temp.lease_sql_clock (id, boot_ms) VALUES (1, 0)")
-            .execute(&mut *conn)
-            .await?;
-        Ok(())
-    }
-
-    async fn before_op(conn: &mut Self::Connection) -> Result<(), sqlx::Error> {
-        sqlx::query("UPDATE temp.lease_sql_clock SET boot_ms = ?1")
-            .bind(crate::boot_clock::now_ms())
-            .execute(&mut *conn)
-            .await?;
-        Ok(())
-    }
-
-    fn verify_now() -> Option<i64> {
-        Some(crate::boot_clock::now_ms())
     }
 }
 

@@ -1,31 +1,41 @@
-//! MySQL and MariaDB.
+//! MySQL and MariaDB: the store's constructors and start-up checks; its statements are in
+//! `statements.rs`, and its writes, which read the term back through `LAST_INSERT_ID` rather
+//! than `RETURNING`, in `leases.rs`, `partitions.rs`, `membership.rs` and `slots.rs`. The rest
+//! is the shared impls, invoked at the bottom.
+
+mod leases;
+mod membership;
+mod partitions;
+mod slots;
+mod statements;
 
 use std::str::FromStr;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use lease_core::LeaseStoreExt;
-use lease_core::{
-    Capabilities, Error, ErrorKind, LeaseInfo, LeaseStore, Result,
-    backend::{Grant, HolderToken, async_trait, validate_instance},
-};
+use lease_core::{Error, ErrorKind, Result};
 use sqlx::MySql;
-use sqlx::mysql::{
-    MySqlConnectOptions, MySqlConnection, MySqlPool, MySqlPoolOptions, MySqlQueryResult,
-};
+use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlPool, MySqlPoolOptions};
 
-use crate::common::{check_common, verify_guard};
 use crate::config::SqlConfig;
-use crate::schema::Dialect;
-use crate::store::{SqlStore, remaining, ttl_ms};
+use crate::partitions::{Table, check_group_tables, group_conn};
+use crate::store::{ColumnInfo, SqlStore, check_lease_table, split_table, with_conn};
+use crate::wire::schema::Dialect;
 
 /// The `name` column as information_schema describes it: type, width in characters, width in
 /// bytes, collation.
 type NameColumn = (String, Option<i64>, Option<i64>, Option<String>);
 
-/// How often a claim is retried at once after InnoDB picked it as a deadlock victim (the
-/// statement was rolled back whole, so retrying is safe).
-pub(crate) const DEADLOCK_RETRIES: usize = 3;
+/// A column as MySQL's information_schema describes it: name, data type, full column
+/// type, width in characters, width in bytes, collation.
+type MySqlColumn = (
+    String,
+    String,
+    String,
+    Option<i64>,
+    Option<i64>,
+    Option<String>,
+);
 
 /// A lease store on MySQL or MariaDB.
 ///
@@ -166,17 +176,11 @@ pub(crate) const DEADLOCK_RETRIES: usize = 3;
 /// start-up. The same goes for the `group_name`, `owner`, `service` and `node` columns, and
 /// `partition_no` must hold every `u32` (`INT UNSIGNED`).
 pub type MySqlStore = SqlStore<MySql>;
-
 impl SqlStore<MySql> {
-    /// A store on the application's pool with the default options; checks at once that the
-    /// database can carry leases.
-    pub async fn new(pool: MySqlPool) -> Result<Self> {
-        Self::with_config(pool, SqlConfig::default()).await
-    }
-
-    /// A store on the application's pool; see
-    /// [`PostgresStore::with_config`](crate::PostgresStore::with_config) for the checks.
-    pub async fn with_config(pool: MySqlPool, config: SqlConfig) -> Result<Self> {
+    /// A store on the application's pool; checks at once that the database can carry leases
+    /// (see [`PostgresStore::with_client`](crate::PostgresStore::with_client)), and on MySQL
+    /// also that every compared column compares bytes exactly.
+    pub async fn with_client(pool: MySqlPool, config: SqlConfig) -> Result<Self> {
         let server = {
             let o = pool.connect_options();
             format!(
@@ -186,14 +190,18 @@ impl SqlStore<MySql> {
                 o.get_database().unwrap_or_default()
             )
         };
-        let leases = Self::lease_conns(&pool, &config);
-        let store = Self::assemble(pool, leases, config, server, Dialect::MySql);
-        store.check_available().await?;
+        let stmts = statements::statements(&config.table);
+        let store = Self::assemble(pool, config, server, Dialect::MySql, stmts);
+        store
+            .check_available()
+            .await
+            .map_err(|e| store.at_server(e))?;
         Ok(store)
     }
 
     /// Connects to `url` (`mysql://user:password@host:port/database`) and builds the store. A
-    /// bad URL or an unreachable server gives `Unavailable`, naming the host.
+    /// bad URL or an unreachable server gives `Unavailable`, naming the host (never the
+    /// password).
     pub async fn connect(url: &str, config: SqlConfig) -> Result<Self> {
         let opts = MySqlConnectOptions::from_str(url).map_err(|e| {
             Error::new(
@@ -209,34 +217,30 @@ impl SqlStore<MySql> {
             .acquire_timeout(Duration::from_secs(5))
             .connect_with(opts)
             .await
-            .map_err(|e| crate::error::map(e, "connect", &server))?;
-        Self::with_config(pool, config).await
+            .map_err(|e| crate::error::map(e, "connect".into(), &server))?;
+        Self::with_client(pool, config).await
     }
 
     async fn check_available(&self) -> Result<()> {
-        check_common!(self, MySql);
-        let version: String = crate::common::with_conn!(self, "start-up check", |c| {
+        check_lease_table!(self, MySql);
+        let version: String = with_conn!(self, "start-up check", |c| {
             sqlx::query_scalar("SELECT CAST(VERSION() AS CHAR)").fetch_one(c)
         })?;
         self.inner
             .nowait_claims
             .store(takes_nowait_claims(&version), Ordering::Relaxed);
         let table = &self.inner.config.table;
-        let (schema, name) = match table.split_once('.') {
-            Some((s, n)) => (Some(s.to_owned()), n.to_owned()),
-            None => (None, table.clone()),
-        };
-        let column: Option<NameColumn> =
-            crate::common::with_conn!(self, "start-up check", |c| sqlx::query_as(
-                "SELECT CAST(DATA_TYPE AS CHAR), CAST(CHARACTER_MAXIMUM_LENGTH AS SIGNED), \
+        let (schema, name) = split_table(table);
+        let column: Option<NameColumn> = with_conn!(self, "start-up check", |c| sqlx::query_as(
+            "SELECT CAST(DATA_TYPE AS CHAR), CAST(CHARACTER_MAXIMUM_LENGTH AS SIGNED), \
                     CAST(CHARACTER_OCTET_LENGTH AS SIGNED), CAST(COLLATION_NAME AS CHAR) \
              FROM information_schema.COLUMNS \
              WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ? \
                AND COLUMN_NAME = 'name'",
-            )
-            .bind(schema)
-            .bind(name)
-            .fetch_optional(c))?;
+        )
+        .bind(schema)
+        .bind(name)
+        .fetch_optional(c))?;
         if let Some((data_type, _, _, collation)) = &column {
             let exact = match data_type.to_ascii_lowercase().as_str() {
                 "varbinary" => true,
@@ -249,10 +253,9 @@ impl SqlStore<MySql> {
                 return Err(Error::new(
                     ErrorKind::Unavailable,
                     format!(
-                        "the `name` column of `{table}` on {} is {data_type} with collation {}, \
+                        "the `name` column of `{table}` is {data_type} with collation {}, \
                          under which \"Job\", \"job\" and \"job \" could share one row; make it \
                          VARBINARY(255) as in:\n{}",
-                        self.inner.server,
                         collation.as_deref().unwrap_or("(binary)"),
                         self.inner.stmts.create
                     ),
@@ -261,7 +264,7 @@ impl SqlStore<MySql> {
             }
         }
         // VARBINARY is limited in bytes, VARCHAR in characters.
-        crate::common_checks::name_width(
+        crate::store::name_width(
             self,
             column.map(|(t, chars, octets, _)| {
                 let w = if t.eq_ignore_ascii_case("varbinary") {
@@ -275,12 +278,75 @@ impl SqlStore<MySql> {
         self.check_group_tables().await
     }
 
-    async fn exec(
-        &self,
-        op: &str,
-        q: sqlx::query::Query<'_, MySql, sqlx::mysql::MySqlArguments>,
-    ) -> Result<MySqlQueryResult> {
-        crate::common::with_conn!(self, op, |c| q.execute(c))
+    /// Start-up checks of the partition and member tables: widths (VARBINARY and TEXT in
+    /// bytes, VARCHAR in characters), byte-wise comparison of every compared column, and
+    /// `partition_no` able to hold every `u32`.
+    async fn check_group_tables(&self) -> Result<()> {
+        check_group_tables!(self, MySql);
+        for table in [Table::Partitions, Table::Members] {
+            let full = self.table_of(table).0.to_owned();
+            let (schema, name) = split_table(&full);
+            let rows: Vec<MySqlColumn> =
+                group_conn!(self, "start-up check", table, |c| sqlx::query_as(
+                    "SELECT CAST(COLUMN_NAME AS CHAR), CAST(DATA_TYPE AS CHAR), \
+                     CAST(COLUMN_TYPE AS CHAR), CAST(CHARACTER_MAXIMUM_LENGTH AS SIGNED), \
+                     CAST(CHARACTER_OCTET_LENGTH AS SIGNED), CAST(COLLATION_NAME AS CHAR) \
+                     FROM information_schema.COLUMNS \
+                     WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ?"
+                )
+                .bind(schema)
+                .bind(name)
+                .fetch_all(c))?;
+            let mut have = Vec::new();
+            for (name, data_type, column_type, chars, octets, collation) in rows {
+                let t = data_type.to_ascii_lowercase();
+                let exact_collation = collation
+                    .as_deref()
+                    .is_some_and(|c| c.ends_with("_nopad_bin") || c.ends_with("_0900_bin"));
+                let inexact = match t.as_str() {
+                    "varbinary" | "blob" | "tinyblob" | "mediumblob" | "longblob" => None,
+                    "varchar" | "text" | "tinytext" | "mediumtext" | "longtext"
+                        if exact_collation =>
+                    {
+                        None
+                    }
+                    "int" | "bigint" | "smallint" | "mediumint" | "tinyint" => None,
+                    _ => Some(
+                        collation
+                            .clone()
+                            .unwrap_or_else(|| format!("{data_type} (pads values to its width)")),
+                    ),
+                };
+                if name.eq_ignore_ascii_case("partition_no")
+                    && !(t == "bigint"
+                        || (t == "int" && column_type.to_ascii_lowercase().contains("unsigned")))
+                {
+                    return Err(Error::new(
+                        ErrorKind::Unavailable,
+                        format!(
+                            "the `partition_no` column of `{full}` is {column_type}, \
+                             which cannot hold every partition number (0 to 4294967295); \
+                             make it INT UNSIGNED as in:\n{}",
+                            self.table_of(table).1
+                        ),
+                    )
+                    .with_temporary(false));
+                }
+                let width = if matches!(t.as_str(), "varchar" | "char") {
+                    chars
+                } else {
+                    octets
+                };
+                have.push(ColumnInfo {
+                    name,
+                    data_type,
+                    width,
+                    inexact,
+                });
+            }
+            self.check_columns(table, &have)?;
+        }
+        Ok(())
     }
 }
 
@@ -298,144 +364,14 @@ fn takes_nowait_claims(version: &str) -> bool {
     (major, minor) >= (10, 3)
 }
 
-#[async_trait]
-impl LeaseStore for SqlStore<MySql> {
-    fn backend(&self) -> &'static str {
-        "mysql"
-    }
+/// MySQL reads its own clock in every statement: nothing to do besides the operation.
+impl crate::wire::conns::LeaseDb for MySql {}
 
-    fn capabilities(&self) -> Capabilities {
-        crate::common::capabilities(&self.inner.config)
-    }
-
-    async fn available(&self) -> Result<()> {
-        self.check_available().await
-    }
-
-    async fn claim(
-        &self,
-        name: &str,
-        holder: &HolderToken,
-        instance: &str,
-        ttl: Duration,
-    ) -> Result<Option<Grant>> {
-        self.validate_name(name)?;
-        self.validate_ttl(ttl)?;
-        validate_instance(instance)?;
-        let ms = ttl_ms(ttl);
-        let hex = holder.to_hex();
-        let stmt = if self.inner.nowait_claims.load(Ordering::Relaxed) {
-            &self.inner.stmts.claim_nowait
-        } else {
-            &self.inner.stmts.claim
-        };
-        let mut attempt = 0;
-        let done = loop {
-            let r = crate::common::raw_conn!(self, "claim", |c| {
-                sqlx::query(stmt)
-                    .bind(name)
-                    .bind(&hex)
-                    .bind(instance)
-                    .bind(ms)
-                    .bind(&hex)
-                    .bind(instance)
-                    .bind(ms)
-                    .execute(c)
-            });
-            match r {
-                Err(e) if crate::error::is_deadlock(&e) && attempt < DEADLOCK_RETRIES => {
-                    attempt += 1;
-                }
-                // The row is locked by a transaction (a verified one of the holder's): live, so
-                // held. The statement was rolled back whole.
-                Err(e) if crate::error::is_lock_busy(&e) => return Ok(None),
-                r => break r.map_err(|e| self.err(e, "claim"))?,
-            }
-        };
-        match done.last_insert_id() {
-            0 => Ok(None),
-            t => Ok(Some(Grant {
-                term: t,
-                expires_in: remaining(ms),
-            })),
-        }
-    }
-
-    async fn renew(
-        &self,
-        name: &str,
-        holder: &HolderToken,
-        ttl: Duration,
-    ) -> Result<Option<Grant>> {
-        self.validate_name(name)?;
-        self.validate_ttl(ttl)?;
-        let ms = ttl_ms(ttl);
-        let q = sqlx::query(&self.inner.stmts.renew)
-            .bind(ms)
-            .bind(name)
-            .bind(holder.to_hex());
-        let done = self.exec("renew", q).await?;
-        Ok(match done.last_insert_id() {
-            0 => None,
-            t => Some(Grant {
-                term: t,
-                expires_in: remaining(ms),
-            }),
-        })
-    }
-
-    async fn release(&self, name: &str, holder: &HolderToken) -> Result<bool> {
-        self.validate_name(name)?;
-        let q = sqlx::query(&self.inner.stmts.release)
-            .bind(name)
-            .bind(holder.to_hex());
-        Ok(self.exec("release", q).await?.last_insert_id() > 0)
-    }
-
-    async fn verify(&self, name: &str, holder: &HolderToken) -> Result<Option<Grant>> {
-        self.validate_name(name)?;
-        let row: Option<(i64, i64)> =
-            crate::common::with_conn!(self, "verify", |c| sqlx::query_as(
-                &self.inner.stmts.verify
-            )
-            .bind(name)
-            .bind(holder.to_hex())
-            .fetch_optional(c))?;
-        row.map(|(t, left)| {
-            Ok(Grant {
-                term: self.term_from(t)?,
-                expires_in: remaining(left),
-            })
-        })
-        .transpose()
-    }
-
-    async fn get(&self, name: &str) -> Result<Option<LeaseInfo>> {
-        self.validate_name(name)?;
-        let row: Option<(String, i64, i64)> =
-            crate::common::with_conn!(self, "get", |c| sqlx::query_as(&self.inner.stmts.get)
-                .bind(name)
-                .fetch_optional(c))?;
-        row.map(|(instance, t, left)| {
-            Ok(LeaseInfo {
-                name: name.to_owned(),
-                instance,
-                term: self.term_from(t)?,
-                live: left > 0,
-                expires_in: remaining(left),
-            })
-        })
-        .transpose()
-    }
-
-    async fn force_release(&self, name: &str) -> Result<bool> {
-        self.validate_name(name)?;
-        let q = sqlx::query(&self.inner.stmts.force_release).bind(name);
-        Ok(self.exec("force release", q).await?.last_insert_id() > 0)
-    }
-}
-
-verify_guard!(MySql, MySqlConnection, begin);
+crate::leases::lease_store!(MySql);
+crate::leases::verify_guard!(MySql, MySqlConnection, begin);
+crate::partitions::partition_store!(MySql);
+crate::membership::membership_store!(MySql);
+crate::slots::slot_store!(MySql);
 
 #[cfg(test)]
 mod tests {

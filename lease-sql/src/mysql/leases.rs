@@ -1,0 +1,103 @@
+//! MySQL's lease writes: no `RETURNING` on `UPDATE`, so the term comes back in the OK packet
+//! through `LAST_INSERT_ID(expr)`, 0 when no row matched (see `statements.rs`). The rest of
+//! [`LeaseStore`](lease_core::LeaseStore) is shared, see `leases.rs`.
+
+use std::sync::atomic::Ordering;
+
+use lease_core::Result;
+use sqlx::MySql;
+use sqlx::mysql::{MySqlArguments, MySqlQueryResult};
+use sqlx::query::Query;
+
+use crate::store::{SqlStore, raw_conn, with_conn};
+
+/// `LAST_INSERT_ID()` as a term or epoch: 0 means no row matched (or the lease was held).
+pub(super) fn inserted(last_insert_id: u64) -> Option<u64> {
+    (last_insert_id != 0).then_some(last_insert_id)
+}
+
+impl SqlStore<MySql> {
+    /// The claim: the new term, `None` when held. Retried at once after a deadlock (the
+    /// statement was rolled back whole); on MariaDB a row locked by a verified transaction
+    /// fails it at once (see [`Statements::claim_nowait`](crate::wire::Statements)), answered
+    /// as held.
+    pub(super) async fn claim_row(
+        &self,
+        name: &str,
+        hex: &str,
+        instance: &str,
+        ms: i64,
+    ) -> Result<Option<u64>> {
+        let stmt = if self.inner.nowait_claims.load(Ordering::Relaxed) {
+            &self.inner.stmts.claim_nowait
+        } else {
+            &self.inner.stmts.claim
+        };
+        let mut attempt = 0;
+        let done = loop {
+            let r = raw_conn!(self, lease_core::layer::Operation::Claim, |c| {
+                sqlx::query(stmt)
+                    .bind(name)
+                    .bind(hex)
+                    .bind(instance)
+                    .bind(ms)
+                    .bind(hex)
+                    .bind(instance)
+                    .bind(ms)
+                    .execute(c)
+            });
+            match r {
+                Err(e)
+                    if crate::error::is_deadlock(&e)
+                        && attempt < crate::error::DEADLOCK_RETRIES =>
+                {
+                    attempt += 1;
+                }
+                // The row is locked by a transaction (a verified one of the holder's): live, so
+                // held. The statement was rolled back whole.
+                Err(e) if crate::error::is_lock_busy(&e) => return Ok(None),
+                r => break r.map_err(|e| self.err(e, lease_core::layer::Operation::Claim))?,
+            }
+        };
+        Ok(inserted(done.last_insert_id()))
+    }
+
+    pub(super) async fn renew_row(&self, name: &str, hex: &str, ms: i64) -> Result<Option<u64>> {
+        let q = sqlx::query(&self.inner.stmts.renew)
+            .bind(ms)
+            .bind(name)
+            .bind(hex);
+        Ok(inserted(
+            self.exec(lease_core::layer::Operation::Renew, q)
+                .await?
+                .last_insert_id(),
+        ))
+    }
+
+    pub(super) async fn release_row(&self, name: &str, hex: &str) -> Result<bool> {
+        let q = sqlx::query(&self.inner.stmts.release).bind(name).bind(hex);
+        Ok(self
+            .exec(lease_core::layer::Operation::Release, q)
+            .await?
+            .last_insert_id()
+            > 0)
+    }
+
+    pub(super) async fn force_release_row(&self, name: &str) -> Result<bool> {
+        let q = sqlx::query(&self.inner.stmts.force_release).bind(name);
+        Ok(self
+            .exec(lease_core::layer::Operation::ForceRelease, q)
+            .await?
+            .last_insert_id()
+            > 0)
+    }
+
+    /// Runs one statement of `op` on a lease connection.
+    async fn exec(
+        &self,
+        op: lease_core::layer::Operation,
+        q: Query<'_, MySql, MySqlArguments>,
+    ) -> Result<MySqlQueryResult> {
+        with_conn!(self, op, |c| q.execute(c))
+    }
+}

@@ -1,0 +1,186 @@
+//! MySQL's and MariaDB's statements (written out in the docs of
+//! [`MySqlStore`](crate::MySqlStore)).
+
+use crate::wire::schema::{Dialect, schema_sql};
+use crate::wire::{
+    GROUP_MARKER, GroupStatements, NAMES_MARKER, OWNER_MARKER, PARTITIONS_MARKER, SlotStatements,
+    Statements, TTL_MARKER,
+};
+
+/// The statements of a MySQL/MariaDB store on the lease table `t`.
+///
+/// MySQL has no RETURNING on UPDATE: the term comes back through LAST_INSERT_ID(expr),
+/// which the server reports in the OK packet of the same statement — 0 when the
+/// expression was not evaluated (no row matched, or the lease was held). Affected-row
+/// counts are not used: they depend on the client's found-rows flag.
+///
+/// ON DUPLICATE KEY UPDATE assigns left to right, each assignment seeing the columns
+/// already assigned: expires_at_ms is assigned last, so every condition tests the
+/// original expiry. LAST_INSERT_ID(1) in VALUES is evaluated before the duplicate is
+/// found; the update then calls LAST_INSERT_ID again (term + 1 when claimed, 0 when
+/// held), and the last call is what the OK packet reports.
+pub(crate) fn statements(t: &str) -> Statements {
+    let dialect = Dialect::MySql;
+    let now = dialect.expiry_ms();
+    let s = Statements {
+        claim: format!(
+            "INSERT INTO {t} (name, holder, instance, term, expires_at_ms) \
+                     VALUES (?, ?, ?, LAST_INSERT_ID(1), {now} + ?) \
+                     ON DUPLICATE KEY UPDATE \
+                     holder = IF(expires_at_ms <= {now}, ?, holder), \
+                     instance = IF(expires_at_ms <= {now}, ?, instance), \
+                     term = IF(expires_at_ms <= {now}, LAST_INSERT_ID(term + 1), term + LAST_INSERT_ID(0)), \
+                     expires_at_ms = IF(expires_at_ms <= {now}, {now} + ?, expires_at_ms)"
+        ),
+        claim_nowait: String::new(),
+        renew: format!(
+            "UPDATE {t} SET expires_at_ms = {now} + ?, term = LAST_INSERT_ID(term) \
+                     WHERE name = ? AND holder = ? AND expires_at_ms > {now}"
+        ),
+        release: format!(
+            "UPDATE {t} SET expires_at_ms = 0, term = LAST_INSERT_ID(term) \
+                     WHERE name = ? AND holder = ? AND expires_at_ms > {now}"
+        ),
+        force_release: format!(
+            "UPDATE {t} SET expires_at_ms = 0, term = LAST_INSERT_ID(term) \
+                     WHERE name = ? AND expires_at_ms > {now}"
+        ),
+        verify: format!(
+            "SELECT term, expires_at_ms - {now} FROM {t} \
+                     WHERE name = ? AND holder = ? AND expires_at_ms > {now}"
+        ),
+        verify_locking: format!(
+            "SELECT term FROM {t} \
+                     WHERE name = ? AND holder = ? AND term = ? AND expires_at_ms > {now} \
+                     LOCK IN SHARE MODE"
+        ),
+        // utf8mb4_bin columns come back flagged binary: ask for text.
+        get: format!(
+            "SELECT CAST(instance AS CHAR CHARACTER SET utf8mb4), term, \
+                     expires_at_ms - {now} FROM {t} WHERE name = ?"
+        ),
+        now: format!("SELECT {now}"),
+        create: schema_sql(dialect, t),
+        slots: slots(t, now),
+        groups: groups(t),
+    };
+    // MariaDB's claim: the same statement, under a lock wait timeout of 0.
+    Statements {
+        claim_nowait: format!("SET STATEMENT innodb_lock_wait_timeout = 0 FOR {}", s.claim),
+        ..s
+    }
+}
+
+/// MySQL's slot statements. No RETURNING on UPDATE: the term (or the finish's outcome) comes
+/// back through `LAST_INSERT_ID(expr)` in the OK packet, 0 when no row matched; affected-row
+/// counts are never read. An UPDATE assigns left to right, each assignment seeing the columns
+/// already assigned, so every assignment below reads only columns assigned after it.
+fn slots(t: &str, now: &str) -> SlotStatements {
+    // The finish's conditions, on the record as it was; each `?` is bound in this order.
+    let held = format!("(holder = ? AND expires_at_ms > {now})"); // holder
+    let rec = "(slot_ms <=> ?)"; // instant
+    let due = format!("COALESCE(? <= {now} AND ? > ?, 0)"); // passed, passed, instant
+    let took = format!("({held} AND {rec} AND {due})"); // holder, instant, passed, passed, instant
+    SlotStatements {
+        read: format!(
+            "SELECT n.now, l.term, l.expires_at_ms - n.now, l.slot_ms, l.unfinished_slot_ms \
+             FROM (SELECT {now} AS now) n LEFT JOIN {t} l ON l.name = ?"
+        ),
+        // Never INSERT IGNORE (it turns errors into warnings). A duplicate key (another replica
+        // inserted first) leaves the row as it is and reports LAST_INSERT_ID 0: held.
+        insert: format!(
+            "INSERT INTO {t} \
+             (name, holder, instance, term, expires_at_ms, slot_ms, unfinished_slot_ms) \
+             VALUES (?, ?, ?, LAST_INSERT_ID(1), {now} + ?, ?, ?) \
+             ON DUPLICATE KEY UPDATE term = term + LAST_INSERT_ID(0)"
+        ),
+        update: format!(
+            "UPDATE {t} SET holder = ?, instance = ?, term = LAST_INSERT_ID(term + 1), \
+             expires_at_ms = {now} + ?, slot_ms = ?, unfinished_slot_ms = ? \
+             WHERE name = ? AND term = ? AND expires_at_ms <= {now}"
+        ),
+        // LAST_INSERT_ID = 1 + 2·recorded + 4·passed taken + 8·released (0: no row matched),
+        // evaluated first, on the record as it was, whether or not the row then changes.
+        finish: format!(
+            "UPDATE {t} SET \
+             term = term + 0 * LAST_INSERT_ID(1 + 2 * {rec} + 4 * {took} + 8 * {held}), \
+             unfinished_slot_ms = IF({rec} AND unfinished_slot_ms <=> ?, NULL, unfinished_slot_ms), \
+             slot_ms = IF({took}, ?, slot_ms), \
+             expires_at_ms = IF({held}, 0, expires_at_ms) \
+             WHERE name = ? AND ({rec} OR {held})"
+        ),
+        finish_write: String::new(),
+        rerun: format!(
+            "UPDATE {t} SET holder = ?, instance = ?, term = LAST_INSERT_ID(term + 1), \
+             expires_at_ms = {now} + ?, rerun_slot_ms = ? \
+             WHERE name = ? AND unfinished_slot_ms = ? AND slot_ms = ? \
+             AND (rerun_slot_ms IS NULL OR rerun_slot_ms <> ?) AND expires_at_ms <= {now}"
+        ),
+        unfinished: format!(
+            "SELECT name, unfinished_slot_ms FROM {t} WHERE name IN ({NAMES_MARKER}) \
+             AND slot_ms = unfinished_slot_ms \
+             AND (rerun_slot_ms IS NULL OR rerun_slot_ms <> unfinished_slot_ms) \
+             AND expires_at_ms <= {now}"
+        ),
+        last: format!("SELECT slot_ms, unfinished_slot_ms, rerun_slot_ms FROM {t} WHERE name = ?"),
+    }
+}
+
+/// The partition and member statements.
+fn groups(table: &str) -> GroupStatements {
+    let now = Dialect::MySql.expiry_ms();
+    let (p, m) = crate::wire::group_tables(table);
+    // MySQL: `:now` is fixed at the statement's start. ON DUPLICATE KEY UPDATE assigns left
+    // to right, each assignment seeing the columns already assigned: the epoch is computed
+    // first (from the old owner and expiry), expires_at_ms assigned last, and its condition
+    // holds whether it reads the old owner or the new one. LAST_INSERT_ID is the epoch when
+    // the lease is acquired or kept, 0 when another owner holds it.
+    GroupStatements {
+        acquire: format!(
+            "INSERT INTO {p} (group_name, partition_no, owner, epoch, expires_at_ms) \
+                 VALUES (?, ?, ?, LAST_INSERT_ID(1), {now} + ?) \
+                 ON DUPLICATE KEY UPDATE \
+                 epoch = IF(expires_at_ms <= {now}, LAST_INSERT_ID(epoch + 1), \
+                 IF(owner = ?, LAST_INSERT_ID(epoch), epoch + LAST_INSERT_ID(0))), \
+                 owner = IF(expires_at_ms <= {now}, ?, owner), \
+                 expires_at_ms = IF(expires_at_ms <= {now} OR owner = ?, {now} + ?, expires_at_ms)"
+        ),
+        // Text protocol, one round trip for all three statements: the SET fixes one expiry
+        // for the batch, the UPDATE extends the live leases of the owner (never to an
+        // expiry already past), the SELECT reads back exactly those it extended.
+        renew: format!(
+            "SET @lease_sql_renewal_ms = {now} + {TTL_MARKER}; \
+                 UPDATE {p} SET expires_at_ms = @lease_sql_renewal_ms \
+                 WHERE group_name = {GROUP_MARKER} AND partition_no IN ({PARTITIONS_MARKER}) \
+                 AND owner = {OWNER_MARKER} AND expires_at_ms > {now} \
+                 AND @lease_sql_renewal_ms > {now}; \
+                 SELECT partition_no, epoch, expires_at_ms - {now} FROM {p} \
+                 WHERE group_name = {GROUP_MARKER} AND partition_no IN ({PARTITIONS_MARKER}) \
+                 AND owner = {OWNER_MARKER} AND expires_at_ms = @lease_sql_renewal_ms \
+                 AND expires_at_ms > {now}"
+        ),
+        release: format!(
+            "UPDATE {p} SET expires_at_ms = {now} \
+                 WHERE group_name = {GROUP_MARKER} AND partition_no IN ({PARTITIONS_MARKER}) \
+                 AND owner = {OWNER_MARKER} AND expires_at_ms > {now}"
+        ),
+        owners: format!(
+            "SELECT partition_no, owner, epoch, expires_at_ms - {now} FROM {p} \
+                 WHERE group_name = ? AND expires_at_ms > {now} ORDER BY partition_no"
+        ),
+        heartbeat: format!(
+            "INSERT INTO {m} (service, node, address, group_list, expires_at_ms) \
+                 VALUES (?, ?, ?, ?, {now} + ?) \
+                 ON DUPLICATE KEY UPDATE address = ?, group_list = ?, expires_at_ms = {now} + ?"
+        ),
+        members: format!(
+            "SELECT node, address, group_list, expires_at_ms - {now} FROM {m} \
+                 WHERE service = ? AND expires_at_ms > {now} ORDER BY node"
+        ),
+        leave: format!(
+            "UPDATE {m} SET expires_at_ms = {now} \
+                 WHERE service = ? AND node = ? AND expires_at_ms > {now}"
+        ),
+        ..GroupStatements::tables(Dialect::MySql, table)
+    }
+}

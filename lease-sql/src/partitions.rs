@@ -1,0 +1,448 @@
+//! Partitioned leases ([`lease_core::PartitionStore`]) on a table of their own, named after the
+//! lease table: `<table>_partitions`, one row per `(group_name, partition_no)`; and what the
+//! partition and member tables share (their start-up checks, errors, the deadlock retry).
+//! Their DDL is [`partitions_schema_sql`](crate::partitions_schema_sql) and
+//! [`members_schema_sql`](crate::members_schema_sql); the statements are in each dialect's
+//! `statements.rs` and written out in the docs of [`PostgresStore`](crate::PostgresStore),
+//! [`MySqlStore`](crate::MySqlStore) and [`SqliteStore`](crate::SqliteStore).
+//!
+//! One impl for every dialect ([`partition_store`]): argument checks before any I/O (lease-core's
+//! `backend::check`, one per operation), an empty batch answered without I/O,
+//! the batch deduplicated; the statements are the dialect's (`acquire_row`, `renew_rows`,
+//! `release_rows`, `owner_rows`: PostgreSQL's and SQLite's from [`returning_partition_rows`],
+//! MySQL's in `mysql/partitions.rs`).
+//!
+//! Every operation is one statement (MySQL's batch renewal: one `SET`, `UPDATE`, `SELECT`
+//! text-protocol request), one round trip on a warm connection of the store's own, expiry
+//! judged by the same server clock as the leases. A statement InnoDB or PostgreSQL picked as a
+//! deadlock victim was rolled back whole and is retried at once (up to three times).
+
+use lease_core::{Error, ErrorKind, PartitionLease, Result};
+use sqlx::Database;
+
+use crate::store::{SqlStore, Wanted, remaining};
+
+/// Which of the two tables an operation works on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Table {
+    Partitions,
+    Members,
+}
+
+impl Table {
+    pub(crate) fn what(self) -> &'static str {
+        match self {
+            Table::Partitions => "partition table",
+            Table::Members => "member table",
+        }
+    }
+}
+
+impl<DB: Database> SqlStore<DB> {
+    /// The table's name and its `CREATE TABLE` statement.
+    pub(crate) fn table_of(&self, table: Table) -> (&str, &str) {
+        let g = &self.inner.stmts.groups;
+        match table {
+            Table::Partitions => (&g.partitions_table, &g.create_partitions),
+            Table::Members => (&g.members_table, &g.create_members),
+        }
+    }
+
+    /// Maps a sqlx error of `op` on `table`, naming the table and its DDL when it is missing.
+    pub(crate) fn group_err<'a>(
+        &self,
+        e: sqlx::Error,
+        doing: impl Into<crate::error::Doing<'a>>,
+        table: Table,
+    ) -> Error {
+        if crate::error::is_missing_table(&e) {
+            return self.missing_group_table(table).with_source(e);
+        }
+        crate::error::map(e, doing.into(), &self.inner.server)
+    }
+
+    pub(crate) fn missing_group_table(&self, table: Table) -> Error {
+        let (name, create) = self.table_of(table);
+        let ddl = match self.inner.config.ddl {
+            crate::Ddl::None => " and DDL is off",
+            crate::Ddl::Auto => "",
+        };
+        Error::new(
+            ErrorKind::Unavailable,
+            format!(
+                "the {} `{name}` does not exist{ddl}; create it with:\n{create}",
+                table.what(),
+            ),
+        )
+        .with_temporary(false)
+        .at_server(&self.inner.server)
+    }
+
+    fn corrupt_row(&self, table: Table, what: &str) -> Error {
+        Error::new(
+            ErrorKind::Backend,
+            format!(
+                "the {} `{}` holds a corrupt row: {what}",
+                table.what(),
+                self.table_of(table).0,
+            ),
+        )
+        .at_server(&self.inner.server)
+    }
+
+    fn partition_from(&self, v: i64) -> Result<u32> {
+        u32::try_from(v).map_err(|_| self.corrupt_row(Table::Partitions, &format!("partition {v}")))
+    }
+
+    pub(crate) fn epoch_from(&self, v: i64) -> Result<u64> {
+        u64::try_from(v)
+            .ok()
+            .filter(|e| *e > 0)
+            .ok_or_else(|| self.corrupt_row(Table::Partitions, &format!("epoch {v}")))
+    }
+
+    /// A text column read as bytes (MySQL's binary columns).
+    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+    pub(crate) fn text_from(&self, table: Table, column: &str, v: Vec<u8>) -> Result<String> {
+        String::from_utf8(v)
+            .map_err(|_| self.corrupt_row(table, &format!("`{column}` is not UTF-8")))
+    }
+
+    pub(crate) fn lease(
+        &self,
+        partition: i64,
+        owner: String,
+        epoch: i64,
+        left: i64,
+    ) -> Result<PartitionLease> {
+        Ok(PartitionLease {
+            partition: self.partition_from(partition)?,
+            owner,
+            epoch: self.epoch_from(epoch)?,
+            expires_in: remaining(left),
+        })
+    }
+
+    /// What the store needs of the two tables' columns, for the start-up check.
+    fn wanted_columns(&self, table: Table) -> Vec<Wanted> {
+        let name = self.inner.config.max_name_bytes;
+        let plain = |column, bytes| Wanted {
+            column,
+            bytes,
+            exact: false,
+            hint: "",
+        };
+        let compared = |column, bytes, hint| Wanted {
+            column,
+            bytes,
+            exact: true,
+            hint,
+        };
+        let names = " or lower max_name_bytes";
+        match table {
+            Table::Partitions => vec![
+                compared("group_name", name, names),
+                plain("partition_no", 0),
+                compared("owner", lease_core::backend::MAX_INSTANCE_BYTES, ""),
+                plain("epoch", 0),
+                plain("expires_at_ms", 0),
+            ],
+            Table::Members => vec![
+                compared("service", name, names),
+                compared("node", lease_core::backend::MAX_INSTANCE_BYTES, ""),
+                plain("address", lease_core::backend::MAX_ADDRESS_BYTES),
+                // Every group at its longest, one line feed between two.
+                plain(
+                    "group_list",
+                    lease_core::backend::MAX_GROUPS_PER_MEMBER * (name + 1) - 1,
+                ),
+                plain("expires_at_ms", 0),
+            ],
+        }
+    }
+
+    pub(crate) fn check_columns(
+        &self,
+        table: Table,
+        have: &[crate::store::ColumnInfo],
+    ) -> Result<()> {
+        let (name, create) = self.table_of(table);
+        crate::store::table_columns(
+            table.what(),
+            name,
+            create,
+            have,
+            &self.wanted_columns(table),
+        )
+    }
+}
+
+/// The partitions of a batch, sorted, each once.
+pub(crate) fn distinct(partitions: &[u32]) -> Vec<u32> {
+    let mut p = partitions.to_vec();
+    p.sort_unstable();
+    p.dedup();
+    p
+}
+
+/// Runs `$body` (a sqlx future on the connection `$c`) on one of the store's own connections,
+/// retried at once after a deadlock (the statement was rolled back whole), the error mapped to
+/// a lease error of `$op` on `$table`.
+macro_rules! group_conn {
+    ($self:expr, $op:expr, $table:expr, |$c:ident| $body:expr) => {{
+        let mut attempt = 0;
+        loop {
+            let r = $crate::store::raw_conn!($self, $op, |$c| $body);
+            match r {
+                Err(e)
+                    if $crate::error::is_deadlock(&e)
+                        && attempt < $crate::error::DEADLOCK_RETRIES =>
+                {
+                    attempt += 1;
+                }
+                r => break r.map_err(|e| $self.group_err(e, $op, $table)),
+            }
+        }
+    }};
+}
+
+/// Start-up: creates the two tables when DDL is on, then probes that each exists and can be
+/// written.
+macro_rules! check_group_tables {
+    ($self:expr, $db:ty) => {{
+        for table in [
+            $crate::partitions::Table::Partitions,
+            $crate::partitions::Table::Members,
+        ] {
+            let (name, create) = $self.table_of(table);
+            let op = format!("create the {}", table.what());
+            if $self.inner.config.ddl == $crate::Ddl::Auto {
+                let created = $crate::store::raw_conn!($self, &op, |c| {
+                    sqlx::query::<$db>(create).execute(c)
+                });
+                match created {
+                    Ok(_) => {}
+                    Err(e) if $crate::error::is_create_race(&e) => {}
+                    Err(e) => return Err($self.group_err(e, op.as_str(), table)),
+                }
+            }
+            let probe = format!("UPDATE {name} SET expires_at_ms = expires_at_ms WHERE 1 = 0");
+            let probed = $crate::store::raw_conn!($self, "start-up check", |c| {
+                sqlx::query::<$db>(&probe).execute(c)
+            });
+            match probed {
+                Ok(_) => {}
+                Err(e) if $crate::error::is_missing_table(&e) => {
+                    return Err($self.missing_group_table(table).with_source(e));
+                }
+                Err(e @ sqlx::Error::Database(_)) => {
+                    return Err(lease_core::Error::new(
+                        lease_core::ErrorKind::Unavailable,
+                        format!(
+                            "cannot write the {} `{name}`: does the user lack the \
+                             privilege, or is the connection read-only?",
+                            table.what(),
+                        ),
+                    )
+                    .with_temporary(false)
+                    .with_source(e));
+                }
+                Err(e) => return Err($self.group_err(e, "start-up check", table)),
+            }
+        }
+    }};
+}
+
+/// `impl PartitionStore` for `SqlStore<$db>`. The dialect brings `acquire_row` (the epoch when
+/// acquired or kept, `None` when another owner holds it), `renew_rows` (partition, epoch, time
+/// left of each lease renewed), `release_rows` (how many leases ended) and `owner_rows`
+/// (partition, owner, epoch, time left of each live lease, by partition).
+macro_rules! partition_store {
+    ($db:ty) => {
+        #[lease_core::backend::async_trait]
+        impl lease_core::PartitionStore for $crate::SqlStore<$db> {
+            async fn acquire_partition(
+                &self,
+                group: &str,
+                partition: u32,
+                owner: &str,
+                ttl: std::time::Duration,
+            ) -> lease_core::Result<Option<lease_core::PartitionLease>> {
+                lease_core::backend::check::acquire_partition(self, group, owner, ttl)?;
+                let ms = $crate::store::ttl_ms(ttl);
+                let epoch = self
+                    .acquire_row(group, partition, owner, ms)
+                    .await
+                    .map_err(|e| e.during(lease_core::layer::Operation::AcquirePartition, group))?;
+                Ok(epoch.map(|epoch| lease_core::PartitionLease {
+                    partition,
+                    owner: owner.to_owned(),
+                    epoch,
+                    expires_in: $crate::store::remaining(ms),
+                }))
+            }
+
+            async fn renew_partitions(
+                &self,
+                group: &str,
+                partitions: &[u32],
+                owner: &str,
+                ttl: std::time::Duration,
+            ) -> lease_core::Result<Vec<lease_core::PartitionLease>> {
+                let batch = lease_core::backend::check::renew_partitions(
+                    self, group, partitions, owner, ttl,
+                )?;
+                if batch == lease_core::backend::check::Batch::Empty {
+                    return Ok(Vec::new());
+                }
+                let ms = $crate::store::ttl_ms(ttl);
+                let during = |e: lease_core::Error| {
+                    e.during(lease_core::layer::Operation::RenewPartitions, group)
+                };
+                let rows = self
+                    .renew_rows(group, &$crate::partitions::distinct(partitions), owner, ms)
+                    .await
+                    .map_err(during)?;
+                rows.into_iter()
+                    .map(|(p, epoch, left)| self.lease(p, owner.to_owned(), epoch, left))
+                    .collect::<lease_core::Result<_>>()
+                    .map_err(during)
+            }
+
+            async fn release_partitions(
+                &self,
+                group: &str,
+                partitions: &[u32],
+                owner: &str,
+            ) -> lease_core::Result<usize> {
+                let batch =
+                    lease_core::backend::check::release_partitions(self, group, partitions, owner)?;
+                if batch == lease_core::backend::check::Batch::Empty {
+                    return Ok(0);
+                }
+                let ended = self
+                    .release_rows(group, &$crate::partitions::distinct(partitions), owner)
+                    .await
+                    .map_err(|e| {
+                        e.during(lease_core::layer::Operation::ReleasePartitions, group)
+                    })?;
+                Ok(usize::try_from(ended).unwrap_or(usize::MAX))
+            }
+
+            async fn owners(
+                &self,
+                group: &str,
+            ) -> lease_core::Result<Vec<lease_core::PartitionLease>> {
+                lease_core::backend::check::owners(self, group)?;
+                let during =
+                    |e: lease_core::Error| e.during(lease_core::layer::Operation::Owners, group);
+                let rows = self.owner_rows(group).await.map_err(during)?;
+                rows.into_iter()
+                    .map(|(p, owner, epoch, left)| self.lease(p, owner, epoch, left))
+                    .collect::<lease_core::Result<_>>()
+                    .map_err(during)
+            }
+        }
+    };
+}
+
+/// The partition statements of the dialects with `RETURNING` (PostgreSQL, SQLite), for
+/// [`partition_store`]. `$parts` turns a batch of partitions into the bound parameter.
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+macro_rules! returning_partition_rows {
+    ($db:ty, $parts:path) => {
+        impl $crate::SqlStore<$db> {
+            async fn acquire_row(
+                &self,
+                group: &str,
+                partition: u32,
+                owner: &str,
+                ms: i64,
+            ) -> lease_core::Result<Option<u64>> {
+                let g = &self.inner.stmts.groups;
+                let row: Option<(i64,)> = $crate::partitions::group_conn!(
+                    self,
+                    lease_core::layer::Operation::AcquirePartition,
+                    $crate::partitions::Table::Partitions,
+                    |c| {
+                        sqlx::query_as(&g.acquire)
+                            .bind(group)
+                            .bind(i64::from(partition))
+                            .bind(owner)
+                            .bind(ms)
+                            .fetch_optional(c)
+                    }
+                )?;
+                row.map(|(epoch,)| self.epoch_from(epoch)).transpose()
+            }
+
+            /// Every lease renewed gets the statement's one expiry: `ms` left.
+            async fn renew_rows(
+                &self,
+                group: &str,
+                partitions: &[u32],
+                owner: &str,
+                ms: i64,
+            ) -> lease_core::Result<Vec<(i64, i64, i64)>> {
+                let parts = $parts(partitions);
+                let g = &self.inner.stmts.groups;
+                let rows: Vec<(i64, i64)> = $crate::partitions::group_conn!(
+                    self,
+                    lease_core::layer::Operation::RenewPartitions,
+                    $crate::partitions::Table::Partitions,
+                    |c| {
+                        sqlx::query_as(&g.renew)
+                            .bind(group)
+                            .bind(&parts)
+                            .bind(owner)
+                            .bind(ms)
+                            .fetch_all(c)
+                    }
+                )?;
+                Ok(rows.into_iter().map(|(p, epoch)| (p, epoch, ms)).collect())
+            }
+
+            async fn release_rows(
+                &self,
+                group: &str,
+                partitions: &[u32],
+                owner: &str,
+            ) -> lease_core::Result<u64> {
+                let parts = $parts(partitions);
+                let g = &self.inner.stmts.groups;
+                let done = $crate::partitions::group_conn!(
+                    self,
+                    lease_core::layer::Operation::ReleasePartitions,
+                    $crate::partitions::Table::Partitions,
+                    |c| {
+                        sqlx::query(&g.release)
+                            .bind(group)
+                            .bind(&parts)
+                            .bind(owner)
+                            .execute(c)
+                    }
+                )?;
+                Ok(done.rows_affected())
+            }
+
+            async fn owner_rows(
+                &self,
+                group: &str,
+            ) -> lease_core::Result<Vec<(i64, String, i64, i64)>> {
+                let g = &self.inner.stmts.groups;
+                $crate::partitions::group_conn!(
+                    self,
+                    lease_core::layer::Operation::Owners,
+                    $crate::partitions::Table::Partitions,
+                    |c| { sqlx::query_as(&g.owners).bind(group).fetch_all(c) }
+                )
+            }
+        }
+    };
+}
+
+pub(crate) use check_group_tables;
+pub(crate) use group_conn;
+pub(crate) use partition_store;
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+pub(crate) use returning_partition_rows;

@@ -1,0 +1,46 @@
+//! PostgreSQL's slot finish and `unfinished` (the rest of [`SlotStore`](lease_core::SlotStore)
+//! is shared, see `slots.rs`).
+
+use lease_core::Result;
+use lease_core::backend::SlotFinish;
+use sqlx::Postgres;
+
+use crate::slots::Finish;
+use crate::store::{SqlStore, with_conn};
+
+impl SqlStore<Postgres> {
+    /// The finish: one statement that locks the row, computes the outcome from it and applies
+    /// it (a data-modifying CTE).
+    pub(super) async fn finish_in(&self, f: Finish<'_>) -> Result<SlotFinish> {
+        let row: Option<(bool, bool, bool)> =
+            with_conn!(self, lease_core::layer::Operation::FinishSlot, |c| {
+                sqlx::query_as(&self.inner.stmts.slots.finish)
+                    .bind(f.name)
+                    .bind(f.hex)
+                    .bind(f.instant_ms)
+                    .bind(f.passed_ms)
+                    .fetch_optional(c)
+            })?;
+        Ok(row
+            .map(|(recorded, passed_taken, released)| SlotFinish {
+                recorded,
+                passed_taken,
+                released,
+            })
+            .unwrap_or_default())
+    }
+
+    /// The unfinished instants of `names` (one `text[]` parameter).
+    pub(super) async fn unfinished_rows(&self, names: &[String]) -> Result<Vec<(Vec<u8>, i64)>> {
+        let rows: Vec<(String, i64)> =
+            with_conn!(self, lease_core::layer::Operation::Unfinished, |c| {
+                sqlx::query_as(&self.inner.stmts.slots.unfinished)
+                    .bind(names)
+                    .fetch_all(c)
+            })?;
+        Ok(rows
+            .into_iter()
+            .map(|(n, at)| (n.into_bytes(), at))
+            .collect())
+    }
+}

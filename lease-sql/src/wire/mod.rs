@@ -1,0 +1,121 @@
+//! What the store says to the database: the tables' DDL ([`schema`]), the statements of one
+//! store ([`Statements`], built per dialect by `postgres/statements.rs`, `mysql/statements.rs`
+//! and `sqlite/statements.rs`; PostgreSQL and SQLite share most of theirs, [`returning`]) and
+//! the store's own connections they run on ([`conns`]).
+//!
+//! One row per name, updated in place. `:now` is always the database server's clock, in
+//! milliseconds since the Unix epoch (SQLite: the host's boot clock); every value is a bound
+//! parameter but in MySQL's text-protocol templates, which take hex literals and integers only.
+
+pub(crate) mod conns;
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+pub(crate) mod returning;
+pub(crate) mod schema;
+
+use crate::config::{MEMBERS_SUFFIX, PARTITIONS_SUFFIX};
+use schema::{Dialect, members_schema_sql, partitions_schema_sql};
+
+/// The statements of one store, with the table name and clock expression filled in.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Statements {
+    pub(crate) claim: String,
+    /// MariaDB's claim: the same under `SET STATEMENT innodb_lock_wait_timeout = 0 FOR`, so a
+    /// row locked by a verified transaction fails it at once (1205) rather than after a wait.
+    /// Empty elsewhere.
+    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+    pub(crate) claim_nowait: String,
+    pub(crate) renew: String,
+    pub(crate) release: String,
+    pub(crate) force_release: String,
+    pub(crate) verify: String,
+    pub(crate) verify_locking: String,
+    pub(crate) get: String,
+    pub(crate) now: String,
+    pub(crate) create: String,
+    pub(crate) slots: SlotStatements,
+    pub(crate) groups: GroupStatements,
+}
+
+/// The scheduler slot statements of one store (see `slots.rs`). PostgreSQL and SQLite share
+/// every statement but `finish` (and SQLite binds the names of `unfinished` as one JSON array).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct SlotStatements {
+    /// The claim's read: the server's clock, then the record (all NULL when there is none).
+    pub(crate) read: String,
+    /// The claim's write for a new record: nothing (held) when another replica inserted first.
+    pub(crate) insert: String,
+    /// The claim's write for an existing record, with the term read compared.
+    pub(crate) update: String,
+    /// The finish: one statement on PostgreSQL and MySQL; SQLite's read inside its transaction.
+    pub(crate) finish: String,
+    /// SQLite's write inside the finish's transaction (empty elsewhere).
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+    pub(crate) finish_write: String,
+    pub(crate) rerun: String,
+    /// On MySQL, `name IN (/*names*/)`: one `?` per name is filled in per call.
+    pub(crate) unfinished: String,
+    pub(crate) last: String,
+}
+
+/// The partition and membership statements of one store (see `partitions.rs` and `membership.rs`), on the partition
+/// and member tables.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct GroupStatements {
+    pub(crate) partitions_table: String,
+    pub(crate) members_table: String,
+    pub(crate) create_partitions: String,
+    pub(crate) create_members: String,
+    pub(crate) acquire: String,
+    /// On MySQL a text-protocol template: see [`GROUP_MARKER`] and the others.
+    pub(crate) renew: String,
+    /// On MySQL a text-protocol template, as `renew`.
+    pub(crate) release: String,
+    pub(crate) owners: String,
+    pub(crate) heartbeat: String,
+    pub(crate) members: String,
+    pub(crate) leave: String,
+}
+
+/// In MySQL's renew and release templates: the group, as a hex literal.
+#[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+pub(crate) const GROUP_MARKER: &str = "/*group*/";
+/// In MySQL's renew and release templates: the owner, as a hex literal.
+#[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+pub(crate) const OWNER_MARKER: &str = "/*owner*/";
+/// In MySQL's renew and release templates: the partition numbers, as decimal integers.
+#[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+pub(crate) const PARTITIONS_MARKER: &str = "/*partitions*/";
+/// In MySQL's renew template: the TTL in milliseconds, as a decimal integer.
+#[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+pub(crate) const TTL_MARKER: &str = "/*ttl*/";
+
+/// The marker in MySQL's `unfinished` statement replaced with one `?` per name.
+#[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+pub(crate) const NAMES_MARKER: &str = "/*names*/";
+
+impl GroupStatements {
+    /// The partition and member tables of the lease table `table` (their names and DDL in
+    /// `dialect`), with no statement yet: each dialect fills in its own.
+    #[cfg_attr(
+        not(any(feature = "postgres", feature = "mysql", feature = "sqlite")),
+        allow(dead_code)
+    )]
+    pub(crate) fn tables(dialect: Dialect, table: &str) -> GroupStatements {
+        let (p, m) = group_tables(table);
+        GroupStatements {
+            create_partitions: partitions_schema_sql(dialect, &p),
+            create_members: members_schema_sql(dialect, &m),
+            partitions_table: p,
+            members_table: m,
+            ..GroupStatements::default()
+        }
+    }
+}
+
+/// The partition and member tables' names for the lease table `table`.
+pub(crate) fn group_tables(table: &str) -> (String, String) {
+    (
+        format!("{table}{PARTITIONS_SUFFIX}"),
+        format!("{table}{MEMBERS_SUFFIX}"),
+    )
+}
