@@ -58,6 +58,18 @@ impl<DB: Database> fmt::Debug for SqlStore<DB> {
     }
 }
 
+impl<DB: Database> SqlStore<DB>
+where
+    Self: lease_core::LeaseStore,
+{
+    /// The store, once its start-up checks ([`available`](lease_core::LeaseStore::available))
+    /// passed: the end of every dialect's `with_client`.
+    pub(crate) async fn started(self) -> Result<Self> {
+        lease_core::LeaseStore::available(&self).await?;
+        Ok(self)
+    }
+}
+
 impl<DB: Database> SqlStore<DB> {
     /// The store on the application's pool `app`, with lease connections of its own opened
     /// with the pool's connect options; `stmts` are the dialect's statements on the configured

@@ -191,12 +191,9 @@ impl SqlStore<MySql> {
             )
         };
         let stmts = statements::statements(&config.table);
-        let store = Self::assemble(pool, config, server, Dialect::MySql, stmts);
-        store
-            .check_available()
+        Self::assemble(pool, config, server, Dialect::MySql, stmts)
+            .started()
             .await
-            .map_err(|e| store.at_server(e))?;
-        Ok(store)
     }
 
     /// Connects to `url` (`mysql://user:password@host:port/database`) and builds the store. A

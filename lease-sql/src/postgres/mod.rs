@@ -158,12 +158,9 @@ impl SqlStore<Postgres> {
             )
         };
         let stmts = statements::statements(&config.table);
-        let store = Self::assemble(pool, config, server, Dialect::Postgres, stmts);
-        store
-            .check_available()
+        Self::assemble(pool, config, server, Dialect::Postgres, stmts)
+            .started()
             .await
-            .map_err(|e| store.at_server(e))?;
-        Ok(store)
     }
 
     /// Connects to `url` (`postgres://user:password@host:port/database`) with a pool of its own

@@ -103,12 +103,9 @@ impl SqlStore<Sqlite> {
             pool.connect_options().get_filename().to_string_lossy()
         );
         let stmts = statements::statements(&config.table);
-        let store = Self::assemble(pool, config, server, Dialect::Sqlite, stmts);
-        store
-            .check_available()
+        Self::assemble(pool, config, server, Dialect::Sqlite, stmts)
+            .started()
             .await
-            .map_err(|e| store.at_server(e))?;
-        Ok(store)
     }
 
     /// Opens (creating when missing) the database file named by `url` (`sqlite:///path/to.db`
