@@ -282,7 +282,10 @@ async fn bucket_checks_refuse_or_adopt_another_max_age() {
     assert_eq!(adopted.ttl(), TTL);
     assert_eq!(adopted.capabilities().fixed_ttl, Some(TTL));
     assert_eq!(adopted.timings().unwrap().lease(), TTL);
-    let c = adopted.coordinator_builder().unwrap().build().unwrap();
+    let c = lease_core::Coordinator::builder(adopted.clone())
+        .timings(adopted.timings().unwrap())
+        .build()
+        .unwrap();
     c.close().await.unwrap();
 
     // A missing bucket with creation off is an error that says what to do.
