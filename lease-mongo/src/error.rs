@@ -3,10 +3,15 @@
 //! - The duplicate key error (E11000) on the lease collection's `_id` index is how a claim of
 //!   a live lease fails: [`is_duplicate_id`] recognises exactly that, and the claim reports the
 //!   name held. Any other error, including E11000 on some other unique index, is an error.
-//! - Server selection failures, I/O, a cleared pool and DNS failures are `Unavailable`
-//!   (temporary) and name the server (host:port, never a password).
+//! - Server selection failures (no server to send to within `serverSelectionTimeoutMS`), I/O
+//!   errors such as a refused, reset or closed connection, a cleared pool and DNS failures are
+//!   `Unavailable` (temporary) and name the server (host:port, never a password).
 //! - Failed authentication and a bad TLS set-up are `Unavailable`, permanent.
-//! - `MaxTimeMSExpired` is `Timeout` (outcome unknown).
+//! - No answer within a bound once the command could be sent: the server's `MaxTimeMSExpired`
+//!   (the command's own `maxTimeMS`) and the driver's socket timeout (an I/O error of kind
+//!   `TimedOut`) are `Timeout`, temporary, outcome unknown — as is the store's own bound on
+//!   each call. (The driver does not tell whether a socket timeout came before or after the
+//!   command was written, so it is taken as the unknown outcome.)
 //! - Other server errors are `Backend` with the driver's error as source; temporary when the
 //!   server calls them retryable (a step-down, a shutdown, a write concern timeout — after a
 //!   write concern error the write's outcome is unknown).
@@ -81,6 +86,14 @@ pub fn map_error(err: MongoError, op: &str, name: &str, server: &str) -> Error {
         format!("{op} of '{name}'")
     };
     match err.kind.as_ref() {
+        MongoKind::Io(io) if io.kind() == std::io::ErrorKind::TimedOut => Error::new(
+            ErrorKind::Timeout,
+            format!(
+                "MongoDB at {server} did not answer the {what} within the socket timeout; its \
+                 outcome is unknown"
+            ),
+        )
+        .with_source(err),
         MongoKind::ServerSelection { .. }
         | MongoKind::Io(_)
         | MongoKind::ConnectionPoolCleared { .. }
@@ -192,6 +205,26 @@ mod tests {
         assert!(e.message().contains("db1:27017"), "{e}");
         assert!(e.message().contains("claim of 'orders'"), "{e}");
         assert!(std::error::Error::source(&e).is_some());
+    }
+
+    #[test]
+    fn no_answer_after_sending_is_a_timeout_and_no_server_is_unavailable() {
+        let io = MongoError::from(std::io::Error::from(std::io::ErrorKind::TimedOut));
+        let e = map_error(io, "renew", "orders", "db1:27017");
+        assert_eq!(e.kind(), ErrorKind::Timeout);
+        assert!(e.is_temporary());
+        assert!(e.message().contains("db1:27017"), "{e}");
+        assert!(e.message().contains("outcome is unknown"), "{e}");
+        for refused in [
+            std::io::ErrorKind::ConnectionRefused,
+            std::io::ErrorKind::ConnectionReset,
+            std::io::ErrorKind::UnexpectedEof,
+        ] {
+            let io = MongoError::from(std::io::Error::from(refused));
+            let e = map_error(io, "renew", "orders", "db1:27017");
+            assert_eq!(e.kind(), ErrorKind::Unavailable, "{refused:?}");
+            assert!(e.is_temporary());
+        }
     }
 
     #[test]

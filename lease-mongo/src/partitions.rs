@@ -1,6 +1,5 @@
-//! Partition leases ([`PartitionStore`]) and membership records ([`MembershipStore`]) of the
-//! [`MongoStore`], each in a collection of its own. The documents and commands are in
-//! [`commands`](crate::commands).
+//! [`PartitionStore`] on MongoDB: one document per `(group, partition)` in the partition
+//! collection. The documents are in the `wire` module (`wire/partitions.rs`).
 
 use std::collections::BTreeSet;
 use std::future::IntoFuture;
@@ -8,91 +7,25 @@ use std::time::Duration;
 
 use futures::TryStreamExt;
 use lease_core::{
-    Error, ErrorKind, HolderToken, LeaseStore, Member, MembershipStore, PartitionLease,
-    PartitionStore, Result, async_trait, check_member_args, check_partition_args,
-    check_partition_batch,
+    HolderToken, LeaseStore, PartitionLease, PartitionStore, Result, async_trait,
+    check_partition_args, check_partition_batch,
 };
 use mongodb::bson::Document;
 use mongodb::options::ReturnDocument;
 
-use crate::backend::{MongoStore, ttl_millis};
-use crate::commands;
 use crate::error::is_duplicate_id;
-
-/// The batch size of reads whose answer has no known bound (owners, members): the first batch
-/// then holds everything up to the server's 16 MiB reply limit, so one round trip answers
-/// unless the answer is larger (tens of thousands of records).
-const READ_BATCH: u32 = 1_000_000;
-
-/// How a partition or member is named in errors.
-fn label(first: &str, second: impl std::fmt::Display) -> String {
-    format!("{first}/{second}")
-}
-
-impl MongoStore {
-    fn no_document(&self, op: &str, what: &str) -> Error {
-        Error::new(
-            ErrorKind::Backend,
-            format!(
-                "MongoDB at {} answered the upsert of the {op} of '{what}' with no document",
-                self.server()
-            ),
-        )
-    }
-
-    /// One `aggregate` on `collection` whose documents all come back in the first batch when
-    /// they are fewer than `batch` (then the server closes the cursor: no `getMore`, no
-    /// `killCursors`).
-    async fn read_all(
-        &self,
-        collection: &mongodb::Collection<Document>,
-        op: &str,
-        name: &str,
-        pipeline: Vec<Document>,
-        batch: u32,
-    ) -> Result<Vec<Document>> {
-        let fut = async {
-            let cursor = collection
-                .aggregate(pipeline)
-                .batch_size(batch)
-                .max_time(self.op_timeout())
-                .await?;
-            cursor.try_collect::<Vec<Document>>().await
-        };
-        self.bounded(op, name, fut)
-            .await?
-            .map_err(|e| self.map(op, name, e))
-    }
-
-    /// One heartbeat upsert; the driver's error is left for the caller to read.
-    async fn heartbeat_upsert(
-        &self,
-        op: &str,
-        what: &str,
-        filter: Document,
-        update: Vec<Document>,
-    ) -> Result<mongodb::error::Result<Option<Document>>> {
-        let fut = self
-            .members
-            .find_one_and_update(filter, update)
-            .upsert(true)
-            .return_document(ReturnDocument::After)
-            .projection(commands::heartbeat_projection())
-            .max_time(self.op_timeout())
-            .into_future();
-        self.bounded(op, what, fut).await
-    }
-}
+use crate::store::{MongoStore, READ_BATCH, label, ttl_millis};
+use crate::wire;
 
 /// Partition leases: one document per `(group, partition)` in the partition collection
 /// (`{_id: {g, p}, owner, epoch, expires_at, renewal_id}`), every "now" the server's `$$NOW`.
 ///
 /// | operation | commands (round trips) |
 /// |---|---|
-/// | acquire | `findAndModify` upsert, filter [`acquire_filter`](crate::commands::acquire_filter) (`_id` only: an upsert refuses `$expr`), conditional pipeline [`acquire_update`](crate::commands::acquire_update), returning the document after the update: acquired when it names the owner; held on a duplicate `_id` (1) |
-/// | renew | `update` (multi) filter [`owned_filter`](crate::commands::owned_filter) (`_id` in the batch, owner, live by `$$NOW`), pipeline [`partition_renew_update`](crate::commands::partition_renew_update) (expiry `$$NOW` + TTL, a fresh random renewal id); then, when it matched any, `aggregate` [`renewed_pipeline`](crate::commands::renewed_pipeline) reading back the documents carrying that renewal id, in the same causally consistent session (2 however many partitions; 1 when none was renewed) |
-/// | release | `update` (multi) filter [`owned_filter`](crate::commands::owned_filter), update [`release_update`](crate::commands::release_update) (expiry 1970, document and epoch kept); the matched count is the number ended (1) |
-/// | owners | `aggregate` [`owners_pipeline`](crate::commands::owners_pipeline) (1 while the answer fits one 16 MiB batch) |
+/// | acquire | `findAndModify` upsert, filter `acquire_filter` (`_id` only: an upsert refuses `$expr`), conditional pipeline `acquire_update`, returning the document after the update: acquired when it names the owner; held on a duplicate `_id` (1) |
+/// | renew | `update` (multi) filter `owned_filter` (`_id` in the batch, owner, live by `$$NOW`), pipeline `partition_renew_update` (expiry `$$NOW` + TTL, a fresh random renewal id); then, when it matched any, `aggregate` `renewed_pipeline` reading back the documents carrying that renewal id, in the same causally consistent session (2 however many partitions; 1 when none was renewed) |
+/// | release | `update` (multi) filter `owned_filter`, update `release_update` (expiry 1970, document and epoch kept); the matched count is the number ended (1) |
+/// | owners | `aggregate` `owners_pipeline` (1 while the answer fits one 16 MiB batch) |
 ///
 /// Every command is bounded by the operation timeout (on the client; the server is told it
 /// through `maxTimeMS` on `findAndModify` and `aggregate`, and `wtimeout` on every write), so
@@ -114,17 +47,17 @@ impl PartitionStore for MongoStore {
         let fut = self
             .partitions
             .find_one_and_update(
-                commands::acquire_filter(group, partition),
-                commands::acquire_update(owner, ttl_millis(ttl)),
+                wire::acquire_filter(group, partition),
+                wire::acquire_update(owner, ttl_millis(ttl)),
             )
             .upsert(true)
             .return_document(ReturnDocument::After)
-            .projection(commands::acquire_projection())
+            .projection(wire::acquire_projection())
             .max_time(self.op_timeout())
             .into_future();
         match self.bounded(op, &what, fut).await? {
             Ok(Some(doc)) => {
-                let lease = commands::partition_from_acquire(&doc, partition, owner, ttl)?;
+                let lease = wire::partition_from_acquire(&doc, partition, owner, ttl)?;
                 if lease.is_none() {
                     tracing::debug!(group, partition, "mongodb partition acquire: held");
                 }
@@ -176,8 +109,8 @@ impl PartitionStore for MongoStore {
         let update = self
             .partitions
             .update_many(
-                commands::owned_filter(group, partitions, owner),
-                commands::partition_renew_update(ttl_millis(ttl), &renewal_id),
+                wire::owned_filter(group, partitions, owner),
+                wire::partition_renew_update(ttl_millis(ttl), &renewal_id),
             )
             .session(&mut session)
             .into_future();
@@ -194,7 +127,7 @@ impl PartitionStore for MongoStore {
         let read = async {
             let mut cursor = self
                 .partitions
-                .aggregate(commands::renewed_pipeline(
+                .aggregate(wire::renewed_pipeline(
                     group,
                     partitions,
                     owner,
@@ -213,7 +146,7 @@ impl PartitionStore for MongoStore {
             .bounded(op, group, read)
             .await?
             .map_err(|e| self.map(op, group, e))?;
-        let renewed = commands::partitions_from_replies(&replies)?;
+        let renewed = wire::partitions_from_replies(&replies)?;
         if u64::try_from(renewed.len()).unwrap_or(u64::MAX) != updated.matched_count {
             tracing::debug!(
                 group,
@@ -240,8 +173,8 @@ impl PartitionStore for MongoStore {
         let fut = self
             .partitions
             .update_many(
-                commands::owned_filter(group, partitions, owner),
-                commands::release_update(),
+                wire::owned_filter(group, partitions, owner),
+                wire::release_update(),
             )
             .into_future();
         let released = self
@@ -258,95 +191,10 @@ impl PartitionStore for MongoStore {
                 &self.partitions,
                 "partition owners",
                 group,
-                commands::owners_pipeline(group),
+                wire::owners_pipeline(group),
                 READ_BATCH,
             )
             .await?;
-        commands::partitions_from_replies(&replies)
-    }
-}
-
-/// Membership records: one document per `(service, node)` in the membership collection
-/// (`{_id: {s, n}, address, groups, expires_at}`), every "now" the server's `$$NOW`.
-///
-/// | operation | commands (round trips) |
-/// |---|---|
-/// | heartbeat | `findAndModify` upsert, filter [`member_filter`](crate::commands::member_filter), pipeline [`heartbeat_update`](crate::commands::heartbeat_update) (address, groups, expiry `$$NOW` + TTL), returning the document after the update (1; 2 when a concurrent heartbeat of the same node inserted the record first and the server answered with a duplicate `_id`: it is sent once more, as an update) |
-/// | members | `aggregate` [`members_pipeline`](crate::commands::members_pipeline) (1 while the answer fits one 16 MiB batch) |
-/// | leave | `update` filter [`leave_filter`](crate::commands::leave_filter) (live by `$$NOW`), update [`release_update`](crate::commands::release_update) (expiry 1970); `true` when it matched (1) |
-///
-/// Every command is bounded by the operation timeout.
-#[async_trait]
-impl MembershipStore for MongoStore {
-    async fn heartbeat(
-        &self,
-        service: &str,
-        node: &str,
-        address: &str,
-        ttl: Duration,
-        groups: &[String],
-    ) -> Result<Member> {
-        check_member_args(self, service, node, Some(address), Some(ttl), groups)?;
-        self.started().await?;
-        let op = "heartbeat";
-        let what = label(service, node);
-        let send = || {
-            self.heartbeat_upsert(
-                op,
-                &what,
-                commands::member_filter(service, node),
-                commands::heartbeat_update(address, groups, ttl_millis(ttl)),
-            )
-        };
-        let reply = match send().await? {
-            // Another heartbeat of this node inserted the record first: the record exists now,
-            // so the same upsert is an update.
-            Err(e) if is_duplicate_id(&e) => {
-                tracing::debug!(
-                    service,
-                    node,
-                    "mongodb heartbeat: duplicate _id, sent again"
-                );
-                send().await?
-            }
-            other => other,
-        };
-        match reply {
-            Ok(Some(doc)) => commands::member_from_heartbeat(&doc, node, ttl),
-            Ok(None) => Err(self.no_document(op, &what)),
-            Err(e) => Err(self.map(op, &what, e)),
-        }
-    }
-
-    async fn members(&self, service: &str) -> Result<Vec<Member>> {
-        check_member_args(self, service, "-", None, None, &[])?;
-        let replies = self
-            .read_all(
-                &self.members,
-                "members",
-                service,
-                commands::members_pipeline(service),
-                READ_BATCH,
-            )
-            .await?;
-        commands::members_from_replies(&replies)
-    }
-
-    async fn leave(&self, service: &str, node: &str) -> Result<bool> {
-        check_member_args(self, service, node, None, None, &[])?;
-        let op = "leave";
-        let what = label(service, node);
-        let fut = self
-            .members
-            .update_one(
-                commands::leave_filter(service, node),
-                commands::release_update(),
-            )
-            .into_future();
-        let left = self
-            .bounded(op, &what, fut)
-            .await?
-            .map_err(|e| self.map(op, &what, e))?;
-        Ok(left.matched_count > 0)
+        wire::partitions_from_replies(&replies)
     }
 }
