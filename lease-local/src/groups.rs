@@ -3,9 +3,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use lease_core::LeaseStoreExt;
 use lease_core::{
-    LeaseStore, Member, MembershipStore, PartitionLease, PartitionStore, Result, async_trait,
-    check_member_args, check_partition_args, check_partition_batch,
+    Member, MembershipStore, PartitionLease, PartitionStore, Result,
+    backend::{async_trait, check_member_args, check_partition_args, check_partition_batch},
 };
 use tokio::time::Instant;
 

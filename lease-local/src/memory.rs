@@ -4,9 +4,12 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use lease_core::LeaseStoreExt;
 use lease_core::{
-    Capabilities, Grant, HolderToken, LeaseInfo, LeaseStore, PollingStore, Result, SlotClaim,
-    SlotFinish, SlotRecord, SlotStore, async_trait, validate_instance,
+    Capabilities, LeaseInfo, LeaseStore, PollingStore, Result, SlotStore,
+    backend::{
+        Grant, HolderToken, SlotClaim, SlotFinish, SlotRecord, async_trait, validate_instance,
+    },
 };
 use tokio::time::Instant;
 

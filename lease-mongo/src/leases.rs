@@ -5,10 +5,8 @@
 use std::future::IntoFuture;
 use std::time::Duration;
 
-use lease_core::{
-    Capabilities, Error, Grant, HolderToken, LeaseInfo, LeaseStore, Result, async_trait,
-    validate_instance,
-};
+use lease_core::backend::{BatchRenew, Grant, HolderToken, async_trait, check};
+use lease_core::{Capabilities, Error, LeaseInfo, LeaseStore, Result};
 use mongodb::options::ReturnDocument;
 
 use crate::error::is_duplicate_id;
@@ -30,7 +28,7 @@ impl LeaseStore for MongoStore {
             max_name_bytes: MAX_NAME_BYTES,
             // The multi-document `update`, then the `aggregate` that reads back the documents
             // carrying this renewal's id: two round trips however many partitions.
-            batch_renew: lease_core::BatchRenew::Fixed { round_trips: 2 },
+            batch_renew: BatchRenew::Fixed { round_trips: 2 },
             ..Capabilities::default()
         }
     }
@@ -52,9 +50,7 @@ impl LeaseStore for MongoStore {
         instance: &str,
         ttl: Duration,
     ) -> Result<Option<Grant>> {
-        self.validate_name(name)?;
-        self.validate_ttl(ttl)?;
-        validate_instance(instance)?;
+        check::claim(self, name, instance, ttl)?;
         self.started().await?;
         // 128 fresh random bits per call: the document comes back with them only if this
         // call's update took the lease.
@@ -101,8 +97,7 @@ impl LeaseStore for MongoStore {
         holder: &HolderToken,
         ttl: Duration,
     ) -> Result<Option<Grant>> {
-        self.validate_name(name)?;
-        self.validate_ttl(ttl)?;
+        check::renew(self, name, ttl)?;
         let doc = self
             .modify(
                 "renew",
@@ -116,7 +111,7 @@ impl LeaseStore for MongoStore {
     }
 
     async fn release(&self, name: &str, holder: &HolderToken) -> Result<bool> {
-        self.validate_name(name)?;
+        check::name(self, name)?;
         let doc = self
             .modify(
                 "release",
@@ -130,7 +125,7 @@ impl LeaseStore for MongoStore {
     }
 
     async fn verify(&self, name: &str, holder: &HolderToken) -> Result<Option<Grant>> {
-        self.validate_name(name)?;
+        check::name(self, name)?;
         let doc = self
             .read_one(
                 "verify",
@@ -145,13 +140,13 @@ impl LeaseStore for MongoStore {
     }
 
     async fn get(&self, name: &str) -> Result<Option<LeaseInfo>> {
-        self.validate_name(name)?;
+        check::name(self, name)?;
         let doc = self.read_one("get", name, wire::get_pipeline(name)).await?;
         doc.map(|d| wire::info_from_get(name, &d)).transpose()
     }
 
     async fn force_release(&self, name: &str) -> Result<bool> {
-        self.validate_name(name)?;
+        check::name(self, name)?;
         let doc = self
             .modify(
                 "force release",

@@ -4,7 +4,8 @@
 use std::future::IntoFuture;
 use std::time::Duration;
 
-use lease_core::{Member, MembershipStore, Result, async_trait, check_member_args};
+use lease_core::backend::{async_trait, check};
+use lease_core::{Member, MembershipStore, Result};
 use mongodb::bson::Document;
 use mongodb::options::ReturnDocument;
 
@@ -53,7 +54,7 @@ impl MembershipStore for MongoStore {
         ttl: Duration,
         groups: &[String],
     ) -> Result<Member> {
-        check_member_args(self, service, node, Some(address), Some(ttl), groups)?;
+        check::heartbeat(self, service, node, address, ttl, groups)?;
         self.started().await?;
         let op = "heartbeat";
         let what = label(service, node);
@@ -86,7 +87,7 @@ impl MembershipStore for MongoStore {
     }
 
     async fn members(&self, service: &str) -> Result<Vec<Member>> {
-        check_member_args(self, service, "-", None, None, &[])?;
+        check::members(self, service)?;
         let replies = self
             .read_all(
                 &self.members,
@@ -100,7 +101,7 @@ impl MembershipStore for MongoStore {
     }
 
     async fn leave(&self, service: &str, node: &str) -> Result<bool> {
-        check_member_args(self, service, node, None, None, &[])?;
+        check::leave(self, service, node)?;
         let op = "leave";
         let what = label(service, node);
         let fut = self

@@ -6,10 +6,8 @@ use std::future::IntoFuture;
 use std::time::Duration;
 
 use futures::TryStreamExt;
-use lease_core::{
-    HolderToken, LeaseStore, PartitionLease, PartitionStore, Result, async_trait,
-    check_partition_args, check_partition_batch,
-};
+use lease_core::backend::{HolderToken, async_trait, check};
+use lease_core::{PartitionLease, PartitionStore, Result};
 use mongodb::bson::Document;
 use mongodb::options::ReturnDocument;
 
@@ -40,7 +38,7 @@ impl PartitionStore for MongoStore {
         owner: &str,
         ttl: Duration,
     ) -> Result<Option<PartitionLease>> {
-        check_partition_args(self, group, owner, Some(ttl))?;
+        check::acquire_partition(self, group, owner, ttl)?;
         self.started().await?;
         let op = "partition acquire";
         let what = label(group, partition);
@@ -85,9 +83,7 @@ impl PartitionStore for MongoStore {
         owner: &str,
         ttl: Duration,
     ) -> Result<Vec<PartitionLease>> {
-        check_partition_args(self, group, owner, Some(ttl))?;
-        check_partition_batch(partitions)?;
-        if partitions.is_empty() {
+        if check::renew_partitions(self, group, partitions, owner, ttl)? == check::Batch::Empty {
             return Ok(Vec::new());
         }
         let op = "partition renewal";
@@ -164,9 +160,7 @@ impl PartitionStore for MongoStore {
         partitions: &[u32],
         owner: &str,
     ) -> Result<usize> {
-        check_partition_args(self, group, owner, None)?;
-        check_partition_batch(partitions)?;
-        if partitions.is_empty() {
+        if check::release_partitions(self, group, partitions, owner)? == check::Batch::Empty {
             return Ok(0);
         }
         let op = "partition release";
@@ -185,7 +179,7 @@ impl PartitionStore for MongoStore {
     }
 
     async fn owners(&self, group: &str) -> Result<Vec<PartitionLease>> {
-        self.validate_name(group)?;
+        check::owners(self, group)?;
         let replies = self
             .read_all(
                 &self.partitions,

@@ -5,10 +5,10 @@ use std::future::IntoFuture;
 use std::time::Duration;
 
 use futures::TryStreamExt;
-use lease_core::{
-    Error, Grant, HolderToken, LeaseStore, Result, SlotClaim, SlotFinish, SlotRecord, SlotStore,
-    async_trait, validate_instance,
+use lease_core::backend::{
+    Grant, HolderToken, SlotClaim, SlotFinish, SlotRecord, async_trait, check,
 };
+use lease_core::{Error, Result, SlotStore};
 use mongodb::bson::Document;
 use mongodb::options::ReturnDocument;
 
@@ -38,9 +38,7 @@ impl SlotStore for MongoStore {
         ttl: Duration,
         instant_ms: i64,
     ) -> Result<SlotClaim> {
-        self.validate_name(name)?;
-        self.validate_ttl(ttl)?;
-        validate_instance(instance)?;
+        check::claim(self, name, instance, ttl)?;
         self.started().await?;
         let op = "slot claim";
         let read = self
@@ -95,7 +93,7 @@ impl SlotStore for MongoStore {
         instant_ms: i64,
         passed_ms: Option<i64>,
     ) -> Result<SlotFinish> {
-        self.validate_name(name)?;
+        check::name(self, name)?;
         // Fresh per call: the document comes back with it only if this finish changed it.
         let finish_id = HolderToken::mint().to_hex();
         let doc = self
@@ -111,10 +109,7 @@ impl SlotStore for MongoStore {
     }
 
     async fn unfinished(&self, names: &[String]) -> Result<Vec<(String, i64)>> {
-        for name in names {
-            self.validate_name(name)?;
-        }
-        if names.is_empty() {
+        if check::unfinished(self, names)? == check::Batch::Empty {
             return Ok(Vec::new());
         }
         let op = "unfinished slots";
@@ -145,9 +140,7 @@ impl SlotStore for MongoStore {
         ttl: Duration,
         instant_ms: i64,
     ) -> Result<Option<Grant>> {
-        self.validate_name(name)?;
-        self.validate_ttl(ttl)?;
-        validate_instance(instance)?;
+        check::claim(self, name, instance, ttl)?;
         self.started().await?;
         let doc = self
             .modify(
@@ -162,7 +155,7 @@ impl SlotStore for MongoStore {
     }
 
     async fn last_slot(&self, name: &str) -> Result<Option<SlotRecord>> {
-        self.validate_name(name)?;
+        check::name(self, name)?;
         let op = "last slot";
         let fut = self
             .leases

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::TryStreamExt;
-use lease_core::{Error, ErrorKind, Result, ceil_millis};
+use lease_core::backend::ceil_millis;
+use lease_core::{Error, ErrorKind, Result};
 use mongodb::bson::{Document, doc};
 use mongodb::error::Error as MongoError;
 use mongodb::options::{

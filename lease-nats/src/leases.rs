@@ -5,9 +5,8 @@ use std::collections::HashMap;
 use std::sync::MutexGuard;
 use std::time::{Duration, Instant};
 
-use lease_core::{
-    Capabilities, Grant, HolderToken, LeaseInfo, LeaseStore, Result, async_trait, validate_instance,
-};
+use lease_core::backend::{BatchRenew, Grant, HolderToken, async_trait, check};
+use lease_core::{Capabilities, LeaseInfo, LeaseStore, Result};
 use tracing::debug;
 
 use crate::store::{MAX_TRIES, NatsStore, Seen};
@@ -119,7 +118,7 @@ impl LeaseStore for NatsStore {
             max_name_bytes: MAX_NAME_BYTES,
             // No multi-key operation: one compare-and-set per partition, all sent before any
             // answer is awaited.
-            batch_renew: lease_core::BatchRenew::Pipelined,
+            batch_renew: BatchRenew::Pipelined,
             fixed_ttl: Some(self.inner.ttl),
         }
     }
@@ -137,9 +136,7 @@ impl LeaseStore for NatsStore {
         instance: &str,
         ttl: Duration,
     ) -> Result<Option<Grant>> {
-        self.validate_name(name)?;
-        self.validate_ttl(ttl)?;
-        validate_instance(instance)?;
+        check::claim(self, name, instance, ttl)?;
         let key = encode_key(name);
         let record = Record {
             holder: holder.clone(),
@@ -173,8 +170,7 @@ impl LeaseStore for NatsStore {
         holder: &HolderToken,
         ttl: Duration,
     ) -> Result<Option<Grant>> {
-        self.validate_name(name)?;
-        self.validate_ttl(ttl)?;
+        check::renew(self, name, ttl)?;
         let key = encode_key(name);
         let mut target = self
             .known(name)
@@ -225,7 +221,7 @@ impl LeaseStore for NatsStore {
     }
 
     async fn release(&self, name: &str, holder: &HolderToken) -> Result<bool> {
-        self.validate_name(name)?;
+        check::name(self, name)?;
         let key = encode_key(name);
         let mut target = self
             .known(name)
@@ -251,7 +247,7 @@ impl LeaseStore for NatsStore {
     }
 
     async fn verify(&self, name: &str, holder: &HolderToken) -> Result<Option<Grant>> {
-        self.validate_name(name)?;
+        check::name(self, name)?;
         let key = encode_key(name);
         Ok(match self.read("verify", name, &key).await? {
             Seen::Live {
@@ -267,7 +263,7 @@ impl LeaseStore for NatsStore {
     }
 
     async fn get(&self, name: &str) -> Result<Option<LeaseInfo>> {
-        self.validate_name(name)?;
+        check::name(self, name)?;
         let key = encode_key(name);
         match self.read("get", name, &key).await? {
             Seen::Absent | Seen::Marker { .. } => Ok(None),
@@ -287,7 +283,7 @@ impl LeaseStore for NatsStore {
     }
 
     async fn force_release(&self, name: &str) -> Result<bool> {
-        self.validate_name(name)?;
+        check::name(self, name)?;
         let key = encode_key(name);
         for _ in 0..MAX_TRIES {
             let (revision, live) = match self.read("force release", name, &key).await? {

@@ -5,7 +5,8 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use lease_core::{Member, MembershipStore, Result, async_trait, check_member_args};
+use lease_core::backend::{async_trait, check};
+use lease_core::{Member, MembershipStore, Result};
 
 use crate::store::{NatsStore, Seen, pipelined};
 use crate::wire::codec::MemberRecord;
@@ -24,7 +25,7 @@ impl MembershipStore for NatsStore {
         groups: &[String],
     ) -> Result<Member> {
         const OP: &str = "heartbeat";
-        check_member_args(self, service, node, Some(address), Some(ttl), groups)?;
+        check::heartbeat(self, service, node, address, ttl, groups)?;
         let key = member_key(service, node);
         let record = MemberRecord {
             address: address.to_owned(),
@@ -46,7 +47,7 @@ impl MembershipStore for NatsStore {
     /// them with pipelined direct gets: two bursts (one when the service has no member).
     async fn members(&self, service: &str) -> Result<Vec<Member>> {
         const OP: &str = "list members";
-        check_member_args(self, service, "-", None, None, &[])?;
+        check::members(self, service)?;
         let prefix = member_prefix(service);
         let listing = async {
             let keys = self.list_keys(OP, service, &prefix).await?;
@@ -90,7 +91,7 @@ impl MembershipStore for NatsStore {
     /// One purge of the member's key. One round trip.
     async fn leave(&self, service: &str, node: &str) -> Result<bool> {
         const OP: &str = "leave";
-        check_member_args(self, service, node, None, None, &[])?;
+        check::leave(self, service, node)?;
         let key = member_key(service, node);
         let subject = format!("{}{key}", self.inner.subject_prefix);
         let purge = self.inner.kv.stream.purge().filter(subject);

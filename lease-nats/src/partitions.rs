@@ -7,10 +7,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::MutexGuard;
 use std::time::{Duration, Instant};
 
-use lease_core::{
-    LeaseStore, PartitionLease, PartitionStore, Result, async_trait, check_partition_args,
-    check_partition_batch,
-};
+use lease_core::backend::{MAX_PARTITIONS_PER_CALL, async_trait, check};
+use lease_core::{PartitionLease, PartitionStore, Result};
 use tracing::debug;
 
 use crate::store::{MAX_TRIES, NatsStore, Seen, pipelined};
@@ -18,7 +16,7 @@ use crate::wire::codec::PartitionRecord;
 use crate::wire::keys::{decode_partition, partition_key, partition_prefix};
 
 /// How many recent partition writes a store remembers: several of the largest batches.
-const MAX_KNOWN_PARTITIONS: usize = 4 * lease_core::MAX_PARTITIONS_PER_CALL;
+const MAX_KNOWN_PARTITIONS: usize = 4 * MAX_PARTITIONS_PER_CALL;
 
 /// The last write this store object made per `(group, partition)`.
 pub(crate) type KnownPartitions = HashMap<(String, u32), KnownPartition>;
@@ -353,7 +351,7 @@ impl PartitionStore for NatsStore {
         ttl: Duration,
     ) -> Result<Option<PartitionLease>> {
         const OP: &str = "acquire partition";
-        check_partition_args(self, group, owner, Some(ttl))?;
+        check::acquire_partition(self, group, owner, ttl)?;
         let key = partition_key(group, partition);
         let mut step = match self.part_known(group, partition, owner) {
             Some((revision, epoch)) => Step::Write {
@@ -437,12 +435,10 @@ impl PartitionStore for NatsStore {
         owner: &str,
         ttl: Duration,
     ) -> Result<Vec<PartitionLease>> {
-        check_partition_args(self, group, owner, Some(ttl))?;
-        check_partition_batch(partitions)?;
-        let wanted: BTreeSet<u32> = partitions.iter().copied().collect();
-        if wanted.is_empty() {
+        if check::renew_partitions(self, group, partitions, owner, ttl)? == check::Batch::Empty {
             return Ok(Vec::new());
         }
+        let wanted: BTreeSet<u32> = partitions.iter().copied().collect();
         self.bounded(
             "renew partitions",
             group,
@@ -460,12 +456,10 @@ impl PartitionStore for NatsStore {
         partitions: &[u32],
         owner: &str,
     ) -> Result<usize> {
-        check_partition_args(self, group, owner, None)?;
-        check_partition_batch(partitions)?;
-        let wanted: BTreeSet<u32> = partitions.iter().copied().collect();
-        if wanted.is_empty() {
+        if check::release_partitions(self, group, partitions, owner)? == check::Batch::Empty {
             return Ok(0);
         }
+        let wanted: BTreeSet<u32> = partitions.iter().copied().collect();
         self.bounded(
             "release partitions",
             group,
@@ -478,7 +472,7 @@ impl PartitionStore for NatsStore {
     /// them with pipelined direct gets: two bursts (one when the group has no key).
     async fn owners(&self, group: &str) -> Result<Vec<PartitionLease>> {
         const OP: &str = "list partition owners";
-        self.validate_name(group)?;
+        check::owners(self, group)?;
         let prefix = partition_prefix(group);
         let listing = async {
             let keys = self.list_keys(OP, group, &prefix).await?;

@@ -17,7 +17,8 @@ use async_nats::jetstream::stream::{self, DiscardPolicy, StorageType};
 use async_nats::jetstream::{self, Context};
 use bytes::Bytes;
 use futures::future::join_all;
-use lease_core::{Error, ErrorKind, Result, Timings, validate_ttl};
+use lease_core::backend::validate_ttl;
+use lease_core::{Error, ErrorKind, Result, Timings};
 use serde_json::Value;
 use tracing::info;
 

@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use lease_core::{Grant, LeaseInfo, Result};
+use lease_core::backend::Grant;
+use lease_core::{LeaseInfo, Result};
 use mongodb::bson::{Bson, Document, doc};
 
 use super::{

@@ -7,11 +7,11 @@
 //! - A partition: `part1;<epoch>;<owner>` — an epoch of `0` means "the stream sequence of this
 //!   very message", as for a lease's term.
 //! - A member: `member1`, a line feed, the address, a line feed, and the groups one per line
-//!   ([`lease_core::encode_groups`]). Addresses and groups hold no control characters, so the
+//!   ([`lease_core::backend::encode_groups`]). Addresses and groups hold no control characters, so the
 //!   line feeds are unambiguous.
 
 use bytes::Bytes;
-use lease_core::HolderToken;
+use lease_core::backend::HolderToken;
 
 const VALUE_TAG: &str = "lease1";
 const PARTITION_TAG: &str = "part1";
@@ -63,7 +63,7 @@ impl MemberRecord {
         Bytes::from(format!(
             "{MEMBER_TAG}\n{}\n{}",
             self.address,
-            lease_core::encode_groups(&self.groups)
+            lease_core::backend::encode_groups(&self.groups)
         ))
     }
 
@@ -74,7 +74,7 @@ impl MemberRecord {
             return None;
         }
         let address = parts.next()?.to_owned();
-        let groups = lease_core::decode_groups(parts.next()?);
+        let groups = lease_core::backend::decode_groups(parts.next()?);
         Some(MemberRecord { address, groups })
     }
 }
