@@ -23,14 +23,16 @@ use async_nats::jetstream::kv::{
 use async_nats::jetstream::stream::{
     DirectGetError, DirectGetErrorKind, PurgeError, PurgeErrorKind,
 };
+use lease_core::layer::Operation;
 use lease_core::{Error, ErrorKind};
 
-/// Where an operation ran, for error messages.
+/// Where an operation ran: attached to its errors as the core's structured context
+/// ([`Error::during`], [`Error::at_server`]), so the messages say only what went wrong.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Site<'a> {
-    /// What was attempted, e.g. `claim`.
-    pub(crate) op: &'a str,
-    /// The lease name, or empty for an operation on the bucket.
+    /// What was attempted; `None` while the store is being opened (no store operation yet).
+    pub(crate) op: Option<Operation>,
+    /// The lease name (or group, or service), or empty for an operation on the bucket.
     pub(crate) name: &'a str,
     /// host:port of the server.
     pub(crate) server: &'a str,
@@ -41,32 +43,37 @@ pub(crate) struct Site<'a> {
 }
 
 impl Site<'_> {
-    /// `claim of 'jobs'`, or the operation alone.
-    fn what(&self) -> String {
-        if self.name.is_empty() {
-            self.op.to_owned()
-        } else {
-            format!("{} of '{}'", self.op, self.name)
+    /// `e` with the operation, the name and the server attached; while the store is being
+    /// opened, the message says so.
+    fn attach(&self, e: Error) -> Error {
+        let e = match self.op {
+            Some(op) => e.during(op, self.name),
+            None => e,
+        };
+        e.at_server(self.server.to_owned())
+    }
+
+    /// The message, led by what was opened when no store operation ran yet.
+    fn say(&self, what: impl std::fmt::Display) -> String {
+        match self.op {
+            Some(_) => what.to_string(),
+            None => format!("opening the lease bucket {}: {what}", self.bucket),
         }
     }
 
     /// No connection to the server (or no JetStream answering): the request may not have left
     /// this process.
     pub(crate) fn unavailable(&self, source: Option<Box<dyn StdError + Send + Sync>>) -> Error {
-        let e = Error::unavailable(format!(
-            "{}: NATS at {} {}",
-            self.what(),
-            self.server,
-            if self.connected {
-                "did not take the request (the connection broke, or no JetStream answers)"
-            } else {
-                "is not connected (the client is reconnecting; a write it buffered may still land)"
-            }
-        ));
-        match source {
+        let e = Error::unavailable(self.say(if self.connected {
+            "NATS did not take the request (the connection broke, or no JetStream answers)"
+        } else {
+            "the NATS client is not connected (it is reconnecting; a write it buffered may still \
+             land)"
+        }));
+        self.attach(match source {
             Some(s) => e.with_source(s),
             None => e,
-        }
+        })
     }
 
     /// A request that got no answer within the driver's own timeout: `Timeout` while the client
@@ -75,15 +82,13 @@ impl Site<'_> {
         if !self.connected {
             return self.unavailable(Some(source));
         }
-        Error::new(
-            ErrorKind::Timeout,
-            format!(
-                "{}: no answer from NATS at {} in time; the outcome is unknown",
-                self.what(),
-                self.server
-            ),
+        self.attach(
+            Error::new(
+                ErrorKind::Timeout,
+                self.say("no answer from NATS in time; the outcome is unknown"),
+            )
+            .with_source(source),
         )
-        .with_source(source)
     }
 
     /// The operation did not finish within `bound`: `Timeout` while the client is connected
@@ -92,14 +97,12 @@ impl Site<'_> {
         if !self.connected {
             return self.unavailable(None);
         }
-        Error::new(
+        self.attach(Error::new(
             ErrorKind::Timeout,
-            format!(
-                "{}: no answer from NATS at {} within {bound:?}; the outcome is unknown",
-                self.what(),
-                self.server
-            ),
-        )
+            self.say(format_args!(
+                "no answer from NATS within {bound:?}; the outcome is unknown"
+            )),
+        ))
     }
 
     /// An error the server answered with.
@@ -108,30 +111,23 @@ impl Site<'_> {
         source: impl Into<Box<dyn StdError + Send + Sync>>,
         temporary: bool,
     ) -> Error {
-        Error::backend(
-            format!(
-                "{} failed on NATS at {} (bucket {})",
-                self.what(),
-                self.server,
-                self.bucket
-            ),
+        self.attach(Error::backend(
+            self.say(format_args!("NATS refused it (bucket {})", self.bucket)),
             source,
             temporary,
-        )
+        ))
     }
 
     /// A value in the bucket this store did not write.
     pub(crate) fn foreign_value(&self, key: &str) -> Error {
-        Error::new(
+        self.attach(Error::new(
             ErrorKind::Backend,
-            format!(
-                "{}: the key {key:?} in bucket {} on NATS at {} holds a value this store did \
-                 not write; remove it (`nats kv del`) or use another bucket for leases",
-                self.what(),
-                self.bucket,
-                self.server
-            ),
-        )
+            self.say(format_args!(
+                "the key {key:?} in bucket {} holds a value this store did not write; remove it \
+                 (`nats kv del`) or use another bucket for leases",
+                self.bucket
+            )),
+        ))
     }
 
     /// A publish (claim or renewal) that failed for another reason than a revision mismatch.
@@ -215,7 +211,7 @@ mod tests {
     use super::*;
 
     const SITE: Site<'static> = Site {
-        op: "renew",
+        op: Some(Operation::Renew),
         name: "x",
         server: "10.0.0.1:4222",
         bucket: "leases_15000ms",

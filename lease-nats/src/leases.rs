@@ -6,6 +6,7 @@ use std::sync::MutexGuard;
 use std::time::{Duration, Instant};
 
 use lease_core::backend::{BatchRenew, Grant, HolderToken, async_trait, check};
+use lease_core::layer::Operation;
 use lease_core::{Capabilities, LeaseInfo, LeaseStore, Result};
 use tracing::debug;
 
@@ -32,14 +33,14 @@ pub(crate) struct Known {
 
 impl NatsStore {
     /// Reads the key of `name`: one direct get.
-    async fn read(&self, op: &str, name: &str, key: &str) -> Result<Seen> {
+    async fn read(&self, op: Operation, name: &str, key: &str) -> Result<Seen> {
         self.read_as(op, name, key, Record::decode).await
     }
 
     /// The live lease `holder` has on `name`: (revision, term, instance).
     async fn read_own(
         &self,
-        op: &str,
+        op: Operation,
         name: &str,
         key: &str,
         holder: &HolderToken,
@@ -144,7 +145,10 @@ impl LeaseStore for NatsStore {
             instance: instance.to_owned(),
         };
         let sent_at = Instant::now();
-        let Some(revision) = self.write("claim", name, &key, record.encode(), 0).await? else {
+        let Some(revision) = self
+            .write(Operation::Claim, name, &key, record.encode(), 0)
+            .await?
+        else {
             return Ok(None);
         };
         self.remember(
@@ -179,7 +183,7 @@ impl LeaseStore for NatsStore {
         for _ in 0..MAX_TRIES {
             let (revision, term, instance) = match target.take() {
                 Some(t) => t,
-                None => match self.read_own("renew", name, &key, holder).await? {
+                None => match self.read_own(Operation::Renew, name, &key, holder).await? {
                     Some(t) => t,
                     None => {
                         self.forget_holder(name, holder);
@@ -194,7 +198,7 @@ impl LeaseStore for NatsStore {
             };
             let sent_at = Instant::now();
             if let Some(new) = self
-                .write("renew", name, &key, record.encode(), revision)
+                .write(Operation::Renew, name, &key, record.encode(), revision)
                 .await?
             {
                 self.remember(
@@ -217,7 +221,7 @@ impl LeaseStore for NatsStore {
                 revision, "renewal found the key changed; reading it again"
             );
         }
-        Err(self.racing("renew", name))
+        Err(self.racing(Operation::Renew, name))
     }
 
     async fn release(&self, name: &str, holder: &HolderToken) -> Result<bool> {
@@ -230,7 +234,10 @@ impl LeaseStore for NatsStore {
         for _ in 0..MAX_TRIES {
             let revision = match target.take() {
                 Some(r) => r,
-                None => match self.read_own("release", name, &key, holder).await? {
+                None => match self
+                    .read_own(Operation::Release, name, &key, holder)
+                    .await?
+                {
                     Some((r, _, _)) => r,
                     None => {
                         self.forget_holder(name, holder);
@@ -238,18 +245,21 @@ impl LeaseStore for NatsStore {
                     }
                 },
             };
-            if self.purge_through("release", name, &key, revision).await? {
+            if self
+                .purge_through(Operation::Release, name, &key, revision)
+                .await?
+            {
                 self.forget(name);
                 return Ok(true);
             }
         }
-        Err(self.racing("release", name))
+        Err(self.racing(Operation::Release, name))
     }
 
     async fn verify(&self, name: &str, holder: &HolderToken) -> Result<Option<Grant>> {
         check::name(self, name)?;
         let key = encode_key(name);
-        Ok(match self.read("verify", name, &key).await? {
+        Ok(match self.read(Operation::Verify, name, &key).await? {
             Seen::Live {
                 record,
                 revision,
@@ -265,9 +275,9 @@ impl LeaseStore for NatsStore {
     async fn get(&self, name: &str) -> Result<Option<LeaseInfo>> {
         check::name(self, name)?;
         let key = encode_key(name);
-        match self.read("get", name, &key).await? {
+        match self.read(Operation::Get, name, &key).await? {
             Seen::Absent | Seen::Marker { .. } => Ok(None),
-            Seen::Foreign { .. } => Err(self.site("get", name).foreign_value(&key)),
+            Seen::Foreign { .. } => Err(self.site(Operation::Get, name).foreign_value(&key)),
             Seen::Live {
                 record,
                 revision,
@@ -286,7 +296,7 @@ impl LeaseStore for NatsStore {
         check::name(self, name)?;
         let key = encode_key(name);
         for _ in 0..MAX_TRIES {
-            let (revision, live) = match self.read("force release", name, &key).await? {
+            let (revision, live) = match self.read(Operation::ForceRelease, name, &key).await? {
                 Seen::Absent => {
                     self.forget(name);
                     return Ok(false);
@@ -295,13 +305,13 @@ impl LeaseStore for NatsStore {
                 Seen::Marker { revision } => (revision, false),
             };
             if self
-                .purge_through("force release", name, &key, revision)
+                .purge_through(Operation::ForceRelease, name, &key, revision)
                 .await?
             {
                 self.forget(name);
                 return Ok(live);
             }
         }
-        Err(self.racing("force release", name))
+        Err(self.racing(Operation::ForceRelease, name))
     }
 }

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use lease_core::backend::{async_trait, check};
+use lease_core::layer::Operation;
 use lease_core::{Member, MembershipStore, Result};
 
 use crate::store::{NatsStore, Seen, pipelined};
@@ -24,7 +25,7 @@ impl MembershipStore for NatsStore {
         ttl: Duration,
         groups: &[String],
     ) -> Result<Member> {
-        const OP: &str = "heartbeat";
+        const OP: Operation = Operation::Heartbeat;
         check::heartbeat(self, service, node, address, ttl, groups)?;
         let key = member_key(service, node);
         let record = MemberRecord {
@@ -46,7 +47,7 @@ impl MembershipStore for NatsStore {
     /// Lists the service's keys with one `STREAM.INFO` request (a subject filter), then reads
     /// them with pipelined direct gets: two bursts (one when the service has no member).
     async fn members(&self, service: &str) -> Result<Vec<Member>> {
-        const OP: &str = "list members";
+        const OP: Operation = Operation::Members;
         check::members(self, service)?;
         let prefix = member_prefix(service);
         let listing = async {
@@ -90,7 +91,7 @@ impl MembershipStore for NatsStore {
 
     /// One purge of the member's key. One round trip.
     async fn leave(&self, service: &str, node: &str) -> Result<bool> {
-        const OP: &str = "leave";
+        const OP: Operation = Operation::Leave;
         check::leave(self, service, node)?;
         let key = member_key(service, node);
         let subject = format!("{}{key}", self.inner.subject_prefix);

@@ -8,6 +8,7 @@ use std::sync::MutexGuard;
 use std::time::{Duration, Instant};
 
 use lease_core::backend::{MAX_PARTITIONS_PER_CALL, async_trait, check};
+use lease_core::layer::Operation;
 use lease_core::{PartitionLease, PartitionStore, Result};
 use tracing::debug;
 
@@ -112,7 +113,7 @@ impl NatsStore {
     /// Reads one partition key (a direct get).
     async fn read_partition(
         &self,
-        op: &str,
+        op: Operation,
         group: &str,
         partition: u32,
     ) -> Result<Seen<PartitionRecord>> {
@@ -124,7 +125,7 @@ impl NatsStore {
     /// awaited. Answers in the order of `partitions`.
     async fn read_partitions(
         &self,
-        op: &str,
+        op: Operation,
         group: &str,
         partitions: &[u32],
     ) -> Vec<Result<Seen<PartitionRecord>>> {
@@ -137,7 +138,7 @@ impl NatsStore {
         wanted: &BTreeSet<u32>,
         owner: &str,
     ) -> Result<Vec<PartitionLease>> {
-        const OP: &str = "renew partitions";
+        const OP: Operation = Operation::RenewPartitions;
         let start = Instant::now();
         // Each partition with the (revision, epoch) to compare-and-set against, when known.
         let mut pending: Vec<(u32, Option<(u64, u64)>)> = {
@@ -251,7 +252,7 @@ impl NatsStore {
         wanted: &BTreeSet<u32>,
         owner: &str,
     ) -> Result<usize> {
-        const OP: &str = "release partitions";
+        const OP: Operation = Operation::ReleasePartitions;
         let mut pending: Vec<(u32, Option<u64>)> = {
             let map = self.parts_map();
             wanted
@@ -350,7 +351,7 @@ impl PartitionStore for NatsStore {
         owner: &str,
         ttl: Duration,
     ) -> Result<Option<PartitionLease>> {
-        const OP: &str = "acquire partition";
+        const OP: Operation = Operation::AcquirePartition;
         check::acquire_partition(self, group, owner, ttl)?;
         let key = partition_key(group, partition);
         let mut step = match self.part_known(group, partition, owner) {
@@ -440,7 +441,7 @@ impl PartitionStore for NatsStore {
         }
         let wanted: BTreeSet<u32> = partitions.iter().copied().collect();
         self.bounded(
-            "renew partitions",
+            Operation::RenewPartitions,
             group,
             self.renew_batch(group, &wanted, owner),
         )
@@ -461,7 +462,7 @@ impl PartitionStore for NatsStore {
         }
         let wanted: BTreeSet<u32> = partitions.iter().copied().collect();
         self.bounded(
-            "release partitions",
+            Operation::ReleasePartitions,
             group,
             self.release_batch(group, &wanted, owner),
         )
@@ -471,7 +472,7 @@ impl PartitionStore for NatsStore {
     /// Lists the group's keys with one `STREAM.INFO` request (a subject filter), then reads
     /// them with pipelined direct gets: two bursts (one when the group has no key).
     async fn owners(&self, group: &str) -> Result<Vec<PartitionLease>> {
-        const OP: &str = "list partition owners";
+        const OP: Operation = Operation::Owners;
         check::owners(self, group)?;
         let prefix = partition_prefix(group);
         let listing = async {

@@ -12,12 +12,13 @@ use async_nats::jetstream::ErrorCode;
 use async_nats::jetstream::context::{
     CreateStreamErrorKind, GetStreamErrorKind, RequestError, RequestErrorKind,
 };
-use async_nats::jetstream::kv::{self, Operation, UpdateErrorKind};
+use async_nats::jetstream::kv::{self, Operation as KvOperation, UpdateErrorKind};
 use async_nats::jetstream::stream::{self, DiscardPolicy, StorageType};
 use async_nats::jetstream::{self, Context};
 use bytes::Bytes;
 use futures::future::join_all;
 use lease_core::backend::validate_ttl;
+use lease_core::layer::Operation;
 use lease_core::{Error, ErrorKind, Result, Timings};
 use serde_json::Value;
 use tracing::info;
@@ -137,8 +138,9 @@ impl NatsStore {
         let client = match tokio::time::timeout(bound, connecting).await {
             Err(_) => {
                 return Err(Error::unavailable(format!(
-                    "cannot connect to NATS at {label}: no answer within {bound:?}"
-                )));
+                    "cannot connect to NATS: no answer within {bound:?}"
+                ))
+                .at_server(label));
             }
             Ok(Err(e)) => {
                 use async_nats::ConnectErrorKind as K;
@@ -146,11 +148,10 @@ impl NatsStore {
                     e.kind(),
                     K::ServerParse | K::Authentication | K::AuthorizationViolation | K::Tls
                 );
-                return Err(
-                    Error::unavailable(format!("cannot connect to NATS at {label}"))
-                        .with_source(e)
-                        .with_temporary(!permanent),
-                );
+                return Err(Error::unavailable("cannot connect to NATS")
+                    .with_source(e)
+                    .with_temporary(!permanent)
+                    .at_server(label));
             }
             Ok(Ok(client)) => client,
         };
@@ -195,7 +196,7 @@ impl NatsStore {
         let stream_name = format!("KV_{bucket}");
         let bound = config.op_timeout;
         let site = |connected| Site {
-            op: "opening the lease bucket",
+            op: None,
             name: "",
             server: &server,
             bucket: &bucket,
@@ -216,12 +217,13 @@ impl NatsStore {
                         return Err(Error::new(
                             ErrorKind::Backend,
                             format!(
-                                "the lease bucket {bucket} does not exist on NATS at {server} and \
-                                 bucket creation is off; create it (stream {stream_name}, max age \
-                                 {:?}) or enable create_bucket",
+                                "the lease bucket {bucket} does not exist and bucket creation is \
+                                 off; create it (stream {stream_name}, max age {:?}) or enable \
+                                 create_bucket",
                                 config.ttl
                             ),
-                        ));
+                        )
+                        .at_server(server));
                     }
                     create_bucket(&js, &config, &site(true)).await?
                 }
@@ -233,18 +235,20 @@ impl NatsStore {
                         return Err(Error::new(
                             ErrorKind::Timeout,
                             format!(
-                                "opening the lease bucket {bucket}: JetStream at {server} did not \
-                                 answer within the client's request timeout (is JetStream \
-                                 enabled with -js, and the server not overloaded?)"
+                                "opening the lease bucket {bucket}: JetStream did not answer \
+                                 within the client's request timeout (is JetStream enabled with \
+                                 -js, and the server not overloaded?)"
                             ),
                         )
-                        .with_source(e));
+                        .with_source(e)
+                        .at_server(server));
                     }
                     return Err(Error::unavailable(format!(
-                        "opening the lease bucket {bucket}: JetStream at {server} did not \
-                         answer (is the server up, and JetStream enabled with -js?)"
+                        "opening the lease bucket {bucket}: JetStream did not answer (is the \
+                         server up, and JetStream enabled with -js?)"
                     ))
-                    .with_source(e));
+                    .with_source(e)
+                    .at_server(server));
                 }
                 _ => return Err(site(connected()).backend(e, false)),
             },
@@ -303,9 +307,9 @@ impl NatsStore {
         Timings::from_lease(self.inner.ttl)
     }
 
-    pub(crate) fn site<'a>(&'a self, op: &'a str, name: &'a str) -> Site<'a> {
+    pub(crate) fn site<'a>(&'a self, op: Operation, name: &'a str) -> Site<'a> {
         Site {
-            op,
+            op: Some(op),
             name,
             server: &self.inner.server,
             bucket: &self.inner.bucket,
@@ -316,7 +320,7 @@ impl NatsStore {
     /// Runs `f` within the operation timeout.
     pub(crate) async fn bounded<T>(
         &self,
-        op: &str,
+        op: Operation,
         name: &str,
         f: impl Future<Output = T>,
     ) -> Result<T> {
@@ -329,7 +333,7 @@ impl NatsStore {
     /// Reads `key` (one direct get) and decodes a put's value with `decode`.
     pub(crate) async fn read_as<R>(
         &self,
-        op: &str,
+        op: Operation,
         name: &str,
         key: &str,
         decode: fn(&[u8]) -> Option<R>,
@@ -342,7 +346,7 @@ impl NatsStore {
             return Ok(Seen::Absent);
         };
         let revision = entry.revision;
-        if entry.operation != Operation::Put {
+        if entry.operation != KvOperation::Put {
             return Ok(Seen::Marker { revision });
         }
         Ok(match decode(&entry.value) {
@@ -359,7 +363,7 @@ impl NatsStore {
     /// `Ok(None)` when the revision differed.
     pub(crate) async fn write(
         &self,
-        op: &str,
+        op: Operation,
         name: &str,
         key: &str,
         value: Bytes,
@@ -379,7 +383,7 @@ impl NatsStore {
     /// `revision` is still its last message. `true` when a message was removed.
     pub(crate) async fn purge_through(
         &self,
-        op: &str,
+        op: Operation,
         name: &str,
         key: &str,
         revision: u64,
@@ -416,29 +420,30 @@ impl NatsStore {
         self.inner.ttl.saturating_sub(Duration::from_nanos(age))
     }
 
-    pub(crate) fn racing(&self, op: &str, name: &str) -> Error {
+    pub(crate) fn racing(&self, op: Operation, name: &str) -> Error {
         Error::new(
             ErrorKind::Backend,
             format!(
-                "{op} of '{name}': the key changed {MAX_TRIES} times under this operation on NATS \
-                 at {} (concurrent operations on one lease); try again",
-                self.inner.server
+                "the key changed {MAX_TRIES} times under this operation (concurrent operations \
+                 on one lease); try again"
             ),
         )
         .with_temporary(true)
+        .during(op, name)
+        .at_server(self.inner.server.clone())
     }
 
     /// The checks of [`LeaseStore::available`](lease_core::LeaseStore::available): the bucket
     /// answers and can still carry leases of this store's duration.
     pub(crate) async fn check_available(&self) -> Result<()> {
-        let op = "checking the lease bucket";
+        let op = Operation::Available;
         let mut stream = self.inner.kv.stream.clone();
         let info = self
             .bounded(op, "", stream.info())
             .await?
             .map_err(|e| self.site(op, "").request(e))?;
         let config = NatsConfig::new(self.inner.ttl).bucket(self.inner.bucket.clone());
-        check_bucket(&info.config, &config, &self.inner.server)?;
+        check_bucket(&info.config, &config, &self.inner.server).map_err(|e| e.during(op, ""))?;
         Ok(())
     }
 
@@ -446,7 +451,7 @@ impl NatsStore {
     /// `$JS.API.STREAM.INFO` request with a subject filter (one more per 100,000 keys).
     pub(crate) async fn list_keys(
         &self,
-        op: &str,
+        op: Operation,
         name: &str,
         prefix: &str,
     ) -> Result<Vec<String>> {
@@ -488,7 +493,7 @@ impl NatsStore {
     }
 
     /// A key under a partition or member prefix that holds a value this store did not write.
-    pub(crate) fn foreign_key(&self, op: &str, name: &str, key: &str) -> Error {
+    pub(crate) fn foreign_key(&self, op: Operation, name: &str, key: &str) -> Error {
         self.site(op, name).foreign_value(key)
     }
 }
@@ -551,8 +556,9 @@ fn check_bucket(cfg: &stream::Config, config: &NatsConfig, server: &str) -> Resu
     let refuse = |why: String| {
         Err(Error::new(
             ErrorKind::Backend,
-            format!("the NATS bucket {bucket} on {server} cannot carry leases: {why}"),
-        ))
+            format!("the NATS bucket {bucket} cannot carry leases: {why}"),
+        )
+        .at_server(server.to_owned()))
     };
     if cfg.mirror.is_some() {
         return refuse("it is a mirror; use the origin bucket".into());
@@ -578,12 +584,13 @@ fn check_bucket(cfg: &stream::Config, config: &NatsConfig, server: &str) -> Resu
     }
     match config.on_mismatch {
         TtlMismatch::Refuse => Err(Error::invalid_timings(format!(
-            "the NATS bucket {bucket} on {server} expires keys after {:?} (its max age), but the \
-             lease duration is {:?}; the server decides expiry by the bucket's max age, so they \
-             must be equal: use a bucket per lease duration (see bucket_for_ttl), or adopt the \
+            "the NATS bucket {bucket} expires keys after {:?} (its max age), but the lease \
+             duration is {:?}; the server decides expiry by the bucket's max age, so they must \
+             be equal: use a bucket per lease duration (see bucket_for_ttl), or adopt the \
              bucket's max age (TtlMismatch::Adopt)",
             cfg.max_age, config.ttl
-        ))),
+        ))
+        .at_server(server.to_owned())),
         TtlMismatch::Adopt => {
             validate_ttl(cfg.max_age)?;
             info!(bucket = %bucket, max_age = ?cfg.max_age, asked = ?config.ttl,
