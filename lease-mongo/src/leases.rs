@@ -6,7 +6,8 @@ use std::future::IntoFuture;
 use std::time::Duration;
 
 use lease_core::backend::{BatchRenew, Grant, HolderToken, async_trait, check};
-use lease_core::{Capabilities, Error, LeaseInfo, LeaseStore, Result};
+use lease_core::layer::Operation;
+use lease_core::{Capabilities, LeaseInfo, LeaseStore, Result};
 use mongodb::options::ReturnDocument;
 
 use crate::error::is_duplicate_id;
@@ -66,7 +67,7 @@ impl LeaseStore for MongoStore {
             .projection(wire::claim_projection())
             .max_time(self.op_timeout())
             .into_future();
-        match self.bounded("claim", name, fut).await? {
+        match self.bounded(Operation::Claim, name, fut).await? {
             Ok(Some(doc)) => {
                 let grant = wire::grant_from_claim(&doc, &claim_id, ttl)?;
                 if grant.is_none() {
@@ -74,20 +75,14 @@ impl LeaseStore for MongoStore {
                 }
                 Ok(grant)
             }
-            Ok(None) => Err(Error::new(
-                lease_core::ErrorKind::Backend,
-                format!(
-                    "MongoDB at {} answered an upsert of '{name}' with no document",
-                    self.server()
-                ),
-            )),
+            Ok(None) => Err(self.no_document(Operation::Claim, name)),
             // Two upserts raced to insert a missing document and the other one won (servers
             // that do not retry the upsert themselves answer this way): held.
             Err(e) if is_duplicate_id(&e) => {
                 tracing::debug!(name, "mongodb claim: held (duplicate _id)");
                 Ok(None)
             }
-            Err(e) => Err(self.map("claim", name, e)),
+            Err(e) => Err(self.map(Operation::Claim, name, e)),
         }
     }
 
@@ -100,7 +95,7 @@ impl LeaseStore for MongoStore {
         check::renew(self, name, ttl)?;
         let doc = self
             .modify(
-                "renew",
+                Operation::Renew,
                 name,
                 wire::held_filter(name, &holder.to_hex()),
                 wire::renew_update(ttl_millis(ttl)),
@@ -114,7 +109,7 @@ impl LeaseStore for MongoStore {
         check::name(self, name)?;
         let doc = self
             .modify(
-                "release",
+                Operation::Release,
                 name,
                 wire::held_filter(name, &holder.to_hex()),
                 wire::release_update(),
@@ -128,7 +123,7 @@ impl LeaseStore for MongoStore {
         check::name(self, name)?;
         let doc = self
             .read_one(
-                "verify",
+                Operation::Verify,
                 name,
                 wire::verify_pipeline(name, &holder.to_hex()),
             )
@@ -141,7 +136,9 @@ impl LeaseStore for MongoStore {
 
     async fn get(&self, name: &str) -> Result<Option<LeaseInfo>> {
         check::name(self, name)?;
-        let doc = self.read_one("get", name, wire::get_pipeline(name)).await?;
+        let doc = self
+            .read_one(Operation::Get, name, wire::get_pipeline(name))
+            .await?;
         doc.map(|d| wire::info_from_get(name, &d)).transpose()
     }
 
@@ -149,7 +146,7 @@ impl LeaseStore for MongoStore {
         check::name(self, name)?;
         let doc = self
             .modify(
-                "force release",
+                Operation::ForceRelease,
                 name,
                 wire::live_filter(name),
                 wire::release_update(),

@@ -5,6 +5,7 @@ use std::future::IntoFuture;
 use std::time::Duration;
 
 use lease_core::backend::{async_trait, check};
+use lease_core::layer::Operation;
 use lease_core::{Member, MembershipStore, Result};
 use mongodb::bson::Document;
 use mongodb::options::ReturnDocument;
@@ -17,7 +18,7 @@ impl MongoStore {
     /// One heartbeat upsert; the driver's error is left for the caller to read.
     async fn heartbeat_upsert(
         &self,
-        op: &str,
+        op: Operation,
         what: &str,
         filter: Document,
         update: Vec<Document>,
@@ -56,7 +57,7 @@ impl MembershipStore for MongoStore {
     ) -> Result<Member> {
         check::heartbeat(self, service, node, address, ttl, groups)?;
         self.started().await?;
-        let op = "heartbeat";
+        let op = Operation::Heartbeat;
         let what = label(service, node);
         let send = || {
             self.heartbeat_upsert(
@@ -91,7 +92,7 @@ impl MembershipStore for MongoStore {
         let replies = self
             .read_all(
                 &self.members,
-                "members",
+                Operation::Members,
                 service,
                 wire::members_pipeline(service),
                 READ_BATCH,
@@ -102,7 +103,7 @@ impl MembershipStore for MongoStore {
 
     async fn leave(&self, service: &str, node: &str) -> Result<bool> {
         check::leave(self, service, node)?;
-        let op = "leave";
+        let op = Operation::Leave;
         let what = label(service, node);
         let fut = self
             .members

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use futures::TryStreamExt;
 use lease_core::backend::{HolderToken, async_trait, check};
+use lease_core::layer::Operation;
 use lease_core::{PartitionLease, PartitionStore, Result};
 use mongodb::bson::Document;
 use mongodb::options::ReturnDocument;
@@ -40,7 +41,7 @@ impl PartitionStore for MongoStore {
     ) -> Result<Option<PartitionLease>> {
         check::acquire_partition(self, group, owner, ttl)?;
         self.started().await?;
-        let op = "partition acquire";
+        let op = Operation::AcquirePartition;
         let what = label(group, partition);
         let fut = self
             .partitions
@@ -86,7 +87,7 @@ impl PartitionStore for MongoStore {
         if check::renew_partitions(self, group, partitions, owner, ttl)? == check::Batch::Empty {
             return Ok(Vec::new());
         }
-        let op = "partition renewal";
+        let op = Operation::RenewPartitions;
         // 128 fresh random bits per call: the documents carry them only if this call's update
         // extended them.
         let renewal_id = HolderToken::mint().to_hex();
@@ -163,7 +164,7 @@ impl PartitionStore for MongoStore {
         if check::release_partitions(self, group, partitions, owner)? == check::Batch::Empty {
             return Ok(0);
         }
-        let op = "partition release";
+        let op = Operation::ReleasePartitions;
         let fut = self
             .partitions
             .update_many(
@@ -183,7 +184,7 @@ impl PartitionStore for MongoStore {
         let replies = self
             .read_all(
                 &self.partitions,
-                "partition owners",
+                Operation::Owners,
                 group,
                 wire::owners_pipeline(group),
                 READ_BATCH,

@@ -8,6 +8,7 @@ use futures::TryStreamExt;
 use lease_core::backend::{
     Grant, HolderToken, SlotClaim, SlotFinish, SlotRecord, async_trait, check,
 };
+use lease_core::layer::Operation;
 use lease_core::{Error, Result, SlotStore};
 use mongodb::bson::Document;
 use mongodb::options::ReturnDocument;
@@ -40,18 +41,18 @@ impl SlotStore for MongoStore {
     ) -> Result<SlotClaim> {
         check::claim(self, name, instance, ttl)?;
         self.started().await?;
-        let op = "slot claim";
+        let op = Operation::ClaimSlot;
         let read = self
             .read_one(op, name, wire::slot_read_pipeline(name))
             .await?
             .ok_or_else(|| {
                 Error::new(
                     lease_core::ErrorKind::Backend,
-                    format!(
-                        "MongoDB at {} answered the slot read of '{name}' with no document",
-                        self.server()
-                    ),
+                    "MongoDB answered the slot read (an aggregate that always gives one document) \
+                     with none",
                 )
+                .during(op, name)
+                .at_server(self.server())
             })?;
         let term = match wire::slot_plan(&read, instant_ms)? {
             wire::SlotPlan::Refuse(refused) => return Ok(refused),
@@ -98,7 +99,7 @@ impl SlotStore for MongoStore {
         let finish_id = HolderToken::mint().to_hex();
         let doc = self
             .modify(
-                "slot finish",
+                Operation::FinishSlot,
                 name,
                 wire::name_filter(name),
                 wire::finish_update(&holder.to_hex(), instant_ms, passed_ms, &finish_id),
@@ -112,7 +113,7 @@ impl SlotStore for MongoStore {
         if check::unfinished(self, names)? == check::Batch::Empty {
             return Ok(Vec::new());
         }
-        let op = "unfinished slots";
+        let op = Operation::Unfinished;
         // One more than the answer can hold, so the first batch ends the cursor: no getMore
         // (unless the answer passes 16 MiB).
         let batch = u32::try_from(names.len().saturating_add(1)).unwrap_or(u32::MAX);
@@ -144,7 +145,7 @@ impl SlotStore for MongoStore {
         self.started().await?;
         let doc = self
             .modify(
-                "slot rerun claim",
+                Operation::ClaimRerun,
                 name,
                 wire::rerun_filter(name, instant_ms),
                 wire::rerun_update(&holder.to_hex(), instance, ttl_millis(ttl), instant_ms),
@@ -156,7 +157,7 @@ impl SlotStore for MongoStore {
 
     async fn last_slot(&self, name: &str) -> Result<Option<SlotRecord>> {
         check::name(self, name)?;
-        let op = "last slot";
+        let op = Operation::LastSlot;
         let fut = self
             .leases
             .find_one(wire::name_filter(name))

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use futures::TryStreamExt;
 use lease_core::backend::ceil_millis;
+use lease_core::layer::Operation;
 use lease_core::{Error, ErrorKind, Result};
 use mongodb::bson::{Document, doc};
 use mongodb::error::Error as MongoError;
@@ -20,7 +21,7 @@ use mongodb::{Client, Collection, Database, IndexModel};
 use tokio::sync::OnceCell;
 
 use crate::config::{Ddl, MongoConfig};
-use crate::error::map_error;
+use crate::error::{classify, map_error};
 use crate::wire;
 
 /// The longest lease name the store accepts, in bytes. A name is the document's `_id` (a
@@ -290,14 +291,14 @@ impl MongoStore {
 
     /// The checks themselves; see [`check_available`](Self::check_available).
     async fn start_up_check(&self) -> Result<()> {
-        let op = "availability check";
+        let op = Operation::Available;
         let db = self.database();
         let build_info = db.run_command(wire::build_info_command()).into_future();
         let reply = self
             .bounded(op, "", build_info)
             .await?
-            .map_err(|e| self.map(op, "", e))?;
-        wire::check_build_info(&reply, self.server())?;
+            .map_err(|e| self.map_step("availability check", e))?;
+        wire::check_build_info(&reply, self.server()).map_err(|e| e.during(op, ""))?;
         self.ensure_schema().await?;
         let names = [
             self.config.collection_name().to_owned(),
@@ -314,14 +315,15 @@ impl MongoStore {
         let specs = self
             .bounded(op, "", list)
             .await?
-            .map_err(|e| self.map("collection check", "", e))?;
+            .map_err(|e| self.map_step("collection check", e))?;
         for spec in specs {
             wire::check_collection(
                 &spec.name,
                 matches!(spec.collection_type, mongodb::results::CollectionType::View),
                 spec.options.collation.as_ref().map(|c| c.locale.as_str()),
                 self.server(),
-            )?;
+            )
+            .map_err(|e| e.during(op, ""))?;
         }
         // A majority read of a name no lease can have: refused where majority reads are off.
         let probe = self
@@ -331,7 +333,7 @@ impl MongoStore {
             .into_future();
         self.bounded(op, "", probe)
             .await?
-            .map_err(|e| self.map("majority read check", "", e))?;
+            .map_err(|e| self.map_step("majority read check", e))?;
         Ok(())
     }
 
@@ -375,10 +377,10 @@ impl MongoStore {
                 .create_collection(&name)
                 .write_concern(WriteConcern::majority())
                 .into_future();
-            match self.bounded("create collection", &name, create).await? {
+            match self.bounded(Operation::Available, "", create).await? {
                 Ok(()) => {}
                 Err(e) if code_of(&e) == Some(NAMESPACE_EXISTS) => {}
-                Err(e) => return Err(self.map("create collection", &name, e)),
+                Err(e) => return Err(self.map_step(&format!("create collection {name}"), e)),
             }
         }
         let indexes = [
@@ -399,11 +401,11 @@ impl MongoStore {
                 .max_time(self.op_timeout())
                 .into_future();
             let what = format!("{}.{index}", collection.name());
-            match self.bounded("create index", &what, create).await? {
+            match self.bounded(Operation::Available, "", create).await? {
                 Ok(_) => {}
                 // The same keys under another name (an administrator's index): present.
                 Err(e) if code_of(&e) == Some(INDEX_OPTIONS_CONFLICT) => {}
-                Err(e) => return Err(self.map("create index", &what, e)),
+                Err(e) => return Err(self.map_step(&format!("create index {what}"), e)),
             }
         }
         Ok(())
@@ -421,26 +423,31 @@ impl MongoStore {
         self.config.op_timeout_value()
     }
 
-    pub(crate) fn map(&self, op: &str, name: &str, err: MongoError) -> Error {
+    /// A driver error met during `op` on `name`, with its context attached.
+    pub(crate) fn map(&self, op: Operation, name: &str, err: MongoError) -> Error {
         map_error(err, op, name, self.server())
+    }
+
+    /// A driver error met in `step` of the start-up check.
+    fn map_step(&self, step: &str, err: MongoError) -> Error {
+        classify(err, Some(step))
+            .during(Operation::Available, "")
+            .at_server(self.server())
     }
 
     /// Runs `fut` within the operation timeout. The outer error is the timeout; the inner
     /// result is the driver's, for the caller to read (a claim looks for the duplicate key).
     pub(crate) async fn bounded<T>(
         &self,
-        op: &str,
+        op: Operation,
         name: &str,
         fut: impl Future<Output = mongodb::error::Result<T>>,
     ) -> Result<mongodb::error::Result<T>> {
         let bound = self.op_timeout();
         tokio::time::timeout(bound, fut).await.map_err(|_| {
-            let what = if name.is_empty() {
-                format!("MongoDB {op} at {}", self.server())
-            } else {
-                format!("MongoDB {op} of '{name}' at {}", self.server())
-            };
-            Error::timeout(what, bound)
+            Error::timeout("the MongoDB command", bound)
+                .during(op, name)
+                .at_server(self.server())
         })
     }
 
@@ -448,7 +455,7 @@ impl MongoStore {
     /// filter matched nothing.
     pub(crate) async fn modify(
         &self,
-        op: &str,
+        op: Operation,
         name: &str,
         filter: Document,
         update: impl Into<mongodb::options::UpdateModifications>,
@@ -470,7 +477,7 @@ impl MongoStore {
     /// cursor is closed by the server and no `getMore` or `killCursors` follows).
     pub(crate) async fn read_one(
         &self,
-        op: &str,
+        op: Operation,
         name: &str,
         pipeline: Vec<Document>,
     ) -> Result<Option<Document>> {
@@ -488,14 +495,13 @@ impl MongoStore {
     }
 
     /// An upsert answered with no document, which a `findAndModify` upsert never does.
-    pub(crate) fn no_document(&self, op: &str, what: &str) -> Error {
+    pub(crate) fn no_document(&self, op: Operation, what: &str) -> Error {
         Error::new(
             ErrorKind::Backend,
-            format!(
-                "MongoDB at {} answered the upsert of the {op} of '{what}' with no document",
-                self.server()
-            ),
+            "MongoDB answered an upsert with no document",
         )
+        .during(op, what)
+        .at_server(self.server())
     }
 
     /// One `aggregate` on `collection` whose documents all come back in the first batch when
@@ -504,7 +510,7 @@ impl MongoStore {
     pub(crate) async fn read_all(
         &self,
         collection: &mongodb::Collection<Document>,
-        op: &str,
+        op: Operation,
         name: &str,
         pipeline: Vec<Document>,
         batch: u32,
