@@ -18,8 +18,10 @@ use crate::Harness;
 use crate::history::History;
 
 mod groups;
+mod inputs;
 mod slots;
 pub use groups::*;
+pub use inputs::*;
 pub use slots::*;
 
 fn mint() -> HolderToken {
