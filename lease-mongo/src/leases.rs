@@ -23,14 +23,12 @@ impl LeaseStore for MongoStore {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             force_release: true,
-            slots: true,
-            partitions: true,
-            membership: true,
             max_name_bytes: MAX_NAME_BYTES,
             // The multi-document `update`, then the `aggregate` that reads back the documents
             // carrying this renewal's id: two round trips however many partitions.
             batch_renew: BatchRenew::Fixed { round_trips: 2 },
-            ..Capabilities::default()
+            // Slots, partitions and membership: from the traits this store implements.
+            ..lease_core::derived_capabilities!(Self)
         }
     }
 

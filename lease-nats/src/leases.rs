@@ -112,15 +112,14 @@ impl LeaseStore for NatsStore {
             keeps_ended_records: false,
             verify_in_transaction: false,
             watch: false,
-            partitions: true,
-            membership: true,
-            slots: false,
             force_release: true,
             max_name_bytes: MAX_NAME_BYTES,
             // No multi-key operation: one compare-and-set per partition, all sent before any
             // answer is awaited.
             batch_renew: BatchRenew::Pipelined,
             fixed_ttl: Some(self.inner.ttl),
+            // Partitions and membership: implemented; slots: not (see the crate docs).
+            ..lease_core::derived_capabilities!(Self)
         }
     }
 
