@@ -125,7 +125,7 @@ async fn connect(url: &StoreUrl, lease: Duration) -> Result<Arc<dyn GroupStore>,
             Arc::new(store)
         }
         Scheme::MongoDb => Arc::new(
-            lease_mongo::MongoStore::connect(url.driver_url())
+            lease_mongo::MongoStore::connect(url.driver_url(), lease_mongo::MongoConfig::default())
                 .await
                 .map_err(at)?,
         ),

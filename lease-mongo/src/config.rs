@@ -7,7 +7,9 @@ use lease_core::{Error, Result};
 /// The collection leases live in unless told otherwise.
 pub const DEFAULT_COLLECTION: &str = "leases";
 
-/// The database [`connect`](crate::MongoStore::connect) uses when the URL names none.
+/// The database of a config that names none ([`MongoConfig::default`]) when the URL given to
+/// [`connect`](crate::MongoStore::connect) names none either, and on
+/// [`with_client`](crate::MongoStore::with_client).
 pub const DEFAULT_DATABASE: &str = "lease";
 
 /// The bound on every call unless told otherwise.
@@ -15,7 +17,9 @@ pub const DEFAULT_OP_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Environment variables read by [`MongoConfig::from_env`].
 pub mod env {
-    /// The server URL, for [`MongoStore::connect_from_env`](crate::MongoStore::connect_from_env).
+    /// The server URL. The store does not read it: pass it to
+    /// [`MongoStore::connect`](crate::MongoStore::connect), e.g.
+    /// `MongoStore::connect(&std::env::var(env::URL)?, MongoConfig::from_env()?)`.
     pub const URL: &str = "LEASE_MONGODB_URL";
     /// The database name.
     pub const DATABASE: &str = "LEASE_MONGODB_DATABASE";
@@ -76,7 +80,8 @@ impl Ddl {
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MongoConfig {
-    database: String,
+    /// `None`: the URL's database on `connect`, else [`DEFAULT_DATABASE`].
+    database: Option<String>,
     collection: String,
     partition_collection: Option<String>,
     member_collection: Option<String>,
@@ -85,12 +90,24 @@ pub struct MongoConfig {
     server_label: Option<String>,
 }
 
+impl Default for MongoConfig {
+    /// Leases in the database the URL names (`mongodb://host/<database>`) when given to
+    /// [`connect`](crate::MongoStore::connect), else in [`DEFAULT_DATABASE`]; the other
+    /// options as [`MongoConfig::new`].
+    fn default() -> MongoConfig {
+        MongoConfig {
+            database: None,
+            ..MongoConfig::new(DEFAULT_DATABASE)
+        }
+    }
+}
+
 impl MongoConfig {
     /// Leases in `database`, collection [`DEFAULT_COLLECTION`], DDL [`Ddl::Auto`], operation
     /// timeout [`DEFAULT_OP_TIMEOUT`].
     pub fn new(database: impl Into<String>) -> MongoConfig {
         MongoConfig {
-            database: database.into(),
+            database: Some(database.into()),
             collection: DEFAULT_COLLECTION.to_owned(),
             partition_collection: None,
             member_collection: None,
@@ -100,7 +117,8 @@ impl MongoConfig {
         }
     }
 
-    /// Reads `LEASE_MONGODB_DATABASE` (default [`DEFAULT_DATABASE`]),
+    /// Reads `LEASE_MONGODB_DATABASE` (default [`DEFAULT_DATABASE`], also when the URL names
+    /// another: the database is always set),
     /// `LEASE_MONGODB_COLLECTION`, `LEASE_MONGODB_PARTITION_COLLECTION`,
     /// `LEASE_MONGODB_MEMBER_COLLECTION`, `LEASE_MONGODB_DDL` (`auto` / `none`) and
     /// `LEASE_MONGODB_OP_TIMEOUT_MS`; unset variables keep their defaults.
@@ -182,9 +200,19 @@ impl MongoConfig {
         self
     }
 
-    /// The database name.
+    /// The database name: as set, or [`DEFAULT_DATABASE`] for a config that names none (which
+    /// [`connect`](crate::MongoStore::connect) replaces with the URL's database, when it names
+    /// one).
     pub fn database_name(&self) -> &str {
-        &self.database
+        self.database.as_deref().unwrap_or(DEFAULT_DATABASE)
+    }
+
+    /// `database` when the config names none and `database` is `Some`; otherwise unchanged.
+    pub(crate) fn or_database(mut self, database: Option<String>) -> Self {
+        if self.database.is_none() {
+            self.database = database;
+        }
+        self
     }
 
     /// The lease collection's name.
@@ -234,7 +262,7 @@ impl MongoConfig {
     /// empty, holds `$` or NUL, or starts with `system.`, and for two of the three that are the
     /// same. `InvalidTimings` for a zero timeout or one over an hour.
     pub fn validate(&self) -> Result<()> {
-        let db = &self.database;
+        let db = self.database_name();
         if db.is_empty() || db.len() > 63 {
             return Err(Error::invalid_name(format!(
                 "MongoDB database name {db:?} must be 1 to 63 bytes long"
@@ -303,6 +331,19 @@ mod tests {
         assert_eq!(Ddl::parse(" AUTO "), Some(Ddl::Auto));
         assert_eq!(Ddl::parse("none"), Some(Ddl::None));
         assert_eq!(Ddl::parse("sometimes"), None);
+        let d = MongoConfig::default();
+        assert_eq!(d.database_name(), DEFAULT_DATABASE);
+        assert_eq!(
+            d.clone().or_database(Some("app".into())).database_name(),
+            "app"
+        );
+        assert_eq!(d.or_database(None).database_name(), DEFAULT_DATABASE);
+        let named = MongoConfig::new("mine").or_database(Some("app".into()));
+        assert_eq!(
+            named.database_name(),
+            "mine",
+            "a named database wins over the URL's"
+        );
     }
 
     #[test]

@@ -3,14 +3,20 @@
 //! - The duplicate key error (E11000) on the lease collection's `_id` index is how a claim of
 //!   a live lease fails: [`is_duplicate_id`] recognises exactly that, and the claim reports the
 //!   name held. Any other error, including E11000 on some other unique index, is an error.
-//! - Server selection failures, I/O, a cleared pool and DNS failures are `Unavailable`
-//!   (temporary) and name the server (host:port, never a password).
+//! - Server selection failures (no server to send to within `serverSelectionTimeoutMS`), I/O
+//!   errors such as a refused, reset or closed connection, a cleared pool and DNS failures are
+//!   `Unavailable` (temporary) and name the server (host:port, never a password).
 //! - Failed authentication and a bad TLS set-up are `Unavailable`, permanent.
-//! - `MaxTimeMSExpired` is `Timeout` (outcome unknown).
+//! - No answer within a bound once the command could be sent: the server's `MaxTimeMSExpired`
+//!   (the command's own `maxTimeMS`) and the driver's socket timeout (an I/O error of kind
+//!   `TimedOut`) are `Timeout`, temporary, outcome unknown — as is the store's own bound on
+//!   each call. (The driver does not tell whether a socket timeout came before or after the
+//!   command was written, so it is taken as the unknown outcome.)
 //! - Other server errors are `Backend` with the driver's error as source; temporary when the
 //!   server calls them retryable (a step-down, a shutdown, a write concern timeout — after a
 //!   write concern error the write's outcome is unknown).
 
+use lease_core::layer::Operation;
 use lease_core::{Error, ErrorKind};
 use mongodb::error::{Error as MongoError, ErrorKind as MongoKind, WriteFailure};
 
@@ -73,43 +79,49 @@ pub fn is_duplicate_id(err: &MongoError) -> bool {
     }
 }
 
-/// Maps a driver error met during `op` on `name` to the workspace's error, naming `server`.
-pub fn map_error(err: MongoError, op: &str, name: &str, server: &str) -> Error {
-    let what = if name.is_empty() {
-        op.to_owned()
-    } else {
-        format!("{op} of '{name}'")
+/// Maps a driver error met during `op` on `name` (empty for none) to the workspace's error,
+/// with the operation, the name and `server` (host:port, never a password) attached as the
+/// core's structured context ([`Error::during`], [`Error::at_server`]).
+pub fn map_error(err: MongoError, op: Operation, name: &str, server: &str) -> Error {
+    classify(err, None).during(op, name).at_server(server)
+}
+
+/// The kind, verdict and message of a driver error; `step` names the command of a multi-step
+/// operation (the start-up check) in the message. No context attached.
+pub(crate) fn classify(err: MongoError, step: Option<&str>) -> Error {
+    let said = |what: &str| match step {
+        Some(step) => format!("{what} ({step})"),
+        None => what.to_owned(),
     };
     match err.kind.as_ref() {
+        MongoKind::Io(io) if io.kind() == std::io::ErrorKind::TimedOut => Error::new(
+            ErrorKind::Timeout,
+            said("MongoDB did not answer within the socket timeout; the outcome is unknown"),
+        )
+        .with_source(err),
         MongoKind::ServerSelection { .. }
         | MongoKind::Io(_)
         | MongoKind::ConnectionPoolCleared { .. }
         | MongoKind::DnsResolve { .. } => {
-            Error::unavailable(format!("MongoDB at {server} is unreachable ({what})"))
-                .with_source(err)
+            Error::unavailable(said("MongoDB is unreachable")).with_source(err)
         }
-        MongoKind::Authentication { .. } => Error::unavailable(format!(
-            "MongoDB at {server} refused the credentials ({what}); check the user and password"
+        MongoKind::Authentication { .. } => Error::unavailable(said(
+            "MongoDB refused the credentials; check the user and password",
         ))
         .with_source(err)
         .with_temporary(false),
-        MongoKind::InvalidTlsConfig { .. } => Error::unavailable(format!(
-            "the TLS set-up for MongoDB at {server} is invalid ({what})"
-        ))
-        .with_source(err)
-        .with_temporary(false),
-        MongoKind::Shutdown => Error::unavailable(format!(
-            "the MongoDB client for {server} was shut down ({what})"
-        ))
-        .with_source(err)
-        .with_temporary(false),
+        MongoKind::InvalidTlsConfig { .. } => {
+            Error::unavailable(said("the TLS set-up for MongoDB is invalid"))
+                .with_source(err)
+                .with_temporary(false)
+        }
+        MongoKind::Shutdown => Error::unavailable(said("the MongoDB client was shut down"))
+            .with_source(err)
+            .with_temporary(false),
         _ => match code_and_message(&err) {
             Some((MAX_TIME_MS_EXPIRED, _)) => Error::new(
                 ErrorKind::Timeout,
-                format!(
-                    "MongoDB at {server} gave up on the {what} at its time limit; its outcome is \
-                     unknown"
-                ),
+                said("MongoDB gave up on the command at its time limit; the outcome is unknown"),
             )
             .with_source(err),
             Some((code, _)) => {
@@ -122,20 +134,16 @@ pub fn map_error(err: MongoError, op: &str, name: &str, server: &str) -> Error {
                     || err.contains_label(mongodb::error::RETRYABLE_WRITE_ERROR)
                     || err.contains_label(mongodb::error::TRANSIENT_TRANSACTION_ERROR);
                 let message = if concern {
-                    format!(
-                        "MongoDB at {server} did not confirm the {what} on a majority (code \
-                         {code}); its outcome is unknown"
-                    )
+                    said(&format!(
+                        "MongoDB did not confirm the write on a majority (code {code}); the \
+                         outcome is unknown"
+                    ))
                 } else {
-                    format!("MongoDB at {server} refused the {what} (code {code})")
+                    said(&format!("MongoDB refused the command (code {code})"))
                 };
                 Error::backend(message, err, temporary)
             }
-            None => Error::backend(
-                format!("the MongoDB driver failed the {what} against {server}"),
-                err,
-                false,
-            ),
+            None => Error::backend(said("the MongoDB driver failed the command"), err, false),
         },
     }
 }
@@ -186,34 +194,70 @@ mod tests {
     #[test]
     fn io_is_unavailable_and_names_the_server() {
         let io = MongoError::from(std::io::Error::from(std::io::ErrorKind::ConnectionReset));
-        let e = map_error(io, "claim", "orders", "db1:27017");
+        let e = map_error(io, Operation::Claim, "orders", "db1:27017");
         assert_eq!(e.kind(), ErrorKind::Unavailable);
         assert!(e.is_temporary());
-        assert!(e.message().contains("db1:27017"), "{e}");
-        assert!(e.message().contains("claim of 'orders'"), "{e}");
+        assert_eq!(e.server(), Some("db1:27017"), "{e}");
+        assert_eq!(
+            (e.operation(), e.name()),
+            (Some(Operation::Claim), Some("orders")),
+            "{e}"
+        );
+        assert!(e.to_string().contains("db1:27017"), "{e}");
+        assert!(e.to_string().contains("claim 'orders'"), "{e}");
         assert!(std::error::Error::source(&e).is_some());
     }
 
     #[test]
+    fn no_answer_after_sending_is_a_timeout_and_no_server_is_unavailable() {
+        let io = MongoError::from(std::io::Error::from(std::io::ErrorKind::TimedOut));
+        let e = map_error(io, Operation::Renew, "orders", "db1:27017");
+        assert_eq!(e.kind(), ErrorKind::Timeout);
+        assert!(e.is_temporary());
+        assert_eq!(e.server(), Some("db1:27017"), "{e}");
+        assert!(e.message().contains("outcome is unknown"), "{e}");
+        for refused in [
+            std::io::ErrorKind::ConnectionRefused,
+            std::io::ErrorKind::ConnectionReset,
+            std::io::ErrorKind::UnexpectedEof,
+        ] {
+            let io = MongoError::from(std::io::Error::from(refused));
+            let e = map_error(io, Operation::Renew, "orders", "db1:27017");
+            assert_eq!(e.kind(), ErrorKind::Unavailable, "{refused:?}");
+            assert!(e.is_temporary());
+        }
+    }
+
+    #[test]
     fn server_errors_are_backend_with_a_verdict() {
-        let e = map_error(command_error(13, "not authorized"), "renew", "n", "db:1");
+        let e = map_error(
+            command_error(13, "not authorized"),
+            Operation::Renew,
+            "n",
+            "db:1",
+        );
         assert_eq!(e.kind(), ErrorKind::Backend);
         assert!(!e.is_temporary());
         assert!(e.message().contains("code 13"), "{e}");
 
-        let e = map_error(command_error(10107, "not primary"), "renew", "n", "db:1");
+        let e = map_error(
+            command_error(10107, "not primary"),
+            Operation::Renew,
+            "n",
+            "db:1",
+        );
         assert_eq!(e.kind(), ErrorKind::Backend);
         assert!(e.is_temporary());
 
         // A duplicate key outside a claim (or on another index) is an error, not "held".
         let other = "E11000 duplicate key error collection: app.leases index: holder_1 dup key";
-        let e = map_error(command_error(11000, other), "claim", "n", "db:1");
+        let e = map_error(command_error(11000, other), Operation::Claim, "n", "db:1");
         assert_eq!(e.kind(), ErrorKind::Backend);
         assert!(!e.is_temporary());
 
         let e = map_error(
             command_error(50, "operation exceeded time limit"),
-            "get",
+            Operation::Get,
             "n",
             "db:1",
         );
@@ -225,7 +269,7 @@ mod tests {
         )
         .unwrap();
         let wc = MongoError::from(MongoKind::Write(WriteFailure::WriteConcernError(wc)));
-        let e = map_error(wc, "claim", "n", "db:1");
+        let e = map_error(wc, Operation::Claim, "n", "db:1");
         assert_eq!(e.kind(), ErrorKind::Backend);
         assert!(e.is_temporary());
         assert!(e.message().contains("outcome is unknown"), "{e}");

@@ -1,26 +1,19 @@
 //! Leases on MongoDB: one conditional pipeline upsert per claim, `$$NOW` as the clock.
 //!
 //! ```no_run
-//! use std::time::Duration;
-//! use lease_core::{ErrorKind, Timings};
+//! use lease_core::{Coordinator, ErrorKind};
 //! use lease_mongo::{MongoConfig, MongoStore};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> lease_core::Result<()> {
-//! // On the client the service already has:
-//! let client = mongodb::Client::with_uri_str("mongodb://db1:27017/?replicaSet=rs0")
-//!     .await
-//!     .map_err(|e| lease_core::Error::unavailable(e.to_string()))?;
-//! let store = MongoStore::with_config(
-//!     client,
-//!     MongoConfig::new("app").collection("leases").server_label("db1:27017"),
-//! )?;
-//! // Fails fast on a server < 4.2; the store would otherwise run the same check before its
-//! // first claim.
-//! lease_core::LeaseStore::available(&store).await?;
+//! // Leases in the URL's database (`app`), default collections; checks the server (4.2+).
+//! let store = MongoStore::connect(
+//!     "mongodb://db1:27017/app?replicaSet=rs0",
+//!     MongoConfig::default(),
+//! )
+//! .await?;
 //!
-//! // Or in one step: `MongoStore::connect("mongodb://db1:27017/app").await?`.
-//! let coordinator = store.coordinator().instance("worker-1").build()?;
+//! let coordinator = Coordinator::builder(store).instance("worker-1").build()?;
 //! match coordinator.try_acquire("orders/compactor").await {
 //!     Ok(term) => {
 //!         // Fence downstream writes with term.token().
@@ -32,6 +25,13 @@
 //! coordinator.close().await?;
 //! # Ok(()) }
 //! ```
+//!
+//! On the client the service already has: `MongoStore::with_client(client,
+//! MongoConfig::new("app").server_label("db1:27017"))` (no I/O; the store runs its start-up
+//! check itself before its first claim, or call
+//! [`available`](lease_core::LeaseStore::available) to fail at start-up). The options from the
+//! environment: [`MongoConfig::from_env`]; the URL is the caller's to read, e.g.
+//! `MongoStore::connect(&std::env::var(env::URL)?, MongoConfig::from_env()?)`.
 //!
 //! # Status
 //!
@@ -60,7 +60,8 @@
 //! One document per lease name in one collection (default `leases`):
 //! `{_id: name, holder, instance, epoch, expires_at, claim_id}`, plus, once a scheduler slot
 //! was claimed, `{slot_ms, unfinished_ms, rerun_ms, last_finish}`. The term is `epoch`; the
-//! expiry is a BSON date set from the server's `$$NOW`. The exact commands are in [`commands`].
+//! expiry is a BSON date set from the server's `$$NOW`. The exact commands are in the crate's
+//! `wire` module, one file per operation family.
 //!
 //! - **Claim** is one `findAndModify` with `upsert: true` on `{_id: name}` whose update is a
 //!   pipeline: when the document is free by `$$NOW` (`expires_at <= $$NOW`, or no document
@@ -123,7 +124,7 @@
 //!     live by `$$NOW`; pipeline: expiry `$$NOW` + TTL and a fresh random `renewal_id`), then
 //!     an `aggregate` reading back the documents carrying that `renewal_id` with the time left
 //!     computed by the server, in one causally consistent session: **two round trips**
-//!     however many partitions (`batch_renew()` is `Fixed { round_trips: 2 }`), one when
+//!     however many partitions (`capabilities().batch_renew` is `Fixed { round_trips: 2 }`), one when
 //!     nothing was renewed.
 //!   - *release* is one `update` of many documents setting `expires_at` to 1970 (document and
 //!     epoch kept); *owners* one `aggregate`.
@@ -167,15 +168,28 @@
 //!   renewal or release carries the batch once (an `$in` array of `_id`s): 10,000 partitions
 //!   of a 1 KiB group name (about 10.5 MB) stay under MongoDB's 16 MiB command limit.
 
-mod backend;
-pub mod commands;
+//!
+//! # The crate's files
+//!
+//! `config.rs` ([`MongoConfig`]), `error.rs` (driver errors as lease errors), `store.rs`
+//! ([`MongoStore`]: connect, with_client, the start-up check, the command helpers),
+//! `leases.rs` (`LeaseStore`), `slots.rs` (`SlotStore`), `partitions.rs` (`PartitionStore`),
+//! `membership.rs` (`MembershipStore`), and `wire/` (the documents each of them sends and how
+//! the replies are read: `leases.rs`, `slots.rs`, `partitions.rs`, `membership.rs`, and
+//! `schema.rs` for the start-up check and the indexes; tested offline in `wire/tests/`).
+
 mod config;
 mod error;
-mod groups;
+mod leases;
+mod membership;
+mod partitions;
+mod slots;
+mod store;
+mod wire;
 
-pub use backend::{MAX_NAME_BYTES, MongoStore};
 pub use config::{DEFAULT_COLLECTION, DEFAULT_DATABASE, DEFAULT_OP_TIMEOUT, Ddl, MongoConfig, env};
 pub use error::{DUPLICATE_KEY, is_duplicate_id, map_error};
+pub use store::{MAX_NAME_BYTES, MongoStore};
 
 /// Re-exported so users name the same driver version as the store.
 pub use mongodb;

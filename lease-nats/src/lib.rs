@@ -2,6 +2,7 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
+//! use lease_core::Coordinator;
 //! use lease_nats::{NatsConfig, NatsStore};
 //!
 //! # async fn demo() -> lease_core::Result<()> {
@@ -10,15 +11,23 @@
 //! let store = NatsStore::connect("nats://127.0.0.1:4222", config).await?;
 //!
 //! // A coordinator's lease duration must be the bucket's max age: take the store's timings.
-//! let coordinator = store.coordinator_builder()?.instance("api-1").build()?;
+//! let coordinator = Coordinator::builder(store.clone())
+//!     .timings(store.timings()?)
+//!     .instance("api-1")
+//!     .build()?;
 //! let term = coordinator.try_acquire("billing-leader").await?;
 //! println!("leader, fencing token {}", term.token());
 //! term.resign().await?;
 //! # Ok(()) }
 //! ```
 //!
-//! To ride the connection a service already has, pass its JetStream context instead:
-//! `NatsStore::open(async_nats::jetstream::new(client), config)`.
+//! To ride the connection a service already has, pass its client instead:
+//! `NatsStore::with_client(client, config)`. [`NatsConfig::from_env`] reads the lease duration
+//! and the bucket from `LEASE_NATS_TTL_MS` and `LEASE_NATS_BUCKET`.
+//!
+//! What this backend lacks: scheduler slots ([`SlotStore`](lease_core::SlotStore)) — the
+//! bucket's max age would drop their durable state, which must outlive the lease — and watch;
+//! see [Capabilities](#capabilities).
 //!
 //! # The protocol
 //!
@@ -83,13 +92,12 @@
 //! not collide.
 //!
 //! **When the bucket's max age and the lease duration differ** (the bucket exists, made with
-//! another max age): [`NatsStore::open`] refuses by default with `InvalidTimings` naming both
+//! another max age): [`NatsStore::connect`] and [`NatsStore::with_client`] refuse by default with `InvalidTimings` naming both
 //! durations ([`TtlMismatch::Refuse`]). A max age shorter than the coordinator's lease would let
 //! the server hand the name to someone else while the holder still believes it holds it; a
 //! longer one makes every take-over after a crash slower than the timings promise. With
 //! [`TtlMismatch::Adopt`], the store takes the bucket's max age as its lease duration instead;
-//! build the coordinator with [`NatsStore::timings`] (or [`NatsStore::coordinator_builder`]),
-//! since a coordinator whose lease differs from the store's fixed TTL is refused.
+//! build the coordinator with [`NatsStore::timings`] (as in the example above), since a coordinator whose lease differs from the store's fixed TTL is refused.
 //!
 //! # The fencing token
 //!
@@ -140,11 +148,14 @@
 //!
 //! # Errors
 //!
-//! A server that does not answer (a refused connection, a timeout, a client reconnecting) gives
-//! `Unavailable`, temporary, naming the server by host and port; every operation is bounded by
-//! [`NatsConfig::op_timeout`]. An error the server answered with gives `Backend` with the
-//! driver's error as its source. A name or duration the store cannot keep gives `InvalidName` or
-//! `InvalidTimings` before any I/O.
+//! Every operation is bounded by [`NatsConfig::op_timeout`]. A request that was sent and got no
+//! answer within that bound gives `Timeout`, temporary: its outcome is unknown. A server that
+//! cannot be reached (a refused or closed connection, a client that is not connected and
+//! reconnecting, no JetStream answering) gives `Unavailable`, temporary. Both name the server
+//! by host and port, never a password. A write that fails as `Unavailable` may still land as
+//! well (see *Cancel safety*). An error the server answered with gives `Backend` with
+//! the driver's error as its source. A name or duration the store cannot keep gives
+//! `InvalidName` or `InvalidTimings` before any I/O.
 //!
 //! # Cancel safety
 //!
@@ -227,15 +238,25 @@
 //!
 //! nats-server 2.9 and newer, with JetStream. Tested on 2.9.10. Nothing here needs a feature of
 //! a newer server (no per-message TTL, no subject delete markers).
+//!
+//! # The crate's files
+//!
+//! `config.rs` ([`NatsConfig`]), `error.rs` (async-nats errors as lease errors), `store.rs`
+//! ([`NatsStore`]: connect, with_client, the bucket's checks, the requests every operation
+//! shares), `leases.rs` (`LeaseStore`), `partitions.rs` (`PartitionStore`), `membership.rs`
+//! (`MembershipStore`), and `wire/` (`keys.rs`: names as KV keys; `codec.rs`: the records as
+//! KV values). No `slots.rs`: NATS offers no scheduler slots yet (see above).
 
-mod backend;
-mod codec;
 mod config;
 mod error;
-mod groups;
+mod leases;
+mod membership;
+mod partitions;
+mod store;
+mod wire;
 
-pub use backend::NatsStore;
-pub use codec::MAX_NAME_BYTES;
 pub use config::{
     DEFAULT_BUCKET_PREFIX, DEFAULT_OP_TIMEOUT, DEFAULT_TTL, NatsConfig, TtlMismatch, bucket_for_ttl,
 };
+pub use store::NatsStore;
+pub use wire::keys::MAX_NAME_BYTES;

@@ -41,7 +41,7 @@ fn setup_error(what: &str, e: impl std::fmt::Display) -> lease_core::Error {
 }
 
 async fn connect(url: &str, quiet: bool) -> Result<(MongoStore, MongoStore, FaultProxy)> {
-    let direct = MongoStore::connect_with(url, MongoConfig::new(DATABASE)).await?;
+    let direct = MongoStore::connect(url, MongoConfig::new(DATABASE)).await?;
 
     // Proxy the primary (a replica set's writes go there), or the only host.
     let mut options = ClientOptions::parse(url)
@@ -75,7 +75,7 @@ async fn connect(url: &str, quiet: bool) -> Result<(MongoStore, MongoStore, Faul
         options.server_monitoring_mode = Some(ServerMonitoringMode::Poll);
     }
     let client = Client::with_options(options).map_err(|e| setup_error("proxied client", e))?;
-    let proxied = MongoStore::with_config(
+    let proxied = MongoStore::with_client(
         client,
         MongoConfig::new(DATABASE)
             .server_label(format!("{address} (proxy to {target})"))

@@ -1,48 +1,35 @@
-//! [`PartitionStore`] and [`MembershipStore`] on the lease bucket: one key per
-//! `(group, partition)` and per `(service, node)`, expired by the bucket's max age like a lease.
-//! See the crate docs, *Partitions* and *Membership*, for the protocol and its round trips.
+//! [`PartitionStore`] on the lease bucket: one key per `(group, partition)`, expired by the
+//! bucket's max age like a lease, and the memory of this store object's own last writes that
+//! spares batch renewals and releases a read. See the crate docs, *Partitions*, for the
+//! protocol and its round trips.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::MutexGuard;
 use std::time::{Duration, Instant};
 
-use futures::future::join_all;
-use lease_core::Error;
-use lease_core::LeaseStoreExt;
-use lease_core::{
-    Member, MembershipStore, PartitionLease, PartitionStore, Result,
-    backend::{async_trait, check_member_args, check_partition_args, check_partition_batch},
-};
-use serde_json::Value;
+use lease_core::backend::{MAX_PARTITIONS_PER_CALL, async_trait, check};
+use lease_core::layer::Operation;
+use lease_core::{PartitionLease, PartitionStore, Result};
 use tracing::debug;
 
-use crate::backend::{KnownPartition, MAX_TRIES, NatsStore, Seen};
-use crate::codec::{
-    MemberRecord, PartitionRecord, decode_key, decode_partition, encode_key, member_key,
-    member_prefix, partition_key, partition_prefix,
-};
+use crate::store::{MAX_TRIES, NatsStore, Seen, pipelined};
+use crate::wire::codec::PartitionRecord;
+use crate::wire::keys::{decode_partition, partition_key, partition_prefix};
 
 /// How many recent partition writes a store remembers: several of the largest batches.
-const MAX_KNOWN_PARTITIONS: usize = 4 * lease_core::backend::MAX_PARTITIONS_PER_CALL;
+const MAX_KNOWN_PARTITIONS: usize = 4 * MAX_PARTITIONS_PER_CALL;
 
-/// How many requests one pipelined burst sends before awaiting their answers. Bursts of a
-/// larger batch go one after the other, so one call never has more publishes awaiting their
-/// acknowledgement than this (a JetStream context allows 5,000 by default).
-const WINDOW: usize = 1000;
+/// The last write this store object made per `(group, partition)`.
+pub(crate) type KnownPartitions = HashMap<(String, u32), KnownPartition>;
 
-/// Runs `f` on every item, pipelined: each window of [`WINDOW`] futures runs concurrently (all
-/// requests sent before any answer is awaited), windows one after the other. Answers in the
-/// order of `items`.
-async fn pipelined<'a, I, T, F, Fut>(items: &'a [I], f: F) -> Vec<T>
-where
-    F: Fn(&'a I) -> Fut,
-    Fut: std::future::Future<Output = T>,
-{
-    let mut out = Vec::with_capacity(items.len());
-    for window in items.chunks(WINDOW) {
-        out.extend(join_all(window.iter().map(&f)).await);
-    }
-    out
+/// A partition write this store made: the owner, the revision it got, the epoch it carries.
+#[derive(Debug, Clone)]
+pub(crate) struct KnownPartition {
+    owner: String,
+    revision: u64,
+    epoch: u64,
+    /// When the write was sent: the server stamped the message later than this.
+    sent_at: Instant,
 }
 
 /// What the next step of an acquisition is.
@@ -56,7 +43,7 @@ enum Step {
 }
 
 impl NatsStore {
-    fn parts_map(&self) -> MutexGuard<'_, HashMap<(String, u32), KnownPartition>> {
+    fn parts_map(&self) -> MutexGuard<'_, KnownPartitions> {
         self.inner.parts.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -126,7 +113,7 @@ impl NatsStore {
     /// Reads one partition key (a direct get).
     async fn read_partition(
         &self,
-        op: &str,
+        op: Operation,
         group: &str,
         partition: u32,
     ) -> Result<Seen<PartitionRecord>> {
@@ -138,55 +125,11 @@ impl NatsStore {
     /// awaited. Answers in the order of `partitions`.
     async fn read_partitions(
         &self,
-        op: &str,
+        op: Operation,
         group: &str,
         partitions: &[u32],
     ) -> Vec<Result<Seen<PartitionRecord>>> {
         pipelined(partitions, |&p| self.read_partition(op, group, p)).await
-    }
-
-    /// The keys under `prefix` (a key prefix ending with `.`), without the prefix: one
-    /// `$JS.API.STREAM.INFO` request with a subject filter (one more per 100,000 keys).
-    async fn list_keys(&self, op: &str, name: &str, prefix: &str) -> Result<Vec<String>> {
-        let api = format!("STREAM.INFO.KV_{}", self.inner.bucket);
-        let subject_prefix = format!("{}{prefix}", self.inner.subject_prefix);
-        let filter = format!("{subject_prefix}>");
-        let mut keys = Vec::new();
-        let mut offset = 0usize;
-        loop {
-            let request = serde_json::json!({ "subjects_filter": filter, "offset": offset });
-            let reply: Value = self
-                .bounded(op, name, self.inner.js.request(api.clone(), &request))
-                .await?
-                .map_err(|e| self.site(op, name).request(e))?;
-            if let Some(error) = reply.get("error") {
-                let description = error
-                    .get("description")
-                    .and_then(Value::as_str)
-                    .unwrap_or("an error without a description")
-                    .to_owned();
-                return Err(self.site(op, name).backend(description, true));
-            }
-            let subjects = reply.pointer("/state/subjects").and_then(Value::as_object);
-            let page = subjects.map_or(0, serde_json::Map::len);
-            if let Some(subjects) = subjects {
-                keys.extend(
-                    subjects
-                        .keys()
-                        .filter_map(|s| s.strip_prefix(&subject_prefix))
-                        .map(str::to_owned),
-                );
-            }
-            offset += page;
-            let total = reply.get("total").and_then(Value::as_u64).unwrap_or(0);
-            if page == 0 || u64::try_from(offset).unwrap_or(u64::MAX) >= total {
-                return Ok(keys);
-            }
-        }
-    }
-
-    fn foreign_key(&self, op: &str, name: &str, key: &str) -> Error {
-        self.site(op, name).foreign_value(key)
     }
 
     async fn renew_batch(
@@ -195,7 +138,7 @@ impl NatsStore {
         wanted: &BTreeSet<u32>,
         owner: &str,
     ) -> Result<Vec<PartitionLease>> {
-        const OP: &str = "renew partitions";
+        const OP: Operation = Operation::RenewPartitions;
         let start = Instant::now();
         // Each partition with the (revision, epoch) to compare-and-set against, when known.
         let mut pending: Vec<(u32, Option<(u64, u64)>)> = {
@@ -309,7 +252,7 @@ impl NatsStore {
         wanted: &BTreeSet<u32>,
         owner: &str,
     ) -> Result<usize> {
-        const OP: &str = "release partitions";
+        const OP: Operation = Operation::ReleasePartitions;
         let mut pending: Vec<(u32, Option<u64>)> = {
             let map = self.parts_map();
             wanted
@@ -408,8 +351,8 @@ impl PartitionStore for NatsStore {
         owner: &str,
         ttl: Duration,
     ) -> Result<Option<PartitionLease>> {
-        const OP: &str = "acquire partition";
-        check_partition_args(self, group, owner, Some(ttl))?;
+        const OP: Operation = Operation::AcquirePartition;
+        check::acquire_partition(self, group, owner, ttl)?;
         let key = partition_key(group, partition);
         let mut step = match self.part_known(group, partition, owner) {
             Some((revision, epoch)) => Step::Write {
@@ -493,14 +436,12 @@ impl PartitionStore for NatsStore {
         owner: &str,
         ttl: Duration,
     ) -> Result<Vec<PartitionLease>> {
-        check_partition_args(self, group, owner, Some(ttl))?;
-        check_partition_batch(partitions)?;
-        let wanted: BTreeSet<u32> = partitions.iter().copied().collect();
-        if wanted.is_empty() {
+        if check::renew_partitions(self, group, partitions, owner, ttl)? == check::Batch::Empty {
             return Ok(Vec::new());
         }
+        let wanted: BTreeSet<u32> = partitions.iter().copied().collect();
         self.bounded(
-            "renew partitions",
+            Operation::RenewPartitions,
             group,
             self.renew_batch(group, &wanted, owner),
         )
@@ -516,14 +457,12 @@ impl PartitionStore for NatsStore {
         partitions: &[u32],
         owner: &str,
     ) -> Result<usize> {
-        check_partition_args(self, group, owner, None)?;
-        check_partition_batch(partitions)?;
-        let wanted: BTreeSet<u32> = partitions.iter().copied().collect();
-        if wanted.is_empty() {
+        if check::release_partitions(self, group, partitions, owner)? == check::Batch::Empty {
             return Ok(0);
         }
+        let wanted: BTreeSet<u32> = partitions.iter().copied().collect();
         self.bounded(
-            "release partitions",
+            Operation::ReleasePartitions,
             group,
             self.release_batch(group, &wanted, owner),
         )
@@ -533,8 +472,8 @@ impl PartitionStore for NatsStore {
     /// Lists the group's keys with one `STREAM.INFO` request (a subject filter), then reads
     /// them with pipelined direct gets: two bursts (one when the group has no key).
     async fn owners(&self, group: &str) -> Result<Vec<PartitionLease>> {
-        const OP: &str = "list partition owners";
-        self.validate_name(group)?;
+        const OP: Operation = Operation::Owners;
+        check::owners(self, group)?;
         let prefix = partition_prefix(group);
         let listing = async {
             let keys = self.list_keys(OP, group, &prefix).await?;
@@ -573,96 +512,5 @@ impl PartitionStore for NatsStore {
             Ok(live.into_values().collect())
         };
         self.bounded(OP, group, listing).await?
-    }
-}
-
-#[async_trait]
-impl MembershipStore for NatsStore {
-    /// One unconditional publish to the member's key: it replaces the record and starts its
-    /// age again. One round trip.
-    async fn heartbeat(
-        &self,
-        service: &str,
-        node: &str,
-        address: &str,
-        ttl: Duration,
-        groups: &[String],
-    ) -> Result<Member> {
-        const OP: &str = "heartbeat";
-        check_member_args(self, service, node, Some(address), Some(ttl), groups)?;
-        let key = member_key(service, node);
-        let record = MemberRecord {
-            address: address.to_owned(),
-            groups: groups.to_vec(),
-        };
-        let sent_at = Instant::now();
-        self.bounded(OP, service, self.inner.kv.put(&key, record.encode()))
-            .await?
-            .map_err(|e| self.site(OP, service).put(e))?;
-        Ok(Member {
-            node: node.to_owned(),
-            address: record.address,
-            groups: record.groups,
-            expires_in: self.left_since(sent_at),
-        })
-    }
-
-    /// Lists the service's keys with one `STREAM.INFO` request (a subject filter), then reads
-    /// them with pipelined direct gets: two bursts (one when the service has no member).
-    async fn members(&self, service: &str) -> Result<Vec<Member>> {
-        const OP: &str = "list members";
-        check_member_args(self, service, "-", None, None, &[])?;
-        let prefix = member_prefix(service);
-        let listing = async {
-            let keys = self.list_keys(OP, service, &prefix).await?;
-            let mut nodes = Vec::with_capacity(keys.len());
-            for suffix in &keys {
-                // Only a key this store would have made for that node (one escaped token).
-                match decode_key(suffix).filter(|node| encode_key(node) == *suffix) {
-                    Some(node) => nodes.push((node, format!("{prefix}{suffix}"))),
-                    None => {
-                        return Err(self.foreign_key(OP, service, &format!("{prefix}{suffix}")));
-                    }
-                }
-            }
-            let seen = pipelined(&nodes, |(_, key)| {
-                self.read_as(OP, service, key, MemberRecord::decode)
-            })
-            .await;
-            let mut live = BTreeMap::new();
-            for ((node, key), s) in nodes.into_iter().zip(seen) {
-                match s? {
-                    Seen::Live {
-                        record, created_ns, ..
-                    } => {
-                        let member = Member {
-                            expires_in: self.estimate_left(created_ns),
-                            node: node.clone(),
-                            address: record.address,
-                            groups: record.groups,
-                        };
-                        live.insert(node, member);
-                    }
-                    Seen::Absent | Seen::Marker { .. } => {}
-                    Seen::Foreign { .. } => return Err(self.foreign_key(OP, service, &key)),
-                }
-            }
-            Ok(live.into_values().collect())
-        };
-        self.bounded(OP, service, listing).await?
-    }
-
-    /// One purge of the member's key. One round trip.
-    async fn leave(&self, service: &str, node: &str) -> Result<bool> {
-        const OP: &str = "leave";
-        check_member_args(self, service, node, None, None, &[])?;
-        let key = member_key(service, node);
-        let subject = format!("{}{key}", self.inner.subject_prefix);
-        let purge = self.inner.kv.stream.purge().filter(subject);
-        let purged = self
-            .bounded(OP, service, async move { purge.await })
-            .await?
-            .map_err(|e| self.site(OP, service).purge(e))?;
-        Ok(purged.purged > 0)
     }
 }

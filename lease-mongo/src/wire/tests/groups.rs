@@ -5,14 +5,13 @@
 //! filter's `_id`). The model is no substitute for a server: it checks the logic of the
 //! documents (the epoch rule, "expired or own", renewal ids), not MongoDB's implementation.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::cmp::Ordering;
 use std::time::Duration;
 
 use lease_core::{Member, PartitionLease};
-use lease_mongo::commands::{self, *};
-use lease_mongo::mongodb::bson::{Bson, DateTime, Document, doc};
+use mongodb::bson::{Bson, DateTime, Document, doc};
+
+use crate::wire::{self as commands, *};
 
 const OWNER_A: &str = "node-a@0001";
 const OWNER_B: &str = "node-b@0001";

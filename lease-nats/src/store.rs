@@ -1,36 +1,57 @@
-//! [`NatsStore`]: the lease store on a JetStream KV bucket.
+//! [`NatsStore`]: the store struct, how it is opened ([`NatsStore::connect`],
+//! [`NatsStore::with_client`]), the bucket's checks, and the requests every operation shares.
 
 use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use async_nats::connection::State;
 use async_nats::jetstream::ErrorCode;
-use async_nats::jetstream::context::{CreateStreamErrorKind, GetStreamErrorKind};
-use async_nats::jetstream::kv::{self, Operation, UpdateErrorKind};
+use async_nats::jetstream::context::{
+    CreateStreamErrorKind, GetStreamErrorKind, RequestError, RequestErrorKind,
+};
+use async_nats::jetstream::kv::{self, Operation as KvOperation, UpdateErrorKind};
 use async_nats::jetstream::stream::{self, DiscardPolicy, StorageType};
 use async_nats::jetstream::{self, Context};
 use bytes::Bytes;
-use lease_core::LeaseStoreExt;
-use lease_core::{
-    Capabilities, Coordinator, CoordinatorBuilder, Error, ErrorKind, LeaseInfo, LeaseStore, Result,
-    Timings,
-    backend::{Grant, HolderToken, async_trait, validate_instance, validate_ttl},
-};
-use tracing::{debug, info};
+use futures::future::join_all;
+use lease_core::backend::validate_ttl;
+use lease_core::layer::Operation;
+use lease_core::{Error, ErrorKind, Result, Timings};
+use serde_json::Value;
+use tracing::info;
 
-use crate::codec::{MAX_NAME_BYTES, Record, encode_key};
 use crate::config::{NatsConfig, TtlMismatch};
 use crate::error::Site;
+use crate::leases::KnownLeases;
+use crate::partitions::KnownPartitions;
+use crate::wire::codec::Record;
 
 /// How often an operation looks again when the key changed under it before giving up with a
 /// temporary error. Only concurrent writes to one lease by its own holder make it look again.
 pub(crate) const MAX_TRIES: usize = 3;
 
-/// How many recent writes a store remembers (see "Round trips" in the crate docs).
-const MAX_KNOWN: usize = 4096;
+/// How many requests one pipelined burst sends before awaiting their answers. Bursts of a
+/// larger batch go one after the other, so one call never has more publishes awaiting their
+/// acknowledgement than this (a JetStream context allows 5,000 by default).
+const WINDOW: usize = 1000;
+
+/// Runs `f` on every item, pipelined: each window of [`WINDOW`] futures runs concurrently (all
+/// requests sent before any answer is awaited), windows one after the other. Answers in the
+/// order of `items`.
+pub(crate) async fn pipelined<'a, I, T, F, Fut>(items: &'a [I], f: F) -> Vec<T>
+where
+    F: Fn(&'a I) -> Fut,
+    Fut: std::future::Future<Output = T>,
+{
+    let mut out = Vec::with_capacity(items.len());
+    for window in items.chunks(WINDOW) {
+        out.extend(join_all(window.iter().map(&f)).await);
+    }
+    out
+}
 
 /// A lease store on a NATS JetStream KV bucket whose max age is the lease duration.
 ///
@@ -57,31 +78,10 @@ pub(crate) struct Inner {
     server: String,
     /// The last write this store made per name, so renew and release can compare-and-set
     /// without reading first.
-    known: Mutex<HashMap<String, Known>>,
+    pub(crate) known: Mutex<KnownLeases>,
     /// The last write this store made per (group, partition), so batch renewals and releases
     /// can compare-and-set without reading first.
-    pub(crate) parts: Mutex<HashMap<(String, u32), KnownPartition>>,
-}
-
-/// A partition write this store made: the owner, the revision it got, the epoch it carries.
-#[derive(Debug, Clone)]
-pub(crate) struct KnownPartition {
-    pub(crate) owner: String,
-    pub(crate) revision: u64,
-    pub(crate) epoch: u64,
-    /// When the write was sent: the server stamped the message later than this.
-    pub(crate) sent_at: Instant,
-}
-
-/// A write this store made: the revision it got and what it wrote.
-#[derive(Debug, Clone)]
-struct Known {
-    holder: HolderToken,
-    revision: u64,
-    term: u64,
-    instance: String,
-    /// When the write was sent: the server stamped the message later than this.
-    sent_at: Instant,
+    pub(crate) parts: Mutex<KnownPartitions>,
 }
 
 /// What a read of a key found (a lease record by default; partition and member records too).
@@ -111,9 +111,62 @@ impl fmt::Debug for NatsStore {
 }
 
 impl NatsStore {
-    /// Opens the store on the caller's JetStream context: finds the bucket, or creates it
-    /// when missing (unless [`NatsConfig::create_bucket`] is off), and checks that it can carry
-    /// leases.
+    /// Connects to the NATS server(s) at `url` (e.g. `nats://127.0.0.1:4222`, or several
+    /// separated by commas) and opens the store there, as [`with_client`](Self::with_client)
+    /// does on a client of the caller's.
+    ///
+    /// The client this makes pauses at most 500 ms between reconnect attempts (async-nats
+    /// backs off up to 4 s by default), so a holder is back within a renewal period or two, and
+    /// errors name the servers by the URL's hosts and ports.
+    ///
+    /// # Errors
+    ///
+    /// A URL that cannot be parsed, or a server that cannot be reached within the operation
+    /// timeout, gives `Unavailable` naming the host and port (never a password); a bad URL or
+    /// refused credentials are permanent, the rest temporary. Then as
+    /// [`with_client`](Self::with_client).
+    pub async fn connect(url: &str, config: NatsConfig) -> Result<NatsStore> {
+        config.validate()?;
+        let label = url_label(url)?;
+        let bound = config.op_timeout;
+        // async-nats backs off up to 4 s between reconnect attempts by default; a lease holder
+        // must be back within a renewal period or two, so the pause is capped far lower.
+        let connecting = async_nats::ConnectOptions::new()
+            .connection_timeout(bound)
+            .reconnect_delay_callback(reconnect_delay)
+            .connect(url);
+        let client = match tokio::time::timeout(bound, connecting).await {
+            Err(_) => {
+                return Err(Error::unavailable(format!(
+                    "cannot connect to NATS: no answer within {bound:?}"
+                ))
+                .at_server(label));
+            }
+            Ok(Err(e)) => {
+                use async_nats::ConnectErrorKind as K;
+                let permanent = matches!(
+                    e.kind(),
+                    K::ServerParse | K::Authentication | K::AuthorizationViolation | K::Tls
+                );
+                return Err(Error::unavailable("cannot connect to NATS")
+                    .with_source(e)
+                    .with_temporary(!permanent)
+                    .at_server(label));
+            }
+            Ok(Ok(client)) => client,
+        };
+        let config = match &config.server_label {
+            Some(_) => config,
+            None => config.server_label(label),
+        };
+        NatsStore::with_client(client, config).await
+    }
+
+    /// Opens the store on the caller's client: finds the bucket, or creates it when missing
+    /// (unless [`NatsConfig::create_bucket`] is off), and checks that it can carry leases.
+    /// The store shares the client (and its connection) with the application and keeps the
+    /// client's own options, reconnect back-off included; errors name the server the client is
+    /// connected to unless [`NatsConfig::server_label`] says otherwise.
     ///
     /// A created bucket is the stream `KV_<bucket>` with the subjects `$KV.<bucket>.>`, file
     /// storage, one message per key, max age = the lease duration, direct get, rollup allowed,
@@ -125,9 +178,16 @@ impl NatsStore {
     /// [`TtlMismatch::Adopt`], its max age becomes the store's lease duration. Otherwise this
     /// fails with an error that says what to change (`InvalidTimings` naming both durations for
     /// a max age that differs).
-    pub async fn open(js: Context, config: NatsConfig) -> Result<NatsStore> {
+    ///
+    /// # Errors
+    ///
+    /// The config's own errors (no I/O); `Timeout` when JetStream does not answer within the
+    /// operation timeout; `Unavailable` when the client is not connected or no JetStream
+    /// answers the request (is it enabled, `-js`?); `Backend` for a bucket that cannot carry
+    /// leases or is missing while creation is off; `InvalidTimings` as above.
+    pub async fn with_client(client: async_nats::Client, config: NatsConfig) -> Result<NatsStore> {
         config.validate()?;
-        let client = js.client();
+        let js = jetstream::new(client.clone());
         let server = config
             .server_label
             .clone()
@@ -136,7 +196,7 @@ impl NatsStore {
         let stream_name = format!("KV_{bucket}");
         let bound = config.op_timeout;
         let site = |connected| Site {
-            op: "opening the lease bucket",
+            op: None,
             name: "",
             server: &server,
             bucket: &bucket,
@@ -157,21 +217,38 @@ impl NatsStore {
                         return Err(Error::new(
                             ErrorKind::Backend,
                             format!(
-                                "the lease bucket {bucket} does not exist on NATS at {server} and \
-                                 bucket creation is off; create it (stream {stream_name}, max age \
-                                 {:?}) or enable create_bucket",
+                                "the lease bucket {bucket} does not exist and bucket creation is \
+                                 off; create it (stream {stream_name}, max age {:?}) or enable \
+                                 create_bucket",
                                 config.ttl
                             ),
-                        ));
+                        )
+                        .at_server(server));
                     }
                     create_bucket(&js, &config, &site(true)).await?
                 }
                 GetStreamErrorKind::Request => {
+                    let timed_out = std::error::Error::source(&e)
+                        .and_then(|s| s.downcast_ref::<RequestError>())
+                        .is_some_and(|r| r.kind() == RequestErrorKind::TimedOut);
+                    if timed_out && connected() {
+                        return Err(Error::new(
+                            ErrorKind::Timeout,
+                            format!(
+                                "opening the lease bucket {bucket}: JetStream did not answer \
+                                 within the client's request timeout (is JetStream enabled with \
+                                 -js, and the server not overloaded?)"
+                            ),
+                        )
+                        .with_source(e)
+                        .at_server(server));
+                    }
                     return Err(Error::unavailable(format!(
-                        "opening the lease bucket {bucket}: JetStream at {server} did not \
-                         answer (is the server up, and JetStream enabled with -js?)"
+                        "opening the lease bucket {bucket}: JetStream did not answer (is the \
+                         server up, and JetStream enabled with -js?)"
                     ))
-                    .with_source(e));
+                    .with_source(e)
+                    .at_server(server));
                 }
                 _ => return Err(site(connected()).backend(e, false)),
             },
@@ -198,49 +275,6 @@ impl NatsStore {
         })
     }
 
-    /// Connects to the NATS server(s) at `url` (e.g. `nats://127.0.0.1:4222`, or several
-    /// separated by commas) and opens the store there.
-    ///
-    /// A URL that cannot be parsed, or a server that cannot be reached within the operation
-    /// timeout, gives `Unavailable` naming the host and port (never a password); a bad URL or
-    /// refused credentials are permanent, the rest temporary.
-    pub async fn connect(url: &str, config: NatsConfig) -> Result<NatsStore> {
-        config.validate()?;
-        let label = url_label(url)?;
-        let bound = config.op_timeout;
-        // async-nats backs off up to 4 s between reconnect attempts by default; a lease holder
-        // must be back within a renewal period or two, so the pause is capped far lower.
-        let connecting = async_nats::ConnectOptions::new()
-            .connection_timeout(bound)
-            .reconnect_delay_callback(reconnect_delay)
-            .connect(url);
-        let client = match tokio::time::timeout(bound, connecting).await {
-            Err(_) => {
-                return Err(Error::unavailable(format!(
-                    "cannot connect to NATS at {label}: no answer within {bound:?}"
-                )));
-            }
-            Ok(Err(e)) => {
-                use async_nats::ConnectErrorKind as K;
-                let permanent = matches!(
-                    e.kind(),
-                    K::ServerParse | K::Authentication | K::AuthorizationViolation | K::Tls
-                );
-                return Err(
-                    Error::unavailable(format!("cannot connect to NATS at {label}"))
-                        .with_source(e)
-                        .with_temporary(!permanent),
-                );
-            }
-            Ok(Ok(client)) => client,
-        };
-        let config = match &config.server_label {
-            Some(_) => config,
-            None => config.server_label(label),
-        };
-        NatsStore::open(jetstream::new(client), config).await
-    }
-
     /// The lease duration: the bucket's max age, the only TTL this store accepts.
     pub fn ttl(&self) -> Duration {
         self.inner.ttl
@@ -257,19 +291,25 @@ impl NatsStore {
     }
 
     /// The protocol's timings for this store's lease duration ([`Timings::from_lease`]).
+    ///
+    /// A coordinator over this store must use them: its lease duration must be the bucket's
+    /// max age, and a coordinator whose lease differs from the store's fixed TTL is refused.
+    ///
+    /// ```no_run
+    /// # async fn demo(store: lease_nats::NatsStore) -> lease_core::Result<()> {
+    /// let coordinator = lease_core::Coordinator::builder(store.clone())
+    ///     .timings(store.timings()?)
+    ///     .instance("api-1")
+    ///     .build()?;
+    /// # drop(coordinator); Ok(()) }
+    /// ```
     pub fn timings(&self) -> Result<Timings> {
         Timings::from_lease(self.inner.ttl)
     }
 
-    /// A coordinator builder over this store with [`timings`](Self::timings) already set:
-    /// a coordinator's lease duration must equal the bucket's max age.
-    pub fn coordinator_builder(&self) -> Result<CoordinatorBuilder> {
-        Ok(Coordinator::builder(self.clone()).timings(self.timings()?))
-    }
-
-    pub(crate) fn site<'a>(&'a self, op: &'a str, name: &'a str) -> Site<'a> {
+    pub(crate) fn site<'a>(&'a self, op: Operation, name: &'a str) -> Site<'a> {
         Site {
-            op,
+            op: Some(op),
             name,
             server: &self.inner.server,
             bucket: &self.inner.bucket,
@@ -280,7 +320,7 @@ impl NatsStore {
     /// Runs `f` within the operation timeout.
     pub(crate) async fn bounded<T>(
         &self,
-        op: &str,
+        op: Operation,
         name: &str,
         f: impl Future<Output = T>,
     ) -> Result<T> {
@@ -290,15 +330,10 @@ impl NatsStore {
             .map_err(|_| self.site(op, name).timed_out(bound))
     }
 
-    /// Reads the key of `name`: one direct get.
-    async fn read(&self, op: &str, name: &str, key: &str) -> Result<Seen> {
-        self.read_as(op, name, key, Record::decode).await
-    }
-
     /// Reads `key` (one direct get) and decodes a put's value with `decode`.
     pub(crate) async fn read_as<R>(
         &self,
-        op: &str,
+        op: Operation,
         name: &str,
         key: &str,
         decode: fn(&[u8]) -> Option<R>,
@@ -311,7 +346,7 @@ impl NatsStore {
             return Ok(Seen::Absent);
         };
         let revision = entry.revision;
-        if entry.operation != Operation::Put {
+        if entry.operation != KvOperation::Put {
             return Ok(Seen::Marker { revision });
         }
         Ok(match decode(&entry.value) {
@@ -324,29 +359,11 @@ impl NatsStore {
         })
     }
 
-    /// The live lease `holder` has on `name`: (revision, term, instance).
-    async fn read_own(
-        &self,
-        op: &str,
-        name: &str,
-        key: &str,
-        holder: &HolderToken,
-    ) -> Result<Option<(u64, u64, String)>> {
-        Ok(match self.read(op, name, key).await? {
-            Seen::Live {
-                record, revision, ..
-            } if record.holder == *holder => {
-                Some((revision, record.term_at(revision), record.instance))
-            }
-            _ => None,
-        })
-    }
-
     /// Publishes `value` to the key if its last revision is `expected` (0: no message).
     /// `Ok(None)` when the revision differed.
     pub(crate) async fn write(
         &self,
-        op: &str,
+        op: Operation,
         name: &str,
         key: &str,
         value: Bytes,
@@ -366,7 +383,7 @@ impl NatsStore {
     /// `revision` is still its last message. `true` when a message was removed.
     pub(crate) async fn purge_through(
         &self,
-        op: &str,
+        op: Operation,
         name: &str,
         key: &str,
         revision: u64,
@@ -386,43 +403,10 @@ impl NatsStore {
         Ok(purged.purged > 0)
     }
 
-    fn known_map(&self) -> MutexGuard<'_, HashMap<String, Known>> {
-        self.inner.known.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn known(&self, name: &str) -> Option<Known> {
-        self.known_map().get(name).cloned()
-    }
-
-    fn remember(&self, name: &str, known: Known) {
-        let ttl = self.inner.ttl;
-        let mut map = self.known_map();
-        if map.len() >= MAX_KNOWN && !map.contains_key(name) {
-            map.retain(|_, k| k.sent_at.elapsed() < ttl);
-            if map.len() >= MAX_KNOWN {
-                map.clear();
-            }
-        }
-        map.insert(name.to_owned(), known);
-    }
-
-    fn forget(&self, name: &str) {
-        self.known_map().remove(name);
-    }
-
     /// Time left on a message this store sent at `sent_at`: the server stamped it later, so
     /// this never overstates.
     pub(crate) fn left_since(&self, sent_at: Instant) -> Duration {
         self.inner.ttl.saturating_sub(sent_at.elapsed())
-    }
-
-    /// Time left on a message read back: by the monotonic clock when this store wrote it,
-    /// otherwise an estimate from the server's timestamp and this host's wall clock.
-    fn left_of(&self, name: &str, revision: u64, created_ns: i128) -> Duration {
-        if let Some(k) = self.known(name).filter(|k| k.revision == revision) {
-            return self.left_since(k.sent_at);
-        }
-        self.estimate_left(created_ns)
     }
 
     /// Time left on a message the server stamped at `created_ns` (ns since the Unix epoch), by
@@ -436,251 +420,81 @@ impl NatsStore {
         self.inner.ttl.saturating_sub(Duration::from_nanos(age))
     }
 
-    pub(crate) fn racing(&self, op: &str, name: &str) -> Error {
+    pub(crate) fn racing(&self, op: Operation, name: &str) -> Error {
         Error::new(
             ErrorKind::Backend,
             format!(
-                "{op} of '{name}': the key changed {MAX_TRIES} times under this operation on NATS \
-                 at {} (concurrent operations on one lease); try again",
-                self.inner.server
+                "the key changed {MAX_TRIES} times under this operation (concurrent operations \
+                 on one lease); try again"
             ),
         )
         .with_temporary(true)
-    }
-}
-
-#[async_trait]
-impl LeaseStore for NatsStore {
-    fn backend(&self) -> &'static str {
-        "nats"
+        .during(op, name)
+        .at_server(self.inner.server.clone())
     }
 
-    fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            expiry: true,
-            fencing: true,
-            // The term is the stream sequence of the claim: strictly increasing, with gaps.
-            consecutive_terms: false,
-            // The server removes an expired entry, and release purges it.
-            keeps_ended_records: false,
-            verify_in_transaction: false,
-            watch: false,
-            partitions: true,
-            membership: true,
-            slots: false,
-            force_release: true,
-            max_name_bytes: MAX_NAME_BYTES,
-            // No multi-key operation: one compare-and-set per partition, all sent before any
-            // answer is awaited.
-            batch_renew: lease_core::backend::BatchRenew::Pipelined,
-            fixed_ttl: Some(self.inner.ttl),
-        }
-    }
-
-    async fn available(&self) -> Result<()> {
-        let op = "checking the lease bucket";
+    /// The checks of [`LeaseStore::available`](lease_core::LeaseStore::available): the bucket
+    /// answers and can still carry leases of this store's duration.
+    pub(crate) async fn check_available(&self) -> Result<()> {
+        let op = Operation::Available;
         let mut stream = self.inner.kv.stream.clone();
         let info = self
             .bounded(op, "", stream.info())
             .await?
-            .map_err(|e| match e.kind() {
-                async_nats::jetstream::context::RequestErrorKind::TimedOut
-                | async_nats::jetstream::context::RequestErrorKind::NoResponders => {
-                    self.site(op, "").unavailable(Some(Box::new(e)))
-                }
-                _ => self.site(op, "").backend(e, true),
-            })?;
+            .map_err(|e| self.site(op, "").request(e))?;
         let config = NatsConfig::new(self.inner.ttl).bucket(self.inner.bucket.clone());
-        check_bucket(&info.config, &config, &self.inner.server)?;
+        check_bucket(&info.config, &config, &self.inner.server).map_err(|e| e.during(op, ""))?;
         Ok(())
     }
 
-    async fn claim(
+    /// The keys under `prefix` (a key prefix ending with `.`), without the prefix: one
+    /// `$JS.API.STREAM.INFO` request with a subject filter (one more per 100,000 keys).
+    pub(crate) async fn list_keys(
         &self,
+        op: Operation,
         name: &str,
-        holder: &HolderToken,
-        instance: &str,
-        ttl: Duration,
-    ) -> Result<Option<Grant>> {
-        self.validate_name(name)?;
-        self.validate_ttl(ttl)?;
-        validate_instance(instance)?;
-        let key = encode_key(name);
-        let record = Record {
-            holder: holder.clone(),
-            term: 0,
-            instance: instance.to_owned(),
-        };
-        let sent_at = Instant::now();
-        let Some(revision) = self.write("claim", name, &key, record.encode(), 0).await? else {
-            return Ok(None);
-        };
-        self.remember(
-            name,
-            Known {
-                holder: holder.clone(),
-                revision,
-                term: revision,
-                instance: record.instance,
-                sent_at,
-            },
-        );
-        debug!(name, term = revision, "claimed");
-        Ok(Some(Grant {
-            term: revision,
-            expires_in: self.left_since(sent_at),
-        }))
-    }
-
-    async fn renew(
-        &self,
-        name: &str,
-        holder: &HolderToken,
-        ttl: Duration,
-    ) -> Result<Option<Grant>> {
-        self.validate_name(name)?;
-        self.validate_ttl(ttl)?;
-        let key = encode_key(name);
-        let mut target = self
-            .known(name)
-            .filter(|k| k.holder == *holder)
-            .map(|k| (k.revision, k.term, k.instance));
-        for _ in 0..MAX_TRIES {
-            let (revision, term, instance) = match target.take() {
-                Some(t) => t,
-                None => match self.read_own("renew", name, &key, holder).await? {
-                    Some(t) => t,
-                    None => {
-                        self.forget_holder(name, holder);
-                        return Ok(None);
-                    }
-                },
-            };
-            let record = Record {
-                holder: holder.clone(),
-                term,
-                instance,
-            };
-            let sent_at = Instant::now();
-            if let Some(new) = self
-                .write("renew", name, &key, record.encode(), revision)
+        prefix: &str,
+    ) -> Result<Vec<String>> {
+        let api = format!("STREAM.INFO.KV_{}", self.inner.bucket);
+        let subject_prefix = format!("{}{prefix}", self.inner.subject_prefix);
+        let filter = format!("{subject_prefix}>");
+        let mut keys = Vec::new();
+        let mut offset = 0usize;
+        loop {
+            let request = serde_json::json!({ "subjects_filter": filter, "offset": offset });
+            let reply: Value = self
+                .bounded(op, name, self.inner.js.request(api.clone(), &request))
                 .await?
-            {
-                self.remember(
-                    name,
-                    Known {
-                        holder: holder.clone(),
-                        revision: new,
-                        term,
-                        instance: record.instance,
-                        sent_at,
-                    },
+                .map_err(|e| self.site(op, name).request(e))?;
+            if let Some(error) = reply.get("error") {
+                let description = error
+                    .get("description")
+                    .and_then(Value::as_str)
+                    .unwrap_or("an error without a description")
+                    .to_owned();
+                return Err(self.site(op, name).backend(description, true));
+            }
+            let subjects = reply.pointer("/state/subjects").and_then(Value::as_object);
+            let page = subjects.map_or(0, serde_json::Map::len);
+            if let Some(subjects) = subjects {
+                keys.extend(
+                    subjects
+                        .keys()
+                        .filter_map(|s| s.strip_prefix(&subject_prefix))
+                        .map(str::to_owned),
                 );
-                return Ok(Some(Grant {
-                    term,
-                    expires_in: self.left_since(sent_at),
-                }));
             }
-            debug!(
-                name,
-                revision, "renewal found the key changed; reading it again"
-            );
-        }
-        Err(self.racing("renew", name))
-    }
-
-    async fn release(&self, name: &str, holder: &HolderToken) -> Result<bool> {
-        self.validate_name(name)?;
-        let key = encode_key(name);
-        let mut target = self
-            .known(name)
-            .filter(|k| k.holder == *holder)
-            .map(|k| k.revision);
-        for _ in 0..MAX_TRIES {
-            let revision = match target.take() {
-                Some(r) => r,
-                None => match self.read_own("release", name, &key, holder).await? {
-                    Some((r, _, _)) => r,
-                    None => {
-                        self.forget_holder(name, holder);
-                        return Ok(false);
-                    }
-                },
-            };
-            if self.purge_through("release", name, &key, revision).await? {
-                self.forget(name);
-                return Ok(true);
+            offset += page;
+            let total = reply.get("total").and_then(Value::as_u64).unwrap_or(0);
+            if page == 0 || u64::try_from(offset).unwrap_or(u64::MAX) >= total {
+                return Ok(keys);
             }
         }
-        Err(self.racing("release", name))
     }
 
-    async fn verify(&self, name: &str, holder: &HolderToken) -> Result<Option<Grant>> {
-        self.validate_name(name)?;
-        let key = encode_key(name);
-        Ok(match self.read("verify", name, &key).await? {
-            Seen::Live {
-                record,
-                revision,
-                created_ns,
-            } if record.holder == *holder => Some(Grant {
-                term: record.term_at(revision),
-                expires_in: self.left_of(name, revision, created_ns),
-            }),
-            _ => None,
-        })
-    }
-
-    async fn get(&self, name: &str) -> Result<Option<LeaseInfo>> {
-        self.validate_name(name)?;
-        let key = encode_key(name);
-        match self.read("get", name, &key).await? {
-            Seen::Absent | Seen::Marker { .. } => Ok(None),
-            Seen::Foreign { .. } => Err(self.site("get", name).foreign_value(&key)),
-            Seen::Live {
-                record,
-                revision,
-                created_ns,
-            } => Ok(Some(LeaseInfo {
-                name: name.to_owned(),
-                term: record.term_at(revision),
-                instance: record.instance,
-                live: true,
-                expires_in: self.left_of(name, revision, created_ns),
-            })),
-        }
-    }
-
-    async fn force_release(&self, name: &str) -> Result<bool> {
-        self.validate_name(name)?;
-        let key = encode_key(name);
-        for _ in 0..MAX_TRIES {
-            let (revision, live) = match self.read("force release", name, &key).await? {
-                Seen::Absent => {
-                    self.forget(name);
-                    return Ok(false);
-                }
-                Seen::Live { revision, .. } | Seen::Foreign { revision } => (revision, true),
-                Seen::Marker { revision } => (revision, false),
-            };
-            if self
-                .purge_through("force release", name, &key, revision)
-                .await?
-            {
-                self.forget(name);
-                return Ok(live);
-            }
-        }
-        Err(self.racing("force release", name))
-    }
-}
-
-impl NatsStore {
-    fn forget_holder(&self, name: &str, holder: &HolderToken) {
-        let mut map = self.known_map();
-        if map.get(name).is_some_and(|k| k.holder == *holder) {
-            map.remove(name);
-        }
+    /// A key under a partition or member prefix that holds a value this store did not write.
+    pub(crate) fn foreign_key(&self, op: Operation, name: &str, key: &str) -> Error {
+        self.site(op, name).foreign_value(key)
     }
 }
 
@@ -742,8 +556,9 @@ fn check_bucket(cfg: &stream::Config, config: &NatsConfig, server: &str) -> Resu
     let refuse = |why: String| {
         Err(Error::new(
             ErrorKind::Backend,
-            format!("the NATS bucket {bucket} on {server} cannot carry leases: {why}"),
-        ))
+            format!("the NATS bucket {bucket} cannot carry leases: {why}"),
+        )
+        .at_server(server.to_owned()))
     };
     if cfg.mirror.is_some() {
         return refuse("it is a mirror; use the origin bucket".into());
@@ -769,12 +584,13 @@ fn check_bucket(cfg: &stream::Config, config: &NatsConfig, server: &str) -> Resu
     }
     match config.on_mismatch {
         TtlMismatch::Refuse => Err(Error::invalid_timings(format!(
-            "the NATS bucket {bucket} on {server} expires keys after {:?} (its max age), but the \
-             lease duration is {:?}; the server decides expiry by the bucket's max age, so they \
-             must be equal: use a bucket per lease duration (see bucket_for_ttl), or adopt the \
+            "the NATS bucket {bucket} expires keys after {:?} (its max age), but the lease \
+             duration is {:?}; the server decides expiry by the bucket's max age, so they must \
+             be equal: use a bucket per lease duration (see bucket_for_ttl), or adopt the \
              bucket's max age (TtlMismatch::Adopt)",
             cfg.max_age, config.ttl
-        ))),
+        ))
+        .at_server(server.to_owned())),
         TtlMismatch::Adopt => {
             validate_ttl(cfg.max_age)?;
             info!(bucket = %bucket, max_age = ?cfg.max_age, asked = ?config.ttl,

@@ -1,0 +1,316 @@
+//! [`LeaseStore`] on the bucket: one key per lease name, compare-and-set on the key's revision,
+//! and the memory of this store object's own last writes that spares renew and release a read.
+
+use std::collections::HashMap;
+use std::sync::MutexGuard;
+use std::time::{Duration, Instant};
+
+use lease_core::backend::{BatchRenew, Grant, HolderToken, async_trait, check};
+use lease_core::layer::Operation;
+use lease_core::{Capabilities, LeaseInfo, LeaseStore, Result};
+use tracing::debug;
+
+use crate::store::{MAX_TRIES, NatsStore, Seen};
+use crate::wire::codec::Record;
+use crate::wire::keys::{MAX_NAME_BYTES, encode_key};
+
+/// How many recent writes a store remembers (see "Round trips" in the crate docs).
+const MAX_KNOWN: usize = 4096;
+
+/// The last write this store object made per lease name.
+pub(crate) type KnownLeases = HashMap<String, Known>;
+
+/// A write this store made: the revision it got and what it wrote.
+#[derive(Debug, Clone)]
+pub(crate) struct Known {
+    holder: HolderToken,
+    revision: u64,
+    term: u64,
+    instance: String,
+    /// When the write was sent: the server stamped the message later than this.
+    sent_at: Instant,
+}
+
+impl NatsStore {
+    /// Reads the key of `name`: one direct get.
+    async fn read(&self, op: Operation, name: &str, key: &str) -> Result<Seen> {
+        self.read_as(op, name, key, Record::decode).await
+    }
+
+    /// The live lease `holder` has on `name`: (revision, term, instance).
+    async fn read_own(
+        &self,
+        op: Operation,
+        name: &str,
+        key: &str,
+        holder: &HolderToken,
+    ) -> Result<Option<(u64, u64, String)>> {
+        Ok(match self.read(op, name, key).await? {
+            Seen::Live {
+                record, revision, ..
+            } if record.holder == *holder => {
+                Some((revision, record.term_at(revision), record.instance))
+            }
+            _ => None,
+        })
+    }
+
+    fn known_map(&self) -> MutexGuard<'_, HashMap<String, Known>> {
+        self.inner.known.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn known(&self, name: &str) -> Option<Known> {
+        self.known_map().get(name).cloned()
+    }
+
+    fn remember(&self, name: &str, known: Known) {
+        let ttl = self.inner.ttl;
+        let mut map = self.known_map();
+        if map.len() >= MAX_KNOWN && !map.contains_key(name) {
+            map.retain(|_, k| k.sent_at.elapsed() < ttl);
+            if map.len() >= MAX_KNOWN {
+                map.clear();
+            }
+        }
+        map.insert(name.to_owned(), known);
+    }
+
+    fn forget(&self, name: &str) {
+        self.known_map().remove(name);
+    }
+
+    fn forget_holder(&self, name: &str, holder: &HolderToken) {
+        let mut map = self.known_map();
+        if map.get(name).is_some_and(|k| k.holder == *holder) {
+            map.remove(name);
+        }
+    }
+
+    /// Time left on a message read back: by the monotonic clock when this store wrote it,
+    /// otherwise an estimate from the server's timestamp and this host's wall clock.
+    fn left_of(&self, name: &str, revision: u64, created_ns: i128) -> Duration {
+        if let Some(k) = self.known(name).filter(|k| k.revision == revision) {
+            return self.left_since(k.sent_at);
+        }
+        self.estimate_left(created_ns)
+    }
+}
+
+#[async_trait]
+impl LeaseStore for NatsStore {
+    fn backend(&self) -> &'static str {
+        "nats"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            expiry: true,
+            fencing: true,
+            // The term is the stream sequence of the claim: strictly increasing, with gaps.
+            consecutive_terms: false,
+            // The server removes an expired entry, and release purges it.
+            keeps_ended_records: false,
+            verify_in_transaction: false,
+            watch: false,
+            force_release: true,
+            max_name_bytes: MAX_NAME_BYTES,
+            // No multi-key operation: one compare-and-set per partition, all sent before any
+            // answer is awaited.
+            batch_renew: BatchRenew::Pipelined,
+            fixed_ttl: Some(self.inner.ttl),
+            // Partitions and membership: implemented; slots: not (see the crate docs).
+            ..lease_core::derived_capabilities!(Self)
+        }
+    }
+
+    /// Checks that the bucket answers and can still carry this store's leases (one message
+    /// per key, purge allowed, the max age this store runs with). One request.
+    async fn available(&self) -> Result<()> {
+        self.check_available().await
+    }
+
+    async fn claim(
+        &self,
+        name: &str,
+        holder: &HolderToken,
+        instance: &str,
+        ttl: Duration,
+    ) -> Result<Option<Grant>> {
+        check::claim(self, name, instance, ttl)?;
+        let key = encode_key(name);
+        let record = Record {
+            holder: holder.clone(),
+            term: 0,
+            instance: instance.to_owned(),
+        };
+        let sent_at = Instant::now();
+        let Some(revision) = self
+            .write(Operation::Claim, name, &key, record.encode(), 0)
+            .await?
+        else {
+            return Ok(None);
+        };
+        self.remember(
+            name,
+            Known {
+                holder: holder.clone(),
+                revision,
+                term: revision,
+                instance: record.instance,
+                sent_at,
+            },
+        );
+        debug!(name, term = revision, "claimed");
+        Ok(Some(Grant {
+            term: revision,
+            expires_in: self.left_since(sent_at),
+        }))
+    }
+
+    async fn renew(
+        &self,
+        name: &str,
+        holder: &HolderToken,
+        ttl: Duration,
+    ) -> Result<Option<Grant>> {
+        check::renew(self, name, ttl)?;
+        let key = encode_key(name);
+        let mut target = self
+            .known(name)
+            .filter(|k| k.holder == *holder)
+            .map(|k| (k.revision, k.term, k.instance));
+        for _ in 0..MAX_TRIES {
+            let (revision, term, instance) = match target.take() {
+                Some(t) => t,
+                None => match self.read_own(Operation::Renew, name, &key, holder).await? {
+                    Some(t) => t,
+                    None => {
+                        self.forget_holder(name, holder);
+                        return Ok(None);
+                    }
+                },
+            };
+            let record = Record {
+                holder: holder.clone(),
+                term,
+                instance,
+            };
+            let sent_at = Instant::now();
+            if let Some(new) = self
+                .write(Operation::Renew, name, &key, record.encode(), revision)
+                .await?
+            {
+                self.remember(
+                    name,
+                    Known {
+                        holder: holder.clone(),
+                        revision: new,
+                        term,
+                        instance: record.instance,
+                        sent_at,
+                    },
+                );
+                return Ok(Some(Grant {
+                    term,
+                    expires_in: self.left_since(sent_at),
+                }));
+            }
+            debug!(
+                name,
+                revision, "renewal found the key changed; reading it again"
+            );
+        }
+        Err(self.racing(Operation::Renew, name))
+    }
+
+    async fn release(&self, name: &str, holder: &HolderToken) -> Result<bool> {
+        check::name(self, name)?;
+        let key = encode_key(name);
+        let mut target = self
+            .known(name)
+            .filter(|k| k.holder == *holder)
+            .map(|k| k.revision);
+        for _ in 0..MAX_TRIES {
+            let revision = match target.take() {
+                Some(r) => r,
+                None => match self
+                    .read_own(Operation::Release, name, &key, holder)
+                    .await?
+                {
+                    Some((r, _, _)) => r,
+                    None => {
+                        self.forget_holder(name, holder);
+                        return Ok(false);
+                    }
+                },
+            };
+            if self
+                .purge_through(Operation::Release, name, &key, revision)
+                .await?
+            {
+                self.forget(name);
+                return Ok(true);
+            }
+        }
+        Err(self.racing(Operation::Release, name))
+    }
+
+    async fn verify(&self, name: &str, holder: &HolderToken) -> Result<Option<Grant>> {
+        check::name(self, name)?;
+        let key = encode_key(name);
+        Ok(match self.read(Operation::Verify, name, &key).await? {
+            Seen::Live {
+                record,
+                revision,
+                created_ns,
+            } if record.holder == *holder => Some(Grant {
+                term: record.term_at(revision),
+                expires_in: self.left_of(name, revision, created_ns),
+            }),
+            _ => None,
+        })
+    }
+
+    async fn get(&self, name: &str) -> Result<Option<LeaseInfo>> {
+        check::name(self, name)?;
+        let key = encode_key(name);
+        match self.read(Operation::Get, name, &key).await? {
+            Seen::Absent | Seen::Marker { .. } => Ok(None),
+            Seen::Foreign { .. } => Err(self.site(Operation::Get, name).foreign_value(&key)),
+            Seen::Live {
+                record,
+                revision,
+                created_ns,
+            } => Ok(Some(LeaseInfo {
+                name: name.to_owned(),
+                term: record.term_at(revision),
+                instance: record.instance,
+                live: true,
+                expires_in: self.left_of(name, revision, created_ns),
+            })),
+        }
+    }
+
+    async fn force_release(&self, name: &str) -> Result<bool> {
+        check::name(self, name)?;
+        let key = encode_key(name);
+        for _ in 0..MAX_TRIES {
+            let (revision, live) = match self.read(Operation::ForceRelease, name, &key).await? {
+                Seen::Absent => {
+                    self.forget(name);
+                    return Ok(false);
+                }
+                Seen::Live { revision, .. } | Seen::Foreign { revision } => (revision, true),
+                Seen::Marker { revision } => (revision, false),
+            };
+            if self
+                .purge_through(Operation::ForceRelease, name, &key, revision)
+                .await?
+            {
+                self.forget(name);
+                return Ok(live);
+            }
+        }
+        Err(self.racing(Operation::ForceRelease, name))
+    }
+}
