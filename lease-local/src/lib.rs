@@ -19,13 +19,9 @@
 //! # Ok(()) }
 //! ```
 
-mod audit;
-mod faults;
 mod groups;
 mod memory;
 
-pub use audit::{AssignmentAudit, ConsumerPlan, assignments_settled};
-pub use faults::{FaultMode, FaultyStore, OpCounts};
 pub use memory::MemoryStore;
 
 use lease_core::{Coordinator, Result};

@@ -19,8 +19,10 @@ use crate::history::History;
 
 mod groups;
 mod slots;
+mod wrappers;
 pub use groups::*;
 pub use slots::*;
+pub use wrappers::*;
 
 fn mint() -> HolderToken {
     HolderToken::mint()
