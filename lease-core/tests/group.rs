@@ -564,6 +564,9 @@ impl ScriptedStore {
     }
 }
 
+// A forwarder with scripted partition answers: every method is written out, so none can be
+// lost.
+#[deny(clippy::missing_trait_methods)]
 #[async_trait]
 impl LeaseStore for ScriptedStore {
     fn backend(&self) -> &'static str {
@@ -571,6 +574,12 @@ impl LeaseStore for ScriptedStore {
     }
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
+    }
+    async fn available(&self) -> lease_core::Result<()> {
+        self.inner.available().await
+    }
+    async fn force_release(&self, name: &str) -> lease_core::Result<bool> {
+        self.inner.force_release(name).await
     }
     async fn claim(
         &self,
@@ -600,6 +609,7 @@ impl LeaseStore for ScriptedStore {
     }
 }
 
+#[deny(clippy::missing_trait_methods)]
 #[async_trait]
 impl PartitionStore for ScriptedStore {
     async fn acquire_partition(
@@ -670,6 +680,7 @@ impl PartitionStore for ScriptedStore {
     }
 }
 
+#[deny(clippy::missing_trait_methods)]
 #[async_trait]
 impl MembershipStore for ScriptedStore {
     async fn heartbeat(
