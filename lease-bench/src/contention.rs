@@ -12,7 +12,7 @@ use lease_core::{Coordinator, LeaseStore, Term, Timings};
 use crate::backends::{Env, TTL, open_store};
 use crate::cli::{Args, Backend};
 use crate::peers::library::coordinator;
-use crate::wrappers::{CountingStore, Counts};
+use crate::wrappers::{Counting, Counts};
 
 /// How long the winner works before it resigns.
 const HOLD: Duration = Duration::from_secs(1);
@@ -98,7 +98,7 @@ pub(crate) async fn run(args: &Args, env: &Env, backend: Backend) -> ContentionR
 async fn run_into(args: &Args, env: &Env, row: &mut ContentionRow) -> Result<()> {
     let t = row.timings;
     let store = open_store(row.backend, &env.url(row.backend), TTL).await?;
-    let counting = Arc::new(CountingStore::new(store));
+    let counting = Arc::new(Counting::wrap(store));
     let shared: Arc<dyn LeaseStore> = counting.clone();
     let name = env.name("contention");
     let coordinators: Vec<Coordinator> = (0..row.candidates)
@@ -125,10 +125,10 @@ async fn run_into(args: &Args, env: &Env, row: &mut ContentionRow) -> Result<()>
         .collect();
 
     tokio::time::sleep(t.retry() + t.jitter()).await;
-    let before = counting.counts();
+    let before = counting.hook().counts();
     let from = Instant::now();
     tokio::time::sleep(Duration::from_secs_f64(args.contention_seconds)).await;
-    let after = counting.counts();
+    let after = counting.hook().counts();
     let to = Instant::now();
 
     futures::future::join_all(coordinators.iter().map(|c| c.close())).await;
@@ -143,7 +143,7 @@ async fn run_into(args: &Args, env: &Env, row: &mut ContentionRow) -> Result<()>
 
     row.window = to - from;
     row.counts = after.since(&before);
-    let stamps = counting.claim_instants();
+    let stamps = counting.hook().claim_instants();
     row.first_bucket = stamps
         .iter()
         .filter(|s| s.saturating_duration_since(started) < BUCKET)

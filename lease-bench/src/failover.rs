@@ -18,7 +18,7 @@ use tokio::task::JoinHandle;
 use crate::backends::{Env, open_store};
 use crate::cli::{Args, Backend};
 use crate::peers::library::coordinator;
-use crate::wrappers::KillableStore;
+use crate::wrappers::Kill;
 
 /// One backend's take-over times.
 #[derive(Debug, Clone)]
@@ -89,7 +89,7 @@ fn random_phase(t: Timings) -> Duration {
 }
 
 async fn dead_holder(store: &Arc<dyn LeaseStore>, t: Timings, name: &str) -> Result<Duration> {
-    let killable = Arc::new(KillableStore::new(store.clone()));
+    let killable = Arc::new(Kill::wrap(store.clone()));
     let holder = coordinator(killable.clone(), "dying-holder", t)?;
     let term = holder
         .try_acquire(name)
@@ -101,7 +101,7 @@ async fn dead_holder(store: &Arc<dyn LeaseStore>, t: Timings, name: &str) -> Res
         bail!("the candidate took the name while the holder was alive");
     }
     let killed = Instant::now();
-    killable.kill();
+    killable.hook().kill();
     let won = candidate.wait(t.lease() + t.retry() + t.jitter()).await?;
     candidate.stop().await;
     drop(term);

@@ -1,16 +1,15 @@
-//! Store wrappers: one that counts what reaches the store, one that plays a dead holder.
+//! Store hooks: one that counts what reaches the store, one that plays a dead holder.
 
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use lease_core::{
-    Capabilities, Error, LeaseInfo, LeaseStore, Result,
-    backend::{Grant, HolderToken, async_trait},
-};
+use lease_core::backend::Grant;
+use lease_core::layer::{Answer, Call, Hook, Intercept, Operation, peek};
+use lease_core::{Error, LeaseStore};
 
-/// Counts of the operations a [`CountingStore`] forwarded.
+/// Counts of the operations that reached a [`CountingStore`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Counts {
     /// Claims, won or not.
@@ -46,10 +45,9 @@ impl Counts {
 /// The most claim instants a [`CountingStore`] keeps.
 const MAX_STAMPS: usize = 1_000_000;
 
-/// Forwards to a store and counts each operation; keeps the instant of each claim.
-#[derive(Debug)]
-pub(crate) struct CountingStore {
-    inner: Arc<dyn LeaseStore>,
+/// The hook that counts each operation reaching the store and keeps the instant of each claim.
+#[derive(Debug, Default)]
+pub(crate) struct Counting {
     claims: AtomicU64,
     won: AtomicU64,
     renews: AtomicU64,
@@ -58,18 +56,13 @@ pub(crate) struct CountingStore {
     stamps: Mutex<Vec<Instant>>,
 }
 
-impl CountingStore {
-    /// Wraps `inner`.
-    pub(crate) fn new(inner: Arc<dyn LeaseStore>) -> CountingStore {
-        CountingStore {
-            inner,
-            claims: AtomicU64::new(0),
-            won: AtomicU64::new(0),
-            renews: AtomicU64::new(0),
-            releases: AtomicU64::new(0),
-            reads: AtomicU64::new(0),
-            stamps: Mutex::new(Vec::new()),
-        }
+/// A store whose operations are counted ([`Counting`]).
+pub(crate) type CountingStore = Intercept<Arc<dyn LeaseStore>, Counting>;
+
+impl Counting {
+    /// `inner`, counted from zero.
+    pub(crate) fn wrap(inner: Arc<dyn LeaseStore>) -> CountingStore {
+        Intercept::new(inner, Counting::default())
     }
 
     /// The counts so far.
@@ -92,127 +85,140 @@ impl CountingStore {
     }
 }
 
-#[async_trait]
-impl LeaseStore for CountingStore {
-    fn backend(&self) -> &'static str {
-        self.inner.backend()
-    }
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-    async fn available(&self) -> Result<()> {
-        self.inner.available().await
-    }
-    async fn claim(
-        &self,
-        name: &str,
-        holder: &HolderToken,
-        instance: &str,
-        ttl: Duration,
-    ) -> Result<Option<Grant>> {
-        self.claims.fetch_add(1, Ordering::Relaxed);
-        {
-            let mut stamps = self.stamps.lock().unwrap_or_else(|p| p.into_inner());
-            if stamps.len() < MAX_STAMPS {
-                stamps.push(Instant::now());
+impl Hook for Counting {
+    fn around<'a, T: Send + 'static>(&'a self, call: Call<'a>, op: Answer<'a, T>) -> Answer<'a, T> {
+        let counter = match call.operation {
+            Operation::Claim => {
+                self.claims.fetch_add(1, Ordering::Relaxed);
+                {
+                    let mut stamps = self.stamps.lock().unwrap_or_else(|p| p.into_inner());
+                    if stamps.len() < MAX_STAMPS {
+                        stamps.push(Instant::now());
+                    }
+                }
+                return Box::pin(async move {
+                    let answer = op.await;
+                    if let Ok(won) = &answer
+                        && matches!(peek::<T, Option<Grant>>(won), Some(Some(_)))
+                    {
+                        self.won.fetch_add(1, Ordering::Relaxed);
+                    }
+                    answer
+                });
             }
-        }
-        let r = self.inner.claim(name, holder, instance, ttl).await;
-        if matches!(r, Ok(Some(_))) {
-            self.won.fetch_add(1, Ordering::Relaxed);
-        }
-        r
-    }
-    async fn renew(
-        &self,
-        name: &str,
-        holder: &HolderToken,
-        ttl: Duration,
-    ) -> Result<Option<Grant>> {
-        self.renews.fetch_add(1, Ordering::Relaxed);
-        self.inner.renew(name, holder, ttl).await
-    }
-    async fn release(&self, name: &str, holder: &HolderToken) -> Result<bool> {
-        self.releases.fetch_add(1, Ordering::Relaxed);
-        self.inner.release(name, holder).await
-    }
-    async fn verify(&self, name: &str, holder: &HolderToken) -> Result<Option<Grant>> {
-        self.reads.fetch_add(1, Ordering::Relaxed);
-        self.inner.verify(name, holder).await
-    }
-    async fn get(&self, name: &str) -> Result<Option<LeaseInfo>> {
-        self.reads.fetch_add(1, Ordering::Relaxed);
-        self.inner.get(name).await
+            Operation::Renew => &self.renews,
+            Operation::Release => &self.releases,
+            Operation::Verify | Operation::Get => &self.reads,
+            _ => return op,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        op
     }
 }
 
-/// Forwards to a store until killed; from then on nothing reaches the store, as when the
-/// holder's process died: its renewals stop and it never releases.
-#[derive(Debug)]
-pub(crate) struct KillableStore {
-    inner: Arc<dyn LeaseStore>,
+/// The hook of a holder that can be killed: from then on nothing reaches the store, as when
+/// the holder's process died — its renewals stop and it never releases.
+#[derive(Debug, Default)]
+pub(crate) struct Kill {
     dead: AtomicBool,
 }
 
-impl KillableStore {
-    /// Wraps `inner`, alive.
-    pub(crate) fn new(inner: Arc<dyn LeaseStore>) -> KillableStore {
-        KillableStore {
-            inner,
-            dead: AtomicBool::new(false),
-        }
+/// A store whose holder can be killed ([`Kill`]).
+pub(crate) type KillableStore = Intercept<Arc<dyn LeaseStore>, Kill>;
+
+impl Kill {
+    /// `inner`, alive.
+    pub(crate) fn wrap(inner: Arc<dyn LeaseStore>) -> KillableStore {
+        Intercept::new(inner, Kill::default())
     }
 
     /// From now on every operation fails without reaching the store.
     pub(crate) fn kill(&self) {
         self.dead.store(true, Ordering::SeqCst);
     }
+}
 
-    fn check(&self) -> Result<()> {
+impl Hook for Kill {
+    fn around<'a, T: Send + 'static>(
+        &'a self,
+        _call: Call<'a>,
+        op: Answer<'a, T>,
+    ) -> Answer<'a, T> {
         if self.dead.load(Ordering::SeqCst) {
-            return Err(Error::unavailable("the holder process is dead (benchmark)"));
+            return Box::pin(async {
+                Err(Error::unavailable("the holder process is dead (benchmark)"))
+            });
         }
-        Ok(())
+        op
     }
 }
 
-#[async_trait]
-impl LeaseStore for KillableStore {
-    fn backend(&self) -> &'static str {
-        self.inner.backend()
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::time::Duration;
+
+    use lease_core::ErrorKind;
+    use lease_core::backend::HolderToken;
+    use lease_local::MemoryStore;
+    use lease_sql::{SqlConfig, SqliteStore};
+
+    use super::*;
+
+    /// Both wrappers report `store`'s backend, capabilities and `available()` answer, and
+    /// pass `force_release` on.
+    async fn wrappers_tell_the_truth(store: Arc<dyn LeaseStore>) {
+        let truth = store.available().await.map_err(|e| e.kind());
+        let counting = Counting::wrap(store.clone());
+        let killable = Kill::wrap(store.clone());
+        for (what, wrapper) in [
+            ("CountingStore", &counting as &dyn LeaseStore),
+            ("KillableStore", &killable),
+        ] {
+            assert_eq!(wrapper.backend(), store.backend(), "{what}");
+            assert_eq!(wrapper.capabilities(), store.capabilities(), "{what}");
+            let answer = wrapper.available().await.map_err(|e| e.kind());
+            assert_eq!(answer, truth, "{what}");
+            let holder = HolderToken::mint();
+            let name = format!("bench-wrapper-{what}");
+            let ttl = Duration::from_secs(30);
+            assert!(
+                wrapper
+                    .claim(&name, &holder, "i", ttl)
+                    .await
+                    .unwrap()
+                    .is_some()
+            );
+            assert!(wrapper.force_release(&name).await.unwrap(), "{what}");
+        }
+        assert_eq!(
+            (
+                counting.hook().counts().claims,
+                counting.hook().counts().won
+            ),
+            (1, 1)
+        );
+        killable.hook().kill();
+        let dead = killable.available().await;
+        assert!(dead.is_err_and(|e| e.is(ErrorKind::Unavailable)));
     }
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
+
+    #[tokio::test]
+    async fn wrappers_over_the_memory_store_tell_the_truth() {
+        wrappers_tell_the_truth(Arc::new(MemoryStore::new())).await;
     }
-    async fn claim(
-        &self,
-        name: &str,
-        holder: &HolderToken,
-        instance: &str,
-        ttl: Duration,
-    ) -> Result<Option<Grant>> {
-        self.check()?;
-        self.inner.claim(name, holder, instance, ttl).await
-    }
-    async fn renew(
-        &self,
-        name: &str,
-        holder: &HolderToken,
-        ttl: Duration,
-    ) -> Result<Option<Grant>> {
-        self.check()?;
-        self.inner.renew(name, holder, ttl).await
-    }
-    async fn release(&self, name: &str, holder: &HolderToken) -> Result<bool> {
-        self.check()?;
-        self.inner.release(name, holder).await
-    }
-    async fn verify(&self, name: &str, holder: &HolderToken) -> Result<Option<Grant>> {
-        self.check()?;
-        self.inner.verify(name, holder).await
-    }
-    async fn get(&self, name: &str) -> Result<Option<LeaseInfo>> {
-        self.check()?;
-        self.inner.get(name).await
+
+    #[tokio::test]
+    async fn wrappers_over_sqlite_tell_the_truth() {
+        let dir = std::env::temp_dir().join("lease-bench-tests");
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join(format!("wrappers-{}.db", std::process::id()));
+        let _ = std::fs::remove_file(&file);
+        let url = format!("sqlite://{}", file.display());
+        let store = SqliteStore::connect(&url, SqlConfig::default())
+            .await
+            .unwrap();
+        wrappers_tell_the_truth(Arc::new(store)).await;
     }
 }

@@ -1,6 +1,7 @@
 //! The shared conformance suite every lease store runs, with the tools it needs: a
-//! fault-injecting TCP [`proxy`], a [`history`] checker for fenced critical sections, and the
-//! [`env`](mod@env) policy for finding test servers.
+//! fault-injecting TCP [`proxy`], the in-process [`faults`] hook sharing its [`FaultMode`], an
+//! [`audit`] of group workers' assignments, a [`history`] checker for fenced critical sections,
+//! and the [`env`](mod@env) policy for finding test servers.
 //!
 //! Every case is a plain `pub async fn case(h: &Harness)` in [`cases`]; a backend runs them all,
 //! each as its own `#[tokio::test]`, with one macro call:
@@ -31,10 +32,12 @@
 //! tests with `--features lease-conformance/docker` to get it. Without a URL or a container, the
 //! cases skip loudly (see [`env`](mod@env)).
 
+pub mod audit;
 pub mod cases;
 #[cfg(feature = "docker")]
 mod docker;
 pub mod env;
+pub mod faults;
 pub mod history;
 pub mod proxy;
 
@@ -45,8 +48,10 @@ use lease_core::{
     Capabilities, Coordinator, GroupStore, LeaseStore, SlotStore, StepDownFailure, Timings,
 };
 
+pub use audit::{AssignmentAudit, ConsumerPlan, assignments_settled};
+pub use faults::{FaultMode, Faults, FaultyStore, OpCounts, faulty};
 pub use history::{History, HistoryReport};
-pub use proxy::{FaultMode, FaultProxy, ProxyStats};
+pub use proxy::{FaultProxy, ProxyStats};
 
 /// The longest one case may run before it fails as hung.
 pub const CASE_TIME_LIMIT: Duration = Duration::from_secs(60);
@@ -285,7 +290,8 @@ macro_rules! conformance_suite {
             batch_renewal_of_1000_partitions_takes_fixed_round_trips,
             membership_expires_and_leave_is_immediate,
             bad_partition_and_member_inputs_are_refused,
-            three_nodes_rebalance_without_overlap
+            three_nodes_rebalance_without_overlap,
+            wrappers_report_the_stores_capabilities_and_availability
         );
     };
     (@each $setup:path; $($case:ident),* $(,)?) => {

@@ -3,9 +3,12 @@
 //! [`FaultProxy`] listens on `127.0.0.1` on a port the system picks and
 //! forwards every connection it accepts to one target address. A test points
 //! its client at [`FaultProxy::local_addr`] instead of the server, then
-//! switches the proxy between [`FaultMode::Pass`], [`FaultMode::Stall`] and
-//! [`FaultMode::Cut`] at any moment to play a healthy network, a network that
-//! stops answering, or one that drops every connection.
+//! switches the proxy between [`FaultMode::Pass`], [`FaultMode::Stall`],
+//! [`FaultMode::Cut`] and [`FaultMode::LoseAnswers`] at any moment to play a
+//! healthy network, a network that stops answering, one that drops every
+//! connection, or one that delivers requests and loses their answers. The
+//! modes are the ones the in-process [`Faults`](crate::faults::Faults) hook
+//! takes; each mode's documentation says what the proxy does.
 //!
 //! The proxy also counts what crosses it ([`ProxyStats`]), so a test can
 //! assert how many round trips an operation costs on the wire.
@@ -32,7 +35,7 @@ use std::fmt;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -40,39 +43,10 @@ use tokio::net::{TcpListener, TcpStream, ToSocketAddrs};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+pub use crate::faults::FaultMode;
+
 /// Size of the buffer each direction of a connection reads into.
 const BUF_SIZE: usize = 16 * 1024;
-
-/// What the proxy does with the connections it carries.
-///
-/// The mode applies to every connection of a proxy at once, the open ones and
-/// the ones accepted later, and can be changed at any time with
-/// [`FaultProxy::set_mode`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum FaultMode {
-    /// Forward bytes in both directions as they arrive. This is the mode a
-    /// proxy starts in.
-    #[default]
-    Pass,
-    /// Keep every connection open but forward nothing in either direction.
-    ///
-    /// The proxy stops reading from both sides, so bytes wait in the proxy's
-    /// buffers and in the kernel's socket buffers: they are held back, never
-    /// dropped, and flow again when the mode returns to [`FaultMode::Pass`].
-    /// A connection accepted while stalled is kept open too, and the proxy
-    /// opens its connection to the target only once the mode is
-    /// [`FaultMode::Pass`] again. A client that keeps writing while stalled
-    /// eventually blocks, as it would on a network that stopped answering.
-    Stall,
-    /// Close every open connection at once, on both sides, and close each new
-    /// connection right after accepting it, until the mode changes.
-    ///
-    /// Bytes the proxy held back are discarded. Sockets are closed normally
-    /// (the kernel may send FIN or, where unread data remains, RST). A client
-    /// sees end of file or a reset on its next read, not a refused connection:
-    /// the listener keeps accepting.
-    Cut,
-}
 
 /// Counters of what crossed a [`FaultProxy`] since it started or since the
 /// last [`FaultProxy::reset_stats`].
@@ -336,16 +310,26 @@ async fn accept_loop(
     }
 }
 
-/// Waits until the proxy is in Pass mode. Fails when the connection was cut
-/// (the cut epoch moved on) or the proxy shuts down.
-async fn wait_pass(rx: &mut watch::Receiver<Control>, epoch: u64) -> io::Result<()> {
+/// Waits until bytes may flow in `direction` (Pass; also LoseAnswers, where
+/// the server's bytes are read and dropped) and returns the mode they flow
+/// under. Fails when the connection was cut (the cut epoch moved on), when it
+/// lost an answer (`lost`) and the mode left LoseAnswers, or when the proxy
+/// shuts down.
+async fn wait_flow(
+    rx: &mut watch::Receiver<Control>,
+    epoch: u64,
+    lost: &AtomicBool,
+) -> io::Result<FaultMode> {
     loop {
         let control = *rx.borrow_and_update();
         if control.shutdown || control.cut_epoch != epoch {
             return Err(aborted());
         }
-        if control.mode == FaultMode::Pass {
-            return Ok(());
+        if control.mode != FaultMode::LoseAnswers && lost.load(Ordering::Relaxed) {
+            return Err(aborted());
+        }
+        if matches!(control.mode, FaultMode::Pass | FaultMode::LoseAnswers) {
+            return Ok(control.mode);
         }
         if rx.changed().await.is_err() {
             return Err(aborted());
@@ -360,8 +344,9 @@ async fn serve(
     epoch: u64,
     counters: Arc<Counters>,
 ) -> io::Result<()> {
+    let state = Connection::default();
     let mut server = loop {
-        wait_pass(&mut rx, epoch).await?;
+        wait_flow(&mut rx, epoch, &state.lost).await?;
         tokio::select! {
             changed = rx.changed() => {
                 if changed.is_err() {
@@ -375,15 +360,13 @@ async fn serve(
     let _ = client.set_nodelay(true);
     let _ = server.set_nodelay(true);
 
-    // Which side sent last on this connection: 0 nobody, 1 client, 2 server.
-    let last = AtomicU8::new(0);
     let (mut client_read, mut client_write) = client.split();
     let (mut server_read, mut server_write) = server.split();
     let up = pump(
         &mut client_read,
         &mut server_write,
         Direction::Up,
-        &last,
+        &state,
         rx.clone(),
         epoch,
         &counters,
@@ -392,12 +375,21 @@ async fn serve(
         &mut server_read,
         &mut client_write,
         Direction::Down,
-        &last,
+        &state,
         rx,
         epoch,
         &counters,
     );
     tokio::try_join!(up, down).map(|_| ())
+}
+
+/// What both directions of one connection share.
+#[derive(Debug, Default)]
+struct Connection {
+    /// Which side sent last: 0 nobody, 1 client, 2 server.
+    last: AtomicU8,
+    /// An answer was dropped in [`FaultMode::LoseAnswers`].
+    lost: AtomicBool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -408,13 +400,14 @@ enum Direction {
     Down,
 }
 
-/// Copies `src` to `dst` while the proxy is in Pass mode, until end of file
-/// (then shuts down the write side of `dst`), an error, or a cut.
+/// Copies `src` to `dst` while the proxy is in Pass mode (in LoseAnswers: the
+/// client's bytes, and drops the server's, noting the loss in `state`), until
+/// end of file (then shuts down the write side of `dst`), an error, or a cut.
 async fn pump<R, W>(
     src: &mut R,
     dst: &mut W,
     direction: Direction,
-    last: &AtomicU8,
+    state: &Connection,
     mut rx: watch::Receiver<Control>,
     epoch: u64,
     counters: &Counters,
@@ -423,11 +416,12 @@ where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
+    let (last, lost) = (&state.last, &state.lost);
     let mut buf = vec![0u8; BUF_SIZE];
     loop {
-        // Read only in Pass mode: in Stall, bytes wait in the kernel.
-        let n = loop {
-            wait_pass(&mut rx, epoch).await?;
+        // Read only while bytes flow: in Stall, they wait in the kernel.
+        let (n, mode) = loop {
+            let mode = wait_flow(&mut rx, epoch, lost).await?;
             tokio::select! {
                 biased;
                 changed = rx.changed() => {
@@ -435,7 +429,7 @@ where
                         return Err(aborted());
                     }
                 }
-                read = src.read(&mut buf) => break read?,
+                read = src.read(&mut buf) => break (read?, mode),
             }
         };
         if n == 0 {
@@ -451,9 +445,13 @@ where
             }
             Direction::Down => last.store(2, Ordering::Relaxed),
         }
+        if direction == Direction::Down && mode == FaultMode::LoseAnswers {
+            lost.store(true, Ordering::Relaxed);
+            continue;
+        }
         let mut pos = 0;
         while pos < n {
-            wait_pass(&mut rx, epoch).await?;
+            wait_flow(&mut rx, epoch, lost).await?;
             tokio::select! {
                 biased;
                 changed = rx.changed() => {
@@ -616,6 +614,30 @@ mod tests {
         assert_eq!(read_exact_n(&mut old, 5).await?, b"held\n");
         assert_eq!(read_exact_n(&mut new, 4).await?, b"new\n");
         assert_eq!(exchange(&mut old, b"after\n").await?, b"after\n");
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn lose_answers_delivers_requests_and_closes_on_leaving() -> TestResult {
+        let proxy = FaultProxy::start(line_echo_server().await?).await?;
+        let mut old = TcpStream::connect(proxy.local_addr()).await?;
+        assert_eq!(exchange(&mut old, b"before\n").await?, b"before\n");
+
+        proxy.set_mode(FaultMode::LoseAnswers);
+        old.write_all(b"lost\n").await?;
+        assert!(silent(&mut old).await, "an answer came through");
+        // The request went on to the server; its answer was not forwarded.
+        assert!(eventually(|| async { proxy.stats().bytes_client_to_server == 7 + 5 }).await);
+        assert_eq!(proxy.stats().bytes_server_to_client, 7);
+        // A connection that lost nothing stays usable across the switch back.
+        let mut quiet = timeout(LONG, TcpStream::connect(proxy.local_addr())).await??;
+
+        proxy.set_mode(FaultMode::Pass);
+        assert!(
+            closed(&mut old).await,
+            "a connection that lost an answer stayed open"
+        );
+        assert_eq!(exchange(&mut quiet, b"after\n").await?, b"after\n");
         Ok(())
     }
 

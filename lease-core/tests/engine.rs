@@ -5,8 +5,9 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use lease_conformance::{FaultMode, FaultyStore, faulty};
 use lease_core::{Coordinator, ErrorKind, LeaseStore, OnWorkError, StepDownFailure, Timings};
-use lease_local::{FaultMode, FaultyStore, MemoryStore};
+use lease_local::MemoryStore;
 use tokio::time::{Instant, advance, sleep};
 
 const S: Duration = Duration::from_secs(1);
@@ -45,7 +46,7 @@ fn rig_with(store: FaultyStore<MemoryStore>, instance: &str) -> Rig {
 }
 
 fn rig() -> Rig {
-    rig_with(FaultyStore::new(MemoryStore::new()), "a")
+    rig_with(faulty(MemoryStore::new()), "a")
 }
 
 async fn live_holder(store: &impl LeaseStore, name: &str) -> Option<String> {
@@ -61,13 +62,13 @@ async fn live_holder(store: &impl LeaseStore, name: &str) -> Option<String> {
 async fn renews_at_the_cadence() {
     let r = rig();
     let term = r.coordinator.try_acquire("job").await.unwrap();
-    assert_eq!(r.store.counts().renews, 0);
+    assert_eq!(r.store.hook().counts().renews, 0);
     sleep(Duration::from_millis(1999)).await;
-    assert_eq!(r.store.counts().renews, 0, "no renewal before 2 s");
+    assert_eq!(r.store.hook().counts().renews, 0, "no renewal before 2 s");
     sleep(Duration::from_millis(2)).await;
-    assert_eq!(r.store.counts().renews, 1, "first renewal at 2 s");
+    assert_eq!(r.store.hook().counts().renews, 1, "first renewal at 2 s");
     sleep(Duration::from_secs(60)).await;
-    assert_eq!(r.store.counts().renews, 31, "one renewal every 2 s");
+    assert_eq!(r.store.hook().counts().renews, 31, "one renewal every 2 s");
     // Renewal really extends the lease: a minute on, it is still live by the store's clock.
     assert!(term.is_live());
     assert_eq!(
@@ -82,13 +83,13 @@ async fn renews_at_the_cadence() {
 async fn failed_renewals_are_retried_at_the_cadence() {
     let r = rig();
     let term = r.coordinator.try_acquire("job").await.unwrap();
-    r.store.set_mode(FaultMode::Fail);
+    r.store.hook().set_mode(FaultMode::Cut);
     sleep(Duration::from_millis(7500)).await;
-    assert_eq!(r.store.counts().renews, 3, "attempts at 2, 4, 6 s");
+    assert_eq!(r.store.hook().counts().renews, 3, "attempts at 2, 4, 6 s");
     assert!(term.is_live());
-    r.store.set_mode(FaultMode::Pass);
+    r.store.hook().set_mode(FaultMode::Pass);
     sleep(S).await;
-    assert_eq!(r.store.counts().renews, 4, "attempt at 8 s");
+    assert_eq!(r.store.hook().counts().renews, 4, "attempt at 8 s");
     sleep(20 * S).await;
     assert!(
         term.is_live(),
@@ -101,18 +102,18 @@ async fn an_attempt_against_a_hanging_store_is_bounded() {
     let r = rig();
     let t0 = Instant::now();
     let term = r.coordinator.try_acquire("job").await.unwrap();
-    r.store.set_mode(FaultMode::Stall);
+    r.store.hook().set_mode(FaultMode::Stall);
     sleep(Duration::from_millis(2001)).await;
     assert_eq!(
-        r.store.counts().renews,
+        r.store.hook().counts().renews,
         1,
         "first attempt started at 2 s and hangs"
     );
     sleep(Duration::from_millis(4998)).await;
-    assert_eq!(r.store.counts().renews, 1, "attempts never overlap");
+    assert_eq!(r.store.hook().counts().renews, 1, "attempts never overlap");
     sleep(Duration::from_millis(2)).await;
     // Cut at the attempt timeout (5 s, at 7 s); the next starts at once, since 2 s have passed.
-    assert_eq!(r.store.counts().renews, 2, "second attempt at 7 s");
+    assert_eq!(r.store.hook().counts().renews, 2, "second attempt at 7 s");
     // It is cut at the deadline, not 5 s later.
     term.lost().await;
     assert_eq!(t0.elapsed(), 10 * S);
@@ -120,12 +121,12 @@ async fn an_attempt_against_a_hanging_store_is_bounded() {
 
 #[tokio::test(start_paused = true)]
 async fn loss_comes_exactly_at_the_deadline() {
-    for mode in [FaultMode::Stall, FaultMode::Fail, FaultMode::LoseAnswers] {
+    for mode in [FaultMode::Stall, FaultMode::Cut, FaultMode::LoseAnswers] {
         let r = rig();
         let t0 = Instant::now();
         let term = r.coordinator.try_acquire("job").await.unwrap();
         sleep(Duration::from_millis(4500)).await; // renewals at 2 and 4 s succeed
-        r.store.set_mode(mode);
+        r.store.hook().set_mode(mode);
         sleep(Duration::from_millis(9499)).await;
         assert!(term.is_live(), "{mode:?}: live 1 ms before the deadline");
         assert!(term.err().is_none());
@@ -175,9 +176,12 @@ async fn renewals_continue_while_work_winds_down_on_close() {
     let closed = r.coordinator.close().await;
     assert_eq!(t0.elapsed(), 5 * S, "close waits the step-down grace");
     assert_eq!(closed.unwrap_err().kind(), ErrorKind::Timeout);
-    let renews = r.store.counts().renews;
+    let renews = r.store.hook().counts().renews;
     sleep(20 * S).await;
-    assert!(r.store.counts().renews >= renews + 9, "still renewing");
+    assert!(
+        r.store.hook().counts().renews >= renews + 9,
+        "still renewing"
+    );
     assert_eq!(
         live_holder(r.store.inner(), "job").await.as_deref(),
         Some("a"),
@@ -220,7 +224,7 @@ async fn lost_work_gets_the_grace_then_the_fail_action() {
     let r = rig();
     let t0 = Instant::now();
     let term = r.coordinator.try_acquire("job").await.unwrap();
-    r.store.set_mode(FaultMode::Stall);
+    r.store.hook().set_mode(FaultMode::Stall);
     let stuck = Arc::new(Mutex::new(true));
     let s = stuck.clone();
     let result = term
@@ -248,7 +252,7 @@ async fn lost_work_that_returns_within_the_grace_is_not_failed() {
     let r = rig();
     let t0 = Instant::now();
     let term = r.coordinator.try_acquire("job").await.unwrap();
-    r.store.set_mode(FaultMode::Fail);
+    r.store.hook().set_mode(FaultMode::Cut);
     let result = term
         .run(|term| async move {
             term.done().await;
@@ -311,7 +315,7 @@ async fn run_returns_the_work_result_and_releases() {
 
 #[tokio::test(start_paused = true)]
 async fn resign_frees_the_name_at_once_with_a_higher_term() {
-    let store = FaultyStore::new(MemoryStore::new());
+    let store = faulty(MemoryStore::new());
     let a = rig_with(store.clone(), "a");
     let b = rig_with(store.clone(), "b");
     let t1 = a.coordinator.try_acquire("job").await.unwrap();
@@ -334,17 +338,17 @@ async fn resign_frees_the_name_at_once_with_a_higher_term() {
 #[tokio::test(start_paused = true)]
 async fn a_claim_whose_answer_was_lost_is_adopted() {
     let r = rig();
-    r.store.set_claim_mode(FaultMode::LoseAnswers);
+    r.store.hook().set_claim_mode(FaultMode::LoseAnswers);
     let t0 = Instant::now();
     let term = r.coordinator.try_acquire("job").await.unwrap();
     assert_eq!(t0.elapsed(), 5 * S, "after the attempt timeout");
     assert_eq!(term.token(), 1);
-    assert_eq!(r.store.counts().verifies, 1, "read back once");
+    assert_eq!(r.store.hook().counts().verifies, 1, "read back once");
     assert!(
         term.deadline_in() <= 5 * S,
         "the deadline counts from the claim's start"
     );
-    r.store.set_claim_mode(FaultMode::Pass);
+    r.store.hook().set_claim_mode(FaultMode::Pass);
     sleep(30 * S).await;
     assert!(term.is_live(), "kept like any other term");
 }
@@ -352,10 +356,14 @@ async fn a_claim_whose_answer_was_lost_is_adopted() {
 #[tokio::test(start_paused = true)]
 async fn a_claim_that_did_not_take_effect_is_not_adopted() {
     let r = rig();
-    r.store.set_claim_mode(FaultMode::Fail);
+    r.store.hook().set_claim_mode(FaultMode::Cut);
     let err = r.coordinator.try_acquire("job").await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Unavailable);
-    assert_eq!(r.store.counts().verifies, 1, "read back before giving up");
+    assert_eq!(
+        r.store.hook().counts().verifies,
+        1,
+        "read back before giving up"
+    );
     assert_eq!(r.store.inner().get("job").await.unwrap(), None);
 }
 
@@ -398,7 +406,7 @@ async fn run_elected_returns_an_error_of_a_live_term() {
 
 #[tokio::test(start_paused = true)]
 async fn run_elected_treats_held_lost_and_failed_campaigns_as_the_election_working() {
-    let store = FaultyStore::new(MemoryStore::new());
+    let store = faulty(MemoryStore::new());
     let rival = rig_with(store.clone(), "rival");
     let r = rig_with(store.clone(), "a");
     let rival_term = rival.coordinator.try_acquire("job").await.unwrap();
@@ -430,7 +438,7 @@ async fn run_elected_treats_held_lost_and_failed_campaigns_as_the_election_worki
     // Held: it keeps campaigning.
     sleep(10 * S).await;
     assert!(terms.lock().unwrap().is_empty());
-    let claims_while_held = store.counts().claims;
+    let claims_while_held = store.hook().counts().claims;
     assert!(
         (4..=6).contains(&claims_while_held),
         "{claims_while_held} campaigns in 10 s"
@@ -442,10 +450,10 @@ async fn run_elected_treats_held_lost_and_failed_campaigns_as_the_election_worki
     assert!(store.inner().force_release("job").await.unwrap());
     lost_rx.wait_for(|lost| *lost).await.unwrap();
     // Failed campaigns: the store is cut for a while.
-    store.set_mode(FaultMode::Fail);
+    store.hook().set_mode(FaultMode::Cut);
     sleep(10 * S).await;
     assert_eq!(terms.lock().unwrap().len(), 1);
-    store.set_mode(FaultMode::Pass);
+    store.hook().set_mode(FaultMode::Pass);
     sleep(3 * S).await;
     assert_eq!(*terms.lock().unwrap(), vec![2, 3]);
     // Closed ends the loop with Ok.
@@ -456,7 +464,7 @@ async fn run_elected_treats_held_lost_and_failed_campaigns_as_the_election_worki
 
 #[tokio::test(start_paused = true)]
 async fn campaigns_are_spaced_by_retry_plus_jitter() {
-    let store = FaultyStore::new(MemoryStore::new());
+    let store = faulty(MemoryStore::new());
     let holder = rig_with(store.clone(), "holder");
     let _term = holder.coordinator.try_acquire("job").await.unwrap();
     let mut candidates = Vec::new();
@@ -470,9 +478,9 @@ async fn campaigns_are_spaced_by_retry_plus_jitter() {
                 .await
         });
     }
-    let before = store.counts().claims;
+    let before = store.hook().counts().claims;
     sleep(100 * S).await;
-    let claims = store.counts().claims - before;
+    let claims = store.hook().counts().claims - before;
     // 8 candidates, one claim each per [2 s, 2.5 s]: between 8 × 100 / 2.5 and 8 × 100 / 2 + 8.
     assert!((320..=408).contains(&claims), "{claims} claims");
 }
@@ -505,7 +513,7 @@ async fn names_and_timings_are_checked_before_any_io() {
         .await
         .unwrap_err();
     assert!(e.to_string().contains("256 bytes"), "{e}");
-    assert_eq!(r.store.counts(), Default::default(), "no I/O");
+    assert_eq!(r.store.hook().counts(), Default::default(), "no I/O");
     let e = Coordinator::builder(MemoryStore::new())
         .instance("")
         .build()

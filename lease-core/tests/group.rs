@@ -6,14 +6,13 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use lease_conformance::{AssignmentAudit, ConsumerPlan, FaultMode, assignments_settled, faulty};
 use lease_core::{
     Assignment, Capabilities, ErrorKind, GroupStore, GroupWorker, LeaseInfo, LeaseStore, Member,
     MembershipStore, PartitionLease, PartitionStore, Timings,
     backend::{Grant, HolderToken, async_trait},
 };
-use lease_local::{
-    AssignmentAudit, ConsumerPlan, FaultMode, FaultyStore, MemoryStore, assignments_settled,
-};
+use lease_local::MemoryStore;
 use tokio::time::{Instant, sleep};
 
 const GROUP: &str = "orders";
@@ -149,7 +148,7 @@ async fn a_member_cut_off_from_the_store_stops_before_it_is_replaced_and_comes_b
     let store = MemoryStore::new();
     let audit = AssignmentAudit::new();
     let t = timings();
-    let cut = FaultyStore::new(store.clone());
+    let cut = faulty(store.clone());
     let a = worker(store.clone(), "a", &audit).await;
     let b = worker(store.clone(), "b", &audit).await;
     let c = worker(cut.clone(), "c", &audit).await;
@@ -157,7 +156,7 @@ async fn a_member_cut_off_from_the_store_stops_before_it_is_replaced_and_comes_b
     let held: Vec<u32> = c.assignment().borrow().partitions.keys().copied().collect();
 
     let cut_at = Instant::now();
-    cut.set_mode(FaultMode::Stall);
+    cut.hook().set_mode(FaultMode::Stall);
     // c drops its partitions by its local deadline: before the store lets anyone else take
     // them.
     let mut rx = c.assignment();
@@ -200,7 +199,7 @@ async fn a_member_cut_off_from_the_store_stops_before_it_is_replaced_and_comes_b
     println!("c's loss settled in {took:?} after its partitions were dropped");
     assert!(cut_at.elapsed() <= GroupWorker::crash_settle_time(&t));
 
-    cut.set_mode(FaultMode::Pass);
+    cut.hook().set_mode(FaultMode::Pass);
     settle(
         &[&a, &b, &c],
         GroupWorker::crash_settle_time(&t),
@@ -216,14 +215,14 @@ async fn a_member_cut_off_from_the_store_stops_before_it_is_replaced_and_comes_b
 
 #[tokio::test(start_paused = true)]
 async fn renewals_go_in_one_batch_per_tick() {
-    let store = FaultyStore::new(MemoryStore::new());
+    let store = faulty(MemoryStore::new());
     let audit = AssignmentAudit::new();
     let t = timings();
     let a = worker(store.clone(), "a", &audit).await;
     settle(&[&a], GroupWorker::settle_time(&t), "start").await;
-    let before = store.counts();
+    let before = store.hook().counts();
     sleep(t.renew_every() * 10).await;
-    let after = store.counts();
+    let after = store.hook().counts();
     let renewals = after.renews - before.renews;
     assert!(
         (9..=11).contains(&renewals),
@@ -273,16 +272,16 @@ async fn bad_settings_are_refused_at_start() {
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidName);
 
-    let down = FaultyStore::new(store.clone());
-    down.set_mode(FaultMode::Fail);
+    let down = faulty(store.clone());
+    down.hook().set_mode(FaultMode::Cut);
     let err = GroupWorker::builder(down, GROUP, 4)
         .start()
         .await
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
 
-    let hung = FaultyStore::new(store.clone());
-    hung.set_mode(FaultMode::Stall);
+    let hung = faulty(store.clone());
+    hung.hook().set_mode(FaultMode::Stall);
     let err = GroupWorker::builder(hung, GROUP, 4)
         .start()
         .await
@@ -469,9 +468,9 @@ async fn an_acquire_of_unknown_outcome_is_read_back() {
     // it back and adopted it.
     for adopted_first in [false, true] {
         let store = MemoryStore::new();
-        let lossy = FaultyStore::new(store.clone());
+        let lossy = faulty(store.clone());
         let audit = AssignmentAudit::new();
-        lossy.set_claim_mode(FaultMode::LoseAnswers);
+        lossy.hook().set_claim_mode(FaultMode::LoseAnswers);
         let b = consumed(lossy.clone(), "b", N, &audit, Duration::ZERO, true).await;
         let mut b_rx = b.assignment();
         let b_held_0 = tokio::spawn(async move {
@@ -484,7 +483,7 @@ async fn an_acquire_of_unknown_outcome_is_read_back() {
             }
         });
         // b's first acquire (partition 0) takes effect, its answer is lost.
-        while lossy.counts().claims == 0 {
+        while lossy.hook().counts().claims == 0 {
             sleep(Duration::from_millis(1)).await;
         }
         let owners = store.owners(GROUP).await.unwrap();
@@ -498,7 +497,7 @@ async fn an_acquire_of_unknown_outcome_is_read_back() {
             sleep(t.attempt_timeout() + STEP).await;
         }
         // From now on b's acquires fail outright.
-        lossy.set_claim_mode(FaultMode::Fail);
+        lossy.hook().set_claim_mode(FaultMode::Cut);
         let c = consumed(store.clone(), &c_name, N, &audit, Duration::ZERO, true).await;
         let joined = Instant::now();
         let mut rx = c.assignment();
@@ -565,6 +564,9 @@ impl ScriptedStore {
     }
 }
 
+// A forwarder with scripted partition answers: every method is written out, so none can be
+// lost.
+#[deny(clippy::missing_trait_methods)]
 #[async_trait]
 impl LeaseStore for ScriptedStore {
     fn backend(&self) -> &'static str {
@@ -572,6 +574,12 @@ impl LeaseStore for ScriptedStore {
     }
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
+    }
+    async fn available(&self) -> lease_core::Result<()> {
+        self.inner.available().await
+    }
+    async fn force_release(&self, name: &str) -> lease_core::Result<bool> {
+        self.inner.force_release(name).await
     }
     async fn claim(
         &self,
@@ -601,6 +609,7 @@ impl LeaseStore for ScriptedStore {
     }
 }
 
+#[deny(clippy::missing_trait_methods)]
 #[async_trait]
 impl PartitionStore for ScriptedStore {
     async fn acquire_partition(
@@ -671,6 +680,7 @@ impl PartitionStore for ScriptedStore {
     }
 }
 
+#[deny(clippy::missing_trait_methods)]
 #[async_trait]
 impl MembershipStore for ScriptedStore {
     async fn heartbeat(
@@ -752,13 +762,13 @@ async fn a_suspend_past_the_deadline_unpublishes_at_once_on_resume() {
     }
     let t = timings();
     for stalled in [false, true] {
-        let store = FaultyStore::new(MemoryStore::new());
+        let store = faulty(MemoryStore::new());
         let audit = AssignmentAudit::new();
         let a = consumed(store.clone(), "a", N, &audit, Duration::ZERO, true).await;
         settle(&[&a], GroupWorker::settle_time(&t), "start").await;
         let before = a.assignment().borrow().partitions.clone();
         if stalled {
-            store.set_mode(FaultMode::Stall);
+            store.hook().set_mode(FaultMode::Stall);
             // The worker is now inside a store operation that does not answer.
             sleep(t.renew_every() + STEP).await;
         }
@@ -774,7 +784,7 @@ async fn a_suspend_past_the_deadline_unpublishes_at_once_on_resume() {
             "stalled: {stalled}: the partitions were still published {:?} after the resume",
             resumed.elapsed()
         );
-        store.set_mode(FaultMode::Pass);
+        store.hook().set_mode(FaultMode::Pass);
         settle(
             &[&a],
             GroupWorker::crash_settle_time(&t),

@@ -8,8 +8,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use lease_conformance::{FaultMode, faulty};
 use lease_core::{Coordinator, telemetry};
-use lease_local::{FaultMode, FaultyStore, MemoryStore};
+use lease_local::MemoryStore;
 use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
 
 /// A recorder that keeps every counter and gauge in an atomic, readable by name and label.
@@ -60,7 +61,7 @@ async fn holding_claiming_failing_and_losing_are_counted() {
     let rec = Rec::default();
     metrics::set_global_recorder(rec.clone()).unwrap();
 
-    let store = FaultyStore::new(MemoryStore::new());
+    let store = faulty(MemoryStore::new());
     let c = Coordinator::builder(store.clone())
         .instance("m")
         .build()
@@ -69,14 +70,14 @@ async fn holding_claiming_failing_and_losing_are_counted() {
     assert_eq!(rec.read(telemetry::CLAIMS, "metered"), 1);
     assert_eq!(rec.gauge(telemetry::HELD, "metered"), 1.0);
 
-    store.set_mode(FaultMode::Fail);
+    store.hook().set_mode(FaultMode::Cut);
     term.lost().await;
     // Renewals at 2, 4, 6 and 8 s failed; the deadline ended the term at 10 s.
     assert_eq!(rec.read(telemetry::RENEW_FAILURES, "metered"), 4);
     assert_eq!(rec.read(telemetry::LOSSES, "metered"), 1);
     assert_eq!(rec.gauge(telemetry::HELD, "metered"), 0.0);
 
-    store.set_mode(FaultMode::Pass);
+    store.hook().set_mode(FaultMode::Pass);
     tokio::time::sleep(Duration::from_secs(20)).await;
     let again = c.try_acquire("metered").await.unwrap();
     assert_eq!(rec.read(telemetry::CLAIMS, "metered"), 2);

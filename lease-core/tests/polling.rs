@@ -5,8 +5,9 @@
 
 use std::time::Duration;
 
+use lease_conformance::{FaultMode, faulty};
 use lease_core::{PollingLeaser, PollingStore};
-use lease_local::{FaultMode, FaultyStore, MemoryStore};
+use lease_local::MemoryStore;
 use tokio::time::{Instant, sleep_until};
 
 const TTL: Duration = Duration::from_secs(3);
@@ -21,7 +22,7 @@ fn ms(n: u64) -> Duration {
 /// the TTL.
 #[tokio::test(start_paused = true)]
 async fn is_held_turns_false_at_the_give_up_instant_while_a_poll_hangs() {
-    let store = FaultyStore::new(MemoryStore::new());
+    let store = faulty(MemoryStore::new());
     let leaser = PollingLeaser::new(store.clone(), TTL, POLL).unwrap();
     let t0 = Instant::now();
     let lease = leaser.new_lease("job", b"a".to_vec()).unwrap();
@@ -32,7 +33,7 @@ async fn is_held_turns_false_at_the_give_up_instant_while_a_poll_hangs() {
     assert!(lease.is_held());
 
     // t = 1: the poll fails at once.
-    store.set_mode(FaultMode::Fail);
+    store.hook().set_mode(FaultMode::Cut);
     sleep_until(t0 + ms(1_500)).await;
     assert!(
         lease.is_held(),
@@ -40,7 +41,7 @@ async fn is_held_turns_false_at_the_give_up_instant_while_a_poll_hangs() {
     );
 
     // t = 2: the poll hangs (until its bound, at t = 3, the TTL).
-    store.set_mode(FaultMode::Stall);
+    store.hook().set_mode(FaultMode::Stall);
     sleep_until(t0 + ms(1_999)).await;
     assert!(lease.is_held(), "held until two thirds of the TTL");
     sleep_until(t0 + ms(2_001)).await;
@@ -56,7 +57,7 @@ async fn is_held_turns_false_at_the_give_up_instant_while_a_poll_hangs() {
     assert!(!lease.is_held(), "is_held() true at 2.999 s of a 3 s TTL");
 
     // The store answers again: the lease comes back (nobody else wanted it).
-    store.set_mode(FaultMode::Pass);
+    store.hook().set_mode(FaultMode::Pass);
     sleep_until(t0 + ms(4_100)).await;
     assert!(lease.is_held());
     lease.close().await;
@@ -66,15 +67,15 @@ async fn is_held_turns_false_at_the_give_up_instant_while_a_poll_hangs() {
 /// never both held, and the contender takes the name only once the holder's TTL has run out.
 #[tokio::test(start_paused = true)]
 async fn a_contender_never_overlaps_a_holder_whose_polls_hang() {
-    let store = FaultyStore::new(MemoryStore::new());
+    let store = faulty(MemoryStore::new());
     let leaser = PollingLeaser::new(store.clone(), TTL, POLL).unwrap();
     let t0 = Instant::now();
     let a = leaser.new_lease("job", b"a".to_vec()).unwrap();
     sleep_until(t0 + ms(10)).await;
     assert!(a.is_held());
-    store.set_mode(FaultMode::Fail);
+    store.hook().set_mode(FaultMode::Cut);
     sleep_until(t0 + ms(1_500)).await;
-    store.set_mode(FaultMode::Stall);
+    store.hook().set_mode(FaultMode::Stall);
     // A contender on the same store, unaffected by the faults.
     let direct = PollingLeaser::new(store.inner().clone(), TTL, POLL).unwrap();
     let b = direct.new_lease("job", b"b".to_vec()).unwrap();
@@ -93,7 +94,7 @@ async fn a_contender_never_overlaps_a_holder_whose_polls_hang() {
     // The store's record is b's.
     let (_, holder) = store.inner().try_acquire("job", b"c", TTL).await.unwrap();
     assert_eq!(holder, b"b");
-    store.set_mode(FaultMode::Pass);
+    store.hook().set_mode(FaultMode::Pass);
     b.close().await;
     a.close().await;
 }

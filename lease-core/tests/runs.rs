@@ -9,10 +9,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use lease_conformance::{FaultMode, FaultyStore, faulty};
 use lease_core::{
     Coordinator, Error, ErrorKind, LeaseStore, OnWorkError, StepDownFailure, Term, telemetry,
 };
-use lease_local::{FaultMode, FaultyStore, MemoryStore};
+use lease_local::MemoryStore;
 use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
 use tokio::sync::Notify;
 use tokio::time::{Instant, sleep};
@@ -106,7 +107,7 @@ enum Via {
 #[tokio::test(start_paused = true)]
 async fn a_dropped_run_keeps_its_lease_until_the_work_returns() {
     for via in [Via::TermRun, Via::CoordinatorRun, Via::RunElected] {
-        let store = FaultyStore::new(MemoryStore::new());
+        let store = faulty(MemoryStore::new());
         let (a, _) = coordinator(&store, "a");
         let (b, _) = coordinator(&store, "b");
         let started = Arc::new(Notify::new());
@@ -173,7 +174,7 @@ async fn a_dropped_run_keeps_its_lease_until_the_work_returns() {
 /// while it winds down.
 #[tokio::test(start_paused = true)]
 async fn a_dropped_run_tells_its_work_to_stop_and_renews_while_it_winds_down() {
-    let store = FaultyStore::new(MemoryStore::new());
+    let store = faulty(MemoryStore::new());
     let (a, _) = coordinator(&store, "a");
     let (b, _) = coordinator(&store, "b");
     let term = a.try_acquire("job").await.unwrap();
@@ -209,7 +210,7 @@ async fn a_dropped_run_tells_its_work_to_stop_and_renews_while_it_winds_down() {
 /// fail action and the abort of the work.
 #[tokio::test(start_paused = true)]
 async fn a_dropped_run_still_fails_work_that_outlives_the_grace_after_a_loss() {
-    let store = FaultyStore::new(MemoryStore::new());
+    let store = faulty(MemoryStore::new());
     let (a, failures) = coordinator(&store, "a");
     let term = a.try_acquire("job").await.unwrap();
     let t0 = Instant::now();
@@ -222,7 +223,7 @@ async fn a_dropped_run_still_fails_work_that_outlives_the_grace_after_a_loss() {
     }));
     sleep(S).await;
     runner.abort();
-    store.set_mode(FaultMode::Fail);
+    store.hook().set_mode(FaultMode::Cut);
     sleep(20 * S).await;
     let failures = failures.list();
     assert_eq!(failures.len(), 1, "the fail action ran");
@@ -240,7 +241,7 @@ async fn a_dropped_run_still_fails_work_that_outlives_the_grace_after_a_loss() {
 /// supervisor releases, for `run` as for a scheduler round.
 #[tokio::test(start_paused = true)]
 async fn abandoned_work_is_released_once_its_task_is_gone_though_a_handle_is_kept() {
-    let store = FaultyStore::new(MemoryStore::new());
+    let store = faulty(MemoryStore::new());
     let (a, failures) = coordinator(&store, "a");
     let (b, _) = coordinator(&store, "b");
     let term = a.try_acquire("job").await.unwrap();
@@ -253,10 +254,10 @@ async fn abandoned_work_is_released_once_its_task_is_gone_though_a_handle_is_kep
     sleep(S).await;
     // Renewals fail: the term is lost at its local deadline (10 s), while the store still
     // holds the lease (its TTL runs out at 15 s).
-    store.set_mode(FaultMode::Fail);
+    store.hook().set_mode(FaultMode::Cut);
     sleep(11 * S).await;
     assert!(kept.is_lost());
-    store.set_mode(FaultMode::Pass);
+    store.hook().set_mode(FaultMode::Pass);
     let e = runner.await.unwrap().unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Lost, "{e}");
     assert_eq!(t0.elapsed(), 14 * S, "at the deadline (10 s) + grace (4 s)");
@@ -280,7 +281,7 @@ async fn abandoned_work_is_released_once_its_task_is_gone_though_a_handle_is_kep
 #[tokio::test(start_paused = true)]
 async fn close_racing_run_never_starts_work_under_a_released_term() {
     for stall_release in [false, true] {
-        let store = FaultyStore::new(MemoryStore::new());
+        let store = faulty(MemoryStore::new());
         let (a, _) = coordinator(&store, "a");
         let term = a.try_acquire("job").await.unwrap();
         let closing = {
@@ -289,8 +290,8 @@ async fn close_racing_run_never_starts_work_under_a_released_term() {
         };
         if stall_release {
             // close's release hangs: the term is being released.
-            store.set_mode(FaultMode::Stall);
-            while store.counts().releases == 0 {
+            store.hook().set_mode(FaultMode::Stall);
+            while store.hook().counts().releases == 0 {
                 tokio::task::yield_now().await;
             }
         } else {
@@ -314,7 +315,7 @@ async fn close_racing_run_never_starts_work_under_a_released_term() {
              (run returned {result:?})"
         );
         assert_eq!(result.unwrap_err().kind(), ErrorKind::Closed);
-        store.set_mode(FaultMode::Pass);
+        store.hook().set_mode(FaultMode::Pass);
         closing.await.unwrap().unwrap();
     }
 }
@@ -322,7 +323,7 @@ async fn close_racing_run_never_starts_work_under_a_released_term() {
 /// A term resigned (released) before it is handed to `run` starts no work either.
 #[tokio::test(start_paused = true)]
 async fn run_of_a_resigned_or_lost_term_starts_no_work() {
-    let store = FaultyStore::new(MemoryStore::new());
+    let store = faulty(MemoryStore::new());
     let (a, _) = coordinator(&store, "a");
     let term = a.try_acquire("job").await.unwrap();
     term.resign().await.unwrap();
@@ -391,7 +392,7 @@ async fn run_elected_campaigns_again_when_the_work_learns_of_the_loss_first() {
     for learns in [Learns::LostError, Learns::WrappedLost, Learns::PlainError] {
         let rec = Rec::default();
         let _local = metrics::set_default_local_recorder(&rec);
-        let store = FaultyStore::new(MemoryStore::new());
+        let store = faulty(MemoryStore::new());
         let (a, failures) = coordinator(&store, "a");
         let terms = Arc::new(Mutex::new(Vec::new()));
         let seen = terms.clone();
@@ -456,7 +457,7 @@ async fn run_elected_campaigns_again_when_the_work_learns_of_the_loss_first() {
 async fn run_elected_restarts_failed_work_with_a_backoff_by_default() {
     let rec = Rec::default();
     let _local = metrics::set_default_local_recorder(&rec);
-    let store = FaultyStore::new(MemoryStore::new());
+    let store = faulty(MemoryStore::new());
     let (a, failures) = coordinator(&store, "a");
     let starts = Arc::new(Mutex::new(Vec::new()));
     let seen = starts.clone();
@@ -520,7 +521,7 @@ async fn run_elected_restarts_failed_work_with_a_backoff_by_default() {
 /// Between failures the name is free, so a healthy node takes over at once.
 #[tokio::test(start_paused = true)]
 async fn a_failing_elector_lets_a_healthy_node_take_over() {
-    let store = FaultyStore::new(MemoryStore::new());
+    let store = faulty(MemoryStore::new());
     let (a, _) = coordinator(&store, "a");
     let (b, _) = coordinator(&store, "b");
     let failing = {
@@ -567,7 +568,7 @@ async fn a_failing_elector_lets_a_healthy_node_take_over() {
 async fn run_elected_under_the_return_policy_returns_and_counts_the_end() {
     let rec = Rec::default();
     let _local = metrics::set_default_local_recorder(&rec);
-    let store = FaultyStore::new(MemoryStore::new());
+    let store = faulty(MemoryStore::new());
     let a = Coordinator::builder(store.clone())
         .instance("a")
         .on_work_error(OnWorkError::Return)
@@ -603,7 +604,7 @@ async fn run_elected_under_the_return_policy_returns_and_counts_the_end() {
 async fn a_work_error_after_a_close_is_not_a_loss() {
     let rec = Rec::default();
     let _local = metrics::set_default_local_recorder(&rec);
-    let store = FaultyStore::new(MemoryStore::new());
+    let store = faulty(MemoryStore::new());
     let (a, _) = coordinator(&store, "a");
     let term = a.try_acquire("job").await.unwrap();
     let run = tokio::spawn(term.run(|term| async move {
@@ -623,7 +624,7 @@ async fn a_work_error_after_a_close_is_not_a_loss() {
 async fn close_racing_run_on_two_threads_never_releases_under_running_work() {
     let mut started = 0;
     for _ in 0..300 {
-        let store = FaultyStore::new(MemoryStore::new());
+        let store = faulty(MemoryStore::new());
         let (a, _) = coordinator(&store, "a");
         let term = a.try_acquire("job").await.unwrap();
         let closing = {

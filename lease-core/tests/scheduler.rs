@@ -51,6 +51,8 @@ impl Link {
     }
 }
 
+// A forwarder: every method is written out, so none can be lost.
+#[deny(clippy::missing_trait_methods)]
 #[async_trait]
 impl LeaseStore for Link {
     fn backend(&self) -> &'static str {
@@ -58,6 +60,14 @@ impl LeaseStore for Link {
     }
     fn capabilities(&self) -> Capabilities {
         self.store.capabilities()
+    }
+    async fn available(&self) -> Result<()> {
+        self.gate().await;
+        self.store.available().await
+    }
+    async fn force_release(&self, name: &str) -> Result<bool> {
+        self.gate().await;
+        self.store.force_release(name).await
     }
     async fn claim(
         &self,
@@ -92,6 +102,7 @@ impl LeaseStore for Link {
     }
 }
 
+#[deny(clippy::missing_trait_methods)]
 #[async_trait]
 impl SlotStore for Link {
     async fn claim_slot(

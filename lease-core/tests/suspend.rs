@@ -7,9 +7,10 @@
 
 use std::time::Duration;
 
+use lease_conformance::{FaultMode, FaultyStore, faulty};
 use lease_core::clock::testing;
 use lease_core::{Coordinator, ErrorKind, Timings};
-use lease_local::{FaultMode, FaultyStore, MemoryStore};
+use lease_local::MemoryStore;
 use tokio::time::{Instant, sleep, timeout};
 
 const S: Duration = Duration::from_secs(1);
@@ -37,7 +38,7 @@ async fn a_suspend_past_the_deadline_ends_the_term_at_once_on_resume() {
         eprintln!("no boot clock on this platform: nothing to test");
         return;
     }
-    let store = FaultyStore::new(MemoryStore::new());
+    let store = faulty(MemoryStore::new());
     let c = coordinator(store.clone());
     let term = c.try_acquire("job").await.unwrap();
     // Between renewals (every 2 s): the keeper sleeps on tokio's timer.
@@ -59,10 +60,10 @@ async fn a_suspend_during_a_hanging_renewal_ends_the_term_at_once_on_resume() {
         eprintln!("no boot clock on this platform: nothing to test");
         return;
     }
-    let store = FaultyStore::new(MemoryStore::new());
+    let store = faulty(MemoryStore::new());
     let c = coordinator(store.clone());
     let term = c.try_acquire("job").await.unwrap();
-    store.set_mode(FaultMode::Stall);
+    store.hook().set_mode(FaultMode::Stall);
     // The first renewal starts at 2 s and hangs (its timeout runs on tokio's clock).
     sleep(S * 2 + Duration::from_millis(100)).await;
     assert!(term.is_live());
@@ -78,7 +79,7 @@ async fn a_short_suspend_within_the_deadline_keeps_the_term() {
     if !testing::can_suspend() {
         return;
     }
-    let store = FaultyStore::new(MemoryStore::new());
+    let store = faulty(MemoryStore::new());
     let c = coordinator(store.clone());
     let term = c.try_acquire("job").await.unwrap();
     sleep(S / 2).await;

@@ -19,8 +19,6 @@
 //! # Ok(()) }
 //! ```
 
-mod audit;
-mod faults;
 mod leases;
 mod membership;
 mod partitions;
@@ -28,8 +26,6 @@ mod polling;
 mod slots;
 mod store;
 
-pub use audit::{AssignmentAudit, ConsumerPlan, assignments_settled};
-pub use faults::{FaultMode, FaultyStore, OpCounts};
 pub use store::MemoryStore;
 
 use lease_core::{Coordinator, Result};

@@ -5,34 +5,20 @@
 
 use std::sync::Arc;
 
-use lease_conformance::{FaultSwitch, Harness};
-use lease_local::{FaultMode, FaultyStore, MemoryStore};
-
-struct Switch(FaultyStore<MemoryStore>);
-
-impl FaultSwitch for Switch {
-    fn pass(&self) {
-        self.0.set_mode(FaultMode::Pass);
-    }
-    fn stall(&self) {
-        self.0.set_mode(FaultMode::Stall);
-    }
-    fn cut(&self) {
-        self.0.set_mode(FaultMode::Fail);
-    }
-}
+use lease_conformance::{Harness, faulty};
+use lease_local::MemoryStore;
 
 mod memory {
     use super::*;
 
     async fn setup() -> Option<Harness> {
         let store = MemoryStore::new();
-        let faulty = FaultyStore::new(store.clone());
+        let faulty = faulty(store.clone());
         Some(
             Harness::new(Arc::new(store.clone()))
                 .with_slots(Arc::new(store.clone()))
                 .with_groups(Arc::new(store), Some(Arc::new(faulty.clone())))
-                .with_faults(Arc::new(faulty.clone()), Arc::new(Switch(faulty))),
+                .with_faults(Arc::new(faulty.clone()), Arc::new(faulty.hook().clone())),
         )
     }
 

@@ -33,10 +33,8 @@ use std::time::Duration;
 
 use lease_conformance::History;
 use lease_conformance::history::Section;
-use lease_core::{
-    Capabilities, Coordinator, ErrorKind, LeaseInfo, LeaseStore, Result, Term, Timings,
-    backend::{Grant, HolderToken, async_trait},
-};
+use lease_core::layer::{Answer, Call, Hook, Intercept};
+use lease_core::{Coordinator, ErrorKind, LeaseStore, Term, Timings};
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -308,90 +306,47 @@ impl Zombies {
     }
 }
 
-/// A store that can be frozen: while frozen, every operation waits (without an answer) until
-/// it thaws — the store as seen from a process in a stop-the-world pause. The coordinator's
-/// attempt timeout gives up on the operations held, so renewals fail and the term runs out.
+/// The hook of a store that can be frozen: while frozen, every operation waits (without an
+/// answer) until it thaws — the store as seen from a process in a stop-the-world pause. The
+/// coordinator's attempt timeout gives up on the operations held, so renewals fail and the
+/// term runs out.
 #[derive(Debug)]
-pub(crate) struct Pausable {
-    inner: Arc<dyn LeaseStore>,
+pub(crate) struct Pause {
     frozen: watch::Sender<bool>,
 }
 
-impl Pausable {
+/// A store that can be frozen ([`Pause`]).
+pub(crate) type Pausable = Intercept<Arc<dyn LeaseStore>, Pause>;
+
+impl Pause {
     /// `inner`, not frozen.
-    pub(crate) fn new(inner: Arc<dyn LeaseStore>) -> Pausable {
-        Pausable {
+    pub(crate) fn wrap(inner: Arc<dyn LeaseStore>) -> Pausable {
+        Intercept::new(
             inner,
-            frozen: watch::Sender::new(false),
-        }
+            Pause {
+                frozen: watch::Sender::new(false),
+            },
+        )
     }
 
     /// Freezes (`true`) or thaws (`false`) the store.
     pub(crate) fn freeze(&self, frozen: bool) {
         self.frozen.send_replace(frozen);
     }
-
-    async fn gate(&self) {
-        let mut rx = self.frozen.subscribe();
-        // The sender lives as long as `self`.
-        let _ = rx.wait_for(|frozen| !frozen).await;
-    }
 }
 
-#[async_trait]
-impl LeaseStore for Pausable {
-    fn backend(&self) -> &'static str {
-        self.inner.backend()
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-
-    async fn available(&self) -> Result<()> {
-        self.gate().await;
-        self.inner.available().await
-    }
-
-    async fn claim(
-        &self,
-        name: &str,
-        holder: &HolderToken,
-        instance: &str,
-        ttl: Duration,
-    ) -> Result<Option<Grant>> {
-        self.gate().await;
-        self.inner.claim(name, holder, instance, ttl).await
-    }
-
-    async fn renew(
-        &self,
-        name: &str,
-        holder: &HolderToken,
-        ttl: Duration,
-    ) -> Result<Option<Grant>> {
-        self.gate().await;
-        self.inner.renew(name, holder, ttl).await
-    }
-
-    async fn release(&self, name: &str, holder: &HolderToken) -> Result<bool> {
-        self.gate().await;
-        self.inner.release(name, holder).await
-    }
-
-    async fn verify(&self, name: &str, holder: &HolderToken) -> Result<Option<Grant>> {
-        self.gate().await;
-        self.inner.verify(name, holder).await
-    }
-
-    async fn get(&self, name: &str) -> Result<Option<LeaseInfo>> {
-        self.gate().await;
-        self.inner.get(name).await
-    }
-
-    async fn force_release(&self, name: &str) -> Result<bool> {
-        self.gate().await;
-        self.inner.force_release(name).await
+impl Hook for Pause {
+    fn around<'a, T: Send + 'static>(
+        &'a self,
+        _call: Call<'a>,
+        op: Answer<'a, T>,
+    ) -> Answer<'a, T> {
+        let mut rx = self.frozen.subscribe();
+        Box::pin(async move {
+            // The sender lives as long as `self`.
+            let _ = rx.wait_for(|frozen| !frozen).await;
+            op.await
+        })
     }
 }
 
@@ -573,7 +528,7 @@ impl ZombieContender {
     ) -> lease_core::Result<ZombieContender> {
         let failures = Arc::clone(&record.step_down_failures);
         let zombies = Arc::clone(&record.zombies);
-        let store = Arc::new(Pausable::new(store));
+        let store = Arc::new(Pause::wrap(store));
         // The fail action records instead of exiting: a zombie's is expected, any other (a
         // term of the zombie contender that was not taken as a zombie) a step-down failure.
         let coordinator = Coordinator::builder_arc(store.clone())
@@ -650,7 +605,7 @@ async fn zombie(
     let _written = record.resource.write_in(&section, Some(&who));
     tokio::time::sleep(Duration::from_millis(10)).await;
     section.exit();
-    store.freeze(true);
+    store.hook().freeze(true);
     drop(term);
     let (woke_tx, woke_rx) = oneshot::channel::<()>();
     let zombies = Arc::clone(&record.zombies);
@@ -669,7 +624,7 @@ async fn zombie(
                 .write(&who, token, record.holder_label().as_deref())
         });
         let fail_action_fired = record.zombies.fired(&who, token);
-        store.freeze(false);
+        store.hook().freeze(false);
         record.zombies.finish(Zombie {
             who,
             token,

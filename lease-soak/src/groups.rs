@@ -20,8 +20,8 @@ use std::collections::{BTreeSet, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use lease_conformance::{AssignmentAudit, ConsumerPlan, assignments_settled};
 use lease_core::{Assignment, GroupStore, GroupWorker, MembershipStore, PartitionStore, Timings};
-use lease_local::{AssignmentAudit, ConsumerPlan, assignments_settled};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep, sleep_until, timeout};
@@ -29,7 +29,7 @@ use tokio::time::{Instant, sleep, sleep_until, timeout};
 use crate::cli::Args;
 use crate::report::{GroupReport, Settle};
 use crate::schedule::{GroupAction, GroupSchedule, Mode};
-use crate::stores::{LyingGroupStore, Switch};
+use crate::stores::{LyingGroups, Switch};
 
 /// How often the audit reads each worker's assignment (besides every change).
 const AUDIT_EVERY: Duration = Duration::from_millis(5);
@@ -525,7 +525,7 @@ pub(crate) async fn run(
         .map(|(i, (store, switch))| Slot {
             node: format!("worker-{i}"),
             store: if args.break_group_renewals {
-                Arc::new(LyingGroupStore::new(store, args.lease()))
+                Arc::new(LyingGroups::wrap(store, args.lease()))
             } else {
                 store
             },

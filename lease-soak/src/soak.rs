@@ -7,8 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lease_conformance::FaultProxy;
+use lease_conformance::faulty;
 use lease_core::{GroupStore, LeaseStore, Timings};
-use lease_local::{FaultyStore, MemoryStore};
+use lease_local::MemoryStore;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -18,7 +19,7 @@ use crate::groups::{self, GroupSetup, Restart};
 use crate::report::{BackendReport, Outcome};
 use crate::schedule::{Mode, Schedule};
 use crate::servers::{self, Server, SetupError, TempDir};
-use crate::stores::{self, LyingStore, Reopenable, Switch};
+use crate::stores::{self, LyingRenewals, LyingStore, Reopenable, Switch};
 
 /// How long a contender may take to stop once its coordinator is closed.
 const STOP_TIMEOUT: Duration = Duration::from_secs(10);
@@ -198,13 +199,14 @@ async fn run_server(
     Ok(report)
 }
 
-/// Wraps each store in a [`FaultyStore`], whose switch plays the faults.
+/// Wraps each store in a [`FaultyStore`](lease_conformance::FaultyStore), whose switch plays
+/// the faults.
 fn wrap_in_faults(
     inner: impl Iterator<Item = Arc<dyn GroupStore>>,
 ) -> (Vec<Arc<dyn GroupStore>>, Vec<Switch>) {
     inner
         .map(|s| {
-            let faulty = FaultyStore::new(s);
+            let faulty = faulty(s);
             (
                 Arc::new(faulty.clone()) as Arc<dyn GroupStore>,
                 Switch::Store(faulty),
@@ -292,7 +294,7 @@ async fn drive(
     // the faults aim at).
     let zombie = stores.pop().and_then(|store| {
         let store: Arc<dyn LeaseStore> = if args.break_renewals {
-            Arc::new(LyingStore(store))
+            Arc::new(LyingStore::new(store, LyingRenewals))
         } else {
             store
         };
@@ -302,7 +304,7 @@ async fn drive(
     });
     for (i, store) in stores.into_iter().enumerate() {
         let store: Arc<dyn LeaseStore> = if args.break_renewals {
-            Arc::new(LyingStore(store))
+            Arc::new(LyingStore::new(store, LyingRenewals))
         } else {
             store
         };

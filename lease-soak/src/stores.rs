@@ -2,7 +2,7 @@
 //!
 //! Servers are reached through one [`FaultProxy`] per contender, so a stall or a cut hits one
 //! contender's connections only. The embedded backends have no connection to cut: their
-//! contenders' stores are wrapped in lease-local's [`FaultyStore`] instead (stall = operations
+//! contenders' stores are wrapped in the test kit's [`FaultyStore`] instead (stall = operations
 //! held without an answer, cut = operations failing at once). For SQLite, each contender's store
 //! is a [`Reopenable`] one, whose "restart" closes every connection to the file and opens new
 //! ones.
@@ -14,13 +14,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use lease_conformance::{FaultMode, FaultProxy};
+use lease_conformance::{FaultMode, FaultProxy, FaultyStore};
+use lease_core::layer::{Answer, Call, Hook, Intercept, Operation, answer_as, peek};
 use lease_core::{
     Capabilities, Error, GroupStore, LeaseInfo, LeaseStore, Member, MembershipStore,
     PartitionLease, PartitionStore, Result,
     backend::{Grant, HolderToken, async_trait},
 };
-use lease_local::FaultyStore;
 use lease_nats::{NatsConfig, NatsStore};
 use lease_redis::RedisConfig;
 use lease_sql::{MySqlStore, PostgresStore, SqlConfig, SqliteStore};
@@ -82,6 +82,15 @@ pub(crate) async fn probe(
     }
 }
 
+/// The fault of a scheduled mode, for a proxy or a store alike.
+fn fault(mode: Mode) -> FaultMode {
+    match mode {
+        Mode::Pass => FaultMode::Pass,
+        Mode::Stall => FaultMode::Stall,
+        Mode::Cut => FaultMode::Cut,
+    }
+}
+
 /// The fault switch of one contender.
 pub(crate) enum Switch {
     /// A TCP proxy between the contender and the server.
@@ -94,259 +103,192 @@ impl Switch {
     /// Puts the contender's connection in `mode`.
     pub(crate) fn set(&self, mode: Mode) {
         match self {
-            Switch::Proxy(proxy) => proxy.set_mode(match mode {
-                Mode::Pass => FaultMode::Pass,
-                Mode::Stall => FaultMode::Stall,
-                Mode::Cut => FaultMode::Cut,
-            }),
-            Switch::Store(store) => store.set_mode(match mode {
-                Mode::Pass => lease_local::FaultMode::Pass,
-                Mode::Stall => lease_local::FaultMode::Stall,
-                Mode::Cut => lease_local::FaultMode::Fail,
-            }),
+            Switch::Proxy(proxy) => proxy.set_mode(fault(mode)),
+            Switch::Store(store) => store.hook().set_mode(fault(mode)),
         }
     }
 }
 
-/// A deliberately broken store for checking the checker (`--break-renewals`): a renewal that
-/// fails or takes longer than a tenth of the TTL is reported as successful.
-#[derive(Debug)]
-pub(crate) struct LyingStore(pub(crate) Arc<dyn LeaseStore>);
+/// `lie` as the answer of the operation at hand, or `truth` when the operation answers
+/// another type (which the hooks below never let happen: they lie only about operations
+/// whose answer type is the lie's).
+fn lie_or<T: 'static, U: 'static>(lie: U, truth: Result<T>) -> Result<T> {
+    answer_as::<T, U>(lie).map_or(truth, Ok)
+}
 
-#[async_trait]
-impl LeaseStore for LyingStore {
-    fn backend(&self) -> &'static str {
-        self.0.backend()
+/// `op`'s answer if it is a success within `within`; else the error, or a timeout error.
+async fn within<T>(within: Duration, what: Call<'_>, op: Answer<'_, T>) -> Result<T> {
+    match tokio::time::timeout(within, op).await {
+        Ok(answer) => answer,
+        Err(_) => Err(Error::timeout(what.operation, within)),
     }
+}
 
-    fn capabilities(&self) -> Capabilities {
-        self.0.capabilities()
-    }
+/// A deliberately broken store for checking the checker (`--break-renewals`): the hook of a
+/// store whose renewal that fails or takes longer than a tenth of the TTL is reported as
+/// successful. Everything else passes through.
+#[derive(Debug, Default)]
+pub(crate) struct LyingRenewals;
 
-    async fn claim(
-        &self,
-        name: &str,
-        holder: &HolderToken,
-        instance: &str,
-        ttl: Duration,
-    ) -> Result<Option<Grant>> {
-        self.0.claim(name, holder, instance, ttl).await
-    }
+/// A lease store whose renewals lie ([`LyingRenewals`]).
+pub(crate) type LyingStore = Intercept<Arc<dyn LeaseStore>, LyingRenewals>;
 
-    async fn renew(
-        &self,
-        name: &str,
-        holder: &HolderToken,
-        ttl: Duration,
-    ) -> Result<Option<Grant>> {
-        match tokio::time::timeout(ttl / 10, self.0.renew(name, holder, ttl)).await {
-            Ok(Ok(answer)) => Ok(answer),
-            // The lie: the keeper only reads the time left from a renewal's grant.
-            Ok(Err(_)) | Err(_) => Ok(Some(Grant {
-                term: 0,
-                expires_in: ttl,
-            })),
-        }
-    }
-
-    async fn release(&self, name: &str, holder: &HolderToken) -> Result<bool> {
-        self.0.release(name, holder).await
-    }
-
-    async fn verify(&self, name: &str, holder: &HolderToken) -> Result<Option<Grant>> {
-        self.0.verify(name, holder).await
-    }
-
-    async fn get(&self, name: &str) -> Result<Option<LeaseInfo>> {
-        self.0.get(name).await
+impl Hook for LyingRenewals {
+    fn around<'a, T: Send + 'static>(&'a self, call: Call<'a>, op: Answer<'a, T>) -> Answer<'a, T> {
+        let (Operation::Renew, Some(ttl)) = (call.operation, call.ttl) else {
+            return op;
+        };
+        Box::pin(async move {
+            match within(ttl / 10, call, op).await {
+                Ok(answer) => Ok(answer),
+                // The lie: the keeper only reads the time left from a renewal's grant.
+                Err(e) => lie_or(
+                    Some(Grant {
+                        term: 0,
+                        expires_in: ttl,
+                    }),
+                    Err(e),
+                ),
+            }
+        })
     }
 }
 
 /// A deliberately broken group store for checking the assignment audit
-/// (`--break-group-renewals`): a batch renewal that fails or takes longer than a tenth of the
-/// lease is answered as if every partition named had been renewed, under the epoch this store
-/// last saw it acquired with.
+/// (`--break-group-renewals`): the hook of a store whose batch renewal that fails or takes
+/// longer than a tenth of the lease is answered as if every partition named had been renewed,
+/// under the epoch this store last saw it acquired with.
 ///
 /// The worker's tick heartbeats and reads the members before it renews, each call cut at the
 /// earliest local deadline; where a cut connection makes requests wait for their timeout rather
 /// than fail at once (NATS), those two calls alone would outlast the deadline and the worker
 /// would drop its partitions before the lie could keep them. So they lie too, after the same
-/// tenth of the lease: a heartbeat as if recorded, a member read with the last list read.
-/// Everything else is passed through.
+/// tenth of the lease: a heartbeat as if recorded (the member as last recorded through this
+/// store, with a fresh expiry; the worker reads nothing but success from it), a member read
+/// with the last list read. Everything else is passed through.
 #[derive(Debug)]
-pub(crate) struct LyingGroupStore {
-    inner: Arc<dyn GroupStore>,
+pub(crate) struct LyingGroups {
     /// How long a call may take before the store lies about it.
     lie_after: Duration,
     /// The epoch of each partition as last acquired through this store, by group.
     epochs: Mutex<HashMap<(String, u32), u64>>,
     /// The last member list read, by service.
     members: Mutex<HashMap<String, Vec<Member>>>,
+    /// The last heartbeat's answer, by service and node.
+    beats: Mutex<HashMap<(String, String), Member>>,
 }
 
-impl LyingGroupStore {
-    /// Wraps `inner`, for a lease of `lease`.
-    pub(crate) fn new(inner: Arc<dyn GroupStore>, lease: Duration) -> LyingGroupStore {
-        LyingGroupStore {
+/// A group store whose renewals, heartbeats and member reads lie ([`LyingGroups`]).
+pub(crate) type LyingGroupStore = Intercept<Arc<dyn GroupStore>, LyingGroups>;
+
+impl LyingGroups {
+    /// `inner` with the lies around it, for a lease of `lease`.
+    pub(crate) fn wrap(inner: Arc<dyn GroupStore>, lease: Duration) -> LyingGroupStore {
+        Intercept::new(
             inner,
-            lie_after: lease / 10,
-            epochs: Mutex::default(),
-            members: Mutex::default(),
-        }
+            LyingGroups {
+                lie_after: lease / 10,
+                epochs: Mutex::default(),
+                members: Mutex::default(),
+                beats: Mutex::default(),
+            },
+        )
     }
 
-    fn epochs(&self) -> MutexGuard<'_, HashMap<(String, u32), u64>> {
-        self.epochs.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn members(&self) -> MutexGuard<'_, HashMap<String, Vec<Member>>> {
-        self.members.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
-#[async_trait]
-impl LeaseStore for LyingGroupStore {
-    fn backend(&self) -> &'static str {
-        self.inner.backend()
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-
-    async fn claim(
-        &self,
-        name: &str,
-        holder: &HolderToken,
-        instance: &str,
-        ttl: Duration,
-    ) -> Result<Option<Grant>> {
-        self.inner.claim(name, holder, instance, ttl).await
-    }
-
-    async fn renew(
-        &self,
-        name: &str,
-        holder: &HolderToken,
-        ttl: Duration,
-    ) -> Result<Option<Grant>> {
-        self.inner.renew(name, holder, ttl).await
-    }
-
-    async fn release(&self, name: &str, holder: &HolderToken) -> Result<bool> {
-        self.inner.release(name, holder).await
-    }
-
-    async fn verify(&self, name: &str, holder: &HolderToken) -> Result<Option<Grant>> {
-        self.inner.verify(name, holder).await
-    }
-
-    async fn get(&self, name: &str) -> Result<Option<LeaseInfo>> {
-        self.inner.get(name).await
-    }
-}
-
-#[async_trait]
-impl PartitionStore for LyingGroupStore {
-    async fn acquire_partition(
-        &self,
-        group: &str,
-        partition: u32,
-        owner: &str,
-        ttl: Duration,
-    ) -> Result<Option<PartitionLease>> {
-        let answer = self
-            .inner
-            .acquire_partition(group, partition, owner, ttl)
-            .await?;
-        if let Some(lease) = &answer {
-            self.epochs()
-                .insert((group.to_owned(), partition), lease.epoch);
+    async fn acquired<T: 'static>(&self, call: Call<'_>, op: Answer<'_, T>) -> Result<T> {
+        let answer = op.await?;
+        if let (Some(Some(lease)), Some(&p)) = (
+            peek::<T, Option<PartitionLease>>(&answer),
+            call.partitions.first(),
+        ) {
+            lock(&self.epochs).insert((call.name.to_owned(), p), lease.epoch);
         }
         Ok(answer)
     }
 
-    async fn renew_partitions(
-        &self,
-        group: &str,
-        partitions: &[u32],
-        owner: &str,
-        ttl: Duration,
-    ) -> Result<Vec<PartitionLease>> {
-        let renewal = self.inner.renew_partitions(group, partitions, owner, ttl);
-        match tokio::time::timeout(self.lie_after, renewal).await {
-            Ok(Ok(answer)) => Ok(answer),
-            // The lie: the worker only matches partitions and epochs in the answer.
-            Ok(Err(_)) | Err(_) => {
-                let epochs = self.epochs();
-                Ok(partitions
-                    .iter()
-                    .filter_map(|&p| {
-                        epochs
-                            .get(&(group.to_owned(), p))
-                            .map(|&epoch| PartitionLease {
-                                partition: p,
-                                owner: owner.to_owned(),
-                                epoch,
-                                expires_in: ttl,
-                            })
+    async fn renewed<T: 'static>(&self, call: Call<'_>, op: Answer<'_, T>) -> Result<T> {
+        let truth = match within(self.lie_after, call, op).await {
+            Ok(answer) => return Ok(answer),
+            Err(e) => Err(e),
+        };
+        let (Some(owner), Some(ttl)) = (call.who, call.ttl) else {
+            return truth;
+        };
+        // The lie: the worker only matches partitions and epochs in the answer.
+        let epochs = lock(&self.epochs);
+        let leases: Vec<PartitionLease> = call
+            .partitions
+            .iter()
+            .filter_map(|&p| {
+                epochs
+                    .get(&(call.name.to_owned(), p))
+                    .map(|&epoch| PartitionLease {
+                        partition: p,
+                        owner: owner.to_owned(),
+                        epoch,
+                        expires_in: ttl,
                     })
-                    .collect())
+            })
+            .collect();
+        lie_or(leases, truth)
+    }
+
+    async fn beat<T: 'static>(&self, call: Call<'_>, op: Answer<'_, T>) -> Result<T> {
+        let key = (
+            call.name.to_owned(),
+            call.who.unwrap_or_default().to_owned(),
+        );
+        let truth = match within(self.lie_after, call, op).await {
+            Ok(answer) => {
+                if let Some(member) = peek::<T, Member>(&answer) {
+                    lock(&self.beats).insert(key, member.clone());
+                }
+                return Ok(answer);
+            }
+            Err(e) => Err(e),
+        };
+        let mut member = lock(&self.beats).get(&key).cloned().unwrap_or(Member {
+            node: key.1,
+            address: String::new(),
+            groups: Vec::new(),
+            expires_in: Duration::ZERO,
+        });
+        member.expires_in = call.ttl.unwrap_or(self.lie_after * 10);
+        lie_or(member, truth)
+    }
+
+    async fn read_members<T: 'static>(&self, call: Call<'_>, op: Answer<'_, T>) -> Result<T> {
+        match within(self.lie_after, call, op).await {
+            Ok(answer) => {
+                if let Some(members) = peek::<T, Vec<Member>>(&answer) {
+                    lock(&self.members).insert(call.name.to_owned(), members.clone());
+                }
+                Ok(answer)
+            }
+            Err(e) => {
+                let last = lock(&self.members)
+                    .get(call.name)
+                    .cloned()
+                    .unwrap_or_default();
+                lie_or(last, Err(e))
             }
         }
-    }
-
-    async fn release_partitions(
-        &self,
-        group: &str,
-        partitions: &[u32],
-        owner: &str,
-    ) -> Result<usize> {
-        self.inner
-            .release_partitions(group, partitions, owner)
-            .await
-    }
-
-    async fn owners(&self, group: &str) -> Result<Vec<PartitionLease>> {
-        self.inner.owners(group).await
     }
 }
 
-#[async_trait]
-impl MembershipStore for LyingGroupStore {
-    async fn heartbeat(
-        &self,
-        service: &str,
-        node: &str,
-        address: &str,
-        ttl: Duration,
-        groups: &[String],
-    ) -> Result<Member> {
-        let beat = self.inner.heartbeat(service, node, address, ttl, groups);
-        match tokio::time::timeout(self.lie_after, beat).await {
-            Ok(Ok(member)) => Ok(member),
-            Ok(Err(_)) | Err(_) => Ok(Member {
-                node: node.to_owned(),
-                address: address.to_owned(),
-                groups: groups.to_vec(),
-                expires_in: ttl,
-            }),
-        }
-    }
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
 
-    async fn members(&self, service: &str) -> Result<Vec<Member>> {
-        let read = self.inner.members(service);
-        match tokio::time::timeout(self.lie_after, read).await {
-            Ok(Ok(members)) => {
-                self.members().insert(service.to_owned(), members.clone());
-                Ok(members)
-            }
-            Ok(Err(_)) | Err(_) => Ok(self.members().get(service).cloned().unwrap_or_default()),
+impl Hook for LyingGroups {
+    fn around<'a, T: Send + 'static>(&'a self, call: Call<'a>, op: Answer<'a, T>) -> Answer<'a, T> {
+        match call.operation {
+            Operation::AcquirePartition => Box::pin(self.acquired(call, op)),
+            Operation::RenewPartitions => Box::pin(self.renewed(call, op)),
+            Operation::Heartbeat => Box::pin(self.beat(call, op)),
+            Operation::Members => Box::pin(self.read_members(call, op)),
+            _ => op,
         }
-    }
-
-    async fn leave(&self, service: &str, node: &str) -> Result<bool> {
-        self.inner.leave(service, node).await
     }
 }
 
@@ -356,6 +298,7 @@ impl MembershipStore for LyingGroupStore {
 #[derive(Debug)]
 pub(crate) struct Reopenable {
     url: String,
+    backend: &'static str,
     caps: Capabilities,
     current: Mutex<Option<Arc<SqliteStore>>>,
 }
@@ -366,6 +309,7 @@ impl Reopenable {
         let store = SqliteStore::connect(url, SqlConfig::default()).await?;
         Ok(Reopenable {
             url: url.to_owned(),
+            backend: store.backend(),
             caps: store.capabilities(),
             current: Mutex::new(Some(Arc::new(store))),
         })
@@ -398,14 +342,21 @@ impl Reopenable {
     }
 }
 
+// A hand forwarder (it swaps its inner store, which a hook cannot): every method is written
+// out, so a method added to a store trait fails the build here instead of being lost.
+#[deny(clippy::missing_trait_methods)]
 #[async_trait]
 impl LeaseStore for Reopenable {
     fn backend(&self) -> &'static str {
-        "sqlite"
+        self.backend
     }
 
     fn capabilities(&self) -> Capabilities {
         self.caps.clone()
+    }
+
+    async fn available(&self) -> Result<()> {
+        self.store()?.available().await
     }
 
     async fn claim(
@@ -438,8 +389,13 @@ impl LeaseStore for Reopenable {
     async fn get(&self, name: &str) -> Result<Option<LeaseInfo>> {
         self.store()?.get(name).await
     }
+
+    async fn force_release(&self, name: &str) -> Result<bool> {
+        self.store()?.force_release(name).await
+    }
 }
 
+#[deny(clippy::missing_trait_methods)]
 #[async_trait]
 impl PartitionStore for Reopenable {
     async fn acquire_partition(
@@ -482,6 +438,7 @@ impl PartitionStore for Reopenable {
     }
 }
 
+#[deny(clippy::missing_trait_methods)]
 #[async_trait]
 impl MembershipStore for Reopenable {
     async fn heartbeat(
@@ -503,5 +460,138 @@ impl MembershipStore for Reopenable {
 
     async fn leave(&self, service: &str, node: &str) -> Result<bool> {
         self.store()?.leave(service, node).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::contenders::Pause;
+    use lease_local::MemoryStore;
+
+    /// The same answer, for `available()`: both Ok, or both failing with the same kind.
+    fn same(a: &Result<()>, b: &Result<()>) -> bool {
+        match (a, b) {
+            (Ok(()), Ok(())) => true,
+            (Err(a), Err(b)) => a.kind() == b.kind(),
+            _ => false,
+        }
+    }
+
+    fn sqlite_url(tag: &str) -> String {
+        let dir = std::env::temp_dir().join("lease-soak-tests");
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join(format!("{tag}-{}.db", std::process::id()));
+        let _ = std::fs::remove_file(&file);
+        format!("sqlite://{}", file.display())
+    }
+
+    /// Every wrapper the soak puts around `store` reports its backend, capabilities and
+    /// `available()` answer.
+    async fn wrappers_tell_the_truth(store: Arc<dyn GroupStore>) {
+        let truth = store.available().await;
+        let lease: Arc<dyn LeaseStore> = store.clone();
+        let wrappers: Vec<(&str, Arc<dyn LeaseStore>)> = vec![
+            (
+                "LyingStore",
+                Arc::new(LyingStore::new(lease.clone(), LyingRenewals)),
+            ),
+            (
+                "LyingGroupStore",
+                Arc::new(LyingGroups::wrap(store.clone(), Duration::from_secs(1))),
+            ),
+            ("Pausable", Arc::new(Pause::wrap(lease.clone()))),
+            (
+                "FaultyStore",
+                Arc::new(lease_conformance::faulty(store.clone())),
+            ),
+        ];
+        for (what, wrapper) in wrappers {
+            assert_eq!(wrapper.backend(), store.backend(), "{what}");
+            assert_eq!(wrapper.capabilities(), store.capabilities(), "{what}");
+            let answer = wrapper.available().await;
+            assert!(same(&answer, &truth), "{what}: {answer:?} vs {truth:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn wrappers_over_the_memory_store_tell_the_truth() {
+        wrappers_tell_the_truth(Arc::new(MemoryStore::new())).await;
+    }
+
+    #[tokio::test]
+    async fn wrappers_over_sqlite_tell_the_truth() {
+        let url = sqlite_url("wrappers");
+        let store = SqliteStore::connect(&url, SqlConfig::default())
+            .await
+            .unwrap();
+        wrappers_tell_the_truth(Arc::new(store.clone())).await;
+
+        let reopenable = Reopenable::open(&url).await.unwrap();
+        assert_eq!(reopenable.backend(), store.backend());
+        assert_eq!(reopenable.capabilities(), store.capabilities());
+        reopenable.available().await.unwrap();
+        // force_release reaches the store (it was lost before).
+        let holder = HolderToken::mint();
+        let ttl = Duration::from_secs(30);
+        assert!(
+            reopenable
+                .claim("n", &holder, "i", ttl)
+                .await
+                .unwrap()
+                .is_some()
+        );
+        assert!(reopenable.force_release("n").await.unwrap());
+        // Closed for the restart, it is unavailable; reopened, available again.
+        reopenable.close().await;
+        let closed = reopenable.available().await;
+        assert!(closed.is_err_and(|e| e.is(lease_core::ErrorKind::Unavailable)));
+        reopenable.reopen().await.unwrap();
+        reopenable.available().await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lying_store_reports_failed_renewals_as_granted() {
+        let store = lease_conformance::faulty(MemoryStore::new());
+        let lying = LyingStore::new(Arc::new(store.clone()), LyingRenewals);
+        let holder = HolderToken::mint();
+        let ttl = Duration::from_secs(10);
+        assert!(lying.claim("n", &holder, "i", ttl).await.unwrap().is_some());
+        store.hook().set_mode(FaultMode::Cut);
+        let lie = lying.renew("n", &holder, ttl).await.unwrap();
+        assert_eq!(lie.map(|g| g.expires_in), Some(ttl));
+        // Other operations do not lie.
+        assert!(lying.verify("n", &holder).await.is_err());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lying_group_store_keeps_epochs_and_members() {
+        let store = lease_conformance::faulty(MemoryStore::new());
+        let inner: Arc<dyn GroupStore> = Arc::new(store.clone());
+        let lying = LyingGroups::wrap(inner, Duration::from_secs(10));
+        let ttl = Duration::from_secs(10);
+        let won = lying
+            .acquire_partition("g", 3, "o", ttl)
+            .await
+            .unwrap()
+            .unwrap();
+        lying
+            .heartbeat("s", "o", "addr", ttl, &["g".to_owned()])
+            .await
+            .unwrap();
+        let members = lying.members("s").await.unwrap();
+        store.hook().set_mode(FaultMode::Cut);
+        let renewed = lying
+            .renew_partitions("g", &[3, 4], "o", ttl)
+            .await
+            .unwrap();
+        assert_eq!(renewed.len(), 1, "only the partition acquired through it");
+        assert_eq!((renewed[0].partition, renewed[0].epoch), (3, won.epoch));
+        let beat = lying.heartbeat("s", "o", "addr", ttl, &[]).await.unwrap();
+        assert_eq!((beat.node.as_str(), beat.address.as_str()), ("o", "addr"));
+        assert_eq!(lying.members("s").await.unwrap(), members);
+        assert!(lying.owners("g").await.is_err(), "owners do not lie");
     }
 }

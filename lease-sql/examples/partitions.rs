@@ -15,8 +15,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use lease_conformance::assignments_settled;
 use lease_core::{Assignment, Error, GroupWorker, Result, Timings};
-use lease_local::assignments_settled;
 use lease_sql::{SqlConfig, SqliteStore};
 use tokio::time::{Instant, sleep};
 

@@ -8,11 +8,11 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::audit::{AssignmentAudit, assignments_settled};
 use lease_core::{
     Assignment, ErrorKind, GroupStore, GroupWorker, PartitionLease,
     backend::{BatchRenew, MAX_PARTITIONS_PER_CALL},
 };
-use lease_local::{AssignmentAudit, assignments_settled};
 use tokio::time::sleep;
 
 use crate::Harness;

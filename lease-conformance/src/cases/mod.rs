@@ -20,9 +20,11 @@ use crate::history::History;
 mod groups;
 mod inputs;
 mod slots;
+mod wrappers;
 pub use groups::*;
 pub use inputs::*;
 pub use slots::*;
+pub use wrappers::*;
 
 fn mint() -> HolderToken {
     HolderToken::mint()

@@ -6,7 +6,6 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 use lease_conformance::{FaultProxy, Harness, env};
-use lease_local::{FaultMode, FaultyStore};
 use lease_sql::{MySqlStore, PostgresStore, SqlConfig, SqliteStore};
 use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -98,21 +97,6 @@ pub(crate) async fn sqlite() -> SqliteStore {
         .unwrap()
 }
 
-/// The SQLite fault path: the same store behind an in-process fault switch.
-pub(crate) struct Switch(pub FaultyStore<SqliteStore>);
-
-impl lease_conformance::FaultSwitch for Switch {
-    fn pass(&self) {
-        self.0.set_mode(FaultMode::Pass);
-    }
-    fn stall(&self) {
-        self.0.set_mode(FaultMode::Stall);
-    }
-    fn cut(&self) {
-        self.0.set_mode(FaultMode::Fail);
-    }
-}
-
 /// The conformance harness on a server's store, its fault path through the proxy.
 fn harness_server<S>((store, p): (S, Proxied<S>)) -> Harness
 where
@@ -134,10 +118,11 @@ pub(crate) async fn harness_mysql() -> Option<Harness> {
 
 pub(crate) async fn harness_sqlite() -> Option<Harness> {
     let store = sqlite().await;
-    let faulty = FaultyStore::new(store.clone());
+    // The SQLite fault path: the same store behind the in-process fault hook.
+    let faulty = lease_conformance::faulty(store.clone());
     Some(
         Harness::new(Arc::new(store.clone()))
-            .with_faults(Arc::new(faulty.clone()), Arc::new(Switch(faulty)))
+            .with_faults(Arc::new(faulty.clone()), Arc::new(faulty.hook().clone()))
             .with_slots(Arc::new(store.clone()))
             .with_groups(Arc::new(store), None),
     )

@@ -14,7 +14,7 @@ use tokio::task::JoinHandle;
 /// ```
 /// use std::collections::BTreeMap;
 /// use lease_core::{Assignment, StopAck};
-/// use lease_local::assignments_settled;
+/// use lease_conformance::assignments_settled;
 ///
 /// let holds = |ps: &[u32]| Assignment { partitions: ps.iter().map(|&p| (p, 1)).collect(), members: vec![] };
 /// assert!(assignments_settled(&[holds(&[0, 1]), holds(&[2, 3, 4])], 5));
@@ -67,7 +67,7 @@ const MAX_VIOLATIONS: usize = 20;
 /// ```
 /// use std::collections::BTreeMap;
 /// use lease_core::{Assignment, StopAck};
-/// use lease_local::AssignmentAudit;
+/// use lease_conformance::AssignmentAudit;
 ///
 /// let audit = AssignmentAudit::new();
 /// let holds = |p: u32, e: u64| Assignment { partitions: BTreeMap::from([(p, e)]), members: vec![] };

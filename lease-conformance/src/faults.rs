@@ -1,0 +1,270 @@
+//! Faults injected into a store in process: the [`Faults`] hook, and [`FaultyStore`], a store
+//! wrapped in it, that stalls, cuts or loses its answers on demand.
+//!
+//! [`FaultMode`] is shared with the TCP [`FaultProxy`](crate::FaultProxy): the same mode means
+//! the same fault on either, with the differences each mode's documentation names (the hook
+//! acts per operation, the proxy per connection).
+//!
+//! ```
+//! use lease_conformance::faults::{FaultMode, faulty};
+//! use lease_core::{ErrorKind, LeaseStore};
+//! use lease_local::MemoryStore;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> lease_core::Result<()> {
+//! let store = faulty(MemoryStore::new());
+//! store.hook().set_mode(FaultMode::Cut);
+//! assert!(store.available().await.is_err_and(|e| e.is(ErrorKind::Unavailable)));
+//! store.hook().set_mode(FaultMode::Pass);
+//! store.available().await?;
+//! assert_eq!(store.get("jobs").await?, None);
+//! assert_eq!(store.hook().counts().gets, 1);
+//! # Ok(()) }
+//! ```
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use lease_core::layer::{Answer, Call, Hook, Intercept, Operation};
+use lease_core::{Error, Result};
+use tokio::sync::watch;
+
+/// A fault to inject, into a store by the [`Faults`] hook or into a connection by the
+/// [`FaultProxy`](crate::FaultProxy).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FaultMode {
+    /// Everything passes through unchanged. The mode a hook and a proxy start in.
+    #[default]
+    Pass,
+    /// Nothing is answered until the mode changes; then what was held back goes through (a
+    /// network that stopped answering).
+    ///
+    /// The hook holds each operation before it reaches the store and carries it out once the
+    /// mode leaves `Stall`. The proxy stops reading from both sides of every connection, so
+    /// bytes wait in its buffers and the kernel's: held back, never dropped.
+    Stall,
+    /// The connection is cut.
+    ///
+    /// The hook fails every operation with `Unavailable` before it reaches the store
+    /// (`available()` too). The proxy closes every open connection on both sides and closes
+    /// each new one right after accepting it; a client sees end of file or a reset, not a
+    /// refused connection.
+    Cut,
+    /// Requests reach the store, their answers never come back: the caller cannot tell whether
+    /// an operation took effect.
+    ///
+    /// The hook carries out every operation on the store, then never answers. The proxy
+    /// forwards what clients send and discards what the server answers; a connection that lost
+    /// an answer is closed when the mode leaves `LoseAnswers` (its byte stream no longer lines
+    /// up with its requests), so the client reconnects as it would after such a network fault.
+    LoseAnswers,
+}
+
+/// How many operations reached a [`Faults`] hook, by kind (whatever the mode did with them).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OpCounts {
+    /// `claim`, `acquire_partition` and the polling `try_acquire` calls.
+    pub claims: u64,
+    /// `renew` and `renew_partitions` calls.
+    pub renews: u64,
+    /// `release`, `release_partitions` and the polling `release` calls.
+    pub releases: u64,
+    /// `verify` calls.
+    pub verifies: u64,
+    /// `get` and `owners` calls.
+    pub gets: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    claims: AtomicU64,
+    renews: AtomicU64,
+    releases: AtomicU64,
+    verifies: AtomicU64,
+    gets: AtomicU64,
+}
+
+#[derive(Debug)]
+struct Shared {
+    mode: watch::Sender<FaultMode>,
+    claim_mode: watch::Sender<FaultMode>,
+    counters: Counters,
+}
+
+/// A [`Hook`] that injects faults into every operation of the store it wraps, switchable at
+/// any time, and counts the operations.
+///
+/// The store-wide mode ([`set_mode`](Faults::set_mode)) applies to every operation, including
+/// `available()`; the claim mode ([`set_claim_mode`](Faults::set_claim_mode)) applies, after
+/// it, to the operations that take a lease: `claim`, `acquire_partition` and the polling
+/// `try_acquire`. Clones share the modes and the counters, so a test keeps one to switch the
+/// store it handed away.
+#[derive(Debug, Clone)]
+pub struct Faults {
+    shared: Arc<Shared>,
+}
+
+/// A store with the [`Faults`] hook around it: it implements every store trait `S` implements
+/// and reports `S`'s backend name and capabilities.
+pub type FaultyStore<S> = Intercept<S, Faults>;
+
+/// `inner` with a fresh [`Faults`] hook (passing everything through) around it.
+pub fn faulty<S>(inner: S) -> FaultyStore<S> {
+    Intercept::new(inner, Faults::new())
+}
+
+impl Default for Faults {
+    fn default() -> Self {
+        Faults::new()
+    }
+}
+
+impl Faults {
+    /// A hook that passes everything through.
+    pub fn new() -> Faults {
+        Faults {
+            shared: Arc::new(Shared {
+                mode: watch::Sender::new(FaultMode::Pass),
+                claim_mode: watch::Sender::new(FaultMode::Pass),
+                counters: Counters::default(),
+            }),
+        }
+    }
+
+    /// Switches the store-wide fault mode; operations stalled so far proceed when it leaves
+    /// [`FaultMode::Stall`].
+    pub fn set_mode(&self, mode: FaultMode) {
+        self.shared.mode.send_replace(mode);
+    }
+
+    /// Switches the fault mode of the operations that take a lease alone (applied after the
+    /// store-wide mode).
+    pub fn set_claim_mode(&self, mode: FaultMode) {
+        self.shared.claim_mode.send_replace(mode);
+    }
+
+    /// The current store-wide fault mode.
+    pub fn mode(&self) -> FaultMode {
+        *self.shared.mode.borrow()
+    }
+
+    /// The operations seen so far.
+    pub fn counts(&self) -> OpCounts {
+        let c = &self.shared.counters;
+        OpCounts {
+            claims: c.claims.load(Ordering::SeqCst),
+            renews: c.renews.load(Ordering::SeqCst),
+            releases: c.releases.load(Ordering::SeqCst),
+            verifies: c.verifies.load(Ordering::SeqCst),
+            gets: c.gets.load(Ordering::SeqCst),
+        }
+    }
+
+    fn count(&self, operation: Operation) {
+        let c = &self.shared.counters;
+        let counter = match operation {
+            Operation::Claim | Operation::AcquirePartition | Operation::PollAcquire => &c.claims,
+            Operation::Renew | Operation::RenewPartitions => &c.renews,
+            Operation::Release | Operation::ReleasePartitions | Operation::PollRelease => {
+                &c.releases
+            }
+            Operation::Verify => &c.verifies,
+            Operation::Get | Operation::Owners => &c.gets,
+            _ => return,
+        };
+        counter.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// Waits out a stall in `mode`, then runs `op` as the mode says.
+async fn apply<T>(
+    mode: &watch::Sender<FaultMode>,
+    op: impl Future<Output = Result<T>>,
+) -> Result<T> {
+    let mut rx = mode.subscribe();
+    let mode = match rx.wait_for(|m| *m != FaultMode::Stall).await {
+        Ok(m) => *m,
+        Err(_) => FaultMode::Pass,
+    };
+    match mode {
+        FaultMode::Cut => Err(Error::unavailable("injected fault: connection cut")),
+        FaultMode::LoseAnswers => {
+            let _ = op.await;
+            std::future::pending().await
+        }
+        FaultMode::Pass | FaultMode::Stall => op.await,
+    }
+}
+
+impl Hook for Faults {
+    fn around<'a, T: Send + 'static>(&'a self, call: Call<'a>, op: Answer<'a, T>) -> Answer<'a, T> {
+        self.count(call.operation);
+        let takes_lease = matches!(
+            call.operation,
+            Operation::Claim | Operation::AcquirePartition | Operation::PollAcquire
+        );
+        let shared = &self.shared;
+        if takes_lease {
+            Box::pin(apply(&shared.mode, apply(&shared.claim_mode, op)))
+        } else {
+            Box::pin(apply(&shared.mode, op))
+        }
+    }
+}
+
+impl crate::FaultSwitch for Faults {
+    fn pass(&self) {
+        self.set_mode(FaultMode::Pass);
+    }
+    fn stall(&self) {
+        self.set_mode(FaultMode::Stall);
+    }
+    fn cut(&self) {
+        self.set_mode(FaultMode::Cut);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use lease_core::{ErrorKind, GroupStore, LeaseStore, PartitionStore, PollingStore, SlotStore};
+    use lease_local::MemoryStore;
+
+    fn stores_of_every_kind<S: LeaseStore + SlotStore + GroupStore + PollingStore>(_: &S) {}
+
+    #[tokio::test]
+    async fn the_faulty_memory_store_is_what_the_memory_store_is() {
+        let store = faulty(MemoryStore::new());
+        // A SlotStore (and a group and polling store) as the memory store is: checked at
+        // compile time.
+        stores_of_every_kind(&store);
+        assert_eq!(store.capabilities(), MemoryStore::new().capabilities());
+        assert_eq!(store.backend(), MemoryStore::new().backend());
+        store.available().await.unwrap();
+        store.hook().set_mode(FaultMode::Cut);
+        let cut = store.available().await;
+        assert!(cut.is_err_and(|e| e.is(ErrorKind::Unavailable)));
+        store.hook().set_mode(FaultMode::Pass);
+        store.available().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn the_claim_mode_hits_only_the_operations_that_take_a_lease() {
+        let store = faulty(MemoryStore::new());
+        let holder = lease_core::backend::HolderToken::mint();
+        store.hook().set_claim_mode(FaultMode::Cut);
+        let ttl = std::time::Duration::from_secs(5);
+        assert!(store.claim("a", &holder, "i", ttl).await.is_err());
+        assert!(store.acquire_partition("g", 0, "o", ttl).await.is_err());
+        assert!(store.try_acquire("p", b"h", ttl).await.is_err());
+        assert_eq!(store.get("a").await.unwrap(), None);
+        assert!(store.owners("g").await.unwrap().is_empty());
+        store.hook().set_claim_mode(FaultMode::Pass);
+        assert!(store.claim("a", &holder, "i", ttl).await.unwrap().is_some());
+        let counts = store.hook().counts();
+        assert_eq!((counts.claims, counts.gets), (4, 2));
+    }
+}
