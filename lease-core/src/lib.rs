@@ -53,6 +53,7 @@ pub mod group;
 pub mod membership;
 mod observer;
 pub mod partitions;
+pub mod redact;
 mod polling;
 mod run;
 pub mod scheduler;
