@@ -286,7 +286,10 @@ mod tests {
         let url = "postgres://user:s3cr%21t%40x@host:5432/db";
         assert_eq!(redact_url(url), "postgres://user:***@host:5432/db");
         assert_eq!(secrets(url), ["s3cr%21t%40x", "s3cr!t@x"]);
-        assert_eq!(scrub("refused s3cr!t@x and s3cr%21t%40x", url), "refused *** and ***");
+        assert_eq!(
+            scrub("refused s3cr!t@x and s3cr%21t%40x", url),
+            "refused *** and ***"
+        );
         // A '%' at the very end, or a bad escape, is kept as it is.
         assert_eq!(percent_decode("a%"), "a%");
         assert_eq!(percent_decode("a%4"), "a%4");
@@ -382,6 +385,9 @@ mod tests {
             let _ = secrets(url);
             let _ = scrub(url, url);
         }
-        assert_eq!(redact_url("x://\u{1F600}:\u{1F511}@h"), "x://\u{1F600}:***@h");
+        assert_eq!(
+            redact_url("x://\u{1F600}:\u{1F511}@h"),
+            "x://\u{1F600}:***@h"
+        );
     }
 }
