@@ -192,7 +192,7 @@ impl Resolved {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, any(feature = "sqlite", feature = "redis")))]
 mod tests {
     #![allow(clippy::unwrap_used)]
 
