@@ -263,6 +263,7 @@ macro_rules! conformance_suite {
             names_are_compared_byte_for_byte,
             longest_name_works_and_bad_names_are_refused,
             bad_ttls_are_refused,
+            bad_input_is_refused_before_any_io,
             force_release_ends_a_live_lease_and_keeps_the_term,
             coordinator_reports_held_and_the_observer_names_the_holder,
             coordinator_resign_hands_over_at_once,

@@ -6,9 +6,10 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use lease_core::LeaseStoreExt;
 use lease_core::{
-    Capabilities, Error, ErrorKind, Grant, HolderToken, LeaseInfo, LeaseStore, Result, async_trait,
-    ceil_millis, validate_instance,
+    Capabilities, Error, ErrorKind, LeaseInfo, LeaseStore, Result,
+    backend::{Grant, HolderToken, async_trait, ceil_millis, validate_instance},
 };
 use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::{Cmd, FromRedisValue, RedisResult, ServerErrorKind};

@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use lease_core::{
-    Member, MembershipStore, Result, async_trait, ceil_millis, check_member_args, decode_groups,
-    encode_groups,
+    Member, MembershipStore, Result,
+    backend::{async_trait, ceil_millis, check_member_args, decode_groups, encode_groups},
 };
 use redis::aio::ConnectionLike;
 

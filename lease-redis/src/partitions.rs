@@ -5,9 +5,10 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use lease_core::LeaseStoreExt;
 use lease_core::{
-    Error, ErrorKind, LeaseStore, PartitionLease, PartitionStore, Result, async_trait, ceil_millis,
-    check_partition_args, check_partition_batch,
+    Error, ErrorKind, PartitionLease, PartitionStore, Result,
+    backend::{async_trait, ceil_millis, check_partition_args, check_partition_batch},
 };
 use redis::aio::ConnectionLike;
 
@@ -111,7 +112,7 @@ where
     }
 
     /// One round trip (`renew_partitions.lua`), whatever the number of partitions (up to
-    /// [`MAX_PARTITIONS_PER_CALL`](lease_core::MAX_PARTITIONS_PER_CALL)); none for an empty
+    /// [`MAX_PARTITIONS_PER_CALL`](lease_core::backend::MAX_PARTITIONS_PER_CALL)); none for an empty
     /// slice.
     async fn renew_partitions(
         &self,

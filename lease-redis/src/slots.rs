@@ -4,9 +4,13 @@
 
 use std::time::Duration;
 
+use lease_core::LeaseStoreExt;
 use lease_core::{
-    Error, ErrorKind, Grant, HolderToken, LeaseStore, Result, SlotClaim, SlotFinish, SlotRecord,
-    SlotStore, async_trait, ceil_millis, validate_instance,
+    Error, ErrorKind, Result, SlotStore,
+    backend::{
+        Grant, HolderToken, SlotClaim, SlotFinish, SlotRecord, async_trait, ceil_millis,
+        validate_instance,
+    },
 };
 use redis::RedisResult;
 use redis::ServerErrorKind;

@@ -10,7 +10,9 @@ mod common;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use lease_core::{ErrorKind, LeaseStore, MAX_PARTITIONS_PER_CALL, MembershipStore, PartitionStore};
+use lease_core::{
+    ErrorKind, LeaseStore, MembershipStore, PartitionStore, backend::MAX_PARTITIONS_PER_CALL,
+};
 use lease_redis::redis::aio::{ConnectionManager, MultiplexedConnection};
 use lease_redis::redis::{AsyncTypedCommands, Client, ValueType};
 use lease_redis::{RedisConfig, RedisStore, TermScheme};

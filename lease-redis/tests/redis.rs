@@ -8,7 +8,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use lease_conformance::FaultMode;
-use lease_core::{ErrorKind, HolderToken, LeaseStore};
+use lease_core::{ErrorKind, LeaseStore, backend::HolderToken};
 use lease_redis::redis::aio::{ConnectionManager, MultiplexedConnection};
 use lease_redis::redis::{AsyncTypedCommands, Client};
 use lease_redis::{RedisConfig, RedisStore, TermScheme};

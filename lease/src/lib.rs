@@ -3,30 +3,28 @@
 //! [`open`], which turns a URL into a store.
 //!
 //! ```
-//! use std::time::Duration;
-//! use lease::{HolderToken, LeaseStore, OpenOptions};
+//! use lease::{Coordinator, OpenOptions};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> lease::Result<()> {
 //! let file = std::env::temp_dir().join(format!("lease-doc-{}.db", std::process::id()));
+//! # let _ = std::fs::remove_file(&file);
 //! let store = lease::open(&format!("sqlite://{}", file.display()), &OpenOptions::new()).await?;
 //!
-//! let holder = HolderToken::mint();
-//! let ttl = Duration::from_secs(15);
-//! let grant = store.claim("nightly-report", &holder, "worker-1", ttl).await?;
-//! assert!(grant.is_some(), "the name was free");
-//! // Someone else now finds it held.
-//! let other = HolderToken::mint();
-//! assert!(store.claim("nightly-report", &other, "worker-2", ttl).await?.is_none());
-//! assert!(store.release("nightly-report", &holder).await?);
-//! # drop(store);
+//! let coordinator = Coordinator::builder(store).instance("worker-1").build()?;
+//! let term = coordinator.try_acquire("nightly-report").await?;
+//! // Held until resigned (or lost); the term's token fences what the holder writes.
+//! assert_eq!(term.token(), 1);
+//! term.resign().await?;
+//! coordinator.close().await?;
 //! # let _ = std::fs::remove_file(&file);
 //! # Ok(())
 //! # }
 //! ```
 //!
-//! Most programs hand the store to a [`Coordinator`] (`Coordinator::builder(store)`) for
-//! `run`, `run_elected` and the renewing keeper, or to a [`GroupWorker`] for partitions.
+//! The [`Coordinator`] also offers `run` and `run_elected`; a [`GroupWorker`] shares
+//! partitions among the members of a service. [`Store`] implements every store trait, so the
+//! same value serves both.
 //!
 //! # Backends and features
 //!

@@ -16,10 +16,10 @@
 
 use std::time::Duration;
 
+use lease_core::backend::{Grant, HolderToken, SlotClaim, SlotFinish, SlotRecord, async_trait};
 use lease_core::{
-    BatchRenew, Capabilities, Error, Grant, HolderToken, LeaseInfo, LeaseStore, Member,
-    MembershipStore, PartitionLease, PartitionStore, Result, SlotClaim, SlotFinish, SlotRecord,
-    SlotStore, async_trait,
+    Capabilities, Error, LeaseInfo, LeaseStore, Member, MembershipStore, PartitionLease,
+    PartitionStore, Result, SlotStore,
 };
 
 use crate::Backend;
@@ -146,14 +146,6 @@ impl LeaseStore for Store {
         each!(self, s => s.capabilities())
     }
 
-    fn validate_name(&self, name: &str) -> Result<()> {
-        each!(self, s => s.validate_name(name))
-    }
-
-    fn validate_ttl(&self, ttl: Duration) -> Result<()> {
-        each!(self, s => s.validate_ttl(ttl))
-    }
-
     async fn available(&self) -> Result<()> {
         each!(self, s => s.available().await)
     }
@@ -228,10 +220,6 @@ impl PartitionStore for Store {
 
     async fn owners(&self, group: &str) -> Result<Vec<PartitionLease>> {
         each!(self, s => s.owners(group).await)
-    }
-
-    fn batch_renew(&self) -> BatchRenew {
-        each!(self, s => s.batch_renew())
     }
 }
 
