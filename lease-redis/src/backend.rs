@@ -642,8 +642,6 @@ pub async fn connect_with(url: &str, config: RedisConfig) -> Result<RedisStore> 
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-
     #[test]
     fn urls_in_messages_never_show_credentials() {
         for (url, host, secret) in [
