@@ -7,12 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
+use lease::redact::redact_url as redact;
 use lease_conformance::FaultProxy;
 use lease_core::{GroupStore, LeaseStore};
-use lease_local::MemoryStore;
-use lease_nats::{NatsConfig, NatsStore};
-use lease_redis::RedisConfig;
-use lease_sql::{MySqlStore, PostgresStore, SqlConfig, SqliteStore};
+use lease_sql::SqlConfig;
 
 use crate::cli::{Args, Backend};
 
@@ -68,10 +66,10 @@ impl Env {
         format!("{}-{what}", self.prefix)
     }
 
-    /// The server URL of `backend` (the SQLite URL for SQLite, empty for local).
+    /// The store URL of `backend` (the SQLite URL for SQLite, `memory://` for local).
     pub(crate) fn url(&self, backend: Backend) -> String {
         match backend {
-            Backend::Local => String::new(),
+            Backend::Local => "memory://".to_owned(),
             Backend::Sqlite => format!("sqlite://{}", self.sqlite_file.display()),
             Backend::Postgres => self.postgres.clone(),
             Backend::Mysql => self.mysql.clone(),
@@ -118,20 +116,6 @@ pub(crate) fn via(url: &str, addr: SocketAddr) -> Result<String> {
     ))
 }
 
-/// A URL without its password, for messages.
-pub(crate) fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    match rest.rsplit_once('@') {
-        Some((user, host)) if user.contains(':') => {
-            let user = user.split(':').next().unwrap_or("");
-            format!("{scheme}://{user}:***@{host}")
-        }
-        _ => url.to_owned(),
-    }
-}
-
 /// A proxy in front of `backend`'s server that counts round trips, and the URL through it.
 pub(crate) async fn proxy(env: &Env, backend: Backend) -> Result<(FaultProxy, String)> {
     let url = env.url(backend);
@@ -155,40 +139,24 @@ pub(crate) async fn open_store(
 }
 
 /// [`open_store`] as a [`GroupStore`] (leases, partitions and membership): every backend's store
-/// is one.
+/// is one. Opened through [`lease::open`], which also runs `available()`.
 pub(crate) async fn open_group_store(
     backend: Backend,
     url: &str,
     ttl: Duration,
 ) -> Result<Arc<dyn GroupStore>> {
-    let opening = async {
-        let store: Arc<dyn GroupStore> = match backend {
-            Backend::Local => Arc::new(MemoryStore::new()),
-            Backend::Sqlite => Arc::new(SqliteStore::connect(url, sql_config()?).await?),
-            Backend::Postgres => Arc::new(PostgresStore::connect(url, sql_config()?).await?),
-            Backend::Mysql => Arc::new(MySqlStore::connect(url, sql_config()?).await?),
-            Backend::Redis => Arc::new(
-                lease_redis::connect_with(
-                    url,
-                    RedisConfig::new()
-                        .allow_volatile(true)
-                        .key_prefix(REDIS_PREFIX),
-                )
-                .await?,
-            ),
-            Backend::Nats => {
-                let ms = ttl.as_millis();
-                let config = NatsConfig::new(ttl).bucket(format!("lease_bench_{ms}ms"));
-                Arc::new(NatsStore::connect(url, config).await?)
-            }
-        };
-        store.available().await?;
-        Ok::<_, anyhow::Error>(store)
-    };
-    tokio::time::timeout(OPEN_TIMEOUT, opening)
+    let options = lease::OpenOptions::new()
+        .lease(ttl)
+        .sql_table(SQL_TABLE)
+        .redis_allow_volatile(true)
+        .redis_key_prefix(REDIS_PREFIX)
+        .nats_bucket(format!("lease_bench_{}ms", ttl.as_millis()));
+    let opening = lease::open(url, &options);
+    let store = tokio::time::timeout(OPEN_TIMEOUT, opening)
         .await
         .map_err(|_| anyhow::anyhow!("no answer within {OPEN_TIMEOUT:?}"))?
-        .with_context(|| format!("opening the {} store at {}", backend.label(), redact(url)))
+        .with_context(|| format!("opening the {} store at {}", backend.label(), redact(url)))?;
+    Ok(Arc::new(store))
 }
 
 /// The SQL stores' configuration: the benchmark's own table (its partition table is

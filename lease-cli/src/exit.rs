@@ -167,6 +167,7 @@ impl CliError {
     }
 
     /// The message, without the exit code.
+    #[cfg(test)]
     pub(crate) fn message(&self) -> &str {
         &self.message
     }

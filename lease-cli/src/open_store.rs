@@ -1,15 +1,14 @@
 //! Opening the store a URL names, with bad URLs told apart from stores that cannot be reached.
 
-use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use lease::{Backend, OpenOptions, Store, UrlError};
 use lease_core::{Capabilities, Error, ErrorKind, GroupStore, LeaseStore};
-use lease_sql::{MySqlStore, PostgresStore, SqlConfig, SqliteStore};
 use tokio::time::Instant;
 
 use crate::exit::{CliError, Exit};
-use crate::store_url::{Scheme, StoreUrl};
+use crate::store_url::StoreUrl;
 
 /// How long opening a SQLite file is retried while another process holds it locked (two
 /// processes creating the same new file at once).
@@ -17,7 +16,8 @@ const SQLITE_BUSY_FOR: Duration = Duration::from_secs(5);
 
 /// Connects to the store `url` names and checks that it can carry leases.
 ///
-/// The URL is first parsed by the store's own driver: one it refuses gives [`Exit::BadUrl`].
+/// The URL was checked when parsed (see [`StoreUrl::parse`]); [`lease::open`] checks it again,
+/// with the store's own driver: one it refuses gives [`Exit::BadUrl`].
 /// Then the default store's directory is created when missing ([`Exit::StateDir`] when it
 /// cannot be), and the store is opened: a store that cannot be reached or refuses the
 /// connection gives [`Exit::Unavailable`], one that cannot carry leases as configured
@@ -64,11 +64,10 @@ fn require_groups(url: &StoreUrl, caps: &Capabilities) -> Result<(), CliError> {
     ))
 }
 
-/// Connects to the store `url` names (see [`open`]), once per scheme, as a [`GroupStore`]:
-/// every store type this build knows implements leases, partitions and membership, so the
-/// callers upcast the one object to the trait they need.
+/// Connects to the store `url` names (see [`open`]) through [`lease::open`], as a
+/// [`GroupStore`]: every store of [`lease::Store`] implements leases, partitions and
+/// membership, so the callers upcast the one object to the trait they need.
 async fn connect(url: &StoreUrl, lease: Duration) -> Result<Arc<dyn GroupStore>, CliError> {
-    check_with_driver(url)?;
     if let Some(file) = url.default_file()
         && let Some(dir) = file.parent()
     {
@@ -83,62 +82,21 @@ async fn connect(url: &StoreUrl, lease: Duration) -> Result<Arc<dyn GroupStore>,
             )
         })?;
     }
-    let at = |e: Error| connect_error(url, &e);
-    let store: Arc<dyn GroupStore> = match url.scheme() {
-        Scheme::Sqlite => Arc::new(open_sqlite(url).await?),
-        Scheme::Postgres => Arc::new(
-            PostgresStore::connect(url.driver_url(), SqlConfig::default())
-                .await
-                .map_err(at)?,
-        ),
-        Scheme::MySql => Arc::new(
-            MySqlStore::connect(url.driver_url(), SqlConfig::default())
-                .await
-                .map_err(at)?,
-        ),
-        Scheme::Redis => {
-            let options = url.redis_options();
-            let mut config = lease_redis::RedisConfig::new()
-                .allow_volatile(options.allow_volatile)
-                .allow_fsync_everysec(options.allow_fsync_everysec);
-            if options.clock_floor {
-                config = config.term_scheme(lease_redis::TermScheme::ClockFloor);
-            }
-            let store = lease_redis::connect_with(url.driver_url(), config)
-                .await
-                .map_err(at)?;
-            store.available().await.map_err(|e| {
-                let mut refused = at(e);
-                if refused.exit() == Exit::StoreRefused {
-                    refused = CliError::new(
-                        Exit::StoreRefused,
-                        format!(
-                            "{} (with lease: add ?allow_fsync_everysec=1 (AOF with \
-                             appendfsync everysec), ?allow_volatile=1 or ?terms=clock_floor to \
-                             the store URL)",
-                            refused.message()
-                        ),
-                    );
-                }
-                refused
-            })?;
-            Arc::new(store)
-        }
-        Scheme::MongoDb => Arc::new(
-            lease_mongo::MongoStore::connect(url.driver_url(), lease_mongo::MongoConfig::default())
-                .await
-                .map_err(at)?,
-        ),
-        Scheme::Nats => Arc::new(open_nats(url, lease).await?),
+    let options = OpenOptions::new().lease(lease);
+    let store = match url.backend() {
+        Backend::Sqlite => open_sqlite(url, &options).await?,
+        _ => lease::open(url.driver_url(), &options)
+            .await
+            .map_err(|e| connect_error(url, &e))?,
     };
-    Ok(store)
+    Ok(Arc::new(store))
 }
 
 /// Opens a SQLite store, waiting while another process holds the new file locked.
-async fn open_sqlite(url: &StoreUrl) -> Result<SqliteStore, CliError> {
+async fn open_sqlite(url: &StoreUrl, options: &OpenOptions) -> Result<Store, CliError> {
     let until = Instant::now() + SQLITE_BUSY_FOR;
     loop {
-        match SqliteStore::connect(url.driver_url(), SqlConfig::default()).await {
+        match lease::open(url.driver_url(), options).await {
             Ok(store) => return Ok(store),
             Err(e) if is_sqlite_busy(&e) && Instant::now() < until => {
                 tracing::debug!(error = %e, "the SQLite file is locked; retrying");
@@ -146,10 +104,14 @@ async fn open_sqlite(url: &StoreUrl) -> Result<SqliteStore, CliError> {
             }
             Err(e) => {
                 return Err(match url.default_file() {
-                    Some(file) if e.kind() != ErrorKind::Unsupported => CliError::new(
-                        Exit::StateDir,
-                        format!("cannot open the default store {}: {e}", file.display()),
-                    ),
+                    Some(file)
+                        if e.kind() != ErrorKind::Unsupported && UrlError::of(&e).is_none() =>
+                    {
+                        CliError::new(
+                            Exit::StateDir,
+                            format!("cannot open the default store {}: {e}", file.display()),
+                        )
+                    }
                     _ => connect_error(url, &e),
                 });
             }
@@ -171,75 +133,20 @@ fn is_sqlite_busy(e: &Error) -> bool {
     false
 }
 
-/// Opens a NATS JetStream KV store: the bucket for `lease` (`leases_<ms>ms`, created when
-/// missing), or the one `?bucket=NAME` names, whatever its max age.
-async fn open_nats(url: &StoreUrl, lease: Duration) -> Result<lease_nats::NatsStore, CliError> {
-    let (base, query) = match url.driver_url().split_once('?') {
-        Some((base, query)) => (base, Some(query)),
-        None => (url.driver_url(), None),
-    };
-    let mut config = lease_nats::NatsConfig::new(lease);
-    for pair in query
-        .unwrap_or_default()
-        .split('&')
-        .filter(|p| !p.is_empty())
-    {
-        match pair.split_once('=') {
-            Some(("bucket", bucket)) if !bucket.is_empty() => {
-                config = config
-                    .bucket(bucket)
-                    .on_ttl_mismatch(lease_nats::TtlMismatch::Adopt);
-            }
-            _ => {
-                return Err(CliError::new(
-                    Exit::BadUrl,
-                    format!(
-                        "store URL '{url}': unknown NATS option '{pair}'; the only one is \
-                         ?bucket=NAME"
-                    ),
-                ));
-            }
-        }
-    }
-    lease_nats::NatsStore::connect(base, config)
-        .await
-        .map_err(|e| connect_error(url, &e))
-}
-
-/// Lets the store's driver parse the URL, without any I/O. (MongoDB's parser may look up DNS,
-/// so its URL is judged when connecting.)
-fn check_with_driver(url: &StoreUrl) -> Result<(), CliError> {
-    let refused = |why: String| {
-        CliError::new(
-            Exit::BadUrl,
-            format!("store URL '{url}' is not valid: {why}; fix the store URL"),
-        )
-    };
-    let raw = url.driver_url();
-    match url.scheme() {
-        Scheme::Sqlite => sqlx::sqlite::SqliteConnectOptions::from_str(raw)
-            .map(drop)
-            .map_err(|e| refused(e.to_string())),
-        Scheme::Postgres => sqlx::postgres::PgConnectOptions::from_str(raw)
-            .map(drop)
-            .map_err(|e| refused(e.to_string())),
-        Scheme::MySql => sqlx::mysql::MySqlConnectOptions::from_str(raw)
-            .map(drop)
-            .map_err(|e| refused(e.to_string())),
-        Scheme::Redis => lease_redis::redis::Client::open(raw)
-            .map(drop)
-            .map_err(|e| refused(e.to_string())),
-        Scheme::MongoDb | Scheme::Nats => Ok(()),
-    }
-}
-
-/// The exit code and message for an error while opening a store whose URL its driver accepted.
+/// The exit code and message for an error of [`lease::open`].
 fn connect_error(url: &StoreUrl, e: &Error) -> CliError {
+    if let Some(refused) = UrlError::of(e) {
+        let exit = match refused {
+            UrlError::UnknownScheme { .. } | UrlError::NotCompiled { .. } => Exit::UnsupportedStore,
+            _ => Exit::BadUrl,
+        };
+        return CliError::new(exit, e.message());
+    }
     let exit = match e.kind() {
         ErrorKind::Unsupported => Exit::StoreRefused,
         // MongoDB's URL is parsed only when connecting.
         ErrorKind::Unavailable | ErrorKind::InvalidName
-            if url.scheme() == Scheme::MongoDb && !e.is_temporary() =>
+            if url.backend() == Backend::MongoDb && !e.is_temporary() =>
         {
             Exit::BadUrl
         }

@@ -56,6 +56,7 @@ pub mod membership;
 mod observer;
 pub mod partitions;
 mod polling;
+pub mod redact;
 mod run;
 pub mod scheduler;
 pub mod slots;

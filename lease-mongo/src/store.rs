@@ -10,6 +10,7 @@ use std::time::Duration;
 use futures::TryStreamExt;
 use lease_core::backend::ceil_millis;
 use lease_core::layer::Operation;
+use lease_core::redact::redact_url;
 use lease_core::{Error, ErrorKind, Result};
 use mongodb::bson::{Document, doc};
 use mongodb::error::Error as MongoError;
@@ -94,22 +95,6 @@ impl fmt::Debug for MongoStore {
     }
 }
 
-/// Removes the password from a MongoDB URL, for messages.
-pub(crate) fn redact_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return "<not a mongodb:// URL>".to_owned();
-    };
-    let end = rest.find(['/', '?']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(end);
-    match authority.rsplit_once('@') {
-        Some((userinfo, hosts)) => {
-            let user = userinfo.split(':').next().unwrap_or_default();
-            format!("{scheme}://{user}:***@{hosts}{tail}")
-        }
-        None => url.to_owned(),
-    }
-}
-
 /// The hosts of a MongoDB URL (no user, no password), for messages.
 pub(crate) fn hosts_of_url(url: &str) -> String {
     let rest = url.split_once("://").map_or(url, |(_, r)| r);
@@ -123,15 +108,6 @@ pub(crate) fn hosts_of_url(url: &str) -> String {
     } else {
         hosts.to_owned()
     }
-}
-
-/// The password of a MongoDB URL, if any, to keep it out of messages.
-fn password_of_url(url: &str) -> Option<&str> {
-    let rest = url.split_once("://")?.1;
-    let end = rest.find(['/', '?']).unwrap_or(rest.len());
-    let (userinfo, _) = rest[..end].rsplit_once('@')?;
-    let (_, password) = userinfo.split_once(':')?;
-    (!password.is_empty()).then_some(password)
 }
 
 impl MongoStore {
@@ -164,10 +140,7 @@ impl MongoStore {
         config.validate()?;
         let hosts = hosts_of_url(url);
         let shown = redact_url(url);
-        let scrub = |s: String| match password_of_url(url) {
-            Some(p) => s.replace(p, "***"),
-            None => s,
-        };
+        let scrub = |s: String| lease_core::redact::scrub(&s, url);
         let bad_url = |e: MongoError| {
             // The driver's message may quote the URL; keep the password out of it.
             Error::unavailable(format!(
@@ -558,10 +531,10 @@ mod tests {
             "mongodb://app:***@db1:27017,db2:27018/app?replicaSet=rs0"
         );
         assert_eq!(hosts_of_url(url), "db1:27017,db2:27018");
-        assert_eq!(password_of_url(url), Some("s3cret"));
+        assert_eq!(lease_core::redact::secrets(url), ["s3cret"]);
         assert_eq!(redact_url("mongodb://db1/x"), "mongodb://db1/x");
         assert_eq!(hosts_of_url("mongodb://db1"), "db1");
-        assert_eq!(password_of_url("mongodb://u@db1"), None);
+        assert!(lease_core::redact::secrets("mongodb://u@db1").is_empty());
         assert_eq!(
             hosts_of_url("mongodb+srv://u:p@cluster0.example.net/?x=1"),
             "cluster0.example.net"

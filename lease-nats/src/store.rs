@@ -617,7 +617,7 @@ fn url_label(url: &str) -> Result<String> {
         match part.parse::<async_nats::ServerAddr>() {
             Ok(addr) => labels.push(format!("{}:{}", addr.host(), addr.port())),
             Err(e) => {
-                let shown = part.rsplit('@').next().unwrap_or(part);
+                let shown = lease_core::redact::redact_url(part);
                 return Err(Error::unavailable(format!(
                     "cannot connect to NATS: {shown:?} is not a NATS server URL"
                 ))

@@ -21,9 +21,7 @@ use lease_core::{
     PartitionLease, PartitionStore, Result,
     backend::{Grant, HolderToken, async_trait},
 };
-use lease_nats::{NatsConfig, NatsStore};
-use lease_redis::RedisConfig;
-use lease_sql::{MySqlStore, PostgresStore, SqlConfig, SqliteStore};
+use lease_sql::{SqlConfig, SqliteStore};
 
 use crate::cli::BackendKind;
 use crate::schedule::Mode;
@@ -31,33 +29,24 @@ use crate::schedule::Mode;
 /// How long a server may take to accept a store after it listens.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Opens a store of `kind` at `url`, creating its table or bucket when missing, and checks
-/// that it can carry leases. Operations are bounded by `attempt` (the coordinator and the group
-/// worker bound them too); NATS keeps leases, partitions and members for exactly `lease`.
+/// Opens a store of `kind` at `url` through [`lease::open`], creating its table or bucket when
+/// missing, and checks that it can carry leases (Redis: refuses a server without AOF, as terms
+/// must survive the restart). Operations are bounded by `attempt` (the coordinator and the
+/// group worker bound them too); NATS keeps leases, partitions and members for exactly `lease`.
 pub(crate) async fn connect(
     kind: BackendKind,
     url: &str,
     lease: Duration,
     attempt: Duration,
 ) -> Result<Arc<dyn GroupStore>> {
-    Ok(match kind {
-        BackendKind::Postgres => Arc::new(PostgresStore::connect(url, SqlConfig::default()).await?),
-        BackendKind::Mariadb => Arc::new(MySqlStore::connect(url, SqlConfig::default()).await?),
-        BackendKind::Sqlite => Arc::new(SqliteStore::connect(url, SqlConfig::default()).await?),
-        BackendKind::Redis => {
-            let config = RedisConfig::new()
-                .operation_timeout(Some(attempt))
-                .connect_timeout(attempt);
-            let store = lease_redis::connect_with(url, config).await?;
-            // Refuses a server without AOF: terms must survive the restart.
-            store.available().await?;
-            Arc::new(store)
-        }
-        BackendKind::Nats => {
-            Arc::new(NatsStore::connect(url, NatsConfig::new(lease).op_timeout(attempt)).await?)
-        }
-        BackendKind::Memory => Arc::new(lease_local::MemoryStore::new()),
-    })
+    // The embedded in-process store has no server, so no URL of its own here.
+    let url = if kind == BackendKind::Memory {
+        "memory://"
+    } else {
+        url
+    };
+    let options = lease::OpenOptions::new().lease(lease).op_timeout(attempt);
+    Ok(Arc::new(lease::open(url, &options).await?))
 }
 
 /// Connects to a server that is (re)starting until it accepts a store, for up to

@@ -1,0 +1,143 @@
+//! Leases, leader election and partition groups on the store you already run, with one
+//! dependency: the user-facing API of `lease-core`, every backend behind a cargo feature, and
+//! [`open`], which turns a URL into a store.
+//!
+//! ```
+//! use lease::{Coordinator, OpenOptions};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> lease::Result<()> {
+//! let file = std::env::temp_dir().join(format!("lease-doc-{}.db", std::process::id()));
+//! # let _ = std::fs::remove_file(&file);
+//! let store = lease::open(&format!("sqlite://{}", file.display()), &OpenOptions::new()).await?;
+//!
+//! let coordinator = Coordinator::builder(store).instance("worker-1").build()?;
+//! let term = coordinator.try_acquire("nightly-report").await?;
+//! // Held until resigned (or lost); the term's token fences what the holder writes.
+//! assert_eq!(term.token(), 1);
+//! term.resign().await?;
+//! coordinator.close().await?;
+//! # let _ = std::fs::remove_file(&file);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! The [`Coordinator`] also offers `run` and `run_elected`; a [`GroupWorker`] shares
+//! partitions among the members of a service. [`Store`] implements every store trait, so the
+//! same value serves both.
+//!
+//! # Backends and features
+//!
+//! | feature | schemes | crate, module |
+//! |---|---|---|
+//! | `sqlite` (default) | `sqlite:///path/to.db`, `sqlite::memory:` | lease-sql, [`sql`] |
+//! | `postgres` | `postgres://`, `postgresql://` | lease-sql, [`sql`] |
+//! | `mysql` | `mysql://`, `mariadb://` | lease-sql, [`sql`] |
+//! | `redis` | `redis://`, `rediss://` | lease-redis, `redis` |
+//! | `nats` | `nats://` | lease-nats, `nats` |
+//! | `mongodb` | `mongodb://`, `mongodb+srv://` | lease-mongo, `mongodb` |
+//! | `memory` | `memory://` (a new in-process store per call) | lease-local, `memory` |
+//!
+//! Each module re-exports its backend crate whole, for its configuration and its own API; the
+//! per-backend crates stay available for programs that want one dependency each. A URL whose
+//! backend is not compiled in is refused with a message that names the feature to enable.
+//!
+//! # URL parameters
+//!
+//! `lease` reads a few query parameters itself and takes them out before the driver sees the
+//! URL; the rest are the driver's (for NATS and `memory://`, which take none, anything else
+//! is refused):
+//!
+//! - SQL: `table=NAME`, the lease table ([`OpenOptions::sql_table`]).
+//! - Redis: `allow_volatile=1`, `allow_fsync_everysec=1`, `terms=counter|clock_floor`,
+//!   `key_prefix=PREFIX` ([`OpenOptions::redis_allow_volatile`] and the like).
+//! - NATS: `bucket=NAME`: that bucket, whatever its max age ([`OpenOptions::nats_bucket`]).
+//!
+//! A parameter that is also set in the [`OpenOptions`] must agree with it; a malformed
+//! value, a conflict, an unknown parameter where the driver takes none, a malformed URL or an
+//! unknown scheme are all refused before any I/O with [`ErrorKind::InvalidArgument`] whose
+//! source is a [`UrlError`] and whose message says what to change. Passwords never appear in
+//! those messages (see [`redact`]).
+
+pub use lease_core::*;
+
+mod open;
+mod options;
+mod store;
+mod url;
+
+pub use options::OpenOptions;
+pub use store::Store;
+pub use url::{Backend, UrlError};
+
+/// The SQL backends (lease-sql): [`sql::SqliteStore`], [`sql::PostgresStore`],
+/// [`sql::MySqlStore`] as compiled in, [`sql::SqlConfig`], verified transactions.
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
+pub mod sql {
+    pub use lease_sql::*;
+}
+
+/// The Redis backend (lease-redis).
+#[cfg(feature = "redis")]
+pub mod redis {
+    pub use lease_redis::*;
+}
+
+/// The NATS JetStream KV backend (lease-nats).
+#[cfg(feature = "nats")]
+pub mod nats {
+    pub use lease_nats::*;
+}
+
+/// The MongoDB backend (lease-mongo).
+#[cfg(feature = "mongodb")]
+pub mod mongodb {
+    pub use lease_mongo::*;
+}
+
+/// The in-process store (lease-local): [`memory::MemoryStore`] on tokio time.
+#[cfg(feature = "memory")]
+pub mod memory {
+    pub use lease_local::*;
+}
+
+/// Opens the store `url` names, with `options`, and checks that it can carry leases.
+///
+/// The URL is checked first, without I/O, as [`check_url`] does: an unknown scheme, a backend
+/// not compiled in, a malformed URL, a bad or conflicting parameter give
+/// [`ErrorKind::InvalidArgument`] (see [`UrlError`]). Then the backend's store is opened —
+/// creating its table, bucket or collections when missing, as that backend does — and
+/// [`available`](LeaseStore::available) is run, so a server that cannot carry leases as
+/// configured is refused now (`Unsupported`, e.g. Redis without AOF; the message names the
+/// URL parameters that accept it) rather than at the first claim. An unreachable server is
+/// `Unavailable`, as the backend reports it.
+///
+/// Each call opens a new client (pool, connection manager); open once and share the store.
+pub async fn open(url: &str, options: &OpenOptions) -> Result<Store> {
+    let (target, resolved) = checked(url, options)?;
+    open::connect(&target, &resolved).await
+}
+
+/// The checks [`open`] makes before any I/O: the backend `url` names, when the URL and
+/// `options` are fine for it.
+///
+/// ```
+/// use lease::{Backend, ErrorKind, OpenOptions, UrlError};
+///
+/// let options = OpenOptions::new();
+/// assert_eq!(lease::check_url("sqlite:///var/lib/app/leases.db", &options)?, Backend::Sqlite);
+/// let e = lease::check_url("ftp://example/x", &options).unwrap_err();
+/// assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+/// assert!(matches!(UrlError::of(&e), Some(UrlError::UnknownScheme { .. })));
+/// # Ok::<(), lease::Error>(())
+/// ```
+pub fn check_url(url: &str, options: &OpenOptions) -> Result<Backend> {
+    checked(url, options).map(|(target, _)| target.backend)
+}
+
+fn checked(url: &str, options: &OpenOptions) -> Result<(url::Target, options::Resolved)> {
+    let target = url::Target::parse(url)?;
+    open::check_driver(&target)?;
+    let resolved = options::Resolved::of(&target, options)?;
+    Ok((target, resolved))
+}

@@ -1,0 +1,154 @@
+//! Every backend constructor the facade calls, in one place: the store for a parsed URL.
+//!
+//! The backends' constructors are named here and nowhere else in the crate, so a renaming in
+//! a backend crate is adapted in this file alone.
+
+// A build without some backends leaves some of these unused.
+#![allow(unused_imports, unused_variables)]
+
+use std::str::FromStr;
+
+use lease_core::redact::scrub;
+use lease_core::{Error, ErrorKind, LeaseStore, Result};
+
+use crate::Store;
+use crate::options::Resolved;
+use crate::url::{Backend, Target, UrlError};
+
+/// Lets the backend's driver parse the URL, without any I/O (the checks `lease` cannot make
+/// itself). MongoDB's parser may look up DNS and NATS's is run when connecting, so their URLs
+/// are judged then.
+pub(crate) fn check_driver(target: &Target) -> std::result::Result<(), UrlError> {
+    let url = target.driver_url.as_str();
+    let refused = |why: String| UrlError::Malformed {
+        url: target.shown.clone(),
+        backend: target.backend,
+        problem: format!("is not valid: {}; fix the store URL", scrub(&why, url)),
+    };
+    match target.backend {
+        #[cfg(feature = "sqlite")]
+        Backend::Sqlite => sqlx::sqlite::SqliteConnectOptions::from_str(url)
+            .map(drop)
+            .map_err(|e| refused(e.to_string())),
+        #[cfg(feature = "postgres")]
+        Backend::Postgres => sqlx::postgres::PgConnectOptions::from_str(url)
+            .map(drop)
+            .map_err(|e| refused(e.to_string())),
+        #[cfg(feature = "mysql")]
+        Backend::MySql => sqlx::mysql::MySqlConnectOptions::from_str(url)
+            .map(drop)
+            .map_err(|e| refused(e.to_string())),
+        #[cfg(feature = "redis")]
+        Backend::Redis => lease_redis::redis::Client::open(url)
+            .map(drop)
+            .map_err(|e| refused(e.to_string())),
+        _ => Ok(()),
+    }
+}
+
+/// Opens the store `target` names with `options`, and checks it with
+/// [`available`](LeaseStore::available) (the SQL and MongoDB constructors run that check
+/// themselves).
+pub(crate) async fn connect(target: &Target, options: &Resolved) -> Result<Store> {
+    let url = target.driver_url.as_str();
+    match target.backend {
+        #[cfg(feature = "sqlite")]
+        Backend::Sqlite => Ok(Store::Sqlite(
+            lease_sql::SqliteStore::connect(url, sql_config(options)?).await?,
+        )),
+        #[cfg(feature = "postgres")]
+        Backend::Postgres => Ok(Store::Postgres(
+            lease_sql::PostgresStore::connect(url, sql_config(options)?).await?,
+        )),
+        #[cfg(feature = "mysql")]
+        Backend::MySql => Ok(Store::MySql(
+            lease_sql::MySqlStore::connect(url, sql_config(options)?).await?,
+        )),
+        #[cfg(feature = "redis")]
+        Backend::Redis => {
+            use lease_redis::{RedisConfig, TermScheme};
+            let mut config = RedisConfig::new()
+                .allow_volatile(options.redis_allow_volatile)
+                .allow_fsync_everysec(options.redis_allow_fsync_everysec);
+            if let Some(clock_floor) = options.redis_clock_floor {
+                config = config.term_scheme(if clock_floor {
+                    TermScheme::ClockFloor
+                } else {
+                    TermScheme::Counter
+                });
+            }
+            if let Some(prefix) = &options.redis_key_prefix {
+                config = config.key_prefix(prefix.clone());
+            }
+            if let Some(bound) = options.op_timeout {
+                config = config.operation_timeout(Some(bound)).connect_timeout(bound);
+            }
+            let store = lease_redis::connect_with(url, config).await?;
+            store.available().await.map_err(redis_hint)?;
+            Ok(Store::Redis(store))
+        }
+        #[cfg(feature = "nats")]
+        Backend::Nats => {
+            use lease_nats::{DEFAULT_TTL, NatsConfig, NatsStore, TtlMismatch};
+            let mut config = NatsConfig::new(options.lease.unwrap_or(DEFAULT_TTL));
+            if let Some(bucket) = &options.nats_bucket {
+                config = config.bucket(bucket.clone());
+            }
+            if options.nats_adopt {
+                config = config.on_ttl_mismatch(TtlMismatch::Adopt);
+            }
+            if let Some(bound) = options.op_timeout {
+                config = config.op_timeout(bound);
+            }
+            let store = NatsStore::connect(url, config).await?;
+            store.available().await?;
+            Ok(Store::Nats(store))
+        }
+        #[cfg(feature = "mongodb")]
+        Backend::MongoDb => {
+            use lease_mongo::{MongoConfig, MongoStore};
+            // The default config names no database: the URL's is used, else `lease`.
+            let mut config = MongoConfig::default();
+            if let Some(bound) = options.op_timeout {
+                config = config.op_timeout(bound);
+            }
+            Ok(Store::MongoDb(MongoStore::connect(url, config).await?))
+        }
+        #[cfg(feature = "memory")]
+        Backend::Memory => Ok(Store::Memory(lease_local::MemoryStore::new())),
+        // `Target::parse` refuses the backends not compiled in.
+        #[allow(unreachable_patterns)]
+        other => Err(UrlError::NotCompiled {
+            url: target.shown.clone(),
+            backend: other,
+        }
+        .into()),
+    }
+}
+
+/// The SQL stores' configuration.
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
+fn sql_config(options: &Resolved) -> Result<lease_sql::SqlConfig> {
+    let config = lease_sql::SqlConfig::default();
+    match &options.sql_table {
+        Some(table) => config.table(table),
+        None => Ok(config),
+    }
+}
+
+/// A Redis server refused as configured: say which URL parameters accept it.
+#[cfg(feature = "redis")]
+fn redis_hint(e: Error) -> Error {
+    if e.kind() != ErrorKind::Unsupported {
+        return e;
+    }
+    let message = format!(
+        "{} (to accept it: add ?allow_fsync_everysec=1 (AOF with appendfsync everysec), \
+         ?allow_volatile=1 or ?terms=clock_floor to the store URL)",
+        e.message()
+    );
+    let temporary = e.is_temporary();
+    Error::new(ErrorKind::Unsupported, message)
+        .with_temporary(temporary)
+        .with_source(e)
+}
