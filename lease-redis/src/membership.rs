@@ -10,9 +10,9 @@ use lease_core::{
 };
 use redis::aio::ConnectionLike;
 
-use crate::backend::RedisStore;
-use crate::keys::{member_expiry_key, members_key};
-use crate::scripts::SCRIPTS;
+use crate::store::RedisStore;
+use crate::wire::keys::{member_expiry_key, members_key};
+use crate::wire::scripts::SCRIPTS;
 
 impl<C> RedisStore<C>
 where

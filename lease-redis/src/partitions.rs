@@ -1,19 +1,20 @@
 //! [`PartitionStore`] on Redis: one hash per group, one field per partition, one Lua script per
 //! operation. See the crate documentation, *Partitions*, and the scripts
-//! `src/scripts/{acquire_partition,renew_partitions,release_partitions,owners,forget_group}.lua`.
+//! `src/wire/scripts/{acquire_partition,renew_partitions,release_partitions,owners,forget_group}.lua`.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
 use lease_core::{
-    Error, ErrorKind, LeaseStore, PartitionLease, PartitionStore, Result, async_trait, ceil_millis,
+    Error, LeaseStore, PartitionLease, PartitionStore, Result, async_trait, ceil_millis,
     check_partition_args, check_partition_batch,
 };
 use redis::aio::ConnectionLike;
 
-use crate::backend::RedisStore;
-use crate::keys::partitions_key;
-use crate::scripts::SCRIPTS;
+use crate::error::unexpected_reply as unexpected;
+use crate::store::RedisStore;
+use crate::wire::keys::partitions_key;
+use crate::wire::scripts::SCRIPTS;
 
 impl<C> RedisStore<C>
 where
@@ -49,14 +50,6 @@ where
             .await?;
         Ok(n == 1)
     }
-}
-
-fn unexpected(what: &str, reply: impl std::fmt::Debug) -> Error {
-    Error::new(
-        ErrorKind::Backend,
-        format!("{what}: unexpected reply {reply:?} from the script"),
-    )
-    .with_temporary(false)
 }
 
 /// The partitions as script arguments: each once, in increasing order.

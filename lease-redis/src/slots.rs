@@ -1,23 +1,23 @@
 //! [`SlotStore`] on Redis: one Lua script per slot operation, the slot instants in the name's
 //! hash (`slot_ms`, `unfinished_ms`, `rerun_ms`). See the crate documentation, *Scheduler
-//! slots*, and the scripts in `src/scripts/*_slot.lua`, `unfinished.lua`, `claim_rerun.lua`.
+//! slots*, and the scripts in `src/wire/scripts/*_slot.lua`, `unfinished.lua`, `claim_rerun.lua`.
 
 use std::time::Duration;
 
 use lease_core::{
-    Error, ErrorKind, Grant, HolderToken, LeaseStore, Result, SlotClaim, SlotFinish, SlotRecord,
-    SlotStore, async_trait, ceil_millis, validate_instance,
+    Grant, HolderToken, LeaseStore, Result, SlotClaim, SlotFinish, SlotRecord, SlotStore,
+    async_trait, ceil_millis, validate_instance,
 };
 use redis::RedisResult;
 use redis::ServerErrorKind;
 use redis::aio::ConnectionLike;
 
-use crate::backend::{RedisStore, grant, script_cmd};
-use crate::keys::record_key;
-use crate::scripts::SCRIPTS;
-
-/// The reply of `claim_slot.lua`: outcome, term, ttl in ms, an instant.
-type ClaimReply = (String, Option<u64>, Option<u64>, Option<i64>);
+use crate::error::{self, unexpected_reply as unexpected};
+use crate::store::RedisStore;
+use crate::wire::codec::{ClaimSlotReply as ClaimReply, HolderHex, grant};
+use crate::wire::keys::record_key;
+use crate::wire::script_cmd;
+use crate::wire::scripts::SCRIPTS;
 
 impl<C> RedisStore<C>
 where
@@ -85,23 +85,14 @@ where
         }
         let mut out = vec![None; tasks.len()];
         while let Some(joined) = tasks.join_next().await {
-            let (i, found) = joined.map_err(|e| {
-                Error::new(ErrorKind::Backend, "an unfinished-slot read failed").with_source(e)
-            })?;
+            let (i, found) =
+                joined.map_err(|e| error::task_failed("an unfinished-slot read", e))?;
             if let Some(slot) = out.get_mut(i) {
                 *slot = found?;
             }
         }
         Ok(out)
     }
-}
-
-fn unexpected(what: &str, reply: impl std::fmt::Debug) -> Error {
-    Error::new(
-        ErrorKind::Backend,
-        format!("{what}: unexpected reply {reply:?} from the script"),
-    )
-    .with_temporary(false)
 }
 
 /// Scheduler slots, each operation one Lua script (one `EVALSHA`, one round trip); `unfinished`
@@ -133,7 +124,7 @@ where
                 &SCRIPTS.claim_slot,
                 key.as_bytes(),
                 &[
-                    &holder.to_hex(),
+                    HolderHex::new(holder).as_str(),
                     instance,
                     &ttl,
                     self.config().get_term_scheme().script_flag(),
@@ -174,7 +165,11 @@ where
                 || format!("slot finish of '{name}'"),
                 &SCRIPTS.finish_slot,
                 key.as_bytes(),
-                &[&holder.to_hex(), &instant_ms.to_string(), &passed],
+                &[
+                    HolderHex::new(holder).as_str(),
+                    &instant_ms.to_string(),
+                    &passed,
+                ],
             )
             .await?;
         Ok(SlotFinish {
@@ -204,7 +199,7 @@ where
                 tracing::debug!("the connection refused a cross-slot pipeline; one call per name");
                 self.unfinished_one_by_one(keys).await?
             }
-            Err(e) => return Err(crate::error::from_redis(e, self.server(), &what())),
+            Err(e) => return Err(error::from_redis(e, self.server(), &what())),
         };
         if found.len() != names.len() {
             return Err(unexpected(&what(), found));
@@ -236,7 +231,7 @@ where
                 &SCRIPTS.claim_rerun,
                 key.as_bytes(),
                 &[
-                    &holder.to_hex(),
+                    HolderHex::new(holder).as_str(),
                     instance,
                     &ttl,
                     self.config().get_term_scheme().script_flag(),

@@ -447,7 +447,7 @@ fn store_without_server() -> RedisStore {
         .server_label("127.0.0.1:1");
     let client = Client::open("redis://127.0.0.1:1").unwrap();
     let manager = ConnectionManager::new_lazy_with_config(client, config.manager_config()).unwrap();
-    RedisStore::with_config(manager, config).unwrap()
+    RedisStore::with_client(manager, config).unwrap()
 }
 
 #[tokio::test]
