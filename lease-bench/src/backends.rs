@@ -168,7 +168,7 @@ pub(crate) async fn open_group_store(
             Backend::Postgres => Arc::new(PostgresStore::connect(url, sql_config()?).await?),
             Backend::Mysql => Arc::new(MySqlStore::connect(url, sql_config()?).await?),
             Backend::Redis => Arc::new(
-                lease_redis::connect_with(
+                lease_redis::RedisStore::connect(
                     url,
                     RedisConfig::new()
                         .allow_volatile(true)

@@ -104,7 +104,7 @@ async fn connect(url: &StoreUrl, lease: Duration) -> Result<Arc<dyn GroupStore>,
             if options.clock_floor {
                 config = config.term_scheme(lease_redis::TermScheme::ClockFloor);
             }
-            let store = lease_redis::connect_with(url.driver_url(), config)
+            let store = lease_redis::RedisStore::connect(url.driver_url(), config)
                 .await
                 .map_err(at)?;
             store.available().await.map_err(|e| {

@@ -324,4 +324,17 @@ mod tests {
                 .is_ok()
         );
     }
+
+    #[test]
+    fn the_manager_arms_no_second_timer() {
+        // The store's operation timeout is the one timer of a request; the manager only bounds
+        // connecting.
+        let config = RedisConfig::new().connect_timeout(Duration::from_millis(700));
+        let manager = config.manager_config();
+        assert_eq!(manager.response_timeout(), None);
+        assert_eq!(
+            manager.connection_timeout(),
+            Some(Duration::from_millis(700))
+        );
+    }
 }

@@ -1,6 +1,6 @@
 //! [`MembershipStore`] on Redis: per service, one hash of member records and one sorted set of
 //! their expiries, both under the service's hash tag; one Lua script per operation. See the
-//! crate documentation, *Membership*, and `src/scripts/{heartbeat,members,leave}.lua`.
+//! crate documentation, *Membership*, and `src/wire/scripts/{heartbeat,members,leave}.lua`.
 
 use std::time::Duration;
 

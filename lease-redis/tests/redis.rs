@@ -425,10 +425,8 @@ async fn stalled_and_cut_connections_give_bounded_temporary_errors_then_recover(
     let started = Instant::now();
     let e = store.verify(&name, &h).await.unwrap_err();
     let took = started.elapsed();
-    assert!(
-        matches!(e.kind(), ErrorKind::Timeout | ErrorKind::Unavailable),
-        "{e}"
-    );
+    // Sent, no answer within the bound: Timeout (outcome unknown), never Unavailable.
+    assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
     assert!(e.is_temporary(), "{e}");
     assert!(took < bound * 3, "a stalled verify took {took:?}");
     assert!(e.message().contains(&proxy.local_addr().to_string()), "{e}");

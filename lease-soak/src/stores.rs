@@ -47,7 +47,7 @@ pub(crate) async fn connect(
             let config = RedisConfig::new()
                 .operation_timeout(Some(attempt))
                 .connect_timeout(attempt);
-            let store = lease_redis::connect_with(url, config).await?;
+            let store = lease_redis::RedisStore::connect(url, config).await?;
             // Refuses a server without AOF: terms must survive the restart.
             store.available().await?;
             Arc::new(store)
