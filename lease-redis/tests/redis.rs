@@ -68,7 +68,9 @@ async fn a_malformed_url_is_refused_naming_the_host_but_no_password() {
         "redis://lease:s3cret@cache-1:notaport/0",
         "redis://lease:s3/cret@cache-1:notaport",
     ] {
-        let e = RedisStore::connect(url, RedisConfig::new()).await.unwrap_err();
+        let e = RedisStore::connect(url, RedisConfig::new())
+            .await
+            .unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
         assert!(!e.is_temporary());
         assert!(e.message().contains("cache-1"), "{e}");
