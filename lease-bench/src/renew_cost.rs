@@ -15,7 +15,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
 use futures::{StreamExt, TryStreamExt, stream};
-use lease_core::{BatchRenew, GroupStore, HolderToken, LeaseStore, owner_id};
+use lease_core::{
+    GroupStore, LeaseStore,
+    backend::{BatchRenew, HolderToken, owner_id},
+};
 
 use crate::backends::{self, Env, TTL, open_group_store, open_store};
 use crate::cli::{Args, Backend};
@@ -197,7 +200,7 @@ async fn partitions_one(args: &Args, env: &Env, row: &mut PartitionRow) -> Resul
         .collect();
 
     let store = open_group_store(backend, &env.url(backend), PARTITION_TTL).await?;
-    row.mode = Some(store.batch_renew());
+    row.mode = Some(store.capabilities().batch_renew);
     let held = Held::claim(store.clone(), &names, c, PARTITION_TTL).await?;
     let parts = Parts::acquire(store, &group, &owner, &all, c).await?;
     // One renewal of each first, so the statements are prepared on every connection in use.

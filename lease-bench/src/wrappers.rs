@@ -6,7 +6,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use lease_core::{
-    Capabilities, Error, Grant, HolderToken, LeaseInfo, LeaseStore, Result, async_trait,
+    Capabilities, Error, LeaseInfo, LeaseStore, Result,
+    backend::{Grant, HolderToken, async_trait},
 };
 
 /// Counts of the operations a [`CountingStore`] forwarded.
@@ -99,12 +100,6 @@ impl LeaseStore for CountingStore {
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
     }
-    fn validate_name(&self, name: &str) -> Result<()> {
-        self.inner.validate_name(name)
-    }
-    fn validate_ttl(&self, ttl: Duration) -> Result<()> {
-        self.inner.validate_ttl(ttl)
-    }
     async fn available(&self) -> Result<()> {
         self.inner.available().await
     }
@@ -188,12 +183,6 @@ impl LeaseStore for KillableStore {
     }
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
-    }
-    fn validate_name(&self, name: &str) -> Result<()> {
-        self.inner.validate_name(name)
-    }
-    fn validate_ttl(&self, ttl: Duration) -> Result<()> {
-        self.inner.validate_ttl(ttl)
     }
     async fn claim(
         &self,

@@ -14,6 +14,7 @@ use crate::clock::Stamp;
 use crate::error::{BoxError, Error, ErrorKind, Result};
 use crate::observer::Observer;
 use crate::run::{FailAction, default_fail_action};
+use crate::store::LeaseStoreExt;
 use crate::store::{HolderToken, LeaseStore, validate_instance};
 use crate::telemetry;
 use crate::term::{Term, TermShared};
@@ -340,7 +341,7 @@ impl Coordinator {
         name: &str,
         holder: HolderToken,
         start: Stamp,
-        grant: crate::Grant,
+        grant: crate::backend::Grant,
     ) -> Result<Term> {
         let term = Term::start(
             name.to_owned(),

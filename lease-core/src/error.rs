@@ -4,6 +4,8 @@ use std::error::Error as StdError;
 use std::fmt;
 use std::sync::Arc;
 
+use crate::layer::Operation;
+
 /// A boxed error from a backend driver or from user work.
 pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
 
@@ -88,6 +90,15 @@ pub struct Error {
     message: String,
     temporary: bool,
     source: Option<Arc<dyn StdError + Send + Sync + 'static>>,
+    context: Option<Box<Context>>,
+}
+
+/// Where an error happened: the store operation, the name it was about, the server.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Context {
+    operation: Option<Operation>,
+    name: Option<String>,
+    server: Option<String>,
 }
 
 impl Error {
@@ -98,6 +109,7 @@ impl Error {
             message: message.into(),
             temporary: kind.default_temporary(),
             source: None,
+            context: None,
         }
     }
 
@@ -175,6 +187,44 @@ impl Error {
             .with_temporary(temporary)
     }
 
+    /// Attaches the store operation and the name it was about (a lease, job, group or service
+    /// name), unless an earlier call attached them: the innermost context is kept. Shown before
+    /// the message: `renew 'compactor' at postgres://db:5432/app: connection reset`.
+    pub fn during(mut self, operation: Operation, name: &str) -> Self {
+        let context = self.context.get_or_insert_with(Box::default);
+        if context.operation.is_none() {
+            context.operation = Some(operation);
+            context.name = (!name.is_empty()).then(|| name.to_owned());
+        }
+        self
+    }
+
+    /// Attaches the server the store talks to, unless one was attached already. Pass it with
+    /// its password redacted.
+    pub fn at_server(mut self, server: impl Into<String>) -> Self {
+        let context = self.context.get_or_insert_with(Box::default);
+        if context.server.is_none() {
+            context.server = Some(server.into());
+        }
+        self
+    }
+
+    /// The store operation that failed, when attached ([`during`](Error::during)).
+    pub fn operation(&self) -> Option<Operation> {
+        self.context.as_ref().and_then(|c| c.operation)
+    }
+
+    /// The name the failed operation was about, when attached ([`during`](Error::during)).
+    pub fn name(&self) -> Option<&str> {
+        self.context.as_ref().and_then(|c| c.name.as_deref())
+    }
+
+    /// The server the failed operation went to, when attached
+    /// ([`at_server`](Error::at_server)).
+    pub fn server(&self) -> Option<&str> {
+        self.context.as_ref().and_then(|c| c.server.as_deref())
+    }
+
     /// What went wrong.
     pub fn kind(&self) -> ErrorKind {
         self.kind
@@ -203,6 +253,11 @@ impl fmt::Debug for Error {
         d.field("kind", &self.kind)
             .field("message", &self.message)
             .field("temporary", &self.temporary);
+        if let Some(context) = &self.context {
+            d.field("operation", &context.operation)
+                .field("name", &context.name)
+                .field("server", &context.server);
+        }
         if let Some(source) = &self.source {
             d.field("source", source);
         }
@@ -212,6 +267,24 @@ impl fmt::Debug for Error {
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(context) = &self.context {
+            let mut any = false;
+            if let Some(operation) = context.operation {
+                write!(f, "{operation}")?;
+                any = true;
+            }
+            if let Some(name) = &context.name {
+                write!(f, "{}'{name}'", if any { " " } else { "" })?;
+                any = true;
+            }
+            if let Some(server) = &context.server {
+                write!(f, "{}at {server}", if any { " " } else { "" })?;
+                any = true;
+            }
+            if any {
+                f.write_str(": ")?;
+            }
+        }
         f.write_str(&self.message)?;
         if let Some(source) = &self.source {
             write!(f, ": {source}")?;
@@ -231,6 +304,27 @@ impl StdError for Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn context_is_structured_and_the_innermost_is_kept() {
+        let e = Error::unavailable("connection reset")
+            .during(Operation::Renew, "compactor")
+            .at_server("postgres://db:5432/app")
+            .during(Operation::Claim, "other")
+            .at_server("elsewhere");
+        assert_eq!(e.operation(), Some(Operation::Renew));
+        assert_eq!(e.name(), Some("compactor"));
+        assert_eq!(e.server(), Some("postgres://db:5432/app"));
+        assert_eq!(
+            e.to_string(),
+            "renew 'compactor' at postgres://db:5432/app: connection reset"
+        );
+        assert_eq!(Error::closed().to_string(), "coordinator is closed");
+        assert_eq!(
+            Error::closed().at_server("redis://x").to_string(),
+            "at redis://x: coordinator is closed"
+        );
+    }
 
     #[test]
     fn verdicts_follow_the_kind() {

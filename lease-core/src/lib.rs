@@ -46,10 +46,12 @@
 //!   downstream system against that: pass [`Term::token`] along and let the system refuse
 //!   lower tokens.
 
+pub mod backend;
 pub mod clock;
 mod coordinator;
 mod error;
 pub mod group;
+pub mod layer;
 pub mod membership;
 mod observer;
 pub mod partitions;
@@ -63,34 +65,20 @@ mod term;
 mod timings;
 mod validate;
 
-pub use clock::{Deadline, Stamp};
+pub use clock::Deadline;
 pub use coordinator::{Coordinator, CoordinatorBuilder, OnWorkError};
 pub use error::{BoxError, Error, ErrorKind, Result};
 pub use group::{Assignment, GroupWorker, GroupWorkerBuilder, StopAck};
-pub use membership::{
-    GroupStore, MAX_ADDRESS_BYTES, MAX_GROUPS_PER_MEMBER, MAX_NODE_ID_BYTES, Member,
-    MembershipStore, check_member_args, decode_groups, encode_groups,
-};
+pub use membership::{GroupStore, Member, MembershipStore};
 pub use observer::Observer;
-pub use partitions::{
-    BatchRenew, MAX_PARTITIONS_PER_CALL, OWNER_ID_SUFFIX_BYTES, PartitionLease, PartitionStore,
-    check_partition_args, check_partition_batch, owner_id, owner_node,
-};
+pub use partitions::{PartitionLease, PartitionStore};
 pub use polling::{PollingLease, PollingLeaser, PollingState, PollingStore};
 pub use run::{FAIL_EXIT_CODE, FailAction, StepDownFailure, default_fail_action};
 pub use scheduler::{CatchUp, Job, JobBuilder, Round, Schedule, Scheduler, SchedulerBuilder};
-pub use slots::{SlotClaim, SlotFinish, SlotRecord, SlotStore};
-pub use store::{
-    Capabilities, Grant, HolderToken, LeaseInfo, LeaseStore, MAX_INSTANCE_BYTES, validate_instance,
-};
+pub use slots::SlotStore;
+pub use store::{Capabilities, LeaseInfo, LeaseStore, LeaseStoreExt};
 pub use term::Term;
-pub use timings::{DRIFT_MARGIN_PERCENT, STORE_CLOCK_GRANULARITY, Timings, TimingsBuilder};
-pub use validate::{
-    DEFAULT_MAX_NAME_BYTES, MAX_TTL, MIN_TTL, ceil_millis, validate_name, validate_ttl,
-};
-
-/// Re-exported so stores can implement the traits without naming the crate themselves.
-pub use async_trait::async_trait;
+pub use timings::{Timings, TimingsBuilder};
 
 /// The README's examples, compiled as doc tests so they stay true.
 #[cfg(doctest)]

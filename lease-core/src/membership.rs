@@ -10,12 +10,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::partitions::OWNER_ID_SUFFIX_BYTES;
-use crate::store::{LeaseStore, MAX_INSTANCE_BYTES, validate_instance};
+use crate::store::{LeaseStore, MAX_INSTANCE_BYTES};
 
 /// The longest node id, in bytes: 111, so that the owner id a
-/// [`GroupWorker`](crate::GroupWorker) makes of it ([`owner_id`](crate::owner_id): the node id,
+/// [`GroupWorker`](crate::GroupWorker) makes of it ([`owner_id`](crate::backend::owner_id): the node id,
 /// `@` and 16 hex digits) fits the [`MAX_INSTANCE_BYTES`] of an owner.
 pub const MAX_NODE_ID_BYTES: usize = MAX_INSTANCE_BYTES - OWNER_ID_SUFFIX_BYTES;
 
@@ -45,85 +45,6 @@ impl Member {
     }
 }
 
-/// Checks a heartbeat's arguments before any I/O: the service and every group are names the
-/// store can hold, the node a label of at most [`MAX_NODE_ID_BYTES`] (so that its owner id
-/// fits an owner; a longer one is refused here, naming the node id, rather than later as an
-/// owner),
-/// the address printable and at most [`MAX_ADDRESS_BYTES`], at most [`MAX_GROUPS_PER_MEMBER`]
-/// groups, and the TTL one the store keeps.
-pub fn check_member_args(
-    store: &dyn LeaseStore,
-    service: &str,
-    node: &str,
-    address: Option<&str>,
-    ttl: Option<Duration>,
-    groups: &[String],
-) -> Result<()> {
-    store
-        .validate_name(service)
-        .map_err(|e| Error::invalid_name(format!("service: {}", e.message())))?;
-    validate_instance(node)
-        .map_err(|e| Error::invalid_name(e.message().replace("instance label", "node id")))?;
-    if node.len() > MAX_NODE_ID_BYTES {
-        return Err(Error::invalid_name(format!(
-            "node id {:?}… is {} bytes long; a node id is at most {MAX_NODE_ID_BYTES} bytes, so \
-             that the owner id of its partition leases (the node id, '@' and 16 hex digits) \
-             fits the {MAX_INSTANCE_BYTES} bytes of an owner; give a shorter node id",
-            node.chars().take(24).collect::<String>(),
-            node.len()
-        )));
-    }
-    if let Some(address) = address {
-        if address.len() > MAX_ADDRESS_BYTES {
-            return Err(Error::invalid_argument(format!(
-                "address is {} bytes long; at most {MAX_ADDRESS_BYTES} are kept",
-                address.len()
-            )));
-        }
-        if address.chars().any(char::is_control) {
-            return Err(Error::invalid_argument(
-                "address holds a control character; use printable characters",
-            ));
-        }
-    }
-    if let Some(ttl) = ttl {
-        store.validate_ttl(ttl)?;
-    }
-    if groups.len() > MAX_GROUPS_PER_MEMBER {
-        return Err(Error::invalid_argument(format!(
-            "{} groups for one member; at most {MAX_GROUPS_PER_MEMBER} are kept",
-            groups.len()
-        )));
-    }
-    for group in groups {
-        store
-            .validate_name(group)
-            .map_err(|e| Error::invalid_name(format!("group: {}", e.message())))?;
-    }
-    Ok(())
-}
-
-/// Groups as one text value, for stores that keep text: one group per line (names hold no
-/// control characters, so a line feed never occurs inside one).
-///
-/// ```
-/// use lease_core::{decode_groups, encode_groups};
-/// let groups = vec!["orders".to_string(), "mail".to_string()];
-/// assert_eq!(decode_groups(&encode_groups(&groups)), groups);
-/// assert!(decode_groups(&encode_groups(&[])).is_empty());
-/// ```
-pub fn encode_groups(groups: &[String]) -> String {
-    groups.join("\n")
-}
-
-/// The groups [`encode_groups`] wrote.
-pub fn decode_groups(text: &str) -> Vec<String> {
-    if text.is_empty() {
-        return Vec::new();
-    }
-    text.split('\n').map(str::to_string).collect()
-}
-
 /// Membership records. Implemented by stores whose
 /// [`capabilities`](LeaseStore::capabilities) say `membership: true`; see the [module
 /// docs](crate::membership).
@@ -149,6 +70,7 @@ pub trait MembershipStore: LeaseStore {
 
 macro_rules! forward_membership_store {
     ($($ptr:ty),*) => {$(
+        #[deny(clippy::missing_trait_methods)]
         #[async_trait]
         impl<S: MembershipStore + ?Sized> MembershipStore for $ptr {
             async fn heartbeat(

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use crate::error::Result;
+use crate::store::LeaseStoreExt;
 use crate::store::{LeaseInfo, LeaseStore};
 
 /// Tells who holds a name, by the store's clock, without claiming anything.

@@ -26,8 +26,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::error::{Error, Result};
-use crate::store::{HolderToken, LeaseStore, validate_instance};
+use crate::error::Result;
+use crate::store::{HolderToken, LeaseStore};
 
 /// How many bytes [`owner_id`] appends to a node id: `@` and 16 hex digits.
 pub const OWNER_ID_SUFFIX_BYTES: usize = 17;
@@ -72,15 +72,15 @@ impl Default for BatchRenew {
 /// process is a new owner.
 ///
 /// ```
-/// let a = lease_core::owner_id("node-a");
-/// let b = lease_core::owner_id("node-a");
+/// let a = lease_core::backend::owner_id("node-a");
+/// let b = lease_core::backend::owner_id("node-a");
 /// assert!(a.starts_with("node-a@"));
 /// assert_ne!(a, b);
 /// ```
 ///
 /// The owner id is [`OWNER_ID_SUFFIX_BYTES`] longer than the node id, and an owner is at most
-/// [`MAX_INSTANCE_BYTES`](crate::MAX_INSTANCE_BYTES) bytes, hence
-/// [`MAX_NODE_ID_BYTES`](crate::MAX_NODE_ID_BYTES).
+/// [`MAX_INSTANCE_BYTES`](crate::backend::MAX_INSTANCE_BYTES) bytes, hence
+/// [`MAX_NODE_ID_BYTES`](crate::backend::MAX_NODE_ID_BYTES).
 pub fn owner_id(node: &str) -> String {
     let hex = HolderToken::mint().to_hex();
     format!("{node}@{}", hex.get(..16).unwrap_or(&hex))
@@ -89,43 +89,11 @@ pub fn owner_id(node: &str) -> String {
 /// The node part of an owner id made by [`owner_id`]: everything before the last `@`.
 ///
 /// ```
-/// assert_eq!(lease_core::owner_node("node-a@0123456789abcdef"), "node-a");
-/// assert_eq!(lease_core::owner_node("plain"), "plain");
+/// assert_eq!(lease_core::partitions::owner_node("node-a@0123456789abcdef"), "node-a");
+/// assert_eq!(lease_core::partitions::owner_node("plain"), "plain");
 /// ```
 pub fn owner_node(owner: &str) -> &str {
     owner.rsplit_once('@').map_or(owner, |(node, _)| node)
-}
-
-/// Checks the arguments every partition operation takes, before any I/O: the group is a name
-/// the store can hold, the owner a label of at most
-/// [`MAX_INSTANCE_BYTES`](crate::MAX_INSTANCE_BYTES), and the TTL one the store keeps.
-pub fn check_partition_args(
-    store: &dyn LeaseStore,
-    group: &str,
-    owner: &str,
-    ttl: Option<Duration>,
-) -> Result<()> {
-    store
-        .validate_name(group)
-        .map_err(|e| Error::invalid_name(format!("group: {}", e.message())))?;
-    validate_instance(owner)
-        .map_err(|e| Error::invalid_name(e.message().replace("instance label", "owner")))?;
-    if let Some(ttl) = ttl {
-        store.validate_ttl(ttl)?;
-    }
-    Ok(())
-}
-
-/// Checks a batch of partitions: at most [`MAX_PARTITIONS_PER_CALL`].
-pub fn check_partition_batch(partitions: &[u32]) -> Result<()> {
-    if partitions.len() > MAX_PARTITIONS_PER_CALL {
-        return Err(Error::invalid_argument(format!(
-            "{} partitions in one call; at most {MAX_PARTITIONS_PER_CALL} are taken — split the \
-             batch",
-            partitions.len()
-        )));
-    }
-    Ok(())
 }
 
 /// Partitioned lease operations. Implemented by stores whose
@@ -170,16 +138,11 @@ pub trait PartitionStore: LeaseStore {
 
     /// The live leases of `group`, by partition number.
     async fn owners(&self, group: &str) -> Result<Vec<PartitionLease>>;
-
-    /// How [`renew_partitions`](PartitionStore::renew_partitions) reaches the server: the
-    /// store's [`Capabilities::batch_renew`](crate::Capabilities::batch_renew).
-    fn batch_renew(&self) -> BatchRenew {
-        self.capabilities().batch_renew
-    }
 }
 
 macro_rules! forward_partition_store {
     ($($ptr:ty),*) => {$(
+        #[deny(clippy::missing_trait_methods)]
         #[async_trait]
         impl<S: PartitionStore + ?Sized> PartitionStore for $ptr {
             async fn acquire_partition(
@@ -206,9 +169,6 @@ macro_rules! forward_partition_store {
             async fn owners(&self, group: &str) -> Result<Vec<PartitionLease>> {
                 (**self).owners(group).await
             }
-            fn batch_renew(&self) -> BatchRenew {
-                (**self).batch_renew()
-            }
         }
     )*};
 }
@@ -225,12 +185,5 @@ mod tests {
         assert_eq!(owner_node(&a), "n1");
         assert_eq!(a.len(), "n1@".len() + 16);
         assert_eq!(owner_node("a@b@c"), "a@b");
-    }
-
-    #[test]
-    fn oversized_batches_are_refused() {
-        assert!(check_partition_batch(&[0; MAX_PARTITIONS_PER_CALL]).is_ok());
-        let err = check_partition_batch(&[0; MAX_PARTITIONS_PER_CALL + 1]).unwrap_err();
-        assert!(err.message().contains("split the batch"), "{err}");
     }
 }

@@ -169,10 +169,11 @@ impl<T> Supervised<T> {
 ///
 /// The work runs on its own task of the coordinator's tracker, holding a [`WorkHold`]. A second
 /// tracked task watches it: once the lease is lost, the work has the step-down grace to return;
-/// past that, the fail action runs and the work's task is aborted. Both tasks go on if the
-/// caller goes, so a dropped caller never frees the name under running work, nor lets work
-/// under a lost lease run past the grace unnoticed. The term is left as it is: the caller
-/// resigns, finishes or drops it.
+/// past that, the fail action runs, the work's task is aborted, and the keeper is told to
+/// release once that task is gone. Both tasks go on if the caller goes, so a dropped caller
+/// never frees the name under running work, nor lets work under a lost lease run past the
+/// grace unnoticed. Otherwise the term is left as it is: the caller resigns, finishes or drops
+/// it. Used by [`Term::run`] and by each scheduler round.
 pub(crate) fn spawn_supervised<Fut>(term: &Term, fut: Fut) -> Supervised<Fut::Output>
 where
     Fut: Future + Send + 'static,
@@ -191,8 +192,9 @@ where
     }
 }
 
-/// [`spawn_supervised`], then waits for the work to end.
-#[allow(dead_code)] // the one-call form, for callers that start and wait in one place
+/// [`spawn_supervised`], then waits for the work to end. The work starts when this is called;
+/// dropping the returned future leaves the work and its watcher running, with the step-down
+/// rules enforced.
 pub(crate) async fn supervise<Fut>(term: &Term, fut: Fut) -> Ended<Fut::Output>
 where
     Fut: Future + Send + 'static,
@@ -211,7 +213,7 @@ impl Drop for AbortOnDrop {
 }
 
 /// The step-down watcher of one work task.
-async fn watch<T>(shared: Arc<TermShared>, mut task: JoinHandle<T>) -> Ended<T> {
+async fn watch<T: Send + 'static>(shared: Arc<TermShared>, mut task: JoinHandle<T>) -> Ended<T> {
     // If the watcher itself goes (a panicking fail action, a runtime shutting down), the work
     // goes with it: nothing else would enforce the grace.
     let _abort = AbortOnDrop(task.abort_handle());
@@ -234,6 +236,14 @@ async fn watch<T>(shared: Arc<TermShared>, mut task: JoinHandle<T>) -> Ended<T> 
             };
             (shared.coord.fail_action)(&failure);
             task.abort();
+            // Release in the background (the store may be what failed), and only once the
+            // aborted task is gone: an abort takes effect at the work's next await point.
+            // Whoever still holds a handle on the lost term does not hold up the release.
+            let stop = shared.stop.clone();
+            tokio::spawn(async move {
+                let _gone = task.await;
+                stop.cancel();
+            });
             Ended::Abandoned(error)
         }
     }
@@ -277,7 +287,8 @@ impl Term {
     ///   message; the lease is released.
     /// - Once the lease is **lost**, `work` has the step-down [`grace`](crate::Timings::grace)
     ///   to return. Past that, the coordinator's fail action fires (by default: log, then end
-    ///   the process), the task is aborted, and `Lost` is returned.
+    ///   the process), the task is aborted, and `Lost` is returned; the lease is released once
+    ///   the aborted task is gone, whatever other handles on the term are still held.
     /// - When `work` fails (an error or a panic) and the term turns out lost — an error of kind
     ///   `Lost` in the error's chain of sources (what a fenced write such as `begin_verified`
     ///   returns when the lease expired a moment before the keeper noticed), the term no longer
@@ -337,7 +348,7 @@ impl Term {
         let joined = match ended {
             Ended::Joined(joined) => joined.map(|r| r.map_err(Into::into)),
             Ended::Abandoned(error) => {
-                // The task was aborted; the release follows once it is gone (its hold drops).
+                // The task was aborted; the watcher has the release follow once it is gone.
                 return Err(Error::lost(
                     &shared.name,
                     format_args!(

@@ -131,6 +131,7 @@ pub trait SlotStore: LeaseStore {
 
 macro_rules! forward_slot_store {
     ($($ptr:ty),*) => {$(
+        #[deny(clippy::missing_trait_methods)]
         #[async_trait]
         impl<S: SlotStore + ?Sized> SlotStore for $ptr {
             async fn claim_slot(

@@ -140,7 +140,7 @@ pub struct Capabilities {
     pub max_name_bytes: usize,
     /// How a batch renewal of partitions reaches the server (see
     /// [`PartitionStore::renew_partitions`](crate::PartitionStore::renew_partitions)).
-    pub batch_renew: crate::BatchRenew,
+    pub batch_renew: crate::backend::BatchRenew,
     /// When set, the only lease duration the store accepts (a store whose expiry is fixed
     /// server-side, such as a bucket's max age).
     pub fixed_ttl: Option<Duration>,
@@ -161,7 +161,7 @@ impl Default for Capabilities {
             slots: false,
             force_release: false,
             max_name_bytes: DEFAULT_MAX_NAME_BYTES,
-            batch_renew: crate::BatchRenew::default(),
+            batch_renew: crate::backend::BatchRenew::default(),
             fixed_ttl: None,
         }
     }
@@ -180,9 +180,9 @@ impl Default for Capabilities {
 ///   a lease is live.
 /// - A lease is live while its expiry is in the future by the store's clock. Renew, verify and
 ///   release act only on a live lease held under the given holder token.
-/// - Names and durations are checked ([`validate_name`](LeaseStore::validate_name),
-///   [`validate_ttl`](LeaseStore::validate_ttl)) before any I/O, and refused with
-///   `InvalidName` / `InvalidTimings`.
+/// - Every argument is checked before any I/O, with the one check per operation in
+///   [`backend::check`](crate::backend::check), and refused with `InvalidName`,
+///   `InvalidTimings` or `InvalidArgument`.
 /// - Errors from the driver keep their source; connection failures are `Unavailable`.
 ///
 /// # Cancel safety
@@ -200,23 +200,6 @@ pub trait LeaseStore: Send + Sync + fmt::Debug + 'static {
 
     /// What this store can do.
     fn capabilities(&self) -> Capabilities;
-
-    /// Refuses a name this store cannot hold; no I/O.
-    fn validate_name(&self, name: &str) -> Result<()> {
-        validate_name(name, self.capabilities().max_name_bytes)
-    }
-
-    /// Refuses a lease duration this store cannot keep; no I/O.
-    fn validate_ttl(&self, ttl: Duration) -> Result<()> {
-        validate_ttl(ttl)?;
-        match self.capabilities().fixed_ttl {
-            Some(fixed) if fixed != ttl => Err(Error::invalid_timings(format!(
-                "this {} store keeps every lease for exactly {fixed:?}; asked for {ttl:?}",
-                self.backend()
-            ))),
-            _ => Ok(()),
-        }
-    }
 
     /// Checks at start-up that the store can carry leases (reachable, writable, clock
     /// present, schema in place), failing fast with a message that says what to fix.
@@ -267,6 +250,7 @@ pub trait LeaseStore: Send + Sync + fmt::Debug + 'static {
 
 macro_rules! forward_lease_store {
     ($($ptr:ty),*) => {$(
+        #[deny(clippy::missing_trait_methods)]
         #[async_trait]
         impl<S: LeaseStore + ?Sized> LeaseStore for $ptr {
             fn backend(&self) -> &'static str {
@@ -274,12 +258,6 @@ macro_rules! forward_lease_store {
             }
             fn capabilities(&self) -> Capabilities {
                 (**self).capabilities()
-            }
-            fn validate_name(&self, name: &str) -> Result<()> {
-                (**self).validate_name(name)
-            }
-            fn validate_ttl(&self, ttl: Duration) -> Result<()> {
-                (**self).validate_ttl(ttl)
             }
             async fn available(&self) -> Result<()> {
                 (**self).available().await
@@ -318,6 +296,41 @@ macro_rules! forward_lease_store {
 }
 
 forward_lease_store!(Arc<S>, Box<S>);
+
+/// Methods every store has, derived from [`LeaseStore`]'s own: no backend overrides them, so
+/// they live here, implemented once for every store (`dyn LeaseStore` included).
+pub trait LeaseStoreExt: LeaseStore {
+    /// Refuses a name this store cannot hold: empty, longer than the store's
+    /// [`max_name_bytes`](Capabilities::max_name_bytes), or holding a control character; no
+    /// I/O.
+    fn validate_name(&self, name: &str) -> Result<()> {
+        validate_name(name, self.capabilities().max_name_bytes)
+    }
+
+    /// Refuses a lease duration this store cannot keep: outside
+    /// [`MIN_TTL`](crate::backend::MIN_TTL)..=[`MAX_TTL`](crate::backend::MAX_TTL), or other
+    /// than the store's [`fixed_ttl`](Capabilities::fixed_ttl) where it has one; no I/O.
+    fn validate_ttl(&self, ttl: Duration) -> Result<()> {
+        validate_ttl(ttl)?;
+        match self.capabilities().fixed_ttl {
+            Some(fixed) if fixed != ttl => Err(Error::invalid_timings(format!(
+                "this {} store keeps every lease for exactly {fixed:?}; asked for {ttl:?}",
+                self.backend()
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// This store with `hook` run around every operation (see [`crate::layer`]).
+    fn with_hook<H: crate::layer::Hook>(self, hook: H) -> crate::layer::Intercept<Self, H>
+    where
+        Self: Sized,
+    {
+        crate::layer::Intercept::new(self, hook)
+    }
+}
+
+impl<S: LeaseStore + ?Sized> LeaseStoreExt for S {}
 
 /// Checks an instance label: non-empty, at most [`MAX_INSTANCE_BYTES`], printable.
 pub fn validate_instance(instance: &str) -> Result<()> {

@@ -21,7 +21,7 @@ pub const MAX_TTL: Duration = Duration::from_secs(24 * 60 * 60);
 /// compared byte for byte: `"Job"`, `"job"` and `"job "` are three names.
 ///
 /// ```
-/// use lease_core::validate_name;
+/// use lease_core::backend::validate_name;
 /// assert!(validate_name("orders/compactor", 255).is_ok());
 /// assert!(validate_name("", 255).is_err());
 /// assert!(validate_name(&"x".repeat(256), 255).is_err());
@@ -51,7 +51,7 @@ pub fn validate_name(name: &str, max_bytes: usize) -> Result<()> {
 ///
 /// ```
 /// use std::time::Duration;
-/// use lease_core::validate_ttl;
+/// use lease_core::backend::validate_ttl;
 /// assert!(validate_ttl(Duration::from_secs(15)).is_ok());
 /// assert!(validate_ttl(Duration::ZERO).is_err());
 /// ```

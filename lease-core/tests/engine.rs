@@ -525,7 +525,7 @@ async fn local_terms_never_expire() {
         ErrorKind::Held
     );
     let store = MemoryStore::never_expiring();
-    let holder = lease_core::HolderToken::mint();
+    let holder = lease_core::backend::HolderToken::mint();
     store
         .claim("x", &holder, "i", Duration::from_millis(1))
         .await

@@ -8,7 +8,7 @@
 use std::io::{Read, Write};
 
 use fork::Fork;
-use lease_core::HolderToken;
+use lease_core::backend::HolderToken;
 
 /// Forks; the child mints `n` tokens and writes their bytes to a pipe, then exits; the parent
 /// mints `n` of its own after the fork. Returns (parent's, child's).

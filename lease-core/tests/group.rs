@@ -7,8 +7,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lease_core::{
-    Assignment, Capabilities, ErrorKind, Grant, GroupStore, GroupWorker, HolderToken, LeaseInfo,
-    LeaseStore, Member, MembershipStore, PartitionLease, PartitionStore, Timings, async_trait,
+    Assignment, Capabilities, ErrorKind, GroupStore, GroupWorker, LeaseInfo, LeaseStore, Member,
+    MembershipStore, PartitionLease, PartitionStore, Timings,
+    backend::{Grant, HolderToken, async_trait},
 };
 use lease_local::{
     AssignmentAudit, ConsumerPlan, FaultMode, FaultyStore, MemoryStore, assignments_settled,
@@ -571,12 +572,6 @@ impl LeaseStore for ScriptedStore {
     }
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
-    }
-    fn validate_name(&self, name: &str) -> lease_core::Result<()> {
-        self.inner.validate_name(name)
-    }
-    fn validate_ttl(&self, ttl: Duration) -> lease_core::Result<()> {
-        self.inner.validate_ttl(ttl)
     }
     async fn claim(
         &self,

@@ -4,8 +4,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use lease_core::{
-    ErrorKind, GroupWorker, MAX_INSTANCE_BYTES, MembershipStore, check_member_args,
-    check_partition_args, owner_id,
+    ErrorKind, GroupWorker, MembershipStore,
+    backend::{MAX_INSTANCE_BYTES, check_member_args, check_partition_args, owner_id},
 };
 use lease_local::MemoryStore;
 

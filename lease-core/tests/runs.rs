@@ -235,6 +235,43 @@ async fn a_dropped_run_still_fails_work_that_outlives_the_grace_after_a_loss() {
     assert!(!finished.load(Ordering::SeqCst), "the work was aborted");
 }
 
+/// Work abandoned after a loss (past the grace: the fail action, the abort) has its lease
+/// released once its task is gone, though another handle on the term is still held: the
+/// supervisor releases, for `run` as for a scheduler round.
+#[tokio::test(start_paused = true)]
+async fn abandoned_work_is_released_once_its_task_is_gone_though_a_handle_is_kept() {
+    let store = FaultyStore::new(MemoryStore::new());
+    let (a, failures) = coordinator(&store, "a");
+    let (b, _) = coordinator(&store, "b");
+    let term = a.try_acquire("job").await.unwrap();
+    let kept = term.clone();
+    let t0 = Instant::now();
+    let runner = tokio::spawn(term.run(move |_term| async move {
+        sleep(3600 * S).await; // never looks at its term
+        Ok::<(), std::io::Error>(())
+    }));
+    sleep(S).await;
+    // Renewals fail: the term is lost at its local deadline (10 s), while the store still
+    // holds the lease (its TTL runs out at 15 s).
+    store.set_mode(FaultMode::Fail);
+    sleep(11 * S).await;
+    assert!(kept.is_lost());
+    store.set_mode(FaultMode::Pass);
+    let e = runner.await.unwrap().unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Lost, "{e}");
+    assert_eq!(t0.elapsed(), 14 * S, "at the deadline (10 s) + grace (4 s)");
+    assert_eq!(failures.list().len(), 1, "the fail action ran");
+    sleep(Duration::from_millis(1)).await;
+    assert!(t0.elapsed() < 15 * S, "before the lease's TTL runs out");
+    let next = b
+        .try_acquire("job")
+        .await
+        .expect("released once the aborted work was gone, though `kept` is still held");
+    assert_eq!(next.token(), 2);
+    drop(kept);
+    next.resign().await.unwrap();
+}
+
 // ---------------------------------------------------------------------------------------------
 // close racing run (item 5)
 

@@ -12,8 +12,8 @@ use std::time::Duration;
 use lease_core::scheduler::telemetry;
 use lease_core::scheduler::{CatchUp, Job, JobBuilder, Round, Scheduler, TokioClock, WallClock};
 use lease_core::{
-    Capabilities, ErrorKind, Grant, HolderToken, LeaseInfo, LeaseStore, Result, SlotClaim,
-    SlotFinish, SlotRecord, SlotStore, StepDownFailure, Timings, async_trait,
+    Capabilities, ErrorKind, LeaseInfo, LeaseStore, Result, SlotStore, StepDownFailure, Timings,
+    backend::{Grant, HolderToken, SlotClaim, SlotFinish, SlotRecord, async_trait},
 };
 use lease_local::MemoryStore;
 use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
@@ -1415,4 +1415,106 @@ async fn an_overrun_the_round_could_not_record_is_claimed_late_and_counted() {
         5
     );
     assert!(failures.0.lock().unwrap().is_empty());
+}
+
+/// Records when it is dropped: the end of a work future, returned or aborted.
+struct DropClock(Arc<Mutex<Option<Instant>>>);
+
+impl Drop for DropClock {
+    fn drop(&mut self) {
+        *self.0.lock().unwrap() = Some(Instant::now());
+    }
+}
+
+/// A round's lease is lost while its work ignores the stop, and `Scheduler::run`'s future is
+/// dropped right after the loss: the step-down rules must not go with it. The fail action
+/// still fires when the grace has passed since the loss, and the work's task is aborted then.
+#[tokio::test(start_paused = true)]
+async fn dropping_run_after_a_rounds_loss_still_fails_and_aborts_its_work_at_the_grace() {
+    let store = MemoryStore::new();
+    let clock = TokioClock::starting_at(store.now_ms());
+    let started = Arc::new(AtomicBool::new(false));
+    // When the work was told to stop, and the kind of the term's end then.
+    type Told = Mutex<Option<(Instant, Option<ErrorKind>)>>;
+    let told: Arc<Told> = Arc::default();
+    let gone: Arc<Mutex<Option<Instant>>> = Arc::default();
+    let finished = Arc::new(AtomicBool::new(false));
+    let job = {
+        let (started, told, gone, finished) = (
+            started.clone(),
+            told.clone(),
+            gone.clone(),
+            finished.clone(),
+        );
+        Job::every("stubborn", 300 * S)
+            .unwrap()
+            .run(move |round: Round| {
+                let (started, told, gone, finished) = (
+                    started.clone(),
+                    told.clone(),
+                    gone.clone(),
+                    finished.clone(),
+                );
+                async move {
+                    let _gone = DropClock(gone);
+                    started.store(true, Ordering::SeqCst);
+                    round.done().await;
+                    *told.lock().unwrap() =
+                        Some((Instant::now(), round.term().err().map(|e| e.kind())));
+                    // Told to stop, it goes on as if nothing happened.
+                    sleep(3600 * S).await;
+                    finished.store(true, Ordering::SeqCst);
+                    Ok::<(), std::io::Error>(())
+                }
+            })
+    };
+    let failures: Arc<Mutex<Vec<(Instant, StepDownFailure)>>> = Arc::default();
+    let f = failures.clone();
+    let s = Scheduler::builder(store.clone())
+        .instance("a")
+        .clock(clock)
+        .rerun_check(Duration::from_secs(3600))
+        .fail_action(move |x| f.lock().unwrap().push((Instant::now(), x.clone())))
+        .job(job)
+        .build()
+        .unwrap();
+    let task = start(&s);
+    while !started.load(Ordering::SeqCst) {
+        sleep(S / 10).await;
+    }
+    sleep(S).await;
+    // An operator's force release: the round's next renewal finds the lease gone.
+    assert!(store.force_release("stubborn").await.unwrap());
+    let lost_at = loop {
+        if let Some((at, kind)) = *told.lock().unwrap() {
+            assert_eq!(kind, Some(ErrorKind::Lost));
+            break at;
+        }
+        tokio::task::yield_now().await;
+        sleep(Duration::from_millis(1)).await;
+    };
+    // Within the grace, `run`'s future goes (its task is aborted): the round's future with it.
+    task.abort();
+    assert!(task.await.unwrap_err().is_cancelled());
+    let grace = Timings::default().grace();
+    assert!(Instant::now() < lost_at + grace);
+    sleep(grace + 5 * S).await;
+    let failures = failures.lock().unwrap().clone();
+    assert_eq!(
+        failures.len(),
+        1,
+        "the fail action must run once the grace has passed since the loss, though `run` was \
+         dropped: {failures:?}"
+    );
+    assert_eq!(failures[0].0 - lost_at, grace, "at the loss + the grace");
+    assert_eq!(failures[0].1.name, "stubborn");
+    assert_eq!(failures[0].1.error.kind(), ErrorKind::Lost);
+    assert_eq!(
+        *gone.lock().unwrap(),
+        Some(lost_at + grace),
+        "the work's task is aborted right after the fail action"
+    );
+    sleep(7200 * S).await;
+    assert!(!finished.load(Ordering::SeqCst), "the work was aborted");
+    s.shutdown().await.unwrap();
 }

@@ -5,8 +5,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use lease_core::{
-    BatchRenew, Capabilities, Error, Grant, HolderToken, LeaseInfo, LeaseStore, Member,
-    MembershipStore, PartitionLease, PartitionStore, PollingStore, Result, async_trait,
+    Capabilities, Error, LeaseInfo, LeaseStore, Member, MembershipStore, PartitionLease,
+    PartitionStore, PollingStore, Result,
+    backend::{Grant, HolderToken, async_trait},
 };
 use tokio::sync::watch;
 
@@ -225,10 +226,6 @@ impl<S: PartitionStore> PartitionStore for FaultyStore<S> {
     async fn owners(&self, group: &str) -> Result<Vec<PartitionLease>> {
         self.counters.gets.fetch_add(1, Ordering::SeqCst);
         self.around(self.inner.owners(group)).await
-    }
-
-    fn batch_renew(&self) -> BatchRenew {
-        self.inner.batch_renew()
     }
 }
 

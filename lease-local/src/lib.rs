@@ -21,12 +21,16 @@
 
 mod audit;
 mod faults;
-mod groups;
-mod memory;
+mod leases;
+mod membership;
+mod partitions;
+mod polling;
+mod slots;
+mod store;
 
 pub use audit::{AssignmentAudit, ConsumerPlan, assignments_settled};
 pub use faults::{FaultMode, FaultyStore, OpCounts};
-pub use memory::MemoryStore;
+pub use store::MemoryStore;
 
 use lease_core::{Coordinator, Result};
 

@@ -6,10 +6,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::TryStreamExt;
+use lease_core::LeaseStoreExt;
 use lease_core::{
-    Capabilities, Coordinator, CoordinatorBuilder, Error, Grant, HolderToken, LeaseInfo,
-    LeaseStore, Result, SlotClaim, SlotFinish, SlotRecord, SlotStore, async_trait, ceil_millis,
-    validate_instance,
+    Capabilities, Coordinator, CoordinatorBuilder, Error, LeaseInfo, LeaseStore, Result, SlotStore,
+    backend::{
+        Grant, HolderToken, SlotClaim, SlotFinish, SlotRecord, async_trait, ceil_millis,
+        validate_instance,
+    },
 };
 use mongodb::bson::{Document, doc};
 use mongodb::error::Error as MongoError;
@@ -547,7 +550,7 @@ impl LeaseStore for MongoStore {
             max_name_bytes: MAX_NAME_BYTES,
             // The multi-document `update`, then the `aggregate` that reads back the documents
             // carrying this renewal's id: two round trips however many partitions.
-            batch_renew: lease_core::BatchRenew::Fixed { round_trips: 2 },
+            batch_renew: lease_core::backend::BatchRenew::Fixed { round_trips: 2 },
             ..Capabilities::default()
         }
     }

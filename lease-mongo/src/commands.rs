@@ -45,7 +45,7 @@
 
 use std::time::Duration;
 
-use lease_core::{Error, Grant, LeaseInfo, Result};
+use lease_core::{Error, LeaseInfo, Result, backend::Grant};
 use mongodb::bson::{Bson, DateTime, Document, doc};
 
 /// The field holding the holder token (hex).
@@ -245,7 +245,7 @@ pub fn slot_read_pipeline(name: &str) -> Vec<Document> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SlotPlan {
     /// The claim is refused: held, taken or early, as the read says.
-    Refuse(lease_core::SlotClaim),
+    Refuse(lease_core::backend::SlotClaim),
     /// The claim writes, with the term compared: `Some(term)` read on the record, `None` when
     /// the name has no record yet (or one no claim ever wrote: no `epoch`).
     Write {
@@ -258,7 +258,7 @@ pub enum SlotPlan {
 /// when the lease is live, taken when `instant_ms` is not after the last instant, early when
 /// it is after the server's clock; otherwise write.
 pub fn slot_plan(reply: &Document, instant_ms: i64) -> Result<SlotPlan> {
-    use lease_core::SlotClaim;
+    use lease_core::backend::SlotClaim;
     let now = reply
         .get(NOW_MS)
         .and_then(number)
@@ -343,7 +343,10 @@ pub fn slot_claim_projection() -> Document {
 /// The claim a slot claim reports once its write applied, from the document before the update
 /// (`None` when the upsert inserted it): the term one above the old one, `ttl` left, and the
 /// old unfinished instant as superseded.
-pub fn slot_claimed(before: Option<&Document>, ttl: Duration) -> Result<lease_core::SlotClaim> {
+pub fn slot_claimed(
+    before: Option<&Document>,
+    ttl: Duration,
+) -> Result<lease_core::backend::SlotClaim> {
     let (old_term, superseded_ms) = match before {
         None => (0, None),
         Some(d) => {
@@ -354,7 +357,7 @@ pub fn slot_claimed(before: Option<&Document>, ttl: Duration) -> Result<lease_co
             (old_term, opt_ms(d, UNFINISHED_MS)?)
         }
     };
-    Ok(lease_core::SlotClaim::Claimed {
+    Ok(lease_core::backend::SlotClaim::Claimed {
         grant: Grant {
             term: old_term.saturating_add(1),
             expires_in: ttl,
@@ -444,15 +447,18 @@ pub fn finish_projection() -> Document {
 
 /// What a finish reports from the document after its update (`None`: no document): the
 /// outcome it wrote when `last_finish.id` is its own `finish_id`, nothing applied otherwise.
-pub fn finish_from_reply(reply: Option<&Document>, finish_id: &str) -> lease_core::SlotFinish {
+pub fn finish_from_reply(
+    reply: Option<&Document>,
+    finish_id: &str,
+) -> lease_core::backend::SlotFinish {
     let Some(outcome) = reply.and_then(|r| r.get_document(LAST_FINISH).ok()) else {
-        return lease_core::SlotFinish::default();
+        return lease_core::backend::SlotFinish::default();
     };
     if outcome.get_str("id").ok() != Some(finish_id) {
-        return lease_core::SlotFinish::default();
+        return lease_core::backend::SlotFinish::default();
     }
     let flag = |k: &str| outcome.get_bool(k).unwrap_or(false);
-    lease_core::SlotFinish {
+    lease_core::backend::SlotFinish {
         recorded: flag("recorded"),
         passed_taken: flag("passed_taken"),
         released: flag("released"),
@@ -533,8 +539,8 @@ pub fn last_slot_projection() -> Document {
 }
 
 /// The instants on record, from last slot's `find`: a missing or null field is `None`.
-pub fn slot_record_from(reply: &Document) -> Result<lease_core::SlotRecord> {
-    Ok(lease_core::SlotRecord {
+pub fn slot_record_from(reply: &Document) -> Result<lease_core::backend::SlotRecord> {
+    Ok(lease_core::backend::SlotRecord {
         last_ms: opt_ms(reply, SLOT_MS)?,
         unfinished_ms: opt_ms(reply, UNFINISHED_MS)?,
         rerun_ms: opt_ms(reply, RERUN_MS)?,
@@ -1225,7 +1231,7 @@ mod tests {
 
     #[test]
     fn the_slot_claim_is_decided_in_the_contracts_order() {
-        use lease_core::SlotClaim;
+        use lease_core::backend::SlotClaim;
         let now = 1_700_000_000_000_i64;
         let plan = |rec: Option<Document>, at: i64| {
             let mut reply = doc! { "now_ms": now };
@@ -1334,7 +1340,7 @@ mod tests {
 
     #[test]
     fn a_slot_claim_reports_from_the_document_before_its_write() {
-        use lease_core::SlotClaim;
+        use lease_core::backend::SlotClaim;
         let ttl = Duration::from_millis(900);
         let claimed = |term, superseded_ms| SlotClaim::Claimed {
             grant: Grant {
@@ -1417,7 +1423,7 @@ mod tests {
 
     #[test]
     fn a_finish_reports_only_its_own_outcome() {
-        use lease_core::SlotFinish;
+        use lease_core::backend::SlotFinish;
         let fid = "mine";
         let reply = doc! { "last_finish": {
             "id": "mine", "recorded": true, "passed_taken": false, "released": true,
@@ -1510,7 +1516,7 @@ mod tests {
                 &doc! { "slot_ms": 5_i64, "unfinished_ms": Bson::Null, "rerun_ms": 3_i32 }
             )
             .unwrap(),
-            lease_core::SlotRecord {
+            lease_core::backend::SlotRecord {
                 last_ms: Some(5),
                 unfinished_ms: None,
                 rerun_ms: Some(3)
@@ -1519,7 +1525,7 @@ mod tests {
         // A record of plain claims only.
         assert_eq!(
             slot_record_from(&doc! {}).unwrap(),
-            lease_core::SlotRecord::default()
+            lease_core::backend::SlotRecord::default()
         );
         assert!(slot_record_from(&doc! { "slot_ms": "x" }).is_err());
     }

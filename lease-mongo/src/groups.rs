@@ -7,10 +7,12 @@ use std::future::IntoFuture;
 use std::time::Duration;
 
 use futures::TryStreamExt;
+use lease_core::LeaseStoreExt;
 use lease_core::{
-    Error, ErrorKind, HolderToken, LeaseStore, Member, MembershipStore, PartitionLease,
-    PartitionStore, Result, async_trait, check_member_args, check_partition_args,
-    check_partition_batch,
+    Error, ErrorKind, Member, MembershipStore, PartitionLease, PartitionStore, Result,
+    backend::{
+        HolderToken, async_trait, check_member_args, check_partition_args, check_partition_batch,
+    },
 };
 use mongodb::bson::Document;
 use mongodb::options::ReturnDocument;

@@ -7,8 +7,10 @@
 
 use std::time::{Duration, Instant};
 
+use lease_core::LeaseStoreExt;
 use lease_core::{
-    BatchRenew, ErrorKind, HolderToken, LeaseStore, MembershipStore, PartitionStore, SlotStore,
+    ErrorKind, LeaseStore, MembershipStore, PartitionStore, SlotStore,
+    backend::{BatchRenew, HolderToken},
 };
 use lease_mongo::{MAX_NAME_BYTES, MongoConfig, MongoStore};
 use mongodb::Client;
@@ -236,7 +238,7 @@ async fn bad_names_instances_and_ttls_are_refused_before_any_io() {
             assert_eq!(e.kind(), ErrorKind::InvalidName, "{bad:?}: {e}");
         }
     }
-    let huge = vec![0_u32; lease_core::MAX_PARTITIONS_PER_CALL + 1];
+    let huge = vec![0_u32; lease_core::backend::MAX_PARTITIONS_PER_CALL + 1];
     let e = store
         .renew_partitions("g", &huge, "o", ttl)
         .await
@@ -269,7 +271,7 @@ async fn bad_names_instances_and_ttls_are_refused_before_any_io() {
     for ttl in [
         Duration::ZERO,
         Duration::from_micros(500),
-        lease_core::MAX_TTL + Duration::from_secs(1),
+        lease_core::backend::MAX_TTL + Duration::from_secs(1),
     ] {
         let e = store.claim("n", &a, "a", ttl).await.unwrap_err();
         assert_eq!(e.kind(), ErrorKind::InvalidTimings, "{ttl:?}: {e}");
@@ -379,7 +381,10 @@ async fn configuration_is_checked_and_capabilities_are_declared() {
     let caps = store.capabilities();
     assert!(caps.expiry && caps.fencing && caps.force_release && caps.slots);
     assert!(caps.partitions && caps.membership && !caps.watch);
-    assert_eq!(store.batch_renew(), BatchRenew::Fixed { round_trips: 2 });
+    assert_eq!(
+        store.capabilities().batch_renew,
+        BatchRenew::Fixed { round_trips: 2 }
+    );
     assert_eq!(caps.fixed_ttl, None);
     assert_eq!(store.config().collection_name(), "leases");
     assert_eq!(

@@ -13,7 +13,8 @@ use std::time::Duration;
 
 use lease_conformance::FaultProxy;
 use lease_core::{
-    BatchRenew, HolderToken, LeaseStore, MembershipStore, PartitionStore, SlotClaim, SlotStore,
+    LeaseStore, MembershipStore, PartitionStore, SlotStore,
+    backend::{BatchRenew, HolderToken, SlotClaim},
 };
 use lease_mongo::MongoStore;
 use lease_mongo::mongodb::bson::{Bson, doc};
@@ -266,7 +267,10 @@ async fn partition_and_membership_operations_take_the_documented_commands() {
     let (a, b) = ("node-a@0001", "node-b@0001");
     let ttl = Duration::from_secs(5);
     store.owners(&group).await.unwrap(); // warm the proxied connection
-    assert_eq!(store.batch_renew(), BatchRenew::Fixed { round_trips: 2 });
+    assert_eq!(
+        store.capabilities().batch_renew,
+        BatchRenew::Fixed { round_trips: 2 }
+    );
 
     // [findAndModify, update, aggregate]
     let (l, trips, took) =

@@ -13,9 +13,11 @@ use async_nats::jetstream::kv::{self, Operation, UpdateErrorKind};
 use async_nats::jetstream::stream::{self, DiscardPolicy, StorageType};
 use async_nats::jetstream::{self, Context};
 use bytes::Bytes;
+use lease_core::LeaseStoreExt;
 use lease_core::{
-    Capabilities, Coordinator, CoordinatorBuilder, Error, ErrorKind, Grant, HolderToken, LeaseInfo,
-    LeaseStore, Result, Timings, async_trait, validate_instance, validate_ttl,
+    Capabilities, Coordinator, CoordinatorBuilder, Error, ErrorKind, LeaseInfo, LeaseStore, Result,
+    Timings,
+    backend::{Grant, HolderToken, async_trait, validate_instance, validate_ttl},
 };
 use tracing::{debug, info};
 
@@ -470,7 +472,7 @@ impl LeaseStore for NatsStore {
             max_name_bytes: MAX_NAME_BYTES,
             // No multi-key operation: one compare-and-set per partition, all sent before any
             // answer is awaited.
-            batch_renew: lease_core::BatchRenew::Pipelined,
+            batch_renew: lease_core::backend::BatchRenew::Pipelined,
             fixed_ttl: Some(self.inner.ttl),
         }
     }

@@ -25,14 +25,14 @@
 //! - `part.<group escaped>.<partition in decimal>`, value `part1;<epoch>;<owner>` — an epoch of
 //!   `0` means "the stream sequence of this very message", as for a lease's term;
 //! - `member.<service escaped>.<node escaped>`, value `member1`, a line feed, the address, a line
-//!   feed, and the groups one per line ([`lease_core::encode_groups`]). Addresses and groups hold
+//!   feed, and the groups one per line ([`lease_core::backend::encode_groups`]). Addresses and groups hold
 //!   no control characters, so the line feeds are unambiguous.
 //!
 //! The escape is the lease names' one, so a group's or a service's keys are exactly those under
 //! `part.<group>.` or `member.<service>.`: a subject filter `….>` lists them and nothing else.
 
 use bytes::Bytes;
-use lease_core::HolderToken;
+use lease_core::backend::HolderToken;
 
 /// The longest lease name, in bytes. 255 bytes escape to at most 765 key characters.
 pub const MAX_NAME_BYTES: usize = 255;
@@ -158,7 +158,7 @@ impl MemberRecord {
         Bytes::from(format!(
             "{MEMBER_TAG}\n{}\n{}",
             self.address,
-            lease_core::encode_groups(&self.groups)
+            lease_core::backend::encode_groups(&self.groups)
         ))
     }
 
@@ -169,7 +169,7 @@ impl MemberRecord {
             return None;
         }
         let address = parts.next()?.to_owned();
-        let groups = lease_core::decode_groups(parts.next()?);
+        let groups = lease_core::backend::decode_groups(parts.next()?);
         Some(MemberRecord { address, groups })
     }
 }

@@ -3,7 +3,10 @@
 
 use std::time::Duration;
 
-use lease_core::{Error, Result, ceil_millis, validate_ttl};
+use lease_core::{
+    Error, Result,
+    backend::{ceil_millis, validate_ttl},
+};
 
 /// The lease duration when none is given: 15 s, as the protocol's defaults.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(15);

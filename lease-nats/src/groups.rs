@@ -8,9 +8,10 @@ use std::time::{Duration, Instant};
 
 use futures::future::join_all;
 use lease_core::Error;
+use lease_core::LeaseStoreExt;
 use lease_core::{
-    LeaseStore, Member, MembershipStore, PartitionLease, PartitionStore, Result, async_trait,
-    check_member_args, check_partition_args, check_partition_batch,
+    Member, MembershipStore, PartitionLease, PartitionStore, Result,
+    backend::{async_trait, check_member_args, check_partition_args, check_partition_batch},
 };
 use serde_json::Value;
 use tracing::debug;
@@ -22,7 +23,7 @@ use crate::codec::{
 };
 
 /// How many recent partition writes a store remembers: several of the largest batches.
-const MAX_KNOWN_PARTITIONS: usize = 4 * lease_core::MAX_PARTITIONS_PER_CALL;
+const MAX_KNOWN_PARTITIONS: usize = 4 * lease_core::backend::MAX_PARTITIONS_PER_CALL;
 
 /// How many requests one pipelined burst sends before awaiting their answers. Bursts of a
 /// larger batch go one after the other, so one call never has more publishes awaiting their

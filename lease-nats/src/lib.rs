@@ -184,7 +184,7 @@
 //! | `owners` | one `$JS.API.STREAM.INFO` with the subject filter `$KV.<bucket>.part.<group>.>` (the keys, no values; one more request per 100,000 keys), then a direct get per key, pipelined | 2 bursts; 1 when the group has no key |
 //!
 //! NATS has no multi-key write, so a batch renewal is **pipelined**
-//! ([`BatchRenew::Pipelined`](lease_core::BatchRenew::Pipelined)), not one round trip: each
+//! ([`BatchRenew::Pipelined`](lease_core::backend::BatchRenew::Pipelined)), not one round trip: each
 //! partition's update is its own compare-and-set, atomic on its own, and the partitions of one
 //! call may be renewed or found lost independently. How many round trips a burst costs on the
 //! wire depends on how the client's writes and the server's answers interleave; measured

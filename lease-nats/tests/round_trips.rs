@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use async_nats::jetstream;
 use lease_conformance::{FaultProxy, env};
-use lease_core::{HolderToken, LeaseStore, MembershipStore, PartitionStore};
+use lease_core::{LeaseStore, MembershipStore, PartitionStore, backend::HolderToken};
 use lease_nats::{NatsConfig, NatsStore};
 
 const TTL: Duration = Duration::from_secs(5);

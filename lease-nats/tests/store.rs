@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use async_nats::jetstream;
 use lease_conformance::{FaultProxy, env};
-use lease_core::{ErrorKind, HolderToken, LeaseStore, MembershipStore, PartitionStore};
+use lease_core::{ErrorKind, LeaseStore, MembershipStore, PartitionStore, backend::HolderToken};
 use lease_nats::{NatsConfig, NatsStore, TtlMismatch};
 
 const TTL: Duration = Duration::from_millis(600);

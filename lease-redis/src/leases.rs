@@ -4,13 +4,13 @@
 
 use std::time::Duration;
 
-use lease_core::{
-    Capabilities, Grant, HolderToken, LeaseInfo, LeaseStore, Result, async_trait, ceil_millis,
-    validate_instance,
-};
+use lease_core::backend::{Grant, HolderToken, async_trait, ceil_millis, check};
+use lease_core::layer::Operation;
+use lease_core::{Capabilities, LeaseInfo, LeaseStore, LeaseStoreExt, Result};
 use redis::aio::ConnectionLike;
 
 use crate::config::TermScheme;
+use crate::error::During;
 use crate::store::{MAX_NAME_BYTES, RedisStore};
 use crate::wire::codec::{HolderHex, grant};
 use crate::wire::keys::{name_of, record_key, scan_pattern};
@@ -30,9 +30,14 @@ where
         self.validate_name(name)?;
         let key = record_key(self.config().get_key_prefix(), name);
         let idle = ceil_millis(idle).to_string();
-        let what = || format!("forget of lease '{name}'");
+        let what = format!("forget of lease '{name}'");
         let n: i64 = self
-            .eval(what, &SCRIPTS.forget, key.as_bytes(), &[&idle])
+            .eval(
+                During::Task(&what),
+                &SCRIPTS.forget,
+                key.as_bytes(),
+                &[&idle],
+            )
             .await?;
         Ok(n == 1)
     }
@@ -61,7 +66,7 @@ where
                 .arg("COUNT")
                 .arg(500);
             let (next, keys): (u64, Vec<Vec<u8>>) = self
-                .bounded(|| "purge (SCAN)".to_owned(), async {
+                .bounded(During::Task("purge (SCAN)"), async {
                     let mut conn = self.conn.clone();
                     scan.query_async(&mut conn).await
                 })
@@ -73,8 +78,10 @@ where
                 else {
                     continue;
                 };
-                let what = || format!("purge of lease '{name}'");
-                let n: i64 = self.eval(what, &SCRIPTS.forget, &key, &[&idle]).await?;
+                let what = format!("purge of lease '{name}'");
+                let n: i64 = self
+                    .eval(During::Task(&what), &SCRIPTS.forget, &key, &[&idle])
+                    .await?;
                 if n == 1 {
                     deleted.push(name);
                 }
@@ -102,11 +109,8 @@ where
             // with gaps.
             consecutive_terms: self.config().get_term_scheme() == TermScheme::Counter,
             force_release: true,
-            slots: true,
-            partitions: true,
-            membership: true,
             max_name_bytes: MAX_NAME_BYTES,
-            ..Capabilities::default()
+            ..lease_core::derived_capabilities!(Self)
         }
     }
 
@@ -136,9 +140,7 @@ where
         instance: &str,
         ttl: Duration,
     ) -> Result<Option<Grant>> {
-        self.validate_name(name)?;
-        self.validate_ttl(ttl)?;
-        validate_instance(instance)?;
+        check::claim(self, name, instance, ttl)?;
         self.started().await?;
         let key = record_key(self.config().get_key_prefix(), name);
         let holder = HolderHex::new(holder);
@@ -146,7 +148,7 @@ where
         let flag = self.config().get_term_scheme().script_flag();
         let reply: Option<(u64, u64)> = self
             .eval_with(
-                || format!("claim of lease '{name}'"),
+                During::Op(Operation::Claim, name),
                 &SCRIPTS.claim,
                 &[key.as_bytes()],
                 4,
@@ -165,14 +167,13 @@ where
         holder: &HolderToken,
         ttl: Duration,
     ) -> Result<Option<Grant>> {
-        self.validate_name(name)?;
-        self.validate_ttl(ttl)?;
+        check::renew(self, name, ttl)?;
         let key = record_key(self.config().get_key_prefix(), name);
         let holder = HolderHex::new(holder);
         let ttl = ceil_millis(ttl);
         let reply: Option<(u64, u64)> = self
             .eval_with(
-                || format!("renewal of lease '{name}'"),
+                During::Op(Operation::Renew, name),
                 &SCRIPTS.renew,
                 &[key.as_bytes()],
                 2,
@@ -186,12 +187,12 @@ where
     }
 
     async fn release(&self, name: &str, holder: &HolderToken) -> Result<bool> {
-        self.validate_name(name)?;
+        check::name(self, name)?;
         let key = record_key(self.config().get_key_prefix(), name);
         let holder = HolderHex::new(holder);
         let n: i64 = self
             .eval_with(
-                || format!("release of lease '{name}'"),
+                During::Op(Operation::Release, name),
                 &SCRIPTS.release,
                 &[key.as_bytes()],
                 1,
@@ -205,12 +206,12 @@ where
     }
 
     async fn verify(&self, name: &str, holder: &HolderToken) -> Result<Option<Grant>> {
-        self.validate_name(name)?;
+        check::name(self, name)?;
         let key = record_key(self.config().get_key_prefix(), name);
         let holder = HolderHex::new(holder);
         let reply: Option<(u64, u64)> = self
             .eval_with(
-                || format!("verify of lease '{name}'"),
+                During::Op(Operation::Verify, name),
                 &SCRIPTS.verify,
                 &[key.as_bytes()],
                 1,
@@ -224,11 +225,11 @@ where
     }
 
     async fn get(&self, name: &str) -> Result<Option<LeaseInfo>> {
-        self.validate_name(name)?;
+        check::name(self, name)?;
         let key = record_key(self.config().get_key_prefix(), name);
         let reply: Option<(String, u64, i64, u64)> = self
             .eval(
-                || format!("get of lease '{name}'"),
+                During::Op(Operation::Get, name),
                 &SCRIPTS.get,
                 key.as_bytes(),
                 &[],
@@ -244,11 +245,11 @@ where
     }
 
     async fn force_release(&self, name: &str) -> Result<bool> {
-        self.validate_name(name)?;
+        check::name(self, name)?;
         let key = record_key(self.config().get_key_prefix(), name);
         let n: i64 = self
             .eval(
-                || format!("force release of lease '{name}'"),
+                During::Op(Operation::ForceRelease, name),
                 &SCRIPTS.force_release,
                 key.as_bytes(),
                 &[],

@@ -76,7 +76,7 @@
 //! several replicas that read the same row only one write matches. A Lua script runs
 //! atomically, so here the read and the write are **one script, one round trip**, and nothing
 //! can change the record between them: the first claim to run wins, the others find the lease
-//! live and get [`SlotClaim::Held`](lease_core::SlotClaim::Held). `claim_slot` and `claim_rerun`
+//! live and get [`SlotClaim::Held`](lease_core::backend::SlotClaim::Held). `claim_slot` and `claim_rerun`
 //! make terms as `claim` does ([`TermScheme`] included), so slot rounds are fenced like any
 //! lease.
 //!
@@ -114,7 +114,7 @@
 //! | `owners` | `HGETALL`, keep the live ones (sorted by partition in the store) | 1 |
 //!
 //! A renewal or release sends every partition number as an argument of one `EVALSHA` on the
-//! group's one key ([`BatchRenew::Fixed`](lease_core::BatchRenew::Fixed) with one round trip; two
+//! group's one key ([`BatchRenew::Fixed`](lease_core::backend::BatchRenew::Fixed) with one round trip; two
 //! only when the server had not cached the script). The script reads and checks every record
 //! first (`HMGET` in chunks of 1,000, Lua's `unpack` limit being about 8,000 values) and only
 //! then writes (`HSET` in chunks), so a malformed record fails the whole call and changes
@@ -144,7 +144,7 @@
 //! A service's members are **two keys under the service's hash tag**:
 //!
 //! - `<prefix>{<service>}:members`, a hash: node id → `<address>\n<groups>` (the groups one per
-//!   line, as [`lease_core::encode_groups`] writes them; addresses and names hold no control
+//!   line, as [`lease_core::backend::encode_groups`] writes them; addresses and names hold no control
 //!   characters);
 //! - `<prefix>{<service>}:members:expiry`, a sorted set: node id scored by its expiry (server
 //!   time, Unix milliseconds).

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
-use lease_core::{Error, LeaseStore, Result};
+use lease_core::{Error, LeaseStoreExt, Result};
 use redis::aio::{ConnectionLike, ConnectionManager};
 use tokio::sync::OnceCell;
 
@@ -42,7 +42,7 @@ pub(crate) struct Inner {
     pub(crate) config: RedisConfig,
     /// "redis server host:port", or "the Redis server", for messages.
     pub(crate) server: String,
-    /// Set once the start-up check ([`LeaseStore::available`]) has passed.
+    /// Set once the start-up check ([`LeaseStore::available`](lease_core::LeaseStore::available)) has passed.
     pub(crate) started: OnceCell<()>,
 }
 
@@ -65,7 +65,7 @@ impl RedisStore<ConnectionManager> {
     /// of at most [`RedisConfig::connect_timeout`] each. Unless the config names the server
     /// already ([`RedisConfig::server_label`]), the store's messages name it by the URL's host
     /// and port. An invalid config is refused before any I/O. Call
-    /// [`available`](LeaseStore::available) next, at start-up; the store runs that check itself
+    /// [`available`](lease_core::LeaseStore::available) next, at start-up; the store runs that check itself
     /// before its first claim anyway (see [`with_client`](Self::with_client)).
     pub async fn connect(url: &str, config: RedisConfig) -> Result<RedisStore> {
         config.validate()?;
@@ -92,7 +92,7 @@ where
     /// [`connect`](RedisStore::connect) does.
     ///
     /// **The start-up check is never skipped.** The store runs
-    /// [`available`](LeaseStore::available) itself, once, before its first operation that hands
+    /// [`available`](lease_core::LeaseStore::available) itself, once, before its first operation that hands
     /// out a term or joins a group (`claim`, `claim_slot`, `claim_rerun`, `acquire_partition`,
     /// `heartbeat`), so a coordinator, group worker or scheduler built over it refuses to work
     /// on a server that could repeat fencing tokens, whether or not anyone called `available`.
@@ -133,9 +133,17 @@ where
         Ok(record_key(self.config().get_key_prefix(), name))
     }
 
-    /// "redis server host:port" or "the Redis server", for messages.
-    pub(crate) fn server(&self) -> &str {
-        &self.inner.server
+    /// The server's label (host and port, never credentials), attached to errors when known.
+    pub(crate) fn label(&self) -> Option<&str> {
+        self.config().get_server_label()
+    }
+
+    /// `e`, with the server attached when its label is known.
+    pub(crate) fn at_server(&self, e: Error) -> Error {
+        match self.label() {
+            Some(label) => e.at_server(label),
+            None => e,
+        }
     }
 
     /// Runs the start-up check once, before the first operation that hands out a term or joins
@@ -152,7 +160,7 @@ where
             .map(|_| ())
     }
 
-    /// [`LeaseStore::available`]: the start-up check, remembered once it passed.
+    /// [`LeaseStore::available`](lease_core::LeaseStore::available): the start-up check, remembered once it passed.
     pub(crate) async fn check_available(&self) -> Result<()> {
         self.start_up_check().await?;
         // Later operations need not check again.
@@ -174,7 +182,7 @@ where
         }
     }
 
-    /// The checks of [`LeaseStore::available`].
+    /// The checks of [`LeaseStore::available`](lease_core::LeaseStore::available).
     async fn start_up_check(&self) -> Result<()> {
         let (_secs, _micros): (u64, u64) = self.command("TIME", redis::cmd("TIME")).await?;
         for script in SCRIPTS.all() {
@@ -183,12 +191,12 @@ where
             let sha: String = self
                 .command(&format!("SCRIPT LOAD ({})", script.name), load)
                 .await
-                .map_err(|e| error::scripting_refused(e, self.server()))?;
+                .map_err(error::scripting_refused)?;
             if !sha.eq_ignore_ascii_case(&script.sha) {
-                return Err(Error::unsupported(format!(
-                    "{} returned SHA-1 {sha} for the {} script, expected {}",
-                    self.inner.server, script.name, script.sha
-                )));
+                return Err(self.at_server(Error::unsupported(format!(
+                    "the server returned SHA-1 {sha} for the {} script, expected {}",
+                    script.name, script.sha
+                ))));
             }
         }
         let (risks, unknown) = self.durability_risks().await;
@@ -222,13 +230,13 @@ where
             );
             return Ok(());
         }
-        Err(Error::unsupported(format!(
-            "{server} may lose lease records, and a lost record restarts its terms (or a lost \
+        Err(self.at_server(Error::unsupported(format!(
+            "the server may lose lease records, and a lost record restarts its terms (or a lost \
              partition group its epochs) at 1, so fencing tokens could repeat: {why}. Turn on \
              AOF synced on every write (appendonly yes, appendfsync always) and a noeviction or \
              volatile-* maxmemory-policy; or choose TermScheme::ClockFloor; or accept the risk \
              with RedisConfig::allow_volatile(true)"
-        )))
+        ))))
     }
 
     /// With AOF on: how often the file is synced. `always` loses nothing acknowledged;

@@ -10,7 +10,9 @@ mod common;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use lease_core::{ErrorKind, LeaseStore, MAX_PARTITIONS_PER_CALL, MembershipStore, PartitionStore};
+use lease_core::{
+    ErrorKind, LeaseStore, MembershipStore, PartitionStore, backend::MAX_PARTITIONS_PER_CALL,
+};
 use lease_redis::redis::aio::{ConnectionManager, MultiplexedConnection};
 use lease_redis::redis::{AsyncTypedCommands, Client, ValueType};
 use lease_redis::{RedisConfig, RedisStore, TermScheme};
@@ -523,5 +525,11 @@ async fn group_and_member_inputs_are_refused_before_any_io() {
         matches!(e.kind(), ErrorKind::Unavailable | ErrorKind::Timeout),
         "{e}"
     );
-    assert!(e.message().contains("127.0.0.1:1"), "{e}");
+    assert_eq!(e.server(), Some("127.0.0.1:1"), "{e}");
+    assert_eq!(
+        e.operation(),
+        Some(lease_core::layer::Operation::Owners),
+        "{e}"
+    );
+    assert_eq!(e.name(), Some("g"), "{e}");
 }

@@ -8,7 +8,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use lease_conformance::FaultMode;
-use lease_core::{ErrorKind, HolderToken, LeaseStore};
+use lease_core::{ErrorKind, LeaseStore, backend::HolderToken};
 use lease_redis::redis::aio::{ConnectionManager, MultiplexedConnection};
 use lease_redis::redis::{AsyncTypedCommands, Client};
 use lease_redis::{RedisConfig, RedisStore, TermScheme};
@@ -53,7 +53,8 @@ async fn an_unreachable_server_is_unavailable_naming_host_and_port_but_no_passwo
         .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
     assert!(e.is_temporary());
-    assert!(e.message().contains("127.0.0.1:1"), "{e}");
+    assert_eq!(e.server(), Some("127.0.0.1:1"), "{e}");
+    assert!(e.to_string().contains("127.0.0.1:1"), "{e}");
     assert!(!full_text(&e).contains("s3cret"), "{e:?}");
     assert!(
         started.elapsed() < Duration::from_secs(5),
@@ -135,7 +136,13 @@ async fn bad_names_and_ttls_are_refused_before_any_io() {
         matches!(e.kind(), ErrorKind::Unavailable | ErrorKind::Timeout),
         "{e}"
     );
-    assert!(e.message().contains("127.0.0.1:1"), "{e}");
+    assert_eq!(e.server(), Some("127.0.0.1:1"), "{e}");
+    assert_eq!(
+        e.operation(),
+        Some(lease_core::layer::Operation::Get),
+        "{e}"
+    );
+    assert_eq!(e.name(), Some("ok"), "{e}");
 }
 
 #[tokio::test]
@@ -431,7 +438,16 @@ async fn stalled_and_cut_connections_give_bounded_temporary_errors_then_recover(
     assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
     assert!(e.is_temporary(), "{e}");
     assert!(took < bound * 3, "a stalled verify took {took:?}");
-    assert!(e.message().contains(&proxy.local_addr().to_string()), "{e}");
+    assert_eq!(
+        e.server(),
+        Some(proxy.local_addr().to_string().as_str()),
+        "{e}"
+    );
+    assert_eq!(
+        e.operation(),
+        Some(lease_core::layer::Operation::Verify),
+        "{e}"
+    );
 
     proxy.set_mode(FaultMode::Cut);
     let started = Instant::now();

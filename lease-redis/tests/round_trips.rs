@@ -13,7 +13,10 @@ mod common;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use lease_core::{HolderToken, LeaseStore, MembershipStore, PartitionStore, SlotClaim, SlotStore};
+use lease_core::{
+    LeaseStore, MembershipStore, PartitionStore, SlotStore,
+    backend::{HolderToken, SlotClaim},
+};
 use lease_redis::redis::aio::MultiplexedConnection;
 
 /// `calls` per command from `INFO commandstats`.

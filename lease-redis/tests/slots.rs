@@ -11,7 +11,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use lease_core::{ErrorKind, HolderToken, LeaseStore, SlotClaim, SlotStore};
+use lease_core::{
+    ErrorKind, LeaseStore, SlotStore,
+    backend::{HolderToken, SlotClaim},
+};
 use lease_redis::redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
 use lease_redis::redis::{
     AsyncTypedCommands, Client, Cmd, Pipeline, RedisFuture, ServerErrorKind, Value,
@@ -69,7 +72,7 @@ async fn slot_instants_live_in_the_names_hash_without_a_key_ttl() {
     let plain = "plain";
     store.claim(plain, &h, "w", TTL).await.unwrap().unwrap();
     let rec = store.last_slot(plain).await.unwrap().unwrap();
-    assert_eq!(rec, lease_core::SlotRecord::default());
+    assert_eq!(rec, lease_core::backend::SlotRecord::default());
     let f = store.finish_slot(plain, &h, at, None).await.unwrap();
     assert!(!f.recorded && f.released, "{f:?}");
     let _: usize = raw.del(&key).await.unwrap();

@@ -34,8 +34,8 @@ use std::time::Duration;
 use lease_conformance::History;
 use lease_conformance::history::Section;
 use lease_core::{
-    Capabilities, Coordinator, ErrorKind, Grant, HolderToken, LeaseInfo, LeaseStore, Result, Term,
-    Timings, async_trait,
+    Capabilities, Coordinator, ErrorKind, LeaseInfo, LeaseStore, Result, Term, Timings,
+    backend::{Grant, HolderToken, async_trait},
 };
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
@@ -346,14 +346,6 @@ impl LeaseStore for Pausable {
 
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
-    }
-
-    fn validate_name(&self, name: &str) -> Result<()> {
-        self.inner.validate_name(name)
-    }
-
-    fn validate_ttl(&self, ttl: Duration) -> Result<()> {
-        self.inner.validate_ttl(ttl)
     }
 
     async fn available(&self) -> Result<()> {

@@ -16,8 +16,9 @@ use std::time::{Duration, Instant};
 
 use lease_conformance::{FaultMode, FaultProxy};
 use lease_core::{
-    BatchRenew, Capabilities, Error, Grant, GroupStore, HolderToken, LeaseInfo, LeaseStore, Member,
-    MembershipStore, PartitionLease, PartitionStore, Result, async_trait,
+    Capabilities, Error, GroupStore, LeaseInfo, LeaseStore, Member, MembershipStore,
+    PartitionLease, PartitionStore, Result,
+    backend::{Grant, HolderToken, async_trait},
 };
 use lease_local::FaultyStore;
 use lease_nats::{NatsConfig, NatsStore};
@@ -122,14 +123,6 @@ impl LeaseStore for LyingStore {
         self.0.capabilities()
     }
 
-    fn validate_name(&self, name: &str) -> Result<()> {
-        self.0.validate_name(name)
-    }
-
-    fn validate_ttl(&self, ttl: Duration) -> Result<()> {
-        self.0.validate_ttl(ttl)
-    }
-
     async fn claim(
         &self,
         name: &str,
@@ -219,14 +212,6 @@ impl LeaseStore for LyingGroupStore {
 
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
-    }
-
-    fn validate_name(&self, name: &str) -> Result<()> {
-        self.inner.validate_name(name)
-    }
-
-    fn validate_ttl(&self, ttl: Duration) -> Result<()> {
-        self.inner.validate_ttl(ttl)
     }
 
     async fn claim(
@@ -324,10 +309,6 @@ impl PartitionStore for LyingGroupStore {
 
     async fn owners(&self, group: &str) -> Result<Vec<PartitionLease>> {
         self.inner.owners(group).await
-    }
-
-    fn batch_renew(&self) -> BatchRenew {
-        self.inner.batch_renew()
     }
 }
 

@@ -102,7 +102,7 @@ macro_rules! check_common {
 /// The `LeaseStore` impl of the dialects with `RETURNING` (PostgreSQL, SQLite).
 macro_rules! returning_store {
     ($db:ty) => {
-        #[lease_core::async_trait]
+        #[lease_core::backend::async_trait]
         impl lease_core::LeaseStore for $crate::SqlStore<$db> {
             fn backend(&self) -> &'static str {
                 self.inner.dialect.as_str()
@@ -119,13 +119,13 @@ macro_rules! returning_store {
             async fn claim(
                 &self,
                 name: &str,
-                holder: &lease_core::HolderToken,
+                holder: &lease_core::backend::HolderToken,
                 instance: &str,
                 ttl: std::time::Duration,
-            ) -> lease_core::Result<Option<lease_core::Grant>> {
-                self.validate_name(name)?;
-                self.validate_ttl(ttl)?;
-                lease_core::validate_instance(instance)?;
+            ) -> lease_core::Result<Option<lease_core::backend::Grant>> {
+                lease_core::LeaseStoreExt::validate_name(self, name)?;
+                lease_core::LeaseStoreExt::validate_ttl(self, ttl)?;
+                lease_core::backend::validate_instance(instance)?;
                 let ms = $crate::store::ttl_ms(ttl);
                 let row: Option<(i64,)> =
                     match crate::common::raw_conn!(self, "claim", |c| sqlx::query_as(
@@ -144,7 +144,7 @@ macro_rules! returning_store {
                         Err(e) => return Err(self.err(e, "claim")),
                     };
                 row.map(|(t,)| {
-                    Ok(lease_core::Grant {
+                    Ok(lease_core::backend::Grant {
                         term: self.term_from(t)?,
                         expires_in: $crate::store::remaining(ms),
                     })
@@ -155,11 +155,11 @@ macro_rules! returning_store {
             async fn renew(
                 &self,
                 name: &str,
-                holder: &lease_core::HolderToken,
+                holder: &lease_core::backend::HolderToken,
                 ttl: std::time::Duration,
-            ) -> lease_core::Result<Option<lease_core::Grant>> {
-                self.validate_name(name)?;
-                self.validate_ttl(ttl)?;
+            ) -> lease_core::Result<Option<lease_core::backend::Grant>> {
+                lease_core::LeaseStoreExt::validate_name(self, name)?;
+                lease_core::LeaseStoreExt::validate_ttl(self, ttl)?;
                 let ms = $crate::store::ttl_ms(ttl);
                 let row: Option<(i64,)> =
                     crate::common::with_conn!(self, "renew", |c| sqlx::query_as(
@@ -170,7 +170,7 @@ macro_rules! returning_store {
                     .bind(ms)
                     .fetch_optional(c))?;
                 row.map(|(t,)| {
-                    Ok(lease_core::Grant {
+                    Ok(lease_core::backend::Grant {
                         term: self.term_from(t)?,
                         expires_in: $crate::store::remaining(ms),
                     })
@@ -181,9 +181,9 @@ macro_rules! returning_store {
             async fn release(
                 &self,
                 name: &str,
-                holder: &lease_core::HolderToken,
+                holder: &lease_core::backend::HolderToken,
             ) -> lease_core::Result<bool> {
-                self.validate_name(name)?;
+                lease_core::LeaseStoreExt::validate_name(self, name)?;
                 let done = crate::common::with_conn!(self, "release", |c| sqlx::query(
                     &self.inner.stmts.release
                 )
@@ -196,9 +196,9 @@ macro_rules! returning_store {
             async fn verify(
                 &self,
                 name: &str,
-                holder: &lease_core::HolderToken,
-            ) -> lease_core::Result<Option<lease_core::Grant>> {
-                self.validate_name(name)?;
+                holder: &lease_core::backend::HolderToken,
+            ) -> lease_core::Result<Option<lease_core::backend::Grant>> {
+                lease_core::LeaseStoreExt::validate_name(self, name)?;
                 let row: Option<(i64, i64)> =
                     crate::common::with_conn!(self, "verify", |c| sqlx::query_as(
                         &self.inner.stmts.verify
@@ -207,7 +207,7 @@ macro_rules! returning_store {
                     .bind(holder.to_hex())
                     .fetch_optional(c))?;
                 row.map(|(t, left)| {
-                    Ok(lease_core::Grant {
+                    Ok(lease_core::backend::Grant {
                         term: self.term_from(t)?,
                         expires_in: $crate::store::remaining(left),
                     })
@@ -216,7 +216,7 @@ macro_rules! returning_store {
             }
 
             async fn get(&self, name: &str) -> lease_core::Result<Option<lease_core::LeaseInfo>> {
-                self.validate_name(name)?;
+                lease_core::LeaseStoreExt::validate_name(self, name)?;
                 let row: Option<(String, i64, i64)> =
                     crate::common::with_conn!(self, "get", |c| sqlx::query_as(
                         &self.inner.stmts.get
@@ -236,7 +236,7 @@ macro_rules! returning_store {
             }
 
             async fn force_release(&self, name: &str) -> lease_core::Result<bool> {
-                self.validate_name(name)?;
+                lease_core::LeaseStoreExt::validate_name(self, name)?;
                 let done = crate::common::with_conn!(self, "force release", |c| sqlx::query(
                     &self.inner.stmts.force_release
                 )
@@ -292,7 +292,7 @@ macro_rules! verify_guard {
                 fence: impl Into<$crate::Fence<'f>>,
             ) -> lease_core::Result<()> {
                 let fence = fence.into();
-                lease_core::LeaseStore::validate_name(self, fence.name)?;
+                lease_core::LeaseStoreExt::validate_name(self, fence.name)?;
                 let q = sqlx::query_as(&self.inner.stmts.verify_locking)
                     .bind(fence.name)
                     .bind(fence.holder.to_hex())

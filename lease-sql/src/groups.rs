@@ -140,18 +140,18 @@ impl<DB: Database> SqlStore<DB> {
             Table::Partitions => vec![
                 compared("group_name", name, names),
                 plain("partition_no", 0),
-                compared("owner", lease_core::MAX_INSTANCE_BYTES, ""),
+                compared("owner", lease_core::backend::MAX_INSTANCE_BYTES, ""),
                 plain("epoch", 0),
                 plain("expires_at_ms", 0),
             ],
             Table::Members => vec![
                 compared("service", name, names),
-                compared("node", lease_core::MAX_INSTANCE_BYTES, ""),
-                plain("address", lease_core::MAX_ADDRESS_BYTES),
+                compared("node", lease_core::backend::MAX_INSTANCE_BYTES, ""),
+                plain("address", lease_core::backend::MAX_ADDRESS_BYTES),
                 // Every group at its longest, one line feed between two.
                 plain(
                     "group_list",
-                    lease_core::MAX_GROUPS_PER_MEMBER * (name + 1) - 1,
+                    lease_core::backend::MAX_GROUPS_PER_MEMBER * (name + 1) - 1,
                 ),
                 plain("expires_at_ms", 0),
             ],
@@ -176,7 +176,7 @@ fn member(node: String, address: String, groups: &str, left: i64) -> Member {
     Member {
         node,
         address,
-        groups: lease_core::decode_groups(groups),
+        groups: lease_core::backend::decode_groups(groups),
         expires_in: remaining(left),
     }
 }
@@ -267,7 +267,7 @@ macro_rules! check_group_tables {
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 macro_rules! returning_groups {
     ($db:ty, $parts:path) => {
-        #[lease_core::async_trait]
+        #[lease_core::backend::async_trait]
         impl lease_core::PartitionStore for $crate::SqlStore<$db> {
             async fn acquire_partition(
                 &self,
@@ -276,7 +276,7 @@ macro_rules! returning_groups {
                 owner: &str,
                 ttl: Duration,
             ) -> Result<Option<PartitionLease>> {
-                lease_core::check_partition_args(self, group, owner, Some(ttl))?;
+                lease_core::backend::check_partition_args(self, group, owner, Some(ttl))?;
                 let ms = $crate::store::ttl_ms(ttl);
                 let g = &self.inner.stmts.groups;
                 let row: Option<(i64,)> =
@@ -306,8 +306,8 @@ macro_rules! returning_groups {
                 owner: &str,
                 ttl: Duration,
             ) -> Result<Vec<PartitionLease>> {
-                lease_core::check_partition_args(self, group, owner, Some(ttl))?;
-                lease_core::check_partition_batch(partitions)?;
+                lease_core::backend::check_partition_args(self, group, owner, Some(ttl))?;
+                lease_core::backend::check_partition_batch(partitions)?;
                 if partitions.is_empty() {
                     return Ok(Vec::new());
                 }
@@ -334,8 +334,8 @@ macro_rules! returning_groups {
                 partitions: &[u32],
                 owner: &str,
             ) -> Result<usize> {
-                lease_core::check_partition_args(self, group, owner, None)?;
-                lease_core::check_partition_batch(partitions)?;
+                lease_core::backend::check_partition_args(self, group, owner, None)?;
+                lease_core::backend::check_partition_batch(partitions)?;
                 if partitions.is_empty() {
                     return Ok(0);
                 }
@@ -352,7 +352,7 @@ macro_rules! returning_groups {
             }
 
             async fn owners(&self, group: &str) -> Result<Vec<PartitionLease>> {
-                lease_core::LeaseStore::validate_name(self, group)?;
+                lease_core::LeaseStoreExt::validate_name(self, group)?;
                 let g = &self.inner.stmts.groups;
                 let rows: Vec<(i64, String, i64, i64)> =
                     group_conn!(self, "owners", Table::Partitions, |c| {
@@ -364,7 +364,7 @@ macro_rules! returning_groups {
             }
         }
 
-        #[lease_core::async_trait]
+        #[lease_core::backend::async_trait]
         impl lease_core::MembershipStore for $crate::SqlStore<$db> {
             async fn heartbeat(
                 &self,
@@ -374,7 +374,7 @@ macro_rules! returning_groups {
                 ttl: Duration,
                 groups: &[String],
             ) -> Result<Member> {
-                lease_core::check_member_args(
+                lease_core::backend::check_member_args(
                     self,
                     service,
                     node,
@@ -383,7 +383,7 @@ macro_rules! returning_groups {
                     groups,
                 )?;
                 let ms = $crate::store::ttl_ms(ttl);
-                let list = lease_core::encode_groups(groups);
+                let list = lease_core::backend::encode_groups(groups);
                 let g = &self.inner.stmts.groups;
                 group_conn!(self, "heartbeat", Table::Members, |c| {
                     sqlx::query(&g.heartbeat)
@@ -398,7 +398,7 @@ macro_rules! returning_groups {
             }
 
             async fn members(&self, service: &str) -> Result<Vec<Member>> {
-                lease_core::check_member_args(self, service, "-", None, None, &[])?;
+                lease_core::backend::check_member_args(self, service, "-", None, None, &[])?;
                 let g = &self.inner.stmts.groups;
                 let rows: Vec<(String, String, String, i64)> =
                     group_conn!(self, "members", Table::Members, |c| {
@@ -411,7 +411,7 @@ macro_rules! returning_groups {
             }
 
             async fn leave(&self, service: &str, node: &str) -> Result<bool> {
-                lease_core::check_member_args(self, service, node, None, None, &[])?;
+                lease_core::backend::check_member_args(self, service, node, None, None, &[])?;
                 let g = &self.inner.stmts.groups;
                 let done = group_conn!(self, "leave", Table::Members, |c| {
                     sqlx::query(&g.leave).bind(service).bind(node).execute(c)
@@ -526,8 +526,11 @@ mod mysql {
     use std::fmt::Write as _;
 
     use lease_core::{
-        LeaseStore, MembershipStore, PartitionStore, async_trait, check_member_args,
-        check_partition_args, check_partition_batch, encode_groups,
+        MembershipStore, PartitionStore,
+        backend::{
+            async_trait, check_member_args, check_partition_args, check_partition_batch,
+            encode_groups,
+        },
     };
     use sqlx::{MySql, Row};
 
@@ -773,7 +776,7 @@ mod mysql {
         }
 
         async fn owners(&self, group: &str) -> Result<Vec<PartitionLease>> {
-            self.validate_name(group)?;
+            lease_core::LeaseStoreExt::validate_name(self, group)?;
             let g = &self.inner.stmts.groups;
             let rows: Vec<(u32, Vec<u8>, i64, i64)> =
                 group_conn!(self, "owners", Table::Partitions, |c| {

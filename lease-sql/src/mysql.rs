@@ -4,9 +4,10 @@ use std::str::FromStr;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use lease_core::LeaseStoreExt;
 use lease_core::{
-    Capabilities, Error, ErrorKind, Grant, HolderToken, LeaseInfo, LeaseStore, Result, async_trait,
-    validate_instance,
+    Capabilities, Error, ErrorKind, LeaseInfo, LeaseStore, Result,
+    backend::{Grant, HolderToken, async_trait, validate_instance},
 };
 use sqlx::MySql;
 use sqlx::mysql::{

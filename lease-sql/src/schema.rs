@@ -147,7 +147,7 @@ pub fn partitions_schema_sql(dialect: Dialect, table: &str) -> String {
 /// [`SqlConfig::members_table_name`](crate::SqlConfig::members_table_name)) in `dialect`.
 ///
 /// One row per `(service, node)`: `address` (free-form, at most 255 bytes), `group_list` (the
-/// groups the node serves, one per line, see [`lease_core::encode_groups`]) and
+/// groups the node serves, one per line, see [`lease_core::backend::encode_groups`]) and
 /// `expires_at_ms` (the server's clock; the leaving instant once left). `service` and `node`
 /// compare and sort byte for byte.
 ///

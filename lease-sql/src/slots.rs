@@ -21,7 +21,7 @@
 
 use std::collections::HashMap;
 
-use lease_core::{SlotClaim, SlotRecord};
+use lease_core::backend::{SlotClaim, SlotRecord};
 
 use crate::store::remaining;
 
@@ -66,7 +66,7 @@ fn decide(read: ClaimRead, instant_ms: i64) -> Next {
 
 fn claimed(term: u64, ttl_ms: i64, previous: Option<Previous>) -> SlotClaim {
     SlotClaim::Claimed {
-        grant: lease_core::Grant {
+        grant: lease_core::backend::Grant {
             term,
             expires_in: remaining(ttl_ms),
         },
@@ -124,20 +124,19 @@ fn json_array(names: &[String]) -> String {
 /// brings `finish_in` and `unfinished_rows`.
 macro_rules! returning_slots {
     ($db:ty) => {
-        #[lease_core::async_trait]
+        #[lease_core::backend::async_trait]
         impl lease_core::SlotStore for $crate::SqlStore<$db> {
             async fn claim_slot(
                 &self,
                 name: &str,
-                holder: &lease_core::HolderToken,
+                holder: &lease_core::backend::HolderToken,
                 instance: &str,
                 ttl: std::time::Duration,
                 instant_ms: i64,
-            ) -> lease_core::Result<lease_core::SlotClaim> {
-                use lease_core::LeaseStore as _;
-                self.validate_name(name)?;
-                self.validate_ttl(ttl)?;
-                lease_core::validate_instance(instance)?;
+            ) -> lease_core::Result<lease_core::backend::SlotClaim> {
+                lease_core::LeaseStoreExt::validate_name(self, name)?;
+                lease_core::LeaseStoreExt::validate_ttl(self, ttl)?;
+                lease_core::backend::validate_instance(instance)?;
                 let ms = $crate::store::ttl_ms(ttl);
                 let s = &self.inner.stmts.slots;
                 let read: ClaimRead = crate::common::with_conn!(self, "claim slot", |c| {
@@ -171,7 +170,7 @@ macro_rules! returning_slots {
                 };
                 match row {
                     // Another replica's write matched first.
-                    None => Ok(lease_core::SlotClaim::Held),
+                    None => Ok(lease_core::backend::SlotClaim::Held),
                     Some((t,)) => Ok(claimed(self.term_from(t)?, ms, previous)),
                 }
             }
@@ -179,20 +178,18 @@ macro_rules! returning_slots {
             async fn finish_slot(
                 &self,
                 name: &str,
-                holder: &lease_core::HolderToken,
+                holder: &lease_core::backend::HolderToken,
                 instant_ms: i64,
                 passed_ms: Option<i64>,
-            ) -> lease_core::Result<lease_core::SlotFinish> {
-                use lease_core::LeaseStore as _;
-                self.validate_name(name)?;
+            ) -> lease_core::Result<lease_core::backend::SlotFinish> {
+                lease_core::LeaseStoreExt::validate_name(self, name)?;
                 self.finish_in(name, &holder.to_hex(), instant_ms, passed_ms)
                     .await
             }
 
             async fn unfinished(&self, names: &[String]) -> lease_core::Result<Vec<(String, i64)>> {
-                use lease_core::LeaseStore as _;
                 for name in names {
-                    self.validate_name(name)?;
+                    lease_core::LeaseStoreExt::validate_name(self, name)?;
                 }
                 if names.is_empty() {
                     return Ok(Vec::new());
@@ -207,15 +204,14 @@ macro_rules! returning_slots {
             async fn claim_rerun(
                 &self,
                 name: &str,
-                holder: &lease_core::HolderToken,
+                holder: &lease_core::backend::HolderToken,
                 instance: &str,
                 ttl: std::time::Duration,
                 instant_ms: i64,
-            ) -> lease_core::Result<Option<lease_core::Grant>> {
-                use lease_core::LeaseStore as _;
-                self.validate_name(name)?;
-                self.validate_ttl(ttl)?;
-                lease_core::validate_instance(instance)?;
+            ) -> lease_core::Result<Option<lease_core::backend::Grant>> {
+                lease_core::LeaseStoreExt::validate_name(self, name)?;
+                lease_core::LeaseStoreExt::validate_ttl(self, ttl)?;
+                lease_core::backend::validate_instance(instance)?;
                 let ms = $crate::store::ttl_ms(ttl);
                 let row: Option<(i64,)> =
                     crate::common::with_conn!(self, "claim rerun", |c| sqlx::query_as(
@@ -228,7 +224,7 @@ macro_rules! returning_slots {
                     .bind(instant_ms)
                     .fetch_optional(c))?;
                 row.map(|(t,)| {
-                    Ok(lease_core::Grant {
+                    Ok(lease_core::backend::Grant {
                         term: self.term_from(t)?,
                         expires_in: remaining(ms),
                     })
@@ -239,9 +235,8 @@ macro_rules! returning_slots {
             async fn last_slot(
                 &self,
                 name: &str,
-            ) -> lease_core::Result<Option<lease_core::SlotRecord>> {
-                use lease_core::LeaseStore as _;
-                self.validate_name(name)?;
+            ) -> lease_core::Result<Option<lease_core::backend::SlotRecord>> {
+                lease_core::LeaseStoreExt::validate_name(self, name)?;
                 let row: Option<(Option<i64>, Option<i64>, Option<i64>)> =
                     crate::common::with_conn!(self, "last slot", |c| sqlx::query_as(
                         &self.inner.stmts.slots.last
@@ -256,7 +251,7 @@ macro_rules! returning_slots {
 
 #[cfg(feature = "postgres")]
 mod postgres {
-    use lease_core::{Result, SlotFinish};
+    use lease_core::{Result, backend::SlotFinish};
     use sqlx::Postgres;
 
     use super::*;
@@ -304,7 +299,7 @@ mod postgres {
 
 #[cfg(feature = "sqlite")]
 mod sqlite {
-    use lease_core::{Result, SlotFinish};
+    use lease_core::{Result, backend::SlotFinish};
     use sqlx::{Connection, Sqlite};
 
     use super::*;
@@ -375,8 +370,10 @@ mod mysql {
     use std::time::Duration;
 
     use lease_core::{
-        Grant, HolderToken, LeaseStore, Result, SlotClaim, SlotFinish, SlotRecord, SlotStore,
-        async_trait, validate_instance,
+        Result, SlotStore,
+        backend::{
+            Grant, HolderToken, SlotClaim, SlotFinish, SlotRecord, async_trait, validate_instance,
+        },
     };
     use sqlx::MySql;
     use sqlx::mysql::{MySqlArguments, MySqlQueryResult};
@@ -424,8 +421,8 @@ mod mysql {
             ttl: Duration,
             instant_ms: i64,
         ) -> Result<SlotClaim> {
-            self.validate_name(name)?;
-            self.validate_ttl(ttl)?;
+            lease_core::LeaseStoreExt::validate_name(self, name)?;
+            lease_core::LeaseStoreExt::validate_ttl(self, ttl)?;
             validate_instance(instance)?;
             let ms = ttl_ms(ttl);
             let s = &self.inner.stmts.slots;
@@ -479,7 +476,7 @@ mod mysql {
             instant_ms: i64,
             passed_ms: Option<i64>,
         ) -> Result<SlotFinish> {
-            self.validate_name(name)?;
+            lease_core::LeaseStoreExt::validate_name(self, name)?;
             let (h, i, p) = (holder.to_hex(), instant_ms, passed_ms);
             // The placeholders in statement order (see `mysql_slots` in schema.rs):
             // LAST_INSERT_ID(rec, took, held), IF(rec AND fin), IF(took, passed), IF(held),
@@ -523,7 +520,7 @@ mod mysql {
 
         async fn unfinished(&self, names: &[String]) -> Result<Vec<(String, i64)>> {
             for name in names {
-                self.validate_name(name)?;
+                lease_core::LeaseStoreExt::validate_name(self, name)?;
             }
             let mut rows = Vec::new();
             for chunk in names.chunks(NAMES_PER_STATEMENT) {
@@ -554,8 +551,8 @@ mod mysql {
             ttl: Duration,
             instant_ms: i64,
         ) -> Result<Option<Grant>> {
-            self.validate_name(name)?;
-            self.validate_ttl(ttl)?;
+            lease_core::LeaseStoreExt::validate_name(self, name)?;
+            lease_core::LeaseStoreExt::validate_ttl(self, ttl)?;
             validate_instance(instance)?;
             let ms = ttl_ms(ttl);
             let hex = holder.to_hex();
@@ -582,7 +579,7 @@ mod mysql {
         }
 
         async fn last_slot(&self, name: &str) -> Result<Option<SlotRecord>> {
-            self.validate_name(name)?;
+            lease_core::LeaseStoreExt::validate_name(self, name)?;
             let row: Option<(Option<i64>, Option<i64>, Option<i64>)> =
                 crate::common::with_conn!(self, "last slot", |c| sqlx::query_as(
                     &self.inner.stmts.slots.last

@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lease_core::{Error, ErrorKind, HolderToken, Result, Term};
+use lease_core::{Error, ErrorKind, Result, Term, backend::HolderToken};
 use sqlx::{Database, Pool};
 
 use crate::config::SqlConfig;
@@ -135,7 +135,7 @@ pub(crate) fn missing_table(table: &str, create: &str, server: &str) -> Error {
 }
 
 pub(crate) fn ttl_ms(ttl: Duration) -> i64 {
-    i64::try_from(lease_core::ceil_millis(ttl)).unwrap_or(i64::MAX)
+    i64::try_from(lease_core::backend::ceil_millis(ttl)).unwrap_or(i64::MAX)
 }
 
 pub(crate) fn remaining(ms: i64) -> Duration {

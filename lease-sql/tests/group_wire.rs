@@ -12,8 +12,11 @@ use std::time::Duration;
 
 use lease_conformance::FaultProxy;
 use lease_core::{
-    GroupStore, MAX_ADDRESS_BYTES, MAX_GROUPS_PER_MEMBER, MAX_INSTANCE_BYTES, MAX_NODE_ID_BYTES,
-    MAX_PARTITIONS_PER_CALL, PartitionStore,
+    GroupStore, PartitionStore,
+    backend::{
+        MAX_ADDRESS_BYTES, MAX_GROUPS_PER_MEMBER, MAX_INSTANCE_BYTES, MAX_NODE_ID_BYTES,
+        MAX_PARTITIONS_PER_CALL,
+    },
 };
 use lease_sql::{Dialect, SqlConfig, SqlStore};
 

@@ -7,7 +7,7 @@ mod support;
 
 use std::time::Duration;
 
-use lease_core::{Coordinator, ErrorKind, HolderToken, LeaseStore, Timings};
+use lease_core::{Coordinator, ErrorKind, LeaseStore, Timings, backend::HolderToken};
 use lease_sql::Fence;
 
 fn timings() -> Timings {

@@ -21,7 +21,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lease_core::{HolderToken, LeaseStore};
+use lease_core::{LeaseStore, backend::HolderToken};
 use lease_sql::{Fence, SqlStore};
 
 const HOLD: Duration = Duration::from_millis(2500);

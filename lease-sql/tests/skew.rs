@@ -14,7 +14,7 @@ use std::process::Command;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use lease_conformance::env;
-use lease_core::{HolderToken, LeaseStore};
+use lease_core::{LeaseStore, backend::HolderToken};
 
 const PROBE: &str = env!("CARGO_BIN_EXE_lease-sql-skew-probe");
 

@@ -8,7 +8,10 @@ mod support;
 use std::time::Duration;
 
 use lease_conformance::FaultProxy;
-use lease_core::{HolderToken, SlotClaim, SlotFinish, SlotRecord, SlotStore};
+use lease_core::{
+    SlotStore,
+    backend::{HolderToken, SlotClaim, SlotFinish, SlotRecord},
+};
 use lease_sql::SqlConfig;
 
 const TTL: Duration = Duration::from_secs(5);

@@ -7,7 +7,7 @@ mod support;
 
 use std::str::FromStr;
 
-use lease_core::{ErrorKind, HolderToken, LeaseStore};
+use lease_core::{ErrorKind, LeaseStore, backend::HolderToken};
 use lease_sql::{
     Ddl, Dialect, MySqlStore, PostgresStore, SqlConfig, SqliteStore, members_schema_sql,
     partitions_schema_sql, schema_sql,

@@ -7,7 +7,7 @@ mod support;
 use std::time::Duration;
 
 use lease_conformance::FaultProxy;
-use lease_core::{Coordinator, HolderToken, LeaseStore, Timings};
+use lease_core::{Coordinator, LeaseStore, Timings, backend::HolderToken};
 use lease_sql::SqlConfig;
 
 /// Each operation's round trips through the proxy, on a warm connection.

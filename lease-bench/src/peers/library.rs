@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result, ensure};
 use futures::future::BoxFuture;
-use lease_core::{Coordinator, HolderToken, LeaseStore, Timings};
+use lease_core::{Coordinator, LeaseStore, Timings, backend::HolderToken};
 
 use super::{INSTANCE, Subject};
 use crate::backends::{TTL, open_store};

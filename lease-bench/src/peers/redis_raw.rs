@@ -3,7 +3,7 @@
 
 use anyhow::{Context, Result, ensure};
 use futures::future::BoxFuture;
-use lease_core::HolderToken;
+use lease_core::backend::HolderToken;
 use lease_redis::RedisConfig;
 use redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
 

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
 use futures::future::BoxFuture;
-use lease_core::HolderToken;
+use lease_core::backend::HolderToken;
 use lease_sql::{Dialect, schema_sql};
 use sqlx::mysql::MySqlConnection;
 use sqlx::postgres::PgConnection;

@@ -12,6 +12,7 @@ pub(crate) mod status;
 use std::sync::Arc;
 use std::time::Duration;
 
+use lease_core::LeaseStoreExt;
 use lease_core::{Coordinator, GroupStore, LeaseStore, Timings};
 
 use crate::cli::HoldArgs;
@@ -63,7 +64,7 @@ impl Named {
 
 /// [`precheck_name`] for a name of `what`.
 pub(crate) fn precheck_name_of(what: Named, name: &str) -> Result<(), CliError> {
-    lease_core::validate_name(name, usize::MAX).map_err(|e| what.bad(&e))
+    lease_core::backend::validate_name(name, usize::MAX).map_err(|e| what.bad(&e))
 }
 
 /// [`check_name`] for a name of `what`.
@@ -121,7 +122,7 @@ pub(crate) async fn prepare(
     precheck_name(name)?;
     let timings = timings(&hold.ttl)?;
     if let Some(instance) = &hold.instance {
-        lease_core::validate_instance(instance)
+        lease_core::backend::validate_instance(instance)
             .map_err(|e| CliError::lease_with(Exit::BadName, &e))?;
     }
     let mut signals = StopSignals::install()?;

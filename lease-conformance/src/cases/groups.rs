@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lease_core::{
-    Assignment, BatchRenew, ErrorKind, GroupStore, GroupWorker, MAX_PARTITIONS_PER_CALL,
-    PartitionLease,
+    Assignment, ErrorKind, GroupStore, GroupWorker, PartitionLease,
+    backend::{BatchRenew, MAX_PARTITIONS_PER_CALL},
 };
 use lease_local::{AssignmentAudit, assignments_settled};
 use tokio::time::sleep;
@@ -356,9 +356,9 @@ pub async fn batch_renewal_of_1000_partitions_takes_fixed_round_trips(h: &Harnes
     eprintln!(
         "{}: batch renewal round trips: 10 partitions {rt_ten}, 1,000 partitions {rt_thousand} ({:?})",
         h.backend(),
-        via.batch_renew()
+        via.capabilities().batch_renew
     );
-    match via.batch_renew() {
+    match via.capabilities().batch_renew {
         BatchRenew::Fixed { round_trips } => {
             assert!(
                 rt_ten <= u64::from(round_trips) && rt_thousand <= u64::from(round_trips),

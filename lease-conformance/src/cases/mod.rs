@@ -8,7 +8,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use lease_core::{ErrorKind, Grant, HolderToken, LeaseStore, Term};
+use lease_core::{
+    ErrorKind, LeaseStore, Term,
+    backend::{Grant, HolderToken},
+};
 use tokio::time::{Instant, sleep};
 
 use crate::Harness;
@@ -425,7 +428,7 @@ pub async fn bad_ttls_are_refused(h: &Harness) {
     for ttl in [
         Duration::ZERO,
         Duration::from_micros(500),
-        lease_core::MAX_TTL + Duration::from_secs(1),
+        lease_core::backend::MAX_TTL + Duration::from_secs(1),
     ] {
         let e = h.store.claim(&name, &a, "a", ttl).await.unwrap_err();
         assert_eq!(

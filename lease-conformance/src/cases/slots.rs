@@ -5,7 +5,10 @@
 
 use std::sync::Arc;
 
-use lease_core::{HolderToken, SlotClaim, SlotStore};
+use lease_core::{
+    SlotStore,
+    backend::{HolderToken, SlotClaim},
+};
 use tokio::time::sleep;
 
 use crate::Harness;

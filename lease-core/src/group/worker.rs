@@ -11,10 +11,11 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::assign::assign;
+use crate::backend::check;
 use crate::clock::{Deadline, Stamp};
 use crate::error::{Error, Result};
-use crate::membership::{GroupStore, check_member_args};
-use crate::partitions::{MAX_PARTITIONS_PER_CALL, PartitionStore, check_partition_args, owner_id};
+use crate::membership::GroupStore;
+use crate::partitions::{MAX_PARTITIONS_PER_CALL, PartitionStore, owner_id};
 use crate::{MembershipStore, Timings};
 
 /// The most partitions one group may have.
@@ -149,7 +150,7 @@ impl GroupWorkerBuilder {
         }
         let service = self.service.unwrap_or_else(|| self.group.clone());
         let node = self.node.unwrap_or_else(|| {
-            let hex = crate::HolderToken::mint().to_hex();
+            let hex = crate::backend::HolderToken::mint().to_hex();
             format!("node-{}", hex.get(..8).unwrap_or(&hex))
         });
         let owners = Arc::new(Owners::new(&node));
@@ -157,15 +158,8 @@ impl GroupWorkerBuilder {
         let lease = self.timings.lease();
         let groups = vec![self.group.clone()];
         let store = self.store;
-        check_member_args(
-            &*store,
-            &service,
-            &node,
-            Some(&self.address),
-            Some(lease),
-            &groups,
-        )?;
-        check_partition_args(&*store, &self.group, &owner, Some(lease))?;
+        check::heartbeat(&*store, &service, &node, &self.address, lease, &groups)?;
+        check::acquire_partition(&*store, &self.group, &owner, lease)?;
         let attempt = Deadline::in_(self.timings.attempt_timeout());
         tokio::select! {
             biased;

@@ -154,6 +154,7 @@ pub(crate) async fn claim(coordinator: &Coordinator, name: &str, ask: Ask) -> Cl
     }
 }
 
+#[deny(clippy::missing_trait_methods)]
 #[async_trait]
 impl LeaseStore for SlotAdapter {
     fn backend(&self) -> &'static str {
@@ -162,14 +163,6 @@ impl LeaseStore for SlotAdapter {
 
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
-    }
-
-    fn validate_name(&self, name: &str) -> Result<()> {
-        self.inner.validate_name(name)
-    }
-
-    fn validate_ttl(&self, ttl: Duration) -> Result<()> {
-        self.inner.validate_ttl(ttl)
     }
 
     async fn available(&self) -> Result<()> {

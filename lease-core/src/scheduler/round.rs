@@ -11,7 +11,7 @@ use super::job::{Job, Round, WorkFuture};
 use super::schedule::Schedule;
 use super::telemetry;
 use crate::error::{BoxError, Error};
-use crate::run::{RunGuard, StepDownFailure, panic_message};
+use crate::run::{Ended, RunGuard, panic_message, supervise};
 use crate::slots::SlotFinish;
 use crate::term::Term;
 
@@ -175,72 +175,16 @@ pub(crate) async fn run_round(
     end
 }
 
-/// The round's hold on its term, carried by the work's task: a handle on the term, so the
-/// keeper goes on renewing while the work runs even when nothing else keeps the term (the
-/// work dropped its [`Round`] and the round's future was dropped with `Scheduler::run`'s), and
-/// a count in the term's runs, so `Coordinator::close` leaves the release to the work's end.
-/// Dropped when the task ends (the work returned, or was aborted past the step-down grace):
-/// then, if it was the last handle, the keeper stops and releases.
-struct WorkHold {
-    term: Term,
-}
-
-impl WorkHold {
-    fn new(term: &Term) -> WorkHold {
-        term.shared().add_run();
-        WorkHold { term: term.clone() }
-    }
-}
-
-impl Drop for WorkHold {
-    fn drop(&mut self) {
-        self.term.shared().leave_run();
-    }
-}
-
-/// `Term::run`'s rules for one round: the work on its own task (tracked for close), the
-/// step-down grace once the lease is lost, the fail action past it. The term is left held
-/// (unless abandoned) so the finish can run under it. The task holds the term until the work
-/// returns ([`WorkHold`]), so dropping this future never frees the name under running work.
+/// `Term::run`'s rules for one round, by the same supervisor ([`supervise`]): the work on its
+/// own task (tracked for close) holding the term, the step-down grace once the lease is lost,
+/// the fail action and the abort past it, all enforced by a watcher task, so dropping this
+/// future (with `Scheduler::run`'s) neither frees the name under running work nor lets work
+/// under a lost lease outlive the grace. The term is left held (unless abandoned) so the
+/// finish can run under it.
 async fn execute(term: &Term, fut: WorkFuture) -> Verdict {
-    let shared = term.shared().clone();
-    let hold = WorkHold::new(term);
-    let mut task = shared.coord.work.spawn(async move {
-        let outcome = fut.await;
-        drop(hold);
-        outcome
-    });
-    let finished = tokio::select! {
-        biased;
-        r = &mut task => Some(r),
-        _ = shared.lost.cancelled() => None,
-    };
-    let joined = match finished {
-        Some(joined) => joined,
-        None => match timeout(shared.timings.grace(), &mut task).await {
-            Ok(joined) => joined,
-            Err(_) => {
-                let error = term
-                    .err()
-                    .unwrap_or_else(|| Error::lost(&shared.name, "lost"));
-                let failure = StepDownFailure {
-                    name: shared.name.clone(),
-                    term: shared.token,
-                    instance: shared.instance.clone(),
-                    error: error.clone(),
-                };
-                (shared.coord.fail_action)(&failure);
-                task.abort();
-                // Release in the background (the store may be what failed), and only once the
-                // aborted task is gone: an abort takes effect at the work's next await point.
-                let stop = shared.stop.clone();
-                tokio::spawn(async move {
-                    let _gone = task.await;
-                    stop.cancel();
-                });
-                return Verdict::Abandoned(error);
-            }
-        },
+    let joined = match supervise(term, fut).await {
+        Ended::Joined(joined) => joined,
+        Ended::Abandoned(error) => return Verdict::Abandoned(error),
     };
     // Work that gave up because its term ended was cut short; work that says it completed
     // ran to its end, even if the lease was lost meanwhile (the store decides what is kept).

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use lease_core::{Grant, HolderToken};
+use lease_core::backend::{Grant, HolderToken};
 
 /// The hex form of a holder token (32 lowercase hex digits, as `HolderToken::to_hex` writes
 /// it), on the stack: the scripts compare it with the `holder` field.

@@ -13,7 +13,7 @@ use lease_core::Result;
 use redis::aio::ConnectionLike;
 use redis::{Cmd, FromRedisValue, RedisResult, ServerErrorKind};
 
-use crate::error;
+use crate::error::{self, During};
 use crate::store::RedisStore;
 use scripts::LuaScript;
 
@@ -24,25 +24,25 @@ where
     /// Runs `script` on `key` with `args`; see [`eval_with`](Self::eval_with).
     pub(crate) async fn eval<T: FromRedisValue>(
         &self,
-        what: impl Fn() -> String,
+        during: During<'_>,
         script: &LuaScript,
         key: &[u8],
         args: &[&str],
     ) -> Result<T> {
-        self.eval_keys(what, script, &[key], args).await
+        self.eval_keys(during, script, &[key], args).await
     }
 
     /// Runs `script` on `keys` (all under one hash tag) with `args`; see
     /// [`eval_with`](Self::eval_with).
     pub(crate) async fn eval_keys<T: FromRedisValue>(
         &self,
-        what: impl Fn() -> String,
+        during: During<'_>,
         script: &LuaScript,
         keys: &[&[u8]],
         args: &[&str],
     ) -> Result<T> {
         let bytes = args.iter().map(|a| a.len()).sum::<usize>();
-        self.eval_with(what, script, keys, args.len(), bytes, |cmd| {
+        self.eval_with(during, script, keys, args.len(), bytes, |cmd| {
             for a in args {
                 cmd.arg(*a);
             }
@@ -52,10 +52,11 @@ where
 
     /// Runs `script` on `keys` with the arguments `args` appends (about `arg_count` of them,
     /// `arg_bytes` long in all, to size the request once): `EVALSHA`, then `EVAL` after a
-    /// `NOSCRIPT`, both within one operation timeout; errors mapped by [`error`].
+    /// `NOSCRIPT`, both within one operation timeout; errors mapped by [`error`], with `during`
+    /// and the server attached.
     pub(crate) async fn eval_with<T: FromRedisValue>(
         &self,
-        what: impl Fn() -> String,
+        during: During<'_>,
         script: &LuaScript,
         keys: &[&[u8]],
         arg_count: usize,
@@ -86,29 +87,29 @@ where
                 other => other,
             }
         };
-        self.bounded(what, call).await
+        self.bounded(during, call).await
     }
 
     /// Awaits `call` within the operation timeout (the one timer on the request path: the
     /// `ConnectionManager` of [`RedisStore::connect`] arms none of its own), mapping errors.
     pub(crate) async fn bounded<T>(
         &self,
-        what: impl Fn() -> String,
+        during: During<'_>,
         call: impl Future<Output = RedisResult<T>>,
     ) -> Result<T> {
         let result = match self.config().get_operation_timeout() {
             Some(bound) => match tokio::time::timeout(bound, call).await {
                 Ok(r) => r,
-                Err(_) => return Err(error::timed_out(&what(), self.server(), bound)),
+                Err(_) => return Err(error::timed_out(during, self.label(), bound)),
             },
             None => call.await,
         };
-        result.map_err(|e| error::from_redis(e, self.server(), &what()))
+        result.map_err(|e| error::from_redis(e, during, self.label()))
     }
 
     /// One command without a key, bounded and mapped.
     pub(crate) async fn command<T: FromRedisValue>(&self, what: &str, cmd: Cmd) -> Result<T> {
-        self.bounded(|| what.to_owned(), async {
+        self.bounded(During::Task(what), async {
             let mut conn = self.conn.clone();
             cmd.query_async(&mut conn).await
         })

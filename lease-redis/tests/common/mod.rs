@@ -67,6 +67,6 @@ pub async fn raw(url: &str) -> lease_redis::redis::aio::MultiplexedConnection {
 
 /// A string unique to this call, starting with `tag`, for names and key prefixes.
 pub fn unique(tag: &str) -> String {
-    let hex = lease_core::HolderToken::mint().to_hex();
+    let hex = lease_core::backend::HolderToken::mint().to_hex();
     format!("{tag}{}-", &hex[..10])
 }

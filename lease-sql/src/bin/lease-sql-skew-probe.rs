@@ -9,7 +9,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use lease_core::{HolderToken, LeaseStore};
+use lease_core::{LeaseStore, backend::HolderToken};
 use lease_sql::{MySqlStore, PostgresStore, SqlConfig, SqliteStore};
 
 #[tokio::main(flavor = "current_thread")]

@@ -1,0 +1,241 @@
+//! One argument check per store operation, run before any I/O.
+//!
+//! Every backend calls exactly one of these first in each operation, so the rules — which
+//! names, labels, durations and batches a store takes — are written once and every store
+//! refuses the same input with the same kind and message. Each check is pure: it reads only
+//! the store's [`capabilities`](crate::LeaseStore::capabilities).
+//!
+//! The batch operations answer [`Batch::Empty`] for an empty list: the store then answers at
+//! once (nothing renewed, nothing released, nothing unfinished) without a round trip.
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::membership::{MAX_ADDRESS_BYTES, MAX_GROUPS_PER_MEMBER, MAX_NODE_ID_BYTES};
+use crate::partitions::MAX_PARTITIONS_PER_CALL;
+use crate::store::{LeaseStore, LeaseStoreExt, MAX_INSTANCE_BYTES, validate_instance};
+
+/// What a batch check found: whether the operation has anything to send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use = "an empty batch is answered without I/O"]
+pub enum Batch {
+    /// No item: answer at once, with no I/O.
+    Empty,
+    /// At least one item: send it.
+    Items,
+}
+
+impl Batch {
+    fn of<T>(items: &[T]) -> Batch {
+        if items.is_empty() {
+            Batch::Empty
+        } else {
+            Batch::Items
+        }
+    }
+}
+
+/// [`LeaseStore::claim`], [`SlotStore::claim_slot`](crate::SlotStore::claim_slot) and
+/// [`SlotStore::claim_rerun`](crate::SlotStore::claim_rerun): the name, the instance label and
+/// the lease duration.
+pub fn claim<S: LeaseStore + ?Sized>(
+    store: &S,
+    name: &str,
+    instance: &str,
+    ttl: Duration,
+) -> Result<()> {
+    store.validate_name(name)?;
+    store.validate_ttl(ttl)?;
+    validate_instance(instance)
+}
+
+/// [`LeaseStore::renew`]: the name and the lease duration.
+pub fn renew<S: LeaseStore + ?Sized>(store: &S, name: &str, ttl: Duration) -> Result<()> {
+    store.validate_name(name)?;
+    store.validate_ttl(ttl)
+}
+
+/// The operations that take a name alone: [`LeaseStore::release`], `verify`, `get`,
+/// `force_release`, [`SlotStore::finish_slot`](crate::SlotStore::finish_slot) and
+/// [`SlotStore::last_slot`](crate::SlotStore::last_slot).
+pub fn name<S: LeaseStore + ?Sized>(store: &S, name: &str) -> Result<()> {
+    store.validate_name(name)
+}
+
+/// [`SlotStore::unfinished`](crate::SlotStore::unfinished): every name.
+pub fn unfinished<S: LeaseStore + ?Sized>(store: &S, names: &[String]) -> Result<Batch> {
+    for name in names {
+        store.validate_name(name)?;
+    }
+    Ok(Batch::of(names))
+}
+
+/// [`PartitionStore::acquire_partition`](crate::PartitionStore::acquire_partition): the group,
+/// the owner and the lease duration.
+pub fn acquire_partition<S: LeaseStore + ?Sized>(
+    store: &S,
+    group: &str,
+    owner: &str,
+    ttl: Duration,
+) -> Result<()> {
+    partition_args(store, group, owner, Some(ttl))
+}
+
+/// [`PartitionStore::renew_partitions`](crate::PartitionStore::renew_partitions): the group,
+/// the owner, the lease duration and the batch (at most
+/// [`MAX_PARTITIONS_PER_CALL`]).
+pub fn renew_partitions<S: LeaseStore + ?Sized>(
+    store: &S,
+    group: &str,
+    partitions: &[u32],
+    owner: &str,
+    ttl: Duration,
+) -> Result<Batch> {
+    partition_args(store, group, owner, Some(ttl))?;
+    partition_batch(partitions)
+}
+
+/// [`PartitionStore::release_partitions`](crate::PartitionStore::release_partitions): the
+/// group, the owner and the batch.
+pub fn release_partitions<S: LeaseStore + ?Sized>(
+    store: &S,
+    group: &str,
+    partitions: &[u32],
+    owner: &str,
+) -> Result<Batch> {
+    partition_args(store, group, owner, None)?;
+    partition_batch(partitions)
+}
+
+/// [`PartitionStore::owners`](crate::PartitionStore::owners): the group.
+pub fn owners<S: LeaseStore + ?Sized>(store: &S, group: &str) -> Result<()> {
+    group_name(store, group)
+}
+
+/// [`MembershipStore::heartbeat`](crate::MembershipStore::heartbeat): the service and every
+/// group are names the store can hold, the node a label of at most
+/// [`MAX_NODE_ID_BYTES`] (so that its owner id fits an owner; a longer one is refused here,
+/// naming the node id, rather than later as an owner), the address printable and at most
+/// [`MAX_ADDRESS_BYTES`], at most [`MAX_GROUPS_PER_MEMBER`] groups, and the TTL one the store
+/// keeps.
+pub fn heartbeat<S: LeaseStore + ?Sized>(
+    store: &S,
+    service: &str,
+    node: &str,
+    address: &str,
+    ttl: Duration,
+    groups: &[String],
+) -> Result<()> {
+    service_name(store, service)?;
+    node_id(node)?;
+    if address.len() > MAX_ADDRESS_BYTES {
+        return Err(Error::invalid_argument(format!(
+            "address is {} bytes long; at most {MAX_ADDRESS_BYTES} are kept",
+            address.len()
+        )));
+    }
+    if address.chars().any(char::is_control) {
+        return Err(Error::invalid_argument(
+            "address holds a control character; use printable characters",
+        ));
+    }
+    store.validate_ttl(ttl)?;
+    if groups.len() > MAX_GROUPS_PER_MEMBER {
+        return Err(Error::invalid_argument(format!(
+            "{} groups for one member; at most {MAX_GROUPS_PER_MEMBER} are kept",
+            groups.len()
+        )));
+    }
+    for group in groups {
+        group_name(store, group)?;
+    }
+    Ok(())
+}
+
+/// [`MembershipStore::members`](crate::MembershipStore::members): the service.
+pub fn members<S: LeaseStore + ?Sized>(store: &S, service: &str) -> Result<()> {
+    service_name(store, service)
+}
+
+/// [`MembershipStore::leave`](crate::MembershipStore::leave): the service and the node.
+pub fn leave<S: LeaseStore + ?Sized>(store: &S, service: &str, node: &str) -> Result<()> {
+    service_name(store, service)?;
+    node_id(node)
+}
+
+fn group_name<S: LeaseStore + ?Sized>(store: &S, group: &str) -> Result<()> {
+    store
+        .validate_name(group)
+        .map_err(|e| Error::invalid_name(format!("group: {}", e.message())))
+}
+
+fn service_name<S: LeaseStore + ?Sized>(store: &S, service: &str) -> Result<()> {
+    store
+        .validate_name(service)
+        .map_err(|e| Error::invalid_name(format!("service: {}", e.message())))
+}
+
+fn node_id(node: &str) -> Result<()> {
+    validate_instance(node)
+        .map_err(|e| Error::invalid_name(e.message().replace("instance label", "node id")))?;
+    if node.len() > MAX_NODE_ID_BYTES {
+        return Err(Error::invalid_name(format!(
+            "node id {:?}… is {} bytes long; a node id is at most {MAX_NODE_ID_BYTES} bytes, so \
+             that the owner id of its partition leases (the node id, '@' and 16 hex digits) \
+             fits the {MAX_INSTANCE_BYTES} bytes of an owner; give a shorter node id",
+            node.chars().take(24).collect::<String>(),
+            node.len()
+        )));
+    }
+    Ok(())
+}
+
+fn partition_args<S: LeaseStore + ?Sized>(
+    store: &S,
+    group: &str,
+    owner: &str,
+    ttl: Option<Duration>,
+) -> Result<()> {
+    group_name(store, group)?;
+    validate_instance(owner)
+        .map_err(|e| Error::invalid_name(e.message().replace("instance label", "owner")))?;
+    if let Some(ttl) = ttl {
+        store.validate_ttl(ttl)?;
+    }
+    Ok(())
+}
+
+pub(crate) fn partition_batch(partitions: &[u32]) -> Result<Batch> {
+    if partitions.len() > MAX_PARTITIONS_PER_CALL {
+        return Err(Error::invalid_argument(format!(
+            "{} partitions in one call; at most {MAX_PARTITIONS_PER_CALL} are taken — split the \
+             batch",
+            partitions.len()
+        )));
+    }
+    Ok(Batch::of(partitions))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn oversized_batches_are_refused_and_empty_ones_need_no_io() {
+        assert_eq!(
+            partition_batch(&[0; MAX_PARTITIONS_PER_CALL]).ok(),
+            Some(Batch::Items)
+        );
+        assert_eq!(partition_batch(&[]).ok(), Some(Batch::Empty));
+        let err = partition_batch(&[0; MAX_PARTITIONS_PER_CALL + 1]).unwrap_err();
+        assert!(err.message().contains("split the batch"), "{err}");
+    }
+
+    #[test]
+    fn node_ids_are_bounded_by_their_owner_ids() {
+        assert!(node_id(&"n".repeat(MAX_NODE_ID_BYTES)).is_ok());
+        let err = node_id(&"n".repeat(MAX_NODE_ID_BYTES + 1)).unwrap_err();
+        assert!(err.message().contains("shorter node id"), "{err}");
+        assert!(node_id("").is_err());
+    }
+}

@@ -1,0 +1,100 @@
+//! The implementer's module: what a backend needs to build a store, apart from what users
+//! build with (the crate root).
+//!
+//! A backend implements the store traits of the root ([`LeaseStore`](crate::LeaseStore) and,
+//! where it can, [`PartitionStore`](crate::PartitionStore),
+//! [`MembershipStore`](crate::MembershipStore), [`SlotStore`](crate::SlotStore)) with the types
+//! here: the [`HolderToken`] and [`Grant`] of the lease protocol, the slot outcomes, the
+//! boot-clock [`Stamp`]. Each operation starts with its one argument check from [`check`], so
+//! every backend refuses the same inputs with the same messages and does no I/O for them; its
+//! driver errors carry their context as [`Error::during`](crate::Error::during) and
+//! [`Error::at_server`](crate::Error::at_server) attach it.
+//!
+//! ```
+//! use std::time::Duration;
+//! use lease_core::backend::check;
+//! use lease_local::MemoryStore;
+//!
+//! let store = MemoryStore::new();
+//! assert!(check::claim(&store, "jobs", "worker-1", Duration::from_secs(3)).is_ok());
+//! let err = check::claim(&store, "", "worker-1", Duration::from_secs(3)).unwrap_err();
+//! assert_eq!(err.kind(), lease_core::ErrorKind::InvalidName);
+//! ```
+
+pub mod check;
+#[doc(hidden)]
+pub mod derive;
+
+pub use crate::clock::Stamp;
+pub use crate::membership::{MAX_ADDRESS_BYTES, MAX_GROUPS_PER_MEMBER, MAX_NODE_ID_BYTES};
+pub use crate::partitions::{
+    BatchRenew, MAX_PARTITIONS_PER_CALL, OWNER_ID_SUFFIX_BYTES, owner_id, owner_node,
+};
+pub use crate::slots::{SlotClaim, SlotFinish, SlotRecord};
+pub use crate::store::{Grant, HolderToken, MAX_INSTANCE_BYTES, validate_instance};
+pub use crate::timings::{DRIFT_MARGIN_PERCENT, STORE_CLOCK_GRANULARITY};
+pub use crate::validate::{
+    DEFAULT_MAX_NAME_BYTES, MAX_TTL, MIN_TTL, ceil_millis, validate_name, validate_ttl,
+};
+
+/// Re-exported so stores can implement the traits without naming the crate themselves.
+pub use async_trait::async_trait;
+
+/// Groups as one text value, for stores that keep text: one group per line (names hold no
+/// control characters, so a line feed never occurs inside one).
+///
+/// ```
+/// use lease_core::backend::{decode_groups, encode_groups};
+/// let groups = vec!["orders".to_string(), "mail".to_string()];
+/// assert_eq!(decode_groups(&encode_groups(&groups)), groups);
+/// assert!(decode_groups(&encode_groups(&[])).is_empty());
+/// ```
+pub fn encode_groups(groups: &[String]) -> String {
+    groups.join("\n")
+}
+
+/// The groups [`encode_groups`] wrote.
+pub fn decode_groups(text: &str) -> Vec<String> {
+    if text.is_empty() {
+        return Vec::new();
+    }
+    text.split('\n').map(str::to_string).collect()
+}
+
+/// Checks the arguments every partition operation takes. Superseded by [`check`]'s one check
+/// per operation; kept until every backend calls those.
+#[doc(hidden)]
+pub fn check_partition_args(
+    store: &dyn crate::LeaseStore,
+    group: &str,
+    owner: &str,
+    ttl: Option<std::time::Duration>,
+) -> crate::Result<()> {
+    match ttl {
+        Some(ttl) => check::acquire_partition(store, group, owner, ttl),
+        None => check::release_partitions(store, group, &[], owner).map(drop),
+    }
+}
+
+/// Checks a batch of partitions. Superseded by [`check`]; kept until every backend calls it.
+#[doc(hidden)]
+pub fn check_partition_batch(partitions: &[u32]) -> crate::Result<()> {
+    check::partition_batch(partitions).map(drop)
+}
+
+/// Checks a heartbeat's arguments. Superseded by [`check`]; kept until every backend calls it.
+#[doc(hidden)]
+pub fn check_member_args(
+    store: &dyn crate::LeaseStore,
+    service: &str,
+    node: &str,
+    address: Option<&str>,
+    ttl: Option<std::time::Duration>,
+    groups: &[String],
+) -> crate::Result<()> {
+    match (address, ttl) {
+        (Some(address), Some(ttl)) => check::heartbeat(store, service, node, address, ttl, groups),
+        _ if node == "-" => check::members(store, service),
+        _ => check::leave(store, service, node),
+    }
+}

@@ -1,0 +1,127 @@
+//! The lease operations of the in-memory store.
+
+use std::time::Duration;
+
+use lease_core::backend::{Grant, HolderToken, SlotRecord, async_trait, check};
+use lease_core::{Capabilities, LeaseInfo, LeaseStore, Result};
+use tokio::time::Instant;
+
+use crate::store::*;
+
+#[async_trait]
+impl LeaseStore for MemoryStore {
+    fn backend(&self) -> &'static str {
+        if self.expiry { "memory" } else { "local" }
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            expiry: self.expiry,
+            force_release: true,
+            ..lease_core::derived_capabilities!(Self)
+        }
+    }
+
+    async fn claim(
+        &self,
+        name: &str,
+        holder: &HolderToken,
+        instance: &str,
+        ttl: Duration,
+    ) -> Result<Option<Grant>> {
+        check::claim(self, name, instance, ttl)?;
+        let now = Instant::now();
+        let until = self.until(now, ttl);
+        let mut st = self.lock();
+        let (term, slot) = match st.leases.get(name) {
+            Some(r) if r.live(now) => return Ok(None),
+            Some(r) => (r.term + 1, r.slot),
+            None => (1, SlotRecord::default()),
+        };
+        let rec = Record {
+            holder: holder.clone(),
+            instance: instance.to_owned(),
+            term,
+            until,
+            slot,
+        };
+        let expires_in = rec.expires_in(now);
+        st.leases.insert(name.to_owned(), rec);
+        Ok(Some(Grant { term, expires_in }))
+    }
+
+    async fn renew(
+        &self,
+        name: &str,
+        holder: &HolderToken,
+        ttl: Duration,
+    ) -> Result<Option<Grant>> {
+        check::renew(self, name, ttl)?;
+        let now = Instant::now();
+        let until = self.until(now, ttl);
+        let mut st = self.lock();
+        match st.leases.get_mut(name) {
+            Some(r) if r.holder == *holder && r.live(now) => {
+                r.until = until;
+                Ok(Some(Grant {
+                    term: r.term,
+                    expires_in: r.expires_in(now),
+                }))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    async fn release(&self, name: &str, holder: &HolderToken) -> Result<bool> {
+        check::name(self, name)?;
+        let now = Instant::now();
+        let mut st = self.lock();
+        match st.leases.get_mut(name) {
+            Some(r) if r.holder == *holder && r.live(now) => {
+                r.until = Until::At(now);
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    async fn verify(&self, name: &str, holder: &HolderToken) -> Result<Option<Grant>> {
+        check::name(self, name)?;
+        let now = Instant::now();
+        let st = self.lock();
+        Ok(st
+            .leases
+            .get(name)
+            .filter(|r| r.holder == *holder && r.live(now))
+            .map(|r| Grant {
+                term: r.term,
+                expires_in: r.expires_in(now),
+            }))
+    }
+
+    async fn get(&self, name: &str) -> Result<Option<LeaseInfo>> {
+        check::name(self, name)?;
+        let now = Instant::now();
+        let st = self.lock();
+        Ok(st.leases.get(name).map(|r| LeaseInfo {
+            name: name.to_owned(),
+            instance: r.instance.clone(),
+            term: r.term,
+            live: r.live(now),
+            expires_in: r.expires_in(now),
+        }))
+    }
+
+    async fn force_release(&self, name: &str) -> Result<bool> {
+        check::name(self, name)?;
+        let now = Instant::now();
+        let mut st = self.lock();
+        match st.leases.get_mut(name) {
+            Some(r) if r.live(now) => {
+                r.until = Until::At(now);
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+}

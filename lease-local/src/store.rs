@@ -1,0 +1,165 @@
+//! The in-memory store: its records, its clock and its constructors.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use lease_core::PartitionLease;
+use lease_core::backend::{HolderToken, SlotRecord};
+use tokio::time::Instant;
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Until {
+    Never,
+    At(Instant),
+}
+
+#[derive(Debug)]
+pub(crate) struct Record {
+    pub(crate) holder: HolderToken,
+    pub(crate) instance: String,
+    pub(crate) term: u64,
+    pub(crate) until: Until,
+    pub(crate) slot: SlotRecord,
+}
+
+impl Record {
+    pub(crate) fn expires_in(&self, now: Instant) -> Duration {
+        match self.until {
+            Until::Never => Duration::MAX,
+            Until::At(at) => at.saturating_duration_since(now),
+        }
+    }
+
+    pub(crate) fn live(&self, now: Instant) -> bool {
+        !self.expires_in(now).is_zero()
+    }
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct State {
+    pub(crate) leases: HashMap<String, Record>,
+    pub(crate) polled: HashMap<String, (Vec<u8>, Instant)>,
+    /// Partition leases by (group, partition).
+    pub(crate) partitions: HashMap<(String, u32), crate::store::PartitionRecord>,
+    /// Member records by (service, node).
+    pub(crate) members: HashMap<(String, String), crate::store::MemberRecord>,
+}
+
+/// An in-memory [`LeaseStore`] on tokio time: expiry is real, judged by
+/// `tokio::time::Instant`, so it follows paused time in tests.
+///
+/// Clones share one store. Every operation takes one short lock and never awaits while holding
+/// it; each is atomic and cancel safe.
+#[derive(Debug, Clone)]
+pub struct MemoryStore {
+    pub(crate) state: Arc<Mutex<State>>,
+    pub(crate) expiry: bool,
+    pub(crate) clock: WallClock,
+}
+
+/// The store's wall clock for slot instants: the system clock when the store was made, moved on
+/// by tokio's clock since, so it follows paused time in tests.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct WallClock {
+    pub(crate) wall_ms: i64,
+    pub(crate) at: Instant,
+}
+
+impl WallClock {
+    pub(crate) fn new() -> WallClock {
+        let wall_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+            .unwrap_or(0);
+        WallClock {
+            wall_ms,
+            at: Instant::now(),
+        }
+    }
+
+    pub(crate) fn now_ms(&self) -> i64 {
+        let since = i64::try_from(self.at.elapsed().as_millis()).unwrap_or(i64::MAX);
+        self.wall_ms.saturating_add(since)
+    }
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl MemoryStore {
+    /// A store whose leases expire after their TTL.
+    pub fn new() -> MemoryStore {
+        MemoryStore {
+            state: Arc::default(),
+            expiry: true,
+            clock: WallClock::new(),
+        }
+    }
+
+    /// A store whose leases never expire: they end only on release (single-node mode).
+    pub fn never_expiring() -> MemoryStore {
+        MemoryStore {
+            state: Arc::default(),
+            expiry: false,
+            clock: WallClock::new(),
+        }
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The store's clock for slot instants, in milliseconds since the Unix epoch: the system
+    /// clock at creation, moved on by tokio's clock (so it follows paused time).
+    pub fn now_ms(&self) -> i64 {
+        self.clock.now_ms()
+    }
+
+    pub(crate) fn until(&self, now: Instant, ttl: Duration) -> Until {
+        if self.expiry {
+            Until::At(now + ttl)
+        } else {
+            Until::Never
+        }
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct PartitionRecord {
+    pub(crate) owner: String,
+    pub(crate) epoch: u64,
+    pub(crate) until: Until,
+}
+
+#[derive(Debug)]
+pub(crate) struct MemberRecord {
+    pub(crate) address: String,
+    pub(crate) groups: Vec<String>,
+    pub(crate) until: Until,
+}
+
+pub(crate) fn left(until: Until, now: Instant) -> Duration {
+    match until {
+        Until::Never => Duration::MAX,
+        Until::At(at) => at.saturating_duration_since(now),
+    }
+}
+
+impl PartitionRecord {
+    pub(crate) fn live(&self, now: Instant) -> bool {
+        !left(self.until, now).is_zero()
+    }
+
+    pub(crate) fn lease(&self, partition: u32, now: Instant) -> PartitionLease {
+        PartitionLease {
+            partition,
+            owner: self.owner.clone(),
+            epoch: self.epoch,
+            expires_in: left(self.until, now),
+        }
+    }
+}
