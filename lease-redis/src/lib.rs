@@ -271,10 +271,12 @@
 //! only cost time). The manager's connection timeout is [`RedisConfig::connect_timeout`] (2 s),
 //! so a stalled socket never holds an operation beyond the bound and a dropped one is
 //! reconnected on the next request; build your
-//! own manager the same way with [`RedisConfig::manager_config`]. A connection failure is
-//! `Unavailable` (temporary), naming the server by host and port, never by credentials; errors
-//! the server answers are `Backend` with the Redis error as source (see the mapping in the source
-//! of `error.rs`). Names and durations are refused (`InvalidName`, `InvalidTimings`) before any
+//! own manager the same way with [`RedisConfig::manager_config`]. A connection failure
+//! (refused, reset, closed) is `Unavailable` (temporary); errors the server answers are
+//! `Backend` with the Redis error as source (see the mapping in the source of `error.rs`). Every
+//! error carries the operation and name (`Error::operation`, `Error::name`) and, when the store
+//! knows it ([`RedisConfig::server_label`], set by [`RedisStore::connect`]), the server's host
+//! and port (`Error::server`), never credentials; the message says only what went wrong. Names and durations are refused (`InvalidName`, `InvalidTimings`) before any
 //! I/O; so are groups, owners, node ids, addresses, group lists and partition batches (at most
 //! 10,000 per call).
 //!
