@@ -1,5 +1,5 @@
 //! Many candidates on one name: each runs `Coordinator::run_elected` (retry 2 s + jitter) over
-//! one shared store wrapped in a [`CountingStore`]; the winner works for a second, resigns and
+//! one shared store wrapped in a [`Counting`] hook; the winner works for a second, resigns and
 //! campaigns again. The store's operations per second must stay at or below
 //! candidates / retry; the claims per 100 ms show whether they come in a herd.
 

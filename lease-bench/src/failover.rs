@@ -2,7 +2,7 @@
 //! `Coordinator::run_elected`.
 //!
 //! The dead holder is a real coordinator holding the name and renewing, whose store is switched
-//! off at a random moment (a [`KillableStore`]): from then on nothing it sends reaches the
+//! off at a random moment (a [`Kill`] hook): from then on nothing it sends reaches the
 //! server, as after `kill -9` — it neither renews nor releases. The candidate runs
 //! `run_elected` on the real store with the campaign retry under test. Times are measured from
 //! the kill (or from the start of `resign`) to the moment the candidate's work starts.

@@ -295,7 +295,7 @@ fn members_and_owners_on_redis() {
     let config = lease_redis::RedisConfig::new().allow_volatile(true);
     let sep = if url.contains('?') { '&' } else { '?' };
     let for_cli = format!("{url}{sep}allow_volatile=1");
-    members_and_owners_on(lease_redis::connect_with(&url, config), &for_cli);
+    members_and_owners_on(lease_redis::RedisStore::connect(&url, config), &for_cli);
 }
 
 #[test]

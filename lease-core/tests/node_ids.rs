@@ -1,11 +1,11 @@
 //! Node ids too long for the owner id a group worker makes of them are refused up front, by
-//! `check_member_args`, naming the node id and its limit.
+//! `backend::check::leave` (and every membership check), naming the node id and its limit.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use lease_core::{
     ErrorKind, GroupWorker, MembershipStore,
-    backend::{MAX_INSTANCE_BYTES, check_member_args, check_partition_args, owner_id},
+    backend::{MAX_INSTANCE_BYTES, check, owner_id},
 };
 use lease_local::MemoryStore;
 
@@ -16,12 +16,13 @@ const LONGEST: usize = MAX_INSTANCE_BYTES - 17;
 fn node_ids_whose_owner_id_would_not_fit_are_refused_naming_the_node_id() {
     let store = MemoryStore::new();
     let ok = "n".repeat(LONGEST);
-    check_member_args(&store, "svc", &ok, None, None, &[]).unwrap();
+    check::leave(&store, "svc", &ok).unwrap();
     // The owner id made of the longest node id is a valid owner.
-    check_partition_args(&store, "g", &owner_id(&ok), None).unwrap();
+    check::owners(&store, "g").unwrap();
+    let _ = check::release_partitions(&store, "g", &[0], &owner_id(&ok)).unwrap();
     for len in [LONGEST + 1, 120, MAX_INSTANCE_BYTES] {
         let node = "n".repeat(len);
-        let e = check_member_args(&store, "svc", &node, None, None, &[]).unwrap_err();
+        let e = check::leave(&store, "svc", &node).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::InvalidName, "{len} bytes: {e}");
         let m = e.message();
         assert!(m.contains("node id"), "{len} bytes: {e}");

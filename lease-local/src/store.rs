@@ -46,7 +46,7 @@ pub(crate) struct State {
     pub(crate) members: HashMap<(String, String), crate::store::MemberRecord>,
 }
 
-/// An in-memory [`LeaseStore`] on tokio time: expiry is real, judged by
+/// An in-memory [`LeaseStore`](lease_core::LeaseStore) on tokio time: expiry is real, judged by
 /// `tokio::time::Instant`, so it follows paused time in tests.
 ///
 /// Clones share one store. Every operation takes one short lock and never awaits while holding

@@ -19,7 +19,7 @@ pub const DEFAULT_OPERATION_TIMEOUT: Duration = Duration::from_secs(5);
 /// The bound on opening one connection unless one is given.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// How many times [`connect`](crate::connect) retries opening a connection (after the first
+/// How many times [`RedisStore::connect`](crate::RedisStore::connect) retries opening a connection (after the first
 /// attempt) before it reports the server unavailable, and how many times its
 /// `ConnectionManager` retries a reconnection before waiting for the next request.
 pub const CONNECT_RETRIES: usize = 2;
@@ -177,7 +177,7 @@ impl RedisConfig {
         self
     }
 
-    /// Bounds opening one connection in [`connect`](crate::connect) and
+    /// Bounds opening one connection in [`RedisStore::connect`](crate::RedisStore::connect) and
     /// [`manager_config`](Self::manager_config) (default [`DEFAULT_CONNECT_TIMEOUT`]).
     pub fn connect_timeout(mut self, bound: Duration) -> Self {
         self.connect_timeout = bound;
@@ -215,7 +215,7 @@ impl RedisConfig {
         self
     }
 
-    /// Names the server in error messages, e.g. `"cache-1:6379"`. [`connect`](crate::connect)
+    /// Names the server in error messages, e.g. `"cache-1:6379"`. [`RedisStore::connect`](crate::RedisStore::connect)
     /// sets it from the URL (host and port, never credentials); a store built on your own
     /// connection says "the Redis server" unless you set it.
     pub fn server_label(mut self, label: impl Into<String>) -> Self {
@@ -283,13 +283,16 @@ impl RedisConfig {
         Ok(())
     }
 
-    /// The `ConnectionManager` settings [`connect`](crate::connect) uses, for building your own
-    /// manager the same way: each request times out after the operation timeout (so a stalled
-    /// socket never holds a request forever), each connection attempt after the connect
-    /// timeout, and a reconnection is retried [`CONNECT_RETRIES`] times, 100 ms apart at first.
+    /// The `ConnectionManager` settings [`RedisStore::connect`](crate::RedisStore::connect)
+    /// uses, for building your own manager the same way: each connection attempt times out after
+    /// the connect timeout, and a reconnection is retried [`CONNECT_RETRIES`] times, 100 ms
+    /// apart at first. It sets **no response timeout**: the store bounds each operation by the
+    /// operation timeout itself (one timer per operation, covering a `NOSCRIPT` retry and a
+    /// wait for a reconnection too), so a request on a stalled socket still fails with
+    /// `Timeout` within the bound, and a second timer per request would only cost time.
     pub fn manager_config(&self) -> ConnectionManagerConfig {
         ConnectionManagerConfig::new()
-            .set_response_timeout(self.operation_timeout)
+            .set_response_timeout(None)
             .set_connection_timeout(Some(self.connect_timeout))
             .set_number_of_retries(CONNECT_RETRIES)
             .set_min_delay(Duration::from_millis(100))
@@ -319,6 +322,19 @@ mod tests {
                 .operation_timeout(None)
                 .validate()
                 .is_ok()
+        );
+    }
+
+    #[test]
+    fn the_manager_arms_no_second_timer() {
+        // The store's operation timeout is the one timer of a request; the manager only bounds
+        // connecting.
+        let config = RedisConfig::new().connect_timeout(Duration::from_millis(700));
+        let manager = config.manager_config();
+        assert_eq!(manager.response_timeout(), None);
+        assert_eq!(
+            manager.connection_timeout(),
+            Some(Duration::from_millis(700))
         );
     }
 }

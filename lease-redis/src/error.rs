@@ -1,43 +1,173 @@
 //! Redis errors as [`lease_core::Error`]s.
 //!
-//! - The connection failed, was dropped or refused, or a node of a cluster could not be found:
-//!   `Unavailable`, temporary, naming the server (host and port, never credentials).
-//! - The server took longer than the response timeout: `Timeout`, temporary; the operation may
-//!   or may not have taken effect.
+//! Every mapping of the crate is here, nowhere else. Messages say only what went wrong; the
+//! operation, the name and the server are attached as the core's structured context
+//! ([`During::attach`]: `Error::during`, `Error::at_server`).
+//!
+//! - A request with no answer within the operation timeout ([`timed_out`], or the connection's
+//!   own response timeout when you gave it one): `Timeout`, temporary; the operation may or may
+//!   not have taken effect.
+//! - The connection failed, was dropped, reset or refused, or a node of a cluster could not be
+//!   found: `Unavailable`, temporary, naming the server (host and port, never credentials);
+//!   also a server [`unreachable`] at connect.
+//! - A malformed URL ([`bad_url`]): `Unavailable`, permanent, naming the host only.
 //! - Authentication or the client's configuration failed: `Unavailable`, permanent.
 //! - The server answered with an error: `Backend`, temporary when the server says so
 //!   (`LOADING`, `TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN`, `READONLY` after a failover, `MOVED` /
 //!   `ASK` during resharding, `BUSY`, `OOM`), permanent otherwise (`NOPERM`, `WRONGTYPE`, a
-//!   script error, an unexpected reply).
+//!   script error, an unexpected reply); a server that refuses to run scripts at all
+//!   ([`scripting_refused`]): `Unsupported`; a script reply of the wrong shape
+//!   ([`unexpected_reply`]): `Backend`, permanent.
 
+use std::time::Duration;
+
+use lease_core::layer::Operation;
 use lease_core::{Error, ErrorKind};
 use redis::{ErrorKind as RedisKind, RedisError, ServerErrorKind};
 
-/// Maps `e`, raised while doing `what` on `server`.
-pub(crate) fn from_redis(e: RedisError, server: &str, what: &str) -> Error {
+/// What a request was for, to attach to its error.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum During<'a> {
+    /// A store operation on a name (a lease, group or service; `""` when it has none).
+    Op(Operation, &'a str),
+    /// Anything else (start-up commands, clean-up helpers): said at the head of the message.
+    Task(&'a str),
+}
+
+impl During<'_> {
+    /// The message head for a task, none for an operation (its context says it).
+    fn task(self) -> Option<String> {
+        match self {
+            During::Op(..) => None,
+            During::Task(what) => Some(what.to_owned()),
+        }
+    }
+
+    /// Attaches the operation and name, and the server when its label is known.
+    pub(crate) fn attach(self, e: Error, server: Option<&str>) -> Error {
+        let e = match self {
+            During::Op(op, name) => e.during(op, name),
+            During::Task(_) => e,
+        };
+        match server {
+            Some(server) => e.at_server(server),
+            None => e,
+        }
+    }
+}
+
+/// `message`, headed by the task when there is one.
+fn said(during: During<'_>, message: &str) -> String {
+    match during.task() {
+        Some(task) => format!("{task}: {message}"),
+        None => message.to_owned(),
+    }
+}
+
+/// No answer within the operation timeout `bound`.
+pub(crate) fn timed_out(during: During<'_>, server: Option<&str>, bound: Duration) -> Error {
+    let e = Error::new(
+        ErrorKind::Timeout,
+        said(
+            during,
+            &format!("no answer within {bound:?}; the outcome is unknown"),
+        ),
+    );
+    during.attach(e, server)
+}
+
+/// The URL `url` does not parse; the message names its host, never its credentials.
+pub(crate) fn bad_url(url: &str, e: RedisError) -> Error {
+    Error::unavailable(format!(
+        "the Redis URL {} is invalid; expected redis://[user:password@]host:port[/db]",
+        lease_core::redact::redact_url(url)
+    ))
+    .with_source(e)
+    .with_temporary(false)
+}
+
+/// Opening the first connection to `addr` (host and port) failed.
+pub(crate) fn unreachable(e: RedisError, addr: &str) -> Error {
+    if e.is_io_error() {
+        Error::unavailable("the Redis server is unreachable")
+            .with_source(e)
+            .at_server(addr)
+    } else {
+        from_redis(e, During::Task("connect"), Some(addr))
+    }
+}
+
+/// `SCRIPT LOAD` failed at start-up: a permanent server error means scripting is off or
+/// forbidden for this user, which no retry cures.
+pub(crate) fn scripting_refused(e: Error) -> Error {
+    if e.is(ErrorKind::Backend) && !e.is_temporary() {
+        let server = e.server().map(str::to_owned);
+        let refused = Error::unsupported(format!(
+            "the server cannot run the lease scripts ({}); Lua scripting must be enabled and \
+             allowed for this user",
+            e.message()
+        ))
+        .with_source(e);
+        match server {
+            Some(server) => refused.at_server(server),
+            None => refused,
+        }
+    } else {
+        e
+    }
+}
+
+/// A script answered with a reply of a shape it never sends.
+pub(crate) fn unexpected_reply(
+    during: During<'_>,
+    server: Option<&str>,
+    reply: impl std::fmt::Debug,
+) -> Error {
+    let e = Error::new(
+        ErrorKind::Backend,
+        said(
+            during,
+            &format!("unexpected reply {reply:?} from the script"),
+        ),
+    )
+    .with_temporary(false);
+    during.attach(e, server)
+}
+
+/// A task of a fanned-out read (one call per name on a cluster connection) failed to finish.
+pub(crate) fn task_failed(during: During<'_>, e: tokio::task::JoinError) -> Error {
+    during.attach(
+        Error::new(ErrorKind::Backend, said(during, "a read task failed")).with_source(e),
+        None,
+    )
+}
+
+/// Maps `e`, raised during `during` on `server` (its label, when known).
+pub(crate) fn from_redis(e: RedisError, during: During<'_>, server: Option<&str>) -> Error {
     let kind = e.kind();
-    match kind {
+    let mapped = match kind {
         RedisKind::Io if e.is_timeout() => Error::new(
             ErrorKind::Timeout,
-            format!(
-                "{what} got no answer from {server} within the response timeout; its outcome is \
-                 unknown"
+            said(
+                during,
+                "no answer within the connection's response timeout; the outcome is unknown",
             ),
         )
         .with_source(e),
         RedisKind::Io | RedisKind::ClusterConnectionNotFound => {
-            Error::unavailable(format!("{server} is unavailable ({what})")).with_source(e)
+            Error::unavailable(said(during, "the Redis server is unavailable")).with_source(e)
         }
-        RedisKind::AuthenticationFailed => Error::unavailable(format!(
-            "{server} refused the credentials ({what}); check the user name and password"
+        RedisKind::AuthenticationFailed => Error::unavailable(said(
+            during,
+            "the server refused the credentials; check the user name and password",
         ))
         .with_source(e)
         .with_temporary(false),
-        RedisKind::InvalidClientConfig => Error::unavailable(format!(
-            "the connection settings for {server} are invalid ({what})"
-        ))
-        .with_source(e)
-        .with_temporary(false),
+        RedisKind::InvalidClientConfig => {
+            Error::unavailable(said(during, "the connection settings are invalid"))
+                .with_source(e)
+                .with_temporary(false)
+        }
         RedisKind::Server(server_kind) => {
             let temporary = matches!(
                 server_kind,
@@ -62,7 +192,7 @@ pub(crate) fn from_redis(e: RedisError, server: &str, what: &str) -> Error {
                 _ => "",
             };
             Error::backend(
-                format!("{server} answered {what} with an error{hint}"),
+                said(during, &format!("the server answered with an error{hint}")),
                 e,
                 temporary,
             )
@@ -79,17 +209,14 @@ pub(crate) fn from_redis(e: RedisError, server: &str, what: &str) -> Error {
                 _ => "",
             };
             Error::backend(
-                format!("{server} answered {what} with an error{hint}"),
+                said(during, &format!("the server answered with an error{hint}")),
                 e,
                 temporary,
             )
         }
-        _ => Error::backend(
-            format!("{what} on {server} failed: unexpected reply or client error"),
-            e,
-            false,
-        ),
-    }
+        _ => Error::backend(said(during, "unexpected reply or client error"), e, false),
+    };
+    during.attach(mapped, server)
 }
 
 #[cfg(test)]
@@ -98,15 +225,47 @@ mod tests {
     use std::io;
 
     #[test]
-    fn io_errors_are_unavailable_and_name_the_server() {
-        let e = RedisError::from(io::Error::new(io::ErrorKind::ConnectionRefused, "refused"));
-        let e = from_redis(e, "redis server 10.0.0.1:6379", "claim of 'a'");
+    fn urls_in_messages_never_show_credentials() {
+        for (url, host, secret) in [
+            ("redis://u:secret@h:1/0", "h:1", "secret"),
+            ("redis://:p%40ss@h:1", "h:1", "p%40ss"),
+            ("redis//u:secret@h", "@h", "secret"),
+            ("redis://u:se/cret@h:1", "h:1", "se/cret"),
+        ] {
+            let shown = lease_core::redact::redact_url(url);
+            assert!(shown.contains(host), "{shown}");
+            assert!(!shown.contains(secret), "{shown}");
+        }
+    }
+
+    const CLAIM_A: During<'static> = During::Op(Operation::Claim, "a");
+
+    #[test]
+    fn reset_connections_are_unavailable_and_silence_is_a_timeout() {
+        let e = RedisError::from(io::Error::new(io::ErrorKind::ConnectionReset, "reset"));
+        let e = from_redis(e, CLAIM_A, Some("h:1"));
         assert_eq!(e.kind(), ErrorKind::Unavailable);
         assert!(e.is_temporary());
-        assert!(e.message().contains("10.0.0.1:6379"), "{e}");
+        let e = timed_out(CLAIM_A, Some("h:1"), Duration::from_secs(5));
+        assert_eq!(e.kind(), ErrorKind::Timeout);
+        assert!(e.is_temporary());
+        assert_eq!(e.operation(), Some(Operation::Claim));
+        assert_eq!(e.name(), Some("a"));
+        assert_eq!(e.server(), Some("h:1"));
+    }
+
+    #[test]
+    fn io_errors_are_unavailable_and_name_the_server() {
+        let e = RedisError::from(io::Error::new(io::ErrorKind::ConnectionRefused, "refused"));
+        let e = from_redis(e, CLAIM_A, Some("10.0.0.1:6379"));
+        assert_eq!(e.kind(), ErrorKind::Unavailable);
+        assert!(e.is_temporary());
+        assert_eq!(e.server(), Some("10.0.0.1:6379"));
+        assert!(e.to_string().contains("10.0.0.1:6379"), "{e}");
+        assert!(!e.message().contains("claim"), "{e}");
 
         let e = RedisError::from(io::Error::new(io::ErrorKind::TimedOut, "slow"));
-        let e = from_redis(e, "redis server x:1", "renew of 'a'");
+        let e = from_redis(e, During::Op(Operation::Renew, "a"), Some("x:1"));
         assert_eq!(e.kind(), ErrorKind::Timeout);
         assert!(e.is_temporary());
     }
@@ -114,14 +273,15 @@ mod tests {
     #[test]
     fn server_errors_keep_their_source_and_verdict() {
         let e = RedisError::from((RedisKind::Server(ServerErrorKind::ReadOnly), "replica"));
-        let e = from_redis(e, "s", "claim");
+        let e = from_redis(e, CLAIM_A, None);
         assert_eq!(e.kind(), ErrorKind::Backend);
         assert!(e.is_temporary());
         assert!(std::error::Error::source(&e).is_some());
 
         let e = RedisError::from((RedisKind::Server(ServerErrorKind::NoPerm), "no"));
-        let e = from_redis(e, "s", "claim");
+        let e = from_redis(e, During::Task("SCRIPT LOAD (claim)"), None);
         assert!(!e.is_temporary());
         assert!(e.message().contains("EVALSHA"), "{e}");
+        assert!(e.message().starts_with("SCRIPT LOAD (claim): "), "{e}");
     }
 }

@@ -17,8 +17,8 @@
 //! let config = RedisConfig::new().key_prefix("billing:lease:");
 //! let manager =
 //!     redis::aio::ConnectionManager::new_with_config(client, config.manager_config()).await?;
-//! let store = RedisStore::with_config(manager, config)?;
-//! // … or `lease_redis::connect("redis://127.0.0.1:6379").await?`.
+//! let store = RedisStore::with_client(manager, config)?;
+//! // … or `RedisStore::connect("redis://127.0.0.1:6379", RedisConfig::from_env()?).await?`.
 //!
 //! // Fails fast when the server could lose lease records (see "Durability"); the store
 //! // would otherwise run the same check before its first claim.
@@ -62,7 +62,7 @@
 //! of the [`lease_core::slots`] module. A job's name is a lease name; its instants (ms since the
 //! Unix epoch) are three more fields of the same hash: `slot_ms` (last), `unfinished_ms` and
 //! `rerun_ms`, each absent until first set. One Lua script per operation, all in
-//! `src/scripts/`, each reading "now" from `TIME` (except `last_slot`, which judges nothing):
+//! `src/wire/scripts/`, each reading "now" from `TIME` (except `last_slot`, which judges nothing):
 //!
 //! | operation | script does, atomically | round trips |
 //! |---|---|---|
@@ -226,8 +226,8 @@
 //! It cannot see replication lag.
 //!
 //! **The check is never skipped:** a store runs it itself, once, before its first claim,
-//! acquire or heartbeat, however it was built ([`RedisStore::new`], [`RedisStore::with_config`],
-//! [`connect`]), so a coordinator, group worker or scheduler over a volatile server refuses to
+//! acquire or heartbeat, however it was built ([`RedisStore::connect`],
+//! [`RedisStore::with_client`]), so a coordinator, group worker or scheduler over a volatile server refuses to
 //! start work (the operation fails with the check's `Unsupported` error) instead of handing out
 //! terms that a restart can repeat. Calling `available()` at start-up fails earlier, and spares
 //! the first claim the check's round trips.
@@ -265,33 +265,38 @@
 //!
 //! Every operation is bounded by [`RedisConfig::operation_timeout`] (5 s unless set) and then
 //! fails with `Timeout`, outcome unknown, which the coordinator handles (it reads a claim back
-//! with verify). [`connect`] sets the `ConnectionManager`'s response timeout to the same bound
-//! and its connection timeout to [`RedisConfig::connect_timeout`] (2 s), so a stalled socket
-//! never holds a request forever and a dropped one is reconnected on the next request; build your
-//! own manager the same way with [`RedisConfig::manager_config`]. A connection failure is
-//! `Unavailable` (temporary), naming the server by host and port, never by credentials; errors
-//! the server answers are `Backend` with the Redis error as source (see the mapping in the source
-//! of `error.rs`). Names and durations are refused (`InvalidName`, `InvalidTimings`) before any
+//! with verify). That bound is the one timer of an operation: it covers the `EVALSHA`, the
+//! `EVAL` after a `NOSCRIPT` and any wait for a reconnection, and [`RedisStore::connect`] arms
+//! no response timeout of its own on the `ConnectionManager` (a second timer per request would
+//! only cost time). The manager's connection timeout is [`RedisConfig::connect_timeout`] (2 s),
+//! so a stalled socket never holds an operation beyond the bound and a dropped one is
+//! reconnected on the next request; build your
+//! own manager the same way with [`RedisConfig::manager_config`]. A connection failure
+//! (refused, reset, closed) is `Unavailable` (temporary); errors the server answers are
+//! `Backend` with the Redis error as source (see the mapping in the source of `error.rs`). Every
+//! error carries the operation and name (`Error::operation`, `Error::name`) and, when the store
+//! knows it ([`RedisConfig::server_label`], set by [`RedisStore::connect`]), the server's host
+//! and port (`Error::server`), never credentials; the message says only what went wrong. Names and durations are refused (`InvalidName`, `InvalidTimings`) before any
 //! I/O; so are groups, owners, node ids, addresses, group lists and partition batches (at most
 //! 10,000 per call).
 //!
 //! Requires Redis 5.0 or later (scripts replicated by effect, so `TIME` may precede writes);
 //! tested on Redis 7.0.
 
-mod backend;
 mod config;
 mod error;
-mod keys;
+mod leases;
 mod membership;
 mod partitions;
-mod scripts;
 mod slots;
+mod store;
+mod wire;
 
-pub use backend::{MAX_NAME_BYTES, RedisStore, connect, connect_with};
 pub use config::{
     CONNECT_RETRIES, DEFAULT_CONNECT_TIMEOUT, DEFAULT_KEY_PREFIX, DEFAULT_OPERATION_TIMEOUT,
     MAX_KEY_PREFIX_BYTES, RedisConfig, TermScheme,
 };
+pub use store::{MAX_NAME_BYTES, RedisStore};
 
 /// The `redis` crate this store is built on, re-exported so your connection's type matches.
 pub use redis;

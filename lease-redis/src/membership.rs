@@ -1,18 +1,18 @@
 //! [`MembershipStore`] on Redis: per service, one hash of member records and one sorted set of
 //! their expiries, both under the service's hash tag; one Lua script per operation. See the
-//! crate documentation, *Membership*, and `src/scripts/{heartbeat,members,leave}.lua`.
+//! crate documentation, *Membership*, and `src/wire/scripts/{heartbeat,members,leave}.lua`.
 
 use std::time::Duration;
 
-use lease_core::{
-    Member, MembershipStore, Result,
-    backend::{async_trait, ceil_millis, check_member_args, decode_groups, encode_groups},
-};
+use lease_core::backend::{async_trait, ceil_millis, check, decode_groups, encode_groups};
+use lease_core::layer::Operation;
+use lease_core::{Member, MembershipStore, Result};
 use redis::aio::ConnectionLike;
 
-use crate::backend::RedisStore;
-use crate::keys::{member_expiry_key, members_key};
-use crate::scripts::SCRIPTS;
+use crate::error::During;
+use crate::store::RedisStore;
+use crate::wire::keys::{member_expiry_key, members_key};
+use crate::wire::scripts::SCRIPTS;
 
 impl<C> RedisStore<C>
 where
@@ -23,7 +23,7 @@ where
     /// `lease:{billing}:members:expiry` (see the crate documentation, *Membership*). Refuses a
     /// service name the store cannot hold; no I/O.
     pub fn membership_keys(&self, service: &str) -> Result<(String, String)> {
-        check_member_args(self, service, "-", None, None, &[])?;
+        check::members(self, service)?;
         let prefix = self.config().get_key_prefix();
         Ok((
             members_key(prefix, service),
@@ -67,7 +67,7 @@ where
         ttl: Duration,
         groups: &[String],
     ) -> Result<Member> {
-        check_member_args(self, service, node, Some(address), Some(ttl), groups)?;
+        check::heartbeat(self, service, node, address, ttl, groups)?;
         self.started().await?;
         let prefix = self.config().get_key_prefix();
         let (records, expiries) = (
@@ -77,7 +77,7 @@ where
         let ttl = ceil_millis(ttl).to_string();
         let ttl_ms: u64 = self
             .eval_keys(
-                || format!("heartbeat of node '{node}' of service '{service}'"),
+                During::Op(Operation::Heartbeat, service),
                 &SCRIPTS.heartbeat,
                 &[records.as_bytes(), expiries.as_bytes()],
                 &[node, &ttl, &encode_member(address, groups)],
@@ -97,7 +97,7 @@ where
         let (records, expiries) = self.membership_keys(service)?;
         let reply: Vec<(String, u64, String)> = self
             .eval_keys(
-                || format!("members of service '{service}'"),
+                During::Op(Operation::Members, service),
                 &SCRIPTS.members,
                 &[records.as_bytes(), expiries.as_bytes()],
                 &[],
@@ -121,7 +121,7 @@ where
 
     /// One round trip (`leave.lua`, which deletes the node's record).
     async fn leave(&self, service: &str, node: &str) -> Result<bool> {
-        check_member_args(self, service, node, None, None, &[])?;
+        check::leave(self, service, node)?;
         let prefix = self.config().get_key_prefix();
         let (records, expiries) = (
             members_key(prefix, service),
@@ -129,7 +129,7 @@ where
         );
         let n: i64 = self
             .eval_keys(
-                || format!("leave of node '{node}' from service '{service}'"),
+                During::Op(Operation::Leave, service),
                 &SCRIPTS.leave,
                 &[records.as_bytes(), expiries.as_bytes()],
                 &[node],

@@ -1,20 +1,21 @@
 //! [`PartitionStore`] on Redis: one hash per group, one field per partition, one Lua script per
 //! operation. See the crate documentation, *Partitions*, and the scripts
-//! `src/scripts/{acquire_partition,renew_partitions,release_partitions,owners,forget_group}.lua`.
+//! `src/wire/scripts/{acquire_partition,renew_partitions,release_partitions,owners,forget_group}.lua`.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
 use lease_core::LeaseStoreExt;
-use lease_core::{
-    Error, ErrorKind, PartitionLease, PartitionStore, Result,
-    backend::{async_trait, ceil_millis, check_partition_args, check_partition_batch},
-};
+use lease_core::backend::check::{self, Batch};
+use lease_core::backend::{async_trait, ceil_millis};
+use lease_core::layer::Operation;
+use lease_core::{Error, PartitionLease, PartitionStore, Result};
 use redis::aio::ConnectionLike;
 
-use crate::backend::RedisStore;
-use crate::keys::partitions_key;
-use crate::scripts::SCRIPTS;
+use crate::error::{During, unexpected_reply};
+use crate::store::RedisStore;
+use crate::wire::keys::partitions_key;
+use crate::wire::scripts::SCRIPTS;
 
 impl<C> RedisStore<C>
 where
@@ -40,9 +41,10 @@ where
     pub async fn forget_group(&self, group: &str, idle: Duration) -> Result<bool> {
         let key = self.partitions_key(group)?;
         let idle = ceil_millis(idle).to_string();
+        let what = format!("forget of partition group '{group}'");
         let n: i64 = self
             .eval(
-                || format!("forget of partition group '{group}'"),
+                During::Task(&what),
                 &SCRIPTS.forget_group,
                 key.as_bytes(),
                 &[&idle],
@@ -50,14 +52,6 @@ where
             .await?;
         Ok(n == 1)
     }
-}
-
-fn unexpected(what: &str, reply: impl std::fmt::Debug) -> Error {
-    Error::new(
-        ErrorKind::Backend,
-        format!("{what}: unexpected reply {reply:?} from the script"),
-    )
-    .with_temporary(false)
 }
 
 /// The partitions as script arguments: each once, in increasing order.
@@ -86,13 +80,13 @@ where
         owner: &str,
         ttl: Duration,
     ) -> Result<Option<PartitionLease>> {
-        check_partition_args(self, group, owner, Some(ttl))?;
+        check::acquire_partition(self, group, owner, ttl)?;
         self.started().await?;
         let key = partitions_key(self.config().get_key_prefix(), group);
         let ttl = ceil_millis(ttl).to_string();
         let reply: Option<(u64, u64)> = self
             .eval(
-                || format!("acquire of partition {partition} of '{group}'"),
+                During::Op(Operation::AcquirePartition, group),
                 &SCRIPTS.acquire_partition,
                 key.as_bytes(),
                 &[
@@ -121,9 +115,7 @@ where
         owner: &str,
         ttl: Duration,
     ) -> Result<Vec<PartitionLease>> {
-        check_partition_args(self, group, owner, Some(ttl))?;
-        check_partition_batch(partitions)?;
-        if partitions.is_empty() {
+        if check::renew_partitions(self, group, partitions, owner, ttl)? == Batch::Empty {
             return Ok(Vec::new());
         }
         let key = partitions_key(self.config().get_key_prefix(), group);
@@ -133,26 +125,28 @@ where
         args.push(owner);
         args.push(&ttl);
         args.extend(numbers.iter().map(String::as_str));
-        let what = || format!("renewal of {} partitions of '{group}'", numbers.len());
+        let during = During::Op(Operation::RenewPartitions, group);
+        let unexpected =
+            |reply: &dyn std::fmt::Debug| unexpected_reply(during, self.label(), reply);
         let reply: Vec<u64> = self
-            .eval(what, &SCRIPTS.renew_partitions, key.as_bytes(), &args)
+            .eval(during, &SCRIPTS.renew_partitions, key.as_bytes(), &args)
             .await?;
         let Some((&ttl_ms, pairs)) = reply.split_first() else {
-            return Err(unexpected(&what(), reply));
+            return Err(unexpected(&reply));
         };
         if pairs.len() % 2 != 0 {
-            return Err(unexpected(&what(), reply));
+            return Err(unexpected(&reply));
         }
         pairs
             .chunks_exact(2)
             .map(|pair| match *pair {
                 [partition, epoch] => Ok(PartitionLease {
-                    partition: u32::try_from(partition).map_err(|_| unexpected(&what(), pair))?,
+                    partition: u32::try_from(partition).map_err(|_| unexpected(&pair))?,
                     owner: owner.to_owned(),
                     epoch,
                     expires_in: Duration::from_millis(ttl_ms),
                 }),
-                _ => Err(unexpected(&what(), pair)),
+                _ => Err(unexpected(&pair)),
             })
             .collect()
     }
@@ -165,9 +159,7 @@ where
         partitions: &[u32],
         owner: &str,
     ) -> Result<usize> {
-        check_partition_args(self, group, owner, None)?;
-        check_partition_batch(partitions)?;
-        if partitions.is_empty() {
+        if check::release_partitions(self, group, partitions, owner)? == Batch::Empty {
             return Ok(0);
         }
         let key = partitions_key(self.config().get_key_prefix(), group);
@@ -177,7 +169,7 @@ where
         args.extend(numbers.iter().map(String::as_str));
         let ended: usize = self
             .eval(
-                || format!("release of {} partitions of '{group}'", numbers.len()),
+                During::Op(Operation::ReleasePartitions, group),
                 &SCRIPTS.release_partitions,
                 key.as_bytes(),
                 &args,
@@ -188,11 +180,11 @@ where
 
     /// One round trip (`owners.lua`, which reads the group's whole hash).
     async fn owners(&self, group: &str) -> Result<Vec<PartitionLease>> {
-        self.validate_name(group)?;
+        check::owners(self, group)?;
         let key = partitions_key(self.config().get_key_prefix(), group);
         let reply: Vec<(u32, u64, u64, String)> = self
             .eval(
-                || format!("owners of partition group '{group}'"),
+                During::Op(Operation::Owners, group),
                 &SCRIPTS.owners,
                 key.as_bytes(),
                 &[],

@@ -1,27 +1,25 @@
 //! [`SlotStore`] on Redis: one Lua script per slot operation, the slot instants in the name's
 //! hash (`slot_ms`, `unfinished_ms`, `rerun_ms`). See the crate documentation, *Scheduler
-//! slots*, and the scripts in `src/scripts/*_slot.lua`, `unfinished.lua`, `claim_rerun.lua`.
+//! slots*, and the scripts in `src/wire/scripts/*_slot.lua`, `unfinished.lua`, `claim_rerun.lua`.
 
 use std::time::Duration;
 
-use lease_core::LeaseStoreExt;
-use lease_core::{
-    Error, ErrorKind, Result, SlotStore,
-    backend::{
-        Grant, HolderToken, SlotClaim, SlotFinish, SlotRecord, async_trait, ceil_millis,
-        validate_instance,
-    },
+use lease_core::backend::check::{self, Batch};
+use lease_core::backend::{
+    Grant, HolderToken, SlotClaim, SlotFinish, SlotRecord, async_trait, ceil_millis,
 };
+use lease_core::layer::Operation;
+use lease_core::{Result, SlotStore};
 use redis::RedisResult;
 use redis::ServerErrorKind;
 use redis::aio::ConnectionLike;
 
-use crate::backend::{RedisStore, grant, script_cmd};
-use crate::keys::record_key;
-use crate::scripts::SCRIPTS;
-
-/// The reply of `claim_slot.lua`: outcome, term, ttl in ms, an instant.
-type ClaimReply = (String, Option<u64>, Option<u64>, Option<i64>);
+use crate::error::{self, During, unexpected_reply};
+use crate::store::RedisStore;
+use crate::wire::codec::{ClaimSlotReply as ClaimReply, HolderHex, grant};
+use crate::wire::keys::record_key;
+use crate::wire::script_cmd;
+use crate::wire::scripts::SCRIPTS;
 
 impl<C> RedisStore<C>
 where
@@ -78,7 +76,7 @@ where
             tasks.spawn(async move {
                 let found: Result<Option<i64>> = store
                     .eval(
-                        || "unfinished slots (one name)".to_owned(),
+                        During::Op(Operation::Unfinished, ""),
                         &SCRIPTS.unfinished,
                         key.as_bytes(),
                         &[],
@@ -89,23 +87,14 @@ where
         }
         let mut out = vec![None; tasks.len()];
         while let Some(joined) = tasks.join_next().await {
-            let (i, found) = joined.map_err(|e| {
-                Error::new(ErrorKind::Backend, "an unfinished-slot read failed").with_source(e)
-            })?;
+            let (i, found) =
+                joined.map_err(|e| error::task_failed(During::Op(Operation::Unfinished, ""), e))?;
             if let Some(slot) = out.get_mut(i) {
                 *slot = found?;
             }
         }
         Ok(out)
     }
-}
-
-fn unexpected(what: &str, reply: impl std::fmt::Debug) -> Error {
-    Error::new(
-        ErrorKind::Backend,
-        format!("{what}: unexpected reply {reply:?} from the script"),
-    )
-    .with_temporary(false)
 }
 
 /// Scheduler slots, each operation one Lua script (one `EVALSHA`, one round trip); `unfinished`
@@ -124,20 +113,18 @@ where
         ttl: Duration,
         instant_ms: i64,
     ) -> Result<SlotClaim> {
-        self.validate_name(name)?;
-        self.validate_ttl(ttl)?;
-        validate_instance(instance)?;
+        check::claim(self, name, instance, ttl)?;
         self.started().await?;
         let key = self.key(name);
         let ttl = ceil_millis(ttl).to_string();
-        let what = || format!("slot claim of '{name}'");
+        let during = During::Op(Operation::ClaimSlot, name);
         let reply: ClaimReply = self
             .eval(
-                what,
+                during,
                 &SCRIPTS.claim_slot,
                 key.as_bytes(),
                 &[
-                    &holder.to_hex(),
+                    HolderHex::new(holder).as_str(),
                     instance,
                     &ttl,
                     self.config().get_term_scheme().script_flag(),
@@ -159,7 +146,7 @@ where
                     superseded_ms,
                 })
             }
-            other => Err(unexpected(&what(), other)),
+            other => Err(unexpected_reply(during, self.label(), other)),
         }
     }
 
@@ -170,15 +157,19 @@ where
         instant_ms: i64,
         passed_ms: Option<i64>,
     ) -> Result<SlotFinish> {
-        self.validate_name(name)?;
+        check::name(self, name)?;
         let key = self.key(name);
         let passed = passed_ms.map(|p| p.to_string()).unwrap_or_default();
         let (recorded, passed_taken, released): (i64, i64, i64) = self
             .eval(
-                || format!("slot finish of '{name}'"),
+                During::Op(Operation::FinishSlot, name),
                 &SCRIPTS.finish_slot,
                 key.as_bytes(),
-                &[&holder.to_hex(), &instant_ms.to_string(), &passed],
+                &[
+                    HolderHex::new(holder).as_str(),
+                    &instant_ms.to_string(),
+                    &passed,
+                ],
             )
             .await?;
         Ok(SlotFinish {
@@ -189,16 +180,13 @@ where
     }
 
     async fn unfinished(&self, names: &[String]) -> Result<Vec<(String, i64)>> {
-        for name in names {
-            self.validate_name(name)?;
-        }
-        if names.is_empty() {
+        if check::unfinished(self, names)? == Batch::Empty {
             return Ok(Vec::new());
         }
         let keys: Vec<String> = names.iter().map(|n| self.key(n)).collect();
-        let what = || format!("unfinished slots of {} names", names.len());
+        let during = During::Op(Operation::Unfinished, "");
         let pipelined = self
-            .bounded(what, async {
+            .bounded(during, async {
                 Ok::<_, redis::RedisError>(self.unfinished_pipelined(&keys).await)
             })
             .await?;
@@ -208,10 +196,10 @@ where
                 tracing::debug!("the connection refused a cross-slot pipeline; one call per name");
                 self.unfinished_one_by_one(keys).await?
             }
-            Err(e) => return Err(crate::error::from_redis(e, self.server(), &what())),
+            Err(e) => return Err(error::from_redis(e, during, self.label())),
         };
         if found.len() != names.len() {
-            return Err(unexpected(&what(), found));
+            return Err(unexpected_reply(during, self.label(), found));
         }
         Ok(names
             .iter()
@@ -228,19 +216,17 @@ where
         ttl: Duration,
         instant_ms: i64,
     ) -> Result<Option<Grant>> {
-        self.validate_name(name)?;
-        self.validate_ttl(ttl)?;
-        validate_instance(instance)?;
+        check::claim(self, name, instance, ttl)?;
         self.started().await?;
         let key = self.key(name);
         let ttl = ceil_millis(ttl).to_string();
         let reply: Option<(u64, u64)> = self
             .eval(
-                || format!("rerun claim of '{name}'"),
+                During::Op(Operation::ClaimRerun, name),
                 &SCRIPTS.claim_rerun,
                 key.as_bytes(),
                 &[
-                    &holder.to_hex(),
+                    HolderHex::new(holder).as_str(),
                     instance,
                     &ttl,
                     self.config().get_term_scheme().script_flag(),
@@ -252,11 +238,11 @@ where
     }
 
     async fn last_slot(&self, name: &str) -> Result<Option<SlotRecord>> {
-        self.validate_name(name)?;
+        check::name(self, name)?;
         let key = self.key(name);
         let reply: Option<(Option<i64>, Option<i64>, Option<i64>)> = self
             .eval(
-                || format!("last slot of '{name}'"),
+                During::Op(Operation::LastSlot, name),
                 &SCRIPTS.last_slot,
                 key.as_bytes(),
                 &[],

@@ -449,7 +449,7 @@ fn store_without_server() -> RedisStore {
         .server_label("127.0.0.1:1");
     let client = Client::open("redis://127.0.0.1:1").unwrap();
     let manager = ConnectionManager::new_lazy_with_config(client, config.manager_config()).unwrap();
-    RedisStore::with_config(manager, config).unwrap()
+    RedisStore::with_client(manager, config).unwrap()
 }
 
 #[tokio::test]
@@ -525,5 +525,11 @@ async fn group_and_member_inputs_are_refused_before_any_io() {
         matches!(e.kind(), ErrorKind::Unavailable | ErrorKind::Timeout),
         "{e}"
     );
-    assert!(e.message().contains("127.0.0.1:1"), "{e}");
+    assert_eq!(e.server(), Some("127.0.0.1:1"), "{e}");
+    assert_eq!(
+        e.operation(),
+        Some(lease_core::layer::Operation::Owners),
+        "{e}"
+    );
+    assert_eq!(e.name(), Some("g"), "{e}");
 }

@@ -169,7 +169,7 @@ fn store_without_server() -> RedisStore {
         .server_label("127.0.0.1:1");
     let client = Client::open("redis://127.0.0.1:1").unwrap();
     let manager = ConnectionManager::new_lazy_with_config(client, config.manager_config()).unwrap();
-    RedisStore::with_config(manager, config).unwrap()
+    RedisStore::with_client(manager, config).unwrap()
 }
 
 #[tokio::test]
@@ -257,7 +257,7 @@ async fn unfinished_falls_back_to_one_call_per_name_on_a_cluster_connection() {
         refused: Arc::default(),
         singles: Arc::default(),
     };
-    let store = RedisStore::with_config(conn.clone(), common::config()).unwrap();
+    let store = RedisStore::with_client(conn.clone(), common::config()).unwrap();
     store.available().await.unwrap();
     let prefix = common::unique("cl");
     let names: Vec<String> = (0..5).map(|i| format!("{prefix}{i}")).collect();

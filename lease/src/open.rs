@@ -83,7 +83,7 @@ pub(crate) async fn connect(target: &Target, options: &Resolved) -> Result<Store
             if let Some(bound) = options.op_timeout {
                 config = config.operation_timeout(Some(bound)).connect_timeout(bound);
             }
-            let store = lease_redis::connect_with(url, config).await?;
+            let store = lease_redis::RedisStore::connect(url, config).await?;
             store.available().await.map_err(redis_hint)?;
             Ok(Store::Redis(store))
         }

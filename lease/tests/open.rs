@@ -229,10 +229,12 @@ async fn redis() {
     let store = lease::open(&format!("{url}{sep}allow_volatile=1"), &OpenOptions::new())
         .await
         .unwrap();
-    let own =
-        lease::redis::connect_with(&url, lease::redis::RedisConfig::new().allow_volatile(true))
-            .await
-            .unwrap();
+    let own = lease::redis::RedisStore::connect(
+        &url,
+        lease::redis::RedisConfig::new().allow_volatile(true),
+    )
+    .await
+    .unwrap();
     check(&store, Backend::Redis, &own).await;
 }
 

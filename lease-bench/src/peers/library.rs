@@ -34,7 +34,7 @@ impl StoreCycle {
             .allow_volatile(true)
             .key_prefix(crate::backends::REDIS_PREFIX)
             .operation_timeout(None);
-        let store = lease_redis::connect_with(url, config).await?;
+        let store = lease_redis::RedisStore::connect(url, config).await?;
         store.available().await?;
         Ok(StoreCycle {
             store: Arc::new(store),

@@ -10,10 +10,14 @@ use redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
 use super::{INSTANCE, Subject};
 use crate::backends::{REDIS_PREFIX, TTL};
 
-/// lease-redis's claim script, the very file the library embeds.
-const CLAIM_LUA: &str = include_str!("../../../lease-redis/src/scripts/claim.lua");
+/// lease-redis's claim script, the very source the library embeds: its prelude (the term rule)
+/// joined to `claim.lua`.
+const CLAIM_LUA: &str = concat!(
+    include_str!("../../../lease-redis/src/wire/scripts/prelude.lua"),
+    include_str!("../../../lease-redis/src/wire/scripts/claim.lua")
+);
 /// lease-redis's release script.
-const RELEASE_LUA: &str = include_str!("../../../lease-redis/src/scripts/release.lua");
+const RELEASE_LUA: &str = include_str!("../../../lease-redis/src/wire/scripts/release.lua");
 
 async fn connect(url: &str) -> Result<MultiplexedConnection> {
     redis::Client::open(url)

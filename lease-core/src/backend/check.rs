@@ -205,7 +205,7 @@ fn partition_args<S: LeaseStore + ?Sized>(
     Ok(())
 }
 
-pub(crate) fn partition_batch(partitions: &[u32]) -> Result<Batch> {
+fn partition_batch(partitions: &[u32]) -> Result<Batch> {
     if partitions.len() > MAX_PARTITIONS_PER_CALL {
         return Err(Error::invalid_argument(format!(
             "{} partitions in one call; at most {MAX_PARTITIONS_PER_CALL} are taken — split the \

@@ -30,6 +30,7 @@ pub use crate::membership::{MAX_ADDRESS_BYTES, MAX_GROUPS_PER_MEMBER, MAX_NODE_I
 pub use crate::partitions::{
     BatchRenew, MAX_PARTITIONS_PER_CALL, OWNER_ID_SUFFIX_BYTES, owner_id, owner_node,
 };
+pub use crate::redact::redact_url;
 pub use crate::slots::{SlotClaim, SlotFinish, SlotRecord};
 pub use crate::store::{Grant, HolderToken, MAX_INSTANCE_BYTES, validate_instance};
 pub use crate::timings::{DRIFT_MARGIN_PERCENT, STORE_CLOCK_GRANULARITY};
@@ -59,42 +60,4 @@ pub fn decode_groups(text: &str) -> Vec<String> {
         return Vec::new();
     }
     text.split('\n').map(str::to_string).collect()
-}
-
-/// Checks the arguments every partition operation takes. Superseded by [`check`]'s one check
-/// per operation; kept until every backend calls those.
-#[doc(hidden)]
-pub fn check_partition_args(
-    store: &dyn crate::LeaseStore,
-    group: &str,
-    owner: &str,
-    ttl: Option<std::time::Duration>,
-) -> crate::Result<()> {
-    match ttl {
-        Some(ttl) => check::acquire_partition(store, group, owner, ttl),
-        None => check::release_partitions(store, group, &[], owner).map(drop),
-    }
-}
-
-/// Checks a batch of partitions. Superseded by [`check`]; kept until every backend calls it.
-#[doc(hidden)]
-pub fn check_partition_batch(partitions: &[u32]) -> crate::Result<()> {
-    check::partition_batch(partitions).map(drop)
-}
-
-/// Checks a heartbeat's arguments. Superseded by [`check`]; kept until every backend calls it.
-#[doc(hidden)]
-pub fn check_member_args(
-    store: &dyn crate::LeaseStore,
-    service: &str,
-    node: &str,
-    address: Option<&str>,
-    ttl: Option<std::time::Duration>,
-    groups: &[String],
-) -> crate::Result<()> {
-    match (address, ttl) {
-        (Some(address), Some(ttl)) => check::heartbeat(store, service, node, address, ttl, groups),
-        _ if node == "-" => check::members(store, service),
-        _ => check::leave(store, service, node),
-    }
 }

@@ -20,7 +20,7 @@ pub fn config() -> RedisConfig {
 
 /// A store connected straight to the test server.
 pub async fn direct(url: &str, config: RedisConfig) -> Option<RedisStore> {
-    match lease_redis::connect_with(url, config).await {
+    match RedisStore::connect(url, config).await {
         Ok(store) => Some(store),
         Err(e) => {
             env::skip("redis", &format!("cannot connect to {url}: {e}"));
@@ -52,7 +52,7 @@ pub async fn proxied(url: &str, config: RedisConfig) -> Option<(RedisStore, Faul
             return None;
         }
     };
-    let store = RedisStore::with_config(manager, config).expect("valid config");
+    let store = RedisStore::with_client(manager, config).expect("valid config");
     Some((store, proxy))
 }
 

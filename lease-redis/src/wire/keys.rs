@@ -49,14 +49,20 @@ fn tagged(prefix: &str, name: &str, suffix: &str) -> String {
     let mut key = String::with_capacity(prefix.len() + name.len() + suffix.len() + 2);
     key.push_str(prefix);
     key.push('{');
-    for c in name.chars() {
-        match c {
-            '%' => key.push_str("%25"),
-            '{' => key.push_str("%7B"),
-            '}' => key.push_str("%7D"),
-            c => key.push(c),
+    // Most names hold nothing to escape: copy them whole.
+    let mut rest = name;
+    while let Some(at) = rest.find(['%', '{', '}']) {
+        let (plain, tail) = rest.split_at(at);
+        key.push_str(plain);
+        let mut tail = tail.chars();
+        match tail.next() {
+            Some('%') => key.push_str("%25"),
+            Some('{') => key.push_str("%7B"),
+            _ => key.push_str("%7D"),
         }
+        rest = tail.as_str();
     }
+    key.push_str(rest);
     key.push('}');
     key.push_str(suffix);
     key

@@ -54,13 +54,7 @@ if cmp(instant, now_ms) > 0 then
   return {'early', false, false, now_ms}
 end
 local ttl = tonumber(ARGV[3])
-term = term + 1
-if ARGV[4] == '1' then
-  local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  if floor > term then
-    term = floor
-  end
-end
+term = next_term(term, t, ARGV[4])
 redis.call('HSET', KEYS[1],
   'holder', ARGV[1],
   'instance', ARGV[2],

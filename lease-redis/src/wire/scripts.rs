@@ -1,6 +1,11 @@
 //! The Lua scripts, one per operation, each run with `EVALSHA` and, when the server answers
 //! `NOSCRIPT`, once more with `EVAL` (which also caches it for the next `EVALSHA`).
 //!
+//! The scripts that make a term or a partition epoch (`claim`, `claim_slot`, `claim_rerun`,
+//! `acquire_partition`) begin with `scripts/prelude.lua`, joined to them when the crate is built
+//! (`with_prelude!`): it holds the one copy of the term rule (`next_term`: stored + 1, floored
+//! at the server's clock in microseconds under `TermScheme::ClockFloor`).
+//!
 //! Every script that judges time reads "now" from `redis.call('TIME')`, the server's clock, in
 //! milliseconds (only `last_slot`, a plain read, needs no clock). Each touches exactly one key,
 //! `KEYS[1]`, so Redis Cluster routes it by that key's hash tag — except the membership scripts
@@ -80,24 +85,35 @@ impl Scripts {
     }
 }
 
+/// The source of `scripts/<file>` with `scripts/prelude.lua` in front, joined at build time.
+macro_rules! with_prelude {
+    ($file:literal) => {
+        concat!(
+            include_str!("scripts/prelude.lua"),
+            include_str!(concat!("scripts/", $file))
+        )
+    };
+}
+
+/// The prelude every term-making script begins with.
+#[cfg(test)]
+const PRELUDE: &str = include_str!("scripts/prelude.lua");
+
 /// The scripts, hashed once per process.
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
-    claim: LuaScript::new("claim", include_str!("scripts/claim.lua")),
+    claim: LuaScript::new("claim", with_prelude!("claim.lua")),
     renew: LuaScript::new("renew", include_str!("scripts/renew.lua")),
     verify: LuaScript::new("verify", include_str!("scripts/verify.lua")),
     release: LuaScript::new("release", include_str!("scripts/release.lua")),
     force_release: LuaScript::new("force_release", include_str!("scripts/force_release.lua")),
     get: LuaScript::new("get", include_str!("scripts/get.lua")),
     forget: LuaScript::new("forget", include_str!("scripts/forget.lua")),
-    claim_slot: LuaScript::new("claim_slot", include_str!("scripts/claim_slot.lua")),
+    claim_slot: LuaScript::new("claim_slot", with_prelude!("claim_slot.lua")),
     finish_slot: LuaScript::new("finish_slot", include_str!("scripts/finish_slot.lua")),
     unfinished: LuaScript::new("unfinished", include_str!("scripts/unfinished.lua")),
-    claim_rerun: LuaScript::new("claim_rerun", include_str!("scripts/claim_rerun.lua")),
+    claim_rerun: LuaScript::new("claim_rerun", with_prelude!("claim_rerun.lua")),
     last_slot: LuaScript::new("last_slot", include_str!("scripts/last_slot.lua")),
-    acquire_partition: LuaScript::new(
-        "acquire_partition",
-        include_str!("scripts/acquire_partition.lua"),
-    ),
+    acquire_partition: LuaScript::new("acquire_partition", with_prelude!("acquire_partition.lua")),
     renew_partitions: LuaScript::new(
         "renew_partitions",
         include_str!("scripts/renew_partitions.lua"),
@@ -117,9 +133,36 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
 #[cfg(test)]
 const TWO_KEY_SCRIPTS: [&str; 3] = ["heartbeat", "members", "leave"];
 
+/// The scripts that make a term or an epoch: the ones the prelude is joined to.
+#[cfg(test)]
+const TERM_SCRIPTS: [&str; 4] = ["claim", "claim_slot", "claim_rerun", "acquire_partition"];
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_term_rule_is_written_once_in_the_prelude() {
+        assert!(PRELUDE.contains("local function next_term("));
+        for s in SCRIPTS.all() {
+            let makes_terms = TERM_SCRIPTS.contains(&s.name);
+            assert_eq!(s.source.starts_with(PRELUDE), makes_terms, "{}", s.name);
+            let body = s.source.strip_prefix(PRELUDE).unwrap_or(s.source);
+            // The clock floor (seconds * 10^6 + microseconds) lives in the prelude alone, and
+            // every term-making script calls it exactly once.
+            assert!(
+                !body.contains("1000000"),
+                "{} floors terms by itself",
+                s.name
+            );
+            assert_eq!(
+                body.matches("next_term(").count(),
+                usize::from(makes_terms),
+                "{}",
+                s.name
+            );
+        }
+    }
 
     #[test]
     fn every_script_reads_the_server_clock_and_sets_no_key_ttl() {

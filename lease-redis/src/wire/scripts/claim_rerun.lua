@@ -21,13 +21,7 @@ if not term then
   return redis.error_reply('LEASECORRUPT the lease record ' .. KEYS[1] .. ' holds a term that is not a number')
 end
 local ttl = tonumber(ARGV[3])
-term = term + 1
-if ARGV[4] == '1' then
-  local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  if floor > term then
-    term = floor
-  end
-end
+term = next_term(term, t, ARGV[4])
 redis.call('HSET', KEYS[1],
   'holder', ARGV[1],
   'instance', ARGV[2],

@@ -23,13 +23,7 @@ if exp > now then
     return nil
   end
 else
-  epoch = epoch + 1
-  if ARGV[4] == '1' then
-    local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
-    if floor > epoch then
-      epoch = floor
-    end
-  end
+  epoch = next_term(epoch, t, ARGV[4])
 end
 local ttl = tonumber(ARGV[3])
 redis.call('HSET', KEYS[1], ARGV[1], string.format('%d %d %s', epoch, now + ttl, ARGV[2]))

@@ -1,0 +1,260 @@
+//! [`LeaseStore`] on Redis: one Lua script per operation (`claim.lua`, `renew.lua`, …), and
+//! the clean-up of records no longer used ([`RedisStore::forget`],
+//! [`RedisStore::purge_expired`]).
+
+use std::time::Duration;
+
+use lease_core::backend::{Grant, HolderToken, async_trait, ceil_millis, check};
+use lease_core::layer::Operation;
+use lease_core::{Capabilities, LeaseInfo, LeaseStore, LeaseStoreExt, Result};
+use redis::aio::ConnectionLike;
+
+use crate::config::TermScheme;
+use crate::error::During;
+use crate::store::{MAX_NAME_BYTES, RedisStore};
+use crate::wire::codec::{HolderHex, grant};
+use crate::wire::keys::{name_of, record_key, scan_pattern};
+use crate::wire::scripts::SCRIPTS;
+
+impl<C> RedisStore<C>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    /// Deletes `name`'s record when its lease ended (released or expired) at least `idle` ago by
+    /// the server's clock. A live lease is never deleted. `true` when the record was deleted.
+    ///
+    /// **Deleting a record forgets its term.** With [`TermScheme::Counter`] the next claim of
+    /// the name gets term 1 again, so do this only for names that will not be used again, or
+    /// whose fenced resources no longer remember tokens issued under the name. One round trip.
+    pub async fn forget(&self, name: &str, idle: Duration) -> Result<bool> {
+        self.validate_name(name)?;
+        let key = record_key(self.config().get_key_prefix(), name);
+        let idle = ceil_millis(idle).to_string();
+        let what = format!("forget of lease '{name}'");
+        let n: i64 = self
+            .eval(
+                During::Task(&what),
+                &SCRIPTS.forget,
+                key.as_bytes(),
+                &[&idle],
+            )
+            .await?;
+        Ok(n == 1)
+    }
+
+    /// Deletes every record under the key prefix whose lease ended at least `older_than` ago by
+    /// the server's clock, as [`forget`](Self::forget) does for one name; returns the names
+    /// whose records were deleted.
+    ///
+    /// It walks the keys with `SCAN … MATCH <prefix>{*}` and runs the `forget` script on each
+    /// key that is a record key of this store (one round trip per `SCAN` page and per record).
+    /// Each deletion is atomic and re-checks the expiry, so a lease claimed meanwhile survives.
+    /// On Redis Cluster `SCAN` sees one node only: run it with a connection to each primary. Read
+    /// the warning on [`forget`](Self::forget): a purged name that is used again starts again at
+    /// term 1 under [`TermScheme::Counter`].
+    pub async fn purge_expired(&self, older_than: Duration) -> Result<Vec<String>> {
+        let prefix = self.config().get_key_prefix();
+        let pattern = scan_pattern(prefix);
+        let idle = ceil_millis(older_than).to_string();
+        let mut cursor: u64 = 0;
+        let mut deleted = Vec::new();
+        loop {
+            let mut scan = redis::cmd("SCAN");
+            scan.arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(500);
+            let (next, keys): (u64, Vec<Vec<u8>>) = self
+                .bounded(During::Task("purge (SCAN)"), async {
+                    let mut conn = self.conn.clone();
+                    scan.query_async(&mut conn).await
+                })
+                .await?;
+            for key in keys {
+                let Some(name) = std::str::from_utf8(&key)
+                    .ok()
+                    .and_then(|k| name_of(prefix, k))
+                else {
+                    continue;
+                };
+                let what = format!("purge of lease '{name}'");
+                let n: i64 = self
+                    .eval(During::Task(&what), &SCRIPTS.forget, &key, &[&idle])
+                    .await?;
+                if n == 1 {
+                    deleted.push(name);
+                }
+            }
+            if next == 0 {
+                return Ok(deleted);
+            }
+            cursor = next;
+        }
+    }
+}
+
+#[async_trait]
+impl<C> LeaseStore for RedisStore<C>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    fn backend(&self) -> &'static str {
+        "redis"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            // ClockFloor takes terms (and partition epochs) from the server clock: increasing,
+            // with gaps.
+            consecutive_terms: self.config().get_term_scheme() == TermScheme::Counter,
+            force_release: true,
+            max_name_bytes: MAX_NAME_BYTES,
+            ..lease_core::derived_capabilities!(Self)
+        }
+    }
+
+    /// Checks, in a few round trips: the server answers `TIME`; every script loads (`SCRIPT
+    /// LOAD`, which also warms the script cache so the first operations take one round trip);
+    /// and the server keeps records across a restart and a host crash (`CONFIG GET appendonly`
+    /// is `yes` and `appendfsync` is `always`) and never evicts them (`maxmemory-policy` is not
+    /// `allkeys-*`). The store runs this check itself before its first claim (see
+    /// [`RedisStore::with_client`]); a passed explicit call spares that.
+    ///
+    /// When a durability check fails or cannot be made (CONFIG disabled or renamed, as on many
+    /// managed services), it fails with `Unsupported`, saying why, unless
+    /// [`RedisConfig::allow_volatile`](crate::RedisConfig::allow_volatile) is set (then it logs a warning), or the only risk is
+    /// `appendfsync everysec` and [`RedisConfig::allow_fsync_everysec`](crate::RedisConfig::allow_fsync_everysec) is set (a warning too),
+    /// or the term scheme is
+    /// [`TermScheme::ClockFloor`] (then it logs at info level: terms and partition epochs still
+    /// grow after a loss, within the limits that scheme documents). The same checks cover the
+    /// partition and membership keys: they live on the same server under the same prefix.
+    async fn available(&self) -> Result<()> {
+        self.check_available().await
+    }
+
+    async fn claim(
+        &self,
+        name: &str,
+        holder: &HolderToken,
+        instance: &str,
+        ttl: Duration,
+    ) -> Result<Option<Grant>> {
+        check::claim(self, name, instance, ttl)?;
+        self.started().await?;
+        let key = record_key(self.config().get_key_prefix(), name);
+        let holder = HolderHex::new(holder);
+        let ttl = ceil_millis(ttl);
+        let flag = self.config().get_term_scheme().script_flag();
+        let reply: Option<(u64, u64)> = self
+            .eval_with(
+                During::Op(Operation::Claim, name),
+                &SCRIPTS.claim,
+                &[key.as_bytes()],
+                4,
+                32 + instance.len() + 20 + 1,
+                |cmd| {
+                    cmd.arg(holder.as_bytes()).arg(instance).arg(ttl).arg(flag);
+                },
+            )
+            .await?;
+        Ok(reply.map(grant))
+    }
+
+    async fn renew(
+        &self,
+        name: &str,
+        holder: &HolderToken,
+        ttl: Duration,
+    ) -> Result<Option<Grant>> {
+        check::renew(self, name, ttl)?;
+        let key = record_key(self.config().get_key_prefix(), name);
+        let holder = HolderHex::new(holder);
+        let ttl = ceil_millis(ttl);
+        let reply: Option<(u64, u64)> = self
+            .eval_with(
+                During::Op(Operation::Renew, name),
+                &SCRIPTS.renew,
+                &[key.as_bytes()],
+                2,
+                32 + 20,
+                |cmd| {
+                    cmd.arg(holder.as_bytes()).arg(ttl);
+                },
+            )
+            .await?;
+        Ok(reply.map(grant))
+    }
+
+    async fn release(&self, name: &str, holder: &HolderToken) -> Result<bool> {
+        check::name(self, name)?;
+        let key = record_key(self.config().get_key_prefix(), name);
+        let holder = HolderHex::new(holder);
+        let n: i64 = self
+            .eval_with(
+                During::Op(Operation::Release, name),
+                &SCRIPTS.release,
+                &[key.as_bytes()],
+                1,
+                32,
+                |cmd| {
+                    cmd.arg(holder.as_bytes());
+                },
+            )
+            .await?;
+        Ok(n == 1)
+    }
+
+    async fn verify(&self, name: &str, holder: &HolderToken) -> Result<Option<Grant>> {
+        check::name(self, name)?;
+        let key = record_key(self.config().get_key_prefix(), name);
+        let holder = HolderHex::new(holder);
+        let reply: Option<(u64, u64)> = self
+            .eval_with(
+                During::Op(Operation::Verify, name),
+                &SCRIPTS.verify,
+                &[key.as_bytes()],
+                1,
+                32,
+                |cmd| {
+                    cmd.arg(holder.as_bytes());
+                },
+            )
+            .await?;
+        Ok(reply.map(grant))
+    }
+
+    async fn get(&self, name: &str) -> Result<Option<LeaseInfo>> {
+        check::name(self, name)?;
+        let key = record_key(self.config().get_key_prefix(), name);
+        let reply: Option<(String, u64, i64, u64)> = self
+            .eval(
+                During::Op(Operation::Get, name),
+                &SCRIPTS.get,
+                key.as_bytes(),
+                &[],
+            )
+            .await?;
+        Ok(reply.map(|(instance, term, live, remaining)| LeaseInfo {
+            name: name.to_owned(),
+            instance,
+            term,
+            live: live == 1,
+            expires_in: Duration::from_millis(remaining),
+        }))
+    }
+
+    async fn force_release(&self, name: &str) -> Result<bool> {
+        check::name(self, name)?;
+        let key = record_key(self.config().get_key_prefix(), name);
+        let n: i64 = self
+            .eval(
+                During::Op(Operation::ForceRelease, name),
+                &SCRIPTS.force_release,
+                key.as_bytes(),
+                &[],
+            )
+            .await?;
+        Ok(n == 1)
+    }
+}

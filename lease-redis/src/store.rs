@@ -1,0 +1,302 @@
+//! [`RedisStore`]: the struct, its constructors ([`RedisStore::connect`],
+//! [`RedisStore::with_client`]) and the start-up check behind
+//! [`available`](lease_core::LeaseStore::available).
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+
+use lease_core::{Error, LeaseStoreExt, Result};
+use redis::aio::{ConnectionLike, ConnectionManager};
+use tokio::sync::OnceCell;
+
+use crate::config::{RedisConfig, TermScheme};
+use crate::error;
+use crate::wire::keys::record_key;
+use crate::wire::scripts::SCRIPTS;
+
+/// The longest lease name, in bytes, the store accepts.
+pub const MAX_NAME_BYTES: usize = 1024;
+
+/// Leases on Redis, over any async connection of the `redis` crate.
+///
+/// `C` is the connection: a [`ConnectionManager`] (the default, reconnecting on its own), a
+/// `MultiplexedConnection`, or a cluster connection (`redis::cluster_async::ClusterConnection`)
+/// — anything that is [`redis::aio::ConnectionLike`] `+ Clone + Send + Sync`. Each operation
+/// clones the connection handle (cheap for all of these) and runs one script on it.
+///
+/// Each operation is one `EVALSHA` (one round trip); only the first use of a script on a server
+/// that has not cached it costs a second (`NOSCRIPT`, then `EVAL`). It also implements
+/// [`lease_core::SlotStore`]: `unfinished` pipelines one `EVALSHA` per name (one round trip on
+/// one server); and [`lease_core::PartitionStore`] and [`lease_core::MembershipStore`] (so
+/// [`lease_core::GroupStore`]), one `EVALSHA` per operation however many partitions a renewal
+/// names. See the crate documentation for the data layout, the scheduler slots, partitions and
+/// membership, the durability of terms and epochs, and the clean-up policy.
+#[derive(Clone)]
+pub struct RedisStore<C = ConnectionManager> {
+    pub(crate) conn: C,
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) config: RedisConfig,
+    /// "redis server host:port", or "the Redis server", for messages.
+    pub(crate) server: String,
+    /// Set once the start-up check ([`LeaseStore::available`](lease_core::LeaseStore::available)) has passed.
+    pub(crate) started: OnceCell<()>,
+}
+
+impl<C> fmt::Debug for RedisStore<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("server", &self.inner.server)
+            .field("config", &self.inner.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisStore<ConnectionManager> {
+    /// Connects to the Redis server at `url` (`redis://[user:password@]host:port[/db]`,
+    /// `rediss://…`, `redis+unix:///path`) with `config`.
+    ///
+    /// The store runs on a [`ConnectionManager`] set up by [`RedisConfig::manager_config`]. A
+    /// malformed URL or an unreachable server gives `Unavailable`, naming the host and port
+    /// (never the credentials), after [`CONNECT_RETRIES`](crate::CONNECT_RETRIES) + 1 attempts
+    /// of at most [`RedisConfig::connect_timeout`] each. Unless the config names the server
+    /// already ([`RedisConfig::server_label`]), the store's messages name it by the URL's host
+    /// and port. An invalid config is refused before any I/O. Call
+    /// [`available`](lease_core::LeaseStore::available) next, at start-up; the store runs that check itself
+    /// before its first claim anyway (see [`with_client`](Self::with_client)).
+    pub async fn connect(url: &str, config: RedisConfig) -> Result<RedisStore> {
+        config.validate()?;
+        let client = redis::Client::open(url).map_err(|e| error::bad_url(url, e))?;
+        let addr = client.get_connection_info().addr().to_string();
+        let config = match config.get_server_label() {
+            Some(_) => config,
+            None => config.server_label(addr.clone()),
+        };
+        let manager = ConnectionManager::new_with_config(client, config.manager_config())
+            .await
+            .map_err(|e| error::unreachable(e, &addr))?;
+        RedisStore::with_client(manager, config)
+    }
+}
+
+impl<C> RedisStore<C>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    /// A store on your own connection `conn` with `config`, refused when the configuration is
+    /// invalid ([`RedisConfig::validate`]). No I/O. Build a `ConnectionManager` with
+    /// [`RedisConfig::manager_config`] to have it reconnect and connect as
+    /// [`connect`](RedisStore::connect) does.
+    ///
+    /// **The start-up check is never skipped.** The store runs
+    /// [`available`](lease_core::LeaseStore::available) itself, once, before its first operation that hands
+    /// out a term or joins a group (`claim`, `claim_slot`, `claim_rerun`, `acquire_partition`,
+    /// `heartbeat`), so a coordinator, group worker or scheduler built over it refuses to work
+    /// on a server that could repeat fencing tokens, whether or not anyone called `available`.
+    /// While the check fails, each of those operations fails with the check's error (for a
+    /// volatile server `Unsupported`, saying what to change) and tries the check again next
+    /// time; once it has passed (or an explicit `available()` call passed), it is not run again.
+    /// Call `available()` at start-up anyway, to fail there rather than at the first claim.
+    pub fn with_client(conn: C, config: RedisConfig) -> Result<RedisStore<C>> {
+        config.validate()?;
+        let server = match config.get_server_label() {
+            Some(label) => format!("redis server {label}"),
+            None => "the Redis server".to_owned(),
+        };
+        Ok(RedisStore {
+            conn,
+            inner: Arc::new(Inner {
+                config,
+                server,
+                started: OnceCell::new(),
+            }),
+        })
+    }
+
+    /// The options.
+    pub fn config(&self) -> &RedisConfig {
+        &self.inner.config
+    }
+
+    /// The connection the store uses.
+    pub fn connection(&self) -> &C {
+        &self.conn
+    }
+
+    /// The Redis key of `name`'s record, e.g. `lease:{orders}` (see the crate documentation,
+    /// *Keys*). Refuses a name the store cannot hold; no I/O.
+    pub fn record_key(&self, name: &str) -> Result<String> {
+        self.validate_name(name)?;
+        Ok(record_key(self.config().get_key_prefix(), name))
+    }
+
+    /// The server's label (host and port, never credentials), attached to errors when known.
+    pub(crate) fn label(&self) -> Option<&str> {
+        self.config().get_server_label()
+    }
+
+    /// `e`, with the server attached when its label is known.
+    pub(crate) fn at_server(&self, e: Error) -> Error {
+        match self.label() {
+            Some(label) => e.at_server(label),
+            None => e,
+        }
+    }
+
+    /// Runs the start-up check once, before the first operation that hands out a term or joins
+    /// a group; see [`with_client`](Self::with_client). A failed check is not remembered: the
+    /// next such operation runs it again.
+    pub(crate) async fn started(&self) -> Result<()> {
+        if self.inner.started.initialized() {
+            return Ok(());
+        }
+        self.inner
+            .started
+            .get_or_try_init(|| self.start_up_check())
+            .await
+            .map(|_| ())
+    }
+
+    /// [`LeaseStore::available`](lease_core::LeaseStore::available): the start-up check, remembered once it passed.
+    pub(crate) async fn check_available(&self) -> Result<()> {
+        self.start_up_check().await?;
+        // Later operations need not check again.
+        let _ = self.inner.started.set(());
+        Ok(())
+    }
+
+    /// One `CONFIG GET` parameter: `Ok(Some(value))`, `Ok(None)` when the server does not know
+    /// it, `Err(why)` when it cannot be read (CONFIG disabled, renamed or forbidden).
+    async fn config_get(&self, param: &str) -> std::result::Result<Option<String>, String> {
+        let mut cmd = redis::cmd("CONFIG");
+        cmd.arg("GET").arg(param);
+        match self
+            .command::<HashMap<String, String>>(&format!("CONFIG GET {param}"), cmd)
+            .await
+        {
+            Ok(map) => Ok(map.get(param).cloned()),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    /// The checks of [`LeaseStore::available`](lease_core::LeaseStore::available).
+    async fn start_up_check(&self) -> Result<()> {
+        let (_secs, _micros): (u64, u64) = self.command("TIME", redis::cmd("TIME")).await?;
+        for script in SCRIPTS.all() {
+            let mut load = redis::cmd("SCRIPT");
+            load.arg("LOAD").arg(script.source);
+            let sha: String = self
+                .command(&format!("SCRIPT LOAD ({})", script.name), load)
+                .await
+                .map_err(error::scripting_refused)?;
+            if !sha.eq_ignore_ascii_case(&script.sha) {
+                return Err(self.at_server(Error::unsupported(format!(
+                    "the server returned SHA-1 {sha} for the {} script, expected {}",
+                    script.name, script.sha
+                ))));
+            }
+        }
+        let (risks, unknown) = self.durability_risks().await;
+        if risks.is_empty() && unknown.is_empty() {
+            return Ok(());
+        }
+        let mut why = risks.join("; ");
+        if !unknown.is_empty() {
+            if !why.is_empty() {
+                why.push_str("; ");
+            }
+            why.push_str("durability cannot be checked: ");
+            why.push_str(&unknown.join("; "));
+        }
+        let server = &self.inner.server;
+        if self.config().get_allow_volatile() {
+            tracing::warn!(
+                %server,
+                %why,
+                "lease records may be lost; terms and partition epochs (fencing tokens) could \
+                 then repeat; accepted by allow_volatile"
+            );
+            return Ok(());
+        }
+        if self.config().get_term_scheme() == TermScheme::ClockFloor {
+            tracing::info!(
+                %server,
+                %why,
+                "lease records may be lost; clock-floor terms and epochs still grow after a \
+                 loss unless the server clock goes back"
+            );
+            return Ok(());
+        }
+        Err(self.at_server(Error::unsupported(format!(
+            "the server may lose lease records, and a lost record restarts its terms (or a lost \
+             partition group its epochs) at 1, so fencing tokens could repeat: {why}. Turn on \
+             AOF synced on every write (appendonly yes, appendfsync always) and a noeviction or \
+             volatile-* maxmemory-policy; or choose TermScheme::ClockFloor; or accept the risk \
+             with RedisConfig::allow_volatile(true)"
+        ))))
+    }
+
+    /// With AOF on: how often the file is synced. `always` loses nothing acknowledged;
+    /// `everysec` (Redis's default) can lose the last second of writes when the host crashes,
+    /// and `no` the last tens of seconds (whenever the kernel flushes), so claims acknowledged
+    /// in that window vanish and a `Counter` term repeats. `everysec` is accepted, with a
+    /// warning, under [`RedisConfig::allow_fsync_everysec`].
+    async fn fsync_risks(&self, risks: &mut Vec<String>, unknown: &mut Vec<String>) {
+        match self.config_get("appendfsync").await {
+            Ok(Some(v)) if v.eq_ignore_ascii_case("always") => {}
+            Ok(Some(v)) if v.eq_ignore_ascii_case("everysec") => {
+                if self.config().get_allow_fsync_everysec() {
+                    tracing::warn!(
+                        server = %self.inner.server,
+                        "appendfsync is everysec: a host crash can lose the last second of \
+                         claims, and terms and partition epochs (fencing tokens) issued in it \
+                         could repeat; accepted by allow_fsync_everysec"
+                    );
+                } else {
+                    risks.push(
+                        "appendfsync is everysec, so a crash of the host loses up to the last \
+                         second of lease records written (use appendfsync always, or accept \
+                         that window with RedisConfig::allow_fsync_everysec(true))"
+                            .to_owned(),
+                    );
+                }
+            }
+            Ok(Some(v)) => risks.push(format!(
+                "appendfsync is {v}, so a crash of the host loses the lease records written \
+                 since the kernel last flushed the file (use appendfsync always)"
+            )),
+            Ok(None) => unknown.push("CONFIG GET appendfsync answered nothing".to_owned()),
+            Err(why) => unknown.push(format!("CONFIG GET appendfsync failed: {why}")),
+        }
+    }
+
+    /// What can make this server lose lease records, as far as it can be checked.
+    async fn durability_risks(&self) -> (Vec<String>, Vec<String>) {
+        let mut risks = Vec::new();
+        let mut unknown = Vec::new();
+        match self.config_get("appendonly").await {
+            Ok(Some(v)) if v.eq_ignore_ascii_case("yes") => {
+                self.fsync_risks(&mut risks, &mut unknown).await
+            }
+            Ok(Some(_)) => risks.push(
+                "appendonly is off, so a restart loses every lease record (RDB snapshots, if \
+                 any, lose the claims since the last one)"
+                    .to_owned(),
+            ),
+            Ok(None) => unknown.push("CONFIG GET appendonly answered nothing".to_owned()),
+            Err(why) => unknown.push(format!("CONFIG GET appendonly failed: {why}")),
+        }
+        match self.config_get("maxmemory-policy").await {
+            Ok(Some(v)) if v.to_ascii_lowercase().starts_with("allkeys-") => risks.push(format!(
+                "maxmemory-policy is {v}, which may evict lease records when memory is full \
+                 (use noeviction or a volatile-* policy: lease records carry no key TTL)"
+            )),
+            Ok(_) => {}
+            Err(why) => unknown.push(format!("CONFIG GET maxmemory-policy failed: {why}")),
+        }
+        (risks, unknown)
+    }
+}
