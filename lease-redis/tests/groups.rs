@@ -13,9 +13,9 @@ use std::time::Duration;
 use lease_core::{
     ErrorKind, LeaseStore, MembershipStore, PartitionStore, backend::MAX_PARTITIONS_PER_CALL,
 };
-use lease_redis::redis::aio::{ConnectionManager, MultiplexedConnection};
-use lease_redis::redis::{AsyncTypedCommands, Client, ValueType};
-use lease_redis::{RedisConfig, RedisStore, TermScheme};
+use lease_redis::TermScheme;
+use lease_redis::redis::aio::MultiplexedConnection;
+use lease_redis::redis::{AsyncTypedCommands, ValueType};
 
 const TTL: Duration = Duration::from_millis(600);
 const LONG: Duration = Duration::from_secs(30);
@@ -441,20 +441,9 @@ async fn a_malformed_partition_record_fails_the_call_and_changes_nothing() {
     let _: usize = raw.del(&key).await.unwrap();
 }
 
-/// A store on a lazily connecting manager whose server does not exist: any I/O would fail with
-/// Unavailable, so a refusal of another kind proves the check came first.
-fn store_without_server() -> RedisStore {
-    let config = RedisConfig::new()
-        .connect_timeout(Duration::from_millis(200))
-        .server_label("127.0.0.1:1");
-    let client = Client::open("redis://127.0.0.1:1").unwrap();
-    let manager = ConnectionManager::new_lazy_with_config(client, config.manager_config()).unwrap();
-    RedisStore::with_client(manager, config).unwrap()
-}
-
 #[tokio::test]
 async fn group_and_member_inputs_are_refused_before_any_io() {
-    let store = store_without_server();
+    let store = common::store_without_server();
     let long = "n".repeat(lease_redis::MAX_NAME_BYTES + 1);
     for bad in [String::new(), long, "a\0b".to_owned()] {
         let errors = [

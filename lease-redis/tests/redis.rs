@@ -86,20 +86,9 @@ async fn a_malformed_url_is_refused_naming_the_host_but_no_password() {
     assert_eq!(e.kind(), ErrorKind::InvalidName);
 }
 
-/// A store on a lazily connecting manager whose server does not exist: any I/O would fail with
-/// Unavailable, so a refusal of another kind proves the check came first.
-fn store_without_server() -> RedisStore {
-    let config = RedisConfig::new()
-        .connect_timeout(Duration::from_millis(200))
-        .server_label("127.0.0.1:1");
-    let client = Client::open("redis://127.0.0.1:1").unwrap();
-    let manager = ConnectionManager::new_lazy_with_config(client, config.manager_config()).unwrap();
-    RedisStore::with_client(manager, config).unwrap()
-}
-
 #[tokio::test]
 async fn bad_names_and_ttls_are_refused_before_any_io() {
-    let store = store_without_server();
+    let store = common::store_without_server();
     let h = HolderToken::mint();
     let max = store.capabilities().max_name_bytes;
     assert_eq!(max, lease_redis::MAX_NAME_BYTES);

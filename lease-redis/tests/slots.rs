@@ -15,11 +15,9 @@ use lease_core::{
     ErrorKind, LeaseStore, SlotStore,
     backend::{HolderToken, SlotClaim},
 };
-use lease_redis::redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
-use lease_redis::redis::{
-    AsyncTypedCommands, Client, Cmd, Pipeline, RedisFuture, ServerErrorKind, Value,
-};
-use lease_redis::{RedisConfig, RedisStore, TermScheme};
+use lease_redis::redis::aio::{ConnectionLike, MultiplexedConnection};
+use lease_redis::redis::{AsyncTypedCommands, Cmd, Pipeline, RedisFuture, ServerErrorKind, Value};
+use lease_redis::{RedisStore, TermScheme};
 
 const TTL: Duration = Duration::from_millis(600);
 
@@ -161,20 +159,9 @@ async fn slot_terms_follow_the_term_scheme() {
     let _: usize = raw.del(floored.record_key("job").unwrap()).await.unwrap();
 }
 
-/// A store on a lazily connecting manager whose server does not exist: any I/O would fail with
-/// Unavailable, so a refusal of another kind proves the check came first.
-fn store_without_server() -> RedisStore {
-    let config = RedisConfig::new()
-        .connect_timeout(Duration::from_millis(200))
-        .server_label("127.0.0.1:1");
-    let client = Client::open("redis://127.0.0.1:1").unwrap();
-    let manager = ConnectionManager::new_lazy_with_config(client, config.manager_config()).unwrap();
-    RedisStore::with_client(manager, config).unwrap()
-}
-
 #[tokio::test]
 async fn slot_names_and_ttls_are_refused_before_any_io() {
-    let store = store_without_server();
+    let store = common::store_without_server();
     let h = HolderToken::mint();
     let long = "n".repeat(lease_redis::MAX_NAME_BYTES + 1);
     for bad in [String::new(), long, "a\0b".to_owned()] {

@@ -70,3 +70,14 @@ pub fn unique(tag: &str) -> String {
     let hex = lease_core::backend::HolderToken::mint().to_hex();
     format!("{tag}{}-", &hex[..10])
 }
+
+/// A store on a lazily connecting manager whose server does not exist: any I/O would fail with
+/// Unavailable, so a refusal of another kind proves the check came first.
+pub fn store_without_server() -> RedisStore {
+    let config = RedisConfig::new()
+        .connect_timeout(std::time::Duration::from_millis(200))
+        .server_label("127.0.0.1:1");
+    let client = Client::open("redis://127.0.0.1:1").unwrap();
+    let manager = ConnectionManager::new_lazy_with_config(client, config.manager_config()).unwrap();
+    RedisStore::with_client(manager, config).unwrap()
+}
