@@ -25,7 +25,13 @@ use crate::cli::Backend;
 
 /// The claim and release statements lease-sql sends for `dialect` on `table`.
 pub(crate) fn lease_statements(dialect: Dialect, table: &str) -> (String, String) {
-    let now = dialect.now_ms();
+    // SQLite's expiries are on the host's boot clock, which lease-sql hands each operation in
+    // a one-row temporary table of its connection (set right before the statement, as
+    // `SqliteRow::cycle` does); the servers read their own clock.
+    let now = match dialect {
+        Dialect::Sqlite => SQLITE_NOW,
+        _ => dialect.now_ms(),
+    };
     let t = table;
     match dialect {
         Dialect::Postgres | Dialect::Sqlite => {
@@ -68,6 +74,26 @@ pub(crate) fn lease_statements(dialect: Dialect, table: &str) -> (String, String
 
 fn ttl_ms() -> i64 {
     i64::try_from(TTL.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// What lease-sql's SQLite statements read as "now": the boot clock its connection was told.
+const SQLITE_NOW: &str = "(SELECT boot_ms FROM temp.lease_sql_clock)";
+
+/// lease-sql's statements that tell a SQLite lease connection the boot clock: created once per
+/// connection, set before every operation.
+const SQLITE_CLOCK_TABLE: [&str; 2] = [
+    "CREATE TEMP TABLE IF NOT EXISTS lease_sql_clock \
+     (id INTEGER PRIMARY KEY CHECK (id = 1), boot_ms INTEGER NOT NULL)",
+    "INSERT OR REPLACE INTO temp.lease_sql_clock (id, boot_ms) VALUES (1, 0)",
+];
+const SQLITE_SET_CLOCK: &str = "UPDATE temp.lease_sql_clock SET boot_ms = ?1";
+
+/// The host's boot clock in milliseconds, as lease-sql reads it for SQLite.
+fn boot_ms() -> i64 {
+    let ts = rustix::time::clock_gettime(rustix::time::ClockId::Boottime);
+    ts.tv_sec
+        .saturating_mul(1000)
+        .saturating_add(ts.tv_nsec / 1_000_000)
 }
 
 /// The raw lease-row subject of a SQL backend.
@@ -123,6 +149,12 @@ pub(crate) async fn raw_row(backend: Backend, url: &str, name: String) -> Result
                 .execute(&mut conn)
                 .await
                 .context("creating the lease table")?;
+            for stmt in SQLITE_CLOCK_TABLE {
+                sqlx::query(stmt)
+                    .execute(&mut conn)
+                    .await
+                    .context("creating the clock table")?;
+            }
             Box::new(SqliteRow {
                 conn,
                 claim,
@@ -177,6 +209,10 @@ impl Subject for SqliteRow {
     fn cycle(&mut self) -> BoxFuture<'_, Result<()>> {
         Box::pin(async move {
             let holder = HolderToken::mint().to_hex();
+            sqlx::query(SQLITE_SET_CLOCK)
+                .bind(boot_ms())
+                .execute(&mut self.conn)
+                .await?;
             let row: Option<(i64,)> = sqlx::query_as(&self.claim)
                 .bind(&self.name)
                 .bind(&holder)
@@ -185,6 +221,10 @@ impl Subject for SqliteRow {
                 .fetch_optional(&mut self.conn)
                 .await?;
             ensure!(row.is_some(), "the claim of a free name was refused");
+            sqlx::query(SQLITE_SET_CLOCK)
+                .bind(boot_ms())
+                .execute(&mut self.conn)
+                .await?;
             let done = sqlx::query(&self.release)
                 .bind(&self.name)
                 .bind(&holder)
@@ -325,6 +365,38 @@ mod tests {
         include_str!("../../../lease-sql/src/mysql/statements.rs"),
         include_str!("../../../lease-sql/src/sqlite/statements.rs"),
     ];
+
+    /// The boot-clock statements copied above are lease-sql's, character for character.
+    #[test]
+    fn sqlite_clock_statements_match_lease_sql() {
+        let clock = include_str!("../../../lease-sql/src/sqlite/clock.rs");
+        let schema = include_str!("../../../lease-sql/src/wire/schema.rs");
+        // The source as the compiler reads it: a `\` at a line's end joins the next line,
+        // without its indentation.
+        let mut joined = String::new();
+        let mut lines = clock.lines().peekable();
+        while let Some(line) = lines.next() {
+            match line.strip_suffix('\\') {
+                Some(head) => {
+                    joined.push_str(head);
+                    if let Some(next) = lines.peek_mut() {
+                        *next = next.trim_start();
+                    }
+                }
+                None => {
+                    joined.push_str(line);
+                    joined.push('\n');
+                }
+            }
+        }
+        for stmt in SQLITE_CLOCK_TABLE.iter().chain([&SQLITE_SET_CLOCK]) {
+            assert!(joined.contains(stmt), "lease-sql no longer sends: {stmt}");
+        }
+        assert!(
+            schema.contains(SQLITE_NOW),
+            "lease-sql's SQLite clock moved"
+        );
+    }
 
     /// Every line of the templates copied above must still be in lease-sql's source, so the raw
     /// protocol cannot drift away from what the library sends.
