@@ -95,6 +95,24 @@ macro_rules! with_prelude {
     };
 }
 
+/// The source of `scripts/<file>` with the instant comparison `scripts/instants.lua` in front
+/// (and the term prelude before it, for a script that makes terms), joined at build time.
+macro_rules! with_instants {
+    ($file:literal) => {
+        concat!(
+            include_str!("scripts/instants.lua"),
+            include_str!(concat!("scripts/", $file))
+        )
+    };
+    (prelude, $file:literal) => {
+        concat!(
+            include_str!("scripts/prelude.lua"),
+            include_str!("scripts/instants.lua"),
+            include_str!(concat!("scripts/", $file))
+        )
+    };
+}
+
 /// The prelude every term-making script begins with.
 #[cfg(test)]
 const PRELUDE: &str = include_str!("scripts/prelude.lua");
@@ -108,8 +126,8 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     force_release: LuaScript::new("force_release", include_str!("scripts/force_release.lua")),
     get: LuaScript::new("get", include_str!("scripts/get.lua")),
     forget: LuaScript::new("forget", include_str!("scripts/forget.lua")),
-    claim_slot: LuaScript::new("claim_slot", with_prelude!("claim_slot.lua")),
-    finish_slot: LuaScript::new("finish_slot", include_str!("scripts/finish_slot.lua")),
+    claim_slot: LuaScript::new("claim_slot", with_instants!(prelude, "claim_slot.lua")),
+    finish_slot: LuaScript::new("finish_slot", with_instants!("finish_slot.lua")),
     unfinished: LuaScript::new("unfinished", include_str!("scripts/unfinished.lua")),
     claim_rerun: LuaScript::new("claim_rerun", with_prelude!("claim_rerun.lua")),
     last_slot: LuaScript::new("last_slot", include_str!("scripts/last_slot.lua")),
@@ -159,6 +177,23 @@ mod tests {
                 body.matches("next_term(").count(),
                 usize::from(makes_terms),
                 "{}",
+                s.name
+            );
+        }
+    }
+
+    #[test]
+    fn the_instant_comparison_is_written_once() {
+        let instants = include_str!("scripts/instants.lua");
+        assert!(instants.contains("local function cmp("));
+        for s in SCRIPTS.all() {
+            let compares = ["claim_slot", "finish_slot"].contains(&s.name);
+            let body = s.source.strip_prefix(PRELUDE).unwrap_or(s.source);
+            assert_eq!(body.starts_with(instants), compares, "{}", s.name);
+            let own = body.strip_prefix(instants).unwrap_or(body);
+            assert!(
+                !own.contains("function cmp("),
+                "{} compares instants by itself",
                 s.name
             );
         }

@@ -6,22 +6,6 @@
 -- when held and ARGV[2] < passed <= now, slot_ms = passed. When held: expires_at_ms = now (the
 -- lease is given back, the term kept). All in one atomic script.
 -- Returns {recorded, passed_taken, released}, each 1 or 0.
-local function cmp(a, b)
-  local na, nb = a:sub(1, 1) == '-', b:sub(1, 1) == '-'
-  if na ~= nb then
-    return na and -1 or 1
-  end
-  if a == b then
-    return 0
-  end
-  local r
-  if #a ~= #b then
-    r = (#a < #b) and -1 or 1
-  else
-    r = (a < b) and -1 or 1
-  end
-  return na and -r or r
-end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local rec = redis.call('HMGET', KEYS[1], 'holder', 'expires_at_ms', 'slot_ms', 'unfinished_ms')
