@@ -84,6 +84,17 @@ impl StoreUrl {
             };
             CliError::new(exit, e.message())
         })?;
+        if backend == Backend::Memory {
+            // Whether or not the `memory` feature of `lease` is compiled in (another crate of
+            // a workspace can turn it on): a store inside one process coordinates nothing
+            // between `lease` commands.
+            return Err(CliError::new(
+                Exit::UnsupportedStore,
+                format!(
+                    "{shown}: a memory store lives inside one process, so it cannot coordinate                      `lease` commands; give a store they share (sqlite://, postgres://,                      mysql://, redis://, nats://, mongodb://)"
+                ),
+            ));
+        }
         Ok(StoreUrl {
             backend,
             driver_url: raw.to_owned(),
@@ -176,7 +187,8 @@ mod tests {
             StoreUrl::parse("ftp://x").unwrap_err().exit(),
             Exit::UnsupportedStore
         );
-        // Not compiled into the `lease` command: as unsupported as an unknown scheme.
+        // A store inside one process is refused, compiled in or not: as unsupported as an
+        // unknown scheme.
         assert_eq!(
             StoreUrl::parse("memory://").unwrap_err().exit(),
             Exit::UnsupportedStore
