@@ -35,15 +35,31 @@ pub(crate) fn lease_statements(dialect: Dialect, table: &str) -> (String, String
     let t = table;
     match dialect {
         Dialect::Postgres | Dialect::Sqlite => {
-            let claim = format!(
-                "INSERT INTO {t} AS l (name, holder, instance, term, expires_at_ms) \
-                 VALUES ($1, $2, $3, 1, {now} + $4) \
-                 ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, \
-                 instance = excluded.instance, term = l.term + 1, \
-                 expires_at_ms = excluded.expires_at_ms \
-                 WHERE l.expires_at_ms <= {now} \
-                 RETURNING term"
-            );
+            // PostgreSQL's claim takes the row lock first, without waiting (a verified
+            // transaction of the holder's answers Held at once instead of queueing the claim);
+            // SQLite has no row locks.
+            let claim = if dialect == Dialect::Postgres {
+                format!(
+                    "WITH busy AS (SELECT 1 FROM {t} WHERE name = $1 FOR UPDATE NOWAIT) \
+                     INSERT INTO {t} AS l (name, holder, instance, term, expires_at_ms) \
+                     SELECT $1, $2, $3, 1, {now} + $4 FROM (SELECT count(*) FROM busy) AS b \
+                     ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, \
+                     instance = excluded.instance, term = l.term + 1, \
+                     expires_at_ms = excluded.expires_at_ms \
+                     WHERE l.expires_at_ms <= {now} \
+                     RETURNING term"
+                )
+            } else {
+                format!(
+                    "INSERT INTO {t} AS l (name, holder, instance, term, expires_at_ms) \
+                     VALUES ($1, $2, $3, 1, {now} + $4) \
+                     ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, \
+                     instance = excluded.instance, term = l.term + 1, \
+                     expires_at_ms = excluded.expires_at_ms \
+                     WHERE l.expires_at_ms <= {now} \
+                     RETURNING term"
+                )
+            };
             let release = format!(
                 "UPDATE {t} SET expires_at_ms = 0 \
                  WHERE name = $1 AND holder = $2 AND expires_at_ms > {now}"
