@@ -47,8 +47,8 @@ pub(crate) fn check_driver(target: &Target) -> std::result::Result<(), UrlError>
 }
 
 /// Opens the store `target` names with `options`, and checks it with
-/// [`available`](LeaseStore::available) (the SQL and MongoDB constructors run that check
-/// themselves).
+/// [`available`](LeaseStore::available) (the SQL, NATS and MongoDB constructors run that check
+/// themselves: NATS's `connect` checks the bucket as `available` does).
 pub(crate) async fn connect(target: &Target, options: &Resolved) -> Result<Store> {
     let url = target.driver_url.as_str();
     match target.backend {
@@ -100,9 +100,7 @@ pub(crate) async fn connect(target: &Target, options: &Resolved) -> Result<Store
             if let Some(bound) = options.op_timeout {
                 config = config.op_timeout(bound);
             }
-            let store = NatsStore::connect(url, config).await?;
-            store.available().await?;
-            Ok(Store::Nats(store))
+            Ok(Store::Nats(NatsStore::connect(url, config).await?))
         }
         #[cfg(feature = "mongodb")]
         Backend::MongoDb => {
