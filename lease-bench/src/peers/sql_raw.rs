@@ -144,6 +144,17 @@ pub(crate) async fn raw_row(backend: Backend, url: &str, name: String) -> Result
                 .execute(&mut conn)
                 .await
                 .context("creating the lease table")?;
+            // lease-sql sends its MariaDB claims (10.3 and later) under a zero lock wait, so a
+            // verified transaction of the holder's answers Held at once: the same here.
+            let (version,): (String,) = sqlx::query_as("SELECT VERSION()")
+                .fetch_one(&mut conn)
+                .await
+                .context("reading the server's version")?;
+            let claim = if version.to_ascii_lowercase().contains("mariadb") {
+                format!("SET STATEMENT innodb_lock_wait_timeout = 0 FOR {claim}")
+            } else {
+                claim
+            };
             Box::new(MySqlRow {
                 conn,
                 claim,
