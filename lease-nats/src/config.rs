@@ -268,12 +268,7 @@ mod tests {
             same.validate().unwrap_err().kind(),
             lease_core::ErrorKind::InvalidName
         );
-        assert!(
-            NatsConfig::default()
-                .slot_bucket("a.b")
-                .validate()
-                .is_err()
-        );
+        assert!(NatsConfig::default().slot_bucket("a.b").validate().is_err());
         assert_eq!(
             bucket_for_ttl("x", Duration::from_micros(1500)),
             "x_2ms",

@@ -349,7 +349,11 @@ impl LeaseStore for NatsStore {
                 let term = record.term_at(revision);
                 // A job's lease is a term only once the slot record names it (crate docs,
                 // *Scheduler slots*): one more read.
-                if record.job && !self.slot_names(Operation::Verify, name, &key, holder, term).await? {
+                if record.job
+                    && !self
+                        .slot_names(Operation::Verify, name, &key, holder, term)
+                        .await?
+                {
                     return Ok(None);
                 }
                 Some(Grant {

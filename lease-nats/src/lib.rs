@@ -351,8 +351,8 @@ mod store;
 mod wire;
 
 pub use config::{
-    DEFAULT_BUCKET_PREFIX, DEFAULT_OP_TIMEOUT, DEFAULT_TTL, NatsConfig, TtlMismatch, bucket_for_ttl,
-    slot_bucket_for,
+    DEFAULT_BUCKET_PREFIX, DEFAULT_OP_TIMEOUT, DEFAULT_TTL, NatsConfig, TtlMismatch,
+    bucket_for_ttl, slot_bucket_for,
 };
 pub use store::NatsStore;
 pub use wire::keys::MAX_NAME_BYTES;

@@ -136,11 +136,17 @@ impl NatsStore {
             return Err(lost);
         };
         if let Some(revision) = ours(&seen) {
-            debug!(name, revision, "a slot write whose answer was lost had landed");
+            debug!(
+                name,
+                revision, "a slot write whose answer was lost had landed"
+            );
             return Ok(Some(revision));
         }
         if seen.revision != expected {
-            debug!(name, "a slot write whose answer was lost did not land; the record moved on");
+            debug!(
+                name,
+                "a slot write whose answer was lost did not land; the record moved on"
+            );
             return Ok(None);
         }
         debug!(
@@ -212,7 +218,10 @@ impl NatsStore {
                 created_ns,
             }) if revision == term && record.holder == *holder => stamp_ms(created_ns),
             Ok(_) => {
-                debug!(name, term, "the job's lease was gone before its claim was written");
+                debug!(
+                    name,
+                    term, "the job's lease was gone before its claim was written"
+                );
                 self.forget_holder(name, holder);
                 return Ok(SlotClaim::Held);
             }
@@ -367,7 +376,10 @@ impl SlotStore for NatsStore {
                     .await?
                     .is_none()
                 {
-                    debug!(name, instant_ms, "the slot record changed under a finish; reading it again");
+                    debug!(
+                        name,
+                        instant_ms, "the slot record changed under a finish; reading it again"
+                    );
                     continue;
                 }
             }
@@ -386,10 +398,8 @@ impl SlotStore for NatsStore {
         }
         const OP: Operation = Operation::Unfinished;
         self.slot_kv(OP, "")?;
-        let items: Vec<(&str, String)> = names
-            .iter()
-            .map(|n| (n.as_str(), encode_key(n)))
-            .collect();
+        let items: Vec<(&str, String)> =
+            names.iter().map(|n| (n.as_str(), encode_key(n))).collect();
         let seen = pipelined(&items, |(name, key)| async move {
             futures::join!(self.read(OP, name, key), self.read_slot(OP, name, key))
         })
@@ -518,7 +528,9 @@ mod tests {
 
     async fn drop_buckets(store: &NatsStore, js: &async_nats::jetstream::Context) {
         let _ = js.delete_stream(format!("KV_{}", store.bucket())).await;
-        let _ = js.delete_stream(format!("KV_{}", store.slot_bucket())).await;
+        let _ = js
+            .delete_stream(format!("KV_{}", store.slot_bucket()))
+            .await;
     }
 
     async fn now_ms(store: &NatsStore) -> i64 {
@@ -549,7 +561,13 @@ mod tests {
             store.claim_slot("job", &w, "w", TTL, at).await.unwrap(),
             SlotClaim::Claimed { .. }
         ));
-        assert!(store.finish_slot("job", &w, at, None).await.unwrap().recorded);
+        assert!(
+            store
+                .finish_slot("job", &w, at, None)
+                .await
+                .unwrap()
+                .recorded
+        );
         // R goes on: its lease create succeeds (the name is free), its record write expects
         // the revision it read, which is gone.
         let r = HolderToken::mint();
@@ -567,7 +585,11 @@ mod tests {
             SlotClaim::Taken { last_ms: at },
             "an instant was claimed twice"
         );
-        assert_eq!(store.get("job").await.unwrap(), None, "R gave its lease back");
+        assert_eq!(
+            store.get("job").await.unwrap(),
+            None,
+            "R gave its lease back"
+        );
         drop_buckets(&store, &js).await;
     }
 
@@ -587,7 +609,13 @@ mod tests {
             .unwrap();
         assert!(stale.rerun_of(at).is_some());
         let w = HolderToken::mint();
-        assert!(store.claim_rerun("job", &w, "w", TTL, at).await.unwrap().is_some());
+        assert!(
+            store
+                .claim_rerun("job", &w, "w", TTL, at)
+                .await
+                .unwrap()
+                .is_some()
+        );
         store.force_release("job").await.unwrap(); // the rerun is cut short too
         let r = HolderToken::mint();
         let created = store
@@ -654,7 +682,11 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(seen.value, Some(value.clone()));
-        assert_eq!(written, Some(seen.revision), "the landed write was not recognised");
+        assert_eq!(
+            written,
+            Some(seen.revision),
+            "the landed write was not recognised"
+        );
         // The same write once more is not taken for this one: it misses.
         assert_eq!(
             direct

@@ -243,7 +243,13 @@ async fn slots_cost_what_the_docs_say(
     assert_eq!(g.unwrap(), None);
     assert_eq!(c, (1, 0, 0, 0), "last slot of a job that never ran: a get");
 
-    let (c, g) = slot_cost(proxy, server, slots, store.claim_slot("job", &a, "a", TTL, i64::MAX / 4)).await;
+    let (c, g) = slot_cost(
+        proxy,
+        server,
+        slots,
+        store.claim_slot("job", &a, "a", TTL, i64::MAX / 4),
+    )
+    .await;
     let SlotClaim::Early { now_ms } = g.unwrap() else {
         panic!("a far-future instant was not early")
     };
@@ -253,29 +259,55 @@ async fn slots_cost_what_the_docs_say(
         "early: get record, create lease, get its stamp, purge it"
     );
     let at = now_ms - 10_000;
-    let (c, g) = slot_cost(proxy, server, slots, store.claim_slot("job", &a, "a", TTL, at)).await;
+    let (c, g) = slot_cost(
+        proxy,
+        server,
+        slots,
+        store.claim_slot("job", &a, "a", TTL, at),
+    )
+    .await;
     assert!(matches!(g.unwrap(), SlotClaim::Claimed { .. }));
     assert_eq!(
         c,
         (4, 1, 1, 0),
         "claimed: get record, create lease, get its stamp, write record"
     );
-    let (c, g) = slot_cost(proxy, server, slots, other.claim_slot("job", &b, "b", TTL, at + 1)).await;
+    let (c, g) = slot_cost(
+        proxy,
+        server,
+        slots,
+        other.claim_slot("job", &b, "b", TTL, at + 1),
+    )
+    .await;
     assert_eq!(g.unwrap(), SlotClaim::Held);
     assert_eq!(c, (2, 0, 0, 0), "held: get record, a create that fails");
     let (c, g) = slot_cost(proxy, server, slots, store.verify("job", &a)).await;
     assert!(g.unwrap().is_some());
-    assert_eq!(c, (2, 0, 0, 0), "verify of a job's lease: get lease, get record");
+    assert_eq!(
+        c,
+        (2, 0, 0, 0),
+        "verify of a job's lease: get lease, get record"
+    );
     let (c, g) = slot_cost(proxy, server, slots, store.finish_slot("job", &a, at, None)).await;
     let f = g.unwrap();
     assert!(f.recorded && f.released, "{f:?}");
     let (trips, lease, slot, api) = c;
-    assert_eq!((lease, slot, api), (0, 1, 1), "finish: a record write and a purge");
+    assert_eq!(
+        (lease, slot, api),
+        (0, 1, 1),
+        "finish: a record write and a purge"
+    );
     assert!(
         (3..=4).contains(&trips),
         "finish: gets of lease and record together, write record, purge; took {trips}"
     );
-    let (c, g) = slot_cost(proxy, server, slots, other.claim_slot("job", &b, "b", TTL, at)).await;
+    let (c, g) = slot_cost(
+        proxy,
+        server,
+        slots,
+        other.claim_slot("job", &b, "b", TTL, at),
+    )
+    .await;
     assert_eq!(g.unwrap(), SlotClaim::Taken { last_ms: at });
     assert_eq!(c, (1, 0, 0, 0), "taken: get record");
 
@@ -310,15 +342,35 @@ async fn slots_cost_what_the_docs_say(
     let (c, g) = slot_cost(proxy, server, slots, other.unfinished(&names)).await;
     assert_eq!(g.unwrap(), vec![("cut".to_string(), at3)]);
     let (trips, lease, slot, api) = c;
-    assert_eq!((lease, slot, api), (0, 0, 0), "unfinished: direct gets only");
+    assert_eq!(
+        (lease, slot, api),
+        (0, 0, 0),
+        "unfinished: direct gets only"
+    );
     assert!(
         (1..=6).contains(&trips),
         "unfinished: 6 gets in one burst; took {trips}"
     );
-    let (c, g) = slot_cost(proxy, server, slots, other.claim_rerun("cut", &b, "b", TTL, at3)).await;
+    let (c, g) = slot_cost(
+        proxy,
+        server,
+        slots,
+        other.claim_rerun("cut", &b, "b", TTL, at3),
+    )
+    .await;
     assert!(g.unwrap().is_some());
-    assert_eq!(c, (3, 1, 1, 0), "rerun: get record, create lease, write record");
-    let (c, g) = slot_cost(proxy, server, slots, store.claim_rerun("cut", &a, "a", TTL, at3)).await;
+    assert_eq!(
+        c,
+        (3, 1, 1, 0),
+        "rerun: get record, create lease, write record"
+    );
+    let (c, g) = slot_cost(
+        proxy,
+        server,
+        slots,
+        store.claim_rerun("cut", &a, "a", TTL, at3),
+    )
+    .await;
     assert_eq!(g.unwrap(), None);
     assert_eq!(c, (1, 0, 0, 0), "a second rerun: get record");
     other.finish_slot("cut", &b, at3, None).await.unwrap();

@@ -45,7 +45,13 @@ async fn drop_bucket(js: &jetstream::Context, bucket: &str) {
 /// The server's clock in ms, read as the conformance suite does: a far-future instant is early.
 async fn server_now(store: &NatsStore) -> i64 {
     match store
-        .claim_slot("clock-probe", &HolderToken::mint(), "probe", TTL, i64::MAX / 4)
+        .claim_slot(
+            "clock-probe",
+            &HolderToken::mint(),
+            "probe",
+            TTL,
+            i64::MAX / 4,
+        )
         .await
         .unwrap()
     {
@@ -94,7 +100,10 @@ async fn slot_records_outlive_the_lease_in_a_bucket_with_no_max_age() {
             .unwrap(),
         SlotClaim::Taken { last_ms: at }
     );
-    assert_eq!(again.unfinished(&["job".to_string()]).await.unwrap(), vec![("job".to_string(), at)]);
+    assert_eq!(
+        again.unfinished(&["job".to_string()]).await.unwrap(),
+        vec![("job".to_string(), at)]
+    );
     drop_bucket(&js, &bucket).await;
 }
 
@@ -120,7 +129,10 @@ async fn a_job_lease_its_record_does_not_name_is_no_term() {
         None,
         "a read-back must not turn it into a round"
     );
-    assert!(store.get("job").await.unwrap().unwrap().live, "it blocks the name");
+    assert!(
+        store.get("job").await.unwrap().unwrap().live,
+        "it blocks the name"
+    );
     assert_eq!(
         store
             .claim_slot("job", &HolderToken::mint(), "b", TTL, now - 1_000)
@@ -142,7 +154,10 @@ async fn a_job_lease_its_record_does_not_name_is_no_term() {
         Some(grant.term),
         "a claim the record names is a term"
     );
-    assert_eq!(store.renew("job", &b, TTL).await.unwrap().map(|g| g.term), Some(grant.term));
+    assert_eq!(
+        store.renew("job", &b, TTL).await.unwrap().map(|g| g.term),
+        Some(grant.term)
+    );
     assert_eq!(
         store.verify("job", &b).await.unwrap().map(|g| g.term),
         Some(grant.term),
@@ -201,10 +216,7 @@ async fn slot_bucket_checks_refuse_a_max_age_and_name_a_missing_bucket() {
         e.to_string().contains(&slot_bucket_for(&bare)) && e.to_string().contains("does not exist"),
         "{e}"
     );
-    let e = store
-        .claim_slot("job", &h, "a", TTL, 0)
-        .await
-        .unwrap_err();
+    let e = store.claim_slot("job", &h, "a", TTL, 0).await.unwrap_err();
     assert!(e.to_string().contains("create_bucket"), "{e}");
     drop_bucket(&js, &bare).await;
 

@@ -18,8 +18,8 @@ use std::time::Duration;
 
 use lease_core::backend::{Grant, HolderToken, SlotClaim, SlotFinish, SlotRecord, async_trait};
 use lease_core::{
-    Capabilities, LeaseInfo, LeaseStore, Member, MembershipStore, PartitionLease,
-    PartitionStore, Result, SlotStore,
+    Capabilities, LeaseInfo, LeaseStore, Member, MembershipStore, PartitionLease, PartitionStore,
+    Result, SlotStore,
 };
 
 use crate::Backend;
