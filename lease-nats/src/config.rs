@@ -32,6 +32,17 @@ pub fn bucket_for_ttl(prefix: &str, ttl: Duration) -> String {
     format!("{prefix}_{}ms", ceil_millis(ttl))
 }
 
+/// The slot bucket's name for the lease bucket `bucket`: `<bucket>_slots`, e.g.
+/// `leases_15000ms_slots`. It keeps the scheduler's slot records, which must outlive every
+/// lease, so it has no max age; see the crate docs, *Scheduler slots*.
+///
+/// ```
+/// assert_eq!(lease_nats::slot_bucket_for("leases_15000ms"), "leases_15000ms_slots");
+/// ```
+pub fn slot_bucket_for(bucket: &str) -> String {
+    format!("{bucket}_slots")
+}
+
 /// What to do when the bucket already exists with a max age other than the configured TTL.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum TtlMismatch {
@@ -61,6 +72,8 @@ pub enum TtlMismatch {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NatsConfig {
     pub(crate) bucket: String,
+    /// The slot bucket, when not derived from the lease bucket ([`slot_bucket_for`]).
+    pub(crate) slot_bucket: Option<String>,
     pub(crate) ttl: Duration,
     pub(crate) on_mismatch: TtlMismatch,
     pub(crate) create_bucket: bool,
@@ -82,6 +95,7 @@ impl NatsConfig {
     pub fn new(ttl: Duration) -> Self {
         NatsConfig {
             bucket: bucket_for_ttl(DEFAULT_BUCKET_PREFIX, ttl),
+            slot_bucket: None,
             ttl,
             on_mismatch: TtlMismatch::Refuse,
             create_bucket: true,
@@ -92,8 +106,9 @@ impl NatsConfig {
     }
 
     /// Settings from the environment, over the defaults: `LEASE_NATS_TTL_MS` (the lease
-    /// duration in milliseconds) and `LEASE_NATS_BUCKET` (the bucket name; derived from the
-    /// duration when unset).
+    /// duration in milliseconds), `LEASE_NATS_BUCKET` (the bucket name; derived from the
+    /// duration when unset) and `LEASE_NATS_SLOT_BUCKET` (the slot bucket; derived from the
+    /// bucket's name when unset).
     pub fn from_env() -> Result<Self> {
         let ttl = match std::env::var("LEASE_NATS_TTL_MS") {
             Ok(v) => {
@@ -112,6 +127,11 @@ impl NatsConfig {
         {
             config = config.bucket(bucket.trim());
         }
+        if let Ok(slots) = std::env::var("LEASE_NATS_SLOT_BUCKET")
+            && !slots.trim().is_empty()
+        {
+            config = config.slot_bucket(slots.trim());
+        }
         config.validate()?;
         Ok(config)
     }
@@ -121,6 +141,24 @@ impl NatsConfig {
     pub fn bucket(mut self, name: impl Into<String>) -> Self {
         self.bucket = name.into();
         self
+    }
+
+    /// Keeps the scheduler's slot records in the bucket `name` (letters, digits, `-` and `_`;
+    /// not the lease bucket) instead of [`slot_bucket_for`] the lease bucket. The stream behind
+    /// it is `KV_<name>`, with no max age. Processes that run one scheduler must name the same
+    /// slot bucket (and the same lease bucket).
+    pub fn slot_bucket(mut self, name: impl Into<String>) -> Self {
+        self.slot_bucket = Some(name.into());
+        self
+    }
+
+    /// The slot bucket's name: the one given with [`slot_bucket`](Self::slot_bucket), or
+    /// [`slot_bucket_for`] the lease bucket.
+    pub fn slot_bucket_name(&self) -> String {
+        match &self.slot_bucket {
+            Some(name) => name.clone(),
+            None => slot_bucket_for(&self.bucket),
+        }
     }
 
     /// The lease duration, which is also the bucket's max age.
@@ -139,8 +177,10 @@ impl NatsConfig {
         self
     }
 
-    /// Whether to create the bucket when it is missing (the default). When `false`, a missing
-    /// bucket is an error at start-up.
+    /// Whether to create the bucket and the slot bucket when they are missing (the default).
+    /// When `false`, a missing lease bucket is an error at start-up, and a missing slot bucket
+    /// makes every slot operation fail with an error naming it (leases, partitions and
+    /// membership work without it).
     pub fn create_bucket(mut self, create: bool) -> Self {
         self.create_bucket = create;
         self
@@ -171,6 +211,14 @@ impl NatsConfig {
     /// Checks the settings; no I/O.
     pub fn validate(&self) -> Result<()> {
         validate_bucket_name(&self.bucket)?;
+        let slots = self.slot_bucket_name();
+        validate_bucket_name(&slots)?;
+        if slots == self.bucket {
+            return Err(Error::invalid_name(format!(
+                "the NATS slot bucket must not be the lease bucket {slots:?}: the lease bucket's \
+                 max age would expire the slot records; name another (or leave it unset)"
+            )));
+        }
         validate_ttl(self.ttl)?;
         if self.op_timeout.is_zero() {
             return Err(Error::invalid_timings(
@@ -205,7 +253,22 @@ mod tests {
         let c = NatsConfig::default();
         assert_eq!(c.bucket_name(), "leases_15000ms");
         assert_eq!(c.ttl(), DEFAULT_TTL);
+        assert_eq!(c.slot_bucket_name(), "leases_15000ms_slots");
+        assert_eq!(
+            NatsConfig::default().bucket("jobs").slot_bucket_name(),
+            "jobs_slots"
+        );
+        assert_eq!(
+            NatsConfig::default().slot_bucket("s").slot_bucket_name(),
+            "s"
+        );
         assert!(c.validate().is_ok());
+        let same = NatsConfig::default().bucket("b").slot_bucket("b");
+        assert_eq!(
+            same.validate().unwrap_err().kind(),
+            lease_core::ErrorKind::InvalidName
+        );
+        assert!(NatsConfig::default().slot_bucket("a.b").validate().is_err());
         assert_eq!(
             bucket_for_ttl("x", Duration::from_micros(1500)),
             "x_2ms",

@@ -57,7 +57,7 @@ impl Site<'_> {
     fn say(&self, what: impl std::fmt::Display) -> String {
         match self.op {
             Some(_) => what.to_string(),
-            None => format!("opening the lease bucket {}: {what}", self.bucket),
+            None => format!("opening the NATS bucket {}: {what}", self.bucket),
         }
     }
 

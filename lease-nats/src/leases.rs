@@ -27,32 +27,126 @@ pub(crate) struct Known {
     revision: u64,
     term: u64,
     instance: String,
+    /// A job's lease (`job1`), claimed for a scheduler slot.
+    job: bool,
     /// When the write was sent: the server stamped the message later than this.
     sent_at: Instant,
 }
 
 impl NatsStore {
     /// Reads the key of `name`: one direct get.
-    async fn read(&self, op: Operation, name: &str, key: &str) -> Result<Seen> {
+    pub(crate) async fn read(&self, op: Operation, name: &str, key: &str) -> Result<Seen> {
         self.read_as(op, name, key, Record::decode).await
     }
 
-    /// The live lease `holder` has on `name`: (revision, term, instance).
+    /// The live lease `holder` has on `name`: (revision, term, instance, job).
     async fn read_own(
         &self,
         op: Operation,
         name: &str,
         key: &str,
         holder: &HolderToken,
-    ) -> Result<Option<(u64, u64, String)>> {
+    ) -> Result<Option<(u64, u64, String, bool)>> {
         Ok(match self.read(op, name, key).await? {
             Seen::Live {
                 record, revision, ..
-            } if record.holder == *holder => {
-                Some((revision, record.term_at(revision), record.instance))
-            }
+            } if record.holder == *holder => Some((
+                revision,
+                record.term_at(revision),
+                record.instance,
+                record.job,
+            )),
             _ => None,
         })
+    }
+
+    /// Creates the key of a free `name` for `holder` (one publish that expects no message on
+    /// the key): its term (the message's stream sequence) and when it was sent, or `None` when
+    /// the name is held. `job` marks a lease claimed for a scheduler slot.
+    pub(crate) async fn create_lease(
+        &self,
+        op: Operation,
+        name: &str,
+        key: &str,
+        holder: &HolderToken,
+        instance: &str,
+        job: bool,
+    ) -> Result<Option<(u64, Instant)>> {
+        let record = Record {
+            holder: holder.clone(),
+            term: 0,
+            instance: instance.to_owned(),
+            job,
+        };
+        let sent_at = Instant::now();
+        let Some(revision) = self.write(op, name, key, record.encode(), 0).await? else {
+            return Ok(None);
+        };
+        self.remember(
+            name,
+            Known {
+                holder: holder.clone(),
+                revision,
+                term: revision,
+                instance: record.instance,
+                job,
+                sent_at,
+            },
+        );
+        Ok(Some((revision, sent_at)))
+    }
+
+    /// Rewrites `holder`'s live lease on `name` at `revision` (a renewal: a compare-and-set
+    /// that fails once the lease changed or expired), then reads it back for the server's
+    /// timestamp of the new message: `(revision, ns since the Unix epoch)`, or `None` when the
+    /// lease is no longer `holder`'s. Two round trips.
+    pub(crate) async fn restamp(
+        &self,
+        op: Operation,
+        name: &str,
+        key: &str,
+        record: &Record,
+        revision: u64,
+    ) -> Result<Option<(u64, i128)>> {
+        let sent_at = Instant::now();
+        let Some(new) = self.write(op, name, key, record.encode(), revision).await? else {
+            return Ok(None);
+        };
+        self.remember(
+            name,
+            Known {
+                holder: record.holder.clone(),
+                revision: new,
+                term: record.term,
+                instance: record.instance.clone(),
+                job: record.job,
+                sent_at,
+            },
+        );
+        Ok(match self.read(op, name, key).await? {
+            Seen::Live {
+                record: r,
+                revision,
+                created_ns,
+            } if revision == new && r.holder == record.holder => Some((new, created_ns)),
+            _ => None,
+        })
+    }
+
+    /// Removes `name`'s key if `revision` is still its last message (a purge limited to the
+    /// key and the revision), and forgets this store's write: `true` when removed.
+    pub(crate) async fn purge_lease(
+        &self,
+        op: Operation,
+        name: &str,
+        key: &str,
+        revision: u64,
+    ) -> Result<bool> {
+        let purged = self.purge_through(op, name, key, revision).await?;
+        if purged {
+            self.forget(name);
+        }
+        Ok(purged)
     }
 
     fn known_map(&self) -> MutexGuard<'_, HashMap<String, Known>> {
@@ -75,11 +169,11 @@ impl NatsStore {
         map.insert(name.to_owned(), known);
     }
 
-    fn forget(&self, name: &str) {
+    pub(crate) fn forget(&self, name: &str) {
         self.known_map().remove(name);
     }
 
-    fn forget_holder(&self, name: &str, holder: &HolderToken) {
+    pub(crate) fn forget_holder(&self, name: &str, holder: &HolderToken) {
         let mut map = self.known_map();
         if map.get(name).is_some_and(|k| k.holder == *holder) {
             map.remove(name);
@@ -118,13 +212,15 @@ impl LeaseStore for NatsStore {
             // answer is awaited.
             batch_renew: BatchRenew::Pipelined,
             fixed_ttl: Some(self.inner.ttl),
-            // Partitions and membership: implemented; slots: not (see the crate docs).
+            // Partitions, membership and slots: derived from the trait impls.
             ..lease_core::derived_capabilities!(Self)
         }
     }
 
     /// Checks that the bucket answers and can still carry this store's leases (one message
-    /// per key, purge allowed, the max age this store runs with). One request.
+    /// per key, purge allowed, the max age this store runs with), and that the slot bucket, when
+    /// there is one, can still keep slot records (no max age). One stream-info request per
+    /// bucket, sent together.
     async fn available(&self) -> Result<()> {
         self.check_available().await
     }
@@ -138,28 +234,12 @@ impl LeaseStore for NatsStore {
     ) -> Result<Option<Grant>> {
         check::claim(self, name, instance, ttl)?;
         let key = encode_key(name);
-        let record = Record {
-            holder: holder.clone(),
-            term: 0,
-            instance: instance.to_owned(),
-        };
-        let sent_at = Instant::now();
-        let Some(revision) = self
-            .write(Operation::Claim, name, &key, record.encode(), 0)
+        let Some((revision, sent_at)) = self
+            .create_lease(Operation::Claim, name, &key, holder, instance, false)
             .await?
         else {
             return Ok(None);
         };
-        self.remember(
-            name,
-            Known {
-                holder: holder.clone(),
-                revision,
-                term: revision,
-                instance: record.instance,
-                sent_at,
-            },
-        );
         debug!(name, term = revision, "claimed");
         Ok(Some(Grant {
             term: revision,
@@ -178,9 +258,9 @@ impl LeaseStore for NatsStore {
         let mut target = self
             .known(name)
             .filter(|k| k.holder == *holder)
-            .map(|k| (k.revision, k.term, k.instance));
+            .map(|k| (k.revision, k.term, k.instance, k.job));
         for _ in 0..MAX_TRIES {
-            let (revision, term, instance) = match target.take() {
+            let (revision, term, instance, job) = match target.take() {
                 Some(t) => t,
                 None => match self.read_own(Operation::Renew, name, &key, holder).await? {
                     Some(t) => t,
@@ -194,6 +274,7 @@ impl LeaseStore for NatsStore {
                 holder: holder.clone(),
                 term,
                 instance,
+                job,
             };
             let sent_at = Instant::now();
             if let Some(new) = self
@@ -207,6 +288,7 @@ impl LeaseStore for NatsStore {
                         revision: new,
                         term,
                         instance: record.instance,
+                        job,
                         sent_at,
                     },
                 );
@@ -237,7 +319,7 @@ impl LeaseStore for NatsStore {
                     .read_own(Operation::Release, name, &key, holder)
                     .await?
                 {
-                    Some((r, _, _)) => r,
+                    Some((r, ..)) => r,
                     None => {
                         self.forget_holder(name, holder);
                         return Ok(false);
@@ -263,10 +345,22 @@ impl LeaseStore for NatsStore {
                 record,
                 revision,
                 created_ns,
-            } if record.holder == *holder => Some(Grant {
-                term: record.term_at(revision),
-                expires_in: self.left_of(name, revision, created_ns),
-            }),
+            } if record.holder == *holder => {
+                let term = record.term_at(revision);
+                // A job's lease is a term only once the slot record names it (crate docs,
+                // *Scheduler slots*): one more read.
+                if record.job
+                    && !self
+                        .slot_names(Operation::Verify, name, &key, holder, term)
+                        .await?
+                {
+                    return Ok(None);
+                }
+                Some(Grant {
+                    term,
+                    expires_in: self.left_of(name, revision, created_ns),
+                })
+            }
             _ => None,
         })
     }

@@ -23,11 +23,13 @@
 //!
 //! To ride the connection a service already has, pass its client instead:
 //! `NatsStore::with_client(client, config)`. [`NatsConfig::from_env`] reads the lease duration
-//! and the bucket from `LEASE_NATS_TTL_MS` and `LEASE_NATS_BUCKET`.
+//! and the bucket from `LEASE_NATS_TTL_MS` and `LEASE_NATS_BUCKET` (and the slot bucket from
+//! `LEASE_NATS_SLOT_BUCKET`).
 //!
-//! What this backend lacks: scheduler slots ([`SlotStore`](lease_core::SlotStore)) — the
-//! bucket's max age would drop their durable state, which must outlive the lease — and watch;
-//! see [Capabilities](#capabilities).
+//! Scheduler slots ([`SlotStore`](lease_core::SlotStore)) keep their records in a second
+//! bucket with no max age ([`slot_bucket_for`], e.g. `leases_15000ms_slots`), created at connect
+//! like the lease bucket; see [Scheduler slots](#scheduler-slots). What this backend lacks:
+//! watch; see [Capabilities](#capabilities).
 //!
 //! # The protocol
 //!
@@ -39,7 +41,7 @@
 //! |---|---|---|
 //! | `claim` | a publish to `$KV.<bucket>.<key>` with `Nats-Expected-Last-Subject-Sequence: 0` (create): stored → claimed, term = its stream sequence; error 10071 (wrong last sequence) → held | 1 |
 //! | `renew` | a publish with `Nats-Expected-Last-Subject-Sequence: <revision of the holder's last write>` and the term copied into the value | 1 (2 when this store object did not make the last write: a read first) |
-//! | `verify`, `get` | a direct get of the key's last message (`$JS.API.DIRECT.GET.KV_<bucket>.$KV.<bucket>.<key>`) | 1 |
+//! | `verify`, `get` | a direct get of the key's last message (`$JS.API.DIRECT.GET.KV_<bucket>.$KV.<bucket>.<key>`) | 1 (`verify` of a job's lease: 2, see [Scheduler slots](#scheduler-slots)) |
 //! | `release` | `$JS.API.STREAM.PURGE.KV_<bucket>` with `{"filter": "$KV.<bucket>.<key>", "seq": <revision> + 1}` | 1 (2 when this store object did not make the last write) |
 //! | `force_release` | a direct get, then the purge up to the revision read | 2 |
 //!
@@ -140,6 +142,13 @@
 //! have a max age and not be a mirror; otherwise opening fails and says what to change.
 //! [`LeaseStore::available`](lease_core::LeaseStore::available) checks the same again.
 //!
+//! **The slot bucket** (`<bucket>_slots` unless [`NatsConfig::slot_bucket`] names another) is
+//! looked up together with the lease bucket and created the same way, with **no max age**. An
+//! existing one must keep one message per key, have no max age and not be a mirror; a max age
+//! is refused, since it would drop a job's last instant and let it run again. With creation off
+//! and the slot bucket missing, the store opens and only its slot operations fail, naming the
+//! bucket to create. Opening a store therefore makes two streams on a fresh server.
+//!
 //! Keep other writers out of a lease bucket. A value this store did not write blocks its name
 //! until it expires, and `get` reports it as an error; a delete marker written with
 //! `nats kv del` blocks the name for up to one lease duration. `force_release` clears both.
@@ -228,11 +237,96 @@
 //! sorted by node id byte for byte. `leave` purges the key (1 round trip) and answers whether a
 //! record was there — a live member, since the server removes expired ones.
 //!
+//! # Scheduler slots
+//!
+//! [`SlotStore`](lease_core::SlotStore), with the rules of [`lease_core::slots`]. A job's name is
+//! a lease name; its lease lives in the lease bucket like any other (expired by the max age),
+//! and its **slot record** in the slot bucket ([`NatsConfig::slot_bucket_name`]), a KV bucket
+//! with **no max age**, so the record outlives every lease: one key per job (the name escaped
+//! as a lease key), value `slots1;<last>;<unfinished>;<rerun>;<term>;<holder>;<write>` — the
+//! three instants, the term and holder of the lease that made the last claim or rerun, and a
+//! token minted for each write. The server's clock is the timestamp it gives a message.
+//!
+//! | operation | what is sent | round trips |
+//! |---|---|---|
+//! | `claim_slot` | a direct get of the record; unless taken, a create of the job's lease (`job1;…`, expecting no message, as a claim); a direct get of that lease for its server timestamp (the server's clock); unless early, the record written with `Nats-Expected-Last-Subject-Sequence: <revision read>` (`last` = `unfinished` = the instant, this lease's term and holder) | 4 when claimed; 1 when taken; 2 when held; 4 when early (the lease given back: a purge) |
+//! | `finish_slot` | direct gets of the lease and the record, together; the record written at the revision read (unfinished cleared, `passed` as the last instant); the lease purged through the revision read | 3; 2 when the record needs no change or the lease is no longer held; 2 more when `passed` is later than the lease's last server timestamp (a renewal and its read, for a fresh clock) |
+//! | `unfinished` | two direct gets per name (its lease and its record), pipelined | one burst of 2N gets (bursts of 1,000 names) |
+//! | `claim_rerun` | a direct get of the record; a create of the job's lease; the record written at the revision read (`rerun` = the instant, this lease's term and holder) | 3; 1 when not eligible; 2 when the lease is held |
+//! | `last_slot` | a direct get of the record | 1 |
+//! | `verify` of a job's lease | the lease's direct get, then the record's | 2 |
+//!
+//! When the record changed between the read and the write, the write misses, the record is read
+//! again and the decision made again (two more round trips each time, at most three times). A
+//! claim that finds the instant taken after it created the lease, or early, gives the lease back
+//! (a purge limited to its own revision).
+//!
+//! **Why it is safe.** NATS 2.9 has no write across two keys, so no single operation can both
+//! check the lease and write the record. Safety rests on the record alone instead:
+//!
+//! 1. *The record changes only by compare-and-set on its revision.* Stream sequences only grow,
+//!    so a write that expects revision `r` lands only while `r` is the record's last message,
+//!    and of writers that read the same revision at most one lands.
+//! 2. *`last` never decreases.* A claim writes `last = i` only over the record it read with
+//!    `last < i` (and, by 1, unchanged since); a finish writes `last = passed` only with
+//!    `passed > last`; a rerun keeps it.
+//! 3. *Each instant is claimed once.* `Claimed` for instant `i` means a write moved `last` from
+//!    below `i` to `i`; by 1 and 2 every other claim of `i` then reads `last ≥ i` (`Taken`) or
+//!    misses and reads it on its next look — whatever the claimers' leases did meanwhile.
+//! 4. *A round cut short reruns once.* A rerun moves `rerun` to `i` over a record with
+//!    `unfinished = last = i` and `rerun ≠ i`; `rerun` changes again only with a rerun of a
+//!    later instant, which needs `last` past `i`, so `i` never becomes eligible again.
+//! 5. *No future instant is claimed.* The record is written after the server stamped the
+//!    claimer's new lease message, and only when the instant is not later than that stamp. A
+//!    finish takes `passed` along only when it is not later than the server's stamp on the
+//!    holder's latest lease message, renewing the lease once for a fresh stamp when needed.
+//! 6. *Only the holder of the instant's lease writes what needs the lease.* A claim or rerun
+//!    writes the record only after creating the job's lease — which fails while any lease on the
+//!    name is live — and writes that lease's term into the record. A finish takes `passed` along
+//!    and gives the lease back only when it read the holder's live lease and the record names
+//!    it. The check comes one round trip before the write, and the write is a compare-and-set
+//!    on the revision the check was made against. So a **stale holder**, whose lease expired
+//!    before its write landed: gets its claim in only if no other write reached the record
+//!    since its read — it is then the one claim of that instant (3), on a lease already gone,
+//!    which its keeper finds lost at the next renewal, and the instant is rerun once, as after a
+//!    crash right after a claim; takes `passed` along only if it read its lease live and no
+//!    other replica claimed an instant since (that claim would have moved the record, and this
+//!    write would miss) — the same outcome as the finish landing just before the expiry, and
+//!    `passed` is never later than the server's clock (5); records a round's end only while
+//!    `last` is still its instant — which the contract allows even after the lease was lost: the
+//!    round did run to its end — and then neither takes `passed` along nor gives anything back;
+//!    and never gives back another's lease (a purge limited to its own revision).
+//!
+//! **A job's lease is a term only once the record names it.** The lease (value tag `job1`) is
+//! created before the record is written. When that write's answer is lost, the coordinator
+//! reads the claim back with `verify` — which, for a job's lease, also reads the record and
+//! answers held only if the record names this lease's term and holder. So a lease whose record
+//! write never landed is never run as a round; if that write lands later (a client that
+//! buffered it while reconnecting), the instant is claimed by a lease nobody runs, is
+//! unfinished when the lease expires, and is rerun once.
+//!
+//! **A write whose answer was lost is read back, never sent again blindly.** Each record write
+//! carries a fresh token. After a `Timeout` or `Unavailable`, the record is read: carrying the
+//! token, the write landed; moved on to another revision, it never will; still at the revision
+//! expected, the very same compare-and-set is sent once more, and of the two at most one can
+//! land (the answer, or one more read, says which). A lease create whose answer was lost is
+//! returned as the error it is: if it lands, the record does not name it, so it is no term, and
+//! it blocks the name until the bucket's max age removes it.
+//!
+//! The limits: `unfinished` reads each lease and record separately, not as a snapshot (a hint;
+//! `claim_rerun` decides). A lease claimed on a job's name with plain
+//! [`claim`](lease_core::LeaseStore::claim) blocks its slot claims (`Held`) until released or
+//! expired, and a finish by its holder gives nothing back. **Keep other writers out of the slot
+//! bucket**: a record deleted with `nats kv del` (a delete marker) or purged is a job that never
+//! ran, so its instants may run again. Deleting and re-creating the lease bucket restarts its
+//! sequence, so the terms on record must be forgotten as well (delete the slot bucket with it,
+//! which loses the schedule's history), or use new bucket names.
+//!
 //! # Capabilities
 //!
 //! Leases with expiry, fencing and force release; partitions and membership, with the bucket's
-//! fixed TTL. Scheduler slots are not offered: expiry by max age would drop their durable
-//! state, which must outlive the lease. No watch.
+//! fixed TTL; scheduler slots, in the slot bucket (the lease of a round has the fixed TTL too).
+//! No watch.
 //!
 //! # Servers
 //!
@@ -244,19 +338,21 @@
 //! `config.rs` ([`NatsConfig`]), `error.rs` (async-nats errors as lease errors), `store.rs`
 //! ([`NatsStore`]: connect, with_client, the bucket's checks, the requests every operation
 //! shares), `leases.rs` (`LeaseStore`), `partitions.rs` (`PartitionStore`), `membership.rs`
-//! (`MembershipStore`), and `wire/` (`keys.rs`: names as KV keys; `codec.rs`: the records as
-//! KV values). No `slots.rs`: NATS offers no scheduler slots yet (see above).
+//! (`MembershipStore`), `slots.rs` (`SlotStore`), and `wire/` (`keys.rs`: names as KV keys;
+//! `codec.rs`: the records as KV values).
 
 mod config;
 mod error;
 mod leases;
 mod membership;
 mod partitions;
+mod slots;
 mod store;
 mod wire;
 
 pub use config::{
-    DEFAULT_BUCKET_PREFIX, DEFAULT_OP_TIMEOUT, DEFAULT_TTL, NatsConfig, TtlMismatch, bucket_for_ttl,
+    DEFAULT_BUCKET_PREFIX, DEFAULT_OP_TIMEOUT, DEFAULT_TTL, NatsConfig, TtlMismatch,
+    bucket_for_ttl, slot_bucket_for,
 };
 pub use store::NatsStore;
 pub use wire::keys::MAX_NAME_BYTES;

@@ -68,6 +68,10 @@ pub struct NatsStore {
 
 pub(crate) struct Inner {
     pub(crate) kv: kv::Store,
+    /// The slot bucket (no max age); `None` when it was missing and creation is off.
+    pub(crate) slots: Option<kv::Store>,
+    /// The slot bucket's name.
+    pub(crate) slot_bucket: String,
     /// For the JetStream API requests the KV API has no call for (listing a group's keys).
     pub(crate) js: Context,
     client: async_nats::Client,
@@ -179,12 +183,19 @@ impl NatsStore {
     /// fails with an error that says what to change (`InvalidTimings` naming both durations for
     /// a max age that differs).
     ///
+    /// The slot bucket ([`NatsConfig::slot_bucket_name`], `<bucket>_slots` by default) is looked
+    /// up at the same time and created the same way, but with **no max age**: it keeps the
+    /// scheduler's slot records, which must outlive every lease. An existing one must keep one
+    /// message per key, have no max age and not be a mirror. When it is missing and creation is
+    /// off, the store opens all the same and only its slot operations fail, naming the bucket.
+    ///
     /// # Errors
     ///
     /// The config's own errors (no I/O); `Timeout` when JetStream does not answer within the
     /// operation timeout; `Unavailable` when the client is not connected or no JetStream
     /// answers the request (is it enabled, `-js`?); `Backend` for a bucket that cannot carry
-    /// leases or is missing while creation is off; `InvalidTimings` as above.
+    /// leases (or a slot bucket that cannot keep slot records), or a lease bucket missing while
+    /// creation is off; `InvalidTimings` as above.
     pub async fn with_client(client: async_nats::Client, config: NatsConfig) -> Result<NatsStore> {
         config.validate()?;
         let js = jetstream::new(client.clone());
@@ -204,64 +215,68 @@ impl NatsStore {
         };
         let connected = || client.connection_state() == State::Connected;
 
-        let found = tokio::time::timeout(bound, js.get_stream(&stream_name))
-            .await
-            .map_err(|_| site(connected()).timed_out(bound))?;
-        let stream = match found {
-            Ok(stream) => stream,
-            Err(e) => match e.kind() {
-                GetStreamErrorKind::JetStream(j)
-                    if j.error_code() == ErrorCode::STREAM_NOT_FOUND =>
-                {
-                    if !config.create_bucket {
-                        return Err(Error::new(
-                            ErrorKind::Backend,
-                            format!(
-                                "the lease bucket {bucket} does not exist and bucket creation is \
-                                 off; create it (stream {stream_name}, max age {:?}) or enable \
-                                 create_bucket",
-                                config.ttl
-                            ),
-                        )
-                        .at_server(server));
-                    }
-                    create_bucket(&js, &config, &site(true)).await?
-                }
-                GetStreamErrorKind::Request => {
-                    let timed_out = std::error::Error::source(&e)
-                        .and_then(|s| s.downcast_ref::<RequestError>())
-                        .is_some_and(|r| r.kind() == RequestErrorKind::TimedOut);
-                    if timed_out && connected() {
-                        return Err(Error::new(
-                            ErrorKind::Timeout,
-                            format!(
-                                "opening the lease bucket {bucket}: JetStream did not answer \
-                                 within the client's request timeout (is JetStream enabled with \
-                                 -js, and the server not overloaded?)"
-                            ),
-                        )
-                        .with_source(e)
-                        .at_server(server));
-                    }
-                    return Err(Error::unavailable(format!(
-                        "opening the lease bucket {bucket}: JetStream did not answer (is the \
-                         server up, and JetStream enabled with -js?)"
-                    ))
-                    .with_source(e)
-                    .at_server(server));
-                }
-                _ => return Err(site(connected()).backend(e, false)),
-            },
+        let slot_bucket = config.slot_bucket_name();
+        let slot_site = |connected| Site {
+            bucket: &slot_bucket,
+            ..site(connected)
+        };
+        // The lease bucket and the slot bucket are looked up at once.
+        let slot_stream_name = format!("KV_{slot_bucket}");
+        let (found, found_slots) = futures::join!(
+            find_stream(&js, &stream_name, bound, &site, &connected),
+            find_stream(&js, &slot_stream_name, bound, &slot_site, &connected),
+        );
+        let stream = match found? {
+            Some(stream) => stream,
+            None if !config.create_bucket => {
+                return Err(Error::new(
+                    ErrorKind::Backend,
+                    format!(
+                        "the lease bucket {bucket} does not exist and bucket creation is off; \
+                         create it (stream {stream_name}, max age {:?}) or enable create_bucket",
+                        config.ttl
+                    ),
+                )
+                .at_server(server));
+            }
+            None => create_bucket(&js, &config, Kind::Leases, &site(true)).await?,
         };
         let ttl = check_bucket(&stream.cached_info().config, &config, &server)?;
+        let slot_stream = match found_slots? {
+            Some(stream) => Some(stream),
+            None if !config.create_bucket => {
+                info!(bucket = %slot_bucket, server = %server,
+                    "the slot bucket does not exist and bucket creation is off: slot operations \
+                     will fail until it is created");
+                None
+            }
+            None => Some(create_bucket(&js, &config, Kind::Slots, &slot_site(true)).await?),
+        };
+        if let Some(s) = &slot_stream {
+            check_slot_bucket(&s.cached_info().config, &slot_bucket, &server)?;
+        }
 
-        let kv = tokio::time::timeout(bound, js.get_key_value(&bucket))
-            .await
-            .map_err(|_| site(connected()).timed_out(bound))?
-            .map_err(|e| site(connected()).backend(e, true))?;
+        let open_kv = |name: String| {
+            let js = js.clone();
+            async move {
+                tokio::time::timeout(bound, js.get_key_value(name))
+                    .await
+                    .map_err(|_| site(connected()).timed_out(bound))?
+                    .map_err(|e| site(connected()).backend(e, true))
+            }
+        };
+        let (kv, slots) = futures::join!(open_kv(bucket.clone()), async {
+            match slot_stream {
+                Some(_) => open_kv(slot_bucket.clone()).await.map(Some),
+                None => Ok(None),
+            }
+        });
+        let (kv, slots) = (kv?, slots?);
         Ok(NatsStore {
             inner: Arc::new(Inner {
                 kv,
+                slots,
+                slot_bucket: slot_bucket.clone(),
                 client,
                 js,
                 subject_prefix: format!("$KV.{bucket}."),
@@ -283,6 +298,11 @@ impl NatsStore {
     /// The bucket name.
     pub fn bucket(&self) -> &str {
         &self.inner.bucket
+    }
+
+    /// The slot bucket's name (the scheduler's slot records; no max age).
+    pub fn slot_bucket(&self) -> &str {
+        &self.inner.slot_bucket
     }
 
     /// The server as errors name it (host:port).
@@ -308,11 +328,16 @@ impl NatsStore {
     }
 
     pub(crate) fn site<'a>(&'a self, op: Operation, name: &'a str) -> Site<'a> {
+        self.site_in(op, name, &self.inner.bucket)
+    }
+
+    /// Where an operation on `bucket` (the lease or the slot bucket) ran.
+    pub(crate) fn site_in<'a>(&'a self, op: Operation, name: &'a str, bucket: &'a str) -> Site<'a> {
         Site {
             op: Some(op),
             name,
             server: &self.inner.server,
-            bucket: &self.inner.bucket,
+            bucket,
             connected: self.inner.client.connection_state() == State::Connected,
         }
     }
@@ -338,10 +363,22 @@ impl NatsStore {
         key: &str,
         decode: fn(&[u8]) -> Option<R>,
     ) -> Result<Seen<R>> {
+        self.read_in(&self.inner.kv, op, name, key, decode).await
+    }
+
+    /// [`read_as`](Self::read_as) in the bucket `kv` (the lease or the slot bucket).
+    pub(crate) async fn read_in<R>(
+        &self,
+        kv: &kv::Store,
+        op: Operation,
+        name: &str,
+        key: &str,
+        decode: fn(&[u8]) -> Option<R>,
+    ) -> Result<Seen<R>> {
         let entry = self
-            .bounded(op, name, self.inner.kv.entry(key))
+            .bounded(op, name, kv.entry(key))
             .await?
-            .map_err(|e| self.site(op, name).entry(e))?;
+            .map_err(|e| self.site_in(op, name, &kv.name).entry(e))?;
         let Some(entry) = entry else {
             return Ok(Seen::Absent);
         };
@@ -369,13 +406,27 @@ impl NatsStore {
         value: Bytes,
         expected: u64,
     ) -> Result<Option<u64>> {
+        self.write_in(&self.inner.kv, op, name, key, value, expected)
+            .await
+    }
+
+    /// [`write`](Self::write) in the bucket `kv` (the lease or the slot bucket).
+    pub(crate) async fn write_in(
+        &self,
+        kv: &kv::Store,
+        op: Operation,
+        name: &str,
+        key: &str,
+        value: Bytes,
+        expected: u64,
+    ) -> Result<Option<u64>> {
         let written = self
-            .bounded(op, name, self.inner.kv.update(key, value, expected))
+            .bounded(op, name, kv.update(key, value, expected))
             .await?;
         match written {
             Ok(revision) => Ok(Some(revision)),
             Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => Ok(None),
-            Err(e) => Err(self.site(op, name).update(e)),
+            Err(e) => Err(self.site_in(op, name, &kv.name).update(e)),
         }
     }
 
@@ -438,12 +489,22 @@ impl NatsStore {
     pub(crate) async fn check_available(&self) -> Result<()> {
         let op = Operation::Available;
         let mut stream = self.inner.kv.stream.clone();
-        let info = self
-            .bounded(op, "", stream.info())
-            .await?
-            .map_err(|e| self.site(op, "").request(e))?;
+        let mut slots = self.inner.slots.as_ref().map(|kv| kv.stream.clone());
+        let (info, slot_info) = futures::join!(self.bounded(op, "", stream.info()), async {
+            match slots.as_mut() {
+                Some(s) => Some(self.bounded(op, "", s.info()).await),
+                None => None,
+            }
+        });
+        let info = info?.map_err(|e| self.site(op, "").request(e))?;
         let config = NatsConfig::new(self.inner.ttl).bucket(self.inner.bucket.clone());
         check_bucket(&info.config, &config, &self.inner.server).map_err(|e| e.during(op, ""))?;
+        if let Some(slot_info) = slot_info {
+            let bucket = &self.inner.slot_bucket;
+            let slot_info = slot_info?.map_err(|e| self.site_in(op, "", bucket).request(e))?;
+            check_slot_bucket(&slot_info.config, bucket, &self.inner.server)
+                .map_err(|e| e.during(op, ""))?;
+        }
         Ok(())
     }
 
@@ -498,22 +559,95 @@ impl NatsStore {
     }
 }
 
-/// Creates the bucket's stream as a KV bucket for leases of `config.ttl`.
+/// Looks up the stream `name`: `None` when it does not exist.
+async fn find_stream<'s>(
+    js: &Context,
+    name: &str,
+    bound: Duration,
+    site: &dyn Fn(bool) -> Site<'s>,
+    connected: &dyn Fn() -> bool,
+) -> Result<Option<stream::Stream>> {
+    let found = tokio::time::timeout(bound, js.get_stream(name))
+        .await
+        .map_err(|_| site(connected()).timed_out(bound))?;
+    let e = match found {
+        Ok(stream) => return Ok(Some(stream)),
+        Err(e) => e,
+    };
+    let at = site(connected());
+    match e.kind() {
+        GetStreamErrorKind::JetStream(j) if j.error_code() == ErrorCode::STREAM_NOT_FOUND => {
+            Ok(None)
+        }
+        GetStreamErrorKind::Request => {
+            let timed_out = std::error::Error::source(&e)
+                .and_then(|s| s.downcast_ref::<RequestError>())
+                .is_some_and(|r| r.kind() == RequestErrorKind::TimedOut);
+            if timed_out && at.connected {
+                return Err(Error::new(
+                    ErrorKind::Timeout,
+                    format!(
+                        "opening the NATS bucket {}: JetStream did not answer within the \
+                         client's request timeout (is JetStream enabled with -js, and the server \
+                         not overloaded?)",
+                        at.bucket
+                    ),
+                )
+                .with_source(e)
+                .at_server(at.server.to_owned()));
+            }
+            Err(Error::unavailable(format!(
+                "opening the NATS bucket {}: JetStream did not answer (is the server up, and \
+                 JetStream enabled with -js?)",
+                at.bucket
+            ))
+            .with_source(e)
+            .at_server(at.server.to_owned()))
+        }
+        _ => Err(at.backend(e, false)),
+    }
+}
+
+/// Which of a store's two buckets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// The leases, partitions and members: max age = the lease duration.
+    Leases,
+    /// The scheduler's slot records: no max age.
+    Slots,
+}
+
+/// Creates `site.bucket`'s stream as a KV bucket: for leases of `config.ttl`, or for slot
+/// records (no max age).
 async fn create_bucket(
     js: &Context,
     config: &NatsConfig,
+    kind: Kind,
     site: &Site<'_>,
 ) -> Result<stream::Stream> {
-    let bucket = &config.bucket;
+    let bucket = site.bucket;
+    let (description, max_age) = match kind {
+        Kind::Leases => (
+            format!(
+                "lease-nats: leases of {:?} (max age = lease duration)",
+                config.ttl
+            ),
+            config.ttl,
+        ),
+        Kind::Slots => (
+            format!(
+                "lease-nats: scheduler slot records of the lease bucket {} (no max age)",
+                config.bucket
+            ),
+            Duration::ZERO,
+        ),
+    };
     let stream_config = stream::Config {
         name: format!("KV_{bucket}"),
-        description: Some(format!(
-            "lease-nats: leases of {:?} (max age = lease duration)",
-            config.ttl
-        )),
+        description: Some(description),
         subjects: vec![format!("$KV.{bucket}.>")],
         max_messages_per_subject: 1,
-        max_age: config.ttl,
+        max_age,
         storage: StorageType::File,
         allow_direct: true,
         allow_rollup: true,
@@ -529,7 +663,7 @@ async fn create_bucket(
         .map_err(|_| site.timed_out(bound))?;
     match created {
         Ok(s) => {
-            info!(bucket = %bucket, ttl = ?config.ttl, server = site.server, "created the lease bucket");
+            info!(bucket = %bucket, kind = ?kind, ttl = ?config.ttl, server = site.server, "created the bucket");
             Ok(s)
         }
         Err(e) => match e.kind() {
@@ -550,6 +684,46 @@ async fn create_bucket(
     }
 }
 
+/// Why an existing bucket cannot keep `records`, by the checks both buckets pass: not a mirror,
+/// the KV subjects, one message per key.
+fn kv_shape(cfg: &stream::Config, bucket: &str, records: &str) -> Option<String> {
+    if cfg.mirror.is_some() {
+        return Some("it is a mirror; use the origin bucket".into());
+    }
+    let subject = format!("$KV.{bucket}.>");
+    if !cfg.subjects.contains(&subject) {
+        return Some(format!("its stream does not take the subjects {subject}"));
+    }
+    if cfg.max_messages_per_subject != 1 {
+        return Some(format!(
+            "it keeps {} messages per key; {records} need a history of 1",
+            cfg.max_messages_per_subject
+        ));
+    }
+    None
+}
+
+/// Checks that an existing bucket can keep slot records: no max age, one message per key.
+fn check_slot_bucket(cfg: &stream::Config, bucket: &str, server: &str) -> Result<()> {
+    let why = kv_shape(cfg, bucket, "slot records").or_else(|| {
+        (!cfg.max_age.is_zero()).then(|| {
+            format!(
+                "it expires keys after {:?} (its max age), which would drop a job's last instant \
+                 and let it run again; use a bucket with no max age (NatsConfig::slot_bucket)",
+                cfg.max_age
+            )
+        })
+    });
+    match why {
+        None => Ok(()),
+        Some(why) => Err(Error::new(
+            ErrorKind::Backend,
+            format!("the NATS bucket {bucket} cannot keep scheduler slot records: {why}"),
+        )
+        .at_server(server.to_owned())),
+    }
+}
+
 /// Checks that an existing bucket can carry leases of `config.ttl`; returns the lease duration.
 fn check_bucket(cfg: &stream::Config, config: &NatsConfig, server: &str) -> Result<Duration> {
     let bucket = &config.bucket;
@@ -560,18 +734,8 @@ fn check_bucket(cfg: &stream::Config, config: &NatsConfig, server: &str) -> Resu
         )
         .at_server(server.to_owned()))
     };
-    if cfg.mirror.is_some() {
-        return refuse("it is a mirror; use the origin bucket".into());
-    }
-    let subject = format!("$KV.{bucket}.>");
-    if !cfg.subjects.contains(&subject) {
-        return refuse(format!("its stream does not take the subjects {subject}"));
-    }
-    if cfg.max_messages_per_subject != 1 {
-        return refuse(format!(
-            "it keeps {} messages per key; leases need a history of 1",
-            cfg.max_messages_per_subject
-        ));
+    if let Some(why) = kv_shape(cfg, bucket, "leases") {
+        return refuse(why);
     }
     if cfg.deny_purge {
         return refuse("it denies purge, which release needs".into());

@@ -2,8 +2,9 @@
 //! through a fault-injecting proxy. Needs `LEASE_TEST_NATS_URL`; skips loudly without it.
 //!
 //! The harness takes the store's fixed TTL (the bucket's max age, 1.5 s here) for both the
-//! store-level cases and the coordinator timings. Partitions and membership run on the same
-//! store; the fault path's store counts the round trips of a batch renewal.
+//! store-level cases and the coordinator timings. Scheduler slots, partitions and membership run
+//! on the same store (slots in the bucket's slot bucket, which has no max age); the fault
+//! path's store counts the round trips of a batch renewal.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -34,6 +35,7 @@ async fn setup() -> Option<Harness> {
         .expect("a store connects through the fault proxy");
     Some(
         Harness::new(Arc::new(store.clone()))
+            .with_slots(Arc::new(store.clone()))
             .with_faults(Arc::new(proxied.clone()), Arc::new(proxy))
             .with_groups(Arc::new(store), Some(Arc::new(proxied))),
     )

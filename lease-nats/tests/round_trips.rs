@@ -12,7 +12,10 @@ use std::time::Duration;
 
 use async_nats::jetstream;
 use lease_conformance::{FaultProxy, env};
-use lease_core::{LeaseStore, MembershipStore, PartitionStore, backend::HolderToken};
+use lease_core::{
+    LeaseStore, MembershipStore, PartitionStore, SlotStore,
+    backend::{HolderToken, SlotClaim},
+};
 use lease_nats::{NatsConfig, NatsStore};
 
 const TTL: Duration = Duration::from_secs(5);
@@ -191,8 +194,186 @@ async fn each_operation_costs_what_the_docs_say() {
     );
 
     groups_cost_what_the_docs_say(&proxy, &server, &store, &other).await;
+    slots_cost_what_the_docs_say(&proxy, &server, &store, &other, store.slot_bucket()).await;
 
     let _ = server.js.delete_stream(&server.stream).await;
+    let _ = server
+        .js
+        .delete_stream(format!("KV_{}", store.slot_bucket()))
+        .await;
+}
+
+/// What a slot operation cost: (round trips on the wire, messages stored in the lease bucket,
+/// messages stored in the slot bucket, API requests).
+async fn slot_cost<T>(
+    proxy: &FaultProxy,
+    server: &Server,
+    slot_bucket: &str,
+    op: impl std::future::Future<Output = T>,
+) -> ((u64, u64, u64, u64), T) {
+    let stream = format!("KV_{slot_bucket}");
+    let last = || async {
+        server
+            .js
+            .get_stream(&stream)
+            .await
+            .unwrap()
+            .cached_info()
+            .state
+            .last_sequence
+    };
+    let before = last().await;
+    let ((trips, stored, api), out) = cost(proxy, server, op).await;
+    let slots = last().await - before;
+    ((trips, stored, slots, api), out)
+}
+
+/// Scheduler slots, as the crate docs' table says. `store` and `other` are two store objects
+/// through the proxy. The operations that read the lease and the record together send two
+/// direct gets at once, which cost one or two round trips on the wire.
+async fn slots_cost_what_the_docs_say(
+    proxy: &FaultProxy,
+    server: &Server,
+    store: &NatsStore,
+    other: &NatsStore,
+    slots: &str,
+) {
+    let (a, b) = (HolderToken::mint(), HolderToken::mint());
+    let (c, g) = slot_cost(proxy, server, slots, store.last_slot("job")).await;
+    assert_eq!(g.unwrap(), None);
+    assert_eq!(c, (1, 0, 0, 0), "last slot of a job that never ran: a get");
+
+    let (c, g) = slot_cost(
+        proxy,
+        server,
+        slots,
+        store.claim_slot("job", &a, "a", TTL, i64::MAX / 4),
+    )
+    .await;
+    let SlotClaim::Early { now_ms } = g.unwrap() else {
+        panic!("a far-future instant was not early")
+    };
+    assert_eq!(
+        c,
+        (4, 1, 0, 1),
+        "early: get record, create lease, get its stamp, purge it"
+    );
+    let at = now_ms - 10_000;
+    let (c, g) = slot_cost(
+        proxy,
+        server,
+        slots,
+        store.claim_slot("job", &a, "a", TTL, at),
+    )
+    .await;
+    assert!(matches!(g.unwrap(), SlotClaim::Claimed { .. }));
+    assert_eq!(
+        c,
+        (4, 1, 1, 0),
+        "claimed: get record, create lease, get its stamp, write record"
+    );
+    let (c, g) = slot_cost(
+        proxy,
+        server,
+        slots,
+        other.claim_slot("job", &b, "b", TTL, at + 1),
+    )
+    .await;
+    assert_eq!(g.unwrap(), SlotClaim::Held);
+    assert_eq!(c, (2, 0, 0, 0), "held: get record, a create that fails");
+    let (c, g) = slot_cost(proxy, server, slots, store.verify("job", &a)).await;
+    assert!(g.unwrap().is_some());
+    assert_eq!(
+        c,
+        (2, 0, 0, 0),
+        "verify of a job's lease: get lease, get record"
+    );
+    let (c, g) = slot_cost(proxy, server, slots, store.finish_slot("job", &a, at, None)).await;
+    let f = g.unwrap();
+    assert!(f.recorded && f.released, "{f:?}");
+    let (trips, lease, slot, api) = c;
+    assert_eq!(
+        (lease, slot, api),
+        (0, 1, 1),
+        "finish: a record write and a purge"
+    );
+    assert!(
+        (3..=4).contains(&trips),
+        "finish: gets of lease and record together, write record, purge; took {trips}"
+    );
+    let (c, g) = slot_cost(
+        proxy,
+        server,
+        slots,
+        other.claim_slot("job", &b, "b", TTL, at),
+    )
+    .await;
+    assert_eq!(g.unwrap(), SlotClaim::Taken { last_ms: at });
+    assert_eq!(c, (1, 0, 0, 0), "taken: get record");
+
+    // A finish whose `passed` is later than the lease's stamp renews it for a fresh one.
+    let at2 = at + 1_000;
+    other.claim_slot("job", &b, "b", TTL, at2).await.unwrap();
+    let (c, g) = slot_cost(
+        proxy,
+        server,
+        slots,
+        other.finish_slot("job", &b, at2, Some(now_ms + 3_600_000)),
+    )
+    .await;
+    let f = g.unwrap();
+    assert!(f.recorded && !f.passed_taken && f.released, "{f:?}");
+    let (trips, lease, slot, api) = c;
+    assert_eq!(
+        (lease, slot, api),
+        (1, 1, 1),
+        "finish with a fresh stamp: a renewal, a record write, a purge"
+    );
+    assert!(
+        (5..=6).contains(&trips),
+        "finish with a fresh stamp: gets together, renew, get, write record, purge; took {trips}"
+    );
+
+    // A round cut short: unfinished, then its one rerun.
+    let at3 = at + 2_000;
+    store.claim_slot("cut", &a, "a", TTL, at3).await.unwrap();
+    store.force_release("cut").await.unwrap();
+    let names: Vec<String> = ["cut", "job", "never"].map(String::from).to_vec();
+    let (c, g) = slot_cost(proxy, server, slots, other.unfinished(&names)).await;
+    assert_eq!(g.unwrap(), vec![("cut".to_string(), at3)]);
+    let (trips, lease, slot, api) = c;
+    assert_eq!(
+        (lease, slot, api),
+        (0, 0, 0),
+        "unfinished: direct gets only"
+    );
+    assert!(
+        (1..=6).contains(&trips),
+        "unfinished: 6 gets in one burst; took {trips}"
+    );
+    let (c, g) = slot_cost(
+        proxy,
+        server,
+        slots,
+        other.claim_rerun("cut", &b, "b", TTL, at3),
+    )
+    .await;
+    assert!(g.unwrap().is_some());
+    assert_eq!(
+        c,
+        (3, 1, 1, 0),
+        "rerun: get record, create lease, write record"
+    );
+    let (c, g) = slot_cost(
+        proxy,
+        server,
+        slots,
+        store.claim_rerun("cut", &a, "a", TTL, at3),
+    )
+    .await;
+    assert_eq!(g.unwrap(), None);
+    assert_eq!(c, (1, 0, 0, 0), "a second rerun: get record");
+    other.finish_slot("cut", &b, at3, None).await.unwrap();
 }
 
 /// Partitions and membership. `store` and `other` are two store objects through the proxy.

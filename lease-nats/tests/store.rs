@@ -1,6 +1,8 @@
 //! NATS-specific behaviour of the store, against a real server (`LEASE_TEST_NATS_URL`): the
 //! bucket and its checks, name escaping, terms as stream sequences, bad input refused before
-//! any I/O, and errors that name the server; partition and member keys beside the leases.
+//! any I/O, and errors that name the server; partition and member keys beside the leases; the
+//! slot bucket, its checks, and job leases that are terms only once their slot record names
+//! them.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -8,8 +10,11 @@ use std::time::Duration;
 
 use async_nats::jetstream;
 use lease_conformance::{FaultProxy, env};
-use lease_core::{ErrorKind, LeaseStore, MembershipStore, PartitionStore, backend::HolderToken};
-use lease_nats::{NatsConfig, NatsStore, TtlMismatch};
+use lease_core::{
+    ErrorKind, LeaseStore, MembershipStore, PartitionStore, SlotStore,
+    backend::{HolderToken, SlotClaim},
+};
+use lease_nats::{NatsConfig, NatsStore, TtlMismatch, slot_bucket_for};
 
 const TTL: Duration = Duration::from_millis(600);
 
@@ -32,6 +37,202 @@ fn private_bucket(what: &str) -> String {
 
 async fn drop_bucket(js: &jetstream::Context, bucket: &str) {
     let _ = js.delete_stream(format!("KV_{bucket}")).await;
+    let _ = js
+        .delete_stream(format!("KV_{}", slot_bucket_for(bucket)))
+        .await;
+}
+
+/// The server's clock in ms, read as the conformance suite does: a far-future instant is early.
+async fn server_now(store: &NatsStore) -> i64 {
+    match store
+        .claim_slot(
+            "clock-probe",
+            &HolderToken::mint(),
+            "probe",
+            TTL,
+            i64::MAX / 4,
+        )
+        .await
+        .unwrap()
+    {
+        SlotClaim::Early { now_ms } => now_ms,
+        other => panic!("a far-future instant was not early: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn slot_records_outlive_the_lease_in_a_bucket_with_no_max_age() {
+    let Some((url, js)) = server().await else {
+        return;
+    };
+    let bucket = private_bucket("slots");
+    let config = NatsConfig::new(TTL).bucket(&bucket);
+    let store = NatsStore::connect(&url, config.clone()).await.unwrap();
+    assert!(store.capabilities().slots);
+    assert_eq!(store.slot_bucket(), format!("{bucket}_slots"));
+    let slots = js
+        .get_stream(format!("KV_{bucket}_slots"))
+        .await
+        .unwrap()
+        .cached_info()
+        .config
+        .clone();
+    assert_eq!(slots.max_age, Duration::ZERO, "no max age");
+    assert_eq!(slots.max_messages_per_subject, 1);
+
+    let now = server_now(&store).await;
+    let at = now - 1_000;
+    let a = HolderToken::mint();
+    assert!(matches!(
+        store.claim_slot("job", &a, "a", TTL, at).await.unwrap(),
+        SlotClaim::Claimed { .. }
+    ));
+    tokio::time::sleep(TTL * 3).await;
+    assert_eq!(store.get("job").await.unwrap(), None, "the lease expired");
+    let rec = store.last_slot("job").await.unwrap().unwrap();
+    assert_eq!((rec.last_ms, rec.unfinished_ms), (Some(at), Some(at)));
+    // Another process reads the same record: the instant stays taken.
+    let again = NatsStore::connect(&url, config).await.unwrap();
+    assert_eq!(
+        again
+            .claim_slot("job", &HolderToken::mint(), "b", TTL, at)
+            .await
+            .unwrap(),
+        SlotClaim::Taken { last_ms: at }
+    );
+    assert_eq!(
+        again.unfinished(&["job".to_string()]).await.unwrap(),
+        vec![("job".to_string(), at)]
+    );
+    drop_bucket(&js, &bucket).await;
+}
+
+#[tokio::test]
+async fn a_job_lease_its_record_does_not_name_is_no_term() {
+    let Some((url, js)) = server().await else {
+        return;
+    };
+    let bucket = private_bucket("jobterm");
+    let store = NatsStore::connect(&url, NatsConfig::new(TTL).bucket(&bucket))
+        .await
+        .unwrap();
+    let now = server_now(&store).await;
+    // A job's lease whose slot record write never landed (as after a claim whose record write
+    // was lost), written by hand.
+    let kv = js.get_key_value(&bucket).await.unwrap();
+    let stale = HolderToken::mint();
+    kv.create("job", format!("job1;{};0;lost", stale.to_hex()).into())
+        .await
+        .unwrap();
+    assert_eq!(
+        store.verify("job", &stale).await.unwrap(),
+        None,
+        "a read-back must not turn it into a round"
+    );
+    assert!(
+        store.get("job").await.unwrap().unwrap().live,
+        "it blocks the name"
+    );
+    assert_eq!(
+        store
+            .claim_slot("job", &HolderToken::mint(), "b", TTL, now - 1_000)
+            .await
+            .unwrap(),
+        SlotClaim::Held
+    );
+    tokio::time::sleep(TTL * 3).await;
+    let b = HolderToken::mint();
+    let SlotClaim::Claimed { grant, .. } = store
+        .claim_slot("job", &b, "b", TTL, now - 1_000)
+        .await
+        .unwrap()
+    else {
+        panic!("the instant was not claimed once the stray lease expired");
+    };
+    assert_eq!(
+        store.verify("job", &b).await.unwrap().map(|g| g.term),
+        Some(grant.term),
+        "a claim the record names is a term"
+    );
+    assert_eq!(
+        store.renew("job", &b, TTL).await.unwrap().map(|g| g.term),
+        Some(grant.term)
+    );
+    assert_eq!(
+        store.verify("job", &b).await.unwrap().map(|g| g.term),
+        Some(grant.term),
+        "still, after a renewal"
+    );
+    drop_bucket(&js, &bucket).await;
+}
+
+#[tokio::test]
+async fn slot_bucket_checks_refuse_a_max_age_and_name_a_missing_bucket() {
+    let Some((url, js)) = server().await else {
+        return;
+    };
+    // A slot bucket with a max age would drop the records: refused, naming it.
+    let aging = private_bucket("slotage");
+    let aging_slots = slot_bucket_for(&aging);
+    js.create_stream(async_nats::jetstream::stream::Config {
+        name: format!("KV_{aging_slots}"),
+        subjects: vec![format!("$KV.{aging_slots}.>")],
+        max_messages_per_subject: 1,
+        max_age: Duration::from_secs(3600),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let e = NatsStore::connect(&url, NatsConfig::new(TTL).bucket(&aging))
+        .await
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("max age") && e.to_string().contains(&aging_slots),
+        "{e}"
+    );
+    drop_bucket(&js, &aging).await;
+
+    // Creation off and the slot bucket missing: the store opens, leases work, and each slot
+    // operation fails naming the bucket to create.
+    let bare = private_bucket("noslots");
+    NatsStore::connect(&url, NatsConfig::new(TTL).bucket(&bare))
+        .await
+        .unwrap();
+    js.delete_stream(format!("KV_{}", slot_bucket_for(&bare)))
+        .await
+        .unwrap();
+    let store = NatsStore::connect(
+        &url,
+        NatsConfig::new(TTL).bucket(&bare).create_bucket(false),
+    )
+    .await
+    .unwrap();
+    store.available().await.unwrap();
+    let h = HolderToken::mint();
+    assert!(store.claim("plain", &h, "a", TTL).await.unwrap().is_some());
+    let e = store.last_slot("job").await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Backend);
+    assert!(
+        e.to_string().contains(&slot_bucket_for(&bare)) && e.to_string().contains("does not exist"),
+        "{e}"
+    );
+    let e = store.claim_slot("job", &h, "a", TTL, 0).await.unwrap_err();
+    assert!(e.to_string().contains("create_bucket"), "{e}");
+    drop_bucket(&js, &bare).await;
+
+    // A slot bucket of one's own choosing.
+    let named = private_bucket("named");
+    let custom = private_bucket("custom_slots");
+    let store = NatsStore::connect(
+        &url,
+        NatsConfig::new(TTL).bucket(&named).slot_bucket(&custom),
+    )
+    .await
+    .unwrap();
+    assert_eq!(store.slot_bucket(), custom);
+    assert!(js.get_stream(format!("KV_{custom}")).await.is_ok());
+    drop_bucket(&js, &named).await;
+    let _ = js.delete_stream(format!("KV_{custom}")).await;
 }
 
 #[tokio::test]

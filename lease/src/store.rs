@@ -18,8 +18,8 @@ use std::time::Duration;
 
 use lease_core::backend::{Grant, HolderToken, SlotClaim, SlotFinish, SlotRecord, async_trait};
 use lease_core::{
-    Capabilities, Error, LeaseInfo, LeaseStore, Member, MembershipStore, PartitionLease,
-    PartitionStore, Result, SlotStore,
+    Capabilities, LeaseInfo, LeaseStore, Member, MembershipStore, PartitionLease, PartitionStore,
+    Result, SlotStore,
 };
 
 use crate::Backend;
@@ -29,8 +29,7 @@ use crate::Backend;
 /// It implements [`LeaseStore`], [`PartitionStore`], [`MembershipStore`] and [`SlotStore`] by
 /// handing every call to the backend's own store, so it answers exactly as that store does,
 /// [`capabilities`](LeaseStore::capabilities) and [`available`](LeaseStore::available)
-/// included. An operation the backend lacks answers `ErrorKind::Unsupported`, as its
-/// capabilities say: NATS keeps no scheduler slots (`slots: false`).
+/// included. Every backend has leases, partitions, membership and scheduler slots.
 ///
 /// Match on it to reach the backend's own API (e.g. Redis's `purge_expired`).
 #[derive(Debug)]
@@ -81,28 +80,6 @@ macro_rules! each {
     };
 }
 
-/// As [`each!`], but the backends without scheduler slots answer `Unsupported`.
-macro_rules! each_with_slots {
-    ($self:ident, $s:ident => $body:expr) => {
-        match *$self {
-            #[cfg(feature = "sqlite")]
-            Store::Sqlite(ref $s) => $body,
-            #[cfg(feature = "postgres")]
-            Store::Postgres(ref $s) => $body,
-            #[cfg(feature = "mysql")]
-            Store::MySql(ref $s) => $body,
-            #[cfg(feature = "redis")]
-            Store::Redis(ref $s) => $body,
-            #[cfg(feature = "nats")]
-            Store::Nats(_) => Err(no_slots($self)),
-            #[cfg(feature = "mongodb")]
-            Store::MongoDb(ref $s) => $body,
-            #[cfg(feature = "memory")]
-            Store::Memory(ref $s) => $body,
-        }
-    };
-}
-
 impl Store {
     /// The backend this store is on.
     pub fn kind(&self) -> Backend {
@@ -123,16 +100,6 @@ impl Store {
             Store::Memory(_) => Backend::Memory,
         }
     }
-}
-
-/// The answer of a scheduler-slot operation on a backend that keeps none.
-#[allow(dead_code)] // Unused when no backend without slots is compiled in.
-fn no_slots(store: &Store) -> Error {
-    Error::unsupported(format!(
-        "the {} store keeps no scheduler slots (its capabilities say slots: false); run the \
-         scheduler on a store that does, e.g. SQL, Redis, MongoDB",
-        store.backend()
-    ))
 }
 
 #[deny(clippy::missing_trait_methods)]
@@ -247,18 +214,6 @@ impl MembershipStore for Store {
 }
 
 #[deny(clippy::missing_trait_methods)]
-// Without a backend that keeps slots, every call answers `Unsupported` using no argument.
-#[cfg_attr(
-    not(any(
-        feature = "sqlite",
-        feature = "postgres",
-        feature = "mysql",
-        feature = "redis",
-        feature = "mongodb",
-        feature = "memory"
-    )),
-    allow(unused_variables)
-)]
 #[async_trait]
 impl SlotStore for Store {
     async fn claim_slot(
@@ -269,7 +224,7 @@ impl SlotStore for Store {
         ttl: Duration,
         instant_ms: i64,
     ) -> Result<SlotClaim> {
-        each_with_slots!(self, s => s.claim_slot(name, holder, instance, ttl, instant_ms).await)
+        each!(self, s => s.claim_slot(name, holder, instance, ttl, instant_ms).await)
     }
 
     async fn finish_slot(
@@ -279,11 +234,11 @@ impl SlotStore for Store {
         instant_ms: i64,
         passed_ms: Option<i64>,
     ) -> Result<SlotFinish> {
-        each_with_slots!(self, s => s.finish_slot(name, holder, instant_ms, passed_ms).await)
+        each!(self, s => s.finish_slot(name, holder, instant_ms, passed_ms).await)
     }
 
     async fn unfinished(&self, names: &[String]) -> Result<Vec<(String, i64)>> {
-        each_with_slots!(self, s => s.unfinished(names).await)
+        each!(self, s => s.unfinished(names).await)
     }
 
     async fn claim_rerun(
@@ -294,10 +249,10 @@ impl SlotStore for Store {
         ttl: Duration,
         instant_ms: i64,
     ) -> Result<Option<Grant>> {
-        each_with_slots!(self, s => s.claim_rerun(name, holder, instance, ttl, instant_ms).await)
+        each!(self, s => s.claim_rerun(name, holder, instance, ttl, instant_ms).await)
     }
 
     async fn last_slot(&self, name: &str) -> Result<Option<SlotRecord>> {
-        each_with_slots!(self, s => s.last_slot(name).await)
+        each!(self, s => s.last_slot(name).await)
     }
 }
