@@ -3,6 +3,9 @@
 //! counters (`serverStatus` `metrics.commands.<command>.total`). Runs where
 //! `LEASE_TEST_MONGODB_URL` names a server that nothing else uses meanwhile; prints the SKIPPED
 //! line otherwise.
+//!
+//! The server's counters are process-wide, so the tests here take [`SERIAL`] for their whole
+//! run: run in parallel, each would count the others' commands.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -18,6 +21,9 @@ use lease_core::{
 };
 use lease_mongo::MongoStore;
 use lease_mongo::mongodb::bson::{Bson, doc};
+
+/// Held by each test for its whole run: the server's command counters see one test at a time.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// The server's count of `command` since it started.
 async fn command_total(store: &MongoStore, command: &str) -> i64 {
@@ -59,6 +65,7 @@ async fn count<T>(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_operation_is_one_command_and_one_round_trip() {
+    let _serial = SERIAL.lock().await;
     let Some((direct, store, proxy)) = common::stores(true).await else {
         return;
     };
@@ -154,6 +161,7 @@ async fn count_slot<T>(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slot_operations_take_the_documented_commands() {
+    let _serial = SERIAL.lock().await;
     let Some((direct, store, proxy)) = common::stores(true).await else {
         return;
     };
@@ -260,6 +268,7 @@ async fn count_group<T>(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn partition_and_membership_operations_take_the_documented_commands() {
+    let _serial = SERIAL.lock().await;
     let Some((direct, store, proxy)) = common::stores(true).await else {
         return;
     };
@@ -368,6 +377,7 @@ async fn partition_and_membership_operations_take_the_documented_commands() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn available_passes_and_odd_names_and_labels_are_stored_as_given() {
+    let _serial = SERIAL.lock().await;
     let Some((direct, _, _)) = common::stores(false).await else {
         return;
     };
