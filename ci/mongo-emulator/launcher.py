@@ -32,7 +32,8 @@ One more adapter changes no answer, only how long it takes:
    one set lookup. Anything else (floats, decimals, arrays, null, dates, a collation) is left
    to mongoeco. An upsert or insert of a new `_id` made of such values looks the `_id` up under
    each integer width (int32, int64) instead of scanning the collection; an `_id` stored with
-   a float or decimal equal to one of its integers would not be found (no test stores one).
+   a float or decimal equal to one of its integers would not be found (no test stores one);
+   so does a query on `_id` equality or `_id: {$in: [...]}` (the real server's `_id` index).
 
 Usage: launcher.py [--host 127.0.0.1] [--port 27017]  (memory engine; runs until killed)
 """
@@ -48,6 +49,7 @@ import sys
 from mongoeco.core import _filtering_matching
 from mongoeco.core.bson_scalars import BsonInt32, BsonInt64
 from mongoeco.core.codec import _InternalBsonDocument
+from mongoeco.core.query_plan import AndCondition, EqualsCondition, InCondition
 from mongoeco.engines.memory import MemoryEngine
 from mongoeco.errors import CollectionInvalid
 from mongoeco.wire import executor as wire_executor
@@ -279,12 +281,30 @@ def _id_storage_keys(engine, id_value: object) -> list[object] | None:
 _stock_candidates = MemoryEngine._candidate_items_for_plan_locked
 
 
+def _id_values_from_plan(query_plan) -> tuple | None:
+    """The `_id`s a plan admits when it is (or is an `$and` with) `_id` equality or `_id: {$in}`."""
+    clauses = query_plan.clauses if isinstance(query_plan, AndCondition) else (query_plan,)
+    for clause in clauses:
+        if isinstance(clause, EqualsCondition) and clause.field == "_id":
+            return (clause.value,)
+        if isinstance(clause, InCondition) and clause.field == "_id":
+            return clause.values
+    return None
+
+
 def _candidates_by_id(self, coll, query_plan, *, dialect, indexes, index_data, collation,
                       natural_order_limit=None):
-    id_lookup = self._direct_id_lookup_from_plan(query_plan)
-    if id_lookup is not None and collation is None:
-        keys = _id_storage_keys(self, id_lookup)
+    ids = _id_values_from_plan(query_plan) if collation is None else None
+    if ids is not None:
+        keys: list[object] = []
+        for id_value in ids:
+            variants = _id_storage_keys(self, id_value)
+            if variants is None:
+                keys = None
+                break
+            keys.extend(variants)
         if keys is not None:
+            # Every candidate is matched against the whole plan by the caller.
             return [(k, coll[k]) for k in dict.fromkeys(keys) if k in coll]
     return _stock_candidates(self, coll, query_plan, dialect=dialect, indexes=indexes,
                              index_data=index_data, collation=collation,
