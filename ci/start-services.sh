@@ -4,6 +4,9 @@
 #   mysql     MariaDB        127.0.0.1:3306  root, empty password, database `test`
 #   redis     Redis          127.0.0.1:6379
 #   nats      NATS + JetStream 127.0.0.1:4222
+#   mongodb   the mongoeco MongoDB wire emulator with the project's adapters, 127.0.0.1:27017
+#             (ci/mongo-emulator/: a Debian 13 chroot under /var/lib/lease-ci; another port
+#             when 27017 is taken by something that is not MongoDB)
 # and installs `faketime` when it is missing.
 #
 # Idempotent: a server that already answers is left alone (never installed,
@@ -14,7 +17,8 @@
 #
 # Output: progress on stderr; on stdout one line per service
 # (`service postgres: up` or `service mysql: DOWN (why)`), then as the last line
-# `LEASE_SERVICES_UP=postgres,mysql,redis,nats` (the ones that are up), which a
+# `LEASE_TEST_MONGODB_URL=mongodb://127.0.0.1:PORT` when mongodb is up, and as the last line
+# `LEASE_SERVICES_UP=postgres,mysql,redis,nats,mongodb` (the ones that are up), which a
 # caller can `eval` or grep. Exit status is 0 even when a service is down.
 set -euo pipefail
 
@@ -228,9 +232,24 @@ ensure_nats() {
   fi
 }
 
+# ------------------------------------------------------------------- MongoDB
+# No MongoDB server can be installed on this machine kind: ci/mongo-emulator/start.sh installs
+# and starts the wire emulator (idempotent; see that script), printing its URL or why not.
+MONGODB_URL=""
+ensure_mongodb() {
+  local out rc=0
+  out=$(LOG_DIR=$LOG_DIR WAIT_SECS=$WAIT_SECS bash "$(dirname "$0")/mongo-emulator/start.sh") || rc=$?
+  out=$(echo "$out" | tail -n 1)
+  if [[ $rc -ne 0 ]]; then
+    WHY="emulator: ${out:-ci/mongo-emulator/start.sh failed with status $rc}"
+    return 1
+  fi
+  MONGODB_URL=$out
+}
+
 # ---------------------------------------------------------------------- main
 declare -a up=() summary=()
-for service in postgres mysql redis nats; do
+for service in postgres mysql redis nats mongodb; do
   WHY=""
   if "ensure_$service"; then
     up+=("$service")
@@ -251,6 +270,7 @@ if ! command -v faketime >/dev/null 2>&1; then
 fi
 
 printf '%s\n' "${summary[@]}"
+if [[ -n $MONGODB_URL ]]; then echo "LEASE_TEST_MONGODB_URL=$MONGODB_URL"; fi
 (
   IFS=,
   echo "LEASE_SERVICES_UP=${up[*]}"

@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 summary=$(bash ci/start-services.sh)
-echo "$summary" | grep -v '^LEASE_SERVICES_UP=' >&2 || true
+echo "$summary" | grep -v '^LEASE_SERVICES_UP=\|^LEASE_TEST_MONGODB_URL=' >&2 || true
 up=$(echo "$summary" | sed -n 's/^LEASE_SERVICES_UP=//p' | tail -n 1)
 has() { [[ ",$up," == *",$1,"* ]]; }
 
@@ -17,6 +17,9 @@ if has postgres; then export LEASE_TEST_POSTGRES_URL=${LEASE_TEST_POSTGRES_URL:-
 if has mysql; then export LEASE_TEST_MYSQL_URL=${LEASE_TEST_MYSQL_URL:-mysql://root@127.0.0.1:3306/test}; fi
 if has redis; then export LEASE_TEST_REDIS_URL=${LEASE_TEST_REDIS_URL:-redis://127.0.0.1:6379}; fi
 if has nats; then export LEASE_TEST_NATS_URL=${LEASE_TEST_NATS_URL:-nats://127.0.0.1:4222}; fi
+# MongoDB: the wire emulator (ci/mongo-emulator/), on the port start-services.sh reports.
+mongodb_url=$(echo "$summary" | sed -n 's/^LEASE_TEST_MONGODB_URL=//p' | tail -n 1)
+if has mongodb; then export LEASE_TEST_MONGODB_URL=${LEASE_TEST_MONGODB_URL:-${mongodb_url:-mongodb://127.0.0.1:27017}}; fi
 
 echo "test.sh: servers up: ${up:-none}; LEASE_TEST_REQUIRE=${LEASE_TEST_REQUIRE:-}" >&2
 exec cargo test --workspace "$@"

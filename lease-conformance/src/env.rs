@@ -131,3 +131,12 @@ pub fn skip(backend: &str, why: &str) {
         let _ = std::io::stderr().lock().write_all(line.as_bytes());
     }
 }
+
+/// Reports that one case cannot run on `backend`'s server, for `why`, in one line
+/// `NOT RUN <backend> <case>: <why>` on the process's stderr (past the test harness's capture).
+/// Unlike [`skip`], never a failure: the backend's other cases run, and the line names what
+/// they do not cover.
+pub fn skip_case(backend: &str, case: &str, why: &str) {
+    let line = format!("\nNOT RUN {backend} {case}: {why}\n");
+    let _ = std::io::stderr().lock().write_all(line.as_bytes());
+}

@@ -123,6 +123,10 @@ pub struct Harness {
     /// How far apart the store's clock and the test's measurement may be, for expiry checks.
     pub slack: Duration,
     failures: Arc<Mutex<Vec<StepDownFailure>>>,
+    /// Cases this backend's server cannot run, with the reason (see [`Harness::skipping`]).
+    skips: Vec<(&'static str, String)>,
+    /// Kept until the last clone of the harness drops (see [`Harness::holding`]).
+    held: Option<Arc<dyn std::any::Any + Send + Sync>>,
 }
 
 impl Harness {
@@ -144,7 +148,33 @@ impl Harness {
             timings,
             slack: Duration::from_millis(150),
             failures: Arc::default(),
+            skips: Vec::new(),
+            held: None,
         }
+    }
+
+    /// Marks `case` (a case's function name) as one this server cannot run, for `why`: the
+    /// suite then prints one `NOT RUN <backend> <case>: <why>` line (past the test harness's
+    /// capture) instead of running it. For a server that is a stand-in, such as an emulator,
+    /// whose limits are known; never for a failure of the backend itself.
+    pub fn skipping(mut self, case: &'static str, why: impl Into<String>) -> Self {
+        self.skips.push((case, why.into()));
+        self
+    }
+
+    /// Why `case` is skipped on this server, when it is (see [`Harness::skipping`]).
+    pub fn skip_reason(&self, case: &str) -> Option<&str> {
+        self.skips
+            .iter()
+            .find(|(c, _)| *c == case)
+            .map(|(_, why)| why.as_str())
+    }
+
+    /// Keeps `guard` until the harness (and every clone of it) is dropped, that is for the
+    /// whole case: e.g. a lock guard, so that a backend's cases run one at a time.
+    pub fn holding(mut self, guard: impl std::any::Any + Send + Sync) -> Self {
+        self.held = Some(Arc::new(guard));
+        self
     }
 
     /// Adds a fault path.
@@ -299,6 +329,10 @@ macro_rules! conformance_suite {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $case() {
                 let Some(harness) = $setup().await else { return };
+                if let Some(why) = harness.skip_reason(stringify!($case)) {
+                    $crate::env::skip_case(harness.backend(), stringify!($case), why);
+                    return;
+                }
                 let limit = $crate::CASE_TIME_LIMIT;
                 if tokio::time::timeout(limit, $crate::cases::$case(&harness)).await.is_err() {
                     panic!("{} did not finish within {limit:?}", stringify!($case));

@@ -35,19 +35,17 @@
 //!
 //! # Status
 //!
-//! **This backend is unverified against a live MongoDB server** until a recorded run of its
-//! conformance suite says otherwise: the machines the project is built on cannot run MongoDB.
-//! What is tested without a server: the exact filter, pipeline and update documents it sends
-//! (checked against expected BSON), the reading of replies, name and TTL validation, error
-//! mapping, and connection failures. The conformance suite (`tests/conformance.rs`) runs
-//! wherever `LEASE_TEST_MONGODB_URL` names a server, and prints a `SKIPPED mongodb` line
-//! otherwise.
-//!
-//! The partition leases and membership records ([`PartitionStore`](lease_core::PartitionStore),
-//! [`MembershipStore`](lease_core::MembershipStore)) in particular are **verified offline
-//! only**: their command documents and reply parsing are tested against expected BSON, their
-//! argument checks and error paths without a server; their round-trip test and the
-//! conformance cases for groups have not yet run against a MongoDB server.
+//! **No run of this backend against a real MongoDB server is recorded yet**: the machines the
+//! project is built on cannot run MongoDB. CI runs its conformance suite and round-trip tests
+//! through the driver against the mongoeco MongoDB wire emulator (the repository's
+//! `ci/mongo-emulator/`), which checks the commands, the pipeline updates, `$$NOW`, terms and
+//! epochs, slots, partitions and membership against an independent implementation of MongoDB's
+//! query and update language. It cannot check write-conflict races and duplicate-key retries
+//! under real concurrency, majority write concern, or replica-set failover. Without any server,
+//! the exact filter, pipeline and update documents it sends are checked against expected BSON,
+//! with the reading of replies, name and TTL validation, error mapping, and connection
+//! failures. The suites run wherever `LEASE_TEST_MONGODB_URL` names a server, and print a
+//! `SKIPPED mongodb` line otherwise.
 //!
 //! # Requirements
 //!

@@ -83,3 +83,14 @@ async fn connect(url: &str, quiet: bool) -> Result<(MongoStore, MongoStore, Faul
     )?;
     Ok((direct, proxied, proxy))
 }
+
+/// `true` when the server is the mongoeco wire emulator CI runs (`buildInfo.gitVersion` is
+/// `mongoeco`; see ci/mongo-emulator/), not a MongoDB server.
+pub(crate) async fn emulated(store: &MongoStore) -> bool {
+    store
+        .client()
+        .database("admin")
+        .run_command(doc! { "buildInfo": 1 })
+        .await
+        .is_ok_and(|b| b.get_str("gitVersion") == Ok("mongoeco"))
+}
