@@ -582,7 +582,16 @@ impl Coordinator {
         if followed.as_ref() == Some(&seen) {
             return again;
         }
+        let earlier_own = h.instance == self.shared.instance;
         match followed.replace(seen) {
+            None if earlier_own => info!(
+                name,
+                holder = %h.instance,
+                term = h.term,
+                expires_in = ?h.expires_in,
+                "following: an earlier term of this instance holds the lease until it expires \
+                 (expires_in by the store's clock)"
+            ),
             None => info!(
                 name,
                 holder = %h.instance,

@@ -10,7 +10,7 @@ use std::time::Duration;
 use lease_conformance::capture::{LogCapture, MetricsCapture};
 use lease_conformance::{FaultMode, faulty};
 use lease_core::telemetry::{self, METRICS, MetricKind};
-use lease_core::{Coordinator, GroupWorker, Term, Timings};
+use lease_core::{Coordinator, GroupWorker, LeaseStore, Term, Timings};
 use lease_local::MemoryStore;
 use tokio::time::sleep;
 use tracing::Level;
