@@ -240,7 +240,8 @@ impl Visit for Fields {
         if field.name() == "message" {
             self.message = value.to_owned();
         } else {
-            self.fields.insert(field.name().to_owned(), value.to_owned());
+            self.fields
+                .insert(field.name().to_owned(), value.to_owned());
         }
     }
 

@@ -574,7 +574,10 @@ impl Coordinator {
             };
         self.shared.leadership.following(name, holder.as_ref());
         let Some(h) = holder else {
-            debug!(name, "the name was held at the claim and free when read; campaigning again");
+            debug!(
+                name,
+                "the name was held at the claim and free when read; campaigning again"
+            );
             return None;
         };
         let again = Some(Deadline::after(asked, h.expires_in));

@@ -136,30 +136,168 @@ const COUNT: &str = "count";
 
 /// Every metric the workspace records, in the README's order.
 pub const METRICS: &[MetricDoc] = &[
-    doc(HELD, Gauge, COUNT, &["name"], "1 while this process holds the lease in the store (claim to answered release, or loss), else 0"),
-    doc(TERM, Gauge, COUNT, &["name"], "fencing token of the term this process holds; 0 while it holds none"),
+    doc(
+        HELD,
+        Gauge,
+        COUNT,
+        &["name"],
+        "1 while this process holds the lease in the store (claim to answered release, or loss), else 0",
+    ),
+    doc(
+        TERM,
+        Gauge,
+        COUNT,
+        &["name"],
+        "fencing token of the term this process holds; 0 while it holds none",
+    ),
     doc(CLAIMS, Counter, COUNT, &["name"], "successful claims"),
-    doc(LOSSES, Counter, COUNT, &["name", "cause"], "terms lost; cause: deadline, store or work"),
-    doc(RENEW_FAILURES, Counter, COUNT, &["name", "cause"], "renewals that failed (the term goes on until its local deadline); cause: error or timeout"),
-    doc(RENEW_SECONDS, Histogram, SECONDS, &["name"], "time from a renewal's start to the store's answer"),
-    doc(RENEW_TIME_LEFT, Histogram, SECONDS, &["name"], "time left before the local deadline when a renewal that succeeded was sent"),
-    doc(GRACE_USED, Histogram, SECONDS, &["name"], "time from a term's end until its work returned (the whole grace when it did not)"),
-    doc(CAMPAIGNS, Counter, COUNT, &["name", "outcome"], "run_elected campaigns; outcome: claimed, held or error"),
-    doc(ELECTIONS_ENDED, Counter, COUNT, &["name", "reason"], "run_elected loops that ended; reason: closed or the error's kind"),
-    doc(WORK_FAILURES, Counter, COUNT, &["name"], "run_elected work that failed while its term was live (a step-down)"),
-    doc(GROUP_PARTITIONS_HELD, Gauge, COUNT, &["group"], "partitions in this process's published assignments"),
-    doc(GROUP_ACQUIRED, Counter, COUNT, &["group"], "partitions acquired"),
-    doc(GROUP_HANDOVERS, Counter, COUNT, &["group", "reason"], "partitions that left an assignment; reason: rebalance, leave or lost"),
-    doc(GROUP_REBALANCE_SECONDS, Histogram, SECONDS, &["group"], "time from a member-list change until the worker held exactly its share, nothing draining"),
-    doc(sched::ROUNDS_STARTED, Counter, COUNT, &["job", "rerun"], "scheduler rounds started (instants run)"),
-    doc(sched::ROUNDS_FINISHED, Counter, COUNT, &["job", "rerun"], "scheduler rounds run to their end and recorded as finished"),
-    doc(sched::ROUNDS_FAILED, Counter, COUNT, &["job", "rerun"], "finished scheduler rounds whose work failed or panicked"),
-    doc(sched::ROUNDS_CUT_SHORT, Counter, COUNT, &["job", "rerun"], "scheduler rounds cut short (lease lost, shutdown), left for their one rerun"),
-    doc(sched::RERUNS, Counter, COUNT, &["job"], "reruns of unfinished instants claimed"),
-    doc(sched::INSTANTS_SKIPPED, Counter, COUNT, &["job"], "instants skipped because a round overran them"),
-    doc(sched::INSTANTS_SUPERSEDED, Counter, COUNT, &["job"], "unfinished instants given up because a later instant was claimed first"),
-    doc(sched::INSTANTS_LATE, Counter, COUNT, &["job"], "instants claimed late, after a dead round's lease ended"),
-    doc(sched::INSTANTS_MISSED, Counter, COUNT, &["job"], "instants that never ran and were not recorded as skipped"),
+    doc(
+        LOSSES,
+        Counter,
+        COUNT,
+        &["name", "cause"],
+        "terms lost; cause: deadline, store or work",
+    ),
+    doc(
+        RENEW_FAILURES,
+        Counter,
+        COUNT,
+        &["name", "cause"],
+        "renewals that failed (the term goes on until its local deadline); cause: error or timeout",
+    ),
+    doc(
+        RENEW_SECONDS,
+        Histogram,
+        SECONDS,
+        &["name"],
+        "time from a renewal's start to the store's answer",
+    ),
+    doc(
+        RENEW_TIME_LEFT,
+        Histogram,
+        SECONDS,
+        &["name"],
+        "time left before the local deadline when a renewal that succeeded was sent",
+    ),
+    doc(
+        GRACE_USED,
+        Histogram,
+        SECONDS,
+        &["name"],
+        "time from a term's end until its work returned (the whole grace when it did not)",
+    ),
+    doc(
+        CAMPAIGNS,
+        Counter,
+        COUNT,
+        &["name", "outcome"],
+        "run_elected campaigns; outcome: claimed, held or error",
+    ),
+    doc(
+        ELECTIONS_ENDED,
+        Counter,
+        COUNT,
+        &["name", "reason"],
+        "run_elected loops that ended; reason: closed or the error's kind",
+    ),
+    doc(
+        WORK_FAILURES,
+        Counter,
+        COUNT,
+        &["name"],
+        "run_elected work that failed while its term was live (a step-down)",
+    ),
+    doc(
+        GROUP_PARTITIONS_HELD,
+        Gauge,
+        COUNT,
+        &["group"],
+        "partitions in this process's published assignments",
+    ),
+    doc(
+        GROUP_ACQUIRED,
+        Counter,
+        COUNT,
+        &["group"],
+        "partitions acquired",
+    ),
+    doc(
+        GROUP_HANDOVERS,
+        Counter,
+        COUNT,
+        &["group", "reason"],
+        "partitions that left an assignment; reason: rebalance, leave or lost",
+    ),
+    doc(
+        GROUP_REBALANCE_SECONDS,
+        Histogram,
+        SECONDS,
+        &["group"],
+        "time from a member-list change until the worker held exactly its share, nothing draining",
+    ),
+    doc(
+        sched::ROUNDS_STARTED,
+        Counter,
+        COUNT,
+        &["job", "rerun"],
+        "scheduler rounds started (instants run)",
+    ),
+    doc(
+        sched::ROUNDS_FINISHED,
+        Counter,
+        COUNT,
+        &["job", "rerun"],
+        "scheduler rounds run to their end and recorded as finished",
+    ),
+    doc(
+        sched::ROUNDS_FAILED,
+        Counter,
+        COUNT,
+        &["job", "rerun"],
+        "finished scheduler rounds whose work failed or panicked",
+    ),
+    doc(
+        sched::ROUNDS_CUT_SHORT,
+        Counter,
+        COUNT,
+        &["job", "rerun"],
+        "scheduler rounds cut short (lease lost, shutdown), left for their one rerun",
+    ),
+    doc(
+        sched::RERUNS,
+        Counter,
+        COUNT,
+        &["job"],
+        "reruns of unfinished instants claimed",
+    ),
+    doc(
+        sched::INSTANTS_SKIPPED,
+        Counter,
+        COUNT,
+        &["job"],
+        "instants skipped because a round overran them",
+    ),
+    doc(
+        sched::INSTANTS_SUPERSEDED,
+        Counter,
+        COUNT,
+        &["job"],
+        "unfinished instants given up because a later instant was claimed first",
+    ),
+    doc(
+        sched::INSTANTS_LATE,
+        Counter,
+        COUNT,
+        &["job"],
+        "instants claimed late, after a dead round's lease ended",
+    ),
+    doc(
+        sched::INSTANTS_MISSED,
+        Counter,
+        COUNT,
+        &["job"],
+        "instants that never ran and were not recorded as skipped",
+    ),
 ];
 
 /// Gives every metric of [`METRICS`] its HELP text and unit on the installed recorder. Call it
@@ -184,7 +322,8 @@ pub fn describe() {
 /// The README's table of metrics, as Markdown: what the test compares the README with.
 #[doc(hidden)]
 pub fn markdown_table() -> String {
-    let mut out = String::from("| metric | kind | unit | labels | meaning |\n|---|---|---|---|---|\n");
+    let mut out =
+        String::from("| metric | kind | unit | labels | meaning |\n|---|---|---|---|---|\n");
     for m in METRICS {
         let labels: Vec<String> = m.labels.iter().map(|l| format!("`{l}`")).collect();
         out.push_str(&format!(

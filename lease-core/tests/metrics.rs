@@ -41,7 +41,10 @@ async fn holding_claiming_renewing_failing_and_losing_are_recorded() {
         vec![8.0, 8.0]
     );
     let took = rec.histogram(telemetry::RENEW_SECONDS, NAME);
-    assert!(took.len() == 2 && took.iter().all(|&s| s < 0.05), "{took:?}");
+    assert!(
+        took.len() == 2 && took.iter().all(|&s| s < 0.05),
+        "{took:?}"
+    );
 
     store.hook().set_mode(FaultMode::Cut);
     term.lost().await;
@@ -71,7 +74,11 @@ async fn holding_claiming_renewing_failing_and_losing_are_recorded() {
     assert_eq!(rec.gauge(telemetry::TERM, NAME), Some(2.0));
     again.resign().await.unwrap();
     assert_eq!(rec.gauge(telemetry::HELD, NAME), Some(0.0));
-    assert_eq!(rec.counter(telemetry::LOSSES, NAME), 1, "a resign is not a loss");
+    assert_eq!(
+        rec.counter(telemetry::LOSSES, NAME),
+        1,
+        "a resign is not a loss"
+    );
 }
 
 /// During a close the work winds down under a renewed lease: the held gauge says 1 (and the
@@ -184,8 +191,8 @@ fn every_metric_is_described_and_the_readme_lists_them_all() {
         assert!(names.contains(constant), "{constant} is not in METRICS");
     }
 
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
-        .unwrap();
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
     let begin = "<!-- metrics table: lease_core::telemetry::METRICS -->\n";
     let end = "<!-- end of metrics table -->";
     let table = readme
@@ -258,7 +265,11 @@ async fn an_elector_logs_whom_it_follows_and_its_losses() {
     let c_term = c.try_acquire("job").await.unwrap();
     sleep(5 * S).await;
     assert!(logs.find("following: the holder changed").is_empty());
-    assert_eq!(leadership.borrow().holder.as_deref(), Some("a"), "a hint, up to a lease old");
+    assert_eq!(
+        leadership.borrow().holder.as_deref(),
+        Some("a"),
+        "a hint, up to a lease old"
+    );
     sleep(6 * S).await;
     let changed = logs.find("following: the holder changed");
     assert_eq!(changed.len(), 1);
@@ -269,7 +280,10 @@ async fn an_elector_logs_whom_it_follows_and_its_losses() {
     // c resigns: b leads.
     c_term.resign().await.unwrap();
     sleep(5 * S).await;
-    assert_eq!(rec.counter(telemetry::CAMPAIGNS, &[("outcome", "claimed")]), 1);
+    assert_eq!(
+        rec.counter(telemetry::CAMPAIGNS, &[("outcome", "claimed")]),
+        1
+    );
     assert!(leadership.borrow().held);
     assert_eq!(leadership.borrow().term, Some(3));
 
@@ -305,7 +319,9 @@ async fn an_elector_logs_whom_it_follows_and_its_losses() {
     elected.await.unwrap().unwrap();
     let lines = logs.lines();
     assert!(
-        lines.iter().all(|l| !l.message.contains("campaigning again")),
+        lines
+            .iter()
+            .all(|l| !l.message.contains("campaigning again")),
         "no line may say the closing elector campaigns again: {lines:?}"
     );
     assert_eq!(
@@ -340,9 +356,16 @@ async fn a_group_worker_records_partitions_handovers_and_rebalances() {
         .await
         .unwrap();
     sleep(settle).await;
-    assert_eq!(rec.gauge(telemetry::GROUP_PARTITIONS_HELD, group), Some(12.0));
+    assert_eq!(
+        rec.gauge(telemetry::GROUP_PARTITIONS_HELD, group),
+        Some(12.0)
+    );
     assert_eq!(rec.counter(telemetry::GROUP_ACQUIRED, group), 12);
-    assert_eq!(rec.histogram(telemetry::GROUP_REBALANCE_SECONDS, group).len(), 1);
+    assert_eq!(
+        rec.histogram(telemetry::GROUP_REBALANCE_SECONDS, group)
+            .len(),
+        1
+    );
 
     let b = GroupWorker::builder(store.clone(), "orders", 12)
         .node("b")
@@ -357,7 +380,10 @@ async fn a_group_worker_records_partitions_handovers_and_rebalances() {
     );
     assert_eq!(mine + theirs, 12);
     // One process, two workers: the gauge is their sum.
-    assert_eq!(rec.gauge(telemetry::GROUP_PARTITIONS_HELD, group), Some(12.0));
+    assert_eq!(
+        rec.gauge(telemetry::GROUP_PARTITIONS_HELD, group),
+        Some(12.0)
+    );
     assert_eq!(
         rec.counter(
             telemetry::GROUP_HANDOVERS,
@@ -365,7 +391,10 @@ async fn a_group_worker_records_partitions_handovers_and_rebalances() {
         ),
         12 - mine as u64
     );
-    assert_eq!(rec.counter(telemetry::GROUP_ACQUIRED, group), 12 + theirs as u64);
+    assert_eq!(
+        rec.counter(telemetry::GROUP_ACQUIRED, group),
+        12 + theirs as u64
+    );
     let rebalances = rec.histogram(telemetry::GROUP_REBALANCE_SECONDS, group);
     assert_eq!(rebalances.len(), 3, "a's start, then a's and b's rebalance");
     assert!(
@@ -382,10 +411,16 @@ async fn a_group_worker_records_partitions_handovers_and_rebalances() {
         mine as u64
     );
     sleep(2 * settle).await;
-    assert_eq!(rec.gauge(telemetry::GROUP_PARTITIONS_HELD, group), Some(12.0));
+    assert_eq!(
+        rec.gauge(telemetry::GROUP_PARTITIONS_HELD, group),
+        Some(12.0)
+    );
     assert_eq!(b.assignment().borrow().partitions.len(), 12);
     b.leave().await.unwrap();
-    assert_eq!(rec.gauge(telemetry::GROUP_PARTITIONS_HELD, group), Some(0.0));
+    assert_eq!(
+        rec.gauge(telemetry::GROUP_PARTITIONS_HELD, group),
+        Some(0.0)
+    );
     assert_eq!(
         rec.counter(
             telemetry::GROUP_HANDOVERS,

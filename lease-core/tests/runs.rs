@@ -467,11 +467,18 @@ async fn run_elected_restarts_failed_work_with_a_backoff_by_default() {
     assert_eq!(starts[0].1, t0);
     assert!(held_while_working.load(Ordering::SeqCst));
     assert_eq!(rec.counter(telemetry::WORK_FAILURES, &[("name", "job")]), 4);
-    assert_eq!(rec.counter(telemetry::LOSSES, &[("name", "job")]), 0, "not a loss");
+    assert_eq!(
+        rec.counter(telemetry::LOSSES, &[("name", "job")]),
+        0,
+        "not a loss"
+    );
     a.close().await.unwrap();
     assert!(elected.await.unwrap().is_ok());
     assert_eq!(
-        rec.counter(telemetry::ELECTIONS_ENDED, &[("name", "job"), ("reason", "closed")]),
+        rec.counter(
+            telemetry::ELECTIONS_ENDED,
+            &[("name", "job"), ("reason", "closed")]
+        ),
         1
     );
     assert!(failures.list().is_empty());
@@ -543,7 +550,10 @@ async fn run_elected_under_the_return_policy_returns_and_counts_the_end() {
     assert!(err.to_string().contains("bad config"), "{err}");
     assert_eq!(rec.counter(telemetry::WORK_FAILURES, &[("name", "job")]), 1);
     assert_eq!(
-        rec.counter(telemetry::ELECTIONS_ENDED, &[("name", "job"), ("reason", "work")]),
+        rec.counter(
+            telemetry::ELECTIONS_ENDED,
+            &[("name", "job"), ("reason", "work")]
+        ),
         1
     );
     assert_eq!(live_holder(store.inner(), "job").await, None, "released");

@@ -74,6 +74,23 @@ impl Args {
     }
 }
 
+/// The error and its causes on one line, each cause once: a lease error's message already says
+/// what its source says.
+fn message(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if out.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
+}
+
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let args = Args::parse();
@@ -83,6 +100,7 @@ async fn main() -> std::process::ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let result = match &args.plot {
         Some(out) => plot::run(out.clone()).await,
@@ -91,7 +109,7 @@ async fn main() -> std::process::ExitCode {
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("lease-example-service: {e:#}");
+            eprintln!("lease-example-service: {}", message(&e));
             std::process::ExitCode::FAILURE
         }
     }

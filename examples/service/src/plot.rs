@@ -85,11 +85,15 @@ pub(crate) async fn run(out: PathBuf) -> Result<()> {
     run.stop(a, "a", Signal::TERM, "a: SIGTERM").await?;
     let end = run.elapsed();
 
-    let samples = run.samples.lock().map_err(|_| anyhow!("a scraper panicked"))?.clone();
+    let samples = run
+        .samples
+        .lock()
+        .map_err(|_| anyhow!("a scraper panicked"))?
+        .clone();
     let taken_by_b = first_held(&samples, "b", graceful)
         .ok_or_else(|| anyhow!("b never led after a's SIGTERM"))?;
-    let taken_by_a = first_held(&samples, "a", crash)
-        .ok_or_else(|| anyhow!("a never led after b's SIGKILL"))?;
+    let taken_by_a =
+        first_held(&samples, "a", crash).ok_or_else(|| anyhow!("a never led after b's SIGKILL"))?;
     let terms = leading_terms(&samples);
     println!(
         "graceful stop: b leads {:.1} s after a's SIGTERM; crash: a leads {:.1} s after b's \
@@ -101,7 +105,10 @@ pub(crate) async fn run(out: PathBuf) -> Result<()> {
         bail!("the graceful hand-over took {:.1} s", taken_by_b - graceful);
     }
     if taken_by_a - crash > LEASE_SECS + 2.0 {
-        bail!("the take-over after the crash took {:.1} s", taken_by_a - crash);
+        bail!(
+            "the take-over after the crash took {:.1} s",
+            taken_by_a - crash
+        );
     }
     if terms.windows(2).any(|w| w[1] <= w[0]) || terms.len() < 3 {
         bail!("the terms did not grow at every hand-over: {terms:?}");
@@ -128,23 +135,44 @@ impl Run {
     /// Starts an instance, waits for its address, and scrapes it until it is stopped.
     async fn start(&mut self, who: &'static str) -> Result<Running> {
         let index = {
-            let mut samples = self.samples.lock().map_err(|_| anyhow!("a scraper panicked"))?;
+            let mut samples = self
+                .samples
+                .lock()
+                .map_err(|_| anyhow!("a scraper panicked"))?;
             let runs = samples.entry(who).or_default();
             runs.push(Vec::new());
             runs.len() - 1
         };
         let log = self.dir.join(format!("{who}-{index}.log"));
-        let log = std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+        let log =
+            std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
         let mut child = Command::new(&self.exe)
-            .args(["--store", &self.url, "--listen", "127.0.0.1:0", "--instance", who])
-            .args(["--lease", &LEASE_SECS.to_string(), "--every-ms", "200", "--linger-ms", "400"])
+            .args([
+                "--store",
+                &self.url,
+                "--listen",
+                "127.0.0.1:0",
+                "--instance",
+                who,
+            ])
+            .args([
+                "--lease",
+                &LEASE_SECS.to_string(),
+                "--every-ms",
+                "200",
+                "--linger-ms",
+                "400",
+            ])
             .env("RUST_LOG", "info")
             .stdout(Stdio::piped())
             .stderr(Stdio::from(log))
             .kill_on_drop(true)
             .spawn()
             .context("starting an instance")?;
-        let stdout = child.stdout.take().ok_or_else(|| anyhow!("no stdout from {who}"))?;
+        let stdout = child
+            .stdout
+            .take()
+            .ok_or_else(|| anyhow!("no stdout from {who}"))?;
         let mut lines = BufReader::new(stdout).lines();
         let addr = timeout(Duration::from_secs(30), async {
             while let Some(line) = lines.next_line().await? {
@@ -237,7 +265,9 @@ async fn scrape(
 async fn get(addr: &str, path: &str) -> Result<String> {
     let mut stream = tokio::net::TcpStream::connect(addr).await?;
     stream
-        .write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes())
+        .write_all(
+            format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
         .await?;
     let mut answer = String::new();
     stream.read_to_string(&mut answer).await?;
@@ -256,7 +286,11 @@ fn value(body: &str, series: &str) -> Option<f64> {
 }
 
 /// The first time after `after` at which a process of `who` said it held the lease.
-fn first_held(samples: &BTreeMap<&'static str, Vec<Vec<Sample>>>, who: &str, after: f64) -> Option<f64> {
+fn first_held(
+    samples: &BTreeMap<&'static str, Vec<Vec<Sample>>>,
+    who: &str,
+    after: f64,
+) -> Option<f64> {
     samples
         .get(who)?
         .iter()
@@ -297,7 +331,8 @@ fn draw(
     caption: &str,
 ) -> Result<()> {
     if let Some(parent) = out.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+        std::fs::create_dir_all(parent)
+            .with_context(|| format!("creating {}", parent.display()))?;
     }
     let root = SVGBackend::new(out, (1000, 760)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| anyhow!("drawing: {e:?}"))?;
@@ -319,8 +354,18 @@ fn draw(
         .map(|s| s.writes)
         .fold(1.0, f64::max);
     let specs: [(&str, f64, fn(&Sample) -> f64, bool); 3] = [
-        ("lease_held{name=\"report\"}", 1.2, |s| s.held, true),
-        ("lease_term{name=\"report\"}", max_term + 1.0, |s| s.term, true),
+        (
+            "lease_held{name=\"report\"} (x: seconds since the start)",
+            1.2,
+            |s| s.held,
+            true,
+        ),
+        (
+            "lease_term{name=\"report\"}",
+            max_term + 1.0,
+            |s| s.term,
+            true,
+        ),
         (
             "service_reports_written_total (per process)",
             max_writes * 1.15,
@@ -354,12 +399,12 @@ fn panel(
         .margin_right(20)
         .x_label_area_size(26)
         .y_label_area_size(50)
-        .build_cartesian_2d(0f64..end, 0f64..top)
+        // Room on the right for the legend, after the run's end.
+        .build_cartesian_2d(0f64..end + 2.5, 0f64..top)
         .map_err(|e| format!("{e:?}"))?;
     chart
         .configure_mesh()
         .max_light_lines(0)
-        .x_desc("seconds")
         .label_style(("sans-serif", 12))
         .draw()
         .map_err(|e| format!("{e:?}"))?;
@@ -395,13 +440,15 @@ fn panel(
                 let legend = color(who);
                 series
                     .label(format!("instance {who}"))
-                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], legend.stroke_width(2)));
+                    .legend(move |(x, y)| {
+                        PathElement::new(vec![(x, y), (x + 16, y)], legend.stroke_width(2))
+                    });
             }
         }
     }
     chart
         .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
+        .position(SeriesLabelPosition::MiddleRight)
         .background_style(WHITE.mix(0.85))
         .border_style(RGBColor(200, 200, 200))
         .label_font(("sans-serif", 12))

@@ -4,10 +4,10 @@ use std::future::IntoFuture;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
+use axum::Router;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::routing::get;
-use axum::Router;
 use lease::sql::SqliteStore;
 use lease::{Coordinator, Leadership, OpenOptions, Store, Term, Timings};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
@@ -162,16 +162,21 @@ async fn prepare(sqlite: &SqliteStore) -> Result<()> {
     .execute(pool)
     .await
     .context("creating the report table")?;
-    sqlx::query("INSERT OR IGNORE INTO service_report (id, fence, writes, writer) VALUES (1, 0, 0, '')")
-        .execute(pool)
-        .await
-        .context("creating the report row")?;
+    sqlx::query(
+        "INSERT OR IGNORE INTO service_report (id, fence, writes, writer) VALUES (1, 0, 0, '')",
+    )
+    .execute(pool)
+    .await
+    .context("creating the report row")?;
     Ok(())
 }
 
 /// The leader's work: a fenced write every `every`, until the term ends.
 async fn lead(sqlite: SqliteStore, term: Term, every: Duration) -> Result<(), lease::Error> {
-    info!(term = term.token(), "leading: writing the report under this term's fencing token");
+    info!(
+        term = term.token(),
+        "leading: writing the report under this term's fencing token"
+    );
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
     loop {
@@ -232,7 +237,9 @@ struct Http {
 
 /// 200 on the leader, 503 on a follower: a leader-only route's readiness probe. The body says
 /// who leads, under which term, and for how long.
-async fn ready(State(http): State<Http>) -> (StatusCode, [(header::HeaderName, &'static str); 1], String) {
+async fn ready(
+    State(http): State<Http>,
+) -> (StatusCode, [(header::HeaderName, &'static str); 1], String) {
     let l = http.leadership.borrow().clone();
     let body = serde_json::json!({
         "name": l.name,
@@ -254,7 +261,9 @@ async fn ready(State(http): State<Http>) -> (StatusCode, [(header::HeaderName, &
     )
 }
 
-async fn metrics_text(State(http): State<Http>) -> ([(header::HeaderName, &'static str); 1], String) {
+async fn metrics_text(
+    State(http): State<Http>,
+) -> ([(header::HeaderName, &'static str); 1], String) {
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
         http.prometheus.render(),
