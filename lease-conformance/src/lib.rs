@@ -1,7 +1,8 @@
 //! The shared conformance suite every lease store runs, with the tools it needs: a
 //! fault-injecting TCP [`proxy`], the in-process [`faults`] hook sharing its [`FaultMode`], an
 //! [`audit`] of group workers' assignments, a [`history`] checker for fenced critical sections,
-//! and the [`env`](mod@env) policy for finding test servers.
+//! [`capture`] of metrics and log lines, and the [`env`](mod@env) policy for finding test
+//! servers.
 //!
 //! Every case is a plain `pub async fn case(h: &Harness)` in [`cases`]; a backend runs them all,
 //! each as its own `#[tokio::test]`, with one macro call:
@@ -33,6 +34,7 @@
 //! cases skip loudly (see [`env`](mod@env)).
 
 pub mod audit;
+pub mod capture;
 pub mod cases;
 #[cfg(feature = "docker")]
 mod docker;

@@ -10,12 +10,13 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, error, info, warn};
 
-use crate::clock::Stamp;
+use crate::clock::{Deadline, Stamp};
 use crate::error::{BoxError, Error, ErrorKind, Result};
+use crate::leadership::{Board, Leadership};
 use crate::observer::Observer;
 use crate::run::{FailAction, default_fail_action};
 use crate::store::LeaseStoreExt;
-use crate::store::{HolderToken, LeaseStore, validate_instance};
+use crate::store::{HolderToken, LeaseInfo, LeaseStore, validate_instance};
 use crate::telemetry;
 use crate::term::{Term, TermShared};
 use crate::timings::Timings;
@@ -87,6 +88,20 @@ pub(crate) struct CoordShared {
     /// Fires when the coordinator starts closing.
     pub(crate) closing: CancellationToken,
     terms: Mutex<Terms>,
+    /// The leadership state of every name asked for or claimed.
+    leadership: Board,
+}
+
+impl CoordShared {
+    /// A term of `name` was won, with the claim sent at `since`.
+    pub(crate) fn term_started(&self, name: &str, token: u64, since: Stamp) {
+        self.leadership.won(name, token, &self.instance, since);
+    }
+
+    /// A term of `name` ended (its `done` fired).
+    pub(crate) fn term_ended(&self, name: &str, token: u64) {
+        self.leadership.ended(name, token);
+    }
 }
 
 #[derive(Default)]
@@ -164,6 +179,7 @@ impl CoordinatorBuilder {
 
     /// Checks the instance label and the timings against the store, and builds.
     pub fn build(self) -> Result<Coordinator> {
+        telemetry::describe_once();
         let instance = self.instance.unwrap_or_else(default_instance);
         validate_instance(&instance)?;
         self.store.validate_ttl(self.timings.lease())?;
@@ -185,6 +201,7 @@ impl CoordinatorBuilder {
                 work: TaskTracker::new(),
                 closing: CancellationToken::new(),
                 terms: Mutex::new(Terms::default()),
+                leadership: Board::default(),
             }),
         })
     }
@@ -249,7 +266,39 @@ impl Coordinator {
 
     /// An observer over the same store.
     pub fn observer(&self) -> Observer {
-        Observer::new(self.shared.store.clone())
+        Observer::from_arc(self.shared.store.clone())
+    }
+
+    /// A watch of this coordinator's own leadership of `name`: whether it holds a live term,
+    /// which, since when, and, while it follows, who holds the name as its last campaign saw
+    /// (see [`Leadership`]). Cheap: no I/O; the value changes when a term of `name` is won or
+    /// ends, and when a campaign of [`run_elected`](Coordinator::run_elected) sees another
+    /// holder. Made for readiness endpoints and admin pages:
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> lease_core::Result<()> {
+    /// let coordinator = lease_core::Coordinator::builder(lease_local::MemoryStore::new())
+    ///     .instance("api-1")
+    ///     .build()?;
+    /// let mut leadership = coordinator.leadership("billing-leader");
+    /// assert!(!leadership.borrow().held);
+    ///
+    /// let term = coordinator.try_acquire("billing-leader").await?;
+    /// leadership.changed().await.ok();
+    /// assert!(leadership.borrow().held);
+    /// assert_eq!(leadership.borrow().term, Some(term.token()));
+    ///
+    /// term.resign().await?;
+    /// assert!(!leadership.borrow().held);
+    /// coordinator.close().await
+    /// # }
+    /// ```
+    ///
+    /// A name this coordinator never claims stays not held; the channel lives as long as the
+    /// coordinator.
+    pub fn leadership(&self, name: &str) -> tokio::sync::watch::Receiver<Leadership> {
+        self.shared.leadership.subscribe(name)
     }
 
     /// `true` once [`close`](Coordinator::close) has been called.
@@ -394,6 +443,14 @@ impl Coordinator {
     /// [`OnWorkError`] policy decides: by default the node steps down and campaigns again
     /// after a growing backoff; with [`OnWorkError::Return`] the error is returned.
     ///
+    /// While another node holds the name, a campaign answered held reads the holder (one
+    /// `get`) when this node starts following, and again once the holder's lease, as last read,
+    /// would have run out unrenewed — at most one read per lease. It logs at info when this node
+    /// starts following and when it sees the holder change (instance, term, time left by the
+    /// store's clock), and publishes the holder on [`leadership`](Coordinator::leadership). A
+    /// lost term is logged at warn. Campaigns are counted in [`telemetry::CAMPAIGNS`] by
+    /// outcome.
+    ///
     /// Returns `Ok(())` once the coordinator is closed; an error for invalid names or timings,
     /// or a work failure under [`OnWorkError::Return`]. Every end is counted in
     /// [`telemetry::ELECTIONS_ENDED`] by reason; an end other than a close is logged at error
@@ -410,10 +467,15 @@ impl Coordinator {
         if let Err(e) = self.shared.store.validate_name(name) {
             return self.election_ended(name, Err(e));
         }
+        telemetry::campaigning(name);
         let policy = self.shared.on_work_error;
         let t = self.shared.timings;
         let mut first = true;
         let mut failures = 0u32;
+        // The holder last logged while following, so a line is written when it changes, and
+        // when to read the holder again: once its lease, as last read, could have run out.
+        let mut followed: Option<(String, u64)> = None;
+        let mut look_again: Option<Deadline> = None;
         loop {
             if !first {
                 let pause = if failures > 0 {
@@ -432,26 +494,40 @@ impl Coordinator {
             let term = match self.try_acquire(name).await {
                 Ok(term) => term,
                 Err(e) => match e.kind() {
-                    ErrorKind::Held => continue,
+                    ErrorKind::Held => {
+                        telemetry::campaign(name, "held");
+                        if look_again.is_none_or(|d| d.has_passed()) {
+                            look_again = self.follow(name, &mut followed).await;
+                        }
+                        continue;
+                    }
                     ErrorKind::Closed => return self.election_ended(name, Ok(())),
                     ErrorKind::InvalidName | ErrorKind::InvalidTimings | ErrorKind::Unsupported => {
                         return self.election_ended(name, Err(e));
                     }
                     _ => {
+                        telemetry::campaign(name, "error");
                         warn!(name, error = %e, "campaign failed; retrying");
                         continue;
                     }
                 },
             };
+            telemetry::campaign(name, "claimed");
+            followed = None;
+            look_again = None;
             let token = term.token();
             match term.run(&mut f).await {
                 Ok(()) => {
                     failures = 0;
+                    if self.is_closed() {
+                        // The work returned because the coordinator closes: no new campaign.
+                        return self.election_ended(name, Ok(()));
+                    }
                     debug!(name, term = token, "work returned; campaigning again");
                 }
                 Err(e) if e.is(ErrorKind::Lost) => {
                     failures = 0;
-                    info!(name, term = token, error = %e, "term lost; campaigning again");
+                    warn!(name, term = token, error = %e, "term lost; campaigning again");
                 }
                 Err(e) if e.is(ErrorKind::Closed) => {
                     if self.is_closed() {
@@ -473,6 +549,70 @@ impl Coordinator {
                 }
             }
         }
+    }
+
+    /// After a campaign found `name` held: reads the holder (one `get`, bounded by the attempt
+    /// timeout), publishes it on the leadership watch, and logs at info when this node starts
+    /// following or the holder changed. Returns when to read again: when the holder's lease, as
+    /// read, would run out unrenewed (before then the holder cannot have changed, unless it
+    /// released); `None` to read at the next held answer. A failed read is logged at debug and
+    /// changes nothing.
+    async fn follow(&self, name: &str, followed: &mut Option<(String, u64)>) -> Option<Deadline> {
+        let t = self.shared.timings;
+        let asked = Stamp::now();
+        let holder: Option<LeaseInfo> =
+            match timeout(t.attempt_timeout(), self.shared.store.get(name)).await {
+                Ok(Ok(info)) => info.filter(|i| i.live),
+                Ok(Err(e)) => {
+                    debug!(name, error = %e, "could not read the holder after a held answer");
+                    return None;
+                }
+                Err(_) => {
+                    debug!(name, "reading the holder after a held answer timed out");
+                    return None;
+                }
+            };
+        self.shared.leadership.following(name, holder.as_ref());
+        let Some(h) = holder else {
+            debug!(
+                name,
+                "the name was held at the claim and free when read; campaigning again"
+            );
+            return None;
+        };
+        let again = Some(Deadline::after(asked, h.expires_in));
+        let seen = (h.instance.clone(), h.term);
+        if followed.as_ref() == Some(&seen) {
+            return again;
+        }
+        let earlier_own = h.instance == self.shared.instance;
+        match followed.replace(seen) {
+            None if earlier_own => info!(
+                name,
+                holder = %h.instance,
+                term = h.term,
+                expires_in = ?h.expires_in,
+                "following: an earlier term of this instance holds the lease until it expires \
+                 (expires_in by the store's clock)"
+            ),
+            None => info!(
+                name,
+                holder = %h.instance,
+                term = h.term,
+                expires_in = ?h.expires_in,
+                "following: another instance holds the lease (expires_in by the store's clock)"
+            ),
+            Some((before, before_term)) => info!(
+                name,
+                holder = %h.instance,
+                term = h.term,
+                expires_in = ?h.expires_in,
+                previous = %before,
+                previous_term = before_term,
+                "following: the holder changed (expires_in by the store's clock)"
+            ),
+        }
+        again
     }
 
     /// Logs and counts the end of a `run_elected` loop.

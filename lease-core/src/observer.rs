@@ -10,7 +10,7 @@ use crate::store::{LeaseInfo, LeaseStore};
 ///
 /// ```
 /// # async fn demo(store: impl lease_core::LeaseStore) -> lease_core::Result<()> {
-/// let observer = lease_core::Observer::new(std::sync::Arc::new(store));
+/// let observer = lease_core::Observer::new(store);
 /// if let Some(holder) = observer.holder("nightly-report").await? {
 ///     println!("{} holds term {} for {:?}", holder.instance, holder.term, holder.expires_in);
 /// }
@@ -22,8 +22,15 @@ pub struct Observer {
 }
 
 impl Observer {
-    /// An observer over `store`.
-    pub fn new(store: Arc<dyn LeaseStore>) -> Observer {
+    /// An observer over `store`, taken as [`Coordinator::builder`](crate::Coordinator::builder)
+    /// takes it: the store itself, or a shared one (`Arc<S>` is a store too).
+    pub fn new(store: impl LeaseStore) -> Observer {
+        Self::from_arc(Arc::new(store))
+    }
+
+    /// An observer over a shared store, as
+    /// [`Coordinator::builder_arc`](crate::Coordinator::builder_arc) takes it.
+    pub fn from_arc(store: Arc<dyn LeaseStore>) -> Observer {
         Observer { store }
     }
 

@@ -10,6 +10,7 @@ use tokio::time::timeout;
 use tracing::{debug, error, warn};
 
 use crate::error::{BoxError, Error, ErrorKind, Result};
+use crate::telemetry;
 use crate::term::{Term, TermShared};
 
 /// The exit code of the default fail action (70, `EX_SOFTWARE`).
@@ -219,12 +220,19 @@ async fn watch<T: Send + 'static>(shared: Arc<TermShared>, mut task: JoinHandle<
     let _abort = AbortOnDrop(task.abort_handle());
     tokio::select! {
         biased;
-        r = &mut task => return Ended::Joined(r),
+        r = &mut task => {
+            grace_used(&shared);
+            return Ended::Joined(r);
+        }
         _ = shared.lost.cancelled() => {}
     }
     match timeout(shared.timings.grace(), &mut task).await {
-        Ok(joined) => Ended::Joined(joined),
+        Ok(joined) => {
+            grace_used(&shared);
+            Ended::Joined(joined)
+        }
         Err(_) => {
+            telemetry::grace_used(&shared.name, shared.timings.grace());
             let error = shared
                 .end_error()
                 .unwrap_or_else(|| Error::lost(&shared.name, "lost"));
@@ -246,6 +254,13 @@ async fn watch<T: Send + 'static>(shared: Arc<TermShared>, mut task: JoinHandle<
             });
             Ended::Abandoned(error)
         }
+    }
+}
+
+/// Records the grace the work used, when it returned after its term ended.
+fn grace_used(shared: &TermShared) {
+    if let Some(ended) = shared.ended_at() {
+        telemetry::grace_used(&shared.name, ended.elapsed());
     }
 }
 
@@ -369,7 +384,10 @@ impl Term {
         {
             let by_chain = matches!(&joined, Ok(Err(e)) if reports_loss(e.as_ref()));
             if let Some(why) = self.loss_after_failure(by_chain).await {
-                shared.lose(format_args!("{why} (the work failed: {what})"));
+                shared.lose(
+                    format_args!("{why} (the work failed: {what})"),
+                    telemetry::LossCause::Work,
+                );
             }
         }
         if self.is_lost() {

@@ -12,7 +12,7 @@ use crate::clock::{Deadline, Stamp};
 use crate::coordinator::CoordShared;
 use crate::error::{Error, ErrorKind, Result};
 use crate::store::{Grant, HolderToken, LeaseStore};
-use crate::telemetry;
+use crate::telemetry::{self, LossCause};
 use crate::timings::Timings;
 
 /// One holding of a lease: from a successful claim until it is resigned, lost or closed.
@@ -58,6 +58,8 @@ struct Status {
     expires_in: Duration,
     /// The error the term ended with; `None` while live or when resigned.
     end: Option<Error>,
+    /// When the term ended (its `done` fired), for the grace its work used.
+    ended_at: Option<Stamp>,
     /// Result of the release at the end, once done.
     released: Option<Result<bool>>,
     /// How many runs (and the tasks of their work) are using this term. Changed only under
@@ -94,7 +96,8 @@ impl TermShared {
     }
 
     /// Ends the term with `err` (first reason wins, except that Lost overrides Closed).
-    pub(crate) fn end(&self, err: Option<Error>) {
+    /// Returns `true` when this call is the one that marked the term lost.
+    pub(crate) fn end(&self, err: Option<Error>) -> bool {
         let mut st = self.status();
         let lost = err.as_ref().is_some_and(|e| e.is(ErrorKind::Lost));
         let replace = if self.done.is_cancelled() {
@@ -105,15 +108,29 @@ impl TermShared {
         if replace {
             st.end = err;
         }
+        let first_end = st.ended_at.is_none();
+        if first_end {
+            st.ended_at = Some(Stamp::now());
+        }
         drop(st);
-        if lost && !self.lost.is_cancelled() {
-            telemetry::lost(&self.name);
+        let newly_lost = lost && !self.lost.is_cancelled();
+        if newly_lost {
+            // Lost: this process no longer holds the term, whatever the keeper does next.
+            telemetry::term_ended(&self.name, self.token);
             self.lost.cancel();
         }
+        if first_end {
+            self.coord.term_ended(&self.name, self.token);
+        }
         if !self.done.is_cancelled() {
-            telemetry::held(&self.name, false);
             self.done.cancel();
         }
+        newly_lost
+    }
+
+    /// When the term ended; `None` while it is live.
+    pub(crate) fn ended_at(&self) -> Option<Stamp> {
+        self.status().ended_at
     }
 
     /// The error the term ended with; `None` while live or after a resign.
@@ -163,10 +180,13 @@ impl TermShared {
         st.runs == 0
     }
 
-    pub(crate) fn lose(&self, why: impl fmt::Display) {
+    /// Ends the term as lost, logged at warn and counted under `cause` (once per term).
+    pub(crate) fn lose(&self, why: impl fmt::Display, cause: LossCause) {
         let err = Error::lost(&self.name, why);
-        warn!(name = %self.name, term = self.token, instance = %self.instance, "{err}");
-        self.end(Some(err));
+        if self.end(Some(err.clone())) {
+            warn!(name = %self.name, term = self.token, instance = %self.instance, "{err}");
+            telemetry::lost(&self.name, cause);
+        }
     }
 
     /// Stops the keeper and waits for its release.
@@ -203,12 +223,13 @@ impl Term {
                 last_ok: claimed_at,
                 expires_in: grant.expires_in,
                 end: None,
+                ended_at: None,
                 released: None,
                 runs: 0,
             }),
         });
-        telemetry::claimed(&shared.name);
-        telemetry::held(&shared.name, true);
+        telemetry::term_started(&shared.name, token);
+        shared.coord.term_started(&shared.name, token, claimed_at);
         let span =
             info_span!("lease", name = %shared.name, term = token, instance = %shared.instance);
         tokio::spawn(keep(shared.clone()).instrument(span));
@@ -361,10 +382,13 @@ async fn keep(shared: Arc<TermShared>) {
             _ = deadline.reached_or(next) => {}
         }
         if deadline.has_passed() {
-            shared.lose(format_args!(
-                "no renewal succeeded within the local deadline of {:?}",
-                t.deadline()
-            ));
+            shared.lose(
+                format_args!(
+                    "no renewal succeeded within the local deadline of {:?}",
+                    t.deadline()
+                ),
+                LossCause::Deadline,
+            );
             break;
         }
         if Instant::now() < next {
@@ -372,7 +396,8 @@ async fn keep(shared: Arc<TermShared>) {
         }
         let start = Stamp::now();
         last_attempt = start;
-        let bound = t.attempt_timeout().min(last_ok.remaining(t.deadline()));
+        let left = last_ok.remaining(t.deadline());
+        let bound = t.attempt_timeout().min(left);
         let attempt = timeout(
             bound,
             shared.store.renew(&shared.name, &shared.holder, t.lease()),
@@ -384,13 +409,19 @@ async fn keep(shared: Arc<TermShared>) {
             // The attempt's timeout runs on tokio's clock; a suspend during the attempt must
             // still end the term at the deadline.
             () = deadline.reached() => {
-                shared.lose(format_args!(
-                    "no renewal succeeded within the local deadline of {:?}",
-                    t.deadline()
-                ));
+                shared.lose(
+                    format_args!(
+                        "no renewal succeeded within the local deadline of {:?}",
+                        t.deadline()
+                    ),
+                    LossCause::Deadline,
+                );
                 break;
             }
         };
+        if outcome.is_ok() {
+            telemetry::renew_answered(&shared.name, start.elapsed());
+        }
         match outcome {
             Ok(Ok(Some(grant))) => {
                 let mut st = shared.status();
@@ -398,19 +429,23 @@ async fn keep(shared: Arc<TermShared>) {
                 st.last_ok = start;
                 st.expires_in = grant.expires_in;
                 drop(st);
+                telemetry::renewed(&shared.name, left);
                 debug!(expires_in = ?grant.expires_in, "renewed");
             }
             Ok(Ok(None)) => {
                 store_says_gone = true;
-                shared.lose("the store reports the lease is no longer held");
+                shared.lose(
+                    "the store reports the lease is no longer held",
+                    LossCause::Store,
+                );
                 break;
             }
             Ok(Err(e)) => {
-                telemetry::renew_failed(&shared.name);
+                telemetry::renew_failed(&shared.name, false);
                 warn!(error = %e, deadline_in = ?last_ok.remaining(t.deadline()), "renewal failed; retrying");
             }
             Err(_) => {
-                telemetry::renew_failed(&shared.name);
+                telemetry::renew_failed(&shared.name, true);
                 warn!(bound = ?bound, deadline_in = ?last_ok.remaining(t.deadline()), "renewal timed out; retrying");
             }
         }
@@ -442,6 +477,9 @@ async fn keep(shared: Arc<TermShared>) {
         }
     };
     shared.end(None);
+    // Only now has this process let go of the lease (or given it up to its TTL): the gauges
+    // said held until here.
+    telemetry::term_ended(&shared.name, shared.token);
     shared.status().released = Some(released);
     shared.finished.cancel();
 }

@@ -4,17 +4,16 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use lease_conformance::capture::MetricsCapture;
 use lease_conformance::{FaultMode, FaultyStore, faulty};
 use lease_core::{
     Coordinator, Error, ErrorKind, LeaseStore, OnWorkError, StepDownFailure, Term, telemetry,
 };
 use lease_local::MemoryStore;
-use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
 use tokio::sync::Notify;
 use tokio::time::{Instant, sleep};
 
@@ -49,46 +48,6 @@ async fn live_holder(store: &impl LeaseStore, name: &str) -> Option<String> {
         .unwrap()
         .filter(|i| i.live)
         .map(|i| i.instance)
-}
-
-/// A counter recorder for this thread (paused-time tests run on one thread).
-#[derive(Clone, Default)]
-struct Rec(Arc<Mutex<HashMap<String, Arc<AtomicU64>>>>);
-
-impl Rec {
-    fn cell(&self, key: &Key) -> Arc<AtomicU64> {
-        let labels: Vec<String> = key
-            .labels()
-            .map(|l| format!("{}={}", l.key(), l.value()))
-            .collect();
-        let id = format!("{}{{{}}}", key.name(), labels.join(","));
-        self.0.lock().unwrap().entry(id).or_default().clone()
-    }
-
-    /// The counter `metric` with exactly these labels (0 when never touched).
-    fn read(&self, metric: &str, labels: &str) -> u64 {
-        let id = format!("{metric}{{{labels}}}");
-        self.0
-            .lock()
-            .unwrap()
-            .get(&id)
-            .map_or(0, |c| c.load(Ordering::SeqCst))
-    }
-}
-
-impl Recorder for Rec {
-    fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
-    fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
-    fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
-    fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
-        Counter::from_arc(self.cell(key))
-    }
-    fn register_gauge(&self, key: &Key, _: &Metadata<'_>) -> Gauge {
-        Gauge::from_arc(self.cell(key))
-    }
-    fn register_histogram(&self, _: &Key, _: &Metadata<'_>) -> Histogram {
-        Histogram::noop()
-    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -390,8 +349,8 @@ enum Learns {
 #[tokio::test(start_paused = true)]
 async fn run_elected_campaigns_again_when_the_work_learns_of_the_loss_first() {
     for learns in [Learns::LostError, Learns::WrappedLost, Learns::PlainError] {
-        let rec = Rec::default();
-        let _local = metrics::set_default_local_recorder(&rec);
+        let rec = MetricsCapture::default();
+        let _local = rec.install_local();
         let store = faulty(MemoryStore::new());
         let (a, failures) = coordinator(&store, "a");
         let terms = Arc::new(Mutex::new(Vec::new()));
@@ -440,7 +399,7 @@ async fn run_elected_campaigns_again_when_the_work_learns_of_the_loss_first() {
         );
         assert_eq!(*terms.lock().unwrap(), vec![1, 2], "{learns:?}");
         assert_eq!(
-            rec.read(telemetry::LOSSES, "name=job"),
+            rec.counter(telemetry::LOSSES, &[("name", "job")]),
             1,
             "{learns:?}: the loss is counted"
         );
@@ -455,8 +414,8 @@ async fn run_elected_campaigns_again_when_the_work_learns_of_the_loss_first() {
 /// with each failure in a row. Each failure is counted; so is the end of the loop.
 #[tokio::test(start_paused = true)]
 async fn run_elected_restarts_failed_work_with_a_backoff_by_default() {
-    let rec = Rec::default();
-    let _local = metrics::set_default_local_recorder(&rec);
+    let rec = MetricsCapture::default();
+    let _local = rec.install_local();
     let store = faulty(MemoryStore::new());
     let (a, failures) = coordinator(&store, "a");
     let starts = Arc::new(Mutex::new(Vec::new()));
@@ -507,12 +466,19 @@ async fn run_elected_restarts_failed_work_with_a_backoff_by_default() {
     }
     assert_eq!(starts[0].1, t0);
     assert!(held_while_working.load(Ordering::SeqCst));
-    assert_eq!(rec.read(telemetry::WORK_FAILURES, "name=job"), 4);
-    assert_eq!(rec.read(telemetry::LOSSES, "name=job"), 0, "not a loss");
+    assert_eq!(rec.counter(telemetry::WORK_FAILURES, &[("name", "job")]), 4);
+    assert_eq!(
+        rec.counter(telemetry::LOSSES, &[("name", "job")]),
+        0,
+        "not a loss"
+    );
     a.close().await.unwrap();
     assert!(elected.await.unwrap().is_ok());
     assert_eq!(
-        rec.read(telemetry::ELECTIONS_ENDED, "name=job,reason=closed"),
+        rec.counter(
+            telemetry::ELECTIONS_ENDED,
+            &[("name", "job"), ("reason", "closed")]
+        ),
         1
     );
     assert!(failures.list().is_empty());
@@ -566,8 +532,8 @@ async fn a_failing_elector_lets_a_healthy_node_take_over() {
 /// failure and the end are counted.
 #[tokio::test(start_paused = true)]
 async fn run_elected_under_the_return_policy_returns_and_counts_the_end() {
-    let rec = Rec::default();
-    let _local = metrics::set_default_local_recorder(&rec);
+    let rec = MetricsCapture::default();
+    let _local = rec.install_local();
     let store = faulty(MemoryStore::new());
     let a = Coordinator::builder(store.clone())
         .instance("a")
@@ -582,9 +548,12 @@ async fn run_elected_under_the_return_policy_returns_and_counts_the_end() {
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Work);
     assert!(err.to_string().contains("bad config"), "{err}");
-    assert_eq!(rec.read(telemetry::WORK_FAILURES, "name=job"), 1);
+    assert_eq!(rec.counter(telemetry::WORK_FAILURES, &[("name", "job")]), 1);
     assert_eq!(
-        rec.read(telemetry::ELECTIONS_ENDED, "name=job,reason=work"),
+        rec.counter(
+            telemetry::ELECTIONS_ENDED,
+            &[("name", "job"), ("reason", "work")]
+        ),
         1
     );
     assert_eq!(live_holder(store.inner(), "job").await, None, "released");
@@ -602,8 +571,8 @@ async fn run_elected_under_the_return_policy_returns_and_counts_the_end() {
 /// the work's error, not a loss.
 #[tokio::test(start_paused = true)]
 async fn a_work_error_after_a_close_is_not_a_loss() {
-    let rec = Rec::default();
-    let _local = metrics::set_default_local_recorder(&rec);
+    let rec = MetricsCapture::default();
+    let _local = rec.install_local();
     let store = faulty(MemoryStore::new());
     let (a, _) = coordinator(&store, "a");
     let term = a.try_acquire("job").await.unwrap();
@@ -614,7 +583,7 @@ async fn a_work_error_after_a_close_is_not_a_loss() {
     a.close().await.unwrap();
     let e = run.await.unwrap().unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Work, "{e}");
-    assert_eq!(rec.read(telemetry::LOSSES, "name=job"), 0);
+    assert_eq!(rec.counter(telemetry::LOSSES, &[("name", "job")]), 0);
     assert_eq!(live_holder(store.inner(), "job").await, None);
 }
 

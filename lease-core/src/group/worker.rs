@@ -16,6 +16,7 @@ use crate::clock::{Deadline, Stamp};
 use crate::error::{Error, Result};
 use crate::membership::GroupStore;
 use crate::partitions::{MAX_PARTITIONS_PER_CALL, PartitionStore, owner_id};
+use crate::telemetry;
 use crate::{MembershipStore, Timings};
 
 /// The most partitions one group may have.
@@ -129,6 +130,7 @@ impl GroupWorkerBuilder {
     /// Checks everything, heartbeats once (so an unreachable store fails here), and starts the
     /// worker's task on the current tokio runtime.
     pub async fn start(self) -> Result<GroupWorker> {
+        crate::telemetry::describe_once();
         let caps = self.store.capabilities();
         if !caps.partitions || !caps.membership {
             return Err(Error::unsupported(format!(
@@ -195,6 +197,9 @@ impl GroupWorkerBuilder {
             share: BTreeSet::new(),
             acks: Arc::clone(&acks),
             tx,
+            published: 0,
+            rebalancing: None,
+            waiting: BTreeSet::new(),
         };
         let task = tokio::spawn(run.run(stop.clone()));
         info!(group = %self.group, %service, %node, %owner, "group worker started");
@@ -516,6 +521,19 @@ struct Run {
     share: BTreeSet<u32>,
     acks: Arc<AckBox>,
     tx: watch::Sender<Assignment>,
+    /// How many partitions the last publication had (what this worker adds to the gauge).
+    published: usize,
+    /// Since the member list changed, until the assignment matches the share again.
+    rebalancing: Option<Stamp>,
+    /// Partitions of the share the last acquire found held by someone else.
+    waiting: BTreeSet<u32>,
+}
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        // The task ended (or was dropped with its runtime): it holds nothing any more.
+        telemetry::group_held(&self.group, self.published, 0);
+    }
 }
 
 /// The earliest of some deadlines (the one with the least time left).
@@ -633,6 +651,7 @@ impl Run {
             && self.view.as_ref() != Some(view)
         {
             info!(group = %self.group, node = %self.node, members = ?view, "members changed");
+            self.rebalancing.get_or_insert_with(Stamp::now);
             // The share changes only with the member list: computed once per change, not per
             // tick (the assignment sorts partitions × members pairs).
             let me = view.iter().position(|n| n == &self.node);
@@ -654,6 +673,23 @@ impl Run {
         self.give_up(&mine).await;
         self.acquire(&mine, next).await;
         self.publish();
+        self.check_settled();
+    }
+
+    /// Records the rebalance's time once this worker holds exactly its share, with nothing
+    /// draining or of unknown outcome.
+    fn check_settled(&mut self) {
+        let Some(since) = self.rebalancing else {
+            return;
+        };
+        let settled = self.draining.is_empty()
+            && self.unsure.is_empty()
+            && self.held.len() == self.share.len()
+            && self.share.iter().all(|p| self.held.contains_key(p));
+        if settled {
+            self.rebalancing = None;
+            telemetry::group_rebalanced(&self.group, since.elapsed());
+        }
     }
 
     /// Renews every held partition, every partition still draining within its grace, and reads
@@ -714,6 +750,7 @@ impl Run {
                 Some(epoch) if epoch == h.epoch => h.deadline = deadline,
                 _ => {
                     warn!(group = %self.group, node = %self.node, partition = p, "partition lost: the store no longer has it under this owner");
+                    telemetry::group_handed_over(&self.group, "lost", 1);
                     // Drained under the epoch the consumer knows.
                     let (epoch, owner) = (h.epoch, Arc::clone(&h.owner));
                     self.held.remove(&p);
@@ -794,6 +831,7 @@ impl Run {
             return;
         }
         warn!(group = %self.group, node = %self.node, partitions = ?lapsed.iter().map(|(p, _, _)| p).collect::<Vec<_>>(), "partitions lost: no renewal succeeded within the deadline");
+        telemetry::group_handed_over(&self.group, "lost", lapsed.len());
         for (p, epoch, owner) in lapsed {
             self.held.remove(&p);
             self.retire(p, epoch, owner, None);
@@ -861,6 +899,7 @@ impl Run {
                 }
             }
             self.publish();
+            telemetry::group_handed_over(&self.group, "rebalance", gone.len());
             info!(group = %self.group, node = %self.node, partitions = ?gone, "giving partitions up: released once the consumer acknowledges the stop or the grace passes");
         }
         let mut strays: BTreeMap<Owner, Vec<u32>> = BTreeMap::new();
@@ -895,6 +934,7 @@ impl Run {
             .copied()
             .collect();
         let mut gained = Vec::new();
+        let mut waiting = BTreeSet::new();
         // A new holding's deadline is later than every held one: the earliest stays put until
         // something lapses.
         let mut cut = self.earliest_deadline();
@@ -932,6 +972,7 @@ impl Run {
                 }
                 Ok(None) => {
                     self.unsure.remove(&p);
+                    waiting.insert(p);
                 }
                 Err(e) => {
                     warn!(group = %self.group, node = %self.node, partition = p, error = %e, "acquire failed; reading it back and retrying next tick");
@@ -941,15 +982,25 @@ impl Run {
             }
         }
         if !gained.is_empty() {
+            telemetry::group_acquired(&self.group, gained.len());
             info!(group = %self.group, node = %self.node, partitions = ?gained, "partitions acquired");
+        }
+        if waiting != self.waiting {
+            if !waiting.is_empty() {
+                info!(group = %self.group, node = %self.node, partitions = ?waiting, "partitions of this node's share are still held by their previous owner; trying again every tick");
+            }
+            self.waiting = waiting;
         }
     }
 
-    fn publish(&self) {
+    fn publish(&mut self) {
         let next = Assignment {
             partitions: self.held.iter().map(|(p, h)| (*p, h.epoch)).collect(),
             members: self.view.clone().unwrap_or_default(),
         };
+        let count = next.partitions.len();
+        telemetry::group_held(&self.group, self.published, count);
+        self.published = count;
         self.tx.send_if_modified(|current| {
             if *current == next {
                 false
@@ -964,6 +1015,7 @@ impl Run {
     /// drain (renewed) until their consumer acknowledged each stop or the grace has passed; then
     /// every partition number of the group is released for this owner.
     async fn leave(mut self) -> Result<()> {
+        telemetry::group_handed_over(&self.group, "leave", self.held.len());
         for (p, h) in std::mem::take(&mut self.held) {
             self.retire(p, h.epoch, h.owner, Some(h.deadline));
         }
