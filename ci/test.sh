@@ -17,6 +17,7 @@ if has postgres; then export LEASE_TEST_POSTGRES_URL=${LEASE_TEST_POSTGRES_URL:-
 if has mysql; then export LEASE_TEST_MYSQL_URL=${LEASE_TEST_MYSQL_URL:-mysql://root@127.0.0.1:3306/test}; fi
 if has redis; then export LEASE_TEST_REDIS_URL=${LEASE_TEST_REDIS_URL:-redis://127.0.0.1:6379}; fi
 if has nats; then export LEASE_TEST_NATS_URL=${LEASE_TEST_NATS_URL:-nats://127.0.0.1:4222}; fi
+if has etcd; then export LEASE_TEST_ETCD_URL=${LEASE_TEST_ETCD_URL:-etcd://127.0.0.1:2379}; fi
 
 echo "test.sh: servers up: ${up:-none}; LEASE_TEST_REQUIRE=${LEASE_TEST_REQUIRE:-}" >&2
 exec cargo test --workspace "$@"

@@ -9,6 +9,7 @@
         feature = "redis",
         feature = "nats",
         feature = "mongodb",
+        feature = "etcd",
         feature = "memory"
     )),
     allow(unused_variables)
@@ -30,7 +31,7 @@ use crate::Backend;
 /// handing every call to the backend's own store, so it answers exactly as that store does,
 /// [`capabilities`](LeaseStore::capabilities) and [`available`](LeaseStore::available)
 /// included. An operation the backend lacks answers `ErrorKind::Unsupported`, as its
-/// capabilities say: NATS keeps no scheduler slots (`slots: false`).
+/// capabilities say: NATS and etcd keep no scheduler slots (`slots: false`).
 ///
 /// Match on it to reach the backend's own API (e.g. Redis's `purge_expired`).
 #[derive(Debug)]
@@ -54,6 +55,9 @@ pub enum Store {
     /// `mongodb://`, `mongodb+srv://` (feature `mongodb`).
     #[cfg(feature = "mongodb")]
     MongoDb(lease_mongo::MongoStore),
+    /// `etcd://` (feature `etcd`).
+    #[cfg(feature = "etcd")]
+    Etcd(lease_etcd::EtcdStore),
     /// `memory://` (feature `memory`).
     #[cfg(feature = "memory")]
     Memory(lease_local::MemoryStore),
@@ -75,6 +79,8 @@ macro_rules! each {
             Store::Nats(ref $s) => $body,
             #[cfg(feature = "mongodb")]
             Store::MongoDb(ref $s) => $body,
+            #[cfg(feature = "etcd")]
+            Store::Etcd(ref $s) => $body,
             #[cfg(feature = "memory")]
             Store::Memory(ref $s) => $body,
         }
@@ -97,6 +103,8 @@ macro_rules! each_with_slots {
             Store::Nats(_) => Err(no_slots($self)),
             #[cfg(feature = "mongodb")]
             Store::MongoDb(ref $s) => $body,
+            #[cfg(feature = "etcd")]
+            Store::Etcd(_) => Err(no_slots($self)),
             #[cfg(feature = "memory")]
             Store::Memory(ref $s) => $body,
         }
@@ -119,6 +127,8 @@ impl Store {
             Store::Nats(_) => Backend::Nats,
             #[cfg(feature = "mongodb")]
             Store::MongoDb(_) => Backend::MongoDb,
+            #[cfg(feature = "etcd")]
+            Store::Etcd(_) => Backend::Etcd,
             #[cfg(feature = "memory")]
             Store::Memory(_) => Backend::Memory,
         }
