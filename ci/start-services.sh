@@ -7,7 +7,10 @@
 #   mongodb   the mongoeco MongoDB wire emulator with the project's adapters, 127.0.0.1:27017
 #             (ci/mongo-emulator/: a Debian 13 chroot under /var/lib/lease-ci; another port
 #             when 27017 is taken by something that is not MongoDB)
-# and installs `faketime` when it is missing.
+#   etcd      etcd v3 (Debian's etcd-server, 3.4) 127.0.0.1:2379, one member,
+#             data in /var/lib/lease-etcd, log in /var/log/lease-etcd.log
+# and installs `faketime` and `protoc` (Debian's protobuf-compiler, which the
+# etcd-client crate's build script runs) when they are missing.
 #
 # Idempotent: a server that already answers is left alone (never installed,
 # restarted or reconfigured; only a missing `test` database is created). A
@@ -18,7 +21,7 @@
 # Output: progress on stderr; on stdout one line per service
 # (`service postgres: up` or `service mysql: DOWN (why)`), then as the last line
 # `LEASE_TEST_MONGODB_URL=mongodb://127.0.0.1:PORT` when mongodb is up, and as the last line
-# `LEASE_SERVICES_UP=postgres,mysql,redis,nats,mongodb` (the ones that are up), which a
+# `LEASE_SERVICES_UP=postgres,mysql,redis,nats,mongodb,etcd` (the ones that are up), which a
 # caller can `eval` or grep. Exit status is 0 even when a service is down.
 set -euo pipefail
 
@@ -247,9 +250,44 @@ ensure_mongodb() {
   MONGODB_URL=$out
 }
 
+# ---------------------------------------------------------------------- etcd
+# /health answers {"health":"true"} once the member has a leader and serves.
+probe_etcd() {
+  timeout 3 bash -c 'exec 3<>/dev/tcp/127.0.0.1/2379 \
+    && printf "GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n" >&3 \
+    && grep -q "\"health\":\"true\"" <&3' >/dev/null 2>&1
+}
+
+ensure_etcd() {
+  if probe_etcd; then return 0; fi
+  if ! command -v etcd >/dev/null 2>&1; then
+    apt_install etcd-server || return 1
+    if probe_etcd; then return 0; fi
+  fi
+  mkdir -p /var/lib/lease-etcd
+  log "starting etcd"
+  # A 50 ms heartbeat and a 500 ms election timeout make etcd's shortest lease
+  # 1 s (its minimum TTL is 1.5 election timeouts, rounded up to whole seconds;
+  # 2 s with the defaults), so the conformance suite's leases stay short.
+  if ! start-stop-daemon --start --oknodo --background --exec "$(command -v etcd)" \
+    -- --name lease-ci --data-dir /var/lib/lease-etcd \
+    --listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 \
+    --listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
+    --initial-cluster lease-ci=http://127.0.0.1:2380 \
+    --heartbeat-interval 50 --election-timeout 500 \
+    --log-outputs /var/log/lease-etcd.log --logger zap \
+    >>"$LOG_DIR/etcd.log" 2>&1; then
+    log "start-stop-daemon etcd failed: $(last_line "$LOG_DIR/etcd.log")"
+  fi
+  if ! wait_for probe_etcd; then
+    WHY="not healthy on 127.0.0.1:2379 after ${WAIT_SECS}s: $(last_line /var/log/lease-etcd.log)"
+    return 1
+  fi
+}
+
 # ---------------------------------------------------------------------- main
 declare -a up=() summary=()
-for service in postgres mysql redis nats mongodb; do
+for service in postgres mysql redis nats mongodb etcd; do
   WHY=""
   if "ensure_$service"; then
     up+=("$service")
@@ -266,6 +304,15 @@ if ! command -v faketime >/dev/null 2>&1; then
     log "installed faketime"
   else
     log "faketime could not be installed: ${WHY:-not on PATH after install}"
+  fi
+fi
+
+if ! command -v protoc >/dev/null 2>&1; then
+  WHY=""
+  if apt_install protobuf-compiler && command -v protoc >/dev/null 2>&1; then
+    log "installed protoc"
+  else
+    log "protoc could not be installed (lease-etcd will not build): ${WHY:-not on PATH after install}"
   fi
 fi
 

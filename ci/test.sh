@@ -20,6 +20,7 @@ if has nats; then export LEASE_TEST_NATS_URL=${LEASE_TEST_NATS_URL:-nats://127.0
 # MongoDB: the wire emulator (ci/mongo-emulator/), on the port start-services.sh reports.
 mongodb_url=$(echo "$summary" | sed -n 's/^LEASE_TEST_MONGODB_URL=//p' | tail -n 1)
 if has mongodb; then export LEASE_TEST_MONGODB_URL=${LEASE_TEST_MONGODB_URL:-${mongodb_url:-mongodb://127.0.0.1:27017}}; fi
+if has etcd; then export LEASE_TEST_ETCD_URL=${LEASE_TEST_ETCD_URL:-etcd://127.0.0.1:2379}; fi
 
 echo "test.sh: servers up: ${up:-none}; LEASE_TEST_REQUIRE=${LEASE_TEST_REQUIRE:-}" >&2
 exec cargo test --workspace "$@"

@@ -20,7 +20,7 @@ use crate::store_url::{STORE_VAR, default_store_help};
 )]
 pub(crate) struct Cli {
     /// The store, by URL: sqlite://PATH, postgres://…, mysql://… (mariadb://…), redis://…,
-    /// mongodb://…, nats://… [default: a per-user SQLite file, see below]
+    /// mongodb://…, nats://…, etcd://… [default: a per-user SQLite file, see below]
     #[arg(
         long,
         global = true,
@@ -284,7 +284,7 @@ pub(crate) fn after_help() -> String {
     format!(
         "Store:\n  --store URL, or {STORE_VAR}; default: {}\n  (one fixed file per user: \
          $XDG_STATE_HOME/lease/leases.db, else ~/.local/state/lease/leases.db, created when \
-         missing).\n  Schemes: sqlite, postgres(ql), mysql, mariadb, redis(s), mongodb, nats.\n  \
+         missing).\n  Schemes: sqlite, postgres(ql), mysql, mariadb, redis(s), mongodb, nats, etcd.\n  \
          NATS: one bucket per lease duration (leases_<ms>ms); ?bucket=NAME picks one.\n  Redis: needs appendonly yes with appendfsync always; add \
          ?allow_fsync_everysec=1 to accept appendfsync everysec, ?allow_volatile=1 or \
          ?terms=clock_floor to accept a server without AOF.\n  Passwords in URLs are never printed.\n\n{}",

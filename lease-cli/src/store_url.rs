@@ -91,7 +91,7 @@ impl StoreUrl {
             return Err(CliError::new(
                 Exit::UnsupportedStore,
                 format!(
-                    "{shown}: a memory store lives inside one process, so it cannot coordinate                      `lease` commands; give a store they share (sqlite://, postgres://,                      mysql://, redis://, nats://, mongodb://)"
+                    "{shown}: a memory store lives inside one process, so it cannot coordinate                      `lease` commands; give a store they share (sqlite://, postgres://,                      mysql://, redis://, nats://, mongodb://, etcd://)"
                 ),
             ));
         }

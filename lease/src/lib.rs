@@ -36,6 +36,7 @@
 //! | `redis` | `redis://`, `rediss://` | lease-redis, `redis` |
 //! | `nats` | `nats://` | lease-nats, `nats` |
 //! | `mongodb` | `mongodb://`, `mongodb+srv://` | lease-mongo, `mongodb` |
+//! | `etcd` | `etcd://host:2379[,host:2379…]` (plain HTTP/2 endpoints) | lease-etcd, `etcd` |
 //! | `memory` | `memory://` (a new in-process store per call) | lease-local, `memory` |
 //!
 //! Each module re-exports its backend crate whole, for its configuration and its own API; the
@@ -45,13 +46,14 @@
 //! # URL parameters
 //!
 //! `lease` reads a few query parameters itself and takes them out before the driver sees the
-//! URL; the rest are the driver's (for NATS and `memory://`, which take none, anything else
-//! is refused):
+//! URL; the rest are the driver's (for NATS, etcd and `memory://`, which take none, anything
+//! else is refused):
 //!
 //! - SQL: `table=NAME`, the lease table ([`OpenOptions::sql_table`]).
 //! - Redis: `allow_volatile=1`, `allow_fsync_everysec=1`, `terms=counter|clock_floor`,
 //!   `key_prefix=PREFIX` ([`OpenOptions::redis_allow_volatile`] and the like).
 //! - NATS: `bucket=NAME`: that bucket, whatever its max age ([`OpenOptions::nats_bucket`]).
+//! - etcd: `prefix=PREFIX`: the key prefix (default `lease/`).
 //!
 //! A parameter that is also set in the [`OpenOptions`] must agree with it; a malformed
 //! value, a conflict, an unknown parameter where the driver takes none, a malformed URL or an
@@ -93,6 +95,12 @@ pub mod nats {
 #[cfg(feature = "mongodb")]
 pub mod mongodb {
     pub use lease_mongo::*;
+}
+
+/// The etcd v3 backend (lease-etcd).
+#[cfg(feature = "etcd")]
+pub mod etcd {
+    pub use lease_etcd::*;
 }
 
 /// The in-process store (lease-local): [`memory::MemoryStore`] on tokio time.

@@ -47,8 +47,9 @@ pub(crate) fn check_driver(target: &Target) -> std::result::Result<(), UrlError>
 }
 
 /// Opens the store `target` names with `options`, and checks it with
-/// [`available`](LeaseStore::available) (the SQL, NATS and MongoDB constructors run that check
-/// themselves: NATS's `connect` checks the bucket as `available` does).
+/// [`available`](LeaseStore::available) (the SQL, NATS, MongoDB and etcd constructors run that
+/// check themselves: NATS's `connect` checks the bucket as `available` does, etcd's makes the
+/// same linearizable read).
 pub(crate) async fn connect(target: &Target, options: &Resolved) -> Result<Store> {
     let url = target.driver_url.as_str();
     match target.backend {
@@ -111,6 +112,18 @@ pub(crate) async fn connect(target: &Target, options: &Resolved) -> Result<Store
                 config = config.op_timeout(bound);
             }
             Ok(Store::MongoDb(MongoStore::connect(url, config).await?))
+        }
+        #[cfg(feature = "etcd")]
+        Backend::Etcd => {
+            use lease_etcd::{EtcdConfig, EtcdStore};
+            let mut config = EtcdConfig::new();
+            if let Some(prefix) = &options.etcd_prefix {
+                config = config.prefix(prefix.clone());
+            }
+            if let Some(bound) = options.op_timeout {
+                config = config.op_timeout(bound);
+            }
+            Ok(Store::Etcd(EtcdStore::connect(url, config).await?))
         }
         #[cfg(feature = "memory")]
         Backend::Memory => Ok(Store::Memory(lease_local::MemoryStore::new())),

@@ -117,6 +117,8 @@ pub(crate) struct Resolved {
     pub(crate) nats_bucket: Option<String>,
     /// The bucket was named in the URL: take it whatever its max age.
     pub(crate) nats_adopt: bool,
+    /// etcd: the key prefix, from the URL's `prefix=`.
+    pub(crate) etcd_prefix: Option<String>,
 }
 
 /// One knob set in the URL and maybe in the options: the URL's value when they agree.
@@ -149,6 +151,7 @@ impl Resolved {
             clock_floor,
             key_prefix,
             bucket,
+            prefix,
         } = &target.params;
         let text = |s: &String| s.clone();
         let one = |b: &bool| if *b { "1" } else { "0" }.to_owned();
@@ -188,6 +191,7 @@ impl Resolved {
             )?,
             nats_bucket: agree(target, "bucket", bucket, &options.nats_bucket, text)?,
             nats_adopt: bucket.is_some(),
+            etcd_prefix: prefix.clone(),
         })
     }
 }

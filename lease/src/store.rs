@@ -9,6 +9,7 @@
         feature = "redis",
         feature = "nats",
         feature = "mongodb",
+        feature = "etcd",
         feature = "memory"
     )),
     allow(unused_variables)
@@ -29,7 +30,8 @@ use crate::Backend;
 /// It implements [`LeaseStore`], [`PartitionStore`], [`MembershipStore`] and [`SlotStore`] by
 /// handing every call to the backend's own store, so it answers exactly as that store does,
 /// [`capabilities`](LeaseStore::capabilities) and [`available`](LeaseStore::available)
-/// included. Every backend has leases, partitions, membership and scheduler slots.
+/// included. An operation the backend lacks answers `ErrorKind::Unsupported`, as its
+/// capabilities say: etcd keeps no scheduler slots (`slots: false`).
 ///
 /// Match on it to reach the backend's own API (e.g. Redis's `purge_expired`).
 #[derive(Debug)]
@@ -53,6 +55,9 @@ pub enum Store {
     /// `mongodb://`, `mongodb+srv://` (feature `mongodb`).
     #[cfg(feature = "mongodb")]
     MongoDb(lease_mongo::MongoStore),
+    /// `etcd://` (feature `etcd`).
+    #[cfg(feature = "etcd")]
+    Etcd(lease_etcd::EtcdStore),
     /// `memory://` (feature `memory`).
     #[cfg(feature = "memory")]
     Memory(lease_local::MemoryStore),
@@ -74,6 +79,32 @@ macro_rules! each {
             Store::Nats(ref $s) => $body,
             #[cfg(feature = "mongodb")]
             Store::MongoDb(ref $s) => $body,
+            #[cfg(feature = "etcd")]
+            Store::Etcd(ref $s) => $body,
+            #[cfg(feature = "memory")]
+            Store::Memory(ref $s) => $body,
+        }
+    };
+}
+
+/// As [`each!`], but the backends without scheduler slots answer `Unsupported`.
+macro_rules! each_with_slots {
+    ($self:ident, $s:ident => $body:expr) => {
+        match *$self {
+            #[cfg(feature = "sqlite")]
+            Store::Sqlite(ref $s) => $body,
+            #[cfg(feature = "postgres")]
+            Store::Postgres(ref $s) => $body,
+            #[cfg(feature = "mysql")]
+            Store::MySql(ref $s) => $body,
+            #[cfg(feature = "redis")]
+            Store::Redis(ref $s) => $body,
+            #[cfg(feature = "nats")]
+            Store::Nats(ref $s) => $body,
+            #[cfg(feature = "mongodb")]
+            Store::MongoDb(ref $s) => $body,
+            #[cfg(feature = "etcd")]
+            Store::Etcd(_) => Err(no_slots($self)),
             #[cfg(feature = "memory")]
             Store::Memory(ref $s) => $body,
         }
@@ -96,10 +127,22 @@ impl Store {
             Store::Nats(_) => Backend::Nats,
             #[cfg(feature = "mongodb")]
             Store::MongoDb(_) => Backend::MongoDb,
+            #[cfg(feature = "etcd")]
+            Store::Etcd(_) => Backend::Etcd,
             #[cfg(feature = "memory")]
             Store::Memory(_) => Backend::Memory,
         }
     }
+}
+
+/// The answer of a scheduler-slot operation on a backend that keeps none.
+#[allow(dead_code)] // Unused when no backend without slots is compiled in.
+fn no_slots(store: &Store) -> Error {
+    Error::unsupported(format!(
+        "the {} store keeps no scheduler slots (its capabilities say slots: false); run the \
+         scheduler on a store that does, e.g. SQL, Redis, NATS, MongoDB",
+        store.backend()
+    ))
 }
 
 #[deny(clippy::missing_trait_methods)]
@@ -224,7 +267,7 @@ impl SlotStore for Store {
         ttl: Duration,
         instant_ms: i64,
     ) -> Result<SlotClaim> {
-        each!(self, s => s.claim_slot(name, holder, instance, ttl, instant_ms).await)
+        each_with_slots!(self, s => s.claim_slot(name, holder, instance, ttl, instant_ms).await)
     }
 
     async fn finish_slot(
@@ -234,11 +277,11 @@ impl SlotStore for Store {
         instant_ms: i64,
         passed_ms: Option<i64>,
     ) -> Result<SlotFinish> {
-        each!(self, s => s.finish_slot(name, holder, instant_ms, passed_ms).await)
+        each_with_slots!(self, s => s.finish_slot(name, holder, instant_ms, passed_ms).await)
     }
 
     async fn unfinished(&self, names: &[String]) -> Result<Vec<(String, i64)>> {
-        each!(self, s => s.unfinished(names).await)
+        each_with_slots!(self, s => s.unfinished(names).await)
     }
 
     async fn claim_rerun(
@@ -249,10 +292,10 @@ impl SlotStore for Store {
         ttl: Duration,
         instant_ms: i64,
     ) -> Result<Option<Grant>> {
-        each!(self, s => s.claim_rerun(name, holder, instance, ttl, instant_ms).await)
+        each_with_slots!(self, s => s.claim_rerun(name, holder, instance, ttl, instant_ms).await)
     }
 
     async fn last_slot(&self, name: &str) -> Result<Option<SlotRecord>> {
-        each!(self, s => s.last_slot(name).await)
+        each_with_slots!(self, s => s.last_slot(name).await)
     }
 }

@@ -29,12 +29,14 @@ pub enum Backend {
     Nats,
     /// `mongodb://`, `mongodb+srv://` (lease-mongo; feature `mongodb`).
     MongoDb,
+    /// `etcd://host:port[,host:port…]` (lease-etcd; feature `etcd`).
+    Etcd,
     /// `memory://`: a new in-process store for each call (lease-local; feature `memory`).
     Memory,
 }
 
 /// Every scheme and the backend it names.
-const SCHEMES: [(&str, Backend); 11] = [
+const SCHEMES: [(&str, Backend); 12] = [
     ("sqlite", Backend::Sqlite),
     ("postgres", Backend::Postgres),
     ("postgresql", Backend::Postgres),
@@ -45,18 +47,20 @@ const SCHEMES: [(&str, Backend); 11] = [
     ("nats", Backend::Nats),
     ("mongodb", Backend::MongoDb),
     ("mongodb+srv", Backend::MongoDb),
+    ("etcd", Backend::Etcd),
     ("memory", Backend::Memory),
 ];
 
 impl Backend {
     /// Every backend, in the order of the schemes' list.
-    pub const ALL: [Backend; 7] = [
+    pub const ALL: [Backend; 8] = [
         Backend::Sqlite,
         Backend::Postgres,
         Backend::MySql,
         Backend::Redis,
         Backend::Nats,
         Backend::MongoDb,
+        Backend::Etcd,
         Backend::Memory,
     ];
 
@@ -86,6 +90,7 @@ impl Backend {
             Backend::Redis => "redis",
             Backend::Nats => "nats",
             Backend::MongoDb => "mongodb",
+            Backend::Etcd => "etcd",
             Backend::Memory => "memory",
         }
     }
@@ -99,6 +104,7 @@ impl Backend {
             Backend::Redis => cfg!(feature = "redis"),
             Backend::Nats => cfg!(feature = "nats"),
             Backend::MongoDb => cfg!(feature = "mongodb"),
+            Backend::Etcd => cfg!(feature = "etcd"),
             Backend::Memory => cfg!(feature = "memory"),
         }
     }
@@ -112,6 +118,7 @@ impl Backend {
             Backend::Redis => "Redis",
             Backend::Nats => "NATS",
             Backend::MongoDb => "MongoDB",
+            Backend::Etcd => "etcd",
             Backend::Memory => "memory",
         }
     }
@@ -125,6 +132,7 @@ impl Backend {
             Backend::Redis => "redis://[user:password@]host:6379[/db]",
             Backend::Nats => "nats://host:4222",
             Backend::MongoDb => "mongodb://user:password@host:27017/database",
+            Backend::Etcd => "etcd://host:2379[,host:2379]",
             Backend::Memory => "memory://",
         }
     }
@@ -138,6 +146,7 @@ impl Backend {
                  key_prefix=PREFIX"
             }
             Backend::Nats => "bucket=NAME",
+            Backend::Etcd => "prefix=PREFIX",
             Backend::MongoDb | Backend::Memory => "none",
         }
     }
@@ -305,6 +314,8 @@ pub(crate) struct Params {
     pub(crate) key_prefix: Option<String>,
     /// NATS: `bucket=NAME`.
     pub(crate) bucket: Option<String>,
+    /// etcd: `prefix=PREFIX`.
+    pub(crate) prefix: Option<String>,
 }
 
 /// A URL parsed and checked, without I/O.
@@ -435,7 +446,7 @@ fn word(name: &str, value: &str, shown: &str) -> Result<String, UrlError> {
 }
 
 /// Takes `lease`'s own parameters for `backend` out of the query of `url`. The rest is left
-/// for the driver, except where the driver takes none (NATS, memory): there it is refused.
+/// for the driver, except where the driver takes none (NATS, etcd, memory): there it is refused.
 fn take_params(url: &str, backend: Backend, shown: &str) -> Result<(String, Params), UrlError> {
     let mut params = Params::default();
     let Some((base, query)) = url.split_once('?') else {
@@ -472,7 +483,8 @@ fn take_params(url: &str, backend: Backend, shown: &str) -> Result<(String, Para
                 params.key_prefix = Some(word(name, value, shown)?);
             }
             (Backend::Nats, "bucket") => params.bucket = Some(word(name, value, shown)?),
-            (Backend::Nats | Backend::Memory, _) => {
+            (Backend::Etcd, "prefix") => params.prefix = Some(word(name, value, shown)?),
+            (Backend::Nats | Backend::Etcd | Backend::Memory, _) => {
                 return Err(UrlError::UnknownParameter {
                     url: shown.to_owned(),
                     backend,

@@ -259,6 +259,27 @@ async fn nats() {
     assert_eq!(adopted.capabilities().fixed_ttl, Some(lease));
 }
 
+#[cfg(feature = "etcd")]
+#[tokio::test]
+async fn etcd() {
+    let Some(url) = server_url("etcd") else {
+        return;
+    };
+    let url = url.replacen("http://", "etcd://", 1);
+    let store = lease::open(&format!("{url}?prefix=facade/"), &OpenOptions::new())
+        .await
+        .unwrap();
+    let own =
+        lease::etcd::EtcdStore::connect(&url, lease::etcd::EtcdConfig::new().prefix("facade/"))
+            .await
+            .unwrap();
+    check(&store, Backend::Etcd, &own).await;
+    let e = lease::open(&format!("{url}?colour=blue"), &OpenOptions::new())
+        .await
+        .unwrap_err();
+    assert!(e.message().contains("prefix=PREFIX"), "{e}");
+}
+
 #[cfg(feature = "mongodb")]
 #[tokio::test]
 async fn mongodb() {

@@ -1,0 +1,412 @@
+//! [`LeaseStore`] on etcd: one key per name, hung on an etcd lease granted for each claim.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use etcd_client::{Compare, CompareOp, DeleteOptions, KeyValue, PutOptions, Txn, TxnOp};
+use lease_core::backend::{BatchRenew, Grant, HolderToken, Stamp, async_trait, check};
+use lease_core::layer::Operation;
+use lease_core::{Capabilities, LeaseInfo, LeaseStore, Result, derived_capabilities};
+
+use crate::error::Site;
+use crate::store::{EtcdStore, lock, revision};
+use crate::wire::codec::LeaseValue;
+use crate::wire::keys;
+
+/// How many claims a store remembers at most; past that it forgets those whose local time ran
+/// out, then all (a forgotten claim costs a read on its next renewal or release, nothing else).
+const MAX_KNOWN: usize = 10_000;
+
+/// What this store knows of one of its own claims.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Held {
+    /// The etcd lease the key hangs on.
+    pub(crate) lease: i64,
+    /// The term (the key's create revision); 0 while the claim's outcome is unknown.
+    pub(crate) term: u64,
+    /// The time the holder may count on from `since`: the requested TTL, or the server's
+    /// when that is shorter.
+    pub(crate) bound: Duration,
+    /// Taken before the request that last started the etcd lease's TTL was sent.
+    pub(crate) since: Stamp,
+}
+
+/// This store's own claims, by name and holder token: the memory that lets renew and release
+/// go without a read, and that gives the time left by the local clock (never more than the
+/// server's TTL from a moment before the server started it).
+#[derive(Debug, Default)]
+pub(crate) struct KnownLeases {
+    by_name: HashMap<String, Vec<(HolderToken, Held)>>,
+    len: usize,
+}
+
+impl KnownLeases {
+    pub(crate) fn get(&self, name: &str, holder: &HolderToken) -> Option<Held> {
+        self.by_name
+            .get(name)?
+            .iter()
+            .find(|(h, _)| h == holder)
+            .map(|&(_, held)| held)
+    }
+
+    /// The claim of `name` hung on etcd lease `lease`, whoever holds it.
+    pub(crate) fn by_lease(&self, name: &str, lease: i64) -> Option<Held> {
+        self.by_name
+            .get(name)?
+            .iter()
+            .find(|(_, held)| held.lease == lease)
+            .map(|&(_, held)| held)
+    }
+
+    pub(crate) fn insert(&mut self, name: &str, holder: &HolderToken, held: Held) {
+        if self.len >= MAX_KNOWN {
+            self.by_name.retain(|_, v| {
+                v.retain(|(_, h)| !h.since.remaining(h.bound).is_zero());
+                !v.is_empty()
+            });
+            self.len = self.by_name.values().map(Vec::len).sum();
+            if self.len >= MAX_KNOWN {
+                self.by_name.clear();
+                self.len = 0;
+            }
+        }
+        let entries = self.by_name.entry(name.to_owned()).or_default();
+        match entries.iter_mut().find(|(h, _)| h == holder) {
+            Some(entry) => entry.1 = held,
+            None => {
+                entries.push((holder.clone(), held));
+                self.len += 1;
+            }
+        }
+    }
+
+    /// Forgets `holder`'s claim of `name` (only the one hung on `lease`, when given).
+    pub(crate) fn remove(&mut self, name: &str, holder: &HolderToken, lease: Option<i64>) {
+        if let Some(entries) = self.by_name.get_mut(name) {
+            let before = entries.len();
+            entries.retain(|(h, held)| !(h == holder && lease.is_none_or(|l| l == held.lease)));
+            self.len -= before - entries.len();
+            if entries.is_empty() {
+                self.by_name.remove(name);
+            }
+        }
+    }
+
+    /// Forgets every claim of `name`.
+    pub(crate) fn remove_name(&mut self, name: &str) {
+        if let Some(entries) = self.by_name.remove(name) {
+            self.len -= entries.len();
+        }
+    }
+}
+
+/// `true` when the lease record at `kv` names `holder` (a value this store did not write names
+/// nobody).
+fn held_by(kv: &KeyValue, holder: &HolderToken) -> bool {
+    LeaseValue::decode(kv.value()).is_some_and(|v| v.holder == *holder)
+}
+
+/// The create revision of a key as a term.
+pub(crate) fn term_of(kv: &KeyValue) -> u64 {
+    u64::try_from(kv.create_revision()).unwrap_or(0)
+}
+
+impl EtcdStore {
+    fn key(&self, name: &str) -> Vec<u8> {
+        keys::lease(&self.inner.prefix, name)
+    }
+
+    /// The lease record in `kv`; an error for a value this store did not write.
+    fn decode(site: Site<'_>, kv: &KeyValue) -> Result<LeaseValue> {
+        LeaseValue::decode(kv.value()).ok_or_else(|| site.foreign_value(kv.key()))
+    }
+
+    /// When the etcd lease `lease` (renewed for `granted`) is shorter than `ttl`, moves the
+    /// key to a new etcd lease of `ttl` (the key and its create revision stay: the term is
+    /// kept), if it still hangs on `lease`. Answers the lease the key hangs on, the TTL it
+    /// counts and the stamp taken before that TTL started; `None` when the key moved on.
+    async fn fit(
+        &self,
+        site: Site<'_>,
+        key: &[u8],
+        lease: i64,
+        granted: Duration,
+        sent: Stamp,
+        ttl: Duration,
+    ) -> Result<Option<(i64, Duration, Stamp)>> {
+        if granted >= ttl {
+            return Ok(Some((lease, granted, sent)));
+        }
+        let sent = Stamp::now();
+        let (longer, granted) = self.grant(site, ttl).await?;
+        let moved = self
+            .txn(
+                site,
+                Txn::new()
+                    .when([Compare::lease(key.to_vec(), CompareOp::Equal, lease)])
+                    .and_then([TxnOp::put(
+                        key.to_vec(),
+                        Vec::new(),
+                        Some(PutOptions::new().with_ignore_value().with_lease(longer)),
+                    )]),
+            )
+            .await?;
+        if moved.succeeded() {
+            self.revoke_later(lease);
+            Ok(Some((longer, granted, sent)))
+        } else {
+            self.revoke_later(longer);
+            Ok(None)
+        }
+    }
+}
+
+#[async_trait]
+impl LeaseStore for EtcdStore {
+    fn backend(&self) -> &'static str {
+        "etcd"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            // The term is the key's create revision: the cluster's revision at the claim.
+            consecutive_terms: false,
+            // etcd deletes the key when its lease ends.
+            keeps_ended_records: false,
+            force_release: true,
+            // A range read of the group, then the keep-alives of the owner's etcd leases it
+            // found (sent with the read when this store renewed the group before): at most two
+            // exchanges one after the other, plus at most one that HTTP/2's control frames
+            // (gRPC's PING acknowledgements, window updates) add on the wire.
+            batch_renew: BatchRenew::Fixed { round_trips: 3 },
+            ..derived_capabilities!(Self)
+        }
+    }
+
+    async fn available(&self) -> Result<()> {
+        self.check(Some(Operation::Available)).await
+    }
+
+    async fn claim(
+        &self,
+        name: &str,
+        holder: &HolderToken,
+        instance: &str,
+        ttl: Duration,
+    ) -> Result<Option<Grant>> {
+        check::claim(self, name, instance, ttl)?;
+        let site = self.site(Operation::Claim, name);
+        let key = self.key(name);
+        let sent = Stamp::now();
+        let (lease, granted) = self.grant(site, ttl).await?;
+        let bound = ttl.min(granted);
+        // Remembered before the transaction is sent, so that a verify after an unknown outcome
+        // counts the time left from before the etcd lease started.
+        lock(&self.inner.known).insert(
+            name,
+            holder,
+            Held {
+                lease,
+                term: 0,
+                bound,
+                since: sent,
+            },
+        );
+        let txn = Txn::new()
+            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(
+                key,
+                LeaseValue::encode(holder, instance),
+                Some(PutOptions::new().with_lease(lease)),
+            )]);
+        let resp = self.txn(site, txn).await?;
+        if !resp.succeeded() {
+            lock(&self.inner.known).remove(name, holder, Some(lease));
+            self.revoke_later(lease);
+            return Ok(None);
+        }
+        let term = revision(site, &resp)?;
+        lock(&self.inner.known).insert(
+            name,
+            holder,
+            Held {
+                lease,
+                term,
+                bound,
+                since: sent,
+            },
+        );
+        Ok(Some(Grant {
+            term,
+            expires_in: sent.remaining(bound),
+        }))
+    }
+
+    async fn renew(
+        &self,
+        name: &str,
+        holder: &HolderToken,
+        ttl: Duration,
+    ) -> Result<Option<Grant>> {
+        check::renew(self, name, ttl)?;
+        let site = self.site(Operation::Renew, name);
+        let key = self.key(name);
+        let known = lock(&self.inner.known).get(name, holder);
+        let sent = Stamp::now();
+        let renewed = match known {
+            // This store's own claim: the keep-alive and the check that the key still hangs on
+            // the lease go out together.
+            Some(held) if held.term > 0 => {
+                let (alive, kv) =
+                    tokio::join!(self.keep_alive(site, held.lease), self.get_key(site, &key));
+                let ours = kv?.is_some_and(|kv| kv.lease() == held.lease);
+                match alive? {
+                    Some(granted) if ours => Some((held.lease, held.term, granted)),
+                    _ => None,
+                }
+            }
+            // Someone else's claim under this holder token (or an unknown outcome): read the
+            // key first, then keep its etcd lease alive.
+            _ => match self.get_key(site, &key).await? {
+                Some(kv) if kv.lease() != 0 && held_by(&kv, holder) => self
+                    .keep_alive(site, kv.lease())
+                    .await?
+                    .map(|granted| (kv.lease(), term_of(&kv), granted)),
+                _ => None,
+            },
+        };
+        let Some((lease, term, granted)) = renewed else {
+            lock(&self.inner.known).remove(name, holder, None);
+            return Ok(None);
+        };
+        let Some((lease, granted, since)) = self.fit(site, &key, lease, granted, sent, ttl).await?
+        else {
+            lock(&self.inner.known).remove(name, holder, None);
+            return Ok(None);
+        };
+        let bound = ttl.min(granted);
+        lock(&self.inner.known).insert(
+            name,
+            holder,
+            Held {
+                lease,
+                term,
+                bound,
+                since,
+            },
+        );
+        Ok(Some(Grant {
+            term,
+            expires_in: since.remaining(bound),
+        }))
+    }
+
+    async fn release(&self, name: &str, holder: &HolderToken) -> Result<bool> {
+        check::name(self, name)?;
+        let site = self.site(Operation::Release, name);
+        let key = self.key(name);
+        let known = lock(&self.inner.known).get(name, holder);
+        let (lease, compare) = match known {
+            // The etcd lease was granted for this claim alone: the key hangs on it only while
+            // the claim lives.
+            Some(held) if held.term > 0 => (
+                held.lease,
+                Compare::lease(key.clone(), CompareOp::Equal, held.lease),
+            ),
+            _ => match self.get_key(site, &key).await? {
+                Some(kv) if held_by(&kv, holder) => (
+                    kv.lease(),
+                    Compare::mod_revision(key.clone(), CompareOp::Equal, kv.mod_revision()),
+                ),
+                _ => {
+                    lock(&self.inner.known).remove(name, holder, None);
+                    return Ok(false);
+                }
+            },
+        };
+        let resp = self
+            .txn(
+                site,
+                Txn::new()
+                    .when([compare])
+                    .and_then([TxnOp::delete(key, None)]),
+            )
+            .await?;
+        lock(&self.inner.known).remove(name, holder, None);
+        if resp.succeeded() && lease != 0 {
+            self.revoke_later(lease);
+        }
+        Ok(resp.succeeded())
+    }
+
+    async fn verify(&self, name: &str, holder: &HolderToken) -> Result<Option<Grant>> {
+        check::name(self, name)?;
+        let site = self.site(Operation::Verify, name);
+        let Some(kv) = self.get_key(site, &self.key(name)).await? else {
+            lock(&self.inner.known).remove(name, holder, None);
+            return Ok(None);
+        };
+        if !held_by(&kv, holder) {
+            lock(&self.inner.known).remove(name, holder, None);
+            return Ok(None);
+        }
+        let term = term_of(&kv);
+        let known = lock(&self.inner.known)
+            .get(name, holder)
+            .filter(|h| h.lease == kv.lease());
+        let expires_in = match known {
+            Some(held) => {
+                // An unknown claim read back: its term is known now.
+                lock(&self.inner.known).insert(name, holder, Held { term, ..held });
+                held.since.remaining(held.bound)
+            }
+            None => match self.time_left(site, kv.lease()).await? {
+                Some(left) => left,
+                None => return Ok(None),
+            },
+        };
+        Ok(Some(Grant { term, expires_in }))
+    }
+
+    async fn get(&self, name: &str) -> Result<Option<LeaseInfo>> {
+        check::name(self, name)?;
+        let site = self.site(Operation::Get, name);
+        let Some(kv) = self.get_key(site, &self.key(name)).await? else {
+            return Ok(None);
+        };
+        let value = Self::decode(site, &kv)?;
+        let known = lock(&self.inner.known).by_lease(name, kv.lease());
+        let left = match known {
+            Some(held) => Some(held.since.remaining(held.bound)),
+            None => self.time_left(site, kv.lease()).await?,
+        };
+        Ok(Some(LeaseInfo {
+            name: name.to_owned(),
+            instance: value.instance,
+            term: term_of(&kv),
+            live: left.is_some(),
+            expires_in: left.unwrap_or_default(),
+        }))
+    }
+
+    async fn force_release(&self, name: &str) -> Result<bool> {
+        check::name(self, name)?;
+        let site = self.site(Operation::ForceRelease, name);
+        let mut kv = self.inner.client.kv_client();
+        let mut resp = self
+            .bounded(
+                site,
+                kv.delete(self.key(name), Some(DeleteOptions::new().with_prev_key())),
+            )
+            .await?;
+        lock(&self.inner.known).remove_name(name);
+        let Some(prev) = resp.take_prev_kvs().into_iter().next() else {
+            return Ok(false);
+        };
+        // Revoked at once, so the holder's next keep-alive fails.
+        if prev.lease() != 0 {
+            self.revoke(site, prev.lease()).await?;
+        }
+        Ok(true)
+    }
+}

@@ -1,0 +1,90 @@
+//! Names as etcd keys.
+//!
+//! etcd keys are bytes, so a name is kept as it is, byte for byte, after the store's prefix
+//! and a namespace: `l/` for leases, `p/` for partitions, `m/` for members. A group or service
+//! is closed by a NUL byte, which no name holds (names hold no control characters), so the
+//! keys of group `a` never share a prefix with those of group `a/b`.
+//!
+//! | record | key |
+//! |---|---|
+//! | lease `name` | `<prefix>l/<name>` |
+//! | partition `p` of `group` | `<prefix>p/<group>\0<p as 10 decimal digits>` |
+//! | member `node` of `service` | `<prefix>m/<service>\0<node>` |
+
+/// The key of lease `name`.
+pub(crate) fn lease(prefix: &str, name: &str) -> Vec<u8> {
+    join(prefix, "l/", name, None)
+}
+
+/// The prefix of every partition key of `group`.
+pub(crate) fn partitions(prefix: &str, group: &str) -> Vec<u8> {
+    join(prefix, "p/", group, Some(""))
+}
+
+/// The key of partition `p` of `group`.
+pub(crate) fn partition(prefix: &str, group: &str, p: u32) -> Vec<u8> {
+    join(prefix, "p/", group, Some(&format!("{p:010}")))
+}
+
+/// The partition number of a key under [`partitions`]`(prefix, group)`, or `None` for a key
+/// that is not one.
+pub(crate) fn partition_of(group_prefix: &[u8], key: &[u8]) -> Option<u32> {
+    let digits = key.strip_prefix(group_prefix)?;
+    if digits.len() != 10 || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(digits).ok()?.parse().ok()
+}
+
+/// The prefix of every member key of `service`.
+pub(crate) fn members(prefix: &str, service: &str) -> Vec<u8> {
+    join(prefix, "m/", service, Some(""))
+}
+
+/// The key of member `node` of `service`.
+pub(crate) fn member(prefix: &str, service: &str, node: &str) -> Vec<u8> {
+    join(prefix, "m/", service, Some(node))
+}
+
+/// The node id of a key under [`members`]`(prefix, service)`.
+pub(crate) fn member_of(service_prefix: &[u8], key: &[u8]) -> Option<String> {
+    let node = key.strip_prefix(service_prefix)?;
+    String::from_utf8(node.to_vec()).ok()
+}
+
+fn join(prefix: &str, space: &str, name: &str, tail: Option<&str>) -> Vec<u8> {
+    let mut key = Vec::with_capacity(prefix.len() + space.len() + name.len() + 12);
+    key.extend_from_slice(prefix.as_bytes());
+    key.extend_from_slice(space.as_bytes());
+    key.extend_from_slice(name.as_bytes());
+    if let Some(tail) = tail {
+        key.push(0);
+        key.extend_from_slice(tail.as_bytes());
+    }
+    key
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_keep_names_apart() {
+        assert_eq!(lease("lease/", "a.b"), b"lease/l/a.b".to_vec());
+        let g = partitions("x/", "a");
+        assert_eq!(partition("x/", "a", 7), b"x/p/a\x000000000007".to_vec());
+        assert_eq!(partition_of(&g, &partition("x/", "a", 7)), Some(7));
+        assert_eq!(
+            partition_of(&g, &partition("x/", "a", u32::MAX)),
+            Some(u32::MAX)
+        );
+        // Group `a/b` shares no prefix with group `a`.
+        assert!(!partition("x/", "a/b", 7).starts_with(&g));
+        let s = members("x/", "svc");
+        assert_eq!(
+            member_of(&s, &member("x/", "svc", "n1")).as_deref(),
+            Some("n1")
+        );
+        assert!(!member("x/", "svc2", "n1").starts_with(&s));
+    }
+}
