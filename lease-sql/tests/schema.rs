@@ -348,8 +348,8 @@ async fn no_notice_is_logged_for_tables_that_exist() {
     // The check can see a notice: one is logged for a statement that provokes it.
     db.run(&format!("CREATE TABLE IF NOT EXISTS {table} (x INT)"))
         .await;
-    db.drop_all(&table).await;
     let seen = notices.0.lock().unwrap().clone();
+    db.drop_all(&table).await;
     assert_eq!(seen.len(), 1, "only the test's own statement: {seen:#?}");
     assert!(seen[0].contains("already exists"), "{seen:#?}");
 }

@@ -150,9 +150,13 @@ impl SqlStore<Sqlite> {
                     .await;
                     match rebased {
                         Ok(_) => {}
-                        // The partition and member tables exist only once used; a failed
-                        // statement leaves SQLite's transaction open.
-                        Err(e) if i > 0 && crate::error::is_missing_table(&e) => {}
+                        // The partition and member tables exist only once used (and a table
+                        // of that name without the columns is refused then, for what it is);
+                        // a failed statement leaves SQLite's transaction open.
+                        Err(sqlx::Error::Database(d))
+                            if i > 0
+                                && (d.message().contains("no such table")
+                                    || d.message().contains("no such column")) => {}
                         Err(e) => return Err(e),
                     }
                 }
