@@ -83,13 +83,14 @@ pub(crate) fn is_lock_busy(e: &sqlx::Error) -> bool {
     }
 }
 
-/// `true` for a unique violation or "already exists" on `CREATE TABLE IF NOT EXISTS`, which
-/// PostgreSQL reports when two sessions create the table at once.
+/// `true` for a unique violation or "already exists" (of the relation, 42P07, or of its row
+/// type, 42710) on `CREATE TABLE IF NOT EXISTS`, which PostgreSQL reports when two sessions
+/// create the table at once.
 pub(crate) fn is_create_race(e: &sqlx::Error) -> bool {
     match e {
         sqlx::Error::Database(d) => matches!(
             code_of(d.as_ref()),
-            Code::Postgres("23505") | Code::Postgres("42P07")
+            Code::Postgres("23505") | Code::Postgres("42P07") | Code::Postgres("42710")
         ),
         _ => false,
     }
