@@ -127,7 +127,7 @@ impl Exit {
             ErrorKind::InvalidTimings => Exit::BadDuration,
             ErrorKind::InvalidArgument => Exit::Usage,
             ErrorKind::Unavailable | ErrorKind::Timeout => Exit::Unavailable,
-            ErrorKind::Unsupported => Exit::StoreRefused,
+            ErrorKind::Unsupported | ErrorKind::Schema => Exit::StoreRefused,
             ErrorKind::Held => Exit::Held,
             ErrorKind::Lost => Exit::Lost,
             _ => Exit::StoreError,
@@ -216,6 +216,7 @@ mod tests {
         assert_eq!(Exit::for_kind(ErrorKind::InvalidArgument), Exit::Usage);
         assert_eq!(Exit::for_kind(ErrorKind::InvalidTimings), Exit::BadDuration);
         assert_eq!(Exit::for_kind(ErrorKind::Unsupported), Exit::StoreRefused);
+        assert_eq!(Exit::for_kind(ErrorKind::Schema), Exit::StoreRefused);
         assert_eq!(Exit::for_kind(ErrorKind::Backend), Exit::StoreError);
     }
 

@@ -143,7 +143,7 @@ fn connect_error(url: &StoreUrl, e: &Error) -> CliError {
         return CliError::new(exit, e.message());
     }
     let exit = match e.kind() {
-        ErrorKind::Unsupported => Exit::StoreRefused,
+        ErrorKind::Unsupported | ErrorKind::Schema => Exit::StoreRefused,
         // MongoDB's URL is parsed only when connecting.
         ErrorKind::Unavailable | ErrorKind::InvalidName
             if url.backend() == Backend::MongoDb && !e.is_temporary() =>

@@ -37,6 +37,11 @@ pub enum ErrorKind {
     Unsupported,
     /// The store answered with an error of its own.
     Backend,
+    /// The store's tables (or collections, buckets) do not fit it: a table of the configured
+    /// name exists with other columns, a column is too narrow or compares loosely, or a table is
+    /// missing while the store may not create it. Permanent: the message names the table, what
+    /// is wrong with it, and what to change (another name, the DDL to run).
+    Schema,
     /// The work run under a lease returned an error; the source is the work's error.
     Work,
     /// The work run under a lease panicked; the message carries the panic message.
@@ -57,6 +62,7 @@ impl ErrorKind {
             ErrorKind::Timeout => "timeout",
             ErrorKind::Unsupported => "unsupported",
             ErrorKind::Backend => "backend",
+            ErrorKind::Schema => "schema",
             ErrorKind::Work => "work",
             ErrorKind::Panicked => "panicked",
         }
@@ -174,6 +180,12 @@ impl Error {
     /// The store cannot do this.
     pub fn unsupported(message: impl Into<String>) -> Self {
         Error::new(ErrorKind::Unsupported, message)
+    }
+
+    /// The store's tables do not fit it (see [`ErrorKind::Schema`]); `message` says what to
+    /// change.
+    pub fn schema(message: impl Into<String>) -> Self {
+        Error::new(ErrorKind::Schema, message)
     }
 
     /// An error the store answered with; `temporary` says whether a retry may help.
@@ -331,6 +343,7 @@ mod tests {
         assert!(Error::held("a").is_temporary());
         assert!(!Error::lost("a", "gone").is_temporary());
         assert!(!Error::invalid_name("x").is_temporary());
+        assert!(!Error::schema("x").is_temporary());
         assert!(Error::unavailable("down").is_temporary());
         let io = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset");
         let e = Error::backend("claim failed", io, true);

@@ -83,15 +83,67 @@ pub fn is_duplicate_id(err: &MongoError) -> bool {
 /// with the operation, the name and `server` (host:port, never a password) attached as the
 /// core's structured context ([`Error::during`], [`Error::at_server`]).
 pub fn map_error(err: MongoError, op: Operation, name: &str, server: &str) -> Error {
-    classify(err, None).during(op, name).at_server(server)
+    classified(err, Said::Plain)
+        .during(op, name)
+        .at_server(server)
 }
 
-/// The kind, verdict and message of a driver error; `step` names the command of a multi-step
-/// operation (the start-up check) in the message. No context attached.
-pub(crate) fn classify(err: MongoError, step: Option<&str>) -> Error {
-    let said = |what: &str| match step {
-        Some(step) => format!("{what} ({step})"),
-        None => what.to_owned(),
+/// A driver error met by the application's own command as a lease error, for business code
+/// that mixes mongodb calls with lease calls under one error type: `doing` heads the message,
+/// the driver's error is its source, and the verdict [`is_temporary`](Error::is_temporary) is
+/// the one the store judges its own commands by (the list at the top of this module): no
+/// server, a refused or reset connection: `Unavailable`, temporary; a socket timeout or
+/// `MaxTimeMSExpired`: `Timeout`, temporary, the outcome unknown; a server error the server
+/// calls retryable or transient (a step-down, a write conflict, a write concern not met):
+/// `Backend`, temporary; failed authentication: `Unavailable`, permanent; any other server
+/// error (a duplicate key, a validation failure): `Backend`, permanent.
+///
+/// Why a function and not `impl From<mongodb::error::Error> for lease_core::Error`: Rust's
+/// orphan rule allows that impl only in lease-core, which would then depend on mongodb (and on
+/// every other backend's driver) and classify its errors a second time.
+/// [`MongoResultExt::lease_err`] is the same as a method on a `Result`.
+///
+/// ```
+/// let io = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+/// let e = lease_mongo::classify(mongodb::error::Error::from(io), "store the order");
+/// assert_eq!(e.kind(), lease_core::ErrorKind::Unavailable);
+/// assert!(e.is_temporary());
+/// assert!(e.to_string().starts_with("store the order: "));
+/// ```
+pub fn classify(err: MongoError, doing: &str) -> Error {
+    classified(err, Said::Doing(doing))
+}
+
+/// MongoDB results as lease results: [`classify`] as a method.
+pub trait MongoResultExt<T> {
+    /// The error, if any, as [`classify`] maps it; `doing` heads its message.
+    fn lease_err(self, doing: &str) -> lease_core::Result<T>;
+}
+
+impl<T> MongoResultExt<T> for Result<T, MongoError> {
+    fn lease_err(self, doing: &str) -> lease_core::Result<T> {
+        self.map_err(|e| classify(e, doing))
+    }
+}
+
+/// How a message names what the failed command was for.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Said<'a> {
+    /// Not at all: the error's context (operation, name) says it.
+    Plain,
+    /// After the message: the command of a multi-step operation (the start-up check).
+    Step(&'a str),
+    /// Before the message: the application's own command ([`classify`]).
+    Doing(&'a str),
+}
+
+/// The kind, verdict and message of a driver error, the message said as `said` says. No
+/// context attached.
+pub(crate) fn classified(err: MongoError, said: Said<'_>) -> Error {
+    let said = |what: &str| match said {
+        Said::Step(step) => format!("{what} ({step})"),
+        Said::Doing(doing) => format!("{doing}: {what}"),
+        Said::Plain => what.to_owned(),
     };
     match err.kind.as_ref() {
         MongoKind::Io(io) if io.kind() == std::io::ErrorKind::TimedOut => Error::new(
@@ -189,6 +241,19 @@ mod tests {
         assert!(!is_duplicate_id(&wc));
         let io = MongoError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
         assert!(!is_duplicate_id(&io));
+    }
+
+    #[test]
+    fn the_applications_errors_get_the_stores_verdict() {
+        let e = classify(command_error(112, "write conflict"), "store the order");
+        assert_eq!(e.kind(), ErrorKind::Backend);
+        assert!(e.is_temporary());
+        assert!(e.message().starts_with("store the order: "), "{e}");
+        let e = Err::<(), _>(write_error(11000, DUP_ID))
+            .lease_err("store the order")
+            .unwrap_err();
+        assert!(!e.is_temporary(), "a duplicate key: {e}");
+        assert_eq!(e.operation(), None);
     }
 
     #[test]

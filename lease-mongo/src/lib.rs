@@ -186,7 +186,7 @@ mod store;
 mod wire;
 
 pub use config::{DEFAULT_COLLECTION, DEFAULT_DATABASE, DEFAULT_OP_TIMEOUT, Ddl, MongoConfig, env};
-pub use error::{DUPLICATE_KEY, is_duplicate_id, map_error};
+pub use error::{DUPLICATE_KEY, MongoResultExt, classify, is_duplicate_id, map_error};
 pub use store::{MAX_NAME_BYTES, MongoStore};
 
 /// Re-exported so users name the same driver version as the store.

@@ -22,7 +22,7 @@ use mongodb::{Client, Collection, Database, IndexModel};
 use tokio::sync::OnceCell;
 
 use crate::config::{Ddl, MongoConfig};
-use crate::error::{classify, map_error};
+use crate::error::map_error;
 use crate::wire;
 
 /// The longest lease name the store accepts, in bytes. A name is the document's `_id` (a
@@ -403,7 +403,7 @@ impl MongoStore {
 
     /// A driver error met in `step` of the start-up check.
     fn map_step(&self, step: &str, err: MongoError) -> Error {
-        classify(err, Some(step))
+        crate::error::classified(err, crate::error::Said::Step(step))
             .during(Operation::Available, "")
             .at_server(self.server())
     }

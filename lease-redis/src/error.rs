@@ -32,6 +32,9 @@ pub(crate) enum During<'a> {
     Op(Operation, &'a str),
     /// Anything else (start-up commands, clean-up helpers): said at the head of the message.
     Task(&'a str),
+    /// The application's own command ([`classify`]): said at the head of the message, with no
+    /// hint about the lease scripts.
+    App(&'a str),
 }
 
 impl During<'_> {
@@ -39,7 +42,7 @@ impl During<'_> {
     fn task(self) -> Option<String> {
         match self {
             During::Op(..) => None,
-            During::Task(what) => Some(what.to_owned()),
+            During::Task(what) | During::App(what) => Some(what.to_owned()),
         }
     }
 
@@ -47,7 +50,7 @@ impl During<'_> {
     pub(crate) fn attach(self, e: Error, server: Option<&str>) -> Error {
         let e = match self {
             During::Op(op, name) => e.during(op, name),
-            During::Task(_) => e,
+            During::Task(_) | During::App(_) => e,
         };
         match server {
             Some(server) => e.at_server(server),
@@ -180,6 +183,7 @@ pub(crate) fn from_redis(e: RedisError, during: During<'_>, server: Option<&str>
                     | ServerErrorKind::Ask
             );
             let hint = match server_kind {
+                _ if matches!(during, During::App(_)) => "",
                 ServerErrorKind::NoPerm => {
                     "; the Redis user needs EVAL, EVALSHA and the commands the scripts call \
                      (TIME, HMGET, HGET, HGETALL, HSET, HDEL, DEL, ZADD, ZRANGEBYSCORE, ZREM, \
@@ -201,6 +205,7 @@ pub(crate) fn from_redis(e: RedisError, during: During<'_>, server: Option<&str>
             let code = e.code().unwrap_or("").to_owned();
             let temporary = matches!(code.as_str(), "BUSY" | "OOM" | "LOADING");
             let hint = match code.as_str() {
+                _ if matches!(during, During::App(_)) => "",
                 "WRONGTYPE" => {
                     "; another application keeps a value of another type under the lease key \
                      prefix: give the store a prefix of its own"
@@ -217,6 +222,56 @@ pub(crate) fn from_redis(e: RedisError, during: During<'_>, server: Option<&str>
         _ => Error::backend(said(during, "unexpected reply or client error"), e, false),
     };
     during.attach(mapped, server)
+}
+
+/// A Redis error met by the application's own command as a lease error, for business code
+/// that mixes redis calls with lease calls under one error type: `doing` heads the message, the
+/// redis error is its source, and the verdict [`is_temporary`](Error::is_temporary) is the one
+/// the store judges its own commands by (the list at the top of this module): a dropped or
+/// refused connection is `Unavailable`, temporary; no answer within the connection's response
+/// timeout is `Timeout`, temporary, the outcome unknown; `LOADING`, `TRYAGAIN`, `CLUSTERDOWN`,
+/// `MASTERDOWN`, `READONLY`, `MOVED`, `ASK`, `BUSY` and `OOM` are `Backend`, temporary; failed
+/// authentication is `Unavailable`, permanent; any other server error (`WRONGTYPE`, `NOPERM`, a
+/// script error) is `Backend`, permanent.
+///
+/// Why a function and not `impl From<redis::RedisError> for lease_core::Error`: Rust's orphan
+/// rule allows that impl only in lease-core, which would then depend on redis (and on every
+/// other backend's driver) and classify its errors a second time. [`RedisResultExt::lease_err`]
+/// is the same as a method on a `Result`.
+///
+/// ```
+/// let refused = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+/// let e = lease_redis::classify(redis::RedisError::from(refused), "count the visit");
+/// assert_eq!(e.kind(), lease_core::ErrorKind::Unavailable);
+/// assert!(e.is_temporary());
+/// assert!(e.to_string().starts_with("count the visit: "));
+/// ```
+pub fn classify(err: RedisError, doing: &str) -> Error {
+    from_redis(err, During::App(doing), None)
+}
+
+/// Redis results as lease results: [`classify`] as a method.
+///
+/// ```no_run
+/// use lease_redis::RedisResultExt;
+///
+/// # async fn visit(mut conn: redis::aio::ConnectionManager) -> lease_core::Result<()> {
+/// let visits: i64 = redis::cmd("INCR")
+///     .arg("visits")
+///     .query_async(&mut conn)
+///     .await
+///     .lease_err("count the visit")?;
+/// # let _ = visits; Ok(()) }
+/// ```
+pub trait RedisResultExt<T> {
+    /// The error, if any, as [`classify`] maps it; `doing` heads its message.
+    fn lease_err(self, doing: &str) -> lease_core::Result<T>;
+}
+
+impl<T> RedisResultExt<T> for Result<T, RedisError> {
+    fn lease_err(self, doing: &str) -> lease_core::Result<T> {
+        self.map_err(|e| classify(e, doing))
+    }
 }
 
 #[cfg(test)]
@@ -239,6 +294,24 @@ mod tests {
     }
 
     const CLAIM_A: During<'static> = During::Op(Operation::Claim, "a");
+
+    #[test]
+    fn the_applications_errors_get_the_verdict_and_no_lease_hint() {
+        let e = classify(
+            RedisError::from((RedisKind::Server(ServerErrorKind::ReadOnly), "replica")),
+            "count",
+        );
+        assert_eq!(e.kind(), ErrorKind::Backend);
+        assert!(e.is_temporary());
+        assert!(e.message().starts_with("count: "), "{e}");
+        let e = classify(
+            RedisError::from((RedisKind::Server(ServerErrorKind::NoPerm), "no")),
+            "count",
+        );
+        assert!(!e.is_temporary());
+        assert!(!e.message().contains("EVALSHA"), "{e}");
+        assert_eq!(e.operation(), None);
+    }
 
     #[test]
     fn reset_connections_are_unavailable_and_silence_is_a_timeout() {

@@ -296,6 +296,7 @@ pub use config::{
     CONNECT_RETRIES, DEFAULT_CONNECT_TIMEOUT, DEFAULT_KEY_PREFIX, DEFAULT_OPERATION_TIMEOUT,
     MAX_KEY_PREFIX_BYTES, RedisConfig, TermScheme,
 };
+pub use error::{RedisResultExt, classify};
 pub use store::{MAX_NAME_BYTES, RedisStore};
 
 /// The `redis` crate this store is built on, re-exported so your connection's type matches.

@@ -708,3 +708,49 @@ async fn a_store_built_with_client_checks_the_server_before_its_first_claim() {
     })
     .await;
 }
+
+/// The application's own commands convert with the store's verdict (`lease_err`): a command
+/// against a key of another type is permanent and carries no hint about the lease scripts; a
+/// server that cannot be reached is `Unavailable`, temporary.
+#[tokio::test]
+async fn the_applications_redis_errors_convert_with_the_stores_verdict() {
+    use lease_redis::RedisResultExt;
+    let Some(url) = common::url() else {
+        return;
+    };
+    let mut raw = common::raw(&url).await;
+    let key = format!("{}k", common::unique("app-errors-"));
+    let _: () = lease_redis::redis::cmd("SET")
+        .arg(&key)
+        .arg("x")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let e = lease_redis::redis::cmd("LPUSH")
+        .arg(&key)
+        .arg("y")
+        .query_async::<i64>(&mut raw)
+        .await
+        .lease_err("queue the job")
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Backend, "{e}");
+    assert!(!e.is_temporary(), "{e}");
+    assert!(e.message().starts_with("queue the job: "), "{e}");
+    assert!(!e.message().contains("prefix"), "no lease hint: {e}");
+    assert!(std::error::Error::source(&e).is_some());
+    let _: () = lease_redis::redis::cmd("DEL")
+        .arg(&key)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+
+    let e = Client::open("redis://127.0.0.1:1")
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .map(drop)
+        .lease_err("connect for the jobs")
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
+    assert!(e.is_temporary(), "{e}");
+}

@@ -268,7 +268,7 @@ macro_rules! verify_guard {
                 let q = sqlx::query_as(&self.inner.stmts.verify_locking)
                     .bind(fence.name)
                     .bind(fence.holder.to_hex())
-                    .bind($crate::store::term_i64(fence.term));
+                    .bind($crate::Token::new(fence.term)?);
                 let q = match <$db as $crate::wire::conns::LeaseDb>::verify_now() {
                     Some(now) => q.bind(now),
                     None => q,

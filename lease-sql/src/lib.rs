@@ -9,7 +9,7 @@
 //!
 //! ```
 //! use lease_core::Coordinator;
-//! use lease_sql::{SqlConfig, SqliteStore};
+//! use lease_sql::{SqlConfig, SqlResultExt, SqliteStore, Token};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> lease_core::Result<()> {
@@ -22,12 +22,18 @@
 //!
 //! // Business writes under the lease: verify is the transaction's first statement, and
 //! // when the lease is lost not one business statement runs.
+//! // sqlx errors convert with `lease_err`, temporary or not as the store judges its own
+//! // (a busy file, a deadlock, a lost connection: temporary); the token binds as it is.
+//! # sqlx::query("CREATE TABLE report (day INTEGER PRIMARY KEY, fence INTEGER NOT NULL)")
+//! #     .execute(store.app_pool()).await.lease_err("create the report table")?;
 //! let mut tx = store.begin_verified(&term).await?;
-//! sqlx::query("CREATE TABLE IF NOT EXISTS report (fence INTEGER)")
+//! sqlx::query("INSERT INTO report (day, fence) VALUES (?1, ?2)")
+//!     .bind(20261202_i64)
+//!     .bind(Token::of(&term)?)
 //!     .execute(&mut *tx)
 //!     .await
-//!     .map_err(|e| lease_core::Error::backend("report", e, false))?;
-//! tx.commit().await.map_err(|e| lease_core::Error::backend("commit", e, true))?;
+//!     .lease_err("write the report")?;
+//! tx.commit().await.lease_err("commit the report")?;
 //!
 //! term.resign().await?;
 //! coordinator.close().await
@@ -35,11 +41,29 @@
 //! ```
 //!
 //! Build a store from a URL (`connect(url, SqlConfig)`) or on the application's own pool
-//! (`with_client(pool, SqlConfig)`: [`PostgresStore::with_client`],
-//! [`MySqlStore::with_client`], [`SqliteStore::with_client`]). Building checks at once that the
-//! database can carry leases (a clock, a writable connection, the table — created unless
-//! [`Ddl::None`] — and a `name` column wide and exact enough). [`SqlConfig::from_env`] reads the
-//! options from `LEASE_SQL_*` variables.
+//! (`with_client(pool, SqlConfig)`: `PostgresStore::with_client`, `MySqlStore::with_client`,
+//! `SqliteStore::with_client`). On your own pool the store still opens lease connections of its
+//! own, up to [`SqlConfig::lease_connections`] (default 2), with the pool's connect options:
+//! count them against the server's `max_connections` and a PgBouncer pool's size. Building
+//! checks at once that the database can carry leases (a clock, a writable connection, the
+//! table — created unless [`Ddl::None`] — and a `name` column wide and exact enough); a table of
+//! the lease table's name that has other columns (another application's `leases`) is refused
+//! with [`ErrorKind::Schema`](lease_core::ErrorKind::Schema), naming its columns and how to
+//! choose another name. [`SqlConfig::from_env`] reads the options from `LEASE_SQL_*` variables.
+//!
+//! # Features
+//!
+//! One feature per dialect, `postgres`, `mysql` and `sqlite`, all three on by default. To build
+//! one driver only, turn the defaults off:
+//! `lease-sql = { version = "0.1", default-features = false, features = ["postgres"] }` —
+//! then neither sqlx's MySQL nor its SQLite driver is compiled.
+//!
+//! # Business code under a lease
+//!
+//! [`SqlResultExt::lease_err`] (and [`classify`]) turn sqlx errors into lease errors with the
+//! store's verdict on whether a retry may help, so the application's statements and the lease
+//! calls share one error type; [`Token`] binds a fencing token to SQL as a `BIGINT`, refusing
+//! (never wrapping) one above `i64::MAX`.
 //!
 //! The table's DDL is [`schema_sql`]; the same SQL ships as migrations under `migrations/` for
 //! those who manage their own schema.
@@ -47,9 +71,12 @@
 //! Partitioned leases ([`PartitionStore`](lease_core::PartitionStore)) and membership
 //! ([`MembershipStore`](lease_core::MembershipStore)) live in two more tables named after the
 //! lease table, `<table>_partitions` and `<table>_members` ([`partitions_schema_sql`],
-//! [`members_schema_sql`], migration `0002`), created and checked at start-up as the lease
-//! table is. Every one of their operations is one round trip, a batch renewal of any size
-//! included.
+//! [`members_schema_sql`], migration `0002`), each checked — and created when missing, unless
+//! [`Ddl::None`] — as the lease table is, but on the first operation that uses it: a store that
+//! serves elections only never creates them. No DDL is sent for a table that exists (so
+//! PostgreSQL logs no "already exists, skipping" notice), and two processes creating a table at
+//! once both succeed. Every one of their operations is one round trip, a batch renewal of any
+//! size included.
 
 //!
 //! Every store implements [`LeaseStore`](lease_core::LeaseStore),
@@ -86,13 +113,14 @@ mod wire;
 pub use config::{
     DEFAULT_TABLE, Ddl, MEMBERS_SUFFIX, NAME_COLUMN_BYTES, PARTITIONS_SUFFIX, SqlConfig,
 };
+pub use error::{SqlResultExt, classify};
 #[cfg(feature = "mysql")]
 pub use mysql::MySqlStore;
 #[cfg(feature = "postgres")]
 pub use postgres::PostgresStore;
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteStore;
-pub use store::{Fence, SqlStore};
+pub use store::{Fence, SqlStore, Token};
 pub use wire::schema::{
     Dialect, members_schema_sql, partitions_schema_sql, schema_sql, sqlite_boot_clock_sql,
 };

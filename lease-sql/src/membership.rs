@@ -50,18 +50,26 @@ macro_rules! membership_store {
                 lease_core::backend::check::heartbeat(self, service, node, address, ttl, groups)?;
                 let ms = $crate::store::ttl_ms(ttl);
                 let list = lease_core::backend::encode_groups(groups);
+                let during = |e: lease_core::Error| {
+                    e.during(lease_core::layer::Operation::Heartbeat, service)
+                };
+                self.group_table_ready($crate::partitions::Table::Members)
+                    .await
+                    .map_err(during)?;
                 self.heartbeat_row(service, node, address, &list, ms)
                     .await
-                    .map_err(|e| e.during(lease_core::layer::Operation::Heartbeat, service))?;
+                    .map_err(during)?;
                 Ok($crate::membership::written(node, address, groups, ms))
             }
 
             async fn members(&self, service: &str) -> lease_core::Result<Vec<lease_core::Member>> {
                 lease_core::backend::check::members(self, service)?;
-                let rows = self
-                    .member_rows(service)
+                let during =
+                    |e: lease_core::Error| e.during(lease_core::layer::Operation::Members, service);
+                self.group_table_ready($crate::partitions::Table::Members)
                     .await
-                    .map_err(|e| e.during(lease_core::layer::Operation::Members, service))?;
+                    .map_err(during)?;
+                let rows = self.member_rows(service).await.map_err(during)?;
                 Ok(rows
                     .into_iter()
                     .map(|(node, address, groups, left)| {
@@ -75,6 +83,9 @@ macro_rules! membership_store {
             /// changes it).
             async fn leave(&self, service: &str, node: &str) -> lease_core::Result<bool> {
                 lease_core::backend::check::leave(self, service, node)?;
+                self.group_table_ready($crate::partitions::Table::Members)
+                    .await
+                    .map_err(|e| e.during(lease_core::layer::Operation::Leave, service))?;
                 let g = &self.inner.stmts.groups;
                 let done = $crate::partitions::group_conn!(
                     self,

@@ -30,6 +30,14 @@ pub(crate) enum Table {
 }
 
 impl Table {
+    /// Its place in [`Inner::group_tables`](crate::store::Inner).
+    pub(crate) fn index(self) -> usize {
+        match self {
+            Table::Partitions => 0,
+            Table::Members => 1,
+        }
+    }
+
     pub(crate) fn what(self) -> &'static str {
         match self {
             Table::Partitions => "partition table",
@@ -67,14 +75,10 @@ impl<DB: Database> SqlStore<DB> {
             crate::Ddl::None => " and DDL is off",
             crate::Ddl::Auto => "",
         };
-        Error::new(
-            ErrorKind::Unavailable,
-            format!(
-                "the {} `{name}` does not exist{ddl}; create it with:\n{create}",
-                table.what(),
-            ),
-        )
-        .with_temporary(false)
+        Error::schema(format!(
+            "the {} `{name}` does not exist{ddl}; create it with:\n{create}",
+            table.what(),
+        ))
         .at_server(&self.inner.server)
     }
 
@@ -206,51 +210,77 @@ macro_rules! group_conn {
     }};
 }
 
-/// Start-up: creates the two tables when DDL is on, then probes that each exists and can be
-/// written.
-macro_rules! check_group_tables {
-    ($self:expr, $db:ty) => {{
-        for table in [
-            $crate::partitions::Table::Partitions,
-            $crate::partitions::Table::Members,
-        ] {
-            let (name, create) = $self.table_of(table);
+/// The check of the partition or member table `$table` on its first use, once its columns
+/// `$have` were read from the catalog (none: the table does not exist). An absent table is
+/// created when DDL is on (and only then: an existing one is never sent a `CREATE TABLE`, which
+/// PostgreSQL would answer with a NOTICE), reported with its DDL when it is off; an existing one
+/// must have the columns the store needs. Then a write probe. Returns from the enclosing
+/// function on failure.
+macro_rules! check_group_table {
+    ($self:expr, $db:ty, $table:expr, $have:expr) => {{
+        let table: $crate::partitions::Table = $table;
+        let (name, create) = $self.table_of(table);
+        if !$have.is_empty() {
+            $self.check_columns(table, &$have)?;
+        } else if $self.inner.config.ddl == $crate::Ddl::None {
+            return Err($self.missing_group_table(table));
+        } else {
             let op = format!("create the {}", table.what());
-            if $self.inner.config.ddl == $crate::Ddl::Auto {
-                let created = $crate::store::raw_conn!($self, &op, |c| {
-                    sqlx::query::<$db>(create).execute(c)
-                });
-                match created {
-                    Ok(_) => {}
-                    Err(e) if $crate::error::is_create_race(&e) => {}
-                    Err(e) => return Err($self.group_err(e, op.as_str(), table)),
-                }
-            }
-            let probe = format!("UPDATE {name} SET expires_at_ms = expires_at_ms WHERE 1 = 0");
-            let probed = $crate::store::raw_conn!($self, "start-up check", |c| {
-                sqlx::query::<$db>(&probe).execute(c)
-            });
-            match probed {
+            let created =
+                $crate::store::raw_conn!($self, &op, |c| { sqlx::query::<$db>(create).execute(c) });
+            match created {
                 Ok(_) => {}
-                Err(e) if $crate::error::is_missing_table(&e) => {
-                    return Err($self.missing_group_table(table).with_source(e));
-                }
-                Err(e @ sqlx::Error::Database(_)) => {
-                    return Err(lease_core::Error::new(
-                        lease_core::ErrorKind::Unavailable,
-                        format!(
-                            "cannot write the {} `{name}`: does the user lack the \
-                             privilege, or is the connection read-only?",
-                            table.what(),
-                        ),
-                    )
-                    .with_temporary(false)
-                    .with_source(e));
-                }
-                Err(e) => return Err($self.group_err(e, "start-up check", table)),
+                // Another process created it at the same moment.
+                Err(e) if $crate::error::is_create_race(&e) => {}
+                Err(e) => return Err($self.group_err(e, op.as_str(), table)),
             }
         }
+        let probe = format!("UPDATE {name} SET expires_at_ms = expires_at_ms WHERE 1 = 0");
+        let probed = $crate::store::raw_conn!($self, "start-up check", |c| {
+            sqlx::query::<$db>(&probe).execute(c)
+        });
+        match probed {
+            Ok(_) => {}
+            Err(e) if $crate::error::is_missing_table(&e) => {
+                return Err($self.missing_group_table(table).with_source(e));
+            }
+            Err(e @ sqlx::Error::Database(_)) => {
+                return Err(lease_core::Error::new(
+                    lease_core::ErrorKind::Unavailable,
+                    format!(
+                        "cannot write the {} `{name}`: does the user lack the \
+                         privilege, or is the connection read-only?",
+                        table.what(),
+                    ),
+                )
+                .with_temporary(false)
+                .with_source(e));
+            }
+            Err(e) => return Err($self.group_err(e, "start-up check", table)),
+        }
     }};
+}
+
+/// `group_table_ready` for `SqlStore<$db>`: the dialect brings `check_group_table`.
+macro_rules! group_tables_on_first_use {
+    ($db:ty) => {
+        impl $crate::SqlStore<$db> {
+            /// Checks the partition or member table `table` (creating it when missing and DDL
+            /// is on) before the first operation on it, once per store: a store that serves
+            /// only leases never touches either table. Two processes creating it at once both
+            /// succeed. A failed check is not remembered: the next operation checks again.
+            pub(crate) async fn group_table_ready(
+                &self,
+                table: $crate::partitions::Table,
+            ) -> lease_core::Result<()> {
+                self.inner.group_tables[table.index()]
+                    .get_or_try_init(|| self.check_group_table(table))
+                    .await
+                    .map(drop)
+                    .map_err(|e| self.at_server(e))
+            }
+        }
+    };
 }
 
 /// `impl PartitionStore` for `SqlStore<$db>`. The dialect brings `acquire_row` (the epoch when
@@ -270,10 +300,16 @@ macro_rules! partition_store {
             ) -> lease_core::Result<Option<lease_core::PartitionLease>> {
                 lease_core::backend::check::acquire_partition(self, group, owner, ttl)?;
                 let ms = $crate::store::ttl_ms(ttl);
+                let during = |e: lease_core::Error| {
+                    e.during(lease_core::layer::Operation::AcquirePartition, group)
+                };
+                self.group_table_ready($crate::partitions::Table::Partitions)
+                    .await
+                    .map_err(during)?;
                 let epoch = self
                     .acquire_row(group, partition, owner, ms)
                     .await
-                    .map_err(|e| e.during(lease_core::layer::Operation::AcquirePartition, group))?;
+                    .map_err(during)?;
                 Ok(epoch.map(|epoch| lease_core::PartitionLease {
                     partition,
                     owner: owner.to_owned(),
@@ -299,6 +335,9 @@ macro_rules! partition_store {
                 let during = |e: lease_core::Error| {
                     e.during(lease_core::layer::Operation::RenewPartitions, group)
                 };
+                self.group_table_ready($crate::partitions::Table::Partitions)
+                    .await
+                    .map_err(during)?;
                 let rows = self
                     .renew_rows(group, &$crate::partitions::distinct(partitions), owner, ms)
                     .await
@@ -320,12 +359,16 @@ macro_rules! partition_store {
                 if batch == lease_core::backend::check::Batch::Empty {
                     return Ok(0);
                 }
+                let during = |e: lease_core::Error| {
+                    e.during(lease_core::layer::Operation::ReleasePartitions, group)
+                };
+                self.group_table_ready($crate::partitions::Table::Partitions)
+                    .await
+                    .map_err(during)?;
                 let ended = self
                     .release_rows(group, &$crate::partitions::distinct(partitions), owner)
                     .await
-                    .map_err(|e| {
-                        e.during(lease_core::layer::Operation::ReleasePartitions, group)
-                    })?;
+                    .map_err(during)?;
                 Ok(usize::try_from(ended).unwrap_or(usize::MAX))
             }
 
@@ -336,6 +379,9 @@ macro_rules! partition_store {
                 lease_core::backend::check::owners(self, group)?;
                 let during =
                     |e: lease_core::Error| e.during(lease_core::layer::Operation::Owners, group);
+                self.group_table_ready($crate::partitions::Table::Partitions)
+                    .await
+                    .map_err(during)?;
                 let rows = self.owner_rows(group).await.map_err(during)?;
                 rows.into_iter()
                     .map(|(p, owner, epoch, left)| self.lease(p, owner, epoch, left))
@@ -441,8 +487,9 @@ macro_rules! returning_partition_rows {
     };
 }
 
-pub(crate) use check_group_tables;
+pub(crate) use check_group_table;
 pub(crate) use group_conn;
+pub(crate) use group_tables_on_first_use;
 pub(crate) use partition_store;
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub(crate) use returning_partition_rows;

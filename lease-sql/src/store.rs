@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lease_core::backend::HolderToken;
-use lease_core::{Error, ErrorKind, Result, Term};
+use lease_core::{Error, Result, Term};
 use sqlx::{Database, Pool};
 
 use crate::config::SqlConfig;
@@ -38,6 +38,9 @@ pub(crate) struct Inner<DB: Database> {
     /// 10.3 or later), so claims use [`Statements::claim_nowait`]; found at start-up.
     #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
     pub(crate) nowait_claims: std::sync::atomic::AtomicBool,
+    /// The partition and member tables (by [`Table::index`](crate::partitions::Table::index)),
+    /// checked (and created when missing) on their first use, not at start-up.
+    pub(crate) group_tables: [tokio::sync::OnceCell<()>; 2],
 }
 
 impl<DB: Database> Clone for SqlStore<DB> {
@@ -91,6 +94,7 @@ impl<DB: Database> SqlStore<DB> {
                 server,
                 dialect,
                 nowait_claims: std::sync::atomic::AtomicBool::new(false),
+                group_tables: Default::default(),
             }),
         }
     }
@@ -188,8 +192,127 @@ pub(crate) fn lost_in_transaction(fence: &Fence<'_>) -> Error {
     )
 }
 
-pub(crate) fn term_i64(term: u64) -> i64 {
-    i64::try_from(term).unwrap_or(i64::MAX)
+/// A fencing token — a term's [`token`](Term::token), a partition lease's epoch — as SQL binds
+/// it: a signed 64-bit integer, which is PostgreSQL's `BIGINT`, MySQL's and MariaDB's `BIGINT`
+/// (signed, or `UNSIGNED`: the server converts a non-negative value), SQLite's `INTEGER`. Bind
+/// it as it is, no cast in the SQL and none in Rust:
+///
+/// ```
+/// # use lease_sql::Token;
+/// # fn fenced(term: &lease_core::Term) -> lease_core::Result<()> {
+/// let query = sqlx::query::<sqlx::Postgres>(
+///     "UPDATE accounts SET fence = $1 WHERE id = $2 AND fence <= $1",
+/// )
+///     .bind(Token::of(term)?)
+///     .bind(7_i64);
+/// # drop(query);
+/// # Ok(()) }
+/// ```
+///
+/// A token is a `u64`; every one a SQL store hands out fits in an `i64` (it is read from a
+/// `BIGINT` column). A token above `i64::MAX` — possible only from another backend, such as a
+/// NATS stream sequence — is refused by [`Token::new`] with `InvalidArgument`: it is never
+/// wrapped to a negative number nor clamped, either of which would let a stale holder's write
+/// pass a fence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Token(i64);
+
+impl Token {
+    /// The token `token`; `InvalidArgument` above `i64::MAX`, which no SQL integer column holds.
+    pub fn new(token: u64) -> Result<Token> {
+        i64::try_from(token).map(Token).map_err(|_| {
+            Error::invalid_argument(format!(
+                "fencing token {token} is above {}, the largest a SQL BIGINT holds; fence with \
+                 a NUMERIC(20) column bound as text, or a store whose tokens fit",
+                i64::MAX
+            ))
+        })
+    }
+
+    /// The token of `term` (see [`Token::new`]).
+    pub fn of(term: &Term) -> Result<Token> {
+        Token::new(term.token())
+    }
+
+    /// The token as the `i64` SQL stores.
+    pub fn get(self) -> i64 {
+        self.0
+    }
+}
+
+impl TryFrom<u64> for Token {
+    type Error = Error;
+    fn try_from(token: u64) -> Result<Token> {
+        Token::new(token)
+    }
+}
+
+impl TryFrom<&Term> for Token {
+    type Error = Error;
+    fn try_from(term: &Term) -> Result<Token> {
+        Token::of(term)
+    }
+}
+
+impl From<Token> for i64 {
+    fn from(token: Token) -> i64 {
+        token.0
+    }
+}
+
+impl From<Token> for u64 {
+    fn from(token: Token) -> u64 {
+        // Never negative: built from a u64 that fits.
+        u64::try_from(token.0).unwrap_or(0)
+    }
+}
+
+impl fmt::Display for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// A token is bound as the database's `i64`.
+impl<DB: Database> sqlx::Type<DB> for Token
+where
+    i64: sqlx::Type<DB>,
+{
+    fn type_info() -> DB::TypeInfo {
+        <i64 as sqlx::Type<DB>>::type_info()
+    }
+
+    fn compatible(ty: &DB::TypeInfo) -> bool {
+        <i64 as sqlx::Type<DB>>::compatible(ty)
+    }
+}
+
+/// A token is encoded as the database's `i64`.
+impl<'q, DB: Database> sqlx::Encode<'q, DB> for Token
+where
+    i64: sqlx::Encode<'q, DB>,
+{
+    fn encode(
+        self,
+        buf: &mut <DB as Database>::ArgumentBuffer<'q>,
+    ) -> std::result::Result<sqlx::encode::IsNull, sqlx::error::BoxDynError> {
+        <i64 as sqlx::Encode<'q, DB>>::encode(self.0, buf)
+    }
+
+    fn encode_by_ref(
+        &self,
+        buf: &mut <DB as Database>::ArgumentBuffer<'q>,
+    ) -> std::result::Result<sqlx::encode::IsNull, sqlx::error::BoxDynError> {
+        <i64 as sqlx::Encode<'q, DB>>::encode_by_ref(&self.0, buf)
+    }
+
+    fn produces(&self) -> Option<DB::TypeInfo> {
+        <i64 as sqlx::Encode<'q, DB>>::produces(&self.0)
+    }
+
+    fn size_hint(&self) -> usize {
+        <i64 as sqlx::Encode<'q, DB>>::size_hint(&self.0)
+    }
 }
 
 /// Runs `$body` (a sqlx future using the connection `$c`) on one of the store's own
@@ -240,7 +363,25 @@ macro_rules! check_lease_table {
             }
             Err(e) => return Err($self.err(e, "start-up check")),
         }
-        if inner.config.ddl == $crate::Ddl::Auto {
+        // The catalog first: an existing table is never sent a `CREATE TABLE IF NOT EXISTS`
+        // (PostgreSQL would answer it with a NOTICE, logged at info by sqlx, on every start),
+        // and one of the name that is not a lease table is refused for what it is.
+        let (schema, bare) = $crate::store::split_table(&inner.config.table);
+        let have: Vec<String> = $crate::store::with_conn!($self, "start-up check", |c| {
+            sqlx::query_scalar::<$db, String>(inner.dialect.columns_sql())
+                .bind(bare)
+                .bind(schema)
+                .fetch_all(c)
+        })?;
+        if !have.is_empty() {
+            $crate::store::lease_table_columns($self, &have)?;
+        } else if inner.config.ddl == $crate::Ddl::None {
+            return Err($crate::error::missing_table(
+                &inner.config.table,
+                &inner.stmts.create,
+                &inner.server,
+            ));
+        } else {
             let created = $crate::store::raw_conn!($self, "create the lease table", |c| {
                 sqlx::query::<$db>(&inner.stmts.create).execute(c)
             });
@@ -296,26 +437,18 @@ pub(crate) fn name_width<DB: Database>(
 ) -> Result<()> {
     let inner = &store.inner;
     let Some((data_type, width)) = column else {
-        return Err(Error::new(
-            ErrorKind::Unavailable,
-            format!(
-                "the lease table `{}` has no `name` column; create it with:\n{}",
-                inner.config.table, inner.stmts.create
-            ),
-        )
-        .with_temporary(false));
+        return Err(Error::schema(format!(
+            "the lease table `{}` has no `name` column; create it with:\n{}",
+            inner.config.table, inner.stmts.create
+        )));
     };
     let wanted = i64::try_from(inner.config.max_name_bytes).unwrap_or(i64::MAX);
     match width {
-        Some(w) if w < wanted => Err(Error::new(
-            ErrorKind::Unavailable,
-            format!(
-                "the `name` column of `{}` is {data_type}({w}), narrower than the {wanted} \
-                 bytes this store accepts; widen the column or lower max_name_bytes to {w}",
-                inner.config.table
-            ),
-        )
-        .with_temporary(false)),
+        Some(w) if w < wanted => Err(Error::schema(format!(
+            "the `name` column of `{}` is {data_type}({w}), narrower than the {wanted} bytes \
+             this store accepts; widen the column or lower max_name_bytes to {w}",
+            inner.config.table
+        ))),
         _ => Ok(()),
     }
 }
@@ -344,9 +477,68 @@ pub(crate) struct Wanted {
     pub(crate) hint: &'static str,
 }
 
+/// The columns every lease operation reads or writes (the scheduler's slot columns are used by
+/// the slot operations only, and not required at start-up).
+pub(crate) const LEASE_COLUMNS: [&str; 5] = ["name", "holder", "instance", "term", "expires_at_ms"];
+
+/// Checks that the existing lease table, with the columns `have`, has every column of a lease
+/// table (see [`missing_columns`]).
+pub(crate) fn lease_table_columns<DB: Database>(
+    store: &SqlStore<DB>,
+    have: &[String],
+) -> Result<()> {
+    let inner = &store.inner;
+    missing_columns(
+        "lease table",
+        &inner.config.table,
+        &inner.stmts.create,
+        have,
+        &LEASE_COLUMNS,
+    )
+}
+
+/// A table named `table` (the `what`: lease, partition or member table) exists with the columns
+/// `have`: refused with [`ErrorKind::Schema`](lease_core::ErrorKind::Schema) when it lacks any
+/// of `wanted`, in a message that names both lists and says how to give the store another
+/// table — most likely the table is another application's, which happens to have the store's
+/// (default) name.
+pub(crate) fn missing_columns(
+    what: &str,
+    table: &str,
+    create: &str,
+    have: &[String],
+    wanted: &[&str],
+) -> Result<()> {
+    let missing: Vec<&str> = wanted
+        .iter()
+        .copied()
+        .filter(|w| !have.iter().any(|h| h.eq_ignore_ascii_case(w)))
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let list = |names: &mut dyn Iterator<Item = &str>| {
+        names
+            .map(|n| format!("`{n}`"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let named_after = if what == "lease table" {
+        String::new()
+    } else {
+        " (it is named after the lease table)".to_owned()
+    };
+    Err(Error::schema(format!(
+        "a table `{table}` exists but is not a {what} of lease-sql: it has the columns {}, and          lacks {}. If it belongs to something else, give the store a lease table of its own          name{named_after}: `SqlConfig::table`, the `LEASE_SQL_TABLE` variable, or          `?table=NAME` in a `lease::open` URL. If it is an older lease table, make it as in:\n\
+         {create}",
+        list(&mut have.iter().map(String::as_str)),
+        list(&mut missing.iter().copied()),
+    )))
+}
+
 /// Checks the columns of the partition or member table (`what` names it in messages): every
-/// wanted column exists, holds the longest value the store writes, and, where the store
-/// compares it, compares byte for byte.
+/// wanted column exists (else the table is refused as [`missing_columns`] says), holds the
+/// longest value the store writes, and, where the store compares it, compares byte for byte.
 pub(crate) fn table_columns(
     what: &str,
     table: &str,
@@ -354,24 +546,23 @@ pub(crate) fn table_columns(
     have: &[ColumnInfo],
     wanted: &[Wanted],
 ) -> Result<()> {
-    let unavailable = |msg: String| Error::new(ErrorKind::Unavailable, msg).with_temporary(false);
+    let names: Vec<String> = have.iter().map(|c| c.name.clone()).collect();
+    let columns: Vec<&str> = wanted.iter().map(|w| w.column).collect();
+    missing_columns(what, table, create, &names, &columns)?;
     for w in wanted {
         let Some(c) = have.iter().find(|c| c.name.eq_ignore_ascii_case(w.column)) else {
-            return Err(unavailable(format!(
-                "the {what} `{table}` has no `{}` column; create it with:\n{create}",
-                w.column
-            )));
+            continue;
         };
         let bytes = i64::try_from(w.bytes).unwrap_or(i64::MAX);
         if let Some(width) = c.width.filter(|width| *width < bytes) {
-            return Err(unavailable(format!(
+            return Err(Error::schema(format!(
                 "the `{}` column of `{table}` is {}({width}), narrower than the \
                  {bytes} bytes this store writes; widen the column{}",
                 w.column, c.data_type, w.hint
             )));
         }
         if let (true, Some(collation)) = (w.exact, &c.inexact) {
-            return Err(unavailable(format!(
+            return Err(Error::schema(format!(
                 "the `{}` column of `{table}` is {} with collation {collation}, \
                  under which \"Job\", \"job\" and \"job \" could compare equal; make it as in:\n\
                  {create}",

@@ -6,12 +6,18 @@
 mod support;
 
 use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
 
-use lease_core::{ErrorKind, LeaseStore, backend::HolderToken};
+use lease_core::{
+    ErrorKind, GroupStore, LeaseStore, MembershipStore, PartitionStore, backend::HolderToken,
+};
 use lease_sql::{
     Ddl, Dialect, MySqlStore, PostgresStore, SqlConfig, SqliteStore, members_schema_sql,
     partitions_schema_sql, schema_sql,
 };
+
+const TTL: Duration = Duration::from_secs(30);
 
 /// The partition and member tables' DDL for `config`.
 fn group_tables(dialect: Dialect, config: &SqlConfig) -> [String; 2] {
@@ -89,7 +95,7 @@ async fn a_missing_table_with_ddl_off_names_the_table_and_its_statement() {
 
 fn check_missing(e: &lease_core::Error) {
     let msg = e.to_string();
-    assert_eq!(e.kind(), ErrorKind::Unavailable, "{msg}");
+    assert_eq!(e.kind(), ErrorKind::Schema, "{msg}");
     assert!(!e.is_temporary());
     assert!(msg.contains("`lease_missing_table`"), "{msg}");
     assert!(
@@ -179,7 +185,7 @@ async fn a_name_column_that_would_merge_or_truncate_names_is_refused() {
             .execute(&pool)
             .await
             .unwrap();
-        assert_eq!(e.kind(), ErrorKind::Unavailable, "{column}: {e}");
+        assert_eq!(e.kind(), ErrorKind::Schema, "{column}: {e}");
         assert!(e.to_string().contains(needle), "{column}: {e}");
     }
     // The narrow table is fine for names that fit, when the store is told so.
@@ -245,15 +251,20 @@ async fn a_name_column_that_would_merge_or_truncate_names_is_refused() {
     }
 }
 
-/// With DDL off, a lease table alone is not enough: the store names the missing partition or
-/// member table and the statement that creates it, and starts once both exist.
+/// With DDL off, a lease table alone serves leases; the first partition (membership)
+/// operation names the missing partition (member) table and the statement that creates it, and
+/// works once it exists.
 #[tokio::test]
 async fn a_missing_group_table_with_ddl_off_names_it_and_its_statement() {
-    async fn check<DB: sqlx::Database>(
-        dialect: Dialect,
-        pool: sqlx::Pool<DB>,
-        build: impl AsyncFn(sqlx::Pool<DB>, SqlConfig) -> lease_core::Result<()>,
-    ) where
+    type Build<DB> = fn(
+        sqlx::Pool<DB>,
+        SqlConfig,
+    ) -> std::pin::Pin<
+        Box<dyn std::future::Future<Output = lease_core::Result<Arc<dyn GroupStore>>>>,
+    >;
+
+    async fn check<DB: sqlx::Database>(dialect: Dialect, pool: sqlx::Pool<DB>, build: Build<DB>)
+    where
         for<'c> &'c sqlx::Pool<DB>: sqlx::Executor<'c, Database = DB>,
         for<'q> <DB as sqlx::Database>::Arguments<'q>: sqlx::IntoArguments<'q, DB>,
     {
@@ -264,14 +275,45 @@ async fn a_missing_group_table_with_ddl_off_names_it_and_its_statement() {
             async move { sqlx::query(&sql).execute(&pool).await.unwrap() }
         };
         run(schema_sql(dialect, &table)).await;
+        // SQLite's boot-clock triggers (migration 0003) need the partition and member tables:
+        // those of the lease table come first, the others once their tables exist.
+        let mut deferred = Vec::new();
+        if dialect == Dialect::Sqlite {
+            // SQLite's boot-clock table (migration 0003) is named the same way.
+            let clock = format!("{table}_clock");
+            let e = build(pool.clone(), config.clone()).await.unwrap_err();
+            let msg = e.to_string();
+            assert_eq!(e.kind(), ErrorKind::Schema, "{msg}");
+            assert!(msg.contains(&format!("`{clock}` does not exist")), "{msg}");
+            assert!(msg.contains("DDL is off"), "{msg}");
+            let stmts: Vec<String> = lease_sql::sqlite_boot_clock_sql(&table)
+                .split(";\n\n")
+                .map(str::to_owned)
+                .collect();
+            for stmt in &stmts {
+                assert!(msg.contains(stmt.as_str()), "{msg}");
+            }
+            for stmt in &stmts[..3] {
+                run(stmt.clone()).await;
+            }
+            deferred = stmts[3..].to_vec();
+        }
+        let store = build(pool.clone(), config.clone()).await.unwrap();
+        let h = lease_core::backend::HolderToken::mint();
+        assert!(store.claim("job", &h, "w", TTL).await.unwrap().is_some());
         let [partitions, members] = group_tables(dialect, &config);
         for (missing, create) in [
             (config.partitions_table_name(), partitions),
             (config.members_table_name(), members),
         ] {
-            let e = build(pool.clone(), config.clone()).await.unwrap_err();
+            let e = if missing.ends_with("_partitions") {
+                store.acquire_partition("g", 0, "o@1", TTL).await.map(drop)
+            } else {
+                store.heartbeat("svc", "n@1", "a", TTL, &[]).await.map(drop)
+            }
+            .unwrap_err();
             let msg = e.to_string();
-            assert_eq!(e.kind(), ErrorKind::Unavailable, "{msg}");
+            assert_eq!(e.kind(), ErrorKind::Schema, "{msg}");
             assert!(!e.is_temporary(), "{msg}");
             assert!(
                 msg.contains(&format!("`{missing}` does not exist")),
@@ -281,19 +323,18 @@ async fn a_missing_group_table_with_ddl_off_names_it_and_its_statement() {
             assert!(msg.contains(&create), "{msg}");
             run(create).await;
         }
-        if dialect == Dialect::Sqlite {
-            // SQLite's boot-clock table (migration 0003) is named the same way.
-            let clock = format!("{table}_clock");
-            let e = build(pool.clone(), config.clone()).await.unwrap_err();
-            let msg = e.to_string();
-            assert!(msg.contains(&format!("`{clock}` does not exist")), "{msg}");
-            assert!(msg.contains("DDL is off"), "{msg}");
-            for stmt in lease_sql::sqlite_boot_clock_sql(&table).split(";\n\n") {
-                assert!(msg.contains(stmt), "{msg}");
-                run(stmt.to_owned()).await;
-            }
+        for stmt in deferred {
+            run(stmt).await;
         }
-        build(pool.clone(), config.clone()).await.unwrap();
+        assert!(
+            store
+                .acquire_partition("g", 0, "o@1", TTL)
+                .await
+                .unwrap()
+                .is_some()
+        );
+        store.heartbeat("svc", "n@1", "a", TTL, &[]).await.unwrap();
+        drop(store);
         if dialect == Dialect::Sqlite {
             run(format!("DROP TABLE {table}_clock")).await;
         }
@@ -314,8 +355,11 @@ async fn a_missing_group_table_with_ddl_off_names_it_and_its_statement() {
         .connect_with(opts)
         .await
         .unwrap();
-    check(Dialect::Sqlite, pool, async |p, c| {
-        SqliteStore::with_client(p, c).await.map(drop)
+    check(Dialect::Sqlite, pool, |p, c| {
+        Box::pin(async move {
+            let s: Arc<dyn GroupStore> = Arc::new(SqliteStore::with_client(p, c).await?);
+            Ok(s)
+        })
     })
     .await;
     // The servers', on a pool of the test's own.
@@ -323,8 +367,11 @@ async fn a_missing_group_table_with_ddl_off_names_it_and_its_statement() {
         ($backend:literal, $dialect:expr, $pool:ty, $store:ty) => {
             if let Some(url) = lease_conformance::env::server_url($backend) {
                 let pool = <$pool>::new().connect(&url).await.unwrap();
-                check($dialect, pool, async |p, c| {
-                    <$store>::with_client(p, c).await.map(drop)
+                check($dialect, pool, |p, c| {
+                    Box::pin(async move {
+                        let s: Arc<dyn GroupStore> = Arc::new(<$store>::with_client(p, c).await?);
+                        Ok(s)
+                    })
                 })
                 .await;
             }
@@ -384,11 +431,18 @@ async fn group_columns_that_would_merge_truncate_or_clamp_are_refused() {
             ] {
                 sqlx::query(&sql).execute(&pool).await.unwrap();
             }
-            let e = MySqlStore::with_client(pool.clone(), config.clone())
+            // The lease table is fine: the store starts, and the partition table is refused on
+            // its first use.
+            let store = MySqlStore::with_client(pool.clone(), config.clone())
+                .await
+                .unwrap();
+            let e = store
+                .acquire_partition("g", 0, "o@1", TTL)
                 .await
                 .unwrap_err();
+            drop(store);
             drop_tables(&pool, &config).await;
-            assert_eq!(e.kind(), ErrorKind::Unavailable, "{group_column}: {e}");
+            assert_eq!(e.kind(), ErrorKind::Schema, "{group_column}: {e}");
             assert!(e.to_string().contains(needle), "case {i}: {e}");
         }
     }
@@ -413,9 +467,15 @@ async fn group_columns_that_would_merge_truncate_or_clamp_are_refused() {
         ] {
             sqlx::query(&sql).execute(&pool).await.unwrap();
         }
-        let e = PostgresStore::with_client(pool.clone(), config.clone())
+        let store = PostgresStore::with_client(pool.clone(), config.clone())
+            .await
+            .unwrap();
+        let e = store
+            .heartbeat("svc", "n@1", "a", TTL, &[])
             .await
             .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Schema, "{e}");
+        drop(store);
         drop_tables(&pool, &config).await;
         let msg = e.to_string();
         assert!(

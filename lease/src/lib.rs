@@ -72,8 +72,10 @@ pub use options::OpenOptions;
 pub use store::Store;
 pub use url::{Backend, UrlError};
 
-/// The SQL backends (lease-sql): [`sql::SqliteStore`], [`sql::PostgresStore`],
-/// [`sql::MySqlStore`] as compiled in, [`sql::SqlConfig`], verified transactions.
+/// The SQL backends (lease-sql): `SqliteStore`, `PostgresStore` and `MySqlStore` as compiled
+/// in (features `sqlite`, `postgres`, `mysql`), [`sql::SqlConfig`], verified transactions,
+/// [`sql::Token`] (the fencing token as a SQL `BIGINT`) and [`sql::SqlResultExt`] (sqlx errors
+/// as lease errors).
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
 pub mod sql {
     pub use lease_sql::*;

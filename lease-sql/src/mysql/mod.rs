@@ -18,7 +18,7 @@ use sqlx::MySql;
 use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlPool, MySqlPoolOptions};
 
 use crate::config::SqlConfig;
-use crate::partitions::{Table, check_group_tables, group_conn};
+use crate::partitions::{Table, check_group_table, group_conn};
 use crate::store::{ColumnInfo, SqlStore, check_lease_table, split_table, with_conn};
 use crate::wire::schema::Dialect;
 
@@ -247,17 +247,13 @@ impl SqlStore<MySql> {
                 _ => false,
             };
             if !exact {
-                return Err(Error::new(
-                    ErrorKind::Unavailable,
-                    format!(
-                        "the `name` column of `{table}` is {data_type} with collation {}, \
-                         under which \"Job\", \"job\" and \"job \" could share one row; make it \
-                         VARBINARY(255) as in:\n{}",
-                        collation.as_deref().unwrap_or("(binary)"),
-                        self.inner.stmts.create
-                    ),
-                )
-                .with_temporary(false));
+                return Err(Error::schema(format!(
+                    "the `name` column of `{table}` is {data_type} with collation {}, under \
+                     which \"Job\", \"job\" and \"job \" could share one row; make it \
+                     VARBINARY(255) as in:\n{}",
+                    collation.as_deref().unwrap_or("(binary)"),
+                    self.inner.stmts.create
+                )));
             }
         }
         // VARBINARY is limited in bytes, VARCHAR in characters.
@@ -271,78 +267,68 @@ impl SqlStore<MySql> {
                 };
                 (t, w)
             }),
-        )?;
-        self.check_group_tables().await
+        )
     }
 
-    /// Start-up checks of the partition and member tables: widths (VARBINARY and TEXT in
-    /// bytes, VARCHAR in characters), byte-wise comparison of every compared column, and
-    /// `partition_no` able to hold every `u32`.
-    async fn check_group_tables(&self) -> Result<()> {
-        check_group_tables!(self, MySql);
-        for table in [Table::Partitions, Table::Members] {
-            let full = self.table_of(table).0.to_owned();
-            let (schema, name) = split_table(&full);
-            let rows: Vec<MySqlColumn> =
-                group_conn!(self, "start-up check", table, |c| sqlx::query_as(
-                    "SELECT CAST(COLUMN_NAME AS CHAR), CAST(DATA_TYPE AS CHAR), \
-                     CAST(COLUMN_TYPE AS CHAR), CAST(CHARACTER_MAXIMUM_LENGTH AS SIGNED), \
-                     CAST(CHARACTER_OCTET_LENGTH AS SIGNED), CAST(COLLATION_NAME AS CHAR) \
-                     FROM information_schema.COLUMNS \
-                     WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ?"
-                )
-                .bind(schema)
-                .bind(name)
-                .fetch_all(c))?;
-            let mut have = Vec::new();
-            for (name, data_type, column_type, chars, octets, collation) in rows {
-                let t = data_type.to_ascii_lowercase();
-                let exact_collation = collation
-                    .as_deref()
-                    .is_some_and(|c| c.ends_with("_nopad_bin") || c.ends_with("_0900_bin"));
-                let inexact = match t.as_str() {
-                    "varbinary" | "blob" | "tinyblob" | "mediumblob" | "longblob" => None,
-                    "varchar" | "text" | "tinytext" | "mediumtext" | "longtext"
-                        if exact_collation =>
-                    {
-                        None
-                    }
-                    "int" | "bigint" | "smallint" | "mediumint" | "tinyint" => None,
-                    _ => Some(
-                        collation
-                            .clone()
-                            .unwrap_or_else(|| format!("{data_type} (pads values to its width)")),
-                    ),
-                };
-                if name.eq_ignore_ascii_case("partition_no")
-                    && !(t == "bigint"
-                        || (t == "int" && column_type.to_ascii_lowercase().contains("unsigned")))
-                {
-                    return Err(Error::new(
-                        ErrorKind::Unavailable,
-                        format!(
-                            "the `partition_no` column of `{full}` is {column_type}, \
-                             which cannot hold every partition number (0 to 4294967295); \
-                             make it INT UNSIGNED as in:\n{}",
-                            self.table_of(table).1
-                        ),
-                    )
-                    .with_temporary(false));
+    /// The check of the partition or member table, on its first use: widths (VARBINARY and
+    /// TEXT in bytes, VARCHAR in characters), byte-wise comparison of every compared column,
+    /// and `partition_no` able to hold every `u32`.
+    async fn check_group_table(&self, table: Table) -> Result<()> {
+        let full = self.table_of(table).0.to_owned();
+        let (schema, name) = split_table(&full);
+        let rows: Vec<MySqlColumn> =
+            group_conn!(self, "start-up check", table, |c| sqlx::query_as(
+                "SELECT CAST(COLUMN_NAME AS CHAR), CAST(DATA_TYPE AS CHAR), \
+                 CAST(COLUMN_TYPE AS CHAR), CAST(CHARACTER_MAXIMUM_LENGTH AS SIGNED), \
+                 CAST(CHARACTER_OCTET_LENGTH AS SIGNED), CAST(COLLATION_NAME AS CHAR) \
+                 FROM information_schema.COLUMNS \
+                 WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ?"
+            )
+            .bind(schema)
+            .bind(name)
+            .fetch_all(c))?;
+        let mut have = Vec::new();
+        for (name, data_type, column_type, chars, octets, collation) in rows {
+            let t = data_type.to_ascii_lowercase();
+            let exact_collation = collation
+                .as_deref()
+                .is_some_and(|c| c.ends_with("_nopad_bin") || c.ends_with("_0900_bin"));
+            let inexact = match t.as_str() {
+                "varbinary" | "blob" | "tinyblob" | "mediumblob" | "longblob" => None,
+                "varchar" | "text" | "tinytext" | "mediumtext" | "longtext" if exact_collation => {
+                    None
                 }
-                let width = if matches!(t.as_str(), "varchar" | "char") {
-                    chars
-                } else {
-                    octets
-                };
-                have.push(ColumnInfo {
-                    name,
-                    data_type,
-                    width,
-                    inexact,
-                });
+                "int" | "bigint" | "smallint" | "mediumint" | "tinyint" => None,
+                _ => Some(
+                    collation
+                        .clone()
+                        .unwrap_or_else(|| format!("{data_type} (pads values to its width)")),
+                ),
+            };
+            if name.eq_ignore_ascii_case("partition_no")
+                && !(t == "bigint"
+                    || (t == "int" && column_type.to_ascii_lowercase().contains("unsigned")))
+            {
+                return Err(Error::schema(format!(
+                    "the `partition_no` column of `{full}` is {column_type}, which cannot \
+                     hold every partition number (0 to 4294967295); make it INT UNSIGNED \
+                     as in:\n{}",
+                    self.table_of(table).1
+                )));
             }
-            self.check_columns(table, &have)?;
+            let width = if matches!(t.as_str(), "varchar" | "char") {
+                chars
+            } else {
+                octets
+            };
+            have.push(ColumnInfo {
+                name,
+                data_type,
+                width,
+                inexact,
+            });
         }
+        check_group_table!(self, MySql, table, have);
         Ok(())
     }
 }
@@ -367,6 +353,7 @@ impl crate::wire::conns::LeaseDb for MySql {}
 crate::leases::lease_store!(MySql);
 crate::leases::verify_guard!(MySql, MySqlConnection, begin);
 crate::partitions::partition_store!(MySql);
+crate::partitions::group_tables_on_first_use!(MySql);
 crate::membership::membership_store!(MySql);
 crate::slots::slot_store!(MySql);
 

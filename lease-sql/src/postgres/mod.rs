@@ -12,7 +12,7 @@ use sqlx::Postgres;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 
 use crate::config::SqlConfig;
-use crate::partitions::{Table, check_group_tables, group_conn};
+use crate::partitions::{Table, check_group_table, group_conn};
 use crate::store::{ColumnInfo, SqlStore, check_lease_table, split_table, with_conn};
 use crate::wire::schema::Dialect;
 
@@ -142,11 +142,17 @@ use crate::wire::schema::Dialect;
 pub type PostgresStore = SqlStore<Postgres>;
 
 impl SqlStore<Postgres> {
-    /// A store on the application's pool. Creates the lease, partition and member tables when
-    /// missing (unless [`Ddl::None`](crate::Ddl::None)) and fails fast when the database cannot
-    /// carry leases: no clock, a read-only connection, a missing table with DDL off, a `name`
-    /// (or `group_name`, `service`) column narrower than `max_name_bytes`, a missing or too
-    /// narrow column of the partition or member table.
+    /// A store on the application's pool. Creates the lease table when missing (unless
+    /// [`Ddl::None`](crate::Ddl::None)) and fails fast when the database cannot carry leases: no
+    /// clock, a read-only connection, a missing table with DDL off, a table of that name with
+    /// other columns (another application's: [`ErrorKind::Schema`], naming its columns), a
+    /// `name` column narrower than `max_name_bytes`. The partition and member tables get the
+    /// same checks (and are created) on their first use.
+    ///
+    /// The pool serves `begin_verified` only. Lease operations run on connections of the
+    /// store's own, up to [`SqlConfig::lease_connections`] (default 2), opened with the pool's
+    /// connect options so that a busy pool never delays a renewal: count them with the pool
+    /// against the server's `max_connections`, and behind PgBouncer against its pool size.
     pub async fn with_client(pool: PgPool, config: SqlConfig) -> Result<Self> {
         let server = {
             let o = pool.connect_options();
@@ -199,36 +205,32 @@ impl SqlStore<Postgres> {
             .bind(name)
             .bind(schema)
             .fetch_optional(c))?;
-        crate::store::name_width(self, width.map(|(t, w)| (t, w.map(i64::from))))?;
-        self.check_group_tables().await
+        crate::store::name_width(self, width.map(|(t, w)| (t, w.map(i64::from))))
     }
 
-    /// Start-up checks of the partition and member tables.
-    async fn check_group_tables(&self) -> Result<()> {
-        check_group_tables!(self, Postgres);
-        for table in [Table::Partitions, Table::Members] {
-            let full = self.table_of(table).0.to_lowercase();
-            let (schema, name) = split_table(&full);
-            let rows: Vec<(String, String, Option<i32>)> =
-                group_conn!(self, "start-up check", table, |c| sqlx::query_as(
-                    "SELECT column_name::text, data_type::text, \
-                     character_maximum_length::int FROM information_schema.columns \
-                     WHERE table_name = $1 AND table_schema = COALESCE($2, current_schema())"
-                )
-                .bind(name)
-                .bind(schema)
-                .fetch_all(c))?;
-            let have: Vec<ColumnInfo> = rows
-                .into_iter()
-                .map(|(name, data_type, width)| ColumnInfo {
-                    name,
-                    data_type,
-                    width: width.map(i64::from),
-                    inexact: None,
-                })
-                .collect();
-            self.check_columns(table, &have)?;
-        }
+    /// The check of the partition or member table, on its first use.
+    async fn check_group_table(&self, table: Table) -> Result<()> {
+        let full = self.table_of(table).0.to_lowercase();
+        let (schema, name) = split_table(&full);
+        let rows: Vec<(String, String, Option<i32>)> =
+            group_conn!(self, "start-up check", table, |c| sqlx::query_as(
+                "SELECT column_name::text, data_type::text, \
+                 character_maximum_length::int FROM information_schema.columns \
+                 WHERE table_name = $1 AND table_schema = COALESCE($2, current_schema())"
+            )
+            .bind(name)
+            .bind(schema)
+            .fetch_all(c))?;
+        let have: Vec<ColumnInfo> = rows
+            .into_iter()
+            .map(|(name, data_type, width)| ColumnInfo {
+                name,
+                data_type,
+                width: width.map(i64::from),
+                inexact: None,
+            })
+            .collect();
+        check_group_table!(self, Postgres, table, have);
         Ok(())
     }
 }
@@ -245,6 +247,7 @@ crate::leases::lease_store!(Postgres);
 crate::leases::returning_writes!(Postgres);
 crate::leases::verify_guard!(Postgres, PgConnection, begin);
 crate::partitions::partition_store!(Postgres);
+crate::partitions::group_tables_on_first_use!(Postgres);
 crate::partitions::returning_partition_rows!(Postgres, parts);
 crate::membership::membership_store!(Postgres);
 crate::membership::returning_member_rows!(Postgres);

@@ -100,7 +100,11 @@ impl SqlStore<Sqlite> {
         let clock_table = format!("{table}{}", crate::wire::schema::CLOCK_SUFFIX);
         let ddl = crate::wire::schema::sqlite_boot_clock_statements(&table);
         if self.inner.config.ddl == crate::Ddl::Auto {
-            for stmt in &ddl {
+            // The partition and member tables' triggers come with those tables, on their first
+            // use (`group_boot_clock`).
+            let mut own = vec![crate::wire::schema::sqlite_clock_table(&table)];
+            own.extend(crate::wire::schema::sqlite_boot_clock_triggers(&table, ""));
+            for stmt in &own {
                 crate::store::with_conn!(self, "create the boot clock table", |c| {
                     sqlx::query(stmt).execute(c)
                 })?;
@@ -138,12 +142,23 @@ impl SqlStore<Sqlite> {
                 )),
             };
             if let Some(expiry) = &rebase {
-                for t in &tables {
-                    sqlx::query(&format!(
+                for (i, t) in tables.iter().enumerate() {
+                    let rebased = sqlx::query(&format!(
                         "UPDATE {t} SET expires_at_ms = {expiry} WHERE expires_at_ms <> 0"
                     ))
                     .execute(&mut *tx)
-                    .await?;
+                    .await;
+                    match rebased {
+                        Ok(_) => {}
+                        // The partition and member tables exist only once used (and a table
+                        // of that name without the columns is refused then, for what it is);
+                        // a failed statement leaves SQLite's transaction open.
+                        Err(sqlx::Error::Database(d))
+                            if i > 0
+                                && (d.message().contains("no such table")
+                                    || d.message().contains("no such column")) => {}
+                        Err(e) => return Err(e),
+                    }
                 }
                 sqlx::query(&format!(
                     "INSERT OR REPLACE INTO {clock_table} (id, boot_id) VALUES (1, ?1)"
@@ -180,6 +195,40 @@ impl SqlStore<Sqlite> {
             }
             Err(e) => Err(self.err(e, "start-up check")),
         }
+    }
+}
+
+impl SqlStore<Sqlite> {
+    /// Puts the partition or member table `table`, just checked on its first use, on the boot
+    /// clock (DDL on only): its triggers, then, should a process of a lease-sql from before the
+    /// boot clock have written it before they existed, its wall-clock expiries converted (live
+    /// leases keep the time they had left). Both are idempotent: two processes may run them at
+    /// once.
+    pub(super) async fn group_boot_clock(&self, table: crate::partitions::Table) -> Result<()> {
+        if self.inner.config.ddl != crate::Ddl::Auto {
+            return Ok(());
+        }
+        let suffix = match table {
+            crate::partitions::Table::Partitions => crate::config::PARTITIONS_SUFFIX,
+            crate::partitions::Table::Members => crate::config::MEMBERS_SUFFIX,
+        };
+        let name = self.table_of(table).0;
+        let (wall, now) = (Dialect::Sqlite.now_ms(), Dialect::Sqlite.expiry_ms());
+        let floor = crate::config::WALL_CLOCK_FLOOR_MS;
+        let mut ddl = Vec::from(crate::wire::schema::sqlite_boot_clock_triggers(
+            &self.inner.config.table,
+            suffix,
+        ));
+        ddl.push(format!(
+            "UPDATE {name} SET expires_at_ms = CASE WHEN expires_at_ms > {wall} \
+             THEN {now} + (expires_at_ms - {wall}) ELSE 0 END WHERE expires_at_ms >= {floor}"
+        ));
+        for stmt in &ddl {
+            crate::partitions::group_conn!(self, "create the boot clock triggers", table, |c| {
+                sqlx::query(stmt).execute(c)
+            })?;
+        }
+        Ok(())
     }
 }
 

@@ -16,7 +16,7 @@ use sqlx::sqlite::{
 };
 
 use crate::config::SqlConfig;
-use crate::partitions::{Table, check_group_tables, group_conn};
+use crate::partitions::{Table, check_group_table, group_conn};
 use crate::store::{ColumnInfo, SqlStore, check_lease_table, split_table, with_conn};
 use crate::wire::schema::Dialect;
 
@@ -172,37 +172,33 @@ impl SqlStore<Sqlite> {
         .bind(schema)
         .fetch_optional(c))?;
         crate::store::name_width(self, column.map(|(t,)| (t, None)))?;
-        self.check_group_tables().await?;
         self.check_boot_clock().await
     }
 
-    /// Start-up checks of the partition and member tables (SQLite does not enforce widths:
-    /// only the columns' presence is checked).
-    async fn check_group_tables(&self) -> Result<()> {
-        check_group_tables!(self, Sqlite);
-        for table in [Table::Partitions, Table::Members] {
-            let full = self.table_of(table).0.to_owned();
-            let (schema, name) = split_table(&full);
-            let schema = schema.unwrap_or("main");
-            let rows: Vec<(String, String)> =
-                group_conn!(self, "start-up check", table, |c| sqlx::query_as(
-                    "SELECT name, type FROM pragma_table_info(?1, ?2)"
-                )
-                .bind(name)
-                .bind(schema)
-                .fetch_all(c))?;
-            let have: Vec<ColumnInfo> = rows
-                .into_iter()
-                .map(|(name, data_type)| ColumnInfo {
-                    name,
-                    data_type,
-                    width: None,
-                    inexact: None,
-                })
-                .collect();
-            self.check_columns(table, &have)?;
-        }
-        Ok(())
+    /// The check of the partition or member table, on its first use (SQLite does not enforce
+    /// widths: only the columns' presence is checked), then its boot-clock triggers.
+    async fn check_group_table(&self, table: Table) -> Result<()> {
+        let full = self.table_of(table).0.to_owned();
+        let (schema, name) = split_table(&full);
+        let schema = schema.unwrap_or("main");
+        let rows: Vec<(String, String)> =
+            group_conn!(self, "start-up check", table, |c| sqlx::query_as(
+                "SELECT name, type FROM pragma_table_info(?1, ?2)"
+            )
+            .bind(name)
+            .bind(schema)
+            .fetch_all(c))?;
+        let have: Vec<ColumnInfo> = rows
+            .into_iter()
+            .map(|(name, data_type)| ColumnInfo {
+                name,
+                data_type,
+                width: None,
+                inexact: None,
+            })
+            .collect();
+        check_group_table!(self, Sqlite, table, have);
+        self.group_boot_clock(table).await
     }
 }
 
@@ -223,6 +219,7 @@ crate::leases::lease_store!(Sqlite);
 crate::leases::returning_writes!(Sqlite);
 crate::leases::verify_guard!(Sqlite, SqliteConnection, begin_with, "BEGIN IMMEDIATE");
 crate::partitions::partition_store!(Sqlite);
+crate::partitions::group_tables_on_first_use!(Sqlite);
 crate::partitions::returning_partition_rows!(Sqlite, parts);
 crate::membership::membership_store!(Sqlite);
 crate::membership::returning_member_rows!(Sqlite);

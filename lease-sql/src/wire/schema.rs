@@ -45,6 +45,28 @@ impl Dialect {
         }
     }
 
+    /// The catalog query for the column names of a table, in order: bind the table's bare name,
+    /// then its schema (`None`: the connection's current schema). No row: there is no such
+    /// table.
+    pub(crate) fn columns_sql(self) -> &'static str {
+        match self {
+            // Unquoted identifiers are folded to lower case, as the store's statements send them.
+            Dialect::Postgres => {
+                "SELECT column_name::text FROM information_schema.columns \
+                 WHERE table_name = lower($1) AND table_schema = COALESCE(lower($2), current_schema()) \
+                 ORDER BY ordinal_position"
+            }
+            Dialect::MySql => {
+                "SELECT CAST(COLUMN_NAME AS CHAR) FROM information_schema.COLUMNS \
+                 WHERE TABLE_NAME = ? AND TABLE_SCHEMA = COALESCE(?, DATABASE()) \
+                 ORDER BY ORDINAL_POSITION"
+            }
+            Dialect::Sqlite => {
+                "SELECT name FROM pragma_table_info(?1, COALESCE(?2, 'main')) ORDER BY cid"
+            }
+        }
+    }
+
     /// A short name, for messages.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -187,35 +209,47 @@ pub fn members_schema_sql(dialect: Dialect, table: &str) -> String {
 }
 
 /// SQLite's boot-clock DDL for the lease table `table` (by default `leases`): its statements,
-/// in order (see [`sqlite_boot_clock_sql`]).
+/// in order (see [`sqlite_boot_clock_sql`]): the clock table, then the triggers of the lease,
+/// partition and member tables.
 pub(crate) fn sqlite_boot_clock_statements(table: &str) -> Vec<String> {
-    let (schema, bare) = match table.split_once('.') {
-        Some((s, n)) => (format!("{s}."), n),
-        None => (String::new(), table),
-    };
-    let floor = crate::config::WALL_CLOCK_FLOOR_MS;
-    let mut out = vec![format!(
-        "CREATE TABLE IF NOT EXISTS {table}{CLOCK_SUFFIX} (\n    \
-         id      INTEGER NOT NULL PRIMARY KEY CHECK (id = 1),\n    \
-         boot_id TEXT NOT NULL\n)"
-    )];
+    let mut out = vec![sqlite_clock_table(table)];
     for suffix in [
         "",
         crate::config::PARTITIONS_SUFFIX,
         crate::config::MEMBERS_SUFFIX,
     ] {
-        let t = format!("{bare}{suffix}");
-        for (event, what) in [("INSERT", "insert"), ("UPDATE OF expires_at_ms", "update")] {
-            out.push(format!(
-                "CREATE TRIGGER IF NOT EXISTS {schema}{t}_boot_clock_{what}\n\
-                 BEFORE {event} ON {t} WHEN NEW.expires_at_ms >= {floor}\n\
-                 BEGIN SELECT RAISE(ABORT, 'lease-sql: {t} keeps its expiries on the boot \
-                 clock; a process of an older lease-sql (wall-clock expiries) still writes it: \
-                 stop or upgrade it'); END"
-            ));
-        }
+        out.extend(sqlite_boot_clock_triggers(table, suffix));
     }
     out
+}
+
+/// SQLite: the table `<table>_clock`, which records the boot the expiries were measured in.
+pub(crate) fn sqlite_clock_table(table: &str) -> String {
+    format!(
+        "CREATE TABLE IF NOT EXISTS {table}{CLOCK_SUFFIX} (\n    \
+         id      INTEGER NOT NULL PRIMARY KEY CHECK (id = 1),\n    \
+         boot_id TEXT NOT NULL\n)"
+    )
+}
+
+/// SQLite: the two triggers that refuse wall-clock expiries in the table `<table><suffix>` (the
+/// lease table, or with a suffix the partition or member table), which must exist.
+pub(crate) fn sqlite_boot_clock_triggers(table: &str, suffix: &str) -> [String; 2] {
+    let (schema, bare) = match table.split_once('.') {
+        Some((s, n)) => (format!("{s}."), n),
+        None => (String::new(), table),
+    };
+    let floor = crate::config::WALL_CLOCK_FLOOR_MS;
+    let t = format!("{bare}{suffix}");
+    [("INSERT", "insert"), ("UPDATE OF expires_at_ms", "update")].map(|(event, what)| {
+        format!(
+            "CREATE TRIGGER IF NOT EXISTS {schema}{t}_boot_clock_{what}\n\
+             BEFORE {event} ON {t} WHEN NEW.expires_at_ms >= {floor}\n\
+             BEGIN SELECT RAISE(ABORT, 'lease-sql: {t} keeps its expiries on the boot \
+             clock; a process of an older lease-sql (wall-clock expiries) still writes it: \
+             stop or upgrade it'); END"
+        )
+    })
 }
 
 /// In SQLite, the suffix of the table that records which boot the expiries were measured in.
