@@ -284,7 +284,8 @@ pub(crate) fn after_help() -> String {
     format!(
         "Store:\n  --store URL, or {STORE_VAR}; default: {}\n  (one fixed file per user: \
          $XDG_STATE_HOME/lease/leases.db, else ~/.local/state/lease/leases.db, created when \
-         missing).\n  Schemes: sqlite, postgres(ql), mysql, mariadb, redis(s), mongodb, nats, etcd.\n  \
+         missing).\n  Schemes: sqlite, postgres(ql), mysql, mariadb, redis(s), mongodb, nats; etcd when built with \
+         --features etcd.\n  \
          NATS: one bucket per lease duration (leases_<ms>ms); ?bucket=NAME picks one.\n  Redis: needs appendonly yes with appendfsync always; add \
          ?allow_fsync_everysec=1 to accept appendfsync everysec, ?allow_volatile=1 or \
          ?terms=clock_floor to accept a server without AOF.\n  Passwords in URLs are never printed.\n\n{}",

@@ -137,8 +137,8 @@ impl Store {
 
 /// The answer of a scheduler-slot operation on a backend that keeps none.
 #[allow(dead_code)] // Unused when no backend without slots is compiled in.
-fn no_slots(store: &Store) -> Error {
-    Error::unsupported(format!(
+fn no_slots(store: &Store) -> lease_core::Error {
+    lease_core::Error::unsupported(format!(
         "the {} store keeps no scheduler slots (its capabilities say slots: false); run the \
          scheduler on a store that does, e.g. SQL, Redis, NATS, MongoDB",
         store.backend()

@@ -278,6 +278,10 @@ async fn get(addr: &str, path: &str) -> Result<String> {
 }
 
 /// The value of `series` (a name with its labels, as Prometheus prints it) in a scrape.
+/// One panel of the plot: its title, the top of its y axis, the value it draws, and whether
+/// it is drawn as steps.
+type PanelSpec = (&'static str, f64, fn(&Sample) -> f64, bool);
+
 fn value(body: &str, series: &str) -> Option<f64> {
     body.lines().find_map(|line| {
         let rest = line.strip_prefix(series)?.strip_prefix(' ')?;
@@ -353,7 +357,7 @@ fn draw(
         .flatten()
         .map(|s| s.writes)
         .fold(1.0, f64::max);
-    let specs: [(&str, f64, fn(&Sample) -> f64, bool); 3] = [
+    let specs: [PanelSpec; 3] = [
         (
             "lease_held{name=\"report\"} (x: seconds since the start)",
             1.2,
