@@ -8,7 +8,7 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::routing::get;
-use lease::sql::SqliteStore;
+use lease::sql::{SqlResultExt, SqliteStore, Token};
 use lease::{Coordinator, Leadership, OpenOptions, Store, Term, Timings};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tokio::sync::watch;
@@ -194,19 +194,18 @@ async fn lead(sqlite: SqliteStore, term: Term, every: Duration) -> Result<(), le
 /// the last writer's — the guard against a holder that was paused past its lease.
 async fn write_report(sqlite: &SqliteStore, term: &Term) -> Result<(), lease::Error> {
     let mut tx = sqlite.begin_verified(term).await?;
-    // Plain conversions, written by hand here: SQLite's INTEGER is an i64, the token a u64.
-    let token = i64::try_from(term.token()).map_err(|e| {
-        lease::Error::backend("the fencing token does not fit SQLite's INTEGER", e, false)
-    })?;
+    // `Token` binds the fencing token as SQLite's INTEGER (a token above i64::MAX is an
+    // InvalidArgument, never a wrapped number); `lease_err` turns a driver error into a lease
+    // error with the store's own verdict on whether a retry may help.
     let done = sqlx::query(
         "UPDATE service_report SET fence = ?1, writes = writes + 1, writer = ?2
           WHERE id = 1 AND fence <= ?1",
     )
-    .bind(token)
+    .bind(Token::of(term)?)
     .bind(term.instance())
     .execute(&mut *tx)
     .await
-    .map_err(sql_error)?;
+    .lease_err("writing the report")?;
     if done.rows_affected() == 0 {
         metrics::counter!(REFUSED).increment(1);
         return Err(lease::Error::lost(
@@ -214,18 +213,9 @@ async fn write_report(sqlite: &SqliteStore, term: &Term) -> Result<(), lease::Er
             "a newer term has written the report: this term is stale",
         ));
     }
-    tx.commit().await.map_err(sql_error)?;
+    tx.commit().await.lease_err("committing the report")?;
     metrics::counter!(WRITES).increment(1);
     Ok(())
-}
-
-/// A driver error as a lease error, temporary when a retry may help.
-fn sql_error(e: sqlx::Error) -> lease::Error {
-    let temporary = matches!(
-        e,
-        sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed
-    );
-    lease::Error::backend("writing the report", e, temporary)
 }
 
 /// What the HTTP handlers share.
