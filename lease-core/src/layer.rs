@@ -46,6 +46,7 @@ use async_trait::async_trait;
 
 use crate::error::Result;
 use crate::membership::{Member, MembershipStore};
+use crate::notify::{Topic, Wakeups};
 use crate::partitions::{PartitionLease, PartitionStore};
 use crate::polling::PollingStore;
 use crate::slots::{SlotClaim, SlotFinish, SlotRecord, SlotStore};
@@ -207,6 +208,14 @@ pub type Answer<'a, T> = Pin<Box<dyn Future<Output = Result<T>> + Send + 'a>>;
 pub trait Hook: Send + Sync + fmt::Debug + 'static {
     /// Runs `op`, the inner store's operation described by `call`, or not.
     fn around<'a, T: Send + 'static>(&'a self, call: Call<'a>, op: Answer<'a, T>) -> Answer<'a, T>;
+
+    /// The hints a waiter on `topic` gets, from the inner store's `hints` (see
+    /// [`LeaseStore::changes`]): passed on unchanged unless the hook cuts or replaces them (a
+    /// fault layer's cut listener).
+    fn changes(&self, topic: &Topic, hints: Option<Wakeups>) -> Option<Wakeups> {
+        let _ = topic;
+        hints
+    }
 }
 
 /// `value` as the answer type `T`, when it is one: `answer_as::<T, _>(Some(grant))` is
@@ -315,6 +324,10 @@ impl<S: LeaseStore, H: Hook> LeaseStore for Intercept<S, H> {
         let call = Call::new(Operation::ForceRelease, name);
         let op = self.inner.force_release(name);
         self.hook.around(call, Box::pin(op)).await
+    }
+
+    fn changes(&self, topic: &Topic) -> Option<Wakeups> {
+        self.hook.changes(topic, self.inner.changes(topic))
     }
 }
 

@@ -54,6 +54,7 @@ pub mod group;
 pub mod layer;
 mod leadership;
 pub mod membership;
+pub mod notify;
 mod observer;
 pub mod partitions;
 mod polling;

@@ -10,6 +10,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::error::{Error, Result};
+use crate::notify::{Topic, Wakeups};
 use crate::validate::{DEFAULT_MAX_NAME_BYTES, validate_name, validate_ttl};
 
 /// The longest instance label, in bytes, every store must keep.
@@ -126,7 +127,8 @@ pub struct Capabilities {
     pub keeps_ended_records: bool,
     /// A transaction can verify the lease as its first statement (SQL stores).
     pub verify_in_transaction: bool,
-    /// The store can push changes instead of being polled.
+    /// The store pushes hints of changes ([`LeaseStore::changes`] answers `Some`), so waiters
+    /// wake when a name is released instead of at their next retry.
     pub watch: bool,
     /// Partitioned leases are supported.
     pub partitions: bool,
@@ -246,6 +248,15 @@ pub trait LeaseStore: Send + Sync + fmt::Debug + 'static {
             self.backend()
         )))
     }
+
+    /// Hints that `topic` may change hands, when this store can push them (see
+    /// [`notify`](crate::notify)); `None` when it cannot, and waiters poll. Hints are never the
+    /// basis of a decision: a woken waiter claims as usual. A store that answers `Some` for
+    /// some topic says so with [`Capabilities::watch`].
+    fn changes(&self, topic: &Topic) -> Option<Wakeups> {
+        let _ = topic;
+        None
+    }
 }
 
 macro_rules! forward_lease_store {
@@ -290,6 +301,9 @@ macro_rules! forward_lease_store {
             }
             async fn force_release(&self, name: &str) -> Result<bool> {
                 (**self).force_release(name).await
+            }
+            fn changes(&self, topic: &Topic) -> Option<Wakeups> {
+                (**self).changes(topic)
             }
         }
     )*};

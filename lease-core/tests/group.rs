@@ -581,6 +581,9 @@ impl LeaseStore for ScriptedStore {
     async fn force_release(&self, name: &str) -> lease_core::Result<bool> {
         self.inner.force_release(name).await
     }
+    fn changes(&self, topic: &lease_core::notify::Topic) -> Option<lease_core::notify::Wakeups> {
+        self.inner.changes(topic)
+    }
     async fn claim(
         &self,
         name: &str,

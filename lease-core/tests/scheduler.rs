@@ -69,6 +69,9 @@ impl LeaseStore for Link {
         self.gate().await;
         self.store.force_release(name).await
     }
+    fn changes(&self, topic: &lease_core::notify::Topic) -> Option<lease_core::notify::Wakeups> {
+        self.store.changes(topic)
+    }
     async fn claim(
         &self,
         name: &str,

@@ -382,6 +382,10 @@ impl LeaseStore for Reopenable {
     async fn force_release(&self, name: &str) -> Result<bool> {
         self.store()?.force_release(name).await
     }
+
+    fn changes(&self, topic: &lease_core::notify::Topic) -> Option<lease_core::notify::Wakeups> {
+        self.store().ok()?.changes(topic)
+    }
 }
 
 #[deny(clippy::missing_trait_methods)]

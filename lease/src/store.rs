@@ -194,6 +194,10 @@ impl LeaseStore for Store {
     async fn force_release(&self, name: &str) -> Result<bool> {
         each!(self, s => s.force_release(name).await)
     }
+
+    fn changes(&self, topic: &lease_core::notify::Topic) -> Option<lease_core::notify::Wakeups> {
+        each!(self, s => s.changes(topic))
+    }
 }
 
 #[deny(clippy::missing_trait_methods)]

@@ -517,6 +517,11 @@ pub async fn coordinator_close_signals_and_releases(h: &Harness) {
 }
 
 /// The keeper holds the lease for many lease durations; nobody else gets it meanwhile.
+///
+/// The other contender claims through the store itself, every fifth of a lease: the store must
+/// refuse each claim. (Through a coordinator, a claim whose answer takes longer than its
+/// attempt timeout — a third of the lease here — reads as `Timeout` on a loaded machine; what
+/// this case checks is the store's refusal, not that contender's patience.)
 pub async fn coordinator_keeps_the_lease_well_past_its_ttl(h: &Harness) {
     let name = h.name("coord-keep");
     let a = h.coordinator("a");
@@ -524,10 +529,15 @@ pub async fn coordinator_keeps_the_lease_well_past_its_ttl(h: &Harness) {
     let term = a.try_acquire(&name).await.unwrap();
     let until = Instant::now() + h.timings.lease() * 3;
     while Instant::now() < until {
-        assert_eq!(
-            b.try_acquire(&name).await.unwrap_err().kind(),
-            ErrorKind::Held
-        );
+        let other = mint();
+        if let Some(g) = claim(h, &name, &other, "b").await {
+            panic!(
+                "{}: a claim of {name} succeeded (term {}) while its keeper held term {}",
+                h.backend(),
+                g.term,
+                term.token()
+            );
+        }
         assert!(term.is_live(), "term ended: {:?}", term.err());
         sleep(h.timings.lease() / 5).await;
     }

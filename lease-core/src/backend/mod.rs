@@ -27,6 +27,7 @@ pub mod derive;
 
 pub use crate::clock::Stamp;
 pub use crate::membership::{MAX_ADDRESS_BYTES, MAX_GROUPS_PER_MEMBER, MAX_NODE_ID_BYTES};
+pub use crate::notify::Hub;
 pub use crate::partitions::{
     BatchRenew, MAX_PARTITIONS_PER_CALL, OWNER_ID_SUFFIX_BYTES, owner_id, owner_node,
 };

@@ -21,6 +21,7 @@ use async_trait::async_trait;
 
 use crate::coordinator::Coordinator;
 use crate::error::{ErrorKind, Result};
+use crate::notify::{Topic, Wakeups};
 use crate::slots::{SlotClaim, SlotFinish, SlotStore};
 use crate::store::{Capabilities, Grant, HolderToken, LeaseInfo, LeaseStore};
 use crate::term::Term;
@@ -237,5 +238,9 @@ impl LeaseStore for SlotAdapter {
 
     async fn force_release(&self, name: &str) -> Result<bool> {
         self.inner.force_release(name).await
+    }
+
+    fn changes(&self, topic: &Topic) -> Option<Wakeups> {
+        self.inner.changes(topic)
     }
 }
