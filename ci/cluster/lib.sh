@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Shared helpers of the cluster scripts (ci/cluster/etcd.sh, nats.sh, redis-sentinel.sh):
+# process bookkeeping by pid file, waiting, and the usage line. Sourced, never run.
+#
+# Every process a cluster script starts is recorded in $CLUSTER_DIR/<cluster>/<node>.pid and
+# logs to $CLUSTER_DIR/<cluster>/<node>.log; nothing is found or stopped by name, so the
+# shared single servers (etcd 2379, NATS 4222, Redis 6379) are never touched.
+# CLUSTER_DIR defaults to /var/lib/lease-ci/cluster (root) or $TMPDIR/lease-ci-cluster.
+set -euo pipefail
+
+if [[ -z ${CLUSTER_DIR:-} ]]; then
+  if [[ $(id -u) -eq 0 ]]; then
+    CLUSTER_DIR=/var/lib/lease-ci/cluster
+  else
+    CLUSTER_DIR=${TMPDIR:-/tmp}/lease-ci-cluster
+  fi
+fi
+WAIT_SECS=${WAIT_SECS:-30}
+
+log() { echo "${CLUSTER_NAME:-cluster}: $*" >&2; }
+die() {
+  log "$*"
+  exit 1
+}
+
+# pid_of NODE : the pid recorded for NODE when that process is alive, else nothing.
+pid_of() {
+  local file="$NODE_DIR/$1.pid" pid
+  [[ -f $file ]] || return 0
+  pid=$(<"$file")
+  if [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null; then echo "$pid"; fi
+}
+
+running() { [[ -n $(pid_of "$1") ]]; }
+
+# spawn NODE COMMAND... : starts COMMAND in the background in a session of its own, output to
+# NODE's log, and records its pid.
+spawn() {
+  local node=$1
+  shift
+  setsid "$@" >>"$NODE_DIR/$node.log" 2>&1 </dev/null &
+  echo $! >"$NODE_DIR/$node.pid"
+}
+
+# signal_node SIGNAL NODE : sends SIGNAL to NODE's process, if running; with KILL waits until
+# it is gone, with TERM up to WAIT_SECS (then KILL).
+signal_node() {
+  local sig=$1 node=$2 pid deadline
+  pid=$(pid_of "$node")
+  [[ -n $pid ]] || return 0
+  kill -s "$sig" "$pid" 2>/dev/null || true
+  deadline=$((SECONDS + WAIT_SECS))
+  while kill -0 "$pid" 2>/dev/null; do
+    if ((SECONDS >= deadline)); then
+      log "$node (pid $pid) still running after SIG$sig for ${WAIT_SECS}s: SIGKILL"
+      kill -s KILL "$pid" 2>/dev/null || true
+    fi
+    sleep 0.05
+  done
+  rm -f "$NODE_DIR/$node.pid"
+}
+
+# wait_until PROBE ARGS... : polls PROBE until it succeeds or WAIT_SECS pass.
+wait_until() {
+  local deadline=$((SECONDS + WAIT_SECS))
+  while ((SECONDS < deadline)); do
+    if "$@"; then return 0; fi
+    sleep 0.1
+  done
+  "$@"
+}
+
+# is_node NAME : whether NAME is one of $NODES.
+is_node() {
+  local n
+  for n in $NODES; do [[ $n == "$1" ]] && return 0; done
+  return 1
+}
+
+usage() {
+  cat >&2 <<USAGE
+usage: $0 start | stop | clean | status | kill <${NODES// /|}|$LEADER_WORD> | restart <node> | url
+  start    start every node that is not running (idempotent), wait until the cluster serves
+  stop     stop every node gracefully (SIGTERM), keep the data
+  clean    stop, then remove the data ($NODE_DIR)
+  status   one line per node (up/down), and the $LEADER_WORD
+  kill X   SIGKILL node X, or the current $LEADER_WORD; prints the node killed
+  restart X start node X again on its data (after a kill or a stop), wait until it serves
+  url      the client URL of the cluster
+USAGE
+  exit 2
+}

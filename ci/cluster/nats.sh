@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# A 3-node NATS JetStream cluster on loopback for the cluster runs of the lease soak:
+#   n1 client 127.0.0.1:42221 route 42231 monitor 42241
+#   n2 client 127.0.0.1:42222 route 42232 monitor 42242
+#   n3 client 127.0.0.1:42223 route 42233 monitor 42243
+# JetStream file storage per node under $CLUSTER_DIR/nats (see lib.sh). The lease store creates
+# its bucket with 3 replicas when asked to (lease-nats: NatsConfig::replicas, or `replicas=3`
+# in the URL). Uses the machine's nats-server (ci/start-services.sh installs it); installs
+# nothing. The single NATS on 4222 is never touched.
+#
+#   bash ci/cluster/nats.sh start|stop|clean|status|kill <n1|n2|n3|leader>|restart <node>|url
+#
+# `kill leader` SIGKILLs the leader of the first KV stream (the lease bucket's stream) that a
+# node's /jsz reports, else the JetStream meta leader.
+set -euo pipefail
+CLUSTER_NAME=nats-cluster
+# shellcheck source=ci/cluster/lib.sh
+source "$(dirname "$0")/lib.sh"
+NODE_DIR=$CLUSTER_DIR/nats
+NODES="n1 n2 n3"
+LEADER_WORD=leader
+
+client_port() { echo $((42220 + ${1#n})); }
+route_port() { echo $((42230 + ${1#n})); }
+monitor_port() { echo $((42240 + ${1#n})); }
+url() {
+  local n out=""
+  for n in $NODES; do out+="${out:+,}127.0.0.1:$(client_port "$n")"; done
+  echo "nats://$out"
+}
+
+jsz() { curl -fsS -m 2 "http://127.0.0.1:$(monitor_port "$1")/jsz?$2" 2>/dev/null || true; }
+
+# ready NODE : the node serves clients and JetStream has a meta leader.
+ready() {
+  [[ -n $(jq -r '.meta_cluster.leader // empty' <<<"$(jsz "$1" "")" 2>/dev/null) ]]
+}
+
+# leader : the node leading the first KV stream a node reports, else the meta leader.
+leader() {
+  local n j name
+  for n in $NODES; do
+    j=$(jsz "$n" "accounts=true&streams=true")
+    [[ -n $j ]] || continue
+    name=$(jq -r '[.account_details[]?.stream_detail[]? | select(.name | startswith("KV_"))
+                   | .cluster.leader // empty][0] // empty' <<<"$j" 2>/dev/null || true)
+    if [[ -z $name ]]; then name=$(jq -r '.meta_cluster.leader // empty' <<<"$j" 2>/dev/null || true); fi
+    if [[ -n $name ]] && is_node "$name"; then
+      echo "$name"
+      return 0
+    fi
+  done
+  return 1
+}
+
+write_config() {
+  local n=$1 m routes=""
+  for m in $NODES; do routes+="    nats-route://127.0.0.1:$(route_port "$m")"$'\n'; done
+  cat >"$NODE_DIR/$n.conf" <<CONF
+server_name: $n
+listen: 127.0.0.1:$(client_port "$n")
+http: 127.0.0.1:$(monitor_port "$n")
+jetstream {
+  store_dir: "$NODE_DIR/$n"
+}
+cluster {
+  name: lease-ci
+  listen: 127.0.0.1:$(route_port "$n")
+  routes: [
+$routes  ]
+}
+CONF
+}
+
+start_node() {
+  local n=$1
+  if running "$n"; then return 0; fi
+  command -v nats-server >/dev/null 2>&1 || die "no nats-server binary: run bash ci/start-services.sh (it installs nats-server)"
+  mkdir -p "$NODE_DIR/$n"
+  write_config "$n"
+  log "starting $n on $(client_port "$n")"
+  spawn "$n" nats-server -c "$NODE_DIR/$n.conf"
+}
+
+cmd=${1:-}
+case $cmd in
+  start)
+    mkdir -p "$NODE_DIR"
+    for n in $NODES; do start_node "$n"; done
+    for n in $NODES; do
+      wait_until ready "$n" || die "$n has no JetStream meta leader after ${WAIT_SECS}s: $(tail -n 2 "$NODE_DIR/$n.log")"
+    done
+    log "up: $(url), leader $(leader || echo none)"
+    ;;
+  stop)
+    for n in $NODES; do signal_node TERM "$n"; done
+    ;;
+  clean)
+    for n in $NODES; do signal_node TERM "$n"; done
+    rm -rf "$NODE_DIR"
+    ;;
+  status)
+    for n in $NODES; do
+      if ! running "$n"; then
+        echo "$n down"
+      elif ready "$n"; then
+        echo "$n up 127.0.0.1:$(client_port "$n")"
+      else
+        echo "$n running, no meta leader"
+      fi
+    done
+    echo "leader $(leader || echo none)"
+    ;;
+  kill)
+    target=${2:-}
+    [[ -n $target ]] || usage
+    if [[ $target == leader ]]; then target=$(leader) || die "no leader to kill"; fi
+    is_node "$target" || usage
+    signal_node KILL "$target"
+    echo "$target"
+    ;;
+  restart)
+    target=${2:-}
+    is_node "$target" || usage
+    signal_node TERM "$target"
+    start_node "$target"
+    wait_until ready "$target" || die "$target not ready after ${WAIT_SECS}s"
+    ;;
+  url) url ;;
+  *) usage ;;
+esac

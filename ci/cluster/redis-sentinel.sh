@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# Redis primary + replica + 3 Sentinels on loopback for the cluster runs of the lease soak:
+#   r1 Redis 127.0.0.1:63791 (the first primary)   s1 Sentinel 127.0.0.1:26391
+#   r2 Redis 127.0.0.1:63792 (its replica)         s2 Sentinel 127.0.0.1:26392
+#                                                   s3 Sentinel 127.0.0.1:26393
+# Master name `lease-ci`, quorum 2, down-after 1000 ms, failover timeout 5 s. Redis nodes keep
+# an AOF synced on every write (what lease-redis's start-up check asks for). Replication is
+# asynchronous: see lease-redis/README.md, "Failover", for what that costs a lease and the
+# store's remedy (RedisConfig::replica_acks). Config files, data and logs under
+# $CLUSTER_DIR/redis (see lib.sh); Sentinel and Redis rewrite their config files on failover,
+# so a restart keeps the roles they agreed on. Uses the machine's redis-server (`redis-server
+# --sentinel` runs a Sentinel); installs nothing. The single Redis on 6379 is never touched.
+#
+#   bash ci/cluster/redis-sentinel.sh start|stop|clean|status|kill <r1|r2|s1|s2|s3|primary>|
+#                                     restart <node>|url|primary
+set -euo pipefail
+CLUSTER_NAME=redis-sentinel
+# shellcheck source=ci/cluster/lib.sh
+source "$(dirname "$0")/lib.sh"
+NODE_DIR=$CLUSTER_DIR/redis
+NODES="r1 r2 s1 s2 s3"
+LEADER_WORD=primary
+MASTER=lease-ci
+
+port() {
+  case $1 in
+    r*) echo $((63790 + ${1#r})) ;;
+    s*) echo $((26390 + ${1#s})) ;;
+  esac
+}
+url() { echo "redis+sentinel://127.0.0.1:26391,127.0.0.1:26392,127.0.0.1:26393/$MASTER"; }
+
+rcli() { timeout 3 redis-cli -h 127.0.0.1 -p "$@" 2>/dev/null; }
+pong() { [[ $(rcli "$(port "$1")" ping) == PONG ]]; }
+
+# primary : the node the Sentinels name as primary (the first Sentinel that answers).
+primary() {
+  local s p
+  for s in s1 s2 s3; do
+    p=$(rcli "$(port "$s")" sentinel get-master-addr-by-name "$MASTER" | sed -n 2p)
+    case $p in
+      63791) echo r1; return 0 ;;
+      63792) echo r2; return 0 ;;
+    esac
+  done
+  return 1
+}
+
+# in_sync : the primary has its replica online (so a failover has somewhere to go).
+in_sync() {
+  local p
+  p=$(primary) || return 1
+  rcli "$(port "$p")" info replication | grep -q '^connected_slaves:1'
+}
+
+write_config() {
+  local n=$1 file="$NODE_DIR/$n.conf"
+  [[ -f $file ]] && return 0
+  case $n in
+    r*)
+      cat >"$file" <<CONF
+port $(port "$n")
+bind 127.0.0.1
+protected-mode no
+daemonize no
+dir $NODE_DIR/$n
+appendonly yes
+appendfsync always
+save ""
+CONF
+      if [[ $n == r2 ]]; then echo "replicaof 127.0.0.1 $(port r1)" >>"$file"; fi
+      ;;
+    s*)
+      cat >"$file" <<CONF
+port $(port "$n")
+bind 127.0.0.1
+protected-mode no
+daemonize no
+dir $NODE_DIR/$n
+sentinel monitor $MASTER 127.0.0.1 $(port r1) 2
+sentinel down-after-milliseconds $MASTER 1000
+sentinel failover-timeout $MASTER 5000
+sentinel parallel-syncs $MASTER 1
+CONF
+      ;;
+  esac
+}
+
+start_node() {
+  local n=$1
+  if running "$n"; then return 0; fi
+  command -v redis-server >/dev/null 2>&1 || die "no redis-server binary: run bash ci/start-services.sh (it installs redis-server)"
+  mkdir -p "$NODE_DIR/$n"
+  write_config "$n"
+  log "starting $n on $(port "$n")"
+  case $n in
+    r*) spawn "$n" redis-server "$NODE_DIR/$n.conf" ;;
+    s*) spawn "$n" redis-server "$NODE_DIR/$n.conf" --sentinel ;;
+  esac
+}
+
+cmd=${1:-}
+case $cmd in
+  start)
+    mkdir -p "$NODE_DIR"
+    for n in $NODES; do start_node "$n"; done
+    for n in $NODES; do
+      wait_until pong "$n" || die "$n does not answer after ${WAIT_SECS}s: $(tail -n 2 "$NODE_DIR/$n.log")"
+    done
+    wait_until in_sync || die "no primary with its replica online after ${WAIT_SECS}s"
+    log "up: $(url), primary $(primary)"
+    ;;
+  stop)
+    for n in s1 s2 s3 r1 r2; do signal_node TERM "$n"; done
+    ;;
+  clean)
+    for n in s1 s2 s3 r1 r2; do signal_node TERM "$n"; done
+    rm -rf "$NODE_DIR"
+    ;;
+  status)
+    for n in $NODES; do
+      if ! running "$n"; then
+        echo "$n down"
+      elif pong "$n"; then
+        echo "$n up 127.0.0.1:$(port "$n")"
+      else
+        echo "$n running, not answering"
+      fi
+    done
+    echo "primary $(primary || echo none)"
+    ;;
+  kill)
+    target=${2:-}
+    [[ -n $target ]] || usage
+    if [[ $target == primary ]]; then target=$(primary) || die "no primary to kill"; fi
+    is_node "$target" || usage
+    signal_node KILL "$target"
+    echo "$target"
+    ;;
+  restart)
+    target=${2:-}
+    is_node "$target" || usage
+    signal_node TERM "$target"
+    start_node "$target"
+    wait_until pong "$target" || die "$target does not answer after ${WAIT_SECS}s"
+    ;;
+  primary) primary ;;
+  url) url ;;
+  *) usage ;;
+esac
