@@ -8,7 +8,7 @@
 # etcd binary ci/start-services.sh installs (Debian's etcd-server); installs nothing. The
 # single-node etcd on 2379/2380 is never touched.
 #
-#   bash ci/cluster/etcd.sh start|stop|clean|status|kill <e1|e2|e3|leader>|restart <node>|url
+#   bash ci/cluster/etcd.sh start|stop|clean|status|kill <e1|e2|e3|leader>|restart <node>|leader|url
 #
 # `kill leader` asks every member's /v3/maintenance/status for the leader and SIGKILLs it.
 set -euo pipefail
@@ -120,6 +120,7 @@ case $cmd in
     start_node "$target"
     wait_until healthy "$target" || die "$target not healthy after ${WAIT_SECS}s"
     ;;
+  leader) leader ;;
   url) url ;;
   *) usage ;;
 esac

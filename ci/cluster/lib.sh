@@ -86,7 +86,9 @@ usage: $0 start | stop | clean | status | kill <${NODES// /|}|$LEADER_WORD> | re
   status   one line per node (up/down), and the $LEADER_WORD
   kill X   SIGKILL node X, or the current $LEADER_WORD; prints the node killed
   restart X start node X again on its data (after a kill or a stop), wait until it serves
+  leader   the name of the current $LEADER_WORD
   url      the client URL of the cluster
+  (redis-sentinel.sh also: freeze <node|primary> (SIGSTOP) and thaw <node> (SIGCONT))
 USAGE
   exit 2
 }

@@ -8,7 +8,7 @@
 # in the URL). Uses the machine's nats-server (ci/start-services.sh installs it); installs
 # nothing. The single NATS on 4222 is never touched.
 #
-#   bash ci/cluster/nats.sh start|stop|clean|status|kill <n1|n2|n3|leader>|restart <node>|url
+#   bash ci/cluster/nats.sh start|stop|clean|status|kill <n1|n2|n3|leader>|restart <node>|leader|url
 #
 # `kill leader` SIGKILLs the leader of the first KV stream (the lease bucket's stream) that a
 # node's /jsz reports, else the JetStream meta leader.
@@ -126,6 +126,7 @@ case $cmd in
     start_node "$target"
     wait_until ready "$target" || die "$target not ready after ${WAIT_SECS}s"
     ;;
+  leader) leader ;;
   url) url ;;
   *) usage ;;
 esac

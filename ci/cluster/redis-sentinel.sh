@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Redis primary + replica + 3 Sentinels on loopback for the cluster runs of the lease soak:
+# Redis primary + 2 replicas + 3 Sentinels on loopback for the cluster runs of the lease soak:
 #   r1 Redis 127.0.0.1:63791 (the first primary)   s1 Sentinel 127.0.0.1:26391
-#   r2 Redis 127.0.0.1:63792 (its replica)         s2 Sentinel 127.0.0.1:26392
-#                                                   s3 Sentinel 127.0.0.1:26393
+#   r2 Redis 127.0.0.1:63792 (a replica)           s2 Sentinel 127.0.0.1:26392
+#   r3 Redis 127.0.0.1:63793 (a replica)           s3 Sentinel 127.0.0.1:26393
+# Two replicas, so that a store waiting for one replica's acknowledgement (replica_acks(1)) still
+# finds one while a killed node is away.
 # Master name `lease-ci`, quorum 2, down-after 1000 ms, failover timeout 5 s. Redis nodes keep
 # an AOF synced on every write (what lease-redis's start-up check asks for). Replication is
 # asynchronous: see lease-redis/README.md, "Failover", for what that costs a lease and the
@@ -11,14 +13,17 @@
 # so a restart keeps the roles they agreed on. Uses the machine's redis-server (`redis-server
 # --sentinel` runs a Sentinel); installs nothing. The single Redis on 6379 is never touched.
 #
-#   bash ci/cluster/redis-sentinel.sh start|stop|clean|status|kill <r1|r2|s1|s2|s3|primary>|
-#                                     restart <node>|url|primary
+#   bash ci/cluster/redis-sentinel.sh start|stop|clean|status|kill <r1|r2|r3|s1|s2|s3|primary>|
+#                                     freeze <node|primary>|thaw <node>|restart <node>|url|primary|leader
+#
+# `freeze` stops a node with SIGSTOP (cut off from clients, replicas and Sentinels alike, as in a
+# network partition: the Sentinels fail over after 1 s) and prints it; `thaw` continues it.
 set -euo pipefail
 CLUSTER_NAME=redis-sentinel
 # shellcheck source=ci/cluster/lib.sh
 source "$(dirname "$0")/lib.sh"
 NODE_DIR=$CLUSTER_DIR/redis
-NODES="r1 r2 s1 s2 s3"
+NODES="r1 r2 r3 s1 s2 s3"
 LEADER_WORD=primary
 MASTER=lease-ci
 
@@ -41,16 +46,17 @@ primary() {
     case $p in
       63791) echo r1; return 0 ;;
       63792) echo r2; return 0 ;;
+      63793) echo r3; return 0 ;;
     esac
   done
   return 1
 }
 
-# in_sync : the primary has its replica online (so a failover has somewhere to go).
+# in_sync : the primary has both replicas online.
 in_sync() {
   local p
   p=$(primary) || return 1
-  rcli "$(port "$p")" info replication | grep -q '^connected_slaves:1'
+  rcli "$(port "$p")" info replication | grep -q '^connected_slaves:2'
 }
 
 write_config() {
@@ -66,9 +72,10 @@ daemonize no
 dir $NODE_DIR/$n
 appendonly yes
 appendfsync always
+repl-diskless-sync-delay 0
 save ""
 CONF
-      if [[ $n == r2 ]]; then echo "replicaof 127.0.0.1 $(port r1)" >>"$file"; fi
+      if [[ $n != r1 ]]; then echo "replicaof 127.0.0.1 $(port r1)" >>"$file"; fi
       ;;
     s*)
       cat >"$file" <<CONF
@@ -107,14 +114,14 @@ case $cmd in
     for n in $NODES; do
       wait_until pong "$n" || die "$n does not answer after ${WAIT_SECS}s: $(tail -n 2 "$NODE_DIR/$n.log")"
     done
-    wait_until in_sync || die "no primary with its replica online after ${WAIT_SECS}s"
+    wait_until in_sync || die "no primary with both replicas online after ${WAIT_SECS}s"
     log "up: $(url), primary $(primary)"
     ;;
   stop)
-    for n in s1 s2 s3 r1 r2; do signal_node TERM "$n"; done
+    for n in s1 s2 s3 r1 r2 r3; do signal_node TERM "$n"; done
     ;;
   clean)
-    for n in s1 s2 s3 r1 r2; do signal_node TERM "$n"; done
+    for n in s1 s2 s3 r1 r2 r3; do signal_node TERM "$n"; done
     rm -rf "$NODE_DIR"
     ;;
   status)
@@ -144,7 +151,24 @@ case $cmd in
     start_node "$target"
     wait_until pong "$target" || die "$target does not answer after ${WAIT_SECS}s"
     ;;
-  primary) primary ;;
+  freeze)
+    target=${2:-}
+    [[ -n $target ]] || usage
+    if [[ $target == primary ]]; then target=$(primary) || die "no primary to freeze"; fi
+    is_node "$target" || usage
+    pid=$(pid_of "$target")
+    [[ -n $pid ]] || die "$target is not running"
+    kill -s STOP "$pid"
+    echo "$target"
+    ;;
+  thaw)
+    target=${2:-}
+    is_node "$target" || usage
+    pid=$(pid_of "$target")
+    [[ -n $pid ]] || die "$target is not running"
+    kill -s CONT "$pid"
+    ;;
+  primary | leader) primary ;;
   url) url ;;
   *) usage ;;
 esac
