@@ -17,6 +17,10 @@ use tracing::Level;
 
 const S: Duration = Duration::from_secs(1);
 const NAME: &[(&str, &str)] = &[("name", "metered")];
+/// Each test holds a name of its own: the held and term gauges count this process's live terms
+/// of a name, so two tests holding one name at once (they run in parallel) would see each
+/// other's.
+const GAUGED: &[(&str, &str)] = &[("name", "gauged")];
 
 #[tokio::test(start_paused = true)]
 async fn holding_claiming_renewing_failing_and_losing_are_recorded() {
@@ -94,8 +98,8 @@ async fn the_held_gauge_stays_up_until_the_release_is_answered() {
         .instance("m")
         .build()
         .unwrap();
-    let leadership = c.leadership("metered");
-    let term = c.try_acquire("metered").await.unwrap();
+    let leadership = c.leadership("gauged");
+    let term = c.try_acquire("gauged").await.unwrap();
     let token = term.token();
     assert!(leadership.borrow().held);
     let run = tokio::spawn(term.run(|term: Term| async move {
@@ -112,20 +116,20 @@ async fn the_held_gauge_stays_up_until_the_release_is_answered() {
     for _ in 0..14 {
         sleep(Duration::from_millis(100)).await;
         assert_eq!(
-            rec.gauge(telemetry::HELD, NAME),
+            rec.gauge(telemetry::HELD, GAUGED),
             Some(1.0),
             "the store still holds the lease for this process"
         );
-        assert_eq!(rec.gauge(telemetry::TERM, NAME), Some(token as f64));
+        assert_eq!(rec.gauge(telemetry::TERM, GAUGED), Some(token as f64));
         assert!(!leadership.borrow().held, "the node must not act any more");
-        assert!(store.get("metered").await.unwrap().unwrap().live);
+        assert!(store.get("gauged").await.unwrap().unwrap().live);
     }
     closing.await.unwrap().unwrap();
     run.await.unwrap().unwrap();
-    assert!(!store.get("metered").await.unwrap().unwrap().live);
-    assert_eq!(rec.gauge(telemetry::HELD, NAME), Some(0.0));
-    assert_eq!(rec.gauge(telemetry::TERM, NAME), Some(0.0));
-    assert_eq!(rec.histogram(telemetry::GRACE_USED, NAME), vec![1.5]);
+    assert!(!store.get("gauged").await.unwrap().unwrap().live);
+    assert_eq!(rec.gauge(telemetry::HELD, GAUGED), Some(0.0));
+    assert_eq!(rec.gauge(telemetry::TERM, GAUGED), Some(0.0));
+    assert_eq!(rec.histogram(telemetry::GRACE_USED, GAUGED), vec![1.5]);
 }
 
 /// Every metric is described with its unit and HELP text, named as Prometheus expects, and
@@ -304,6 +308,9 @@ async fn an_elector_logs_whom_it_follows_and_its_losses() {
         info_about_loss.is_empty(),
         "a loss is a warning: {info_about_loss:?}"
     );
+    // Its next campaign comes a retry (2–2.5 s, jittered) after the loss, which came up to 10 s
+    // after the cut: wait past it before counting the campaign's error.
+    sleep(3 * S).await;
     assert!(rec.counter(telemetry::CAMPAIGNS, &[("outcome", "error")]) >= 1);
     assert_eq!(
         rec.counter(telemetry::LOSSES, &[("name", "job"), ("cause", "deadline")]),
