@@ -32,7 +32,9 @@ url() {
   echo "etcd://$out"
 }
 
-healthy() {
+node_port() { client_port "$1"; }
+NOT_SERVING="not healthy"
+serving() {
   curl -fsS -m 2 "http://127.0.0.1:$(client_port "$1")/health" 2>/dev/null | grep -q '"health":"true"'
 }
 
@@ -76,51 +78,4 @@ start_node() {
     --logger zap --log-level warn
 }
 
-cmd=${1:-}
-case $cmd in
-  start)
-    mkdir -p "$NODE_DIR"
-    for n in $NODES; do start_node "$n"; done
-    for n in $NODES; do
-      wait_until healthy "$n" || die "$n not healthy after ${WAIT_SECS}s: $(tail -n 2 "$NODE_DIR/$n.log")"
-    done
-    log "up: $(url), leader $(leader || echo none)"
-    ;;
-  stop)
-    for n in $NODES; do signal_node TERM "$n"; done
-    ;;
-  clean)
-    for n in $NODES; do signal_node TERM "$n"; done
-    rm -rf "$NODE_DIR"
-    ;;
-  status)
-    for n in $NODES; do
-      if ! running "$n"; then
-        echo "$n down"
-      elif healthy "$n"; then
-        echo "$n up 127.0.0.1:$(client_port "$n")"
-      else
-        echo "$n running, not healthy"
-      fi
-    done
-    echo "leader $(leader || echo none)"
-    ;;
-  kill)
-    target=${2:-}
-    [[ -n $target ]] || usage
-    if [[ $target == leader ]]; then target=$(leader) || die "no leader to kill"; fi
-    is_node "$target" || usage
-    signal_node KILL "$target"
-    echo "$target"
-    ;;
-  restart)
-    target=${2:-}
-    is_node "$target" || usage
-    signal_node TERM "$target"
-    start_node "$target"
-    wait_until healthy "$target" || die "$target not healthy after ${WAIT_SECS}s"
-    ;;
-  leader) leader ;;
-  url) url ;;
-  *) usage ;;
-esac
+cluster_main "$@"

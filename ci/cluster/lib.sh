@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Shared helpers of the cluster scripts (ci/cluster/etcd.sh, nats.sh, redis-sentinel.sh):
-# process bookkeeping by pid file, waiting, and the usage line. Sourced, never run.
+# process bookkeeping by pid file, waiting, the usage line, and the commands every cluster has
+# (cluster_main). Sourced, never run.
 #
 # Every process a cluster script starts is recorded in $CLUSTER_DIR/<cluster>/<node>.pid and
 # logs to $CLUSTER_DIR/<cluster>/<node>.log; nothing is found or stopped by name, so the
@@ -91,4 +92,67 @@ usage: $0 start | stop | clean | status | kill <${NODES// /|}|$LEADER_WORD> | re
   (redis-sentinel.sh also: freeze <node|primary> (SIGSTOP) and thaw <node> (SIGCONT))
 USAGE
   exit 2
+}
+
+# target_node NAME VERB : NAME, or the current $LEADER_WORD's node when NAME is that word;
+# exits with the usage line when it names no node.
+target_node() {
+  local target=$1
+  [[ -n $target ]] || usage
+  if [[ $target == "$LEADER_WORD" ]]; then target=$(leader) || die "no $LEADER_WORD to $2"; fi
+  is_node "$target" || usage
+  echo "$target"
+}
+
+# cluster_main COMMAND [NODE] : the commands every cluster script has. The script defines
+#   start_node N   start node N unless it runs (idempotent)
+#   serving N      whether node N serves; NOT_SERVING says what it lacks otherwise
+#   node_port N    the port clients reach N on
+#   leader, url    as in the usage line
+# and may define after_start (waits for what the whole cluster must reach) and STOP_ORDER (the
+# order nodes are stopped in; $NODES by default).
+cluster_main() {
+  local cmd=${1:-} n target
+  case $cmd in
+    start)
+      mkdir -p "$NODE_DIR"
+      for n in $NODES; do start_node "$n"; done
+      for n in $NODES; do
+        wait_until serving "$n" || die "$n $NOT_SERVING after ${WAIT_SECS}s: $(tail -n 2 "$NODE_DIR/$n.log")"
+      done
+      if declare -F after_start >/dev/null; then after_start; fi
+      log "up: $(url), $LEADER_WORD $(leader || echo none)"
+      ;;
+    stop | clean)
+      for n in ${STOP_ORDER:-$NODES}; do signal_node TERM "$n"; done
+      if [[ $cmd == clean ]]; then rm -rf "$NODE_DIR"; fi
+      ;;
+    status)
+      for n in $NODES; do
+        if ! running "$n"; then
+          echo "$n down"
+        elif serving "$n"; then
+          echo "$n up 127.0.0.1:$(node_port "$n")"
+        else
+          echo "$n running, $NOT_SERVING"
+        fi
+      done
+      echo "$LEADER_WORD $(leader || echo none)"
+      ;;
+    kill)
+      target=$(target_node "${2:-}" kill)
+      signal_node KILL "$target"
+      echo "$target"
+      ;;
+    restart)
+      target=${2:-}
+      is_node "$target" || usage
+      signal_node TERM "$target"
+      start_node "$target"
+      wait_until serving "$target" || die "$target $NOT_SERVING after ${WAIT_SECS}s"
+      ;;
+    leader) leader ;;
+    url) url ;;
+    *) usage ;;
+  esac
 }

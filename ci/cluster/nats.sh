@@ -31,8 +31,10 @@ url() {
 
 jsz() { curl -fsS -m 2 "http://127.0.0.1:$(monitor_port "$1")/jsz?$2" 2>/dev/null || true; }
 
-# ready NODE : the node serves clients and JetStream has a meta leader.
-ready() {
+node_port() { client_port "$1"; }
+# serving NODE : the node serves clients and JetStream has a meta leader.
+NOT_SERVING="has no JetStream meta leader"
+serving() {
   [[ -n $(jq -r '.meta_cluster.leader // empty' <<<"$(jsz "$1" "")" 2>/dev/null) ]]
 }
 
@@ -82,51 +84,4 @@ start_node() {
   spawn "$n" nats-server -c "$NODE_DIR/$n.conf"
 }
 
-cmd=${1:-}
-case $cmd in
-  start)
-    mkdir -p "$NODE_DIR"
-    for n in $NODES; do start_node "$n"; done
-    for n in $NODES; do
-      wait_until ready "$n" || die "$n has no JetStream meta leader after ${WAIT_SECS}s: $(tail -n 2 "$NODE_DIR/$n.log")"
-    done
-    log "up: $(url), leader $(leader || echo none)"
-    ;;
-  stop)
-    for n in $NODES; do signal_node TERM "$n"; done
-    ;;
-  clean)
-    for n in $NODES; do signal_node TERM "$n"; done
-    rm -rf "$NODE_DIR"
-    ;;
-  status)
-    for n in $NODES; do
-      if ! running "$n"; then
-        echo "$n down"
-      elif ready "$n"; then
-        echo "$n up 127.0.0.1:$(client_port "$n")"
-      else
-        echo "$n running, no meta leader"
-      fi
-    done
-    echo "leader $(leader || echo none)"
-    ;;
-  kill)
-    target=${2:-}
-    [[ -n $target ]] || usage
-    if [[ $target == leader ]]; then target=$(leader) || die "no leader to kill"; fi
-    is_node "$target" || usage
-    signal_node KILL "$target"
-    echo "$target"
-    ;;
-  restart)
-    target=${2:-}
-    is_node "$target" || usage
-    signal_node TERM "$target"
-    start_node "$target"
-    wait_until ready "$target" || die "$target not ready after ${WAIT_SECS}s"
-    ;;
-  leader) leader ;;
-  url) url ;;
-  *) usage ;;
-esac
+cluster_main "$@"

@@ -26,8 +26,9 @@ NODE_DIR=$CLUSTER_DIR/redis
 NODES="r1 r2 r3 s1 s2 s3"
 LEADER_WORD=primary
 MASTER=lease-ci
+STOP_ORDER="s1 s2 s3 r1 r2 r3"
 
-port() {
+node_port() {
   case $1 in
     r*) echo $((63790 + ${1#r})) ;;
     s*) echo $((26390 + ${1#s})) ;;
@@ -36,13 +37,14 @@ port() {
 url() { echo "redis+sentinel://127.0.0.1:26391,127.0.0.1:26392,127.0.0.1:26393/$MASTER"; }
 
 rcli() { timeout 3 redis-cli -h 127.0.0.1 -p "$@" 2>/dev/null; }
-pong() { [[ $(rcli "$(port "$1")" ping) == PONG ]]; }
+NOT_SERVING="not answering"
+serving() { [[ $(rcli "$(node_port "$1")" ping) == PONG ]]; }
 
-# primary : the node the Sentinels name as primary (the first Sentinel that answers).
-primary() {
+# leader : the node the Sentinels name as primary (the first Sentinel that answers).
+leader() {
   local s p
   for s in s1 s2 s3; do
-    p=$(rcli "$(port "$s")" sentinel get-master-addr-by-name "$MASTER" | sed -n 2p)
+    p=$(rcli "$(node_port "$s")" sentinel get-master-addr-by-name "$MASTER" | sed -n 2p)
     case $p in
       63791) echo r1; return 0 ;;
       63792) echo r2; return 0 ;;
@@ -55,8 +57,23 @@ primary() {
 # in_sync : the primary has both replicas online.
 in_sync() {
   local p
-  p=$(primary) || return 1
-  rcli "$(port "$p")" info replication | grep -q '^connected_slaves:2'
+  p=$(leader) || return 1
+  rcli "$(node_port "$p")" info replication | grep -q '^connected_slaves:2'
+}
+
+after_start() {
+  wait_until in_sync || die "no primary with both replicas online after ${WAIT_SECS}s"
+}
+
+# node_conf N : the settings every node has, Redis and Sentinel alike.
+node_conf() {
+  cat <<CONF
+port $(node_port "$1")
+bind 127.0.0.1
+protected-mode no
+daemonize no
+dir $NODE_DIR/$1
+CONF
 }
 
 write_config() {
@@ -64,31 +81,27 @@ write_config() {
   [[ -f $file ]] && return 0
   case $n in
     r*)
-      cat >"$file" <<CONF
-port $(port "$n")
-bind 127.0.0.1
-protected-mode no
-daemonize no
-dir $NODE_DIR/$n
+      {
+        node_conf "$n"
+        cat <<CONF
 appendonly yes
 appendfsync always
 repl-diskless-sync-delay 0
 save ""
 CONF
-      if [[ $n != r1 ]]; then echo "replicaof 127.0.0.1 $(port r1)" >>"$file"; fi
+      } >"$file"
+      if [[ $n != r1 ]]; then echo "replicaof 127.0.0.1 $(node_port r1)" >>"$file"; fi
       ;;
     s*)
-      cat >"$file" <<CONF
-port $(port "$n")
-bind 127.0.0.1
-protected-mode no
-daemonize no
-dir $NODE_DIR/$n
-sentinel monitor $MASTER 127.0.0.1 $(port r1) 2
+      {
+        node_conf "$n"
+        cat <<CONF
+sentinel monitor $MASTER 127.0.0.1 $(node_port r1) 2
 sentinel down-after-milliseconds $MASTER 1000
 sentinel failover-timeout $MASTER 5000
 sentinel parallel-syncs $MASTER 1
 CONF
+      } >"$file"
       ;;
   esac
 }
@@ -99,63 +112,16 @@ start_node() {
   command -v redis-server >/dev/null 2>&1 || die "no redis-server binary: run bash ci/start-services.sh (it installs redis-server)"
   mkdir -p "$NODE_DIR/$n"
   write_config "$n"
-  log "starting $n on $(port "$n")"
+  log "starting $n on $(node_port "$n")"
   case $n in
     r*) spawn "$n" redis-server "$NODE_DIR/$n.conf" ;;
     s*) spawn "$n" redis-server "$NODE_DIR/$n.conf" --sentinel ;;
   esac
 }
 
-cmd=${1:-}
-case $cmd in
-  start)
-    mkdir -p "$NODE_DIR"
-    for n in $NODES; do start_node "$n"; done
-    for n in $NODES; do
-      wait_until pong "$n" || die "$n does not answer after ${WAIT_SECS}s: $(tail -n 2 "$NODE_DIR/$n.log")"
-    done
-    wait_until in_sync || die "no primary with both replicas online after ${WAIT_SECS}s"
-    log "up: $(url), primary $(primary)"
-    ;;
-  stop)
-    for n in s1 s2 s3 r1 r2 r3; do signal_node TERM "$n"; done
-    ;;
-  clean)
-    for n in s1 s2 s3 r1 r2 r3; do signal_node TERM "$n"; done
-    rm -rf "$NODE_DIR"
-    ;;
-  status)
-    for n in $NODES; do
-      if ! running "$n"; then
-        echo "$n down"
-      elif pong "$n"; then
-        echo "$n up 127.0.0.1:$(port "$n")"
-      else
-        echo "$n running, not answering"
-      fi
-    done
-    echo "primary $(primary || echo none)"
-    ;;
-  kill)
-    target=${2:-}
-    [[ -n $target ]] || usage
-    if [[ $target == primary ]]; then target=$(primary) || die "no primary to kill"; fi
-    is_node "$target" || usage
-    signal_node KILL "$target"
-    echo "$target"
-    ;;
-  restart)
-    target=${2:-}
-    is_node "$target" || usage
-    signal_node TERM "$target"
-    start_node "$target"
-    wait_until pong "$target" || die "$target does not answer after ${WAIT_SECS}s"
-    ;;
+case ${1:-} in
   freeze)
-    target=${2:-}
-    [[ -n $target ]] || usage
-    if [[ $target == primary ]]; then target=$(primary) || die "no primary to freeze"; fi
-    is_node "$target" || usage
+    target=$(target_node "${2:-}" freeze)
     pid=$(pid_of "$target")
     [[ -n $pid ]] || die "$target is not running"
     kill -s STOP "$pid"
@@ -168,7 +134,6 @@ case $cmd in
     [[ -n $pid ]] || die "$target is not running"
     kill -s CONT "$pid"
     ;;
-  primary | leader) primary ;;
-  url) url ;;
-  *) usage ;;
+  primary) leader ;;
+  *) cluster_main "$@" ;;
 esac
