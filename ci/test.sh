@@ -22,5 +22,19 @@ mongodb_url=$(echo "$summary" | sed -n 's/^LEASE_TEST_MONGODB_URL=//p' | tail -n
 if has mongodb; then export LEASE_TEST_MONGODB_URL=${LEASE_TEST_MONGODB_URL:-${mongodb_url:-mongodb://127.0.0.1:27017}}; fi
 if has etcd; then export LEASE_TEST_ETCD_URL=${LEASE_TEST_ETCD_URL:-etcd://127.0.0.1:2379}; fi
 
+# The 3-node clusters (ci/cluster/, idempotent: a cluster already up is left alone): the etcd
+# suite's cluster run (lease-etcd/tests/cluster.rs) and the Redis failover case under Sentinel
+# (lease-redis/tests/failover.rs). A cluster that does not come up leaves its variable unset:
+# its tests then skip loudly, or fail when LEASE_TEST_REQUIRE names them (as .ci/run does).
+if bash ci/cluster/etcd.sh start; then
+  export LEASE_TEST_ETCD_CLUSTER_URL=${LEASE_TEST_ETCD_CLUSTER_URL:-$(bash ci/cluster/etcd.sh url)}
+  up+=",etcd-cluster"
+fi
+if bash ci/cluster/redis-sentinel.sh start; then
+  export LEASE_TEST_REDIS_SENTINEL_URL=${LEASE_TEST_REDIS_SENTINEL_URL:-$(bash ci/cluster/redis-sentinel.sh url)}
+  up+=",redis-sentinel"
+fi
+
 echo "test.sh: servers up: ${up:-none}; LEASE_TEST_REQUIRE=${LEASE_TEST_REQUIRE:-}" >&2
-exec cargo test --workspace "$@"
+# lease-redis's `sentinel` feature: the Sentinel failover case (lease-soak turns it on too).
+exec cargo test --workspace --features lease-redis/sentinel "$@"

@@ -5,7 +5,7 @@
 #   e3 client 127.0.0.1:23793 peer 23803
 # Heartbeat 50 ms, election timeout 500 ms (a new leader within about a second of a kill; the
 # shortest etcd lease is then 1 s). Data and logs under $CLUSTER_DIR/etcd (see lib.sh). Uses the
-# etcd binary ci/start-services.sh installs (Debian's etcd-server); installs nothing. The
+# etcd binary ci/start-services.sh installs (Debian's etcd-server; apt-get installs it, curl and jq when missing). The
 # single-node etcd on 2379/2380 is never touched.
 #
 #   bash ci/cluster/etcd.sh start|stop|clean|status|kill <e1|e2|e3|leader>|restart <node>|leader|url
@@ -64,7 +64,9 @@ leader() {
 start_node() {
   local n=$1
   if running "$n"; then return 0; fi
-  command -v etcd >/dev/null 2>&1 || die "no etcd binary: run bash ci/start-services.sh (it installs etcd-server)"
+  need etcd etcd-server
+  need curl curl
+  need jq jq
   mkdir -p "$NODE_DIR/$n"
   log "starting $n on $(client_port "$n")"
   spawn "$n" etcd --name "$n" --data-dir "$NODE_DIR/$n" \

@@ -24,6 +24,21 @@ die() {
   exit 1
 }
 
+# need COMMAND PACKAGE : installs Debian's PACKAGE with apt-get when COMMAND is missing (a
+# fresh machine), keeping the package's maintainer scripts from starting its service (a
+# temporary policy-rc.d, as ci/start-services.sh does); dies when that fails.
+need() {
+  command -v "$1" >/dev/null 2>&1 && return 0
+  command -v apt-get >/dev/null 2>&1 || die "no $1, and no apt-get to install $2"
+  local policy=/usr/sbin/policy-rc.d made=0 rc=0
+  if [[ ! -e $policy ]]; then printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod +x "$policy" && made=1; fi
+  log "no $1: apt-get install $2"
+  { DEBIAN_FRONTEND=noninteractive apt-get update -qq &&
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$2"; } >&2 || rc=$?
+  if ((made)); then rm -f "$policy"; fi
+  ((rc == 0)) && command -v "$1" >/dev/null 2>&1 || die "apt-get install $2 failed (no $1)"
+}
+
 # pid_of NODE : the pid recorded for NODE when that process is alive, else nothing.
 pid_of() {
   local file="$NODE_DIR/$1.pid" pid

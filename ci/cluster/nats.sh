@@ -5,8 +5,8 @@
 #   n3 client 127.0.0.1:42223 route 42233 monitor 42243
 # JetStream file storage per node under $CLUSTER_DIR/nats (see lib.sh). The lease store creates
 # its bucket with 3 replicas when asked to (lease-nats: NatsConfig::replicas, or `replicas=3`
-# in the URL). Uses the machine's nats-server (ci/start-services.sh installs it); installs
-# nothing. The single NATS on 4222 is never touched.
+# in the URL). Uses the machine's nats-server (apt-get installs it, curl and jq when
+# missing). The single NATS on 4222 is never touched.
 #
 #   bash ci/cluster/nats.sh start|stop|clean|status|kill <n1|n2|n3|leader>|restart <node>|leader|url
 #
@@ -77,7 +77,9 @@ CONF
 start_node() {
   local n=$1
   if running "$n"; then return 0; fi
-  command -v nats-server >/dev/null 2>&1 || die "no nats-server binary: run bash ci/start-services.sh (it installs nats-server)"
+  need nats-server nats-server
+  need curl curl
+  need jq jq
   mkdir -p "$NODE_DIR/$n"
   write_config "$n"
   log "starting $n on $(client_port "$n")"

@@ -11,7 +11,7 @@
 # store's remedy (RedisConfig::replica_acks). Config files, data and logs under
 # $CLUSTER_DIR/redis (see lib.sh); Sentinel and Redis rewrite their config files on failover,
 # so a restart keeps the roles they agreed on. Uses the machine's redis-server (`redis-server
-# --sentinel` runs a Sentinel); installs nothing. The single Redis on 6379 is never touched.
+# --sentinel` runs a Sentinel; apt-get installs it when missing). The single Redis on 6379 is never touched.
 #
 #   bash ci/cluster/redis-sentinel.sh start|stop|clean|status|kill <r1|r2|r3|s1|s2|s3|primary>|
 #                                     freeze <node|primary>|thaw <node>|restart <node>|url|primary|leader
@@ -109,7 +109,8 @@ CONF
 start_node() {
   local n=$1
   if running "$n"; then return 0; fi
-  command -v redis-server >/dev/null 2>&1 || die "no redis-server binary: run bash ci/start-services.sh (it installs redis-server)"
+  need redis-server redis-server
+  need redis-cli redis-tools
   mkdir -p "$NODE_DIR/$n"
   write_config "$n"
   log "starting $n on $(node_port "$n")"

@@ -37,6 +37,10 @@ pub(crate) struct Env {
     pub(crate) redis: String,
     /// NATS URL.
     pub(crate) nats: String,
+    /// MongoDB URL.
+    pub(crate) mongodb: String,
+    /// etcd URL.
+    pub(crate) etcd: String,
     /// The SQLite database file.
     pub(crate) sqlite_file: PathBuf,
     /// A prefix unique to this run, for every lease name.
@@ -56,6 +60,8 @@ impl Env {
             mysql: args.mysql_url.clone(),
             redis: args.redis_url.clone(),
             nats: args.nats_url.clone(),
+            mongodb: args.mongodb_url.clone(),
+            etcd: args.etcd_url.clone(),
             sqlite_file: dir.join("leases.db"),
             prefix: format!("bench-{run:08x}"),
         })
@@ -75,6 +81,8 @@ impl Env {
             Backend::Mysql => self.mysql.clone(),
             Backend::Redis => self.redis.clone(),
             Backend::Nats => self.nats.clone(),
+            Backend::Mongodb => self.mongodb.clone(),
+            Backend::Etcd => self.etcd.clone(),
         }
     }
 

@@ -82,6 +82,8 @@ pub(crate) async fn run(env: &Env, backend: Backend) -> Result<u64> {
                 cursor = next;
             }
         }
-        Backend::Local | Backend::Sqlite | Backend::Nats => Ok(0),
+        Backend::Local | Backend::Sqlite | Backend::Nats | Backend::Mongodb | Backend::Etcd => {
+            Ok(0)
+        }
     }
 }

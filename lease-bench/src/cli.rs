@@ -95,6 +95,28 @@ pub(crate) struct Args {
     #[arg(long, value_name = "N", default_value_t = 10.0)]
     pub(crate) contention_seconds: f64,
 
+    /// Samples per hand-over scenario, mode and backend (the handover and handover-cli
+    /// sections).
+    #[arg(long, value_name = "N", default_value_t = 20)]
+    pub(crate) handover_samples: u32,
+
+    /// Idle waiters on one held name in the handover section.
+    #[arg(long, value_name = "N", default_value_t = 64)]
+    pub(crate) idle_waiters: usize,
+
+    /// Measured seconds of the idle waiters (after a warm-up of one lease).
+    #[arg(long, value_name = "N", default_value_t = 30.0)]
+    pub(crate) idle_seconds: f64,
+
+    /// The `lease` binary of the handover-cli section (default: the one next to lease-bench).
+    #[arg(long, value_name = "PATH")]
+    pub(crate) lease_bin: Option<PathBuf>,
+
+    /// A second `lease` binary measured side by side in the handover-cli section, e.g. the
+    /// previous release's.
+    #[arg(long, value_name = "PATH")]
+    pub(crate) lease_bin_baseline: Option<PathBuf>,
+
     /// PostgreSQL URL.
     #[arg(
         long,
@@ -126,12 +148,42 @@ pub(crate) struct Args {
         default_value = "nats://127.0.0.1:4222"
     )]
     pub(crate) nats_url: String,
+
+    /// MongoDB URL (the handover section only).
+    #[arg(
+        long,
+        env = "LEASE_BENCH_MONGODB_URL",
+        default_value = "mongodb://127.0.0.1:27017/lease_bench"
+    )]
+    pub(crate) mongodb_url: String,
+
+    /// etcd URL (the handover section only).
+    #[arg(
+        long,
+        env = "LEASE_BENCH_ETCD_URL",
+        default_value = "etcd://127.0.0.1:2379"
+    )]
+    pub(crate) etcd_url: String,
 }
 
 impl Args {
-    /// The backends to run, in report order.
+    /// The backends to run, in report order: the six of [`Backend::ALL`] by default; MongoDB
+    /// and etcd only when `--only` names them.
     pub(crate) fn backends(&self) -> Vec<Backend> {
-        Backend::ALL
+        let all: &[Backend] = if self.only.is_empty() {
+            &Backend::ALL
+        } else {
+            &Backend::HANDOVER
+        };
+        all.iter()
+            .copied()
+            .filter(|b| self.only.is_empty() || self.only.contains(b))
+            .collect()
+    }
+
+    /// The backends of the handover section, in report order: every backend.
+    pub(crate) fn handover_backends(&self) -> Vec<Backend> {
+        Backend::HANDOVER
             .into_iter()
             .filter(|b| self.only.is_empty() || self.only.contains(b))
             .collect()
@@ -190,6 +242,18 @@ impl Args {
             "--renew-concurrency must be 1 to 256"
         );
         anyhow::ensure!(
+            (1..=200).contains(&self.handover_samples),
+            "--handover-samples must be 1 to 200"
+        );
+        anyhow::ensure!(
+            (1..=1000).contains(&self.idle_waiters),
+            "--idle-waiters must be 1 to 1000"
+        );
+        anyhow::ensure!(
+            self.idle_seconds.is_finite() && self.idle_seconds > 0.0 && self.idle_seconds <= 600.0,
+            "--idle-seconds must be in (0, 600]"
+        );
+        anyhow::ensure!(
             (1..=20).contains(&self.failover_samples),
             "--failover-samples must be 1 to 20"
         );
@@ -220,6 +284,10 @@ pub(crate) enum Backend {
     Redis,
     /// NATS JetStream KV.
     Nats,
+    /// MongoDB (the handover section only).
+    Mongodb,
+    /// etcd (the handover section only).
+    Etcd,
 }
 
 impl Backend {
@@ -233,6 +301,18 @@ impl Backend {
         Backend::Nats,
     ];
 
+    /// Every backend the handover section measures, in report order.
+    pub(crate) const HANDOVER: [Backend; 8] = [
+        Backend::Local,
+        Backend::Sqlite,
+        Backend::Postgres,
+        Backend::Mysql,
+        Backend::Redis,
+        Backend::Nats,
+        Backend::Mongodb,
+        Backend::Etcd,
+    ];
+
     /// The name shown in reports.
     pub(crate) fn label(self) -> &'static str {
         match self {
@@ -242,6 +322,8 @@ impl Backend {
             Backend::Mysql => "MariaDB",
             Backend::Redis => "Redis",
             Backend::Nats => "NATS",
+            Backend::Mongodb => "MongoDB",
+            Backend::Etcd => "etcd",
         }
     }
 
@@ -266,4 +348,8 @@ pub(crate) enum Section {
     Partitions,
     /// Many candidates on one name through `run_elected`.
     Contention,
+    /// Hand-over with the store's push wake-ups against polling: graceful, crash, idle waiters.
+    Handover,
+    /// `lease run --wait` hand-over between two processes of the CLI.
+    HandoverCli,
 }

@@ -11,11 +11,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use lease_core::{Coordinator, LeaseStore, Term, Timings};
-use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
+use lease_core::{LeaseStore, Timings};
 
 use crate::backends::{Env, open_store};
+use crate::candidate::Successor;
 use crate::cli::{Args, Backend};
 use crate::peers::library::coordinator;
 use crate::wrappers::Kill;
@@ -76,14 +75,14 @@ async fn run_into(args: &Args, env: &Env, row: &mut FailoverRow) -> Result<()> {
         let name = env.name(&format!("failover-dead-{i}"));
         row.dead.push(dead_holder(&store, t, &name).await?);
         let name = env.name(&format!("failover-resign-{i}"));
-        row.graceful.push(graceful(&store, t, &name).await?);
+        row.graceful.push(graceful(&store, &store, t, &name).await?);
     }
     Ok(())
 }
 
 /// A random pause within one campaign period, so the event lands at a random phase of the
 /// candidate's polling.
-fn random_phase(t: Timings) -> Duration {
+pub(crate) fn random_phase(t: Timings) -> Duration {
     let span = (t.retry() + t.jitter()).as_secs_f64();
     Duration::from_secs_f64(rand::random_range(0.2..0.2 + span))
 }
@@ -95,9 +94,9 @@ async fn dead_holder(store: &Arc<dyn LeaseStore>, t: Timings, name: &str) -> Res
         .try_acquire(name)
         .await
         .context("the holder's claim")?;
-    let mut candidate = Candidate::start(store.clone(), t, name)?;
+    let mut candidate = Successor::start(store.clone(), t, name)?;
     tokio::time::sleep(random_phase(t)).await;
-    if candidate.won.try_recv().is_ok() {
+    if candidate.has_won() {
         bail!("the candidate took the name while the holder was alive");
     }
     let killed = Instant::now();
@@ -109,68 +108,28 @@ async fn dead_holder(store: &Arc<dyn LeaseStore>, t: Timings, name: &str) -> Res
     Ok(won.saturating_duration_since(killed))
 }
 
-async fn graceful(store: &Arc<dyn LeaseStore>, t: Timings, name: &str) -> Result<Duration> {
+/// Resign → the successor (waiting on `waiter`, which may be `store` behind a hook) starts its
+/// work.
+pub(crate) async fn graceful(
+    store: &Arc<dyn LeaseStore>,
+    waiter: &Arc<dyn LeaseStore>,
+    t: Timings,
+    name: &str,
+) -> Result<Duration> {
     let holder = coordinator(store.clone(), "resigning-holder", t)?;
     let term = holder
         .try_acquire(name)
         .await
         .context("the holder's claim")?;
-    let mut candidate = Candidate::start(store.clone(), t, name)?;
+    let mut candidate = Successor::start(waiter.clone(), t, name)?;
     tokio::time::sleep(random_phase(t)).await;
-    if candidate.won.try_recv().is_ok() {
+    if candidate.has_won() {
         bail!("the candidate took the name while the holder held it");
     }
     let resigned = Instant::now();
     term.resign().await.context("the holder's resign")?;
-    let won = candidate.wait(t.retry() + t.jitter()).await?;
+    let won = candidate.wait(t.retry() + t.jitter()).await;
     candidate.stop().await;
     let _ = holder.close().await;
-    Ok(won.saturating_duration_since(resigned))
-}
-
-/// A coordinator campaigning for one name with `run_elected`; reports when its work starts.
-struct Candidate {
-    coordinator: Coordinator,
-    won: mpsc::UnboundedReceiver<Instant>,
-    task: JoinHandle<lease_core::Result<()>>,
-}
-
-impl Candidate {
-    fn start(store: Arc<dyn LeaseStore>, t: Timings, name: &str) -> Result<Candidate> {
-        let coordinator = coordinator(store, "candidate", t)?;
-        let (tx, won) = mpsc::unbounded_channel();
-        let c = coordinator.clone();
-        let name = name.to_owned();
-        let task = tokio::spawn(async move {
-            c.run_elected(&name, move |term: Term| {
-                let tx = tx.clone();
-                async move {
-                    let _ = tx.send(Instant::now());
-                    term.done().await;
-                    Ok::<(), std::io::Error>(())
-                }
-            })
-            .await
-        });
-        Ok(Candidate {
-            coordinator,
-            won,
-            task,
-        })
-    }
-
-    /// The instant the work started, waiting at most `expected` plus a margin.
-    async fn wait(&mut self, expected: Duration) -> Result<Instant> {
-        let bound = expected + Duration::from_secs(5);
-        match tokio::time::timeout(bound, self.won.recv()).await {
-            Ok(Some(at)) => Ok(at),
-            Ok(None) => bail!("the candidate stopped campaigning"),
-            Err(_) => bail!("the candidate did not take over within {bound:?}"),
-        }
-    }
-
-    async fn stop(self) {
-        let _ = self.coordinator.close().await;
-        let _ = tokio::time::timeout(Duration::from_secs(10), self.task).await;
-    }
+    Ok(won?.saturating_duration_since(resigned))
 }

@@ -14,17 +14,25 @@
 //!   renewed one by one, for K = 10, 100, 1,000, 10,000, in interleaved rounds;
 //! - **failover** — take-over after the holder dies and after it resigns, with a candidate
 //!   polling through `run_elected`;
-//! - **contention** — 64 candidates on one name, store operations counted by a wrapper.
+//! - **contention** — 64 candidates on one name, store operations counted by a wrapper;
+//! - **handover** — push wake-ups against polling, side by side: graceful hand-off, crash
+//!   failover against the store's expiry, and idle waiters' store operations (every backend,
+//!   MongoDB and etcd included);
+//! - **handover-cli** — `lease run --wait` between two processes of the `lease` binary, on
+//!   SQLite and PostgreSQL (against a baseline binary when given).
 //!
 //! Output: `results.md` and `cycles.svg` in `--out`, and the markdown on stdout. A server that
 //! does not answer is skipped with one `SKIPPED <backend>: <why>` line.
 
 mod backends;
+mod candidate;
 mod cleanup;
 mod cli;
+mod cli_wait;
 mod contention;
 mod cycles;
 mod failover;
+mod handover;
 mod machine;
 mod peers;
 mod renew_cost;
@@ -172,6 +180,52 @@ async fn run(args: Args) -> Result<()> {
         }
     };
     (report.failover, report.contention) = tokio::join!(failover, contention);
+
+    // Hand-over waits on leases too: every backend at once, the CLI's beside them.
+    if args.runs(Section::Handover) || args.runs(Section::HandoverCli) {
+        let mut live = Vec::new();
+        for b in args.handover_backends() {
+            if report.backends.contains(&b) {
+                live.push(b);
+                continue;
+            }
+            if report.skipped.iter().any(|(s, _)| *s == b) {
+                continue;
+            }
+            match open_store(b, &env.url(b), TTL).await {
+                Ok(_) => live.push(b),
+                Err(e) => {
+                    eprintln!("SKIPPED {}: {}", b.label(), crate::describe(&e));
+                    report.skipped.push((b, crate::describe(&e)));
+                }
+            }
+        }
+        let library = async {
+            if args.runs(Section::Handover) {
+                progress(started, "handover: every backend at once");
+                futures::future::join_all(live.iter().map(|&b| handover::run(&args, &env, b))).await
+            } else {
+                Vec::new()
+            }
+        };
+        let through_cli = async {
+            if args.runs(Section::HandoverCli) {
+                progress(started, "handover-cli: SQLite and PostgreSQL at once");
+                let runs = cli_wait::BACKENDS
+                    .iter()
+                    .filter(|b| live.contains(b))
+                    .map(|&b| cli_wait::run(&args, &env, b));
+                futures::future::join_all(runs)
+                    .await
+                    .into_iter()
+                    .flatten()
+                    .collect()
+            } else {
+                Vec::new()
+            }
+        };
+        (report.handover, report.handover_cli) = tokio::join!(library, through_cli);
+    }
 
     progress(started, "cleaning up");
     for &b in &servers {

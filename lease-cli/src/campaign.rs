@@ -1,5 +1,7 @@
 //! Getting a lease: once, or campaigning until it is free.
 
+use std::time::Duration;
+
 use lease_core::{Coordinator, ErrorKind, Term};
 use rustix::process::Signal;
 
@@ -16,18 +18,24 @@ pub(crate) enum Campaign {
     Interrupted(Signal),
 }
 
+/// How often, at most, a `--wait` campaign warns that the store keeps failing.
+const WARN_EVERY: Duration = Duration::from_secs(60);
+
 /// Claims `name`. Without `wait`, someone else holding it is an [`Exit::Held`] error. With
-/// `wait`, it tries again every campaign retry plus jitter (lease-core's pacing) until it wins,
-/// riding out a store that is briefly unreachable. A stop signal ends the campaign between
-/// attempts (an attempt in flight is never abandoned, so no claim is left behind unknown).
+/// `wait`, it waits with `Coordinator::acquire` until it wins: woken by the store's hint of a
+/// release (within milliseconds on stores that send hints), at the holder's expiry by the
+/// store's clock, or at the campaign retry plus jitter where hints may be missing; a store
+/// that is briefly unreachable is ridden out. A stop signal ends the campaign at once: a claim
+/// in flight is finished on its own task and released if it won (the coordinator is closed,
+/// which waits for it), so no claim is left behind unknown. A store that keeps failing is
+/// warned about at most once a minute.
 pub(crate) async fn acquire(
     coordinator: &Coordinator,
     name: &str,
     wait: bool,
     signals: &mut StopSignals,
 ) -> Result<Campaign, CliError> {
-    let mut failing = false;
-    loop {
+    if !wait {
         let attempt = coordinator.try_acquire(name).await;
         if let Some(sig) = signals.pending().await {
             if let Ok(term) = attempt
@@ -37,26 +45,43 @@ pub(crate) async fn acquire(
             }
             return Ok(Campaign::Interrupted(sig));
         }
-        match attempt {
-            Ok(term) => return Ok(Campaign::Won(term)),
-            Err(e) if e.is(ErrorKind::Held) => {
-                if !wait {
-                    return Err(held(coordinator, name).await);
-                }
-                failing = false;
-            }
-            Err(e) if wait && e.is_temporary() => {
-                if !failing {
-                    tracing::warn!(error = %e, "cannot claim '{name}' for now; retrying");
-                }
-                failing = true;
-            }
-            Err(e) => return Err(CliError::from_lease(&e)),
+        return match attempt {
+            Ok(term) => Ok(Campaign::Won(term)),
+            Err(e) if e.is(ErrorKind::Held) => Err(held(coordinator, name).await),
+            Err(e) => Err(CliError::from_lease(&e)),
+        };
+    }
+    // One acquire for the whole wait: a new one would claim at once (and its predecessor once
+    // more at its limit), so windows would cost claims; an idle waiter claims about once per
+    // lease period (at the holder's expiry) or at a hint.
+    let mut warned: Option<tokio::time::Instant> = None;
+    let failed = |e: &lease_core::Error| {
+        let now = tokio::time::Instant::now();
+        if warned.is_none_or(|at| now.duration_since(at) >= WARN_EVERY) {
+            tracing::warn!(error = %e, "cannot claim '{name}' for now; retrying");
+            warned = Some(now);
         }
-        tokio::select! {
-            sig = signals.recv() => return Ok(Campaign::Interrupted(sig)),
-            _ = tokio::time::sleep(coordinator.timings().retry_delay()) => {}
+    };
+    let attempt = tokio::select! {
+        biased;
+        attempt = coordinator.acquire_reporting(name, Duration::MAX, failed) => attempt,
+        sig = signals.recv() => {
+            // The claim in flight, if any, finishes and is released; close waits for it.
+            let _ = coordinator.close().await;
+            return Ok(Campaign::Interrupted(sig));
         }
+    };
+    if let Some(sig) = signals.pending().await {
+        if let Ok(term) = attempt
+            && let Err(e) = term.resign().await
+        {
+            tracing::warn!(error = %e, "release after an interrupted campaign failed");
+        }
+        return Ok(Campaign::Interrupted(sig));
+    }
+    match attempt {
+        Ok(term) => Ok(Campaign::Won(term)),
+        Err(e) => Err(CliError::from_lease(&e)),
     }
 }
 
@@ -75,4 +100,61 @@ async fn held(coordinator: &Coordinator, name: &str) -> CliError {
         Exit::Held,
         format!("lease '{name}' is held{holder}; CMD was not started; add --wait to wait for it"),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use lease_conformance::faulty;
+    use lease_core::Timings;
+    use lease_local::MemoryStore;
+
+    use super::*;
+
+    /// An idle `--wait` contender behind a live holder costs about one claim per lease
+    /// period: it wakes at the holder's expiry by the store's clock (or a hint), nothing else.
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_wait_claims_about_once_per_lease_period() {
+        const LEASE: Duration = Duration::from_secs(30);
+        const WAITED: Duration = Duration::from_secs(300);
+        let store = faulty(MemoryStore::new());
+        let faults = store.hook().clone();
+        let timings = Timings::from_lease(LEASE).unwrap();
+        let a = Coordinator::builder(store.clone())
+            .instance("a")
+            .timings(timings)
+            .build()
+            .unwrap();
+        let b = Coordinator::builder(store)
+            .instance("b")
+            .timings(timings)
+            .build()
+            .unwrap();
+        let held = a.try_acquire("job").await.unwrap();
+        let before = faults.counts();
+        let waiting = tokio::spawn(async move {
+            let mut signals = StopSignals::install().unwrap();
+            acquire(&b, "job", true, &mut signals).await
+        });
+        tokio::time::sleep(WAITED).await;
+        let spent = faults.counts();
+        let claims = spent.claims - before.claims;
+        let gets = spent.gets - before.gets;
+        let periods = WAITED.as_secs() / LEASE.as_secs();
+        println!("an idle --wait over {periods} lease periods: {claims} claims, {gets} gets");
+        assert!(
+            claims <= periods + 2,
+            "{claims} claims in {periods} lease periods of an idle wait"
+        );
+        assert!(
+            claims >= 2,
+            "{claims} claims: the waiter never looked again"
+        );
+        held.resign().await.unwrap();
+        let Campaign::Won(term) = waiting.await.unwrap().unwrap() else {
+            panic!("interrupted")
+        };
+        assert!(term.token() > held.token());
+    }
 }

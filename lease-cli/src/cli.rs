@@ -47,6 +47,9 @@ pub(crate) enum Command {
     /// Show who holds each NAME: holder instance, term, time left.
     #[command(long_about = STATUS_ABOUT)]
     Status(StatusArgs),
+    /// Print one line per change of each NAME's holder, until stopped.
+    #[command(long_about = WATCH_ABOUT)]
+    Watch(WatchArgs),
     /// Show the live members of SERVICE: node id, address, groups, time left.
     #[command(long_about = MEMBERS_ABOUT)]
     Members(MembersArgs),
@@ -68,7 +71,10 @@ pub(crate) enum Command {
 const RUN_ABOUT: &str = "Run CMD only while holding NAME: a cluster-wide flock.\n\n\
     CMD gets LEASE_NAME, LEASE_TERM (the fencing token) and LEASE_INSTANCE in its environment. \
     Without --wait, lease exits at once with code 75 when someone else holds NAME; with --wait it \
-    campaigns until it gets NAME. While CMD runs the lease is renewed; when the lease is lost, \
+    waits until it gets NAME: it claims again when the store hints a release (within \
+    milliseconds on stores that send hints), when the holder's lease runs out by the store's \
+    clock, and, where the store sends no hints, every campaign retry (2/15 of the TTL) plus \
+    jitter. While CMD runs the lease is renewed; when the lease is lost, \
     CMD's process group and every descendant of CMD get SIGTERM, then SIGKILL after the \
     step-down grace (4/15 of the TTL), and lease exits 74. SIGINT, SIGTERM and SIGHUP are \
     forwarded to CMD's process group; the lease is released once CMD has exited. Otherwise lease \
@@ -105,6 +111,23 @@ const STATUS_ABOUT: &str = "Show who holds each NAME: holder instance, term, tim
     Names must be given: the store contract has no listing of names. The term shown is the last \
     one issued, also when nobody holds the name now; '-' means none. Times are by the store's \
     clock.";
+
+const WATCH_ABOUT: &str = "Print one line per change of each NAME's holder, until stopped.\n\n\
+    First, for each NAME nobody holds, a 'free' line; then one line per change: claimed (holder, \
+    term, time left), released (the holder ended its term before its lease ran out) or expired \
+    (the store's clock passed the lease's expiry without a renewal: the holder crashed, hung or \
+    was cut off). A name held at the start shows as claimed. Every line is read from the store, \
+    by the store's clock; the store's hints (where it sends them) only make lease read sooner, \
+    and where it sends none lease reads every 2 to 2.5 s and at each holder's expiry. Changes \
+    between two reads are coalesced: a holder that came and went between them is not shown, \
+    and a release seen after the holder's expiry shows as expired.\n\n\
+    \x20 job: free (last term 6)\n\
+    \x20 job: claimed by web-1 (term 7, expires in 14.9s)\n\
+    \x20 job: released (term 7)\n\
+    \x20 job: expired (term 8): the holder stopped renewing\n\n\
+    With --json, one JSON object per line: name, event (free, claimed, released, expired), \
+    holder (null unless claimed), term (the last one issued; null when never claimed), \
+    expires_in_ms (null unless claimed). SIGINT, SIGTERM and SIGHUP end it with code 0.";
 
 const MEMBERS_ABOUT: &str = "Show the live members of SERVICE: node id, address, groups, time \
     left.\n\n\
@@ -210,6 +233,19 @@ pub(crate) struct StatusArgs {
     pub(crate) json: bool,
 }
 
+/// Options of `lease watch`.
+#[derive(Debug, Args)]
+pub(crate) struct WatchArgs {
+    /// The lease names to watch (at least one).
+    #[arg(required = true, num_args = 1..)]
+    pub(crate) names: Vec<String>,
+
+    /// Print one JSON object per line instead of text: name, event, holder, term and
+    /// expires_in_ms.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
 /// Options of `lease members`.
 #[derive(Debug, Args)]
 pub(crate) struct MembersArgs {
@@ -298,7 +334,9 @@ pub(crate) fn after_help() -> String {
 pub(crate) fn command() -> clap::Command {
     let after = after_help();
     let mut cmd = Cli::command().after_help(after.clone());
-    for sub in ["run", "elect", "status", "members", "owners", "release"] {
+    for sub in [
+        "run", "elect", "status", "watch", "members", "owners", "release",
+    ] {
         let text = after.clone();
         cmd = cmd.mut_subcommand(sub, |s| s.after_help(text));
     }

@@ -4,6 +4,7 @@
 //! lease run NAME [--ttl D] [--wait] -- CMD…   run CMD only while holding NAME
 //! lease elect NAME [--ttl D] -- CMD…          run CMD while leader, forever
 //! lease status NAME… [--json]                 who holds what
+//! lease watch NAME… [--json]                  one line per change of holder
 //! lease members SERVICE [--json]              the live members of a service
 //! lease owners GROUP [--json]                 the live partition leases of a group
 //! lease release NAME --force                  break a lease (unsafe)
@@ -95,6 +96,7 @@ async fn dispatch(cli: Cli) -> Result<u8, CliError> {
         Command::Run(args) => commands::run::run(&store()?, args).await,
         Command::Elect(args) => commands::elect::elect(&store()?, args).await,
         Command::Status(args) => commands::status::status(&store()?, args).await,
+        Command::Watch(args) => commands::watch::watch(&store()?, args).await,
         Command::Members(args) => commands::members::members(&store()?, args).await,
         Command::Owners(args) => commands::owners::owners(&store()?, args).await,
         Command::Release(args) => commands::release::release(&store()?, args).await,

@@ -124,3 +124,44 @@ fn a_normal_exit_hands_over_promptly() {
         gap / MS
     );
 }
+
+/// With a 60 s TTL the campaign retry is 8 s: a waiter that starts within a second of the
+/// holder's exit was woken by the store's hint (SQLite across processes: its change check),
+/// not by polling.
+#[test]
+fn a_waiter_is_woken_by_the_release_not_by_its_retry() {
+    let _serial = timing_lock();
+    let dir = TempDir::new("hinted");
+    let store = dir.sqlite();
+    let mut gaps = Vec::new();
+    for i in 0..3 {
+        let name = format!("hinted-{i}");
+        let log = dir.file(&format!("runs-{i}.log"));
+        let holder_cmd = logged(&log, "sleep 1");
+        let mut args = vec!["run", "--ttl", "60s", &name, "--"];
+        args.extend(holder_cmd.iter().map(String::as_str));
+        let holder = lease(&store, &args).spawn().unwrap();
+        assert!(wait_until(Duration::from_secs(10), || !events(&log).is_empty()));
+        let waiter_cmd = logged(&log, "true");
+        let mut args = vec!["run", "--ttl", "60s", "--wait", &name, "--"];
+        args.extend(waiter_cmd.iter().map(String::as_str));
+        let waiter = lease(&store, &args).spawn().unwrap();
+        for out in [
+            finish(holder, Duration::from_secs(20)),
+            finish(waiter, Duration::from_secs(20)),
+        ] {
+            assert_eq!(code(out.status), 0, "{}", stderr(&out));
+        }
+        let runs = runs(&log);
+        assert_eq!(runs.len(), 2, "{runs:?}");
+        assert_one_at_a_time(&runs);
+        gaps.push((runs[1].1 - runs[0].2) / MS);
+    }
+    eprintln!("holder's CMD end → waiter's CMD start, TTL 60 s (retry 8 s): {gaps:?} ms");
+    for gap in gaps {
+        assert!(
+            gap < 1_000,
+            "the waiter started {gap} ms after the holder's CMD ended: not woken by the release"
+        );
+    }
+}

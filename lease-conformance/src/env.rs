@@ -3,6 +3,8 @@
 //! The policy, the same for every backend:
 //!
 //! 1. `LEASE_TEST_<BACKEND>_URL` (e.g. `LEASE_TEST_POSTGRES_URL`) names a running server: use it.
+//!    A backend name may name a deployment (`etcd-cluster`: `LEASE_TEST_ETCD_CLUSTER_URL`, the
+//!    3-member cluster of `ci/cluster/etcd.sh`), required by that name like any other.
 //! 2. Otherwise, when a Docker engine answers (see [`docker_available`]) and this crate is built
 //!    with its `docker` feature, [`server_url`] starts one with testcontainers: one container per
 //!    backend and test process, started on first use and kept until the process exits (a Ryuk
@@ -34,9 +36,13 @@ use std::sync::{Mutex, OnceLock};
 /// The environment variable naming the backends that must not be skipped.
 pub const REQUIRE_VAR: &str = "LEASE_TEST_REQUIRE";
 
-/// The environment variable that gives `backend`'s server URL: `LEASE_TEST_<BACKEND>_URL`.
+/// The environment variable that gives `backend`'s server URL: `LEASE_TEST_<BACKEND>_URL`, a
+/// `-` in the name written `_` (`etcd-cluster` → `LEASE_TEST_ETCD_CLUSTER_URL`).
 pub fn url_var(backend: &str) -> String {
-    format!("LEASE_TEST_{}_URL", backend.to_ascii_uppercase())
+    format!(
+        "LEASE_TEST_{}_URL",
+        backend.to_ascii_uppercase().replace('-', "_")
+    )
 }
 
 /// `true` when `LEASE_TEST_REQUIRE` lists `backend` (or `all`).
@@ -138,5 +144,13 @@ pub fn skip(backend: &str, why: &str) {
 /// they do not cover.
 pub fn skip_case(backend: &str, case: &str, why: &str) {
     let line = format!("\nNOT RUN {backend} {case}: {why}\n");
+    let _ = std::io::stderr().lock().write_all(line.as_bytes());
+}
+
+/// Reports that `case` does not apply to `backend` (the store lacks what it tests), in one line
+/// `NOT APPLICABLE <backend> <case>: <why>` on the process's stderr (past the test harness's
+/// capture). Never a failure.
+pub fn not_applicable(backend: &str, case: &str, why: &str) {
+    let line = format!("\nNOT APPLICABLE {backend} {case}: {why}\n");
     let _ = std::io::stderr().lock().write_all(line.as_bytes());
 }

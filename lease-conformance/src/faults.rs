@@ -26,7 +26,11 @@ use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use std::time::Duration;
+
+use lease_core::backend::Hub;
 use lease_core::layer::{Answer, Call, Hook, Intercept, Operation};
+use lease_core::notify::{Topic, Wakeups};
 use lease_core::{Error, Result};
 use tokio::sync::watch;
 
@@ -61,6 +65,32 @@ pub enum FaultMode {
     LoseAnswers,
 }
 
+/// What a [`Faults`] hook does to the store's hints ([`LeaseStore::changes`](lease_core::LeaseStore::changes)).
+///
+/// Every subscription taken through the hook is relayed by a task of its own, which applies
+/// the mode current when each hint arrives, so switching the mode affects subscriptions
+/// taken before. A store without hints has none to relay: its `changes` stays `None` in every
+/// mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HintMode {
+    /// Hints pass unchanged.
+    #[default]
+    Pass,
+    /// Hints are cut, as when a store's listener connection is down: every subscription
+    /// reports [`is_connected`](Wakeups::is_connected) `false` and gets no hint, so waiters
+    /// fall back to polling.
+    Cut,
+    /// Hints misbehave while the link reports connected: each is dropped with
+    /// `drop_percent` % probability, and each one passed is delivered twice (a millisecond
+    /// apart) with `duplicate_percent` % probability.
+    Chaos {
+        /// The share of hints lost, in percent.
+        drop_percent: u8,
+        /// The share of hints passed that arrive twice, in percent.
+        duplicate_percent: u8,
+    },
+}
+
 /// How many operations reached a [`Faults`] hook, by kind (whatever the mode did with them).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct OpCounts {
@@ -89,6 +119,7 @@ struct Counters {
 struct Shared {
     mode: watch::Sender<FaultMode>,
     claim_mode: watch::Sender<FaultMode>,
+    hints: watch::Sender<HintMode>,
     counters: Counters,
 }
 
@@ -127,6 +158,7 @@ impl Faults {
             shared: Arc::new(Shared {
                 mode: watch::Sender::new(FaultMode::Pass),
                 claim_mode: watch::Sender::new(FaultMode::Pass),
+                hints: watch::Sender::new(HintMode::Pass),
                 counters: Counters::default(),
             }),
         }
@@ -142,6 +174,17 @@ impl Faults {
     /// store-wide mode).
     pub fn set_claim_mode(&self, mode: FaultMode) {
         self.shared.claim_mode.send_replace(mode);
+    }
+
+    /// Switches what happens to the store's hints (see [`HintMode`]), for subscriptions taken
+    /// before as well as later ones.
+    pub fn set_hint_mode(&self, mode: HintMode) {
+        self.shared.hints.send_replace(mode);
+    }
+
+    /// The current hint mode.
+    pub fn hint_mode(&self) -> HintMode {
+        *self.shared.hints.borrow()
     }
 
     /// The current store-wide fault mode.
@@ -209,6 +252,63 @@ impl Hook for Faults {
             Box::pin(apply(&shared.mode, apply(&shared.claim_mode, op)))
         } else {
             Box::pin(apply(&shared.mode, op))
+        }
+    }
+
+    fn changes(&self, topic: &Topic, hints: Option<Wakeups>) -> Option<Wakeups> {
+        let inner = hints?;
+        let hub = Hub::new();
+        // Connected as the mode says before anyone subscribes, so no first hint is spurious.
+        hub.set_connected(inner.is_connected() && self.hint_mode() != HintMode::Cut);
+        let out = hub.subscribe(topic);
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                rt.spawn(relay(
+                    inner,
+                    hub,
+                    topic.clone(),
+                    self.shared.hints.subscribe(),
+                ));
+            }
+            // No runtime to relay on: a cut link is all this hook can give.
+            Err(_) => hub.set_connected(false),
+        }
+        Some(out)
+    }
+}
+
+/// `true` with `percent` % probability.
+fn roll(percent: u8) -> bool {
+    rand::random::<f64>() * 100.0 < f64::from(percent)
+}
+
+/// Relays `inner`'s hints for `topic` to `hub`'s subscribers as the hint mode says, until they
+/// are all gone.
+async fn relay(mut inner: Wakeups, hub: Hub, topic: Topic, mut modes: watch::Receiver<HintMode>) {
+    let mut hook_gone = false;
+    loop {
+        let mode = *modes.borrow_and_update();
+        hub.set_connected(inner.is_connected() && mode != HintMode::Cut);
+        if hub.subscribed_topics() == 0 {
+            return;
+        }
+        tokio::select! {
+            () = inner.changed() => match mode {
+                HintMode::Pass => hub.notify(&topic),
+                HintMode::Cut => {}
+                HintMode::Chaos { drop_percent, duplicate_percent } => {
+                    if !roll(drop_percent) {
+                        hub.notify(&topic);
+                        if roll(duplicate_percent) {
+                            tokio::time::sleep(Duration::from_millis(1)).await;
+                            hub.notify(&topic);
+                        }
+                    }
+                }
+            },
+            r = modes.changed(), if !hook_gone => hook_gone = r.is_err(),
+            // Look now and then whether anyone still listens.
+            () = tokio::time::sleep(Duration::from_secs(1)) => {}
         }
     }
 }

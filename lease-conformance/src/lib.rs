@@ -51,7 +51,7 @@ use lease_core::{
 };
 
 pub use audit::{AssignmentAudit, ConsumerPlan, assignments_settled};
-pub use faults::{FaultMode, Faults, FaultyStore, OpCounts, faulty};
+pub use faults::{FaultMode, Faults, FaultyStore, HintMode, OpCounts, faulty};
 pub use history::{History, HistoryReport};
 pub use proxy::{FaultProxy, ProxyStats};
 
@@ -245,10 +245,21 @@ impl Harness {
 
     /// A coordinator over `store` with the harness timings and recording fail action.
     pub fn coordinator_over(&self, store: Arc<dyn LeaseStore>, instance: &str) -> Coordinator {
+        self.coordinator_timed(store, instance, self.timings)
+    }
+
+    /// A coordinator over `store` with `timings` (which must suit the store) and the recording
+    /// fail action.
+    pub fn coordinator_timed(
+        &self,
+        store: Arc<dyn LeaseStore>,
+        instance: &str,
+        timings: Timings,
+    ) -> Coordinator {
         let failures = self.failures.clone();
         let built = Coordinator::builder_arc(store)
             .instance(instance)
-            .timings(self.timings)
+            .timings(timings)
             // The cases' work asserts: a failed assertion must end `run_elected` with the
             // panic, not be restarted (the default).
             .on_work_error(lease_core::OnWorkError::Return)
@@ -276,6 +287,14 @@ impl Harness {
     /// Notes that a case does not apply to this backend.
     pub fn not_applicable(&self, case: &str, why: &str) {
         eprintln!("{}: {case} does not apply: {why}", self.backend());
+    }
+
+    /// Notes, loudly, that a case does not apply to this backend: one
+    /// `NOT APPLICABLE <backend> <case>: <why>` line on the process's stderr, past the test
+    /// harness's capture (for a case whose absence a reader of the CI log must see, such as a
+    /// store without hints).
+    pub fn not_applicable_loudly(&self, case: &str, why: &str) {
+        env::not_applicable(self.backend(), case, why);
     }
 }
 
@@ -323,6 +342,10 @@ macro_rules! conformance_suite {
             membership_expires_and_leave_is_immediate,
             bad_partition_and_member_inputs_are_refused,
             three_nodes_rebalance_without_overlap,
+            a_release_wakes_a_waiter_at_once,
+            without_hints_a_waiter_still_takes_over_within_the_retry,
+            lost_or_duplicated_hints_never_break_exclusivity,
+            a_crashed_holder_is_succeeded_at_the_stores_expiry_not_before,
             wrappers_report_the_stores_capabilities_and_availability
         );
     };

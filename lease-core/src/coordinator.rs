@@ -10,17 +10,19 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, error, info, warn};
 
+use crate::campaign::Seen;
 use crate::clock::{Deadline, Stamp};
 use crate::error::{BoxError, Error, ErrorKind, Result};
 use crate::leadership::{Board, Leadership};
 use crate::observer::Observer;
 use crate::run::{FailAction, default_fail_action};
 use crate::store::LeaseStoreExt;
-use crate::store::{HolderToken, LeaseInfo, LeaseStore, validate_instance};
+use crate::store::{HolderToken, LeaseStore, validate_instance};
 use crate::telemetry;
 use crate::term::{Term, TermShared};
 use crate::timings::Timings;
 use crate::validate::MAX_TTL;
+use crate::wait::Holder;
 
 /// What [`Coordinator::run_elected`] does when its work fails — returns an error or panics —
 /// while its term is live (a failure that turns out to be the term's loss is a loss, never
@@ -266,7 +268,7 @@ impl Coordinator {
 
     /// An observer over the same store.
     pub fn observer(&self) -> Observer {
-        Observer::from_arc(self.shared.store.clone())
+        Observer::from_arc(self.shared.store.clone()).with_timings(self.shared.timings)
     }
 
     /// A watch of this coordinator's own leadership of `name`: whether it holds a live term,
@@ -430,10 +432,14 @@ impl Coordinator {
 
     /// Campaigns for `name` until the coordinator closes, running `f` under each term won.
     ///
-    /// Every [`retry`](Timings::retry) plus jitter it tries to claim the name. When it wins, it
+    /// It campaigns as [`acquire`](Coordinator::acquire) does: a claim, then, while someone
+    /// else holds the name, a wait until the holder's lease runs out by the store's clock, a
+    /// store's hint (a release wakes it within milliseconds on stores that say `watch`), or —
+    /// where hints may be missing — the retry pace; see [`wait`](crate::wait). When it wins, it
     /// runs `f` as [`Term::run`] does (own task, cancellation through the term's
     /// [`done`](Term::done), step-down grace on loss), resigns when `f` returns, and campaigns
-    /// again after a pause. Held and lost terms are the election working: it goes on. A loss
+    /// again after a pause of [`retry`](Timings::retry) plus jitter (so a candidate that just
+    /// held the name leaves the others their turn). Held and lost terms are the election working: it goes on. A loss
     /// the work learns of first — it fails with a `Lost` error in its chain of sources (a
     /// fenced write that found the lease expired), or fails once the term is no longer live or
     /// no longer held by the store — is a loss too. A failed campaign (store unreachable) is
@@ -444,8 +450,10 @@ impl Coordinator {
     /// after a growing backoff; with [`OnWorkError::Return`] the error is returned.
     ///
     /// While another node holds the name, a campaign answered held reads the holder (one
-    /// `get`) when this node starts following, and again once the holder's lease, as last read,
-    /// would have run out unrenewed — at most one read per lease. It logs at info when this node
+    /// `get`), to learn when its lease runs out; a poll at the retry pace skips the read while
+    /// the holder's lease, as last read, is still ahead. So an idle candidate behind a holder
+    /// that renews costs about one claim and one read per lease period where the store hints,
+    /// and one claim per retry where it does not. It logs at info when this node
     /// starts following and when it sees the holder change (instance, term, time left by the
     /// store's clock), and publishes the holder on [`leadership`](Coordinator::leadership). A
     /// lost term is logged at warn. Campaigns are counted in [`telemetry::CAMPAIGNS`] by
@@ -467,40 +475,44 @@ impl Coordinator {
         if let Err(e) = self.shared.store.validate_name(name) {
             return self.election_ended(name, Err(e));
         }
+        let mut waiter = match self.waiter(name) {
+            Ok(w) => w,
+            Err(e) if e.is(ErrorKind::Closed) => return self.election_ended(name, Ok(())),
+            Err(e) => return self.election_ended(name, Err(e)),
+        };
         telemetry::campaigning(name);
         let policy = self.shared.on_work_error;
         let t = self.shared.timings;
-        let mut first = true;
         let mut failures = 0u32;
-        // The holder last logged while following, so a line is written when it changes, and
-        // when to read the holder again: once its lease, as last read, could have run out.
+        // The pause before the next campaign: none at first, `retry` plus jitter after a term
+        // of this node's ends (its successor gets its turn) or a campaign fails for good.
+        let mut pause: Option<Duration> = None;
+        // The holder last logged while following, so a line is written when it changes.
         let mut followed: Option<(String, u64)> = None;
-        let mut look_again: Option<Deadline> = None;
         loop {
-            if !first {
-                let pause = if failures > 0 {
-                    let jitter = t.retry_delay().saturating_sub(t.retry());
-                    policy.backoff(&t, failures) + jitter
-                } else {
-                    t.retry_delay()
-                };
+            if let Some(pause) = pause.take() {
                 tokio::select! {
                     biased;
                     _ = self.shared.closing.cancelled() => return self.election_ended(name, Ok(())),
                     _ = tokio::time::sleep(pause) => {}
                 }
             }
-            first = false;
-            let term = match self.try_acquire(name).await {
-                Ok(term) => term,
-                Err(e) => match e.kind() {
-                    ErrorKind::Held => {
+            let campaign = self
+                .campaign(name, Deadline::never(), &mut waiter, |seen| match seen {
+                    Seen::Held(holder) => {
                         telemetry::campaign(name, "held");
-                        if look_again.is_none_or(|d| d.has_passed()) {
-                            look_again = self.follow(name, &mut followed).await;
-                        }
-                        continue;
+                        self.follow(name, holder, &mut followed);
                     }
+                    Seen::Failed(e) => {
+                        telemetry::campaign(name, "error");
+                        warn!(name, error = %e, "campaign failed; retrying");
+                    }
+                })
+                .await;
+            let term = match campaign {
+                Ok(Some(term)) => term,
+                Ok(None) => continue,
+                Err(e) => match e.kind() {
                     ErrorKind::Closed => return self.election_ended(name, Ok(())),
                     ErrorKind::InvalidName | ErrorKind::InvalidTimings | ErrorKind::Unsupported => {
                         return self.election_ended(name, Err(e));
@@ -508,14 +520,15 @@ impl Coordinator {
                     _ => {
                         telemetry::campaign(name, "error");
                         warn!(name, error = %e, "campaign failed; retrying");
+                        pause = Some(t.retry_delay());
                         continue;
                     }
                 },
             };
             telemetry::campaign(name, "claimed");
             followed = None;
-            look_again = None;
             let token = term.token();
+            pause = Some(t.retry_delay());
             match term.run(&mut f).await {
                 Ok(()) => {
                     failures = 0;
@@ -543,6 +556,8 @@ impl Coordinator {
                         OnWorkError::Restart { .. } => {
                             failures = failures.saturating_add(1);
                             let backoff = policy.backoff(&t, failures);
+                            let jitter = t.retry_delay().saturating_sub(t.retry());
+                            pause = Some(backoff + jitter);
                             warn!(name, term = token, error = %e, failures, ?backoff, "work failed; stepped down, campaigning again after the backoff");
                         }
                     }
@@ -551,39 +566,27 @@ impl Coordinator {
         }
     }
 
-    /// After a campaign found `name` held: reads the holder (one `get`, bounded by the attempt
-    /// timeout), publishes it on the leadership watch, and logs at info when this node starts
-    /// following or the holder changed. Returns when to read again: when the holder's lease, as
-    /// read, would run out unrenewed (before then the holder cannot have changed, unless it
-    /// released); `None` to read at the next held answer. A failed read is logged at debug and
-    /// changes nothing.
-    async fn follow(&self, name: &str, followed: &mut Option<(String, u64)>) -> Option<Deadline> {
-        let t = self.shared.timings;
-        let asked = Stamp::now();
-        let holder: Option<LeaseInfo> =
-            match timeout(t.attempt_timeout(), self.shared.store.get(name)).await {
-                Ok(Ok(info)) => info.filter(|i| i.live),
-                Ok(Err(e)) => {
-                    debug!(name, error = %e, "could not read the holder after a held answer");
-                    return None;
-                }
-                Err(_) => {
-                    debug!(name, "reading the holder after a held answer timed out");
-                    return None;
-                }
-            };
-        self.shared.leadership.following(name, holder.as_ref());
-        let Some(h) = holder else {
-            debug!(
-                name,
-                "the name was held at the claim and free when read; campaigning again"
-            );
-            return None;
+    /// After a campaign found `name` held and its waiter read the holder: publishes it on the
+    /// leadership watch, and logs at info when this node starts following or the holder
+    /// changed. Nothing when the waiter did not read (the holder's lease, as last read, had
+    /// not run out: it cannot have changed unless it released, which a later read shows).
+    fn follow(&self, name: &str, holder: &Holder, followed: &mut Option<(String, u64)>) {
+        let h = match holder {
+            Holder::Unread => return,
+            Holder::Vacant => {
+                self.shared.leadership.following(name, None);
+                debug!(
+                    name,
+                    "the name was held at the claim and free when read; campaigning again"
+                );
+                return;
+            }
+            Holder::Live(h) => h,
         };
-        let again = Some(Deadline::after(asked, h.expires_in));
+        self.shared.leadership.following(name, Some(h));
         let seen = (h.instance.clone(), h.term);
         if followed.as_ref() == Some(&seen) {
-            return again;
+            return;
         }
         let earlier_own = h.instance == self.shared.instance;
         match followed.replace(seen) {
@@ -612,7 +615,16 @@ impl Coordinator {
                 "following: the holder changed (expires_in by the store's clock)"
             ),
         }
-        again
+    }
+
+    /// The tracker of the coordinator's tasks that `close` waits for.
+    pub(crate) fn tracker(&self) -> &TaskTracker {
+        &self.shared.work
+    }
+
+    /// The token that fires when the coordinator starts closing.
+    pub(crate) fn closing(&self) -> &CancellationToken {
+        &self.shared.closing
     }
 
     /// Logs and counts the end of a `run_elected` loop.

@@ -47,6 +47,7 @@
 //!   lower tokens.
 
 pub mod backend;
+mod campaign;
 pub mod clock;
 mod coordinator;
 mod error;
@@ -67,6 +68,7 @@ pub mod telemetry;
 mod term;
 mod timings;
 mod validate;
+pub mod wait;
 
 pub use clock::Deadline;
 pub use coordinator::{Coordinator, CoordinatorBuilder, OnWorkError};
@@ -74,7 +76,7 @@ pub use error::{BoxError, Error, ErrorKind, Result};
 pub use group::{Assignment, GroupWorker, GroupWorkerBuilder, StopAck};
 pub use leadership::Leadership;
 pub use membership::{GroupStore, Member, MembershipStore};
-pub use observer::Observer;
+pub use observer::{HolderChange, HolderWatch, Observer};
 pub use partitions::{PartitionLease, PartitionStore};
 pub use polling::{PollingLease, PollingLeaser, PollingState, PollingStore};
 pub use run::{FAIL_EXIT_CODE, FailAction, StepDownFailure, default_fail_action};

@@ -107,6 +107,14 @@ impl Wakeups {
         self.link.borrow_and_update();
     }
 
+    /// Marks every hint (and link change) received so far as seen, without waiting: the next
+    /// [`changed`](Self::changed) returns only for a later one. Call it right before a store
+    /// operation whose answer covers them.
+    pub fn mark_seen(&mut self) {
+        self.hints.borrow_and_update();
+        self.link.borrow_and_update();
+    }
+
     /// `true` when a hint (or a change of the link) arrived that [`changed`](Self::changed)
     /// has not returned for yet.
     pub fn has_changed(&self) -> bool {

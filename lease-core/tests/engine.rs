@@ -5,7 +5,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lease_conformance::{FaultMode, FaultyStore, faulty};
+use lease_conformance::{FaultMode, FaultyStore, HintMode, faulty};
 use lease_core::{Coordinator, ErrorKind, LeaseStore, OnWorkError, StepDownFailure, Timings};
 use lease_local::MemoryStore;
 use tokio::time::{Instant, advance, sleep};
@@ -407,6 +407,9 @@ async fn run_elected_returns_an_error_of_a_live_term() {
 #[tokio::test(start_paused = true)]
 async fn run_elected_treats_held_lost_and_failed_campaigns_as_the_election_working() {
     let store = faulty(MemoryStore::new());
+    // Without hints, so that the campaigns while held come at the retry pace (with hints they
+    // come about once per lease period: tests/handover.rs).
+    store.hook().set_hint_mode(HintMode::Cut);
     let rival = rig_with(store.clone(), "rival");
     let r = rig_with(store.clone(), "a");
     let rival_term = rival.coordinator.try_acquire("job").await.unwrap();
@@ -464,7 +467,10 @@ async fn run_elected_treats_held_lost_and_failed_campaigns_as_the_election_worki
 
 #[tokio::test(start_paused = true)]
 async fn campaigns_are_spaced_by_retry_plus_jitter() {
+    // The polling pace, where hints are missing (with hints an idle candidate asks about once
+    // per lease period: tests/handover.rs).
     let store = faulty(MemoryStore::new());
+    store.hook().set_hint_mode(HintMode::Cut);
     let holder = rig_with(store.clone(), "holder");
     let _term = holder.coordinator.try_acquire("job").await.unwrap();
     let mut candidates = Vec::new();

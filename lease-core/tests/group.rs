@@ -859,3 +859,117 @@ async fn a_late_release_does_not_end_a_later_holding() {
     a.leave().await.unwrap();
     audit.assert_clean();
 }
+
+/// Holds back each `members` answer for a while after the store read it, and counts the reads
+/// that started.
+#[derive(Debug, Clone)]
+struct SlowMembers {
+    pause: Duration,
+    reads: Arc<tokio::sync::watch::Sender<u64>>,
+}
+
+impl lease_core::layer::Hook for SlowMembers {
+    fn around<'a, T: Send + 'static>(
+        &'a self,
+        call: lease_core::layer::Call<'a>,
+        op: lease_core::layer::Answer<'a, T>,
+    ) -> lease_core::layer::Answer<'a, T> {
+        if call.operation != lease_core::layer::Operation::Members {
+            return op;
+        }
+        let pause = self.pause;
+        let reads = self.reads.clone();
+        Box::pin(async move {
+            let answer = op.await;
+            reads.send_modify(|n| *n += 1);
+            sleep(pause).await;
+            answer
+        })
+    }
+}
+
+/// A leave hinted while a worker's tick is under way (its member list read before the leave)
+/// wakes the worker for another tick at once: the hint is not taken as covered by the tick that
+/// read too early.
+#[tokio::test(start_paused = true)]
+async fn a_leave_hinted_during_a_tick_is_not_lost() {
+    use lease_core::LeaseStoreExt;
+    let store = MemoryStore::new();
+    let audit = AssignmentAudit::new();
+    // A long lease, so that the next tick (renew_every, 8 s) is far from a prompt one.
+    let t = Timings::from_lease(Duration::from_secs(60)).unwrap();
+    async fn start(store: impl GroupStore, node: &str, t: Timings) -> GroupWorker {
+        GroupWorker::builder(store, GROUP, N)
+            .node(node)
+            .timings(t)
+            .start()
+            .await
+            .unwrap()
+    }
+    let reads = Arc::new(tokio::sync::watch::Sender::new(0u64));
+    let slow = store.clone().with_hook(SlowMembers {
+        pause: Duration::from_secs(1),
+        reads: reads.clone(),
+    });
+    let a = start(store.clone(), "a", t).await;
+    let b = start(slow, "b", t).await;
+    audit.watch("a", a.assignment(), STEP);
+    audit.watch("b", b.assignment(), STEP);
+    // a's consumer acknowledges each stop at once, so its leave takes milliseconds.
+    let plan = ConsumerPlan {
+        stop_after: Duration::ZERO,
+        acks: Some(a.stop_acks()),
+    };
+    audit.consume("a", a.assignment(), plan);
+    settle(&[&a, &b], GroupWorker::settle_time(&t), "start").await;
+    // Right after b's tick read the members (a still one of them), a leaves.
+    let mut seen = reads.subscribe();
+    seen.borrow_and_update();
+    seen.changed().await.unwrap();
+    let left = Instant::now();
+    a.leave().await.unwrap();
+    let leave_took = left.elapsed();
+    assert!(
+        leave_took < Duration::from_millis(500),
+        "a's leave took {leave_took:?}"
+    );
+    settle(&[&b], GroupWorker::settle_time(&t), "a leaves").await;
+    let since = left.elapsed();
+    println!("b took a's partitions {since:?} after a left (its leave took {leave_took:?})");
+    // The tick under way ends 1 s after its read; the next one reads for 1 s more. Without the
+    // hint, b would wait for its next tick (renew_every after the last: 8 s).
+    assert!(
+        since < Duration::from_secs(3),
+        "b took a's partitions {since:?} after a's leave: the hint during its tick was lost"
+    );
+    assert!(since < t.renew_every(), "{since:?}");
+    b.leave().await.unwrap();
+    audit.assert_clean();
+}
+
+/// A graceful leave is hinted: the remaining worker takes the partitions within the hint
+/// jitter, not at its next tick (renew_every, 2 s).
+#[tokio::test(start_paused = true)]
+async fn a_graceful_leave_is_taken_over_at_the_hint() {
+    let store = MemoryStore::new();
+    let audit = AssignmentAudit::new();
+    let t = timings();
+    let a = consumed(store.clone(), "a", N, &audit, Duration::ZERO, true).await;
+    let b = worker(store.clone(), "b", &audit).await;
+    settle(&[&a, &b], GroupWorker::settle_time(&t), "start").await;
+    // Half a tick after b's last tick, so that its next one is far.
+    sleep(t.renew_every() / 2).await;
+    let left = Instant::now();
+    a.leave().await.unwrap();
+    while b.assignment().borrow().partitions.len() < N as usize {
+        sleep(Duration::from_millis(1)).await;
+    }
+    let took = left.elapsed();
+    println!("b took a's partitions {took:?} after a's leave began");
+    assert!(
+        took <= lease_core::wait::HINT_JITTER + Duration::from_millis(5),
+        "{took:?}: not woken by the leave's hint"
+    );
+    b.leave().await.unwrap();
+    audit.assert_clean();
+}

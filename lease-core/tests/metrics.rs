@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use lease_conformance::capture::{LogCapture, MetricsCapture};
-use lease_conformance::{FaultMode, faulty};
+use lease_conformance::{FaultMode, HintMode, faulty};
 use lease_core::telemetry::{self, METRICS, MetricKind};
 use lease_core::{Coordinator, GroupWorker, LeaseStore, Term, Timings};
 use lease_local::MemoryStore;
@@ -224,6 +224,9 @@ async fn an_elector_logs_whom_it_follows_and_its_losses() {
     let _l = logs.install_local();
     let mem = MemoryStore::new();
     let b_store = faulty(mem.clone());
+    // b polls (hints cut), so what it reads follows the lease periods below; with hints it
+    // would see each change within milliseconds (tests/handover.rs).
+    b_store.hook().set_hint_mode(HintMode::Cut);
     let a = Coordinator::builder(mem.clone())
         .instance("a")
         .build()

@@ -1532,3 +1532,73 @@ async fn dropping_run_after_a_rounds_loss_still_fails_and_aborts_its_work_at_the
     assert!(!finished.load(Ordering::SeqCst), "the work was aborted");
     s.shutdown().await.unwrap();
 }
+
+/// Replica `a` runs the round of the first instant past the next one (it holds 60 s); replica
+/// `b` claims the next instant, finds it held by that earlier round and naps. Two seconds into
+/// the nap an administrator force-releases the job's lease (the round is cut short, its
+/// instants not recorded). Returns the rounds of that next instant, and the wall-clock time of
+/// the release.
+async fn next_instant_after_a_release(b_hints: lease_conformance::HintMode) -> (Vec<Start>, i64) {
+    let store = MemoryStore::new();
+    let clock = TokioClock::starting_at(store.now_ms());
+    let starts = Starts::default();
+    let failures = Failures::default();
+    let job = |who: &str| {
+        recording(
+            Job::every("hinted", 10 * S).unwrap(),
+            who,
+            &starts,
+            clock,
+            hold(60 * S),
+        )
+    };
+    let a = scheduler(store.clone(), clock, "a", &failures, vec![job("a")]);
+    let a_task = start(&a);
+    while starts.len() < 1 {
+        sleep(S / 10).await;
+    }
+    let first = starts.0.lock().unwrap()[0].clone();
+    let b_store = lease_conformance::faulty(store.clone());
+    b_store.hook().set_hint_mode(b_hints);
+    let b = scheduler(b_store, clock, "b", &failures, vec![job("b")]);
+    let b_task = start(&b);
+    let next = first.instant_ms + 10_000;
+    let release_at = next + 2_000;
+    sleep_until_ms(&clock, release_at).await;
+    assert!(store.force_release("hinted").await.unwrap());
+    sleep_until_ms(&clock, next + 9_000).await;
+    b.shutdown().await.unwrap();
+    a.shutdown().await.unwrap();
+    let _ = b_task.await.unwrap();
+    let _ = a_task.await.unwrap();
+    let runs: Vec<Start> = starts
+        .of("hinted")
+        .into_iter()
+        .filter(|s| s.instant_ms == next)
+        .collect();
+    (runs, release_at)
+}
+
+/// The scheduler's wake-on-hint: a replica waiting on an instant held by an earlier round's
+/// lease claims it within milliseconds of that lease's release (the job's lease hint, then a
+/// jitter of at most 20 ms), not at its nap's end (the next instant, 8 s later, when it moves
+/// on and the instant is lost). With b's hints cut the same release is not seen for seconds:
+/// the check tells hints from naps.
+#[tokio::test(start_paused = true)]
+async fn a_replica_waiting_on_an_earlier_rounds_lease_wakes_at_its_release() {
+    use lease_conformance::HintMode;
+    let (runs, released) = next_instant_after_a_release(HintMode::Pass).await;
+    assert_eq!(runs.len(), 1, "{runs:#?}");
+    assert_eq!(runs[0].who, "b", "{runs:#?}");
+    let after = runs[0].at_ms - released;
+    println!("with hints: b ran the held instant {after} ms after the release");
+    assert!((0..=50).contains(&after), "{after} ms after the release");
+
+    let (cut, released) = next_instant_after_a_release(HintMode::Cut).await;
+    let soon: Vec<&Start> = cut.iter().filter(|s| s.at_ms - released <= 1_000).collect();
+    println!(
+        "hints cut: the held instant ran {:?} ms after the release",
+        cut.iter().map(|s| s.at_ms - released).collect::<Vec<_>>()
+    );
+    assert!(soon.is_empty(), "with hints cut: {cut:#?}");
+}

@@ -89,3 +89,28 @@ async fn a_short_suspend_within_the_deadline_keeps_the_term() {
     assert!(term.is_live(), "renewals go on after the resume");
     term.resign().await.unwrap();
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_suspend_past_an_acquires_limit_ends_the_wait_at_once_on_resume() {
+    if !testing::can_suspend() {
+        return;
+    }
+    let store = faulty(MemoryStore::new());
+    let holder = coordinator(store.clone());
+    let _held = holder.try_acquire("job").await.unwrap();
+    let waiter = Coordinator::builder(store.clone())
+        .instance("b")
+        .timings(Timings::default())
+        .build()
+        .unwrap();
+    let w = tokio::spawn(async move { waiter.acquire("job", S * 60).await });
+    // b waits behind a holder that renews: for the holder's expiry, on tokio's timer.
+    sleep(S * 3).await;
+    assert!(!w.is_finished());
+    testing::suspend(Duration::from_secs(3600));
+    let won = at_once(w)
+        .await
+        .expect("the wait must end at the resume, not when its tokio timer fires")
+        .unwrap();
+    assert!(won.unwrap_err().is(ErrorKind::Timeout));
+}

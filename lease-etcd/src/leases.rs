@@ -179,6 +179,8 @@ impl LeaseStore for EtcdStore {
             // exchanges one after the other, plus at most one that HTTP/2's control frames
             // (gRPC's PING acknowledgements, window updates) add on the wire.
             batch_renew: BatchRenew::Fixed { round_trips: 3 },
+            // A watch on the prefix (see `hints.rs`).
+            watch: true,
             ..derived_capabilities!(Self)
         }
     }
@@ -408,5 +410,11 @@ impl LeaseStore for EtcdStore {
             self.revoke(site, prev.lease()).await?;
         }
         Ok(true)
+    }
+
+    /// Hints from a watch on the store's prefix (see the crate docs, *Hints*): claims, releases
+    /// and expiries by any process.
+    fn changes(&self, topic: &lease_core::notify::Topic) -> Option<lease_core::notify::Wakeups> {
+        Some(self.watch(topic))
     }
 }

@@ -58,6 +58,8 @@ pub(crate) struct Inner {
     /// Per (group, owner), the etcd leases this store's last batch renewal found the owner's
     /// keys on: the next renewal keeps them alive together with its read.
     pub(crate) group_leases: Mutex<HashMap<(String, String), Vec<i64>>>,
+    /// The hints waiters subscribe to and the watch that feeds them (see `hints.rs`).
+    pub(crate) hints: crate::hints::Hints,
 }
 
 struct Keeper {
@@ -186,6 +188,7 @@ impl EtcdStore {
             .unwrap_or_else(|| "etcd".to_owned());
         let store = EtcdStore {
             inner: Arc::new(Inner {
+                hints: crate::hints::Hints::new(client.clone()),
                 client,
                 prefix: config.prefix,
                 op_timeout: config.op_timeout,

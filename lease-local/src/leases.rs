@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use lease_core::backend::{Grant, HolderToken, SlotRecord, async_trait, check};
+use lease_core::notify::{Topic, Wakeups};
 use lease_core::{Capabilities, LeaseInfo, LeaseStore, Result};
 use tokio::time::Instant;
 
@@ -18,6 +19,7 @@ impl LeaseStore for MemoryStore {
         Capabilities {
             expiry: self.expiry,
             force_release: true,
+            watch: true,
             ..lease_core::derived_capabilities!(Self)
         }
     }
@@ -47,6 +49,8 @@ impl LeaseStore for MemoryStore {
         };
         let expires_in = rec.expires_in(now);
         st.leases.insert(name.to_owned(), rec);
+        drop(st);
+        self.notify(&Topic::lease(name));
         Ok(Some(Grant { term, expires_in }))
     }
 
@@ -79,6 +83,8 @@ impl LeaseStore for MemoryStore {
         match st.leases.get_mut(name) {
             Some(r) if r.holder == *holder && r.live(now) => {
                 r.until = Until::At(now);
+                drop(st);
+                self.notify(&Topic::lease(name));
                 Ok(true)
             }
             _ => Ok(false),
@@ -119,9 +125,15 @@ impl LeaseStore for MemoryStore {
         match st.leases.get_mut(name) {
             Some(r) if r.live(now) => {
                 r.until = Until::At(now);
+                drop(st);
+                self.notify(&Topic::lease(name));
                 Ok(true)
             }
             _ => Ok(false),
         }
+    }
+
+    fn changes(&self, topic: &Topic) -> Option<Wakeups> {
+        Some(self.hub.subscribe(topic))
     }
 }

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use lease_core::backend::async_trait;
 use lease_core::backend::check;
+use lease_core::notify::Topic;
 use lease_core::{Member, MembershipStore, Result};
 use tokio::time::Instant;
 
@@ -34,9 +35,16 @@ impl MembershipStore for MemoryStore {
             groups: rec.groups.clone(),
             expires_in: left(until, now),
         };
-        self.lock()
+        let before = self
+            .lock()
             .members
             .insert((service.to_owned(), node.to_owned()), rec);
+        let joined = before.is_none_or(|r| left(r.until, now).is_zero());
+        if joined {
+            for g in groups {
+                self.notify(&Topic::group(g));
+            }
+        }
         Ok(member)
     }
 
@@ -68,6 +76,11 @@ impl MembershipStore for MemoryStore {
         match st.members.get_mut(&(service.to_owned(), node.to_owned())) {
             Some(r) if !left(r.until, now).is_zero() => {
                 r.until = Until::At(now);
+                let groups = r.groups.clone();
+                drop(st);
+                for g in &groups {
+                    self.notify(&Topic::group(g));
+                }
                 Ok(true)
             }
             _ => Ok(false),

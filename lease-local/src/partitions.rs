@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use lease_core::backend::async_trait;
 use lease_core::backend::check::{self, Batch};
+use lease_core::notify::Topic;
 use lease_core::{PartitionLease, PartitionStore, Result};
 use tokio::time::Instant;
 
@@ -24,11 +25,11 @@ impl PartitionStore for MemoryStore {
         let until = self.until(now, ttl);
         let mut st = self.lock();
         let key = (group.to_owned(), partition);
-        let epoch = match st.partitions.get(&key) {
-            Some(r) if r.live(now) && r.owner == owner => r.epoch,
+        let (epoch, changed_hands) = match st.partitions.get(&key) {
+            Some(r) if r.live(now) && r.owner == owner => (r.epoch, false),
             Some(r) if r.live(now) => return Ok(None),
-            Some(r) => r.epoch + 1,
-            None => 1,
+            Some(r) => (r.epoch + 1, true),
+            None => (1, true),
         };
         let rec = PartitionRecord {
             owner: owner.to_owned(),
@@ -37,6 +38,10 @@ impl PartitionStore for MemoryStore {
         };
         let lease = rec.lease(partition, now);
         st.partitions.insert(key, rec);
+        drop(st);
+        if changed_hands {
+            self.notify(&Topic::group(group));
+        }
         Ok(Some(lease))
     }
 
@@ -86,6 +91,10 @@ impl PartitionStore for MemoryStore {
                 r.until = Until::At(now);
                 ended += 1;
             }
+        }
+        drop(st);
+        if ended > 0 {
+            self.notify(&Topic::group(group));
         }
         Ok(ended)
     }

@@ -4,10 +4,19 @@ use std::time::Duration;
 
 use lease_core::backend::check::{self, Batch};
 use lease_core::backend::{Grant, HolderToken, SlotClaim, SlotFinish, SlotRecord, async_trait};
+use lease_core::notify::Topic;
 use lease_core::{Result, SlotStore};
 use tokio::time::Instant;
 
 use crate::store::*;
+
+impl MemoryStore {
+    /// Hints a job's lease and slot topics: its record changed.
+    fn slot_changed(&self, name: &str) {
+        self.notify(&Topic::lease(name));
+        self.notify(&Topic::slots(name));
+    }
+}
 
 #[async_trait]
 impl SlotStore for MemoryStore {
@@ -48,6 +57,8 @@ impl SlotStore for MemoryStore {
         };
         let expires_in = rec.expires_in(now);
         st.leases.insert(name.to_owned(), rec);
+        drop(st);
+        self.slot_changed(name);
         Ok(SlotClaim::Claimed {
             grant: Grant { term, expires_in },
             superseded_ms: slot.unfinished_ms,
@@ -83,6 +94,10 @@ impl SlotStore for MemoryStore {
         if held {
             r.until = Until::At(now);
             out.released = true;
+        }
+        drop(st);
+        if out.recorded || out.released {
+            self.slot_changed(name);
         }
         Ok(out)
     }
@@ -133,10 +148,13 @@ impl SlotStore for MemoryStore {
         r.term += 1;
         r.until = until;
         r.slot.rerun_ms = Some(instant_ms);
-        Ok(Some(Grant {
+        let grant = Grant {
             term: r.term,
             expires_in: r.expires_in(now),
-        }))
+        };
+        drop(st);
+        self.slot_changed(name);
+        Ok(Some(grant))
     }
 
     async fn last_slot(&self, name: &str) -> Result<Option<SlotRecord>> {

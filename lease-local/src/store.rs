@@ -5,7 +5,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use lease_core::PartitionLease;
-use lease_core::backend::{HolderToken, SlotRecord};
+use lease_core::backend::{HolderToken, Hub, SlotRecord};
+use lease_core::notify::Topic;
 use tokio::time::Instant;
 
 #[derive(Debug, Clone, Copy)]
@@ -51,9 +52,19 @@ pub(crate) struct State {
 ///
 /// Clones share one store. Every operation takes one short lock and never awaits while holding
 /// it; each is atomic and cancel safe.
+///
+/// It hints every change ([`LeaseStore::changes`](lease_core::LeaseStore::changes) answers, and
+/// `capabilities().watch` is `true`): a lease's topic on each claim (slot claims and reruns
+/// included), release, force release and slot finish that ended it; a group's topic on each
+/// partition acquire that changed hands, each release that ended a partition, and each member
+/// that joins (a heartbeat with no live record) or leaves; a job's slot topic on each slot
+/// claim, rerun and finish. Expiry is not hinted (nothing happens at that instant): a waiter
+/// wakes for it at the time left it read. All clones share one hub, so its hints cover every
+/// change (always connected).
 #[derive(Debug, Clone)]
 pub struct MemoryStore {
     pub(crate) state: Arc<Mutex<State>>,
+    pub(crate) hub: Hub,
     pub(crate) expiry: bool,
     pub(crate) clock: WallClock,
 }
@@ -95,6 +106,7 @@ impl MemoryStore {
     pub fn new() -> MemoryStore {
         MemoryStore {
             state: Arc::default(),
+            hub: Hub::new(),
             expiry: true,
             clock: WallClock::new(),
         }
@@ -104,6 +116,7 @@ impl MemoryStore {
     pub fn never_expiring() -> MemoryStore {
         MemoryStore {
             state: Arc::default(),
+            hub: Hub::new(),
             expiry: false,
             clock: WallClock::new(),
         }
@@ -117,6 +130,11 @@ impl MemoryStore {
     /// clock at creation, moved on by tokio's clock (so it follows paused time).
     pub fn now_ms(&self) -> i64 {
         self.clock.now_ms()
+    }
+
+    /// Hints `topic` to its waiters.
+    pub(crate) fn notify(&self, topic: &Topic) {
+        self.hub.notify(topic);
     }
 
     pub(crate) fn until(&self, now: Instant, ttl: Duration) -> Until {

@@ -205,7 +205,8 @@ impl LeaseStore for NatsStore {
             // The server removes an expired entry, and release purges it.
             keeps_ended_records: false,
             verify_in_transaction: false,
-            watch: false,
+            // A KV watch and the release subject (see the crate docs, *Hints*).
+            watch: true,
             force_release: true,
             max_name_bytes: MAX_NAME_BYTES,
             // No multi-key operation: one compare-and-set per partition, all sent before any
@@ -406,5 +407,12 @@ impl LeaseStore for NatsStore {
             }
         }
         Err(self.racing(Operation::ForceRelease, name))
+    }
+
+    /// Hints from the bucket's KV watch and the release subject (see the crate docs,
+    /// *Hints*): claims and releases by any store on the bucket; renewals and expiries wake
+    /// nobody.
+    fn changes(&self, topic: &lease_core::notify::Topic) -> Option<lease_core::notify::Wakeups> {
+        Some(self.inner.hub.subscribe(topic))
     }
 }

@@ -45,6 +45,10 @@
 //! | `release` | `$JS.API.STREAM.PURGE.KV_<bucket>` with `{"filter": "$KV.<bucket>.<key>", "seq": <revision> + 1}` | 1 (2 when this store object did not make the last write) |
 //! | `force_release` | a direct get, then the purge up to the revision read | 2 |
 //!
+//! A release (or forced release, or a partition release) that purged a message then publishes
+//! the key on the hint subject (see [Hints](#hints)): one message, no answer waited for, so no
+//! round trip in the counts here (a proxy on the wire sees it as one more exchange).
+//!
 //! A claim followed by a release is two round trips; a claim over a released or expired name is
 //! one, like any claim of a free name. The counts are asserted in the crate's tests twice: on the
 //! wire by a proxy, and by the server itself (the stream's last sequence counts the messages
@@ -322,6 +326,18 @@
 //! sequence, so the terms on record must be forgotten as well (delete the slot bucket with it,
 //! which loses the schedule's history), or use new bucket names.
 //!
+//! # Hints
+//!
+//! [`LeaseStore::changes`](lease_core::LeaseStore::changes) answers hints from a KV watch on
+//! the lease bucket (claims: puts whose term or epoch is `0`; delete and purge markers), a KV
+//! watch on the slot bucket (every slot record change), and the core subject
+//! `_LEASE_HINTS.<bucket>`, on which a store publishes each key it purged (releases leave no
+//! trace a watch sees). Renewals and expiries wake nobody (nats-server 2.9 removes an expired
+//! message silently: waiters wake at the expiry by their own clock). A hint decides nothing.
+//! While the client is not connected the hints say so (`is_connected() == false`, checked every
+//! 200 ms) until the listener has subscribed again. Publishing the release hint needs the
+//! publish permission on that subject; without it releases are hinted only within the process.
+//!
 //! # Capabilities
 //!
 //! Leases with expiry, fencing and force release; partitions and membership, with the bucket's
@@ -343,6 +359,7 @@
 
 mod config;
 mod error;
+mod hints;
 mod leases;
 mod membership;
 mod partitions;

@@ -17,7 +17,8 @@ use async_nats::jetstream::stream::{self, DiscardPolicy, StorageType};
 use async_nats::jetstream::{self, Context};
 use bytes::Bytes;
 use futures::future::join_all;
-use lease_core::backend::validate_ttl;
+use lease_core::backend::listen::Listener;
+use lease_core::backend::{Hub, validate_ttl};
 use lease_core::layer::Operation;
 use lease_core::{Error, ErrorKind, Result, Timings};
 use serde_json::Value;
@@ -25,6 +26,7 @@ use tracing::info;
 
 use crate::config::{NatsConfig, TtlMismatch};
 use crate::error::Site;
+use crate::hints::{Watched, hint_subject, listen};
 use crate::leases::KnownLeases;
 use crate::partitions::KnownPartitions;
 use crate::wire::codec::Record;
@@ -86,6 +88,16 @@ pub(crate) struct Inner {
     /// The last write this store made per (group, partition), so batch renewals and releases
     /// can compare-and-set without reading first.
     pub(crate) parts: Mutex<KnownPartitions>,
+    /// The hints of [`LeaseStore::changes`](lease_core::LeaseStore::changes) (see `hints.rs`).
+    pub(crate) hub: Hub,
+    /// The core subject releases are hinted on.
+    hint_subject: String,
+    /// The client release hints are published on: the store's own, or the listener's once
+    /// [`NatsStore::with_listener_client`] set one.
+    hint_client: Mutex<async_nats::Client>,
+    /// Feeds `hub`; ends when the last clone of the store drops it (or when replaced by
+    /// [`NatsStore::with_listener_client`]).
+    listener: Mutex<Listener>,
 }
 
 /// What a read of a key found (a lease record by default; partition and member records too).
@@ -272,6 +284,19 @@ impl NatsStore {
             }
         });
         let (kv, slots) = (kv?, slots?);
+        let hub = Hub::new();
+        let subject = hint_subject(&bucket);
+        let listener = listen(
+            &hub,
+            Watched {
+                client: client.clone(),
+                leases: kv.clone(),
+                slots: slots.clone(),
+                subject: subject.clone(),
+                server: server.clone(),
+            },
+        )?;
+        let hint_client = client.clone();
         Ok(NatsStore {
             inner: Arc::new(Inner {
                 kv,
@@ -286,8 +311,75 @@ impl NatsStore {
                 server,
                 known: Mutex::new(HashMap::new()),
                 parts: Mutex::new(HashMap::new()),
+                hub,
+                hint_subject: subject,
+                hint_client: Mutex::new(hint_client),
+                listener: Mutex::new(listener),
             }),
         })
+    }
+
+    /// Runs this store's hint listener (see the crate docs, *Hints*) on `client` instead of
+    /// the store's own: e.g. straight to the server when the store's requests go through a
+    /// proxy that counts them. The client must reach the same JetStream domain and account.
+    /// Replaces the running listener of this store (and of its clones); until the new one has
+    /// watched the buckets, the hints say they are disconnected. The store's releases publish
+    /// their hints on `client` too, so a proxy in front of the store's own client sees only
+    /// the requests the operations wait for.
+    ///
+    /// # Errors
+    ///
+    /// `Timeout` or `Unavailable` when the buckets cannot be opened through `client` within
+    /// the operation timeout; `Unsupported` outside a tokio runtime.
+    pub async fn with_listener_client(self, client: async_nats::Client) -> Result<NatsStore> {
+        let js = jetstream::new(client.clone());
+        let bound = self.inner.op_timeout;
+        let open = |name: String| {
+            let js = js.clone();
+            async move {
+                tokio::time::timeout(bound, js.get_key_value(name.clone()))
+                    .await
+                    .map_err(|_| {
+                        Error::new(
+                            ErrorKind::Timeout,
+                            format!(
+                                "opening bucket {name} for the hint listener took over {bound:?}"
+                            ),
+                        )
+                    })?
+                    .map_err(|e| {
+                        Error::unavailable(format!(
+                            "the hint listener cannot open bucket {name}: {e}"
+                        ))
+                    })
+            }
+        };
+        let leases = open(self.inner.bucket.clone()).await?;
+        let slots = match self.inner.slots {
+            Some(_) => Some(open(self.inner.slot_bucket.clone()).await?),
+            None => None,
+        };
+        let listener = listen(
+            &self.inner.hub,
+            Watched {
+                client: client.clone(),
+                leases,
+                slots,
+                subject: self.inner.hint_subject.clone(),
+                server: self.inner.server.clone(),
+            },
+        )?;
+        *self
+            .inner
+            .listener
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = listener;
+        *self
+            .inner
+            .hint_client
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = client;
+        Ok(self)
     }
 
     /// The lease duration: the bucket's max age, the only TTL this store accepts.
@@ -451,7 +543,36 @@ impl NatsStore {
             .bounded(op, name, async move { purge.await })
             .await?
             .map_err(|e| self.site(op, name).purge(e))?;
-        Ok(purged.purged > 0)
+        let removed = purged.purged > 0;
+        if removed {
+            self.hint_release(key).await;
+        }
+        Ok(removed)
+    }
+
+    /// Hints that `key` was released: at once to this process's waiters, and on the hint
+    /// subject to every store's listener (a purge leaves nothing a KV watch sees). Fire and
+    /// forget: the publish is buffered by the client, never awaited by the server, and a
+    /// failure only costs waiters their hint.
+    async fn hint_release(&self, key: &str) {
+        if let Some(topic) = crate::wire::keys::topic_of(key) {
+            self.inner.hub.notify(&topic);
+        }
+        let client = self
+            .inner
+            .hint_client
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        let published = client
+            .publish(
+                self.inner.hint_subject.clone(),
+                Bytes::copy_from_slice(key.as_bytes()),
+            )
+            .await;
+        if let Err(e) = published {
+            tracing::debug!(error = %e, key, "could not publish a release hint");
+        }
     }
 
     /// Time left on a message this store sent at `sent_at`: the server stamped it later, so

@@ -5,10 +5,22 @@
 //!
 //! One test in its own binary, on a private bucket, so no other test's traffic shows in the
 //! server's counters.
+//!
+//! A store that purged a lease also publishes the key on the hint subject (`_LEASE_HINTS.<bucket>`,
+//! see the crate docs, *Hints*), fire and forget, on its listener's client. The stores' listeners
+//! run on a client of their own, straight to the server, and are connected before any count: so
+//! the proxy sees exactly the exchanges each operation waits for, and the test's own subscriber
+//! counts the hints (the releases assert how many there were). Before, the hints went through
+//! the proxy on the stores' own clients and counted one exchange more or not, as async-nats
+//! flushed them alone or with the next request.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+
+use futures::StreamExt;
 
 use async_nats::jetstream;
 use lease_conformance::{FaultProxy, env};
@@ -19,6 +31,9 @@ use lease_core::{
 use lease_nats::{NatsConfig, NatsStore};
 
 const TTL: Duration = Duration::from_secs(5);
+/// When nats-server's first PING to a new client has surely come and been answered: it sends
+/// it 2 s after the client connects.
+const FIRST_PING: Duration = Duration::from_millis(2_500);
 
 /// What the server says: (JetStream API requests so far, the stream's last sequence, the
 /// messages it holds).
@@ -26,6 +41,19 @@ struct Server {
     client: async_nats::Client,
     js: jetstream::Context,
     stream: String,
+    /// Hints heard on the bucket's hint subject so far.
+    hints: Arc<AtomicU64>,
+    /// Hints heard during the last [`cost`].
+    last_hints: AtomicU64,
+    /// The stores behind the proxy, each opening a [`cost`] with a read of its own.
+    openers: std::sync::Mutex<Vec<NatsStore>>,
+}
+
+impl Server {
+    /// Hints heard during the last [`cost`].
+    fn hinted(&self) -> u64 {
+        self.last_hints.load(Ordering::SeqCst)
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,10 +96,20 @@ async fn cost<T>(
     op: impl std::future::Future<Output = T>,
 ) -> ((u64, u64, u64), T) {
     let before = server.counts().await;
+    // Every connection through the proxy starts the count answered: a read each.
+    let openers = server.openers.lock().unwrap().clone();
+    for s in &openers {
+        s.get("warm").await.unwrap();
+    }
+    let hints_before = server.hints.load(Ordering::SeqCst);
     proxy.reset_stats();
     let out = op.await;
     let trips = proxy.stats().round_trips;
     let after = server.counts().await;
+    // Let a hint published at the operation's end reach the subscriber.
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    let hinted = server.hints.load(Ordering::SeqCst) - hints_before;
+    server.last_hints.store(hinted, Ordering::SeqCst);
     let api = after.api - before.api - 2; // the INFO and stream look-up of `counts`
     ((trips, after.last_seq - before.last_seq, api), out)
 }
@@ -91,20 +129,55 @@ async fn each_operation_costs_what_the_docs_say() {
         }
     };
     let client = async_nats::connect(&url).await.unwrap();
+    let hints = Arc::new(AtomicU64::new(0));
+    let mut heard = client
+        .subscribe(format!("_LEASE_HINTS.{bucket}"))
+        .await
+        .unwrap();
+    client.flush().await.unwrap();
+    let counted = Arc::clone(&hints);
+    tokio::spawn(async move {
+        while heard.next().await.is_some() {
+            counted.fetch_add(1, Ordering::SeqCst);
+        }
+    });
     let server = Server {
         js: jetstream::new(client.clone()),
         client,
         stream: format!("KV_{bucket}"),
+        hints,
+        last_hints: AtomicU64::new(0),
+        openers: std::sync::Mutex::new(Vec::new()),
     };
     let proxy = FaultProxy::start(direct.server().to_owned()).await.unwrap();
     let via = format!("nats://{}", proxy.local_addr());
-    let store = NatsStore::connect(&via, config.clone()).await.unwrap();
-    let other = NatsStore::connect(&via, config.clone()).await.unwrap();
-    let third = NatsStore::connect(&via, config).await.unwrap();
-    // Warm the connections.
+    // The stores' listeners (their KV watches and release hints) run straight to the server:
+    // the proxy then counts only the stores' requests.
+    let listening = |s: NatsStore| {
+        let client = server.client.clone();
+        async move { s.with_listener_client(client).await.unwrap() }
+    };
+    let connected = std::time::Instant::now();
+    let store = listening(NatsStore::connect(&via, config.clone()).await.unwrap()).await;
+    let other = listening(NatsStore::connect(&via, config.clone()).await.unwrap()).await;
+    let third = listening(NatsStore::connect(&via, config).await.unwrap()).await;
+    *server.openers.lock().unwrap() = vec![store.clone(), other.clone(), third.clone()];
+    // Warm the connections; wait for the listeners.
     for s in [&store, &other, &third] {
         s.get("warm").await.unwrap();
+        let mut w = s
+            .changes(&lease_core::notify::Topic::lease("warm"))
+            .unwrap();
+        let until = std::time::Instant::now() + Duration::from_secs(5);
+        while !w.is_connected() {
+            assert!(std::time::Instant::now() < until, "listener not connected");
+            let _ = tokio::time::timeout(Duration::from_millis(20), w.changed()).await;
+        }
     }
+    // nats-server PINGs a new client 2 s after it connects (then every 2 minutes), and the
+    // client's PONG is one more exchange on the wire: past that first PING, no count catches
+    // one (the counts that follow take about 2.5 s).
+    tokio::time::sleep(FIRST_PING.saturating_sub(connected.elapsed())).await;
 
     let a = HolderToken::mint();
     let b = HolderToken::mint();
@@ -127,6 +200,7 @@ async fn each_operation_costs_what_the_docs_say() {
     let (c, g) = cost(&proxy, &server, store.release("n", &a)).await;
     assert!(g.unwrap());
     assert_eq!(c, (1, 0, 1), "release: one purge");
+    assert_eq!(server.hinted(), 1, "release: one hint");
     assert_eq!(
         server.counts().await.messages,
         0,
@@ -153,6 +227,7 @@ async fn each_operation_costs_what_the_docs_say() {
     let (c, g) = cost(&proxy, &server, other.release("n", &a)).await;
     assert!(!g.unwrap());
     assert_eq!(c, (1, 0, 0), "release by a non-holder: get");
+    assert_eq!(server.hinted(), 0, "release by a non-holder: no hint");
     let (c, g) = cost(&proxy, &server, third.release("n", &b)).await;
     assert!(g.unwrap());
     assert_eq!(c, (2, 0, 1), "release by another store object: get + purge");
@@ -168,12 +243,18 @@ async fn each_operation_costs_what_the_docs_say() {
         })
         .await;
         assert_eq!(c, (2, 1, 1), "claim + release");
+        assert_eq!(
+            server.hinted(),
+            1,
+            "claim + release: one hint (the claim's is the watch's)"
+        );
     }
 
     store.claim("f", &a, "a", TTL).await.unwrap().unwrap();
     let (c, g) = cost(&proxy, &server, other.force_release("f")).await;
     assert!(g.unwrap());
     assert_eq!(c, (2, 0, 1), "force release: get + purge");
+    assert_eq!(server.hinted(), 1, "force release: one hint");
 
     // For contrast: the KV API's own create over a deleted key, which this store avoids by
     // releasing with a purge instead of a delete marker.

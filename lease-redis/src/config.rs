@@ -80,6 +80,7 @@ pub struct RedisConfig {
     allow_volatile: bool,
     allow_fsync_everysec: bool,
     term_scheme: TermScheme,
+    replica_acks: Option<(u32, Duration)>,
     server_label: Option<String>,
 }
 
@@ -92,6 +93,7 @@ impl Default for RedisConfig {
             allow_volatile: false,
             allow_fsync_everysec: false,
             term_scheme: TermScheme::Counter,
+            replica_acks: None,
             server_label: None,
         }
     }
@@ -215,6 +217,33 @@ impl RedisConfig {
         self
     }
 
+    /// Makes every operation wait until `replicas` replicas have acknowledged it, for up to
+    /// `timeout`, before it answers (default: no wait; `replicas` 0 turns the wait off again).
+    ///
+    /// Redis replicates asynchronously: a claim or renewal the primary answered may not have
+    /// reached any replica when the primary dies, and a failover (Sentinel, or an operator's
+    /// `REPLICAOF NO ONE`) then promotes a replica without it — the next claim gets the **same
+    /// term** again under [`TermScheme::Counter`], or a lease still held by the holder's
+    /// reckoning expires early on the new primary. With this option each script is sent in one
+    /// pipeline with a `PUBLISH` (which every replica receives, so the wait covers every write
+    /// the primary has applied, this one included) and `WAIT <replicas> <timeout>` (which is not
+    /// allowed inside a script); when fewer replicas acknowledge within `timeout`, the operation
+    /// fails with `Unavailable`, as if the primary had not answered: the coordinator treats a
+    /// claim's outcome as unknown and reads it back (that read waits for the replicas too), a
+    /// renewal as failed. So an answer the store gives is on `replicas` replicas.
+    ///
+    /// What it does not do: it makes no replica wait for the write to reach its disk, and a
+    /// failover keeps the write only if it promotes a replica that acknowledged it — Sentinel
+    /// prefers the replica with the highest replication offset, so it does while those replicas
+    /// are reachable; if they are lost with the primary, the write is lost. Set `replicas` to
+    /// the number of replicas to close that too, at the price of availability: every operation
+    /// then fails while any replica is down. With fewer replicas up than `replicas`, no
+    /// operation succeeds. `timeout` must be shorter than the operation timeout.
+    pub fn replica_acks(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.replica_acks = (replicas > 0).then_some((replicas, timeout));
+        self
+    }
+
     /// Names the server in error messages, e.g. `"cache-1:6379"`. [`RedisStore::connect`](crate::RedisStore::connect)
     /// sets it from the URL (host and port, never credentials); a store built on your own
     /// connection says "the Redis server" unless you set it.
@@ -253,6 +282,12 @@ impl RedisConfig {
         self.term_scheme
     }
 
+    /// The replicas every operation waits for and how long, when set
+    /// ([`replica_acks`](Self::replica_acks)).
+    pub fn get_replica_acks(&self) -> Option<(u32, Duration)> {
+        self.replica_acks
+    }
+
     /// The server's name in error messages.
     pub fn get_server_label(&self) -> Option<&str> {
         self.server_label.as_deref()
@@ -279,6 +314,22 @@ impl RedisConfig {
                 "Redis operation and connect timeouts must be positive (use None for no \
                  operation bound)",
             ));
+        }
+        if let Some((replicas, wait)) = self.replica_acks {
+            if wait.is_zero() {
+                return Err(Error::invalid_timings(format!(
+                    "the wait for {replicas} replica acknowledgements must be positive; give a \
+                     timeout such as 200 ms"
+                )));
+            }
+            if let Some(bound) = self.operation_timeout
+                && wait >= bound
+            {
+                return Err(Error::invalid_timings(format!(
+                    "the wait for replica acknowledgements ({wait:?}) must be shorter than the \
+                     operation timeout ({bound:?}): lower it, or raise the operation timeout"
+                )));
+            }
         }
         Ok(())
     }
@@ -323,6 +374,24 @@ mod tests {
                 .validate()
                 .is_ok()
         );
+    }
+
+    #[test]
+    fn replica_waits_are_checked() {
+        let ms = Duration::from_millis;
+        let config = RedisConfig::new().replica_acks(1, ms(200));
+        assert_eq!(config.get_replica_acks(), Some((1, ms(200))));
+        assert!(config.validate().is_ok());
+        assert_eq!(config.replica_acks(0, ms(200)).get_replica_acks(), None);
+        for bad in [
+            RedisConfig::new().replica_acks(1, Duration::ZERO),
+            RedisConfig::new()
+                .operation_timeout(Some(ms(300)))
+                .replica_acks(1, ms(300)),
+        ] {
+            let e = bad.validate().unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::InvalidTimings, "{e}");
+        }
     }
 
     #[test]

@@ -67,6 +67,27 @@ fn said(during: During<'_>, message: &str) -> String {
     }
 }
 
+/// The primary answered, but only `acked` of the `replicas` replicas asked for acknowledged
+/// within `wait` ([`RedisConfig::replica_acks`](crate::RedisConfig::replica_acks)): the operation
+/// took effect on the primary and may be lost in a failover, so the store does not answer with
+/// it.
+pub(crate) fn too_few_acks(
+    during: During<'_>,
+    server: Option<&str>,
+    (replicas, acked): (u32, u64),
+    wait: Duration,
+) -> Error {
+    let e = Error::unavailable(said(
+        during,
+        &format!(
+            "only {acked} of {replicas} replicas acknowledged within {wait:?}; the primary \
+             applied the operation but a failover could lose it, so it is not reported as done \
+             — check the replicas (INFO replication), or lower replica_acks"
+        ),
+    ));
+    during.attach(e, server)
+}
+
 /// No answer within the operation timeout `bound`.
 pub(crate) fn timed_out(during: During<'_>, server: Option<&str>, bound: Duration) -> Error {
     let e = Error::new(

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use lease_core::backend::{Grant, HolderToken, async_trait, ceil_millis, check};
 use lease_core::layer::Operation;
+use lease_core::notify::{Topic, Wakeups};
 use lease_core::{Capabilities, LeaseInfo, LeaseStore, LeaseStoreExt, Result};
 use redis::aio::ConnectionLike;
 
@@ -109,6 +110,8 @@ where
             // with gaps.
             consecutive_terms: self.config().get_term_scheme() == TermScheme::Counter,
             force_release: true,
+            // Hints cover other processes only with a subscriber connection.
+            watch: self.listens(),
             max_name_bytes: MAX_NAME_BYTES,
             ..lease_core::derived_capabilities!(Self)
         }
@@ -158,6 +161,9 @@ where
                 },
             )
             .await?;
+        if reply.is_some() {
+            self.changed(&Topic::lease(name));
+        }
         Ok(reply.map(grant))
     }
 
@@ -202,6 +208,9 @@ where
                 },
             )
             .await?;
+        if n == 1 {
+            self.changed(&Topic::lease(name));
+        }
         Ok(n == 1)
     }
 
@@ -255,6 +264,16 @@ where
                 &[],
             )
             .await?;
+        if n == 1 {
+            self.changed(&Topic::lease(name));
+        }
         Ok(n == 1)
+    }
+
+    /// Hints for `topic` (see the crate documentation, *Hints*): from every process while the
+    /// store's subscriber connection is up, from this store's own operations otherwise (then
+    /// [`Wakeups::is_connected`] is `false`).
+    fn changes(&self, topic: &Topic) -> Option<Wakeups> {
+        Some(self.wakeups(topic))
     }
 }

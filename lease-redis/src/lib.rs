@@ -164,6 +164,35 @@
 //!
 //! **Redis Cluster:** the two keys share the service's hash tag, so each script is one slot.
 //!
+//! # Hints
+//!
+//! [`LeaseStore::changes`](lease_core::LeaseStore::changes) answers hints that a name, a
+//! group's partitions or a job's slots may have changed hands, so a waiter claims at once
+//! instead of at its next retry. The scripts that change hands — `claim`, `release`,
+//! `force_release`, `acquire_partition` (when the epoch goes up), `release_partitions`,
+//! `claim_slot`, `finish_slot` and `claim_rerun` — `PUBLISH` `<kind> <key>` on the channel
+//! `<prefix>changes` (e.g. `lease:changes`) inside the script, only when they changed the
+//! record (`scripts/notify.lua`, joined to them at build time); renewals, reads and failed
+//! claims publish nothing. The store's own subscriber connection turns each message into a hint
+//! ([`RedisStore::connect`] opens it from the URL; a store built with
+//! [`RedisStore::with_client`] needs [`RedisStore::with_listener`] and a `redis::Client`,
+//! otherwise its hints cover only its own operations and say so with
+//! [`Wakeups::is_connected`](lease_core::notify::Wakeups::is_connected) `false`).
+//!
+//! Guarantees and limits: **a hint decides nothing** — a woken waiter claims through the
+//! scripts as usual. Pub/sub is at-most-once: a hint published while the subscriber is
+//! reconnecting is lost, which is why the hints say they are disconnected from the moment the
+//! connection is lost (a dropped socket at once, a silent one at the next ping, every 5 s,
+//! within the operation timeout) until it has subscribed again (back-off from 100 ms to 5 s),
+//! and every waiter is woken when it is back. An expiry publishes nothing (no script runs):
+//! waiters wake at the expiry by their own clock. The subscriber is a RESP3 connection (Redis
+//! 6 or later; on an older server the listener stops with a warning and hints stay local),
+//! named `lease-hints-<hex>` ([`RedisStore::listener_name`]); it ends when the last clone of
+//! the store is dropped. `capabilities().watch` is `true` with a subscriber connection. The
+//! cost in the scripts is one `PUBLISH` per change of hands, nothing per renewal. **Redis
+//! Cluster:** `PUBLISH` is broadcast to every node, so a subscriber on any node hears every
+//! hint.
+//!
 //! # Keys and data layout
 //!
 //! One hash per name, at `<prefix>{<name>}` (prefix `lease:` unless
@@ -210,7 +239,9 @@
 //!   one), or with `appendfsync everysec` when the host (not only the process) crashes and the
 //!   last second of writes is lost;
 //! - a failover promotes an asynchronous replica that had not received the last claims (Redis
-//!   replication is asynchronous; `WAIT` is not used);
+//!   replication is asynchronous; `WAIT` is used only with [`RedisConfig::replica_acks`], which
+//!   closes this case while the failover promotes a replica that acknowledged: see
+//!   `tests/failover.rs`, which shows the repeated term without it and none with it);
 //! - memory eviction removes records (`maxmemory-policy allkeys-*`; `noeviction` and the
 //!   `volatile-*` policies never evict them, as they carry no TTL);
 //! - someone deletes them (`DEL`, `FLUSHDB`, [`RedisStore::purge_expired`],
@@ -285,9 +316,12 @@
 
 mod config;
 mod error;
+mod hints;
 mod leases;
 mod membership;
 mod partitions;
+#[cfg(feature = "sentinel")]
+mod sentinel;
 mod slots;
 mod store;
 mod wire;
@@ -297,6 +331,8 @@ pub use config::{
     MAX_KEY_PREFIX_BYTES, RedisConfig, TermScheme,
 };
 pub use error::{RedisResultExt, classify};
+#[cfg(feature = "sentinel")]
+pub use sentinel::SentinelConnection;
 pub use store::{MAX_NAME_BYTES, RedisStore};
 
 /// The `redis` crate this store is built on, re-exported so your connection's type matches.

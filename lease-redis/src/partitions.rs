@@ -175,6 +175,9 @@ where
                 &args,
             )
             .await?;
+        if ended > 0 {
+            self.changed(&lease_core::notify::Topic::group(group));
+        }
         Ok(ended)
     }
 

@@ -141,6 +141,7 @@ where
                 Ok(SlotClaim::Early { now_ms })
             }
             (ref outcome, Some(term), Some(ttl_ms), superseded_ms) if outcome == "claimed" => {
+                self.changed_job(name);
                 Ok(SlotClaim::Claimed {
                     grant: grant((term, ttl_ms)),
                     superseded_ms,
@@ -172,6 +173,9 @@ where
                 ],
             )
             .await?;
+        if recorded == 1 || released == 1 {
+            self.changed_job(name);
+        }
         Ok(SlotFinish {
             recorded: recorded == 1,
             passed_taken: passed_taken == 1,
@@ -234,6 +238,9 @@ where
                 ],
             )
             .await?;
+        if reply.is_some() {
+            self.changed_job(name);
+        }
         Ok(reply.map(grant))
     }
 

@@ -12,6 +12,7 @@ use tokio::sync::OnceCell;
 
 use crate::config::{RedisConfig, TermScheme};
 use crate::error;
+use crate::hints::Hints;
 use crate::wire::keys::record_key;
 use crate::wire::scripts::SCRIPTS;
 
@@ -44,6 +45,8 @@ pub(crate) struct Inner {
     pub(crate) server: String,
     /// Set once the start-up check ([`LeaseStore::available`](lease_core::LeaseStore::available)) has passed.
     pub(crate) started: OnceCell<()>,
+    /// The hints of [`LeaseStore::changes`](lease_core::LeaseStore::changes) and their listener.
+    pub(crate) hints: Hints,
 }
 
 impl<C> fmt::Debug for RedisStore<C> {
@@ -64,7 +67,9 @@ impl RedisStore<ConnectionManager> {
     /// (never the credentials), after [`CONNECT_RETRIES`](crate::CONNECT_RETRIES) + 1 attempts
     /// of at most [`RedisConfig::connect_timeout`] each. Unless the config names the server
     /// already ([`RedisConfig::server_label`]), the store's messages name it by the URL's host
-    /// and port. An invalid config is refused before any I/O. Call
+    /// and port. An invalid config is refused before any I/O. The store also opens its
+    /// subscriber connection for hints from every process ([`RedisStore::with_listener`]), in
+    /// the background. Call
     /// [`available`](lease_core::LeaseStore::available) next, at start-up; the store runs that check itself
     /// before its first claim anyway (see [`with_client`](Self::with_client)).
     pub async fn connect(url: &str, config: RedisConfig) -> Result<RedisStore> {
@@ -75,10 +80,10 @@ impl RedisStore<ConnectionManager> {
             Some(_) => config,
             None => config.server_label(addr.clone()),
         };
-        let manager = ConnectionManager::new_with_config(client, config.manager_config())
+        let manager = ConnectionManager::new_with_config(client.clone(), config.manager_config())
             .await
             .map_err(|e| error::unreachable(e, &addr))?;
-        RedisStore::with_client(manager, config)
+        RedisStore::with_client(manager, config)?.with_listener(client)
     }
 }
 
@@ -100,6 +105,12 @@ where
     /// volatile server `Unsupported`, saying what to change) and tries the check again next
     /// time; once it has passed (or an explicit `available()` call passed), it is not run again.
     /// Call `available()` at start-up anyway, to fail there rather than at the first claim.
+    ///
+    /// **Hints** ([`LeaseStore::changes`](lease_core::LeaseStore::changes)) from such a store
+    /// cover only the changes made through the store itself (they say so: disconnected), since
+    /// `conn` gives no way to open a subscriber connection; add
+    /// [`with_listener`](RedisStore::with_listener) with a `redis::Client` for the same server
+    /// to have them cover every process.
     pub fn with_client(conn: C, config: RedisConfig) -> Result<RedisStore<C>> {
         config.validate()?;
         let server = match config.get_server_label() {
@@ -112,6 +123,7 @@ where
                 config,
                 server,
                 started: OnceCell::new(),
+                hints: Hints::local(),
             }),
         })
     }

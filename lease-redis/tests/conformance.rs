@@ -22,6 +22,11 @@ async fn setup() -> Option<Harness> {
         .await
         .expect("the test server carries leases");
     let (faulty, proxy) = common::proxied(&url, common::config()).await?;
+    // The fault path's store listens like the direct one (so both report the same
+    // capabilities), straight to the server: the proxy then counts only the store's requests.
+    let faulty = faulty
+        .with_listener(lease_redis::redis::Client::open(url.as_str()).expect("test URL parses"))
+        .expect("in a runtime");
     Some(
         Harness::new(Arc::new(store.clone()))
             .with_slots(Arc::new(store.clone()))

@@ -30,6 +30,13 @@ pub(crate) struct Args {
     )]
     pub(crate) backends: Vec<BackendKind>,
 
+    /// Soak these 3-node clusters instead of the backends, comma-separated: `etcd`, `nats`,
+    /// `redis` (the clusters of `ci/cluster/`, started by their scripts when not running). The
+    /// leader (or Redis primary) is SIGKILLed and restarted twice, the whole cluster restarted
+    /// once, on top of the usual stalls and cuts; the report adds each kill's recovery time.
+    #[arg(long, value_delimiter = ',')]
+    pub(crate) cluster: Vec<ClusterKind>,
+
     /// The seed of the fault schedule and of the contenders' choices.
     #[arg(long, default_value_t = 1)]
     pub(crate) seed: u64,
@@ -178,6 +185,34 @@ impl BackendKind {
     }
 }
 
+/// A 3-node cluster the soak knows (`--cluster`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum ClusterKind {
+    /// Three etcd members (`ci/cluster/etcd.sh`).
+    Etcd,
+    /// Three NATS JetStream nodes, the lease bucket replicated 3 times (`ci/cluster/nats.sh`).
+    Nats,
+    /// A Redis primary, 2 replicas and 3 Sentinels (`ci/cluster/redis-sentinel.sh`).
+    Redis,
+}
+
+impl ClusterKind {
+    /// The name used in output, and in `LEASE_TEST_REQUIRE`.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            ClusterKind::Etcd => "etcd-cluster",
+            ClusterKind::Nats => "nats-cluster",
+            ClusterKind::Redis => "redis-sentinel",
+        }
+    }
+}
+
+impl fmt::Display for ClusterKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 impl fmt::Display for BackendKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
@@ -228,6 +263,22 @@ mod tests {
         assert!(!args.leases() && args.groups());
         assert!(Args::try_parse_from(["lease-soak", "--phases", "slots"]).is_err());
         assert!(Args::try_parse_from(["lease-soak", "--group-workers", "1"]).is_err());
+    }
+
+    #[test]
+    fn clusters_parse() {
+        let args = Args::try_parse_from(["lease-soak", "--cluster", "etcd,nats,redis"]).unwrap();
+        assert_eq!(
+            args.cluster,
+            vec![ClusterKind::Etcd, ClusterKind::Nats, ClusterKind::Redis]
+        );
+        assert!(
+            Args::try_parse_from(["lease-soak"])
+                .unwrap()
+                .cluster
+                .is_empty()
+        );
+        assert!(Args::try_parse_from(["lease-soak", "--cluster", "mongo"]).is_err());
     }
 
     #[test]

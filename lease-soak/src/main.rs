@@ -25,6 +25,7 @@
 //! ```
 
 mod cli;
+mod cluster;
 mod contenders;
 mod groups;
 mod report;
@@ -107,12 +108,17 @@ async fn run_all(args: &Args) -> ExitCode {
     } else {
         "no group workers".to_owned()
     };
+    let what = if args.cluster.is_empty() {
+        format!("{} backends", args.backends.len())
+    } else {
+        format!(
+            "{} 3-node clusters (leader/primary killed twice, whole cluster restarted once)",
+            args.cluster.len()
+        )
+    };
     println!(
-        "soak: {} backends × {} s, {contenders}, {workers}, lease {} ms, seed {}",
-        args.backends.len(),
-        args.seconds,
-        args.lease_ms,
-        args.seed
+        "soak: {what} × {} s, {contenders}, {workers}, lease {} ms, seed {}",
+        args.seconds, args.lease_ms, args.seed
     );
     if args.break_renewals {
         println!("soak: --break-renewals: stores lie about failed renewals; this run must FAIL");
@@ -130,8 +136,16 @@ async fn run_all(args: &Args) -> ExitCode {
         );
     }
     let mut outcomes = Vec::new();
-    for &kind in &args.backends {
-        let outcome = soak::run(kind, args).await;
+    let runs: Vec<Run> = if args.cluster.is_empty() {
+        args.backends.iter().copied().map(Run::Backend).collect()
+    } else {
+        args.cluster.iter().copied().map(Run::Cluster).collect()
+    };
+    for run in runs {
+        let outcome = match run {
+            Run::Backend(kind) => soak::run(kind, args).await,
+            Run::Cluster(kind) => soak::run_cluster(kind, args).await,
+        };
         match &outcome {
             Outcome::Ran(report) => {
                 if report.leases {
@@ -161,6 +175,13 @@ async fn run_all(args: &Args) -> ExitCode {
     } else {
         ExitCode::FAILURE
     }
+}
+
+/// What one turn of the soak runs.
+#[derive(Debug, Clone, Copy)]
+enum Run {
+    Backend(cli::BackendKind),
+    Cluster(cli::ClusterKind),
 }
 
 /// Resolves on Ctrl-C or SIGTERM, naming it.

@@ -221,6 +221,31 @@ pub(crate) struct BackendReport {
     pub(crate) max_lag: Duration,
     /// How long the soak of this backend took, set-up and tear-down included.
     pub(crate) elapsed: Duration,
+    /// The node kills of a cluster soak (`--cluster`), with their recovery times.
+    pub(crate) kills: Vec<Kill>,
+    /// What the run left out and why (not failures), e.g. a node kill that did not fit.
+    pub(crate) notes: Vec<String>,
+}
+
+/// One node kill of a cluster soak.
+#[derive(Debug, Clone)]
+pub(crate) struct Kill {
+    /// The node killed (the leader or primary then).
+    pub(crate) node: String,
+    /// When.
+    pub(crate) at: tokio::time::Instant,
+    /// When, from the start of the run.
+    pub(crate) offset: Duration,
+    /// From the kill until a holder worked again: the first fenced section entered under a
+    /// claim or renewal sent after the kill; `None` when none came before the end.
+    pub(crate) back: Option<Duration>,
+}
+
+/// The median and the largest of `d` (`None` when empty).
+pub(crate) fn p50_max(d: &[Duration]) -> Option<(Duration, Duration)> {
+    let mut d = d.to_vec();
+    d.sort();
+    Some((*d.get(d.len() / 2)?, *d.last()?))
 }
 
 impl BackendReport {
@@ -295,6 +320,34 @@ impl BackendReport {
         if let Some(d) = self.downtime {
             let _ = write!(s, ", server away {:.1} s", d.as_secs_f64());
         }
+        if !self.kills.is_empty() {
+            let back: Vec<Duration> = self.kills.iter().filter_map(|k| k.back).collect();
+            let each: Vec<String> = self
+                .kills
+                .iter()
+                .map(|k| match k.back {
+                    Some(b) => format!(
+                        "{} at {:.1} s: {} ms",
+                        k.node,
+                        k.offset.as_secs_f64(),
+                        b.as_millis()
+                    ),
+                    None => format!("{} at {:.1} s: never", k.node, k.offset.as_secs_f64()),
+                })
+                .collect();
+            let _ = write!(s, ", {} node kills ({})", self.kills.len(), each.join(", "));
+            if let Some((p50, max)) = p50_max(&back) {
+                let _ = write!(
+                    s,
+                    ", a holder working again after a kill: p50 {} ms, max {} ms",
+                    p50.as_millis(),
+                    max.as_millis()
+                );
+            }
+        }
+        for note in &self.notes {
+            let _ = write!(s, "; {note}");
+        }
         let _ = write!(
             s,
             ", max timer lag {} ms, {:.1} s",
@@ -345,6 +398,13 @@ impl BackendReport {
             p.push(format!(
                 "only {} terms (at least {MIN_TERMS} expected): the soak did not exercise the lease",
                 h.distinct_terms
+            ));
+        }
+        for k in self.kills.iter().filter(|k| k.back.is_none()) {
+            p.push(format!(
+                "no holder worked again after {} was killed at {:.1} s",
+                k.node,
+                k.offset.as_secs_f64()
             ));
         }
         p.extend(self.errors.iter().cloned());
@@ -538,6 +598,8 @@ mod tests {
             errors: Vec::new(),
             max_lag: Duration::from_millis(4),
             elapsed: Duration::from_secs(31),
+            kills: Vec::new(),
+            notes: Vec::new(),
         }
     }
 

@@ -13,8 +13,9 @@ use lease_local::MemoryStore;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::cli::{Args, BackendKind};
-use crate::contenders::{Contender, Record, ZOMBIE, ZombieContender, zombie_max_pause};
+use crate::cli::{Args, BackendKind, ClusterKind};
+use crate::cluster::{self, Cluster};
+use crate::contenders::{Contender, Record, StandAside, ZOMBIE, ZombieContender, zombie_max_pause};
 use crate::groups::{self, GroupSetup, Restart};
 use crate::report::{BackendReport, Outcome};
 use crate::schedule::{Mode, Schedule};
@@ -29,6 +30,10 @@ const LAG_TICK: Duration = Duration::from_millis(10);
 const MAX_ZOMBIES: usize = 3;
 /// How often the zombie driver looks whether the zombie it armed is over.
 const ZOMBIE_DRIVER_POLL: Duration = Duration::from_millis(20);
+
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 /// The schedule `args` gives `kind`.
 pub(crate) fn schedule_for(kind: BackendKind, args: &Args) -> Schedule {
@@ -98,7 +103,7 @@ async fn run_memory(args: &Args, timings: Timings) -> Result<BackendReport, Setu
         GroupSetup { stores, switches }
     });
     Ok(drive(
-        BackendKind::Memory,
+        BackendKind::Memory.name(),
         args,
         timings,
         (stores, switches),
@@ -136,7 +141,7 @@ async fn run_sqlite(args: &Args, timings: Timings) -> Result<BackendReport, Setu
         GroupSetup { stores, switches }
     });
     let report = drive(
-        BackendKind::Sqlite,
+        BackendKind::Sqlite.name(),
         args,
         timings,
         (stores, switches),
@@ -192,11 +197,84 @@ async fn run_server(
         lease,
         attempt,
     };
-    let mut report = drive(kind, args, timings, (stores, switches), group, restarter).await;
+    let mut report = drive(
+        kind.name(),
+        args,
+        timings,
+        (stores, switches),
+        group,
+        restarter,
+    )
+    .await;
     if let Err(e) = server.stop().await {
         report.errors.push(e);
     }
     Ok(report)
+}
+
+/// How long a cluster may take to accept a store after its start.
+const PROBE_WITHIN: Duration = Duration::from_secs(30);
+
+/// Soaks one 3-node cluster (`--cluster`): starts it with its script (idempotent), connects
+/// every contender and group worker to the whole cluster, each through a fault-injecting store
+/// wrapper, and drives them as [`run`] does, with the node kills of [`cluster`] on top.
+pub(crate) async fn run_cluster(kind: ClusterKind, args: &Args) -> Outcome {
+    let started = Instant::now();
+    let failed = |why: String| Outcome::Failed {
+        backend: kind.name(),
+        why,
+    };
+    let timings = match Timings::from_lease(args.lease()) {
+        Ok(t) => t,
+        Err(e) => return failed(e.to_string()),
+    };
+    if args.seconds < cluster::MIN_SECONDS {
+        return failed(format!(
+            "a cluster soak needs --seconds {} or more (the node kills must fit between the \
+             group phase's events)",
+            cluster::MIN_SECONDS
+        ));
+    }
+    let cluster = Cluster { kind };
+    let url = match cluster.start().await {
+        Ok(url) => url,
+        Err(e) => return failed(format!("the cluster does not start: {e}")),
+    };
+    let (lease, attempt) = (timings.lease(), timings.attempt_timeout());
+    if let Err(e) = cluster.probe(&url, lease, attempt, PROBE_WITHIN).await {
+        return failed(e);
+    }
+    let (contenders, workers) = counts(args);
+    let mut opened = Vec::new();
+    for i in 0..contenders + workers {
+        match cluster.connect(&url, lease, attempt).await {
+            Ok(store) => opened.push(store),
+            Err(e) => return failed(format!("store {i} connecting to {url}: {e}")),
+        }
+    }
+    let group_stores = opened.split_off(contenders);
+    let (stores, switches) = wrap_in_faults(opened.into_iter());
+    let group = args.groups().then(|| {
+        let (stores, switches) = wrap_in_faults(group_stores.into_iter());
+        GroupSetup { stores, switches }
+    });
+    let restarter = Restarter::Cluster {
+        cluster,
+        url,
+        lease,
+        attempt,
+    };
+    let mut report = drive(
+        kind.name(),
+        args,
+        timings,
+        (stores, switches),
+        group,
+        restarter,
+    )
+    .await;
+    report.elapsed = started.elapsed();
+    Outcome::Ran(Box::new(report))
 }
 
 /// Wraps each store in a [`FaultyStore`](lease_conformance::FaultyStore), whose switch plays
@@ -237,9 +315,25 @@ enum Restarter<'a> {
     },
     /// Close every connection to the SQLite file, then open new ones.
     Sqlite(Vec<Arc<Reopenable>>),
+    /// A 3-node cluster: every node stopped, then started again by its script (the node kills
+    /// are played besides, see [`cluster`]).
+    Cluster {
+        cluster: Cluster,
+        url: String,
+        lease: Duration,
+        attempt: Duration,
+    },
 }
 
 impl Restarter<'_> {
+    /// The cluster, when this restarts one.
+    fn cluster(&self) -> Option<Cluster> {
+        match self {
+            Restarter::Cluster { cluster, .. } => Some(*cluster),
+            _ => None,
+        }
+    }
+
     /// Restarts, staying down for `pause`; returns how long the backend was away.
     async fn restart(&mut self, pause: Duration) -> Result<Duration, String> {
         let began = Instant::now();
@@ -256,6 +350,21 @@ impl Restarter<'_> {
                 tokio::time::sleep(pause).await;
                 server.start().await.map_err(|e| format!("restart: {e}"))?;
                 stores::probe(*kind, url, *lease, *attempt)
+                    .await
+                    .map_err(|e| format!("restart: {e}"))?;
+            }
+            Restarter::Cluster {
+                cluster,
+                url,
+                lease,
+                attempt,
+            } => {
+                cluster
+                    .restart_all(pause)
+                    .await
+                    .map_err(|e| format!("restart: {e}"))?;
+                cluster
+                    .probe(url, *lease, *attempt, PROBE_WITHIN)
                     .await
                     .map_err(|e| format!("restart: {e}"))?;
             }
@@ -277,7 +386,7 @@ impl Restarter<'_> {
 /// group phase (when set up) at the same time, while the restarter restarts once; then closes
 /// every contender and reports.
 async fn drive(
-    kind: BackendKind,
+    label: &'static str,
     args: &Args,
     timings: Timings,
     (stores, switches): (Vec<Arc<dyn GroupStore>>, Vec<Switch>),
@@ -285,7 +394,7 @@ async fn drive(
     mut restarter: Restarter<'_>,
 ) -> BackendReport {
     let record = Record::new(args.break_fencing);
-    let name = format!("soak-{}-{}", kind.name(), args.seed);
+    let name = format!("soak-{label}-{}", args.seed);
     let mut errors = Vec::new();
     let mut contenders = Vec::new();
     let mut stores = stores;
@@ -308,12 +417,23 @@ async fn drive(
         } else {
             store
         };
+        let store: Arc<dyn LeaseStore> = Arc::new(StandAside::wrap(store, &record));
         match Contender::spawn(i, store, timings, &name, args.seed, &record) {
             Ok(c) => contenders.push(c),
             Err(e) => errors.push(format!("contender-{i}: {e}")),
         }
     }
-    let schedule = schedule_for(kind, args);
+    // The same schedule as `schedule_for` gives a backend (a restart unless there is nothing
+    // to restart).
+    let schedule = Schedule::generate(
+        args.seed,
+        label,
+        args.duration(),
+        args.contenders(),
+        args.lease(),
+        !matches!(restarter, Restarter::None),
+    );
+    let restarter_cluster = restarter.cluster();
     let start = Instant::now();
     let end = start + args.duration();
 
@@ -375,9 +495,7 @@ async fn drive(
     };
     let group_phase = async {
         match group {
-            Some(setup) => {
-                Some(groups::run(kind.name(), args, timings, setup, start, restart_rx).await)
-            }
+            Some(setup) => Some(groups::run(label, args, timings, setup, start, restart_rx).await),
             None => None,
         }
     };
@@ -393,8 +511,24 @@ async fn drive(
             max = max.max(before.elapsed().saturating_sub(LAG_TICK));
         }
     };
-    let ((), restarted, max_lag, mut group_report, ()) =
-        tokio::join!(faults, restart, lag, group_phase, zombies);
+    let node_kills = async {
+        match &restarter_cluster {
+            Some(c) => {
+                c.kill_nodes(
+                    start,
+                    (timings.lease(), restart_pause(timings.lease())),
+                    end.checked_sub(timings.lease() * 2).unwrap_or(start),
+                    restart_tx.subscribe(),
+                )
+                .await
+            }
+            None => (Vec::new(), Vec::new(), Vec::new()),
+        }
+    };
+    let ((), restarted, max_lag, mut group_report, (), (mut kills, kill_errors, notes)) =
+        tokio::join!(faults, restart, lag, group_phase, zombies, node_kills);
+    errors.extend(kill_errors);
+    cluster::recoveries(&mut kills, &lock(&record.sections), &timings);
     for switch in &switches {
         switch.set(Mode::Pass);
     }
@@ -426,7 +560,7 @@ async fn drive(
         g.restarts = restarts;
     }
     BackendReport {
-        backend: kind.name(),
+        backend: label,
         leases: args.leases(),
         groups: group_report,
         history: record.history.report(),
@@ -443,6 +577,8 @@ async fn drive(
         errors,
         max_lag,
         elapsed: Duration::ZERO,
+        kills,
+        notes,
     }
 }
 

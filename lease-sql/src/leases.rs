@@ -25,6 +25,7 @@ macro_rules! lease_store {
                 lease_core::Capabilities {
                     verify_in_transaction: true,
                     force_release: true,
+                    watch: self.inner.watch,
                     max_name_bytes: self.inner.config.max_name_bytes,
                     ..lease_core::derived_capabilities!(Self)
                 }
@@ -50,6 +51,11 @@ macro_rules! lease_store {
                     .claim_row(name, &holder.to_hex(), instance, ms)
                     .await
                     .map_err(|e| e.during(lease_core::layer::Operation::Claim, name))?;
+                if term.is_some() {
+                    self.inner
+                        .hints
+                        .wrote(&lease_core::notify::Topic::lease(name));
+                }
                 Ok(term.map(|term| lease_core::backend::Grant {
                     term,
                     expires_in: $crate::store::remaining(ms),
@@ -80,9 +86,16 @@ macro_rules! lease_store {
                 holder: &lease_core::backend::HolderToken,
             ) -> lease_core::Result<bool> {
                 lease_core::backend::check::name(self, name)?;
-                self.release_row(name, &holder.to_hex())
+                let ended = self
+                    .release_row(name, &holder.to_hex())
                     .await
-                    .map_err(|e| e.during(lease_core::layer::Operation::Release, name))
+                    .map_err(|e| e.during(lease_core::layer::Operation::Release, name))?;
+                if ended {
+                    self.inner
+                        .hints
+                        .wrote(&lease_core::notify::Topic::lease(name));
+                }
+                Ok(ended)
             }
 
             async fn verify(
@@ -135,9 +148,26 @@ macro_rules! lease_store {
 
             async fn force_release(&self, name: &str) -> lease_core::Result<bool> {
                 lease_core::backend::check::name(self, name)?;
-                self.force_release_row(name)
+                let ended = self
+                    .force_release_row(name)
                     .await
-                    .map_err(|e| e.during(lease_core::layer::Operation::ForceRelease, name))
+                    .map_err(|e| e.during(lease_core::layer::Operation::ForceRelease, name))?;
+                if ended {
+                    self.inner
+                        .hints
+                        .wrote(&lease_core::notify::Topic::lease(name));
+                }
+                Ok(ended)
+            }
+
+            /// Always `Some`: what the hints cover is in each dialect's docs (PostgreSQL:
+            /// every process, through `LISTEN`; SQLite: every process on the file; MySQL: the
+            /// store itself only, never connected).
+            fn changes(
+                &self,
+                topic: &lease_core::notify::Topic,
+            ) -> Option<lease_core::notify::Wakeups> {
+                Some(self.watch(topic))
             }
         }
     };

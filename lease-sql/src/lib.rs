@@ -3,7 +3,7 @@
 //! One row per name in a lease table, updated in place by four single-row statements (claim,
 //! renew, release, verify), each one round trip on a warm connection. Expiry is judged by the
 //! **database server's clock** only (on SQLite, which has no server, by the host's boot clock,
-//! see [`SqliteStore`]); a process whose own wall clock is hours off neither steals a live lease
+//! see `SqliteStore`); a process whose own wall clock is hours off neither steals a live lease
 //! nor misjudges an expired one. The term (fencing token) is a column that goes up by
 //! one on every change of hands and survives release and expiry.
 //!
@@ -58,6 +58,17 @@
 //! `lease-sql = { version = "0.1", default-features = false, features = ["postgres"] }` —
 //! then neither sqlx's MySQL nor its SQLite driver is compiled.
 //!
+//! # Hints
+//!
+//! [`LeaseStore::changes`](lease_core::LeaseStore::changes) answers on every dialect, so a
+//! waiter claims the moment a name is released rather than at its next retry. PostgreSQL
+//! pushes from every process (`LISTEN`/`NOTIFY`, see `PostgresStore`); SQLite from every
+//! process on the host (a `PRAGMA data_version` check every 15 ms while anybody waits, see
+//! `SqliteStore`); **MySQL and MariaDB only from the same store object** — other processes'
+//! releases are found by polling, and the hints say so (`is_connected()` is `false`,
+//! `capabilities().watch` is `false`; see `MySqlStore`). [`SqlConfig::hints`] turns the
+//! cross-process part off. A hint is never the basis of a decision.
+//!
 //! # Business code under a lease
 //!
 //! [`SqlResultExt::lease_err`] (and [`classify`]) turn sqlx errors into lease errors with the
@@ -97,6 +108,7 @@
 
 mod config;
 mod error;
+mod hints;
 mod leases;
 mod membership;
 #[cfg(feature = "mysql")]

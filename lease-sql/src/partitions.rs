@@ -310,6 +310,11 @@ macro_rules! partition_store {
                     .acquire_row(group, partition, owner, ms)
                     .await
                     .map_err(during)?;
+                if epoch.is_some() {
+                    self.inner
+                        .hints
+                        .wrote(&lease_core::notify::Topic::group(group));
+                }
                 Ok(epoch.map(|epoch| lease_core::PartitionLease {
                     partition,
                     owner: owner.to_owned(),
@@ -369,6 +374,11 @@ macro_rules! partition_store {
                     .release_rows(group, &$crate::partitions::distinct(partitions), owner)
                     .await
                     .map_err(during)?;
+                if ended > 0 {
+                    self.inner
+                        .hints
+                        .wrote(&lease_core::notify::Topic::group(group));
+                }
                 Ok(usize::try_from(ended).unwrap_or(usize::MAX))
             }
 

@@ -74,6 +74,12 @@ pub(crate) fn decide(read: ClaimRead, instant_ms: i64) -> Next {
     Next::Write(previous)
 }
 
+/// A slot write through this store changed `name`'s slots and its lease: both topics hinted.
+pub(crate) fn wrote(hints: &crate::hints::Hints, name: &str) {
+    hints.wrote(&lease_core::notify::Topic::slots(name));
+    hints.wrote(&lease_core::notify::Topic::lease(name));
+}
+
 pub(crate) fn claimed(term: u64, ttl_ms: i64, previous: Option<Previous>) -> SlotClaim {
     SlotClaim::Claimed {
         grant: lease_core::backend::Grant {
@@ -184,7 +190,10 @@ macro_rules! slot_store {
                 Ok(match term {
                     // Another replica's write matched first.
                     None => lease_core::backend::SlotClaim::Held,
-                    Some(term) => $crate::slots::claimed(term, claim.ttl_ms, previous),
+                    Some(term) => {
+                        $crate::slots::wrote(&self.inner.hints, name);
+                        $crate::slots::claimed(term, claim.ttl_ms, previous)
+                    }
                 })
             }
 
@@ -197,14 +206,19 @@ macro_rules! slot_store {
             ) -> lease_core::Result<lease_core::backend::SlotFinish> {
                 lease_core::backend::check::name(self, name)?;
                 let hex = holder.to_hex();
-                self.finish_in($crate::slots::Finish {
-                    name,
-                    hex: &hex,
-                    instant_ms,
-                    passed_ms,
-                })
-                .await
-                .map_err(|e| e.during(lease_core::layer::Operation::FinishSlot, name))
+                let finish = self
+                    .finish_in($crate::slots::Finish {
+                        name,
+                        hex: &hex,
+                        instant_ms,
+                        passed_ms,
+                    })
+                    .await
+                    .map_err(|e| e.during(lease_core::layer::Operation::FinishSlot, name))?;
+                if finish.released || finish.recorded || finish.passed_taken {
+                    $crate::slots::wrote(&self.inner.hints, name);
+                }
+                Ok(finish)
             }
 
             async fn unfinished(&self, names: &[String]) -> lease_core::Result<Vec<(String, i64)>> {
@@ -235,6 +249,9 @@ macro_rules! slot_store {
                     .rerun_row(claim)
                     .await
                     .map_err(|e| e.during(lease_core::layer::Operation::ClaimRerun, name))?;
+                if term.is_some() {
+                    $crate::slots::wrote(&self.inner.hints, name);
+                }
                 Ok(term.map(|term| lease_core::backend::Grant {
                     term,
                     expires_in: $crate::store::remaining(claim.ttl_ms),

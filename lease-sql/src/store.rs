@@ -41,6 +41,11 @@ pub(crate) struct Inner<DB: Database> {
     /// The partition and member tables (by [`Table::index`](crate::partitions::Table::index)),
     /// checked (and created when missing) on their first use, not at start-up.
     pub(crate) group_tables: [tokio::sync::OnceCell<()>; 2],
+    /// The hints its writes, its listener or its poller notify (SQLite: shared by every store of
+    /// this process on the same file and table).
+    pub(crate) hints: Arc<crate::hints::Hints>,
+    /// `capabilities().watch`: the hints cover the changes of other processes.
+    pub(crate) watch: bool,
 }
 
 impl<DB: Database> Clone for SqlStore<DB> {
@@ -76,13 +81,15 @@ where
 impl<DB: Database> SqlStore<DB> {
     /// The store on the application's pool `app`, with lease connections of its own opened
     /// with the pool's connect options; `stmts` are the dialect's statements on the configured
-    /// table. No I/O: the dialect's `with_client` runs the start-up checks next.
+    /// table; `hints` its hints and `watch` whether they cover other processes. No I/O: the
+    /// dialect's `with_client` runs the start-up checks next.
     pub(crate) fn assemble(
         app: Pool<DB>,
         config: SqlConfig,
         server: String,
         dialect: Dialect,
         stmts: Statements,
+        (hints, watch): (Arc<crate::hints::Hints>, bool),
     ) -> Self {
         let leases = Conns::new((*app.connect_options()).clone(), config.lease_connections);
         SqlStore {
@@ -95,6 +102,8 @@ impl<DB: Database> SqlStore<DB> {
                 dialect,
                 nowait_claims: std::sync::atomic::AtomicBool::new(false),
                 group_tables: Default::default(),
+                hints,
+                watch,
             }),
         }
     }

@@ -49,7 +49,9 @@
 //! URL; the rest are the driver's (for NATS, etcd and `memory://`, which take none, anything
 //! else is refused):
 //!
-//! - SQL: `table=NAME`, the lease table ([`OpenOptions::sql_table`]).
+//! - SQL: `table=NAME`, the lease table ([`OpenOptions::sql_table`]); `hints=on|off`, the
+//!   store's push hints to waiters in other processes ([`OpenOptions::hints`]; SQL only: the
+//!   other backends' listeners have no switch).
 //! - Redis: `allow_volatile=1`, `allow_fsync_everysec=1`, `terms=counter|clock_floor`,
 //!   `key_prefix=PREFIX` ([`OpenOptions::redis_allow_volatile`] and the like).
 //! - NATS: `bucket=NAME`: that bucket, whatever its max age ([`OpenOptions::nats_bucket`]).

@@ -140,7 +140,7 @@ pub(crate) async fn connect(target: &Target, options: &Resolved) -> Result<Store
 /// The SQL stores' configuration.
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
 fn sql_config(options: &Resolved) -> Result<lease_sql::SqlConfig> {
-    let config = lease_sql::SqlConfig::default();
+    let config = lease_sql::SqlConfig::default().hints(options.hints);
     match &options.sql_table {
         Some(table) => config.table(table),
         None => Ok(config),

@@ -32,6 +32,7 @@ pub struct OpenOptions {
     pub(crate) redis_allow_fsync_everysec: Option<bool>,
     pub(crate) redis_clock_floor: Option<bool>,
     pub(crate) nats_bucket: Option<String>,
+    pub(crate) hints: Option<bool>,
 }
 
 impl OpenOptions {
@@ -100,6 +101,16 @@ impl OpenOptions {
         self.nats_bucket = Some(bucket.into());
         self
     }
+
+    /// SQL backends: whether the store pushes hints of changes to other processes (default
+    /// on; see `lease_sql::SqlConfig::hints`: PostgreSQL `LISTEN`/`NOTIFY`, SQLite's
+    /// `data_version` poller, no effect on MySQL). Off, waiters poll at the retry pace; turn
+    /// it off e.g. behind PgBouncer in transaction mode. URL parameter: `hints=on|off`. The
+    /// other backends have no such switch and ignore it (their listeners are always on).
+    pub fn hints(mut self, on: bool) -> OpenOptions {
+        self.hints = Some(on);
+        self
+    }
 }
 
 /// The options of one opening: the URL's parameters and the [`OpenOptions`], agreed.
@@ -119,6 +130,8 @@ pub(crate) struct Resolved {
     pub(crate) nats_adopt: bool,
     /// etcd: the key prefix, from the URL's `prefix=`.
     pub(crate) etcd_prefix: Option<String>,
+    /// SQL: store hints on (the default) or off.
+    pub(crate) hints: bool,
 }
 
 /// One knob set in the URL and maybe in the options: the URL's value when they agree.
@@ -152,6 +165,7 @@ impl Resolved {
             key_prefix,
             bucket,
             prefix,
+            hints,
         } = &target.params;
         let text = |s: &String| s.clone();
         let one = |b: &bool| if *b { "1" } else { "0" }.to_owned();
@@ -192,6 +206,10 @@ impl Resolved {
             nats_bucket: agree(target, "bucket", bucket, &options.nats_bucket, text)?,
             nats_adopt: bucket.is_some(),
             etcd_prefix: prefix.clone(),
+            hints: agree(target, "hints", hints, &options.hints, |b: &bool| {
+                if *b { "on" } else { "off" }.to_owned()
+            })?
+            .unwrap_or(true),
         })
     }
 }
@@ -219,6 +237,28 @@ mod tests {
         let plain = Target::parse("sqlite:///tmp/x.db").unwrap();
         let r = Resolved::of(&plain, &OpenOptions::new().sql_table("other")).unwrap();
         assert_eq!(r.sql_table.as_deref(), Some("other"));
+    }
+
+    #[cfg(feature = "sqlite")]
+    #[test]
+    fn hints_default_on_and_agree() {
+        let plain = Target::parse("sqlite:///tmp/x.db").unwrap();
+        assert!(Resolved::of(&plain, &OpenOptions::new()).unwrap().hints);
+        assert!(
+            !Resolved::of(&plain, &OpenOptions::new().hints(false))
+                .unwrap()
+                .hints
+        );
+        let off = Target::parse("sqlite:///tmp/x.db?hints=off").unwrap();
+        assert_eq!(off.driver_url, "sqlite:///tmp/x.db");
+        assert!(!Resolved::of(&off, &OpenOptions::new()).unwrap().hints);
+        assert!(
+            !Resolved::of(&off, &OpenOptions::new().hints(false))
+                .unwrap()
+                .hints
+        );
+        let e = Resolved::of(&off, &OpenOptions::new().hints(true)).unwrap_err();
+        assert!(matches!(e, UrlError::Conflict { ref name, .. } if name == "hints"));
     }
 
     #[cfg(feature = "redis")]

@@ -140,7 +140,7 @@ impl Backend {
     /// The query parameters `lease` itself reads for this backend, for messages.
     fn parameters(self) -> &'static str {
         match self {
-            Backend::Sqlite | Backend::Postgres | Backend::MySql => "table=NAME",
+            Backend::Sqlite | Backend::Postgres | Backend::MySql => "table=NAME, hints=on|off",
             Backend::Redis => {
                 "allow_volatile=1, allow_fsync_everysec=1, terms=counter|clock_floor, \
                  key_prefix=PREFIX"
@@ -316,6 +316,8 @@ pub(crate) struct Params {
     pub(crate) bucket: Option<String>,
     /// etcd: `prefix=PREFIX`.
     pub(crate) prefix: Option<String>,
+    /// SQL: `hints=on|off`.
+    pub(crate) hints: Option<bool>,
 }
 
 /// A URL parsed and checked, without I/O.
@@ -459,6 +461,20 @@ fn take_params(url: &str, backend: Backend, shown: &str) -> Result<(String, Para
             (Backend::Sqlite | Backend::Postgres | Backend::MySql, "table") => {
                 params.table = Some(word(name, value, shown)?);
             }
+            (Backend::Sqlite | Backend::Postgres | Backend::MySql, "hints") => {
+                params.hints = Some(match value {
+                    "on" | "1" | "true" => true,
+                    "off" | "0" | "false" => false,
+                    _ => {
+                        return Err(UrlError::BadParameter {
+                            url: shown.to_owned(),
+                            name: name.to_owned(),
+                            value: value.to_owned(),
+                            expected: "on or off",
+                        });
+                    }
+                });
+            }
             (Backend::Redis, "allow_volatile") => {
                 params.allow_volatile = Some(flag(name, value, shown)?);
             }
@@ -580,6 +596,19 @@ mod tests {
         assert!(
             e.to_string().contains("table takes a non-empty value"),
             "{e}"
+        );
+        let t = parse("sqlite:///tmp/x.db?hints=off&mode=rwc").unwrap();
+        assert_eq!(t.params.hints, Some(false));
+        assert_eq!(t.driver_url, "sqlite:///tmp/x.db?mode=rwc");
+        assert_eq!(
+            parse("sqlite:///tmp/x.db?hints=on").unwrap().params.hints,
+            Some(true)
+        );
+        let e = parse("sqlite:///tmp/x.db?hints=maybe").unwrap_err();
+        assert!(matches!(e, UrlError::BadParameter { ref name, .. } if name == "hints"));
+        assert_eq!(
+            e.to_string(),
+            "store URL 'sqlite:///tmp/x.db?hints=maybe': hints takes on or off, not 'maybe'"
         );
     }
 

@@ -155,6 +155,54 @@ async fn a_url_parameter_and_an_option_must_agree() {
     let _ = std::fs::remove_file(&file);
 }
 
+/// `hints=off` in the URL, or `OpenOptions::hints(false)`, reach the SQL store's config; the
+/// default is on. Each store's waiters then hear from it whether hints may be missing.
+#[cfg(feature = "sqlite")]
+#[tokio::test]
+async fn sql_hints_can_be_turned_off() {
+    use lease::notify::Topic;
+    let file = std::env::temp_dir().join(format!("{}.db", unique("hints")));
+    let plain = format!("sqlite://{}", file.display());
+    for (url, options, on) in [
+        (plain.clone(), OpenOptions::new(), true),
+        (format!("{plain}?hints=off"), OpenOptions::new(), false),
+        (format!("{plain}?hints=on"), OpenOptions::new(), true),
+        (plain.clone(), OpenOptions::new().hints(false), false),
+        (
+            format!("{plain}?hints=off"),
+            OpenOptions::new().hints(false),
+            false,
+        ),
+    ] {
+        let store = lease::open(&url, &options).await.unwrap();
+        let Store::Sqlite(sqlite) = &store else {
+            panic!("{store:?}")
+        };
+        assert_eq!(sqlite.config().hints_enabled(), on, "{url} {options:?}");
+        let w = store.changes(&Topic::lease("facade-hints")).unwrap();
+        assert_eq!(w.is_connected(), on, "{url} {options:?}");
+    }
+    let e = lease::open(
+        &format!("{plain}?hints=off"),
+        &OpenOptions::new().hints(true),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(UrlError::of(&e), Some(UrlError::Conflict { name, .. }) if name == "hints"),
+        "{e}"
+    );
+    let e = lease::open(&format!("{plain}?hints=sometimes"), &OpenOptions::new())
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+    assert!(
+        matches!(UrlError::of(&e), Some(UrlError::BadParameter { name, .. }) if name == "hints"),
+        "{e}"
+    );
+    let _ = std::fs::remove_file(&file);
+}
+
 #[cfg(feature = "sqlite")]
 #[tokio::test]
 async fn sqlite() {
@@ -187,6 +235,21 @@ async fn postgres() {
         .await
         .unwrap();
     check(&store, Backend::Postgres, &own).await;
+    let Store::Postgres(pg) = &store else {
+        panic!("{store:?}")
+    };
+    assert!(pg.config().hints_enabled());
+    let sep = if url.contains('?') { '&' } else { '?' };
+    let off = lease::open(&format!("{url}{sep}hints=off"), &OpenOptions::new())
+        .await
+        .unwrap();
+    let Store::Postgres(pg) = &off else {
+        panic!("{off:?}")
+    };
+    assert!(
+        !pg.config().hints_enabled(),
+        "hints=off did not reach the store"
+    );
 }
 
 #[cfg(feature = "mysql")]

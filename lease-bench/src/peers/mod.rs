@@ -5,6 +5,7 @@
 //! name, checking that the acquisition succeeded and the release ended it.
 
 mod distributed_lock;
+mod etcd_lock;
 pub(crate) mod library;
 mod redis_raw;
 mod rslock_peer;
@@ -68,6 +69,8 @@ pub(crate) enum SubjectId {
     Rslock,
     /// The `distributed-lock` crates.
     DistributedLock,
+    /// etcd's lock API (`lock` + `unlock` under one etcd lease).
+    EtcdLock,
     /// [`SubjectId::Store`] on PostgreSQL sessions with `synchronous_commit = off`.
     StoreNoSync,
     /// [`SubjectId::RawRow`] on a PostgreSQL session with `synchronous_commit = off`.
@@ -84,7 +87,8 @@ impl SubjectId {
     pub(crate) fn on(backend: Backend) -> Vec<SubjectId> {
         use SubjectId::*;
         match backend {
-            Backend::Local | Backend::Nats => vec![Store, Coordinator],
+            Backend::Local | Backend::Nats | Backend::Mongodb => vec![Store, Coordinator],
+            Backend::Etcd => vec![Store, Coordinator, EtcdLock],
             Backend::Sqlite => vec![Store, Coordinator, RawRow],
             Backend::Postgres => vec![
                 Store,
@@ -116,7 +120,7 @@ impl SubjectId {
             SubjectId::Coordinator => Kind::Coordinator,
             SubjectId::RawRow | SubjectId::RawLua => Kind::RawProtocol,
             SubjectId::Advisory | SubjectId::GetLock | SubjectId::SetNx => Kind::RawLock,
-            SubjectId::Rslock | SubjectId::DistributedLock => Kind::Peer,
+            SubjectId::Rslock | SubjectId::DistributedLock | SubjectId::EtcdLock => Kind::Peer,
             SubjectId::StoreNoSync
             | SubjectId::RawRowNoSync
             | SubjectId::RawLuaManaged
@@ -136,6 +140,7 @@ impl SubjectId {
             SubjectId::SetNx => "SET NX PX + DEL (floor)",
             SubjectId::Rslock => "rslock 0.10",
             SubjectId::DistributedLock => "distributed-lock 0.2",
+            SubjectId::EtcdLock => "etcd lock API (etcd-client 0.19)",
             SubjectId::StoreNoSync => "lease store, synchronous_commit=off (diagnostic)",
             SubjectId::RawRowNoSync => "raw lease-row, synchronous_commit=off (diagnostic)",
             SubjectId::RawLuaManaged => "raw Lua on the store's ConnectionManager (diagnostic)",
@@ -163,6 +168,7 @@ impl SubjectId {
             SubjectId::SetNx => "setnx",
             SubjectId::Rslock => "rslock",
             SubjectId::DistributedLock => "dlock",
+            SubjectId::EtcdLock => "etcdlock",
             SubjectId::StoreNoSync => "store-nosync",
             SubjectId::RawRowNoSync => "rawrow-nosync",
             SubjectId::RawLuaManaged => "rawlua-managed",
@@ -191,6 +197,7 @@ pub(crate) async fn build(
         SubjectId::SetNx => Box::new(redis_raw::SetNx::open(url, &name).await?),
         SubjectId::Rslock => Box::new(rslock_peer::Rslock::open(url, name)),
         SubjectId::DistributedLock => distributed_lock::open(backend, url, &name).await?,
+        SubjectId::EtcdLock => Box::new(etcd_lock::EtcdLock::open(url, name).await?),
         SubjectId::StoreNoSync => {
             Box::new(library::StoreCycle::open(backend, &no_sync(url), name).await?)
         }

@@ -33,6 +33,7 @@ pub(super) fn render(r: &Report) -> String {
     if !r.partitions.is_empty() {
         partitions(r, &mut s);
     }
+    super::handover::render(r, &mut s);
     targets(r, &mut s);
     s
 }
@@ -427,7 +428,7 @@ fn contention(r: &Report, s: &mut String) {
     s.push('\n');
 }
 
-fn verdict(ok: bool) -> &'static str {
+pub(super) fn verdict(ok: bool) -> &'static str {
     if ok { "met" } else { "**missed**" }
 }
 
@@ -456,7 +457,11 @@ fn targets(r: &Report, s: &mut String) {
     }
     for &b in &r.backends {
         let store = r.rate(b, SubjectId::Store);
-        for peer in [SubjectId::Rslock, SubjectId::DistributedLock] {
+        for peer in [
+            SubjectId::Rslock,
+            SubjectId::DistributedLock,
+            SubjectId::EtcdLock,
+        ] {
             if let (Some(st), Some(p)) = (store, r.rate(b, peer)) {
                 let _ = writeln!(
                     s,

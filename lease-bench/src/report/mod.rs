@@ -1,6 +1,7 @@
 //! The results of one run, written as a markdown report (`results.md`) and an SVG chart of the
 //! cycle rates (`cycles.svg`).
 
+mod handover;
 mod markdown;
 mod svg;
 
@@ -10,9 +11,11 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 
 use crate::cli::Backend;
+use crate::cli_wait::CliRow;
 use crate::contention::ContentionRow;
 use crate::cycles::CycleRow;
 use crate::failover::FailoverRow;
+use crate::handover::HandoverRow;
 use crate::machine::Machine;
 use crate::peers::SubjectId;
 use crate::renew_cost::{PartitionRow, RenewRow};
@@ -55,6 +58,10 @@ pub(crate) struct Report {
     pub(crate) contention: Vec<ContentionRow>,
     /// Batch renewal of partitions against single renewals.
     pub(crate) partitions: Vec<PartitionRow>,
+    /// Hand-over, push against poll.
+    pub(crate) handover: Vec<HandoverRow>,
+    /// `lease run --wait` hand-over through the CLI.
+    pub(crate) handover_cli: Vec<CliRow>,
 }
 
 impl Report {

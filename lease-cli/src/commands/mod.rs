@@ -8,6 +8,7 @@ pub(crate) mod owners;
 pub(crate) mod release;
 pub(crate) mod run;
 pub(crate) mod status;
+pub(crate) mod watch;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -18,10 +18,12 @@ use crate::Harness;
 use crate::history::History;
 
 mod groups;
+mod handover;
 mod inputs;
 mod slots;
 mod wrappers;
 pub use groups::*;
+pub use handover::*;
 pub use inputs::*;
 pub use slots::*;
 pub use wrappers::*;

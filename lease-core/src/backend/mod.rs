@@ -24,6 +24,7 @@
 pub mod check;
 #[doc(hidden)]
 pub mod derive;
+pub mod listen;
 
 pub use crate::clock::Stamp;
 pub use crate::membership::{MAX_ADDRESS_BYTES, MAX_GROUPS_PER_MEMBER, MAX_NODE_ID_BYTES};

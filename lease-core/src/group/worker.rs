@@ -15,6 +15,7 @@ use crate::backend::check;
 use crate::clock::{Deadline, Stamp};
 use crate::error::{Error, Result};
 use crate::membership::GroupStore;
+use crate::notify::{Topic, Wakeups};
 use crate::partitions::{MAX_PARTITIONS_PER_CALL, PartitionStore, owner_id};
 use crate::telemetry;
 use crate::{MembershipStore, Timings};
@@ -178,6 +179,8 @@ impl GroupWorkerBuilder {
         let (tx, rx) = watch::channel(Assignment::default());
         let stop = CancellationToken::new();
         let acks = Arc::new(AckBox::default());
+        // Subscribed before the first tick, so no change after it is missed.
+        let hints = store.changes(&Topic::group(self.group.as_str()));
         let run = Run {
             store,
             group: self.group.clone(),
@@ -200,6 +203,7 @@ impl GroupWorkerBuilder {
             published: 0,
             rebalancing: None,
             waiting: BTreeSet::new(),
+            hints,
         };
         let task = tokio::spawn(run.run(stop.clone()));
         info!(group = %self.group, %service, %node, %owner, "group worker started");
@@ -527,6 +531,9 @@ struct Run {
     rebalancing: Option<Stamp>,
     /// Partitions of the share the last acquire found held by someone else.
     waiting: BTreeSet<u32>,
+    /// The store's hints for the group's topic: a release by a leaving node, a member joining
+    /// or leaving, wakes the worker for a tick at once instead of at the next one.
+    hints: Option<Wakeups>,
 }
 
 impl Drop for Run {
@@ -550,16 +557,35 @@ impl Run {
             // and whenever the consumer acknowledges a stop.
             while !next.has_passed() {
                 let wake = self.next_wake().map_or(next, |w| w.min(next));
-                tokio::select! {
+                let hinted = tokio::select! {
                     () = stop.cancelled() => return self.leave().await,
-                    () = acks.notify.notified() => {}
-                    () = wake.reached() => {}
-                }
+                    () = acks.notify.notified() => false,
+                    () = wake.reached() => false,
+                    () = crate::wait::next_hint(&mut self.hints) => true,
+                };
                 self.take_acks();
                 self.drop_lapsed();
                 self.release_due(false).await;
+                if hinted {
+                    // A partition was released or taken, or a member joined or left: tick now
+                    // (after a small random jitter, so that one change does not make every
+                    // worker of the group ask at the same instant). The tick's reads decide.
+                    let spread = Deadline::in_(crate::wait::hint_jitter(&self.timings));
+                    tokio::select! {
+                        () = stop.cancelled() => return self.leave().await,
+                        () = spread.reached() => {}
+                    }
+                    break;
+                }
             }
             next = Deadline::in_(self.timings.renew_every());
+            // The hints so far are covered by this tick's reads. Those that arrive during the
+            // tick are kept, even though most are the tick's own changes: another node's
+            // release read too early by this tick must still wake it (one more tick, which
+            // finds nothing to do when nothing else changed).
+            if let Some(h) = &mut self.hints {
+                h.mark_seen();
+            }
             tokio::select! {
                 () = stop.cancelled() => return self.leave().await,
                 () = self.tick(next) => {}

@@ -20,6 +20,7 @@ use super::schedule::Schedule;
 use super::telemetry;
 use crate::coordinator::Coordinator;
 use crate::error::{Error, ErrorKind, Result};
+use crate::notify::{Topic, Wakeups};
 use crate::slots::{SlotRecord, SlotStore};
 
 /// The longest single sleep while waiting for an instant: the wall clock is read again after
@@ -63,6 +64,23 @@ impl Inner {
             _ = self.stopping.cancelled() => false,
             _ = sleep(d) => true,
         }
+    }
+
+    /// Sleeps `d`, or until a hint of `hints` (then a small jitter); `false` when the scheduler
+    /// started shutting down first.
+    async fn nap_or_hint(&self, d: Duration, hints: &mut Option<Wakeups>) -> bool {
+        let hinted = tokio::select! {
+            biased;
+            _ = self.stopping.cancelled() => return false,
+            _ = sleep(d) => false,
+            () = crate::wait::next_hint(hints) => true,
+        };
+        if hinted {
+            return self
+                .nap(crate::wait::hint_jitter(&self.coordinator.timings()))
+                .await;
+        }
+        true
     }
 
     /// Waits until the wall clock reaches `instant_ms`; `false` on shutdown.
@@ -246,6 +264,9 @@ pub(crate) async fn job_loop(s: Arc<Inner>, job: Job) -> Result<()> {
     };
     // The next instant is claimed late: the last round overran it without recording it.
     let mut next_late = false;
+    // The job's lease hints: an earlier round's lease that ends (finished or released) wakes a
+    // replica waiting to claim an instant it held, instead of its nap's end.
+    let mut hints = s.store.changes(&Topic::lease(name));
     loop {
         if !s.wait_for(instant).await {
             return Ok(());
@@ -256,6 +277,9 @@ pub(crate) async fn job_loop(s: Arc<Inner>, job: Job) -> Result<()> {
         let claimed = loop {
             if s.stopping.is_cancelled() {
                 return Ok(());
+            }
+            if let Some(h) = &mut hints {
+                h.mark_seen();
             }
             match adapter::claim(&s.coordinator, name, Ask::Instant(instant)).await {
                 Claimed::Held => match held_by(&s, name, instant).await {
@@ -271,7 +295,7 @@ pub(crate) async fn job_loop(s: Arc<Inner>, job: Job) -> Result<()> {
                             Duration::from_millis(u64::try_from(next - now).unwrap_or(0))
                         });
                         let nap = wait.min(until_next).min(MAX_NAP).max(HELD_MARGIN);
-                        if !s.nap(nap).await {
+                        if !s.nap_or_hint(nap, &mut hints).await {
                             return Ok(());
                         }
                         if let Some(latest) = job.schedule.latest_at_or_before(s.clock.now_ms())

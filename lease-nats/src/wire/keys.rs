@@ -87,6 +87,21 @@ pub(crate) fn member_prefix(service: &str) -> String {
     format!("{MEMBER_TOKEN}.{}.", encode_key(service))
 }
 
+/// The topic a key of the lease bucket is about: a lease key (one token) is its name's lease,
+/// a partition key its group; a member key, or a key this store does not write, none.
+pub(crate) fn topic_of(key: &str) -> Option<lease_core::notify::Topic> {
+    use lease_core::notify::Topic;
+    match key.split_once('.') {
+        None => decode_key(key).map(Topic::lease),
+        Some((PARTITION_TOKEN, rest)) => {
+            let (group, partition) = rest.rsplit_once('.')?;
+            decode_partition(partition)?;
+            decode_key(group).map(Topic::group)
+        }
+        Some(_) => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -124,6 +139,24 @@ mod tests {
         }
         let longest = "ü".repeat(MAX_NAME_BYTES / 2);
         assert!(encode_key(&longest).len() <= 3 * MAX_NAME_BYTES);
+    }
+
+    #[test]
+    fn keys_name_their_topics() {
+        use lease_core::notify::Topic;
+        assert_eq!(topic_of(&encode_key("a.b c")), Some(Topic::lease("a.b c")));
+        assert_eq!(
+            topic_of(&partition_key("g.1", 7)),
+            Some(Topic::group("g.1"))
+        );
+        for other in [
+            member_key("svc", "n"),
+            "part.g".into(),
+            "part.g.x".into(),
+            "=zz".into(),
+        ] {
+            assert_eq!(topic_of(&other), None, "{other}");
+        }
     }
 
     #[test]

@@ -95,6 +95,43 @@ pub(crate) fn name_of(prefix: &str, key: &str) -> Option<String> {
     Some(name)
 }
 
+/// What the scripts' hints end the channel name with (`scripts/notify.lua` derives the same
+/// name from the key it runs on: everything before the key's first `{` is the prefix).
+const CHANNEL_SUFFIX: &str = "changes";
+
+/// The channel the store's scripts publish their hints on: `<prefix>changes`, e.g.
+/// `lease:changes`. Channels are not keys, so this never meets a record.
+pub(crate) fn changes_channel(prefix: &str) -> String {
+    format!("{prefix}{CHANNEL_SUFFIX}")
+}
+
+/// The topics a hint names: its payload is `<kind> <key>` (`scripts/notify.lua`), the kind
+/// `lease` (a lease record changed hands), `slots` (a job's record: its slots, and its lease
+/// with them) or `group` (a group's partitions changed hands). Nothing for a payload this
+/// store did not write.
+pub(crate) fn hinted_topics(prefix: &str, payload: &[u8]) -> Vec<lease_core::notify::Topic> {
+    use lease_core::notify::Topic;
+    let Some((kind, key)) = std::str::from_utf8(payload)
+        .ok()
+        .and_then(|p| p.split_once(' '))
+    else {
+        return Vec::new();
+    };
+    match kind {
+        "lease" => name_of(prefix, key).map(Topic::lease).into_iter().collect(),
+        "slots" => name_of(prefix, key)
+            .map(|job| vec![Topic::slots(job.clone()), Topic::lease(job)])
+            .unwrap_or_default(),
+        "group" => key
+            .strip_suffix(":partitions")
+            .and_then(|k| name_of(prefix, k))
+            .map(Topic::group)
+            .into_iter()
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
 /// A `SCAN … MATCH` pattern for every record key under `prefix`.
 pub(crate) fn scan_pattern(prefix: &str) -> String {
     let mut pattern = String::with_capacity(prefix.len() + 4);
@@ -168,6 +205,30 @@ mod tests {
             partitions_key("p:", "orders{eu}"),
             "p:{orders%7Beu%7D}:partitions"
         );
+    }
+
+    #[test]
+    fn hints_name_their_topics() {
+        use lease_core::notify::Topic;
+        let key = record_key("p:", "a{b}");
+        assert_eq!(
+            hinted_topics("p:", format!("lease {key}").as_bytes()),
+            vec![Topic::lease("a{b}")]
+        );
+        assert_eq!(
+            hinted_topics("p:", format!("slots {key}").as_bytes()),
+            vec![Topic::slots("a{b}"), Topic::lease("a{b}")]
+        );
+        let group = partitions_key("p:", "g}:partitions");
+        assert_eq!(
+            hinted_topics("p:", format!("group {group}").as_bytes()),
+            vec![Topic::group("g}:partitions")]
+        );
+        for junk in ["", "lease", "lease other:{a}", "group p:{a}", "what p:{a}"] {
+            assert!(hinted_topics("p:", junk.as_bytes()).is_empty(), "{junk}");
+        }
+        assert!(hinted_topics("p:", b"lease \xff").is_empty());
+        assert_eq!(changes_channel("lease:"), "lease:changes");
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! What talks Redis's language: the Lua scripts ([`scripts`]), the keys they run on ([`keys`]),
 //! the decoding of their replies ([`codec`]), and the one request path every operation takes
 //! (this module): `EVALSHA`, `EVAL` after a `NOSCRIPT`, the whole of it bounded by **one**
-//! timer, the operation timeout.
+//! timer, the operation timeout; with [`RedisConfig::replica_acks`](crate::RedisConfig::replica_acks)
+//! each script is followed in the same pipeline by `PUBLISH` and `WAIT`.
 
 pub(crate) mod codec;
 pub(crate) mod keys;
@@ -76,18 +77,52 @@ where
             args(&mut cmd);
             cmd
         };
-        let call = async {
+        let acks = self.config().get_replica_acks();
+        let send = |cmd: Cmd| {
             let mut conn = self.conn.clone();
-            let first = request("EVALSHA", &script.sha).query_async(&mut conn).await;
+            let prefix = self.config().get_key_prefix();
+            async move {
+                match acks {
+                    None => cmd.query_async(&mut conn).await.map(|v| (v, None)),
+                    Some((replicas, wait)) => {
+                        // One pipeline on one connection: the script, a write every replica
+                        // receives (so the client's replication offset covers every write the
+                        // primary applied, whichever client made it), and the wait.
+                        let mut pipe = redis::pipe();
+                        pipe.add_command(cmd)
+                            .cmd("PUBLISH")
+                            .arg(format!("{prefix}replica-sync"))
+                            .arg("")
+                            .ignore()
+                            .cmd("WAIT")
+                            .arg(replicas)
+                            .arg(u64::try_from(wait.as_millis()).unwrap_or(u64::MAX));
+                        let (value, acked): (T, u64) = pipe.query_async(&mut conn).await?;
+                        Ok((value, Some((replicas, acked, wait))))
+                    }
+                }
+            }
+        };
+        let call = async {
+            let first = send(request("EVALSHA", &script.sha)).await;
             match first {
                 Err(e) if e.kind() == redis::ErrorKind::Server(ServerErrorKind::NoScript) => {
                     tracing::debug!(script = script.name, "script not cached; sending EVAL");
-                    request("EVAL", script.source).query_async(&mut conn).await
+                    send(request("EVAL", script.source)).await
                 }
                 other => other,
             }
         };
-        self.bounded(during, call).await
+        match self.bounded(during, call).await? {
+            (value, None) => Ok(value),
+            (value, Some((replicas, acked, _))) if acked >= u64::from(replicas) => Ok(value),
+            (_, Some((replicas, acked, wait))) => Err(error::too_few_acks(
+                during,
+                self.label(),
+                (replicas, acked),
+                wait,
+            )),
+        }
     }
 
     /// Awaits `call` within the operation timeout (the one timer on the request path: the

@@ -4,7 +4,10 @@
 //! The scripts that make a term or a partition epoch (`claim`, `claim_slot`, `claim_rerun`,
 //! `acquire_partition`) begin with `scripts/prelude.lua`, joined to them when the crate is built
 //! (`with_prelude!`): it holds the one copy of the term rule (`next_term`: stored + 1, floored
-//! at the server's clock in microseconds under `TermScheme::ClockFloor`).
+//! at the server's clock in microseconds under `TermScheme::ClockFloor`). The scripts that can
+//! change hands (those four, `release`, `force_release`, `release_partitions`, `finish_slot`)
+//! have `scripts/notify.lua` joined to them too: the one copy of the hint (`changed(kind)`,
+//! a `PUBLISH` on `<prefix>changes`; see the crate documentation, *Hints*).
 //!
 //! Every script that judges time reads "now" from `redis.call('TIME')`, the server's clock, in
 //! milliseconds (only `last_slot`, a plain read, needs no clock). Each touches exactly one key,
@@ -85,22 +88,37 @@ impl Scripts {
     }
 }
 
-/// The source of `scripts/<file>` with `scripts/prelude.lua` in front, joined at build time.
+/// The source of `scripts/<file>` with `scripts/prelude.lua` and the hint `scripts/notify.lua`
+/// in front, joined at build time.
 macro_rules! with_prelude {
     ($file:literal) => {
         concat!(
             include_str!("scripts/prelude.lua"),
+            include_str!("scripts/notify.lua"),
             include_str!(concat!("scripts/", $file))
         )
     };
 }
 
-/// The source of `scripts/<file>` with the instant comparison `scripts/instants.lua` in front
-/// (and the term prelude before it, for a script that makes terms), joined at build time.
+/// The source of `scripts/<file>` with the hint `scripts/notify.lua` in front, joined at build
+/// time: for the scripts that change hands without making a term.
+macro_rules! with_notify {
+    ($file:literal) => {
+        concat!(
+            include_str!("scripts/notify.lua"),
+            include_str!(concat!("scripts/", $file))
+        )
+    };
+}
+
+/// The source of `scripts/<file>` with the instant comparison `scripts/instants.lua` and the
+/// hint `scripts/notify.lua` in front (and the term prelude before them, for a script that
+/// makes terms), joined at build time.
 macro_rules! with_instants {
     ($file:literal) => {
         concat!(
             include_str!("scripts/instants.lua"),
+            include_str!("scripts/notify.lua"),
             include_str!(concat!("scripts/", $file))
         )
     };
@@ -108,6 +126,7 @@ macro_rules! with_instants {
         concat!(
             include_str!("scripts/prelude.lua"),
             include_str!("scripts/instants.lua"),
+            include_str!("scripts/notify.lua"),
             include_str!(concat!("scripts/", $file))
         )
     };
@@ -122,8 +141,8 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     claim: LuaScript::new("claim", with_prelude!("claim.lua")),
     renew: LuaScript::new("renew", include_str!("scripts/renew.lua")),
     verify: LuaScript::new("verify", include_str!("scripts/verify.lua")),
-    release: LuaScript::new("release", include_str!("scripts/release.lua")),
-    force_release: LuaScript::new("force_release", include_str!("scripts/force_release.lua")),
+    release: LuaScript::new("release", with_notify!("release.lua")),
+    force_release: LuaScript::new("force_release", with_notify!("force_release.lua")),
     get: LuaScript::new("get", include_str!("scripts/get.lua")),
     forget: LuaScript::new("forget", include_str!("scripts/forget.lua")),
     claim_slot: LuaScript::new("claim_slot", with_instants!(prelude, "claim_slot.lua")),
@@ -138,7 +157,7 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     ),
     release_partitions: LuaScript::new(
         "release_partitions",
-        include_str!("scripts/release_partitions.lua"),
+        with_notify!("release_partitions.lua"),
     ),
     owners: LuaScript::new("owners", include_str!("scripts/owners.lua")),
     forget_group: LuaScript::new("forget_group", include_str!("scripts/forget_group.lua")),
@@ -154,6 +173,19 @@ const TWO_KEY_SCRIPTS: [&str; 3] = ["heartbeat", "members", "leave"];
 /// The scripts that make a term or an epoch: the ones the prelude is joined to.
 #[cfg(test)]
 const TERM_SCRIPTS: [&str; 4] = ["claim", "claim_slot", "claim_rerun", "acquire_partition"];
+
+/// The scripts that can change hands: the ones the hint is joined to.
+#[cfg(test)]
+const HINT_SCRIPTS: [&str; 8] = [
+    "claim",
+    "release",
+    "force_release",
+    "acquire_partition",
+    "release_partitions",
+    "claim_slot",
+    "finish_slot",
+    "claim_rerun",
+];
 
 #[cfg(test)]
 mod tests {
@@ -179,6 +211,26 @@ mod tests {
                 "{}",
                 s.name
             );
+        }
+    }
+
+    #[test]
+    fn the_hint_is_written_once_and_sent_by_every_change_of_hands() {
+        let notify = include_str!("scripts/notify.lua");
+        let instants = include_str!("scripts/instants.lua");
+        assert!(notify.contains("local function changed("));
+        assert!(
+            notify.contains("'changes'"),
+            "keys.rs names the channel <prefix>changes"
+        );
+        for s in SCRIPTS.all() {
+            let hints = HINT_SCRIPTS.contains(&s.name);
+            let body = s.source.strip_prefix(PRELUDE).unwrap_or(s.source);
+            let body = body.strip_prefix(instants).unwrap_or(body);
+            assert_eq!(body.starts_with(notify), hints, "{}", s.name);
+            let own = body.strip_prefix(notify).unwrap_or(body);
+            assert!(!own.contains("PUBLISH"), "{} publishes by itself", s.name);
+            assert_eq!(own.contains("changed('"), hints, "{}", s.name);
         }
     }
 

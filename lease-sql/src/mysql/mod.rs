@@ -39,6 +39,13 @@ type MySqlColumn = (
 
 /// A lease store on MySQL or MariaDB.
 ///
+/// **Hints** ([`LeaseStore::changes`](lease_core::LeaseStore::changes)): only the changes made
+/// through this same store object (and its clones) wake its waiters. MySQL and MariaDB have no
+/// push that does not poll the table, so a release by another process or another store object
+/// is found at the waiter's next attempt; the hints always say so
+/// ([`Wakeups::is_connected`](lease_core::notify::Wakeups::is_connected) is `false`), and
+/// waiters keep their (expiry-aware) polling pace. `capabilities().watch` is `false`.
+///
 /// `:now` is `UNIX_TIMESTAMP()` plus the milliseconds of `NOW(3)`, never a conversion through the
 /// session time zone. There is no `RETURNING` on `UPDATE`: the term comes back in the OK packet
 /// through `LAST_INSERT_ID(expr)`, 0 when no row matched — affected-row counts, which depend on
@@ -191,7 +198,9 @@ impl SqlStore<MySql> {
             )
         };
         let stmts = statements::statements(&config.table);
-        Self::assemble(pool, config, server, Dialect::MySql, stmts)
+        // No push across processes (see the type's docs): the store's own writes only.
+        let hints = std::sync::Arc::new(crate::hints::Hints::one(false, true));
+        Self::assemble(pool, config, server, Dialect::MySql, stmts, (hints, false))
             .started()
             .await
     }
@@ -349,6 +358,13 @@ fn takes_nowait_claims(version: &str) -> bool {
 
 /// MySQL reads its own clock in every statement: nothing to do besides the operation.
 impl crate::wire::conns::LeaseDb for MySql {}
+
+impl SqlStore<MySql> {
+    /// The hints of the changes made through this store (see the type's docs): never connected.
+    fn watch(&self, topic: &lease_core::notify::Topic) -> lease_core::notify::Wakeups {
+        self.inner.hints.subscribe(topic)
+    }
+}
 
 crate::leases::lease_store!(MySql);
 crate::leases::verify_guard!(MySql, MySqlConnection, begin);

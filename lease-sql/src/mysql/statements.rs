@@ -61,6 +61,7 @@ pub(crate) fn statements(t: &str) -> Statements {
         ),
         now: format!("SELECT {now}"),
         create: schema_sql(dialect, t),
+        hint_channel: String::new(),
         slots: slots(t, now),
         groups: groups(t),
     };

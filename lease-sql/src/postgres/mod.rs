@@ -2,6 +2,7 @@
 //! `statements.rs`, its slot finish in `slots.rs`, and the rest is the shared impls, invoked at
 //! the bottom.
 
+mod hints;
 mod slots;
 mod statements;
 
@@ -17,6 +18,22 @@ use crate::store::{ColumnInfo, SqlStore, check_lease_table, split_table, with_co
 use crate::wire::schema::Dialect;
 
 /// A lease store on PostgreSQL.
+///
+/// **Hints** ([`LeaseStore::changes`](lease_core::LeaseStore::changes), on unless
+/// [`SqlConfig::hints`] is off): the claim, the release, the forced release, a partition
+/// acquired with a new epoch and a partition release send `pg_notify('lease_sql.<schema>.<table>',
+/// 'lease:<name>' | 'group:<group>')` inside the statement, so a hint goes out when the change
+/// commits, from whichever process made it. On the first wait, the store opens one listening
+/// connection of its own (`LISTEN`, `application_name` `lease-sql hints <channel>`), which
+/// reconnects with backoff (0.1 s doubling to 5 s); while it is down the hints say so
+/// ([`Wakeups::is_connected`](lease_core::notify::Wakeups::is_connected) is `false`) and
+/// waiters keep their polling pace; once it listens again every waiter is woken. It ends when
+/// the store is dropped. A lost listener never delays a lease operation. Limits: behind
+/// PgBouncer in transaction or statement mode `LISTEN` does not work — turn hints off there;
+/// PostgreSQL serializes the commits of transactions that notify, which costs nothing for one
+/// client but cuts the rate of many concurrent changes of hands (see [`SqlConfig::hints`]); a
+/// listener that stops reading (its process frozen) holds back PostgreSQL's notification queue
+/// (8 GB), which at lease rates takes days to fill.
 ///
 /// Statements (`:now` is `clock_timestamp()` in milliseconds):
 ///
@@ -163,10 +180,57 @@ impl SqlStore<Postgres> {
                 o.get_database().unwrap_or_default()
             )
         };
-        let stmts = statements::statements(&config.table);
-        Self::assemble(pool, config, server, Dialect::Postgres, stmts)
-            .started()
-            .await
+        let stmts = if config.hints {
+            // The channel names the table as PostgreSQL resolves it, so `leases` and
+            // `public.leases` (the same table) share one.
+            let (schema, table) = split_table(&config.table);
+            let schema = match schema {
+                Some(s) => s.to_owned(),
+                None => sqlx::query_scalar::<Postgres, Option<String>>("SELECT current_schema()")
+                    .fetch_one(&pool)
+                    .await
+                    .map_err(|e| crate::error::map(e, "start-up check".into(), &server))?
+                    .unwrap_or_else(|| "public".to_owned()),
+            };
+            let channel = hints::channel(&schema, table);
+            let notify = statements::Notify {
+                channel: &channel,
+                long_names: config.max_name_bytes > statements::MAX_PAYLOAD_NAME_BYTES,
+            };
+            statements::statements(&config.table, Some(&notify))
+        } else {
+            statements::statements(&config.table, None)
+        };
+        // With hints on, the listener hears the store's own writes too: disconnected until it
+        // listens. Off, the store's own writes only, never connected.
+        let hints = std::sync::Arc::new(crate::hints::Hints::one(false, !config.hints));
+        let watch = config.hints;
+        Self::assemble(
+            pool,
+            config,
+            server,
+            Dialect::Postgres,
+            stmts,
+            (hints, watch),
+        )
+        .started()
+        .await
+    }
+
+    /// The hints of `topic`, the listener started on the first call (see the type's docs).
+    fn watch(&self, topic: &lease_core::notify::Topic) -> lease_core::notify::Wakeups {
+        let wakeups = self.inner.hints.subscribe(topic);
+        if self.inner.watch {
+            self.inner.hints.ensure_listener(|hub| {
+                hints::start(
+                    (*self.inner.app.connect_options()).clone(),
+                    self.inner.stmts.hint_channel.clone(),
+                    &self.inner.server,
+                    hub,
+                )
+            });
+        }
+        wakeups
     }
 
     /// Connects to `url` (`postgres://user:password@host:port/database`) with a pool of its own

@@ -4,8 +4,83 @@ use crate::wire::returning;
 use crate::wire::schema::Dialect;
 use crate::wire::{GroupStatements, SlotStatements, Statements};
 
-/// The statements of a PostgreSQL store on the lease table `t`.
-pub(crate) fn statements(t: &str) -> Statements {
+/// Where PostgreSQL's statements send their hints: the channel (a plain identifier, see
+/// `hints::channel`) and whether a name may be too long for a payload (then every hint is
+/// `*`, which wakes every topic).
+pub(crate) struct Notify<'a> {
+    pub(crate) channel: &'a str,
+    pub(crate) long_names: bool,
+}
+
+/// The longest name sent in a payload (PostgreSQL takes payloads below 8000 bytes).
+pub(crate) const MAX_PAYLOAD_NAME_BYTES: usize = 7000;
+
+impl Notify<'_> {
+    /// `pg_notify` of the topic `prefix` (see `crate::hints`) named by the SQL `name`.
+    fn call(&self, prefix: &str, name: &str) -> String {
+        let payload = if self.long_names {
+            "'*'".to_owned()
+        } else {
+            format!("'{prefix}' || {name}")
+        };
+        format!("pg_notify('{}', {payload})", self.channel)
+    }
+}
+
+/// The statements of a PostgreSQL store on the lease table `t`, sending hints through `notify`
+/// when it is given.
+pub(crate) fn statements(t: &str, notify: Option<&Notify<'_>>) -> Statements {
+    let s = plain(t);
+    let Some(n) = notify else { return s };
+    with_notify(s, t, n)
+}
+
+/// `s` with a `pg_notify` in each statement that changes hands, sent only when a row changed
+/// (one per statement: PostgreSQL delivers identical notifications of a transaction once).
+/// Every statement keeps its answer: the claim's and the acquire's rows, the releases' counts
+/// (the rows of the final `SELECT`, one per row changed).
+fn with_notify(s: Statements, t: &str, n: &Notify<'_>) -> Statements {
+    use crate::hints::{GROUP_PREFIX, LEASE_PREFIX};
+    let lease = n.call(LEASE_PREFIX, "$1");
+    let claim = match s.claim.split_once(" INSERT INTO ") {
+        Some((busy, insert)) => format!(
+            "{busy}, c AS (INSERT INTO {insert}), n AS (SELECT {lease} FROM c)              SELECT c.term FROM c, n"
+        ),
+        None => s.claim.clone(),
+    };
+    let released = |update: &str| format!("WITH u AS ({update} RETURNING 1) SELECT {lease} FROM u");
+    let (p, _) = crate::wire::group_tables(t);
+    let group = n.call(GROUP_PREFIX, "$1");
+    let g = &s.groups;
+    // The acquire hints only when the epoch moved (a new owner, or one whose lease had
+    // expired): the owner taking its own live lease again changes nothing. `old` reads the
+    // row as the statement's snapshot has it, before the insert.
+    let acquire = format!(
+        "WITH old AS (SELECT epoch FROM {p} WHERE group_name = $1 AND partition_no = $2),          a AS ({}),          n AS (SELECT {group} FROM a LEFT JOIN old ON true          WHERE old.epoch IS DISTINCT FROM a.epoch)          SELECT a.epoch FROM a, (SELECT count(*) FROM n) AS k",
+        g.acquire
+    );
+    let release_parts = match g.release.split_once(" UPDATE ") {
+        Some((with_now, update)) => {
+            format!("{with_now}, u AS (UPDATE {update} RETURNING 1) SELECT {group} FROM u")
+        }
+        None => g.release.clone(),
+    };
+    Statements {
+        claim,
+        release: released(&s.release),
+        force_release: released(&s.force_release),
+        hint_channel: n.channel.to_owned(),
+        groups: GroupStatements {
+            acquire,
+            release: release_parts,
+            ..s.groups.clone()
+        },
+        ..s
+    }
+}
+
+/// The statements of a PostgreSQL store on the lease table `t`, without hints.
+fn plain(t: &str) -> Statements {
     let dialect = Dialect::Postgres;
     let now = dialect.expiry_ms();
     let shared = returning::statements(dialect, t);

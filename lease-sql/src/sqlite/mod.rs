@@ -3,6 +3,7 @@
 //! the shared impls, invoked at the bottom.
 
 mod clock;
+mod hints;
 mod slots;
 mod statements;
 
@@ -21,6 +22,15 @@ use crate::store::{ColumnInfo, SqlStore, check_lease_table, split_table, with_co
 use crate::wire::schema::Dialect;
 
 /// A lease store on SQLite: leases among the processes of one host that share a database file.
+///
+/// **Hints** ([`LeaseStore::changes`](lease_core::LeaseStore::changes)): every store of this
+/// process on the same file and table shares them, and its claims, releases, forced releases,
+/// partition acquires and releases notify them at once. Changes by other processes are found by
+/// a poller on a connection of its own, running while anybody waits (and 1 s after): it reads
+/// `PRAGMA data_version` every 15 ms (no table read) and, when another connection committed,
+/// the rows of the names and groups waited on, and notifies only those whose holder, term or
+/// liveness changed — a renewal wakes nobody. Membership changes are not hinted. With
+/// [`SqlConfig::hints`] off there is no poller and the hints cover this process only.
 ///
 /// The statements are PostgreSQL's (see [`PostgresStore`](crate::PostgresStore)) with `?N`
 /// parameters and `:now` = `(SELECT boot_ms FROM temp.lease_sql_clock)`, the host's boot clock
@@ -103,9 +113,30 @@ impl SqlStore<Sqlite> {
             pool.connect_options().get_filename().to_string_lossy()
         );
         let stmts = statements::statements(&config.table);
-        Self::assemble(pool, config, server, Dialect::Sqlite, stmts)
+        let hints = hints::shared(&pool.connect_options(), &config.table, config.hints).await;
+        let watch = config.hints;
+        Self::assemble(pool, config, server, Dialect::Sqlite, stmts, (hints, watch))
             .started()
             .await
+    }
+
+    /// The hints of `topic`, the poller started on the first call (see the type's docs).
+    fn watch(&self, topic: &lease_core::notify::Topic) -> lease_core::notify::Wakeups {
+        let wakeups = self.inner.hints.subscribe(topic);
+        if self.inner.watch {
+            let weak = std::sync::Arc::downgrade(&self.inner.hints);
+            self.inner.hints.ensure_watcher(|| {
+                hints::start(
+                    (*self.inner.app.connect_options()).clone(),
+                    hints::Tables {
+                        leases: self.inner.config.table.clone(),
+                        partitions: self.inner.stmts.groups.partitions_table.clone(),
+                    },
+                    weak,
+                )
+            });
+        }
+        wakeups
     }
 
     /// Opens (creating when missing) the database file named by `url` (`sqlite:///path/to.db`

@@ -78,6 +78,7 @@ fn renumber(s: Statements, f: impl Fn(String) -> String) -> Statements {
         get: f(s.get),
         now: s.now,
         create: s.create,
+        hint_channel: s.hint_channel,
         groups: s.groups,
         slots: SlotStatements {
             read: f(s.slots.read),

@@ -32,6 +32,9 @@ pub(crate) struct Statements {
     pub(crate) get: String,
     pub(crate) now: String,
     pub(crate) create: String,
+    /// PostgreSQL's `NOTIFY` channel, when its statements send hints (empty otherwise).
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub(crate) hint_channel: String,
     pub(crate) slots: SlotStatements,
     pub(crate) groups: GroupStatements,
 }

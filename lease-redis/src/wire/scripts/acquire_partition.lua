@@ -11,6 +11,7 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local v = redis.call('HGET', KEYS[1], ARGV[1])
 local epoch, exp, owner = 0, 0, nil
+local moved = false
 if v then
   local e, x, o = string.match(v, '^(%d+) (%d+) (.*)$')
   if not e then
@@ -24,7 +25,11 @@ if exp > now then
   end
 else
   epoch = next_term(epoch, t, ARGV[4])
+  moved = true
 end
 local ttl = tonumber(ARGV[3])
 redis.call('HSET', KEYS[1], ARGV[1], string.format('%d %d %s', epoch, now + ttl, ARGV[2]))
+if moved then
+  changed('group')
+end
 return {epoch, ttl}

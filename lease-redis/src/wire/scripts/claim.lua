@@ -22,4 +22,5 @@ redis.call('HSET', KEYS[1],
   'instance', ARGV[2],
   'term', string.format('%d', term),
   'expires_at_ms', string.format('%d', now + ttl))
+changed('lease')
 return {term, ttl}

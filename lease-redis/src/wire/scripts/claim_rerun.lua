@@ -28,4 +28,5 @@ redis.call('HSET', KEYS[1],
   'term', string.format('%d', term),
   'expires_at_ms', string.format('%d', now + ttl),
   'rerun_ms', instant)
+changed('slots')
 return {term, ttl}

@@ -46,4 +46,5 @@ redis.call('HSET', KEYS[1],
   'expires_at_ms', string.format('%d', now + ttl),
   'slot_ms', instant,
   'unfinished_ms', instant)
+changed('slots')
 return {'claimed', term, ttl, rec[4]}

@@ -32,4 +32,7 @@ if held then
   redis.call('HSET', KEYS[1], 'expires_at_ms', string.format('%d', now))
   released = 1
 end
+if recorded == 1 or released == 1 then
+  changed('slots')
+end
 return {recorded, taken, released}

@@ -8,4 +8,5 @@ if not exp or exp <= now then
   return 0
 end
 redis.call('HSET', KEYS[1], 'expires_at_ms', string.format('%d', now))
+changed('lease')
 return 1

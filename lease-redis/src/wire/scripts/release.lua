@@ -9,4 +9,5 @@ if not exp or exp <= now or rec[1] ~= ARGV[1] then
   return 0
 end
 redis.call('HSET', KEYS[1], 'expires_at_ms', string.format('%d', now))
+changed('lease')
 return 1

@@ -43,4 +43,7 @@ end
 for w = 1, #writes, 2 * chunk do
   redis.call('HSET', KEYS[1], unpack(writes, w, math.min(w + 2 * chunk - 1, #writes)))
 end
+if #writes > 0 then
+  changed('group')
+end
 return #writes / 2

@@ -1,0 +1,227 @@
+//! Campaigning until a name is won: [`Coordinator::acquire`], and the loop
+//! [`Coordinator::run_elected`] campaigns with.
+
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+
+use crate::clock::Deadline;
+use crate::coordinator::Coordinator;
+use crate::error::{Error, ErrorKind, Result};
+use crate::notify::Topic;
+use crate::store::{LeaseInfo, LeaseStoreExt};
+use crate::term::Term;
+use crate::wait::{Holder, Waiter, Wake};
+
+/// What a campaign saw on the way, for the caller's logs, metrics and leadership watch.
+pub(crate) enum Seen<'a> {
+    /// An attempt was answered "held"; what the waiter read of the holder.
+    Held(&'a Holder),
+    /// An attempt failed with a temporary error; the campaign goes on.
+    Failed(&'a Error),
+}
+
+impl Coordinator {
+    /// Claims `name`, waiting up to `timeout` for it to be free.
+    ///
+    /// The first claim is sent at once. While someone else holds the name, the coordinator
+    /// waits as described in [`wait`](crate::wait): until the holder's lease runs out by the
+    /// store's clock (read with one `get` after a "held" answer), or until the store hints
+    /// that the name changed hands (a release wakes the waiter within a few milliseconds on
+    /// stores whose [`capabilities`](crate::LeaseStore::capabilities) say `watch`), or — where
+    /// hints are missing or may be — at the retry pace ([`Timings::retry_delay`](crate::Timings::retry_delay)).
+    /// Every wake-up is only a reason to claim again: the store's answer decides, so a hint or
+    /// a local clock can cost time, never an overlap. Temporary errors (an unreachable store)
+    /// are ridden out at the retry pace.
+    ///
+    /// Returns the new [`Term`]; an error of kind [`Timeout`](ErrorKind::Timeout) when the
+    /// name was not won within `timeout` (the message names the name, the wait and the last
+    /// holder seen; with `Duration::ZERO` it claims once); [`Closed`](ErrorKind::Closed) once
+    /// the coordinator closes; and at once the errors no wait can cure (an invalid name, an
+    /// unsupported store).
+    ///
+    /// Cancel safe: each claim runs on a task of its own, so dropping this future never leaves
+    /// a claim behind unknown. A claim that was in flight still finishes (with the read-back
+    /// of an unknown outcome that [`try_acquire`](Coordinator::try_acquire) does), and a term
+    /// it won is released at once. [`close`](Coordinator::close) waits (up to the grace) for
+    /// such a claim too, so a process that drops a waiting `acquire` and closes the
+    /// coordinator before exiting leaves nothing held.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lease_core::{Coordinator, ErrorKind, Timings};
+    /// use lease_local::MemoryStore;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> lease_core::Result<()> {
+    /// let store = MemoryStore::new();
+    /// let timings = Timings::from_lease(Duration::from_secs(3))?;
+    /// let a = Coordinator::builder(store.clone()).instance("a").timings(timings).build()?;
+    /// let b = Coordinator::builder(store).instance("b").timings(timings).build()?;
+    ///
+    /// let first = a.acquire("compactor", Duration::ZERO).await?;
+    /// let err = b.acquire("compactor", Duration::from_secs(1)).await.unwrap_err();
+    /// assert_eq!(err.kind(), ErrorKind::Timeout);
+    ///
+    /// let waiting = tokio::spawn(async move { b.acquire("compactor", Duration::from_secs(60)).await });
+    /// tokio::time::sleep(Duration::from_secs(5)).await;
+    /// first.resign().await?; // the memory store hints the release: b wakes at once
+    /// let next = waiting.await.unwrap()?;
+    /// assert!(next.token() > first.token());
+    /// # Ok(()) }
+    /// ```
+    pub async fn acquire(&self, name: &str, timeout: Duration) -> Result<Term> {
+        self.acquire_reporting(name, timeout, |_| {}).await
+    }
+
+    /// [`acquire`](Coordinator::acquire), telling `failed` of each temporary failure of an
+    /// attempt on the way (the wait goes on after each): for a caller that waits long, e.g.
+    /// with `Duration::MAX`, and wants to say that the store keeps failing without cutting
+    /// the wait into windows (each new `acquire` claims at once, so windows cost claims).
+    pub async fn acquire_reporting(
+        &self,
+        name: &str,
+        timeout: Duration,
+        mut failed: impl FnMut(&Error),
+    ) -> Result<Term> {
+        let started = Deadline::in_(timeout);
+        let mut waiter = self.waiter(name)?;
+        let mut last_holder: Option<LeaseInfo> = None;
+        let mut last_error: Option<Error> = None;
+        let won = self
+            .campaign(name, started, &mut waiter, |seen| match seen {
+                Seen::Held(Holder::Live(info)) => {
+                    last_holder = Some(info.clone());
+                    last_error = None;
+                }
+                Seen::Held(_) => last_error = None,
+                Seen::Failed(e) => {
+                    failed(e);
+                    last_error = Some(e.clone());
+                }
+            })
+            .await;
+        match won? {
+            Some(term) => Ok(term),
+            None => Err(acquire_timeout(name, timeout, last_holder, last_error)),
+        }
+    }
+
+    /// A waiter for `name`'s hints, subscribed now (before the first claim).
+    pub(crate) fn waiter(&self, name: &str) -> Result<Waiter> {
+        if self.is_closed() {
+            return Err(Error::closed());
+        }
+        self.store().validate_name(name)?;
+        Ok(Waiter::new(
+            self.store().clone(),
+            Topic::lease(name),
+            self.timings(),
+        ))
+    }
+
+    /// Claims `name` until won (`Some`), `limit` passes (`None`), the coordinator closes
+    /// (`Closed`), or an error no wait cures. `seen` hears of every "held" answer and
+    /// temporary failure.
+    pub(crate) async fn campaign(
+        &self,
+        name: &str,
+        limit: Deadline,
+        waiter: &mut Waiter,
+        mut seen: impl FnMut(Seen<'_>),
+    ) -> Result<Option<Term>> {
+        loop {
+            waiter.before_attempt();
+            match self.attempt(name).await {
+                Ok(term) => return Ok(Some(term)),
+                Err(e) if e.is(ErrorKind::Held) => {
+                    let holder = waiter.after_held().await;
+                    seen(Seen::Held(&holder));
+                }
+                Err(e) if e.is(ErrorKind::Closed) => return Err(e),
+                Err(e) if e.is_temporary() => {
+                    waiter.failed();
+                    seen(Seen::Failed(&e));
+                }
+                Err(e) => return Err(e),
+            }
+            if limit.has_passed() {
+                return Ok(None);
+            }
+            let closing = self.closing();
+            let wake = tokio::select! {
+                biased;
+                () = closing.cancelled() => return Err(Error::closed()),
+                wake = waiter.wait(limit) => wake,
+            };
+            if wake == Wake::Limit {
+                // One last claim at the limit: the name may have come free just now.
+                waiter.before_attempt();
+                return match self.attempt(name).await {
+                    Ok(term) => Ok(Some(term)),
+                    Err(e) if e.is(ErrorKind::Held) => Ok(None),
+                    Err(e) if e.is(ErrorKind::Closed) => Err(e),
+                    Err(e) if e.is_temporary() => {
+                        seen(Seen::Failed(&e));
+                        Ok(None)
+                    }
+                    Err(e) => Err(e),
+                };
+            }
+        }
+    }
+
+    /// One [`try_acquire`](Coordinator::try_acquire) on a task of its own, so that dropping
+    /// the caller never abandons a claim in flight: the task finishes it (reading back an
+    /// unknown outcome), and releases a term nobody is left to take.
+    async fn attempt(&self, name: &str) -> Result<Term> {
+        let (tx, rx) = oneshot::channel();
+        let me = self.clone();
+        let owned = name.to_owned();
+        // Tracked with the work, so `close` waits for a claim in flight (one that wins after
+        // the close is resigned by `adopt`).
+        let tracker = self.tracker().clone();
+        tracker.spawn(async move {
+            let won = me.try_acquire(&owned).await;
+            if let Err(Ok(term)) = tx.send(won) {
+                // The waiter went away while the claim was in flight.
+                let _ = term.resign().await;
+            }
+        });
+        match rx.await {
+            Ok(r) => r,
+            Err(_) => Err(Error::new(
+                ErrorKind::Panicked,
+                format!("the claim of '{name}' panicked"),
+            )),
+        }
+    }
+}
+
+/// The error of an [`acquire`](Coordinator::acquire) that ran out of time.
+fn acquire_timeout(
+    name: &str,
+    waited: Duration,
+    holder: Option<LeaseInfo>,
+    failure: Option<Error>,
+) -> Error {
+    let why = match (&holder, &failure) {
+        (_, Some(e)) => format!("the last attempt failed: {e}"),
+        (Some(h), None) => format!(
+            "it was held by {} (term {}, {:?} left by the store's clock) when last read",
+            h.instance, h.term, h.expires_in
+        ),
+        (None, None) => "another holder had it".to_owned(),
+    };
+    let e = Error::new(
+        ErrorKind::Timeout,
+        format!(
+            "lease '{name}' was not acquired within {waited:?}: {why}; wait longer, or find \
+             the holder (`lease status {name}`)"
+        ),
+    );
+    match failure {
+        Some(f) => e.with_source(f),
+        None => e,
+    }
+}

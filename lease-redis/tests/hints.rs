@@ -1,0 +1,297 @@
+//! Store hints on the test server: the scripts' `PUBLISH` reaches another store's subscriber
+//! connection, renewals publish nothing, a killed subscriber reports itself disconnected and
+//! comes back, and a store without a client to subscribe with says its hints are local.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use lease_core::backend::HolderToken;
+use lease_core::notify::{Topic, Wakeups};
+use lease_core::{LeaseStore, PartitionStore, SlotStore};
+use lease_redis::RedisStore;
+use lease_redis::redis::Client;
+use lease_redis::redis::aio::{ConnectionManager, MultiplexedConnection};
+
+const TTL: Duration = Duration::from_secs(5);
+/// The bound a hint must arrive within.
+const HINT_BOUND: Duration = Duration::from_millis(250);
+
+/// Two stores on one key prefix (as two processes would be), both subscribed.
+async fn pair() -> Option<(RedisStore, RedisStore)> {
+    let url = common::url()?;
+    let config = common::config().key_prefix(common::unique("hints-"));
+    let a = common::direct(&url, config.clone()).await?;
+    let b = common::direct(&url, config).await?;
+    for store in [&a, &b] {
+        wait_connected(&mut store.changes(&Topic::lease("-")).unwrap()).await;
+    }
+    Some((a, b))
+}
+
+/// Waits until `w` says its hints cover every process (at most 5 s).
+async fn wait_connected(w: &mut Wakeups) {
+    let started = Instant::now();
+    while !w.is_connected() {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the subscriber did not connect within 5 s"
+        );
+        let _ = tokio::time::timeout(Duration::from_millis(100), w.changed()).await;
+    }
+}
+
+/// How long until `w` is woken, or `None` after `bound`.
+async fn woken_within(w: &mut Wakeups, bound: Duration) -> Option<Duration> {
+    let started = Instant::now();
+    tokio::time::timeout(bound, w.changed())
+        .await
+        .ok()
+        .map(|()| started.elapsed())
+}
+
+#[tokio::test]
+async fn a_release_by_another_store_wakes_a_waiter_and_a_renewal_does_not() {
+    let Some((a, b)) = pair().await else { return };
+    assert!(a.capabilities().watch);
+    let name = "job";
+    let mut w = a.changes(&Topic::lease(name)).unwrap();
+    let mut other = a.changes(&Topic::lease("other")).unwrap();
+    let holder = HolderToken::mint();
+    let mut latencies = Vec::new();
+    for _ in 0..5 {
+        b.claim(name, &holder, "b", TTL).await.unwrap().unwrap();
+        latencies.push(
+            woken_within(&mut w, HINT_BOUND)
+                .await
+                .expect("claim hinted"),
+        );
+        b.renew(name, &holder, TTL).await.unwrap().unwrap();
+        assert!(b.verify(name, &holder).await.unwrap().is_some());
+        assert!(
+            b.claim(name, &HolderToken::mint(), "c", TTL)
+                .await
+                .unwrap()
+                .is_none()
+        );
+        assert_eq!(
+            woken_within(&mut w, Duration::from_millis(300)).await,
+            None,
+            "a renewal, a read or a failed claim woke the waiter"
+        );
+        assert!(b.release(name, &holder).await.unwrap());
+        latencies.push(
+            woken_within(&mut w, HINT_BOUND)
+                .await
+                .expect("release hinted"),
+        );
+        // Releasing again changes nothing and publishes nothing.
+        assert!(!b.release(name, &holder).await.unwrap());
+        assert_eq!(woken_within(&mut w, Duration::from_millis(200)).await, None);
+    }
+    assert!(!other.has_changed(), "another name's waiter was woken");
+    assert_eq!(
+        woken_within(&mut other, Duration::from_millis(50)).await,
+        None
+    );
+    latencies.sort();
+    eprintln!(
+        "redis hint latency over {} changes: median {:?}, max {:?}",
+        latencies.len(),
+        latencies[latencies.len() / 2],
+        latencies[latencies.len() - 1]
+    );
+
+    // A force release is a change of hands too.
+    b.claim(name, &holder, "b", TTL).await.unwrap().unwrap();
+    woken_within(&mut w, HINT_BOUND)
+        .await
+        .expect("claim hinted");
+    assert!(b.force_release(name).await.unwrap());
+    woken_within(&mut w, HINT_BOUND)
+        .await
+        .expect("force release hinted");
+}
+
+#[tokio::test]
+async fn partition_and_slot_changes_wake_their_topics() {
+    let Some((a, b)) = pair().await else { return };
+    let mut group = a.changes(&Topic::group("g")).unwrap();
+    let lease = b
+        .acquire_partition("g", 3, "node-b", TTL)
+        .await
+        .unwrap()
+        .unwrap();
+    woken_within(&mut group, HINT_BOUND)
+        .await
+        .expect("acquire hinted");
+    // The owner's own re-acquire and renewal keep the epoch: nothing changed hands.
+    let again = b
+        .acquire_partition("g", 3, "node-b", TTL)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(again.epoch, lease.epoch);
+    b.renew_partitions("g", &[3], "node-b", TTL).await.unwrap();
+    assert_eq!(
+        woken_within(&mut group, Duration::from_millis(300)).await,
+        None
+    );
+    assert_eq!(b.release_partitions("g", &[3], "node-b").await.unwrap(), 1);
+    woken_within(&mut group, HINT_BOUND)
+        .await
+        .expect("release hinted");
+
+    let mut slots = a.changes(&Topic::slots("cron")).unwrap();
+    let mut job = a.changes(&Topic::lease("cron")).unwrap();
+    let holder = HolderToken::mint();
+    let now_ms = i64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis(),
+    )
+    .unwrap();
+    let instant = now_ms - 60_000;
+    let claimed = b
+        .claim_slot("cron", &holder, "b", TTL, instant)
+        .await
+        .unwrap();
+    assert!(
+        matches!(claimed, lease_core::backend::SlotClaim::Claimed { .. }),
+        "{claimed:?}"
+    );
+    woken_within(&mut slots, HINT_BOUND)
+        .await
+        .expect("slot claim hinted");
+    woken_within(&mut job, HINT_BOUND)
+        .await
+        .expect("slot claim hints the lease too");
+    let finished = b.finish_slot("cron", &holder, instant, None).await.unwrap();
+    assert!(finished.released);
+    woken_within(&mut slots, HINT_BOUND)
+        .await
+        .expect("slot finish hinted");
+}
+
+/// The store's subscriber connection, by the name it gave itself: its `CLIENT LIST` id.
+async fn listener_id(raw: &mut MultiplexedConnection, name: &str) -> Option<String> {
+    let list: String = lease_redis::redis::cmd("CLIENT")
+        .arg("LIST")
+        .query_async(raw)
+        .await
+        .unwrap();
+    list.lines()
+        .find(|l| l.split(' ').any(|f| f == format!("name={name}")))
+        .and_then(|l| l.split(' ').find_map(|f| f.strip_prefix("id=")))
+        .map(str::to_owned)
+}
+
+#[tokio::test]
+async fn a_killed_subscriber_says_so_and_comes_back() {
+    let Some((a, b)) = pair().await else { return };
+    let url = common::url().unwrap();
+    let mut raw = common::raw(&url).await;
+    let name = a.listener_name().expect("connect opens a listener");
+    assert!(name.starts_with("lease-hints-"), "{name}");
+    let id = listener_id(&mut raw, &name)
+        .await
+        .expect("the listener is in CLIENT LIST");
+    let mut w = a.changes(&Topic::lease("n")).unwrap();
+    let killed: i64 = lease_redis::redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("ID")
+        .arg(&id)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(killed, 1);
+    let started = Instant::now();
+    woken_within(&mut w, Duration::from_secs(1))
+        .await
+        .expect("the cut woke the waiter");
+    assert!(!w.is_connected(), "still connected after the cut");
+    wait_connected(&mut w).await;
+    let back = started.elapsed();
+    eprintln!("redis subscriber back {back:?} after CLIENT KILL");
+    assert_ne!(
+        listener_id(&mut raw, &name).await,
+        Some(id),
+        "the same connection"
+    );
+    // And hints flow again.
+    let holder = HolderToken::mint();
+    let _ = w.has_changed();
+    woken_within(&mut w, Duration::from_millis(10)).await;
+    b.claim("n", &holder, "b", TTL).await.unwrap().unwrap();
+    woken_within(&mut w, HINT_BOUND)
+        .await
+        .expect("hints after the reconnect");
+}
+
+#[tokio::test]
+async fn a_store_on_a_bare_connection_has_local_hints_until_given_a_client() {
+    let Some(url) = common::url() else { return };
+    let config = common::config().key_prefix(common::unique("hints-"));
+    let client = Client::open(url.as_str()).unwrap();
+    let manager = ConnectionManager::new_with_config(client.clone(), config.manager_config())
+        .await
+        .unwrap();
+    let store = RedisStore::with_client(manager, config.clone()).unwrap();
+    assert!(!store.capabilities().watch);
+    assert_eq!(store.listener_name(), None);
+    let mut w = store.changes(&Topic::lease("x")).unwrap();
+    assert!(
+        !w.is_connected(),
+        "local hints must say they miss other processes"
+    );
+    let holder = HolderToken::mint();
+    store.claim("x", &holder, "me", TTL).await.unwrap().unwrap();
+    woken_within(&mut w, Duration::from_millis(10))
+        .await
+        .expect("the store's own claim is hinted in-process");
+    assert!(store.release("x", &holder).await.unwrap());
+    woken_within(&mut w, Duration::from_millis(10))
+        .await
+        .expect("the store's own release is hinted in-process");
+
+    let store = store.with_listener(client).unwrap();
+    assert!(store.capabilities().watch);
+    wait_connected(&mut w).await;
+    let other = common::direct(&url, config).await.unwrap();
+    other
+        .claim("x", &holder, "other", TTL)
+        .await
+        .unwrap()
+        .unwrap();
+    woken_within(&mut w, HINT_BOUND)
+        .await
+        .expect("another store's claim");
+}
+
+#[tokio::test]
+async fn the_subscriber_ends_with_the_last_clone_of_the_store() {
+    let Some((a, _b)) = pair().await else { return };
+    let url = common::url().unwrap();
+    let mut raw = common::raw(&url).await;
+    let name = a.listener_name().unwrap();
+    assert!(listener_id(&mut raw, &name).await.is_some());
+    let clone = a.clone();
+    drop(a);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        listener_id(&mut raw, &name).await.is_some(),
+        "a clone still lives"
+    );
+    drop(clone);
+    let started = Instant::now();
+    while listener_id(&mut raw, &name).await.is_some() {
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "the subscriber outlived the store"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -1,0 +1,328 @@
+//! Store hints on the real servers: a change by another store instance (another pool or
+//! connection, as another process would make it) wakes a waiter; a renewal does not (SQLite);
+//! PostgreSQL's listener reconnects after its backend is terminated, and a cut listener never
+//! delays a claim; dropping the store ends the listener.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::time::Duration;
+
+use lease_conformance::env;
+use lease_core::LeaseStore;
+use lease_core::backend::HolderToken;
+use lease_core::notify::{Topic, Wakeups};
+use lease_sql::{MySqlStore, PostgresStore, SqlConfig, SqliteStore};
+use sqlx::Connection;
+
+const TTL: Duration = Duration::from_secs(30);
+/// The bound on a hint's latency these tests accept.
+const WAKE: Duration = Duration::from_millis(250);
+
+fn name(what: &str) -> String {
+    format!("hint-{what}-{:016x}", support::rand_u64())
+}
+
+/// `true` when `w` is woken within `within`.
+async fn woken(w: &mut Wakeups, within: Duration) -> bool {
+    tokio::time::timeout(within, w.changed()).await.is_ok()
+}
+
+/// Waits (up to 5 s) for the hints to be connected, then drains what the connection woke.
+async fn connected(w: &mut Wakeups) {
+    let until = tokio::time::Instant::now() + Duration::from_secs(5);
+    while !w.is_connected() {
+        assert!(tokio::time::Instant::now() < until, "hints never connected");
+        let _ = tokio::time::timeout(Duration::from_millis(50), w.changed()).await;
+    }
+    while woken(w, Duration::from_millis(50)).await {}
+}
+
+#[tokio::test]
+async fn sqlite_a_release_by_another_connection_wakes_and_a_renewal_does_not() {
+    let url = support::sqlite_url();
+    let store = SqliteStore::connect(&url, SqlConfig::default())
+        .await
+        .unwrap();
+    assert!(store.capabilities().watch);
+    let n = name("sqlite");
+    let holder = HolderToken::mint();
+    store.claim(&n, &holder, "a", TTL).await.unwrap().unwrap();
+    let mut w = store.changes(&Topic::lease(&n)).unwrap();
+    assert!(w.is_connected());
+    // The poller's first read of a topic subscribed before it had read anything wakes it (what
+    // was committed before is unknown); then nothing until a change.
+    while woken(&mut w, Duration::from_millis(100)).await {}
+    let n2 = name("late");
+    store
+        .claim(&n2, &HolderToken::mint(), "a", TTL)
+        .await
+        .unwrap()
+        .unwrap();
+    while woken(&mut w, Duration::from_millis(100)).await {}
+    let mut late = store.changes(&Topic::lease(&n2)).unwrap();
+    assert!(
+        !woken(&mut late, Duration::from_millis(100)).await,
+        "a topic subscribed with nothing committed since was woken"
+    );
+
+    // A renewal (by this store: its write is seen by the poller as any commit) wakes nobody.
+    store.renew(&n, &holder, TTL).await.unwrap().unwrap();
+    assert!(
+        !woken(&mut w, Duration::from_millis(150)).await,
+        "a renewal woke the waiter"
+    );
+
+    // A release by a connection of its own, as another process would make it.
+    let mut other = sqlx::SqliteConnection::connect(&url).await.unwrap();
+    let started = tokio::time::Instant::now();
+    sqlx::query("UPDATE leases SET expires_at_ms = 0 WHERE name = ?1")
+        .bind(&n)
+        .execute(&mut other)
+        .await
+        .unwrap();
+    assert!(
+        woken(&mut w, WAKE).await,
+        "another connection's release woke nobody"
+    );
+    eprintln!("sqlite cross-connection hint after {:?}", started.elapsed());
+}
+
+#[tokio::test]
+async fn sqlite_stores_of_one_process_on_one_file_wake_each_other() {
+    let url = support::sqlite_url();
+    let a = SqliteStore::connect(&url, SqlConfig::default())
+        .await
+        .unwrap();
+    let b = SqliteStore::connect(&url, SqlConfig::default())
+        .await
+        .unwrap();
+    let n = name("shared");
+    let holder = HolderToken::mint();
+    b.claim(&n, &holder, "b", TTL).await.unwrap().unwrap();
+    let mut w = a.changes(&Topic::lease(&n)).unwrap();
+    while woken(&mut w, Duration::from_millis(100)).await {}
+    let started = tokio::time::Instant::now();
+    assert!(b.release(&n, &holder).await.unwrap());
+    assert!(
+        woken(&mut w, WAKE).await,
+        "the other store's release woke nobody"
+    );
+    eprintln!("sqlite in-process hint after {:?}", started.elapsed());
+}
+
+/// A PostgreSQL store on a table of its own (its own channel, its listener found by name).
+async fn pg_store(url: &str, table: &str) -> PostgresStore {
+    PostgresStore::connect(url, SqlConfig::default().table(table).unwrap())
+        .await
+        .unwrap()
+}
+
+async fn drop_tables(url: &str, table: &str) {
+    let mut c = sqlx::PgConnection::connect(url).await.unwrap();
+    for t in [table.to_owned(), format!("{table}_partitions")] {
+        sqlx::query(&format!("DROP TABLE IF EXISTS {t}"))
+            .execute(&mut c)
+            .await
+            .unwrap();
+    }
+}
+
+/// The backends of the listener on `table`'s channel.
+async fn listener_pids(url: &str, table: &str) -> Vec<i32> {
+    let mut c = sqlx::PgConnection::connect(url).await.unwrap();
+    sqlx::query_scalar(
+        "SELECT pid FROM pg_stat_activity WHERE application_name = $1 AND pid <> pg_backend_pid()",
+    )
+    .bind(format!("lease-sql hints lease_sql.public.{table}"))
+    .fetch_all(&mut c)
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn postgres_a_release_by_another_store_wakes_a_waiter() {
+    let Some(url) = env::server_url("postgres") else {
+        return;
+    };
+    let table = format!("hints_{:012x}", support::rand_u64() >> 16);
+    let a = pg_store(&url, &table).await;
+    let b = pg_store(&url, &table).await;
+    assert!(a.capabilities().watch);
+    let n = name("pg");
+    let holder = HolderToken::mint();
+    let mut w = a.changes(&Topic::lease(&n)).unwrap();
+    connected(&mut w).await;
+    let mut other = a.changes(&Topic::lease(name("other"))).unwrap();
+    while woken(&mut other, Duration::from_millis(10)).await {}
+
+    let started = tokio::time::Instant::now();
+    b.claim(&n, &holder, "b", TTL).await.unwrap().unwrap();
+    assert!(woken(&mut w, WAKE).await, "the claim woke nobody");
+    let claim_hint = started.elapsed();
+    b.renew(&n, &holder, TTL).await.unwrap().unwrap();
+    assert!(
+        !woken(&mut w, Duration::from_millis(100)).await,
+        "a renewal woke the waiter"
+    );
+    let started = tokio::time::Instant::now();
+    assert!(b.release(&n, &holder).await.unwrap());
+    assert!(woken(&mut w, WAKE).await, "the release woke nobody");
+    eprintln!(
+        "postgres hint after the claim {claim_hint:?}, after the release {:?}",
+        started.elapsed()
+    );
+    assert!(!b.release(&n, &holder).await.unwrap());
+    assert!(
+        !woken(&mut w, Duration::from_millis(100)).await,
+        "a release that ended nothing woke"
+    );
+    assert!(
+        !woken(&mut other, Duration::from_millis(10)).await,
+        "another name was woken"
+    );
+
+    // Partitions: a new owner and a release wake the group; the owner taking its own again does
+    // not.
+    use lease_core::PartitionStore;
+    let g = name("group");
+    let mut gw = a.changes(&Topic::group(&g)).unwrap();
+    b.acquire_partition(&g, 3, "node-b", TTL)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(woken(&mut gw, WAKE).await, "an acquire woke nobody");
+    b.acquire_partition(&g, 3, "node-b", TTL)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        !woken(&mut gw, Duration::from_millis(100)).await,
+        "a re-acquire woke the group"
+    );
+    assert_eq!(
+        b.release_partitions(&g, &[3, 4], "node-b").await.unwrap(),
+        1
+    );
+    assert!(
+        woken(&mut gw, WAKE).await,
+        "a partition release woke nobody"
+    );
+    drop((a, b));
+    drop_tables(&url, &table).await;
+}
+
+#[tokio::test]
+async fn postgres_listener_comes_back_after_its_backend_is_terminated_and_ends_with_the_store() {
+    let Some(url) = env::server_url("postgres") else {
+        return;
+    };
+    let table = format!("hints_{:012x}", support::rand_u64() >> 16);
+    let a = pg_store(&url, &table).await;
+    let b = pg_store(&url, &table).await;
+    let n = name("reconnect");
+    let mut w = a.changes(&Topic::lease(&n)).unwrap();
+    connected(&mut w).await;
+    let pids = listener_pids(&url, &table).await;
+    assert_eq!(pids.len(), 1, "one listener: {pids:?}");
+
+    let mut admin = sqlx::PgConnection::connect(&url).await.unwrap();
+    let _: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
+        .bind(pids[0])
+        .fetch_one(&mut admin)
+        .await
+        .unwrap();
+    // The cut listener delays no claim.
+    let holder = HolderToken::mint();
+    let started = tokio::time::Instant::now();
+    b.claim(&n, &holder, "b", TTL).await.unwrap().unwrap();
+    a.claim(&name("other"), &HolderToken::mint(), "a", TTL)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+
+    let until = tokio::time::Instant::now() + Duration::from_secs(5);
+    let mut went_down = false;
+    while !(went_down && w.is_connected()) {
+        assert!(
+            tokio::time::Instant::now() < until,
+            "the listener did not go down and come back (down seen: {went_down})"
+        );
+        let _ = tokio::time::timeout(Duration::from_millis(20), w.changed()).await;
+        went_down |= !w.is_connected();
+    }
+    while woken(&mut w, Duration::from_millis(50)).await {}
+    let again = listener_pids(&url, &table).await;
+    assert_eq!(again.len(), 1, "{again:?}");
+    assert_ne!(again[0], pids[0]);
+    assert!(b.release(&n, &holder).await.unwrap());
+    assert!(woken(&mut w, WAKE).await, "no hint after the reconnect");
+
+    drop(a);
+    let until = tokio::time::Instant::now() + Duration::from_secs(5);
+    while !listener_pids(&url, &table).await.is_empty() {
+        assert!(
+            tokio::time::Instant::now() < until,
+            "the listener outlived its store"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop(b);
+    drop_tables(&url, &table).await;
+}
+
+#[tokio::test]
+async fn postgres_hints_off_send_no_notify_and_say_so() {
+    let Some(url) = env::server_url("postgres") else {
+        return;
+    };
+    let table = format!("hints_{:012x}", support::rand_u64() >> 16);
+    let a = PostgresStore::connect(
+        &url,
+        SqlConfig::default().table(&table).unwrap().hints(false),
+    )
+    .await
+    .unwrap();
+    assert!(!a.capabilities().watch);
+    let n = name("off");
+    let mut w = a.changes(&Topic::lease(&n)).unwrap();
+    assert!(!w.is_connected());
+    let holder = HolderToken::mint();
+    a.claim(&n, &holder, "a", TTL).await.unwrap().unwrap();
+    assert!(woken(&mut w, WAKE).await, "its own claim woke nobody");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(listener_pids(&url, &table).await.is_empty());
+    drop(a);
+    drop_tables(&url, &table).await;
+}
+
+#[tokio::test]
+async fn mysql_hints_cover_the_store_itself_and_say_so() {
+    let Some(url) = env::server_url("mysql") else {
+        return;
+    };
+    let store = match MySqlStore::connect(&url, SqlConfig::default()).await {
+        Ok(s) => s,
+        Err(e) => {
+            env::skip("mysql", &format!("cannot connect: {e}"));
+            return;
+        }
+    };
+    assert!(!store.capabilities().watch);
+    let n = name("mysql");
+    let mut w = store.changes(&Topic::lease(&n)).unwrap();
+    assert!(!w.is_connected());
+    let holder = HolderToken::mint();
+    store.claim(&n, &holder, "a", TTL).await.unwrap().unwrap();
+    assert!(woken(&mut w, WAKE).await);
+    store.renew(&n, &holder, TTL).await.unwrap().unwrap();
+    assert!(!woken(&mut w, Duration::from_millis(100)).await);
+    assert!(store.release(&n, &holder).await.unwrap());
+    assert!(woken(&mut w, WAKE).await);
+}
