@@ -40,6 +40,7 @@ pub mod cases;
 mod docker;
 pub mod env;
 pub mod faults;
+pub mod hints;
 pub mod history;
 pub mod proxy;
 

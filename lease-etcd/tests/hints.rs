@@ -7,17 +7,14 @@
 
 use std::time::{Duration, Instant};
 
+use lease_conformance::hints::{self, HINT_BOUND, QUIET, connected, woken_within};
 use lease_conformance::{FaultMode, FaultProxy, env};
 use lease_core::backend::HolderToken;
-use lease_core::notify::{Topic, Wakeups};
+use lease_core::notify::Topic;
 use lease_core::{LeaseStore, MembershipStore, PartitionStore};
 use lease_etcd::{EtcdConfig, EtcdStore};
 
 const TTL: Duration = Duration::from_secs(30);
-/// The bound on a hint's latency these tests accept.
-const HINT_BOUND: Duration = Duration::from_millis(250);
-/// How long a waiter is watched for a hint that must not come.
-const QUIET: Duration = Duration::from_millis(300);
 
 fn config() -> EtcdConfig {
     EtcdConfig::new().prefix(format!("lease-hints-{:016x}/", rand_u64()))
@@ -53,85 +50,28 @@ async fn proxied(url: &str, config: EtcdConfig) -> (EtcdStore, FaultProxy) {
     (store, proxy)
 }
 
-/// Waits until `w` says its hints cover every process (at most 5 s), then drains what the
-/// connection woke.
-async fn wait_connected(w: &mut Wakeups) {
-    let started = Instant::now();
-    while !w.is_connected() {
-        assert!(
-            started.elapsed() < Duration::from_secs(5),
-            "the watch did not connect within 5 s"
-        );
-        let _ = tokio::time::timeout(Duration::from_millis(50), w.changed()).await;
-    }
-    while woken_within(w, Duration::from_millis(50)).await.is_some() {}
-}
-
-/// How long until `w` is woken, or `None` after `bound`.
-async fn woken_within(w: &mut Wakeups, bound: Duration) -> Option<Duration> {
-    let started = Instant::now();
-    tokio::time::timeout(bound, w.changed())
-        .await
-        .ok()
-        .map(|()| started.elapsed())
-}
-
 #[tokio::test]
 async fn a_release_by_another_store_wakes_a_waiter_and_a_renewal_does_not() {
     let Some((a, b, _)) = pair().await else {
         return;
     };
-    assert!(a.capabilities().watch);
-    let mut w = a.changes(&Topic::lease("job")).unwrap();
-    let mut other = a.changes(&Topic::lease("other")).unwrap();
-    wait_connected(&mut w).await;
-    while woken_within(&mut other, Duration::from_millis(10))
-        .await
-        .is_some()
-    {}
+    hints::another_store_wakes_a_waiter(&a, &b, TTL, "etcd").await;
 
+    // A renewal asking a longer TTL moves the key onto a new etcd lease: a put, no hint.
+    let mut w = a.changes(&Topic::lease("job")).unwrap();
+    connected(&mut w).await;
     let holder = HolderToken::mint();
     b.claim("job", &holder, "b", TTL).await.unwrap().unwrap();
-    let claimed = woken_within(&mut w, HINT_BOUND)
+    woken_within(&mut w, HINT_BOUND)
         .await
         .expect("the claim woke nobody");
-    b.renew("job", &holder, TTL).await.unwrap().unwrap();
-    // A renewal asking a longer TTL moves the key onto a new etcd lease: a put, no hint.
     b.renew("job", &holder, TTL * 2).await.unwrap().unwrap();
     assert_eq!(
         woken_within(&mut w, QUIET).await,
         None,
-        "a renewal woke the waiter"
+        "a renewal onto a new etcd lease woke the waiter"
     );
-    let started = Instant::now();
     assert!(b.release("job", &holder).await.unwrap());
-    let released = woken_within(&mut w, HINT_BOUND)
-        .await
-        .expect("the release woke nobody");
-    eprintln!(
-        "etcd hint after the claim {claimed:?}, after the release {:?} (release call included: {:?})",
-        released,
-        started.elapsed()
-    );
-    assert!(!b.release("job", &holder).await.unwrap());
-    assert_eq!(
-        woken_within(&mut w, QUIET).await,
-        None,
-        "a release that ended nothing woke the waiter"
-    );
-    assert_eq!(
-        woken_within(&mut other, Duration::from_millis(10)).await,
-        None,
-        "another name was woken"
-    );
-
-    // A forced release is a deletion too.
-    b.claim("job", &holder, "b", TTL).await.unwrap().unwrap();
-    woken_within(&mut w, HINT_BOUND).await.expect("claim");
-    assert!(a.force_release("job").await.unwrap());
-    woken_within(&mut w, HINT_BOUND)
-        .await
-        .expect("the forced release woke nobody");
 }
 
 #[tokio::test]
@@ -140,7 +80,7 @@ async fn an_expiry_wakes_a_waiter() {
         return;
     };
     let mut w = a.changes(&Topic::lease("short")).unwrap();
-    wait_connected(&mut w).await;
+    connected(&mut w).await;
     // etcd's shortest TTL (2 s with its default settings), never renewed.
     let ttl = Duration::from_secs(2);
     b.claim("short", &HolderToken::mint(), "b", ttl)
@@ -167,7 +107,7 @@ async fn partition_and_member_changes_wake_their_group() {
         return;
     };
     let mut g = a.changes(&Topic::group("g")).unwrap();
-    wait_connected(&mut g).await;
+    connected(&mut g).await;
     b.acquire_partition("g", 3, "node-b", TTL)
         .await
         .unwrap()
@@ -223,7 +163,7 @@ async fn the_watch_stays_up_past_its_progress_checks() {
     let a = EtcdStore::connect(&url, config.clone()).await.unwrap();
     let b = EtcdStore::connect(&url, config).await.unwrap();
     let mut w = a.changes(&Topic::lease("n")).unwrap();
-    wait_connected(&mut w).await;
+    connected(&mut w).await;
     // Two progress checks (every 5 s): a watch whose requests went unanswered would drop at
     // the second.
     let until = Instant::now() + Duration::from_secs(11);
@@ -247,7 +187,7 @@ async fn a_cut_watch_says_so_and_comes_back() {
     let (a, proxy) = proxied(&url, config.clone()).await;
     let b = EtcdStore::connect(&url, config).await.unwrap();
     let mut w = a.changes(&Topic::lease("n")).unwrap();
-    wait_connected(&mut w).await;
+    connected(&mut w).await;
 
     proxy.set_mode(FaultMode::Cut);
     let started = Instant::now();
@@ -302,7 +242,7 @@ async fn a_watch_client_of_its_own_serves_a_proxied_store() {
     let a = a.with_watch_client(direct.client().clone());
     let b = EtcdStore::connect(&url, config).await.unwrap();
     let mut w = a.changes(&Topic::lease("n")).unwrap();
-    wait_connected(&mut w).await;
+    connected(&mut w).await;
     proxy.reset_stats();
     let holder = HolderToken::mint();
     b.claim("n", &holder, "b", TTL).await.unwrap().unwrap();

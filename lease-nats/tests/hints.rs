@@ -8,15 +8,14 @@
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
+use lease_conformance::hints::{self, HINT_BOUND, connected, woken_within};
 use lease_conformance::{FaultMode, FaultProxy, env};
 use lease_core::backend::{HolderToken, SlotClaim};
-use lease_core::notify::{Topic, Wakeups};
+use lease_core::notify::Topic;
 use lease_core::{LeaseStore, PartitionStore, SlotStore};
 use lease_nats::{NatsConfig, NatsStore, slot_bucket_for};
 
 const TTL: Duration = Duration::from_secs(5);
-/// The bound a hint must arrive within.
-const HINT_BOUND: Duration = Duration::from_millis(250);
 
 /// A bucket no other test uses, and two stores on it (as two processes would be), both
 /// listening.
@@ -33,7 +32,7 @@ async fn pair(what: &str) -> Option<(NatsStore, NatsStore, Bucket)> {
     };
     let b = NatsStore::connect(&url, config).await.unwrap();
     for s in [&a, &b] {
-        wait_connected(&mut s.changes(&Topic::lease("-")).unwrap()).await;
+        connected(&mut s.changes(&Topic::lease("-")).unwrap()).await;
     }
     let js = jetstream::new(async_nats::connect(&url).await.unwrap());
     Some((a, b, Bucket { js, name: bucket }))
@@ -55,83 +54,12 @@ impl Bucket {
     }
 }
 
-/// Waits until `w` says its hints cover every process (at most 5 s).
-async fn wait_connected(w: &mut Wakeups) {
-    let started = Instant::now();
-    while !w.is_connected() {
-        assert!(
-            started.elapsed() < Duration::from_secs(5),
-            "the listener did not connect within 5 s"
-        );
-        let _ = tokio::time::timeout(Duration::from_millis(100), w.changed()).await;
-    }
-}
-
-/// How long until `w` is woken, or `None` after `bound`.
-async fn woken_within(w: &mut Wakeups, bound: Duration) -> Option<Duration> {
-    let started = Instant::now();
-    tokio::time::timeout(bound, w.changed())
-        .await
-        .ok()
-        .map(|()| started.elapsed())
-}
-
 #[tokio::test]
 async fn a_release_by_another_store_wakes_a_waiter_and_a_renewal_does_not() {
     let Some((a, b, bucket)) = pair("lease").await else {
         return;
     };
-    assert!(a.capabilities().watch);
-    let mut w = a.changes(&Topic::lease("job")).unwrap();
-    let mut other = a.changes(&Topic::lease("other")).unwrap();
-    let mut latencies = Vec::new();
-    for _ in 0..5 {
-        let holder = HolderToken::mint();
-        b.claim("job", &holder, "b", TTL).await.unwrap().unwrap();
-        latencies.push(
-            woken_within(&mut w, HINT_BOUND)
-                .await
-                .expect("claim hinted"),
-        );
-        b.renew("job", &holder, TTL).await.unwrap().unwrap();
-        assert!(
-            b.claim("job", &HolderToken::mint(), "c", TTL)
-                .await
-                .unwrap()
-                .is_none()
-        );
-        assert_eq!(
-            woken_within(&mut w, Duration::from_millis(300)).await,
-            None,
-            "a renewal or a failed claim woke the waiter"
-        );
-        assert!(b.release("job", &holder).await.unwrap());
-        latencies.push(
-            woken_within(&mut w, HINT_BOUND)
-                .await
-                .expect("release hinted"),
-        );
-    }
-    assert_eq!(
-        woken_within(&mut other, Duration::from_millis(50)).await,
-        None
-    );
-    latencies.sort();
-    eprintln!(
-        "nats hint latency over {} changes: median {:?}, max {:?}",
-        latencies.len(),
-        latencies[latencies.len() / 2],
-        latencies[latencies.len() - 1]
-    );
-    let holder = HolderToken::mint();
-    b.claim("job", &holder, "b", TTL).await.unwrap().unwrap();
-    woken_within(&mut w, HINT_BOUND)
-        .await
-        .expect("claim hinted");
-    assert!(b.force_release("job").await.unwrap());
-    woken_within(&mut w, HINT_BOUND)
-        .await
-        .expect("force release hinted");
+    hints::another_store_wakes_a_waiter(&a, &b, TTL, "nats").await;
     bucket.delete().await;
 }
 
@@ -211,7 +139,7 @@ async fn a_cut_connection_says_so_and_the_hints_come_back() {
         .unwrap();
     let b = NatsStore::connect(&url, config).await.unwrap();
     let mut w = a.changes(&Topic::lease("n")).unwrap();
-    wait_connected(&mut w).await;
+    connected(&mut w).await;
 
     proxy.set_mode(FaultMode::Cut);
     let started = Instant::now();
@@ -228,7 +156,7 @@ async fn a_cut_connection_says_so_and_the_hints_come_back() {
     );
     proxy.set_mode(FaultMode::Pass);
     let cut_off = Instant::now();
-    wait_connected(&mut w).await;
+    connected(&mut w).await;
     eprintln!(
         "nats listener back {:?} after the proxy passed again",
         cut_off.elapsed()

@@ -8,16 +8,15 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use lease_conformance::hints::{self, HINT_BOUND, connected, woken_within};
 use lease_core::backend::HolderToken;
-use lease_core::notify::{Topic, Wakeups};
+use lease_core::notify::Topic;
 use lease_core::{LeaseStore, PartitionStore, SlotStore};
 use lease_redis::RedisStore;
 use lease_redis::redis::Client;
 use lease_redis::redis::aio::{ConnectionManager, MultiplexedConnection};
 
 const TTL: Duration = Duration::from_secs(5);
-/// The bound a hint must arrive within.
-const HINT_BOUND: Duration = Duration::from_millis(250);
 
 /// Two stores on one key prefix (as two processes would be), both subscribed.
 async fn pair() -> Option<(RedisStore, RedisStore)> {
@@ -26,93 +25,15 @@ async fn pair() -> Option<(RedisStore, RedisStore)> {
     let a = common::direct(&url, config.clone()).await?;
     let b = common::direct(&url, config).await?;
     for store in [&a, &b] {
-        wait_connected(&mut store.changes(&Topic::lease("-")).unwrap()).await;
+        connected(&mut store.changes(&Topic::lease("-")).unwrap()).await;
     }
     Some((a, b))
-}
-
-/// Waits until `w` says its hints cover every process (at most 5 s).
-async fn wait_connected(w: &mut Wakeups) {
-    let started = Instant::now();
-    while !w.is_connected() {
-        assert!(
-            started.elapsed() < Duration::from_secs(5),
-            "the subscriber did not connect within 5 s"
-        );
-        let _ = tokio::time::timeout(Duration::from_millis(100), w.changed()).await;
-    }
-}
-
-/// How long until `w` is woken, or `None` after `bound`.
-async fn woken_within(w: &mut Wakeups, bound: Duration) -> Option<Duration> {
-    let started = Instant::now();
-    tokio::time::timeout(bound, w.changed())
-        .await
-        .ok()
-        .map(|()| started.elapsed())
 }
 
 #[tokio::test]
 async fn a_release_by_another_store_wakes_a_waiter_and_a_renewal_does_not() {
     let Some((a, b)) = pair().await else { return };
-    assert!(a.capabilities().watch);
-    let name = "job";
-    let mut w = a.changes(&Topic::lease(name)).unwrap();
-    let mut other = a.changes(&Topic::lease("other")).unwrap();
-    let holder = HolderToken::mint();
-    let mut latencies = Vec::new();
-    for _ in 0..5 {
-        b.claim(name, &holder, "b", TTL).await.unwrap().unwrap();
-        latencies.push(
-            woken_within(&mut w, HINT_BOUND)
-                .await
-                .expect("claim hinted"),
-        );
-        b.renew(name, &holder, TTL).await.unwrap().unwrap();
-        assert!(b.verify(name, &holder).await.unwrap().is_some());
-        assert!(
-            b.claim(name, &HolderToken::mint(), "c", TTL)
-                .await
-                .unwrap()
-                .is_none()
-        );
-        assert_eq!(
-            woken_within(&mut w, Duration::from_millis(300)).await,
-            None,
-            "a renewal, a read or a failed claim woke the waiter"
-        );
-        assert!(b.release(name, &holder).await.unwrap());
-        latencies.push(
-            woken_within(&mut w, HINT_BOUND)
-                .await
-                .expect("release hinted"),
-        );
-        // Releasing again changes nothing and publishes nothing.
-        assert!(!b.release(name, &holder).await.unwrap());
-        assert_eq!(woken_within(&mut w, Duration::from_millis(200)).await, None);
-    }
-    assert!(!other.has_changed(), "another name's waiter was woken");
-    assert_eq!(
-        woken_within(&mut other, Duration::from_millis(50)).await,
-        None
-    );
-    latencies.sort();
-    eprintln!(
-        "redis hint latency over {} changes: median {:?}, max {:?}",
-        latencies.len(),
-        latencies[latencies.len() / 2],
-        latencies[latencies.len() - 1]
-    );
-
-    // A force release is a change of hands too.
-    b.claim(name, &holder, "b", TTL).await.unwrap().unwrap();
-    woken_within(&mut w, HINT_BOUND)
-        .await
-        .expect("claim hinted");
-    assert!(b.force_release(name).await.unwrap());
-    woken_within(&mut w, HINT_BOUND)
-        .await
-        .expect("force release hinted");
+    hints::another_store_wakes_a_waiter(&a, &b, TTL, "redis").await;
 }
 
 #[tokio::test]
@@ -213,7 +134,7 @@ async fn a_killed_subscriber_says_so_and_comes_back() {
         .await
         .expect("the cut woke the waiter");
     assert!(!w.is_connected(), "still connected after the cut");
-    wait_connected(&mut w).await;
+    connected(&mut w).await;
     let back = started.elapsed();
     eprintln!("redis subscriber back {back:?} after CLIENT KILL");
     assert_ne!(
@@ -259,7 +180,7 @@ async fn a_store_on_a_bare_connection_has_local_hints_until_given_a_client() {
 
     let store = store.with_listener(client).unwrap();
     assert!(store.capabilities().watch);
-    wait_connected(&mut w).await;
+    connected(&mut w).await;
     let other = common::direct(&url, config).await.unwrap();
     other
         .claim("x", &holder, "other", TTL)

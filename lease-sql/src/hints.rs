@@ -31,8 +31,9 @@ pub(crate) type Mark = (u64, i64);
 /// file and table.
 pub(crate) struct Hints {
     kind: Kind,
-    /// The store's own writes notify their topics directly (every dialect but PostgreSQL with
-    /// hints on, whose listener hears the store's own writes from the server).
+    /// The store's own writes notify their topics directly: MySQL, and PostgreSQL and SQLite
+    /// with hints off (with hints on, PostgreSQL's listener hears the store's own writes from
+    /// the server and SQLite's poller sees them as any other connection's commit).
     pub(crate) local: bool,
 }
 

@@ -10,6 +10,7 @@ mod support;
 use std::time::Duration;
 
 use lease_conformance::env;
+use lease_conformance::hints::{self, connected};
 use lease_core::LeaseStore;
 use lease_core::backend::HolderToken;
 use lease_core::notify::{Topic, Wakeups};
@@ -27,16 +28,6 @@ fn name(what: &str) -> String {
 /// `true` when `w` is woken within `within`.
 async fn woken(w: &mut Wakeups, within: Duration) -> bool {
     tokio::time::timeout(within, w.changed()).await.is_ok()
-}
-
-/// Waits (up to 5 s) for the hints to be connected, then drains what the connection woke.
-async fn connected(w: &mut Wakeups) {
-    let until = tokio::time::Instant::now() + Duration::from_secs(5);
-    while !w.is_connected() {
-        assert!(tokio::time::Instant::now() < until, "hints never connected");
-        let _ = tokio::time::timeout(Duration::from_millis(50), w.changed()).await;
-    }
-    while woken(w, Duration::from_millis(50)).await {}
 }
 
 #[tokio::test]
@@ -98,18 +89,7 @@ async fn sqlite_stores_of_one_process_on_one_file_wake_each_other() {
     let b = SqliteStore::connect(&url, SqlConfig::default())
         .await
         .unwrap();
-    let n = name("shared");
-    let holder = HolderToken::mint();
-    b.claim(&n, &holder, "b", TTL).await.unwrap().unwrap();
-    let mut w = a.changes(&Topic::lease(&n)).unwrap();
-    while woken(&mut w, Duration::from_millis(100)).await {}
-    let started = tokio::time::Instant::now();
-    assert!(b.release(&n, &holder).await.unwrap());
-    assert!(
-        woken(&mut w, WAKE).await,
-        "the other store's release woke nobody"
-    );
-    eprintln!("sqlite in-process hint after {:?}", started.elapsed());
+    hints::another_store_wakes_a_waiter(&a, &b, TTL, "sqlite").await;
 }
 
 /// A PostgreSQL store on a table of its own (its own channel, its listener found by name).
@@ -149,39 +129,7 @@ async fn postgres_a_release_by_another_store_wakes_a_waiter() {
     let table = format!("hints_{:012x}", support::rand_u64() >> 16);
     let a = pg_store(&url, &table).await;
     let b = pg_store(&url, &table).await;
-    assert!(a.capabilities().watch);
-    let n = name("pg");
-    let holder = HolderToken::mint();
-    let mut w = a.changes(&Topic::lease(&n)).unwrap();
-    connected(&mut w).await;
-    let mut other = a.changes(&Topic::lease(name("other"))).unwrap();
-    while woken(&mut other, Duration::from_millis(10)).await {}
-
-    let started = tokio::time::Instant::now();
-    b.claim(&n, &holder, "b", TTL).await.unwrap().unwrap();
-    assert!(woken(&mut w, WAKE).await, "the claim woke nobody");
-    let claim_hint = started.elapsed();
-    b.renew(&n, &holder, TTL).await.unwrap().unwrap();
-    assert!(
-        !woken(&mut w, Duration::from_millis(100)).await,
-        "a renewal woke the waiter"
-    );
-    let started = tokio::time::Instant::now();
-    assert!(b.release(&n, &holder).await.unwrap());
-    assert!(woken(&mut w, WAKE).await, "the release woke nobody");
-    eprintln!(
-        "postgres hint after the claim {claim_hint:?}, after the release {:?}",
-        started.elapsed()
-    );
-    assert!(!b.release(&n, &holder).await.unwrap());
-    assert!(
-        !woken(&mut w, Duration::from_millis(100)).await,
-        "a release that ended nothing woke"
-    );
-    assert!(
-        !woken(&mut other, Duration::from_millis(10)).await,
-        "another name was woken"
-    );
+    hints::another_store_wakes_a_waiter(&a, &b, TTL, "postgres").await;
 
     // Partitions: a new owner and a release wake the group; the owner taking its own again does
     // not.

@@ -1,8 +1,7 @@
-//! SQLite's hints: shared by every store of this process on one file and table, and, across
-//! processes, a poller of `PRAGMA data_version`.
+//! SQLite's hints: shared by every store of this process on one file and table, and fed by
+//! one poller of `PRAGMA data_version`, which sees this process's commits and other processes' alike.
 //!
-//! Within the process, a store's claims and releases notify the shared hints directly. Across
-//! processes, while anybody waits, a poller on a connection of its own reads `PRAGMA
+//! While anybody waits, a poller on a connection of its own reads `PRAGMA
 //! data_version` every [`POLL`] (no table read: the value changes only when another connection
 //! committed); on a change it reads the rows of the subscribed names and groups only, and
 //! notifies just the topics whose holder, term or liveness changed (a renewal wakes nobody).
@@ -54,8 +53,11 @@ pub(crate) async fn shared(options: &SqliteConnectOptions, table: &str, on: bool
     if let Some(h) = files.get(&key).and_then(Weak::upgrade) {
         return h;
     }
-    // On: connected (the poller says otherwise while it cannot read). Off: own writes only.
-    let hints = Arc::new(Hints::per_topic(on, true));
+    // On: connected (the poller says otherwise while it cannot read), and the poller alone
+    // notifies: it sees this process's commits as any other connection's, so a store's own
+    // write notifying too would wake every waiter twice (a second claim or read each). Off:
+    // the stores' own writes only.
+    let hints = Arc::new(Hints::per_topic(on, !on));
     files.insert(key, Arc::downgrade(&hints));
     hints
 }
