@@ -33,8 +33,8 @@
 #
 #   server   install the server if missing or too old; print its path and version
 #
-# `kill leader` SIGKILLs the leader of the first KV stream (the lease bucket's stream) that a
-# node's /jsz reports, else the JetStream meta leader.
+# `kill leader` SIGKILLs the leader of the first KV stream that a node's /jsz reports, a lease
+# bucket's before a slot bucket's (`*_slots`), else the JetStream meta leader.
 set -euo pipefail
 CLUSTER_NAME=nats-cluster
 # shellcheck source=ci/cluster/lib.sh
@@ -154,14 +154,16 @@ serving() {
   [[ -n $(jq -r '.meta_cluster.leader // empty' <<<"$(jsz "$1" "")" 2>/dev/null) ]]
 }
 
-# leader : the node leading the first KV stream a node reports, else the meta leader.
+# leader : the node leading the first KV stream a node reports (a lease bucket's before a slot
+# bucket's, `*_slots`), else the meta leader.
 leader() {
   local n j name
   for n in $NODES; do
     j=$(jsz "$n" "accounts=true&streams=true")
     [[ -n $j ]] || continue
-    name=$(jq -r '[.account_details[]?.stream_detail[]? | select(.name | startswith("KV_"))
-                   | .cluster.leader // empty][0] // empty' <<<"$j" 2>/dev/null || true)
+    name=$(jq -r '[.account_details[]?.stream_detail[]? | select(.name | startswith("KV_"))]
+                  | sort_by(.name | endswith("_slots")) | [.[].cluster.leader // empty][0] // empty' \
+      <<<"$j" 2>/dev/null || true)
     if [[ -z $name ]]; then name=$(jq -r '.meta_cluster.leader // empty' <<<"$j" 2>/dev/null || true); fi
     if [[ -n $name ]] && is_node "$name"; then
       echo "$name"
