@@ -24,10 +24,11 @@
 # expired message (one replaying the messages it missed while down always does) refuses a claim
 # (expected sequence 0) that the leader accepted: its stream is one message short from then on,
 # and once it leads it hands out stream sequences — lease-nats's terms — that were already
-# handed out. Shown here on 2.10.27 (a follower restarted across an expiry and a claim ends one
-# sequence behind; as leader it gave the next claim sequence 4 after 6); gone on 2.15.1, where
-# followers apply what the leader accepted (nats-server#7119, 2.12.0). The cluster refuses to
-# start on a server older than $NATS_MIN_VERSION.
+# handed out. ci/cluster/nats-replica-check.py shows it: on 2.10.27 a follower restarted across
+# an expiry and a claim ends one sequence behind, and as leader gave the next claim sequence 4
+# after 6; on 2.15.1 the replicas stay in step (followers apply what the leader accepted since
+# nats-server#7119, 2.12.0). The cluster refuses to start on a server older than
+# $NATS_MIN_VERSION.
 #
 #   bash ci/cluster/nats.sh start|stop|clean|status|kill <n1|n2|n3|leader>|restart <node>|leader|url|server
 #

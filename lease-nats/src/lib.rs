@@ -366,8 +366,9 @@
 //!   expired message (one replaying what it missed while it was down always does) refuses a
 //!   claim the leader accepted. From then on its stream is a message short, and once it leads
 //!   it hands out stream sequences — terms — that were already handed out. Shown on 2.10.27
-//!   (`ci/cluster/nats.sh` says how); nats-server 2.12.0 has followers apply what the leader
-//!   accepted (nats-io/nats-server#7119). The store logs a warning, once per process, when it
+//!   by the workspace's `ci/cluster/nats-replica-check.py` (a claim given sequence 4 after 6);
+//!   nats-server 2.12.0 has followers apply what the leader accepted
+//!   (nats-io/nats-server#7119). The store logs a warning, once per process, when it
 //!   opens a replicated bucket on an older server, and does not refuse it: the hazard needs a
 //!   follower that still holds a key's expired message when a claim of that key reaches it,
 //!   which a node's restart makes likely and which is otherwise a race between the nodes'
