@@ -64,14 +64,9 @@ new_enough() {
   [[ -n $1 && $(printf '%s\n%s\n' "$NATS_MIN_VERSION" "$1" | sort -V | head -n 1) == "$NATS_MIN_VERSION" ]]
 }
 
-# The Debian archive this machine's apt sources name (as ci/mongo-emulator/start.sh finds it).
-debian_mirror() {
-  local url
-  url=$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources 2>/dev/null |
-    sed -n -e 's/^URIs:[[:space:]]*//p' -e 's/^deb[[:space:]]\+\(\[[^]]*\][[:space:]]\+\)\?//p' |
-    awk '{print $1}' | grep -E '/debian/?$' | head -n 1 || true)
-  echo "${url:-http://deb.debian.org/debian}"
-}
+# debian_mirror: the Debian archive this machine's apt sources name.
+# shellcheck source=ci/debian-mirror.sh
+source "$(dirname "$0")/../debian-mirror.sh"
 
 # download_from SUITE TMP : downloads SUITE's nats-server package into TMP and unpacks it into
 # TMP/unpacked; answers its version, or fails (the reason in TMP/apt.log). apt-get runs with a

@@ -116,6 +116,30 @@ pub(crate) enum Seen<R = Record> {
     Foreign { revision: u64 },
 }
 
+impl<R> Seen<R> {
+    /// What a key's last message says: its stream sequence `revision`, whether it is a delete
+    /// or purge `marker`, its `value` (decoded with `decode`) and its server timestamp.
+    fn of(
+        revision: u64,
+        marker: bool,
+        value: &[u8],
+        created_ns: i128,
+        decode: fn(&[u8]) -> Option<R>,
+    ) -> Self {
+        if marker {
+            return Seen::Marker { revision };
+        }
+        match decode(value) {
+            Some(record) => Seen::Live {
+                record,
+                revision,
+                created_ns,
+            },
+            None => Seen::Foreign { revision },
+        }
+    }
+}
+
 impl fmt::Debug for NatsStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("NatsStore")
@@ -464,6 +488,12 @@ impl NatsStore {
     }
 
     /// [`read_as`](Self::read_as) in the bucket `kv` (the lease or the slot bucket).
+    ///
+    /// On a replicated bucket the read is a `$JS.API.STREAM.MSG.GET` for the key's last
+    /// message, which only the stream's leader answers; otherwise a direct get. A direct get
+    /// may be answered by any replica, and a follower answers from what it has applied so far:
+    /// behind the leader by the replication lag, by seconds while it catches up after a restart
+    /// — a lease the leader has renewed can read there as expired, one released as still held.
     pub(crate) async fn read_in<R>(
         &self,
         kv: &kv::Store,
@@ -473,7 +503,29 @@ impl NatsStore {
         decode: fn(&[u8]) -> Option<R>,
     ) -> Result<Seen<R>> {
         if replicated(kv) {
-            return self.read_on_leader(kv, op, name, key, decode).await;
+            let subject = format!("{}{key}", kv.prefix);
+            let got = self
+                .bounded(
+                    op,
+                    name,
+                    kv.stream.get_last_raw_message_by_subject(&subject),
+                )
+                .await?;
+            let message = match got {
+                Ok(message) => message,
+                Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => {
+                    return Ok(Seen::Absent);
+                }
+                Err(e) => return Err(self.site_in(op, name, &kv.name).last_message(e)),
+            };
+            // A KV delete or purge marker carries `KV-Operation: DEL` or `PURGE`.
+            return Ok(Seen::of(
+                message.sequence,
+                message.headers.get("KV-Operation").is_some(),
+                &message.payload,
+                message.time.unix_timestamp_nanos(),
+                decode,
+            ));
         }
         let entry = self
             .bounded(op, name, kv.entry(key))
@@ -482,61 +534,13 @@ impl NatsStore {
         let Some(entry) = entry else {
             return Ok(Seen::Absent);
         };
-        let revision = entry.revision;
-        if entry.operation != KvOperation::Put {
-            return Ok(Seen::Marker { revision });
-        }
-        Ok(match decode(&entry.value) {
-            Some(record) => Seen::Live {
-                record,
-                revision,
-                created_ns: entry.created.unix_timestamp_nanos(),
-            },
-            None => Seen::Foreign { revision },
-        })
-    }
-
-    /// [`read_in`](Self::read_in) on a replicated bucket: `$JS.API.STREAM.MSG.GET` for the
-    /// key's last message, which only the stream's leader answers. A direct get may be answered
-    /// by any replica, and a follower answers from what it has applied so far: behind the
-    /// leader by the replication lag, by seconds while it catches up after a restart — a lease
-    /// the leader has renewed can read there as expired, one released as still held.
-    async fn read_on_leader<R>(
-        &self,
-        kv: &kv::Store,
-        op: Operation,
-        name: &str,
-        key: &str,
-        decode: fn(&[u8]) -> Option<R>,
-    ) -> Result<Seen<R>> {
-        let subject = format!("{}{key}", kv.prefix);
-        let got = self
-            .bounded(
-                op,
-                name,
-                kv.stream.get_last_raw_message_by_subject(&subject),
-            )
-            .await?;
-        let message = match got {
-            Ok(message) => message,
-            Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => {
-                return Ok(Seen::Absent);
-            }
-            Err(e) => return Err(self.site_in(op, name, &kv.name).last_message(e)),
-        };
-        let revision = message.sequence;
-        // A KV delete or purge marker (`KV-Operation: DEL` or `PURGE`); this store writes none.
-        if message.headers.get("KV-Operation").is_some() {
-            return Ok(Seen::Marker { revision });
-        }
-        Ok(match decode(&message.payload) {
-            Some(record) => Seen::Live {
-                record,
-                revision,
-                created_ns: message.time.unix_timestamp_nanos(),
-            },
-            None => Seen::Foreign { revision },
-        })
+        Ok(Seen::of(
+            entry.revision,
+            entry.operation != KvOperation::Put,
+            &entry.value,
+            entry.created.unix_timestamp_nanos(),
+            decode,
+        ))
     }
 
     /// Publishes `value` to the key if its last revision is `expected` (0: no message).
@@ -937,7 +941,7 @@ fn check_bucket(cfg: &stream::Config, config: &NatsConfig, server: &str) -> Resu
 }
 
 /// Whether `kv`'s stream keeps more than one replica (by the stream info read when the store
-/// was opened): its reads then go to the stream's leader (see `NatsStore::read_on_leader`).
+/// was opened): its reads then go to the stream's leader (see `NatsStore::read_in`).
 fn replicated(kv: &kv::Store) -> bool {
     kv.stream.cached_info().config.num_replicas > 1
 }
