@@ -380,7 +380,7 @@
 //!   seconds, and no claim or renewal is answered meanwhile. A holder whose renewals stall past
 //!   its local deadline loses its term and campaigns again. In the soak under node kills (3
 //!   nodes on loopback, lease 1.5 s) a holder worked again 1.6–8.0 s after the leader's
-//!   SIGKILL (median 5.0 s).
+//!   SIGKILL (median 5.1 s).
 //! - **Expiry runs on each node's clock** against the timestamp the leader gave the message: a
 //!   new leader whose clock runs ahead of the old one's removes a lease early by the difference.
 //!   Keep the servers' clocks synchronised well within the margin between the lease and the
@@ -388,7 +388,7 @@
 //!
 //! Tested by `lease-soak --cluster nats` on `ci/cluster/nats.sh`'s 3-node cluster (nats-server
 //! 2.15.1, bucket R3; in CI): the stream leader SIGKILLed twice and the whole cluster restarted
-//! once per run, 0 overlaps and 0 term regressions in nine runs (figures in BENCHMARKS.md,
+//! once per run, 0 overlaps and 0 term regressions in ten runs (figures in BENCHMARKS.md,
 //! "Soak under node kills").
 //!
 //! # Servers
