@@ -87,14 +87,9 @@ if probe "$MONGO_PORT"; then
 fi
 
 # ------------------------------------------------------------------ install
-# The Debian archive this machine's apt sources name (deb822 `URIs:` or one-line `deb`).
-debian_mirror() {
-  local url
-  url=$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources 2>/dev/null |
-    sed -n -e 's/^URIs:[[:space:]]*//p' -e 's/^deb[[:space:]]\+\(\[[^]]*\][[:space:]]\+\)\?//p' |
-    awk '{print $1}' | grep -E '/debian/?$' | head -n 1 || true)
-  echo "${url:-http://deb.debian.org/debian}"
-}
+# debian_mirror: the Debian archive this machine's apt sources name.
+# shellcheck source=ci/debian-mirror.sh
+source "$HERE/../debian-mirror.sh"
 
 if [[ ! -f $CHROOT/.lease-ci-base ]]; then
   if ! command -v debootstrap >/dev/null 2>&1; then

@@ -21,7 +21,8 @@ use async_nats::jetstream::kv::{
     EntryError, EntryErrorKind, PutError, PutErrorKind, UpdateError, UpdateErrorKind,
 };
 use async_nats::jetstream::stream::{
-    DirectGetError, DirectGetErrorKind, PurgeError, PurgeErrorKind,
+    DirectGetError, DirectGetErrorKind, LastRawMessageError, LastRawMessageErrorKind, PurgeError,
+    PurgeErrorKind,
 };
 use lease_core::layer::Operation;
 use lease_core::{Error, ErrorKind};
@@ -192,6 +193,29 @@ impl Site<'_> {
                     _ => self.backend(e, true),
                 }
             }
+        }
+    }
+
+    /// A read of a key's last message on the stream's leader (`STREAM.MSG.GET`) that failed.
+    pub(crate) fn last_message(&self, e: LastRawMessageError) -> Error {
+        match e.kind() {
+            LastRawMessageErrorKind::NoMessageFound | LastRawMessageErrorKind::InvalidSubject => {
+                self.backend(e, false)
+            }
+            LastRawMessageErrorKind::Other => {
+                let request = e.source().and_then(|s| s.downcast_ref::<RequestError>());
+                match request.map(RequestError::kind) {
+                    Some(RequestErrorKind::TimedOut) => self.no_answer(Box::new(e)),
+                    Some(RequestErrorKind::NoResponders) => self.unavailable(Some(Box::new(e))),
+                    _ if !self.connected => self.unavailable(Some(Box::new(e))),
+                    _ => self.backend(e, true),
+                }
+            }
+            // E.g. no stream leader while the replicas elect one: temporary.
+            LastRawMessageErrorKind::JetStream(_) if !self.connected => {
+                self.unavailable(Some(Box::new(e)))
+            }
+            LastRawMessageErrorKind::JetStream(_) => self.backend(e, true),
         }
     }
 

@@ -41,7 +41,7 @@
 //! |---|---|---|
 //! | `claim` | a publish to `$KV.<bucket>.<key>` with `Nats-Expected-Last-Subject-Sequence: 0` (create): stored → claimed, term = its stream sequence; error 10071 (wrong last sequence) → held | 1 |
 //! | `renew` | a publish with `Nats-Expected-Last-Subject-Sequence: <revision of the holder's last write>` and the term copied into the value | 1 (2 when this store object did not make the last write: a read first) |
-//! | `verify`, `get` | a direct get of the key's last message (`$JS.API.DIRECT.GET.KV_<bucket>.$KV.<bucket>.<key>`) | 1 (`verify` of a job's lease: 2, see [Scheduler slots](#scheduler-slots)) |
+//! | `verify`, `get` | a direct get of the key's last message (`$JS.API.DIRECT.GET.KV_<bucket>.$KV.<bucket>.<key>`; on a replicated bucket `$JS.API.STREAM.MSG.GET`, see [Clusters](#clusters)) | 1 (`verify` of a job's lease: 2, see [Scheduler slots](#scheduler-slots)) |
 //! | `release` | `$JS.API.STREAM.PURGE.KV_<bucket>` with `{"filter": "$KV.<bucket>.<key>", "seq": <revision> + 1}` | 1 (2 when this store object did not make the last write) |
 //! | `force_release` | a direct get, then the purge up to the revision read | 2 |
 //!
@@ -123,7 +123,9 @@
 //!   delete a lease bucket in use; if you must, use a new bucket name (or have the fenced
 //!   resources forget the old terms).
 //! - The term is as durable as the stream: with one replica, losing the server's storage loses
-//!   it. In a cluster, create the bucket with [`NatsConfig::replicas`] of 3.
+//!   it. In a cluster, create the bucket with [`NatsConfig::replicas`] of 3, on nats-server
+//!   2.12.0 or newer: on older servers the replicas of a lease bucket can diverge, and terms go
+//!   back after a leader change (see [Clusters](#clusters)).
 //! - **A lease that ended leaves no record**: once released or expired, the key is gone, and
 //!   [`get`](lease_core::LeaseStore::get) answers `None` for it as for a name never claimed
 //!   (other stores keep the last holder and term). The next claim still gets a higher term.
@@ -344,10 +346,57 @@
 //! fixed TTL; scheduler slots, in the slot bucket (the lease of a round has the fixed TTL too).
 //! No watch.
 //!
+//! # Clusters
+//!
+//! In a JetStream cluster, create the buckets with [`NatsConfig::replicas`] of 3 (or 5): each
+//! claim, renewal and release is then answered once a majority of the stream's replicas stored
+//! it, so the loss of one server (of 3) loses no lease and no term. What the store does for it,
+//! and what it needs:
+//!
+//! - **Reads go to the stream's leader.** On a bucket of more than one replica every read
+//!   (`verify`, `get`, the reads before a renewal or release this store object did not write,
+//!   partition, member and slot reads) is a `$JS.API.STREAM.MSG.GET` for the key's last
+//!   message, which only the stream's leader answers, instead of a direct get, which any
+//!   replica answers from what it has applied so far: behind the leader by the replication lag,
+//!   by seconds while it catches up after a restart. Same round trips; the leader does the
+//!   work of every read. A leader cut off from the others still answers reads until it notices
+//!   it lost its quorum, so a read can be that much stale; no promise rests on a read alone:
+//!   claims, renewals and releases are compare-and-sets that the stream's Raft group orders,
+//!   and a holder stops at its local deadline.
+//! - **nats-server 2.12.0 or newer.** Up to 2.11, a follower checks a message's
+//!   `Nats-Expected-Last-Subject-Sequence` again when it applies it, against its own store, and
+//!   each node removes expired messages by its own timer: a follower that still holds a key's
+//!   expired message (one replaying what it missed while it was down always does) refuses a
+//!   claim the leader accepted. From then on its stream is a message short, and once it leads
+//!   it hands out stream sequences — terms — that were already handed out. Shown on 2.10.27
+//!   by the workspace's `ci/cluster/nats-replica-check.py` (a claim given sequence 4 after 6);
+//!   nats-server 2.12.0 has followers apply what the leader accepted
+//!   (nats-io/nats-server#7119). The store logs a warning, once per process, when it
+//!   opens a replicated bucket on an older server, and does not refuse it: the hazard needs a
+//!   follower that still holds a key's expired message when a claim of that key reaches it,
+//!   which a node's restart makes likely and which is otherwise a race between the nodes'
+//!   expiry timers. Such a cluster makes no promise across node failures.
+//! - **A leader change takes a Raft election**: nats-server's election timeout is several
+//!   seconds, and no claim or renewal is answered meanwhile. A holder whose renewals stall past
+//!   its local deadline loses its term and campaigns again. In the soak under node kills (3
+//!   nodes on loopback, lease 1.5 s) a holder worked again 1.6–8.0 s after the leader's
+//!   SIGKILL (median 5.1 s).
+//! - **Expiry runs on each node's clock** against the timestamp the leader gave the message: a
+//!   new leader whose clock runs ahead of the old one's removes a lease early by the difference.
+//!   Keep the servers' clocks synchronised well within the margin between the lease and the
+//!   holders' local deadline.
+//!
+//! Tested by `lease-soak --cluster nats` on `ci/cluster/nats.sh`'s 3-node cluster (nats-server
+//! 2.15.1, bucket R3; in CI): the stream leader SIGKILLed twice and the whole cluster restarted
+//! once per run, 0 overlaps and 0 term regressions in ten runs (figures in BENCHMARKS.md,
+//! "Soak under node kills").
+//!
 //! # Servers
 //!
-//! nats-server 2.9 and newer, with JetStream. Tested on 2.9.10. Nothing here needs a feature of
-//! a newer server (no per-message TTL, no subject delete markers).
+//! nats-server 2.9 and newer, with JetStream (2.12.0 or newer for a replicated bucket: see
+//! [Clusters](#clusters)). Tested on 2.9.10 (one server) and 2.15.1 (a 3-node cluster).
+//! Nothing here needs a feature of a newer server (no per-message TTL, no subject delete
+//! markers).
 //!
 //! # The crate's files
 //!

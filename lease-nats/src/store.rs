@@ -13,7 +13,7 @@ use async_nats::jetstream::context::{
     CreateStreamErrorKind, GetStreamErrorKind, RequestError, RequestErrorKind,
 };
 use async_nats::jetstream::kv::{self, Operation as KvOperation, UpdateErrorKind};
-use async_nats::jetstream::stream::{self, DiscardPolicy, StorageType};
+use async_nats::jetstream::stream::{self, DiscardPolicy, LastRawMessageErrorKind, StorageType};
 use async_nats::jetstream::{self, Context};
 use bytes::Bytes;
 use futures::future::join_all;
@@ -114,6 +114,30 @@ pub(crate) enum Seen<R = Record> {
     Marker { revision: u64 },
     /// A value this store did not write.
     Foreign { revision: u64 },
+}
+
+impl<R> Seen<R> {
+    /// What a key's last message says: its stream sequence `revision`, whether it is a delete
+    /// or purge `marker`, its `value` (decoded with `decode`) and its server timestamp.
+    fn of(
+        revision: u64,
+        marker: bool,
+        value: &[u8],
+        created_ns: i128,
+        decode: fn(&[u8]) -> Option<R>,
+    ) -> Self {
+        if marker {
+            return Seen::Marker { revision };
+        }
+        match decode(value) {
+            Some(record) => Seen::Live {
+                record,
+                revision,
+                created_ns,
+            },
+            None => Seen::Foreign { revision },
+        }
+    }
 }
 
 impl fmt::Debug for NatsStore {
@@ -267,6 +291,11 @@ impl NatsStore {
         if let Some(s) = &slot_stream {
             check_slot_bucket(&s.cached_info().config, &slot_bucket, &server)?;
         }
+        let replicas = slot_stream
+            .iter()
+            .map(|s| s.cached_info().config.num_replicas)
+            .fold(stream.cached_info().config.num_replicas, usize::max);
+        warn_if_replicas_may_diverge(&bucket, replicas, &client.server_info().version, &server);
 
         let open_kv = |name: String| {
             let js = js.clone();
@@ -459,6 +488,12 @@ impl NatsStore {
     }
 
     /// [`read_as`](Self::read_as) in the bucket `kv` (the lease or the slot bucket).
+    ///
+    /// On a replicated bucket the read is a `$JS.API.STREAM.MSG.GET` for the key's last
+    /// message, which only the stream's leader answers; otherwise a direct get. A direct get
+    /// may be answered by any replica, and a follower answers from what it has applied so far:
+    /// behind the leader by the replication lag, by seconds while it catches up after a restart
+    /// — a lease the leader has renewed can read there as expired, one released as still held.
     pub(crate) async fn read_in<R>(
         &self,
         kv: &kv::Store,
@@ -467,6 +502,31 @@ impl NatsStore {
         key: &str,
         decode: fn(&[u8]) -> Option<R>,
     ) -> Result<Seen<R>> {
+        if replicated(kv) {
+            let subject = format!("{}{key}", kv.prefix);
+            let got = self
+                .bounded(
+                    op,
+                    name,
+                    kv.stream.get_last_raw_message_by_subject(&subject),
+                )
+                .await?;
+            let message = match got {
+                Ok(message) => message,
+                Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => {
+                    return Ok(Seen::Absent);
+                }
+                Err(e) => return Err(self.site_in(op, name, &kv.name).last_message(e)),
+            };
+            // A KV delete or purge marker carries `KV-Operation: DEL` or `PURGE`.
+            return Ok(Seen::of(
+                message.sequence,
+                message.headers.get("KV-Operation").is_some(),
+                &message.payload,
+                message.time.unix_timestamp_nanos(),
+                decode,
+            ));
+        }
         let entry = self
             .bounded(op, name, kv.entry(key))
             .await?
@@ -474,18 +534,13 @@ impl NatsStore {
         let Some(entry) = entry else {
             return Ok(Seen::Absent);
         };
-        let revision = entry.revision;
-        if entry.operation != KvOperation::Put {
-            return Ok(Seen::Marker { revision });
-        }
-        Ok(match decode(&entry.value) {
-            Some(record) => Seen::Live {
-                record,
-                revision,
-                created_ns: entry.created.unix_timestamp_nanos(),
-            },
-            None => Seen::Foreign { revision },
-        })
+        Ok(Seen::of(
+            entry.revision,
+            entry.operation != KvOperation::Put,
+            &entry.value,
+            entry.created.unix_timestamp_nanos(),
+            decode,
+        ))
     }
 
     /// Publishes `value` to the key if its last revision is `expected` (0: no message).
@@ -885,6 +940,65 @@ fn check_bucket(cfg: &stream::Config, config: &NatsConfig, server: &str) -> Resu
     }
 }
 
+/// Whether `kv`'s stream keeps more than one replica (by the stream info read when the store
+/// was opened): its reads then go to the stream's leader (see `NatsStore::read_in`).
+fn replicated(kv: &kv::Store) -> bool {
+    kv.stream.cached_info().config.num_replicas > 1
+}
+
+/// The oldest nats-server on which a replicated bucket's replicas stay in step across an
+/// expiry. Before 2.12.0 a follower checks `Nats-Expected-Last-Subject-Sequence` again when it
+/// applies a message, against its own store; max age is enforced by each node's own timer, so a
+/// follower that still holds a key's expired message (one replaying what it missed while down
+/// always does) refuses a claim the leader accepted. Its stream is one message short from then
+/// on, and once it leads it hands out stream sequences (this store's terms) that were already
+/// handed out. nats-server 2.12.0 has followers apply what the leader accepted
+/// (nats-io/nats-server#7119).
+pub(crate) const REPLICAS_FIXED_IN: (u64, u64, u64) = (2, 12, 0);
+
+/// `major.minor.patch` of a server version string (`2.10.27`, `v2.9.10`, `2.11.0-beta.1`);
+/// `None` when it does not start with three numbers.
+pub(crate) fn parse_version(version: &str) -> Option<(u64, u64, u64)> {
+    let mut parts = version.trim().trim_start_matches('v').splitn(3, '.');
+    let mut number = |last: bool| -> Option<u64> {
+        let part = parts.next()?;
+        let digits = if last {
+            part.split(|c: char| !c.is_ascii_digit()).next()?
+        } else {
+            part
+        };
+        digits.parse().ok()
+    };
+    Some((number(false)?, number(false)?, number(true)?))
+}
+
+/// Whether a server of `version` may let a replicated bucket's replicas diverge (see
+/// [`REPLICAS_FIXED_IN`]): older than it. A version that cannot be parsed is not flagged.
+pub(crate) fn replicas_may_diverge(version: &str) -> bool {
+    parse_version(version).is_some_and(|v| v < REPLICAS_FIXED_IN)
+}
+
+/// Warns, once per process, when a bucket of `replicas` replicas is used on a server of
+/// `version` older than [`REPLICAS_FIXED_IN`].
+fn warn_if_replicas_may_diverge(bucket: &str, replicas: usize, version: &str, server: &str) {
+    static WARNED: std::sync::Once = std::sync::Once::new();
+    if replicas > 1 && replicas_may_diverge(version) {
+        WARNED.call_once(|| {
+            let (a, b, c) = REPLICAS_FIXED_IN;
+            tracing::warn!(
+                bucket,
+                replicas,
+                version,
+                server,
+                "the NATS bucket is replicated on nats-server {version}: before {a}.{b}.{c} \
+                 a follower can refuse a claim its leader accepted (nats-io/nats-server#7119), \
+                 and fencing terms go back once it leads; upgrade the servers to {a}.{b}.{c} or \
+                 newer"
+            );
+        });
+    }
+}
+
 /// host:port of the server a client is connected to.
 fn server_of(client: &async_nats::Client) -> String {
     let info = client.server_info();
@@ -922,6 +1036,21 @@ fn url_label(url: &str) -> Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn servers_before_the_replica_fix_are_flagged() {
+        assert_eq!(parse_version("2.10.27"), Some((2, 10, 27)));
+        assert_eq!(parse_version("v2.9.10"), Some((2, 9, 10)));
+        assert_eq!(parse_version("2.11.0-beta.1"), Some((2, 11, 0)));
+        assert_eq!(parse_version("2.10"), None);
+        assert_eq!(parse_version(""), None);
+        for old in ["2.9.10", "2.10.27", "2.11.9", "1.4.1", "2.2.0"] {
+            assert!(replicas_may_diverge(old), "{old}");
+        }
+        for new in ["2.12.0", "2.15.1", "3.0.0", "not a version"] {
+            assert!(!replicas_may_diverge(new), "{new}");
+        }
+    }
 
     #[test]
     fn url_labels_hide_credentials() {
