@@ -80,6 +80,7 @@ pub struct NatsConfig {
     pub(crate) replicas: usize,
     pub(crate) op_timeout: Duration,
     pub(crate) server_label: Option<String>,
+    pub(crate) allow_diverging_replicas: bool,
 }
 
 impl Default for NatsConfig {
@@ -102,6 +103,7 @@ impl NatsConfig {
             replicas: 1,
             op_timeout: DEFAULT_OP_TIMEOUT,
             server_label: None,
+            allow_diverging_replicas: false,
         }
     }
 
@@ -191,6 +193,16 @@ impl NatsConfig {
     /// bucket.
     pub fn replicas(mut self, replicas: usize) -> Self {
         self.replicas = replicas.max(1);
+        self
+    }
+
+    /// Accepts a replicated bucket on a nats-server older than 2.12.0 (default `false`: the
+    /// store refuses to open it with `Unsupported`). On those servers a follower can refuse a
+    /// claim its leader accepted, and once it leads, fencing terms go back (see the crate
+    /// documentation, *Clusters*). Set it only when nothing is fenced by the term and a second
+    /// holder after a node failure cannot hurt; the store then logs the risk as a warning.
+    pub fn allow_diverging_replicas(mut self, allow: bool) -> Self {
+        self.allow_diverging_replicas = allow;
         self
     }
 

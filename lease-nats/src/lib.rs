@@ -371,11 +371,12 @@
 //!   it hands out stream sequences — terms — that were already handed out. Shown on 2.10.27
 //!   by the workspace's `ci/cluster/nats-replica-check.py` (a claim given sequence 4 after 6);
 //!   nats-server 2.12.0 has followers apply what the leader accepted
-//!   (nats-io/nats-server#7119). The store logs a warning, once per process, when it
-//!   opens a replicated bucket on an older server, and does not refuse it: the hazard needs a
-//!   follower that still holds a key's expired message when a claim of that key reaches it,
-//!   which a node's restart makes likely and which is otherwise a race between the nodes'
-//!   expiry timers. Such a cluster makes no promise across node failures.
+//!   (nats-io/nats-server#7119). The store refuses to open a replicated bucket on an
+//!   older server (`Unsupported`) unless [`NatsConfig::allow_diverging_replicas`] accepts the
+//!   risk, and then logs a warning once per process: the hazard needs a follower that still
+//!   holds a key's expired message when a claim of that key reaches it, which a node's restart
+//!   makes likely and which is otherwise a race between the nodes' expiry timers. Such a
+//!   cluster makes no promise across node failures.
 //! - **A leader change takes a Raft election**: nats-server's election timeout is several
 //!   seconds, and no claim or renewal is answered meanwhile. A holder whose renewals stall past
 //!   its local deadline loses its term and campaigns again. In the soak under node kills (3

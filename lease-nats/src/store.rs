@@ -295,7 +295,13 @@ impl NatsStore {
             .iter()
             .map(|s| s.cached_info().config.num_replicas)
             .fold(stream.cached_info().config.num_replicas, usize::max);
-        warn_if_replicas_may_diverge(&bucket, replicas, &client.server_info().version, &server);
+        check_replicas(
+            &bucket,
+            replicas,
+            &client.server_info().version,
+            &server,
+            config.allow_diverging_replicas,
+        )?;
 
         let open_kv = |name: String| {
             let js = js.clone();
@@ -978,25 +984,44 @@ pub(crate) fn replicas_may_diverge(version: &str) -> bool {
     parse_version(version).is_some_and(|v| v < REPLICAS_FIXED_IN)
 }
 
-/// Warns, once per process, when a bucket of `replicas` replicas is used on a server of
-/// `version` older than [`REPLICAS_FIXED_IN`].
-fn warn_if_replicas_may_diverge(bucket: &str, replicas: usize, version: &str, server: &str) {
+/// Refuses a bucket of `replicas` replicas on a server of `version` older than
+/// [`REPLICAS_FIXED_IN`] (`Unsupported`, not temporary), unless `allowed`
+/// ([`NatsConfig::allow_diverging_replicas`]): then it warns, once per process.
+fn check_replicas(
+    bucket: &str,
+    replicas: usize,
+    version: &str,
+    server: &str,
+    allowed: bool,
+) -> Result<()> {
     static WARNED: std::sync::Once = std::sync::Once::new();
-    if replicas > 1 && replicas_may_diverge(version) {
-        WARNED.call_once(|| {
-            let (a, b, c) = REPLICAS_FIXED_IN;
-            tracing::warn!(
-                bucket,
-                replicas,
-                version,
-                server,
-                "the NATS bucket is replicated on nats-server {version}: before {a}.{b}.{c} \
-                 a follower can refuse a claim its leader accepted (nats-io/nats-server#7119), \
-                 and fencing terms go back once it leads; upgrade the servers to {a}.{b}.{c} or \
-                 newer"
-            );
-        });
+    if replicas <= 1 || !replicas_may_diverge(version) {
+        return Ok(());
     }
+    let (a, b, c) = REPLICAS_FIXED_IN;
+    if !allowed {
+        return Err(Error::unsupported(format!(
+            "the NATS bucket {bucket} has {replicas} replicas on nats-server {version}: before \
+             {a}.{b}.{c} a follower can refuse a claim its leader accepted \
+             (nats-io/nats-server#7119), and fencing terms go back once it leads; upgrade the \
+             servers to {a}.{b}.{c} or newer, use one replica, or accept the risk with \
+             NatsConfig::allow_diverging_replicas(true)"
+        ))
+        .at_server(server.to_owned())
+        .with_temporary(false));
+    }
+    WARNED.call_once(|| {
+        tracing::warn!(
+            bucket,
+            replicas,
+            version,
+            server,
+            "the NATS bucket is replicated on nats-server {version}: before {a}.{b}.{c} \
+             a follower can refuse a claim its leader accepted (nats-io/nats-server#7119), \
+             and fencing terms go back once it leads; accepted by allow_diverging_replicas"
+        );
+    });
+    Ok(())
 }
 
 /// host:port of the server a client is connected to.
@@ -1050,6 +1075,22 @@ mod tests {
         for new in ["2.12.0", "2.15.1", "3.0.0", "not a version"] {
             assert!(!replicas_may_diverge(new), "{new}");
         }
+    }
+
+    #[test]
+    fn replicated_buckets_on_old_servers_are_refused_unless_allowed() {
+        let refused = check_replicas("b", 3, "2.10.27", "n1:4222", false).unwrap_err();
+        assert_eq!(refused.kind(), lease_core::ErrorKind::Unsupported);
+        assert!(!refused.is_temporary());
+        assert!(
+            refused
+                .to_string()
+                .contains("allow_diverging_replicas(true)"),
+            "{refused}"
+        );
+        assert!(check_replicas("b", 3, "2.10.27", "n1:4222", true).is_ok());
+        assert!(check_replicas("b", 1, "2.9.10", "n1:4222", false).is_ok());
+        assert!(check_replicas("b", 3, "2.12.0", "n1:4222", false).is_ok());
     }
 
     #[test]
