@@ -383,6 +383,45 @@ impl LeaseStore for Reopenable {
         self.store()?.force_release(name).await
     }
 
+    async fn claim_permit(
+        &self,
+        name: &str,
+        permits: u32,
+        holder: &HolderToken,
+        instance: &str,
+        ttl: Duration,
+    ) -> Result<Option<lease_core::PermitGrant>> {
+        self.store()?
+            .claim_permit(name, permits, holder, instance, ttl)
+            .await
+    }
+
+    async fn renew_permit(
+        &self,
+        name: &str,
+        permit: u32,
+        holder: &HolderToken,
+        ttl: Duration,
+    ) -> Result<Option<Grant>> {
+        self.store()?.renew_permit(name, permit, holder, ttl).await
+    }
+
+    async fn release_permit(&self, name: &str, permit: u32, holder: &HolderToken) -> Result<bool> {
+        self.store()?.release_permit(name, permit, holder).await
+    }
+
+    async fn verify_permit(
+        &self,
+        name: &str,
+        holder: &HolderToken,
+    ) -> Result<Option<lease_core::PermitGrant>> {
+        self.store()?.verify_permit(name, holder).await
+    }
+
+    async fn permits(&self, name: &str) -> Result<Vec<lease_core::PermitInfo>> {
+        self.store()?.permits(name).await
+    }
+
     fn changes(&self, topic: &lease_core::notify::Topic) -> Option<lease_core::notify::Wakeups> {
         self.store().ok()?.changes(topic)
     }
