@@ -6,28 +6,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lease_conformance::{Harness, cases};
+use lease_conformance::{Harness, cases, panic_of};
 use lease_core::backend::{Grant, HolderToken, async_trait};
 use lease_core::notify::{Topic, Wakeups};
 use lease_core::{Capabilities, LeaseInfo, LeaseStore, PermitGrant, PermitInfo, Result};
 use lease_local::MemoryStore;
-
-/// Runs `case` on its own task and returns its panic message (empty when it did not panic).
-async fn panic_of<F>(case: F) -> String
-where
-    F: std::future::Future<Output = ()> + Send + 'static,
-{
-    match tokio::spawn(case).await {
-        Ok(()) => String::new(),
-        Err(e) => {
-            let p = e.into_panic();
-            p.downcast_ref::<String>()
-                .cloned()
-                .or_else(|| p.downcast_ref::<&str>().map(|s| (*s).to_owned()))
-                .unwrap_or_default()
-        }
-    }
-}
 
 /// How the store is broken.
 #[derive(Debug, Clone, Copy)]

@@ -450,6 +450,27 @@ impl Record {
     }
 }
 
+/// A contender's coordinator on `store`, labelled `label`, whose fail action records into
+/// `record`'s step-down failures.
+fn coordinator(
+    label: &str,
+    store: Arc<dyn LeaseStore>,
+    timings: Timings,
+    record: &Record,
+) -> lease_core::Result<Coordinator> {
+    let failures = Arc::clone(&record.step_down_failures);
+    Coordinator::builder_arc(store)
+        .instance(label)
+        .timings(timings)
+        .fail_action(move |f| {
+            lock(&failures).push(format!(
+                "{} term {} of '{}': {}",
+                f.instance, f.term, f.name, f.error
+            ));
+        })
+        .build()
+}
+
 /// One contender: its coordinator and the task running `run_elected`.
 pub(crate) struct Contender {
     label: String,
@@ -468,17 +489,7 @@ impl Contender {
         record: &Record,
     ) -> lease_core::Result<Contender> {
         let label = format!("contender-{index}");
-        let failures = Arc::clone(&record.step_down_failures);
-        let coordinator = Coordinator::builder_arc(store)
-            .instance(label.clone())
-            .timings(timings)
-            .fail_action(move |f| {
-                lock(&failures).push(format!(
-                    "{} term {} of '{}': {}",
-                    f.instance, f.term, f.name, f.error
-                ));
-            })
-            .build()?;
+        let coordinator = coordinator(&label, store, timings, record)?;
         let c = coordinator.clone();
         let name = name.to_owned();
         let record = record.clone();
@@ -551,17 +562,7 @@ impl Contender {
         record: &Record,
     ) -> lease_core::Result<Contender> {
         let label = format!("counted-{index}");
-        let failures = Arc::clone(&record.step_down_failures);
-        let coordinator = Coordinator::builder_arc(store)
-            .instance(label.clone())
-            .timings(timings)
-            .fail_action(move |f| {
-                lock(&failures).push(format!(
-                    "{} term {} of '{}': {}",
-                    f.instance, f.term, f.name, f.error
-                ));
-            })
-            .build()?;
+        let coordinator = coordinator(&label, store, timings, record)?;
         let c = coordinator.clone();
         let counted = counted.clone();
         let task = tokio::spawn(async move {
