@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lease_conformance::{Harness, cases, panic_of};
+use lease_conformance::{Harness, HintMode, cases, faulty, panic_of};
 use lease_core::backend::{Grant, HolderToken, async_trait};
 use lease_core::notify::{Topic, Wakeups};
 use lease_core::{Capabilities, LeaseInfo, LeaseStore, PermitGrant, PermitInfo, Result};
@@ -195,5 +195,19 @@ async fn the_token_cases_fail_when_tokens_count_per_permit() {
     assert!(
         msg.contains("share a token") || msg.contains("after token"),
         "the race case passed over per-permit tokens: {msg:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_permit_wake_case_fails_when_a_store_that_says_watch_sends_no_hints() {
+    // The fault hook reports the memory store's capabilities (watch: true) but cuts its hints.
+    let mute = faulty(MemoryStore::new());
+    mute.hook().set_hint_mode(HintMode::Cut);
+    let h = Harness::new(Arc::new(mute));
+    let msg =
+        panic_of(async move { cases::a_permit_release_wakes_a_waiter_at_once(&h).await }).await;
+    assert!(
+        msg.contains("did not wake the permit waiter"),
+        "the permit wake case passed without hints: {msg:?}"
     );
 }
