@@ -9,6 +9,7 @@ use crate::clock::Deadline;
 use crate::coordinator::Coordinator;
 use crate::error::{Error, ErrorKind, Result};
 use crate::notify::Topic;
+use crate::permits::Target;
 use crate::store::{LeaseInfo, LeaseStoreExt};
 use crate::term::Term;
 use crate::wait::{Holder, Waiter, Wake};
@@ -70,8 +71,12 @@ impl Coordinator {
     /// assert!(next.token() > first.token());
     /// # Ok(()) }
     /// ```
-    pub async fn acquire(&self, name: &str, timeout: Duration) -> Result<Term> {
-        self.acquire_reporting(name, timeout, |_| {}).await
+    ///
+    /// Takes a name or a [`Permits`](crate::Permits): for a counted name it waits for one
+    /// permit, woken by the same hints (any release of a permit of the name) and, without
+    /// them, at the earliest expiry among the live permits.
+    pub async fn acquire(&self, target: impl Into<Target>, timeout: Duration) -> Result<Term> {
+        self.acquire_reporting(target, timeout, |_| {}).await
     }
 
     /// [`acquire`](Coordinator::acquire), telling `failed` of each temporary failure of an
@@ -80,16 +85,18 @@ impl Coordinator {
     /// the wait into windows (each new `acquire` claims at once, so windows cost claims).
     pub async fn acquire_reporting(
         &self,
-        name: &str,
+        target: impl Into<Target>,
         timeout: Duration,
         mut failed: impl FnMut(&Error),
     ) -> Result<Term> {
+        let target = target.into();
+        let name = target.name();
         let started = Deadline::in_(timeout);
-        let mut waiter = self.waiter(name)?;
+        let mut waiter = self.waiter(&target)?;
         let mut last_holder: Option<LeaseInfo> = None;
         let mut last_error: Option<Error> = None;
         let won = self
-            .campaign(name, started, &mut waiter, |seen| match seen {
+            .campaign(&target, started, &mut waiter, |seen| match seen {
                 Seen::Held(Holder::Live(info)) => {
                     last_holder = Some(info.clone());
                     last_error = None;
@@ -108,16 +115,17 @@ impl Coordinator {
     }
 
     /// A waiter for `name`'s hints, subscribed now (before the first claim).
-    pub(crate) fn waiter(&self, name: &str) -> Result<Waiter> {
+    pub(crate) fn waiter(&self, target: &Target) -> Result<Waiter> {
         if self.is_closed() {
             return Err(Error::closed());
         }
+        let name = target.name();
         self.store().validate_name(name)?;
-        Ok(Waiter::new(
-            self.store().clone(),
-            Topic::lease(name),
-            self.timings(),
-        ))
+        let waiter = Waiter::new(self.store().clone(), Topic::lease(name), self.timings());
+        Ok(match target.permits() {
+            None => waiter,
+            Some(n) => waiter.counted(n),
+        })
     }
 
     /// Claims `name` until won (`Some`), `limit` passes (`None`), the coordinator closes
@@ -125,14 +133,14 @@ impl Coordinator {
     /// temporary failure.
     pub(crate) async fn campaign(
         &self,
-        name: &str,
+        target: &Target,
         limit: Deadline,
         waiter: &mut Waiter,
         mut seen: impl FnMut(Seen<'_>),
     ) -> Result<Option<Term>> {
         loop {
             waiter.before_attempt();
-            match self.attempt(name).await {
+            match self.attempt(target).await {
                 Ok(term) => return Ok(Some(term)),
                 Err(e) if e.is(ErrorKind::Held) => {
                     let holder = waiter.after_held().await;
@@ -157,7 +165,7 @@ impl Coordinator {
             if wake == Wake::Limit {
                 // One last claim at the limit: the name may have come free just now.
                 waiter.before_attempt();
-                return match self.attempt(name).await {
+                return match self.attempt(target).await {
                     Ok(term) => Ok(Some(term)),
                     Err(e) if e.is(ErrorKind::Held) => Ok(None),
                     Err(e) if e.is(ErrorKind::Closed) => Err(e),
@@ -174,15 +182,16 @@ impl Coordinator {
     /// One [`try_acquire`](Coordinator::try_acquire) on a task of its own, so that dropping
     /// the caller never abandons a claim in flight: the task finishes it (reading back an
     /// unknown outcome), and releases a term nobody is left to take.
-    async fn attempt(&self, name: &str) -> Result<Term> {
+    async fn attempt(&self, target: &Target) -> Result<Term> {
         let (tx, rx) = oneshot::channel();
         let me = self.clone();
-        let owned = name.to_owned();
+        let owned = target.clone();
+        let name = target.name();
         // Tracked with the work, so `close` waits for a claim in flight (one that wins after
         // the close is resigned by `adopt`).
         let tracker = self.tracker().clone();
         tracker.spawn(async move {
-            let won = me.try_acquire(&owned).await;
+            let won = me.claim_once(&owned).await;
             if let Err(Ok(term)) = tx.send(won) {
                 // The waiter went away while the claim was in flight.
                 let _ = term.resign().await;

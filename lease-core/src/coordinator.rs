@@ -15,9 +15,10 @@ use crate::clock::{Deadline, Stamp};
 use crate::error::{BoxError, Error, ErrorKind, Result};
 use crate::leadership::{Board, Leadership};
 use crate::observer::Observer;
+use crate::permits::Target;
 use crate::run::{FailAction, default_fail_action};
 use crate::store::LeaseStoreExt;
-use crate::store::{HolderToken, LeaseStore, validate_instance};
+use crate::store::{Grant, HolderToken, LeaseStore, validate_instance};
 use crate::telemetry;
 use crate::term::{Term, TermShared};
 use crate::timings::Timings;
@@ -110,6 +111,24 @@ impl CoordShared {
 struct Terms {
     closed: bool,
     live: Vec<Weak<TermShared>>,
+}
+
+/// What a claim won: the permit (for a counted name) and the grant; `None` when held.
+type Won = Option<(Option<u32>, Grant)>;
+
+/// `Held` for `target`: the name is held, or every permit of it.
+fn held(target: &Target) -> Error {
+    match target {
+        Target::Lease(name) => Error::held(name),
+        Target::Permits(p) => Error::new(
+            ErrorKind::Held,
+            format!(
+                "all {} permits of '{}' are held by others",
+                p.count(),
+                p.name()
+            ),
+        ),
+    }
 }
 
 /// Claims and keeps leases over a [`LeaseStore`]; the entry point of the library.
@@ -319,61 +338,85 @@ impl Coordinator {
     /// `verify` under the same holder token and adopts the claim if it took effect. If that too
     /// fails, the error is returned; a claim that lands later holds the name until its TTL
     /// passes, but nobody acts under it, and its holder token is never used again.
-    pub async fn try_acquire(&self, name: &str) -> Result<Term> {
+    ///
+    /// Takes a name or a [`Permits`](crate::Permits): for a counted name it claims one permit
+    /// (the error is `Held` when every permit is live), and the term's
+    /// [`permit`](Term::permit) says which.
+    pub async fn try_acquire(&self, target: impl Into<Target>) -> Result<Term> {
+        self.claim_once(&target.into()).await
+    }
+
+    /// [`try_acquire`](Coordinator::try_acquire) of `target`.
+    pub(crate) async fn claim_once(&self, target: &Target) -> Result<Term> {
         let shared = &self.shared;
         if self.is_closed() {
             return Err(Error::closed());
         }
+        let name = target.name();
         let store = &shared.store;
         store.validate_name(name)?;
         let t = shared.timings;
         let holder = HolderToken::mint();
         let start = Stamp::now();
-        let outcome = timeout(
-            t.attempt_timeout(),
-            store.claim(name, &holder, &shared.instance, t.lease()),
-        )
-        .await;
-        let unknown = match outcome {
-            Ok(Ok(Some(grant))) => Some(grant),
+        let claim = async {
+            match target.permits() {
+                None => Ok(store
+                    .claim(name, &holder, &shared.instance, t.lease())
+                    .await?
+                    .map(|g| (None, g))),
+                Some(n) => Ok(store
+                    .claim_permit(name, n, &holder, &shared.instance, t.lease())
+                    .await?
+                    .map(|g| (Some(g.permit), g.grant))),
+            }
+        };
+        let outcome: std::result::Result<Result<Won>, _> =
+            timeout(t.attempt_timeout(), claim).await;
+        let (permit, grant) = match outcome {
+            Ok(Ok(Some(won))) => won,
             Ok(Ok(None)) => {
                 debug!(name, "lease is held by another holder");
-                return Err(Error::held(name));
+                return Err(held(target));
             }
             Ok(Err(e)) if !e.is_temporary() => return Err(e),
-            Ok(Err(e)) => return self.read_back(name, &holder, start, e).await,
+            Ok(Err(e)) => return self.read_back(target, &holder, start, e).await,
             Err(_) => {
                 let e = Error::timeout(format_args!("claim of '{name}'"), t.attempt_timeout());
-                return self.read_back(name, &holder, start, e).await;
+                return self.read_back(target, &holder, start, e).await;
             }
         };
-        let Some(grant) = unknown else {
-            return Err(Error::held(name));
-        };
-        self.adopt(name, holder, start, grant).await
+        self.adopt(name, permit, holder, start, grant).await
     }
 
     async fn read_back(
         &self,
-        name: &str,
+        target: &Target,
         holder: &HolderToken,
         start: Stamp,
         original: Error,
     ) -> Result<Term> {
+        let name = target.name();
         let t = self.shared.timings;
         let left = start.remaining(t.deadline());
         if left.is_zero() {
             return Err(original);
         }
-        match timeout(
-            t.attempt_timeout().min(left),
-            self.shared.store.verify(name, holder),
-        )
-        .await
-        {
-            Ok(Ok(Some(grant))) => {
+        let store = &self.shared.store;
+        let verify = async {
+            match target.permits() {
+                None => Ok(store.verify(name, holder).await?.map(|g| (None, g))),
+                Some(_) => Ok(store
+                    .verify_permit(name, holder)
+                    .await?
+                    .map(|g| (Some(g.permit), g.grant))),
+            }
+        };
+        let read: std::result::Result<Result<Won>, _> =
+            timeout(t.attempt_timeout().min(left), verify).await;
+        match read {
+            Ok(Ok(Some((permit, grant)))) => {
                 info!(name, term = grant.term, error = %original, "claim answer was lost but the claim took effect; adopting it");
-                self.adopt(name, holder.clone(), start, grant).await
+                self.adopt(name, permit, holder.clone(), start, grant).await
             }
             Ok(Ok(None)) => {
                 debug!(name, error = %original, "claim did not take effect");
@@ -390,12 +433,14 @@ impl Coordinator {
     async fn adopt(
         &self,
         name: &str,
+        permit: Option<u32>,
         holder: HolderToken,
         start: Stamp,
-        grant: crate::backend::Grant,
+        grant: Grant,
     ) -> Result<Term> {
         let term = Term::start(
             name.to_owned(),
+            permit,
             grant.term,
             holder,
             start,
@@ -414,20 +459,27 @@ impl Coordinator {
             let _ = term.resign().await;
             return Err(Error::closed());
         }
-        info!(name, term = grant.term, instance = %self.shared.instance, expires_in = ?grant.expires_in, "lease claimed");
+        match permit {
+            None => {
+                info!(name, term = grant.term, instance = %self.shared.instance, expires_in = ?grant.expires_in, "lease claimed");
+            }
+            Some(permit) => {
+                info!(name, permit, term = grant.term, instance = %self.shared.instance, expires_in = ?grant.expires_in, "permit claimed");
+            }
+        }
         Ok(term)
     }
 
     /// Claims `name` and runs `work` under it: see [`Term::run`]. Returns `Held` at once when
     /// someone else holds the name.
-    pub async fn run<F, Fut, T, E>(&self, name: &str, work: F) -> Result<T>
+    pub async fn run<F, Fut, T, E>(&self, target: impl Into<Target>, work: F) -> Result<T>
     where
         F: FnOnce(Term) -> Fut,
         Fut: Future<Output = std::result::Result<T, E>> + Send + 'static,
         T: Send + 'static,
         E: Into<BoxError> + Send + 'static,
     {
-        self.try_acquire(name).await?.run(work).await
+        self.try_acquire(target).await?.run(work).await
     }
 
     /// Campaigns for `name` until the coordinator closes, running `f` under each term won.
@@ -466,16 +518,18 @@ impl Coordinator {
     ///
     /// Dropping this future ends the current term as closed (its work is told to stop); the
     /// lease is renewed until the work has returned, then released.
-    pub async fn run_elected<F, Fut, E>(&self, name: &str, mut f: F) -> Result<()>
+    pub async fn run_elected<F, Fut, E>(&self, target: impl Into<Target>, mut f: F) -> Result<()>
     where
         F: FnMut(Term) -> Fut,
         Fut: Future<Output = std::result::Result<(), E>> + Send + 'static,
         E: Into<BoxError> + Send + 'static,
     {
+        let target = target.into();
+        let name = target.name();
         if let Err(e) = self.shared.store.validate_name(name) {
             return self.election_ended(name, Err(e));
         }
-        let mut waiter = match self.waiter(name) {
+        let mut waiter = match self.waiter(&target) {
             Ok(w) => w,
             Err(e) if e.is(ErrorKind::Closed) => return self.election_ended(name, Ok(())),
             Err(e) => return self.election_ended(name, Err(e)),
@@ -498,7 +552,7 @@ impl Coordinator {
                 }
             }
             let campaign = self
-                .campaign(name, Deadline::never(), &mut waiter, |seen| match seen {
+                .campaign(&target, Deadline::never(), &mut waiter, |seen| match seen {
                     Seen::Held(holder) => {
                         telemetry::campaign(name, "held");
                         self.follow(name, holder, &mut followed);

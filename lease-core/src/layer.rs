@@ -48,6 +48,7 @@ use crate::error::Result;
 use crate::membership::{Member, MembershipStore};
 use crate::notify::{Topic, Wakeups};
 use crate::partitions::{PartitionLease, PartitionStore};
+use crate::permits::{PermitGrant, PermitInfo};
 use crate::polling::PollingStore;
 use crate::slots::{SlotClaim, SlotFinish, SlotRecord, SlotStore};
 use crate::store::{Capabilities, Grant, HolderToken, LeaseInfo, LeaseStore};
@@ -98,6 +99,16 @@ pub enum Operation {
     PollAcquire,
     /// [`PollingStore::release`].
     PollRelease,
+    /// [`LeaseStore::claim_permit`].
+    ClaimPermit,
+    /// [`LeaseStore::renew_permit`].
+    RenewPermit,
+    /// [`LeaseStore::release_permit`].
+    ReleasePermit,
+    /// [`LeaseStore::verify_permit`].
+    VerifyPermit,
+    /// [`LeaseStore::permits`].
+    Permits,
 }
 
 impl Operation {
@@ -125,6 +136,11 @@ impl Operation {
             Operation::LastSlot => "last_slot",
             Operation::PollAcquire => "poll_acquire",
             Operation::PollRelease => "poll_release",
+            Operation::ClaimPermit => "claim_permit",
+            Operation::RenewPermit => "renew_permit",
+            Operation::ReleasePermit => "release_permit",
+            Operation::VerifyPermit => "verify_permit",
+            Operation::Permits => "permits",
         }
     }
 
@@ -140,6 +156,8 @@ impl Operation {
                 | Operation::Members
                 | Operation::Unfinished
                 | Operation::LastSlot
+                | Operation::VerifyPermit
+                | Operation::Permits
         )
     }
 }
@@ -324,6 +342,54 @@ impl<S: LeaseStore, H: Hook> LeaseStore for Intercept<S, H> {
         let call = Call::new(Operation::ForceRelease, name);
         let op = self.inner.force_release(name);
         self.hook.around(call, Box::pin(op)).await
+    }
+
+    async fn claim_permit(
+        &self,
+        name: &str,
+        permits: u32,
+        holder: &HolderToken,
+        instance: &str,
+        ttl: Duration,
+    ) -> Result<Option<PermitGrant>> {
+        let call = Call::new(Operation::ClaimPermit, name)
+            .who(instance)
+            .ttl(ttl);
+        let op = self
+            .inner
+            .claim_permit(name, permits, holder, instance, ttl);
+        self.hook.around(call, Box::pin(op)).await
+    }
+
+    async fn renew_permit(
+        &self,
+        name: &str,
+        permit: u32,
+        holder: &HolderToken,
+        ttl: Duration,
+    ) -> Result<Option<Grant>> {
+        let call = Call::new(Operation::RenewPermit, name).ttl(ttl);
+        let op = self.inner.renew_permit(name, permit, holder, ttl);
+        self.hook.around(call, Box::pin(op)).await
+    }
+
+    async fn release_permit(&self, name: &str, permit: u32, holder: &HolderToken) -> Result<bool> {
+        let call = Call::new(Operation::ReleasePermit, name);
+        let op = self.inner.release_permit(name, permit, holder);
+        self.hook.around(call, Box::pin(op)).await
+    }
+
+    async fn verify_permit(&self, name: &str, holder: &HolderToken) -> Result<Option<PermitGrant>> {
+        let call = Call::new(Operation::VerifyPermit, name);
+        let op = self.inner.verify_permit(name, holder);
+        self.hook.around(call, Box::pin(op)).await
+    }
+
+    async fn permits(&self, name: &str) -> Result<Vec<PermitInfo>> {
+        let call = Call::new(Operation::Permits, name);
+        self.hook
+            .around(call, Box::pin(self.inner.permits(name)))
+            .await
     }
 
     fn changes(&self, topic: &Topic) -> Option<Wakeups> {

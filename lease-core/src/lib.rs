@@ -8,6 +8,11 @@
 //! [`Timings`] and their safety rules, and the [`PollingLeaser`]. Backends live in their own
 //! crates (`lease-local`, `lease-sql`, …) and provide a store.
 //!
+//! A **counted lease** ([`Permits`]) lets at most N processes hold a name at once, each with a
+//! permit and a token of its own from one strictly increasing sequence per name: pass a
+//! `Permits` wherever a name is taken (`try_acquire`, `acquire`, `run`, `run_elected`), on a
+//! store whose [`Capabilities::permits`] is true. The rules are in [`permits`].
+//!
 //! ```
 //! use std::time::Duration;
 //! use lease_core::{Coordinator, ErrorKind, Timings};
@@ -58,6 +63,7 @@ pub mod membership;
 pub mod notify;
 mod observer;
 pub mod partitions;
+pub mod permits;
 mod polling;
 pub mod redact;
 mod run;
@@ -78,6 +84,7 @@ pub use leadership::Leadership;
 pub use membership::{GroupStore, Member, MembershipStore};
 pub use observer::{HolderChange, HolderWatch, Observer};
 pub use partitions::{PartitionLease, PartitionStore};
+pub use permits::{PermitGrant, PermitInfo, Permits, Target};
 pub use polling::{PollingLease, PollingLeaser, PollingState, PollingStore};
 pub use run::{FAIL_EXIT_CODE, FailAction, StepDownFailure, default_fail_action};
 pub use scheduler::{CatchUp, Job, JobBuilder, Round, Schedule, Scheduler, SchedulerBuilder};

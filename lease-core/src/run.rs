@@ -448,7 +448,7 @@ impl Term {
             return Some("the local deadline has passed".to_owned());
         }
         let bound = shared.timings.attempt_timeout().min(self.deadline_in());
-        match timeout(bound, shared.store.verify(&shared.name, &shared.holder)).await {
+        match timeout(bound, shared.verify()).await {
             Ok(Ok(None)) => Some("the store no longer holds the lease for this term".to_owned()),
             Ok(Ok(Some(_))) => None,
             Ok(Err(e)) => {

@@ -11,6 +11,7 @@ use async_trait::async_trait;
 
 use crate::error::{Error, Result};
 use crate::notify::{Topic, Wakeups};
+use crate::permits::{PermitGrant, PermitInfo};
 use crate::validate::{DEFAULT_MAX_NAME_BYTES, validate_name, validate_ttl};
 
 /// The longest instance label, in bytes, every store must keep.
@@ -138,6 +139,9 @@ pub struct Capabilities {
     pub slots: bool,
     /// [`LeaseStore::force_release`] is supported.
     pub force_release: bool,
+    /// Counted leases are supported: [`LeaseStore::claim_permit`] and the other permit
+    /// operations (see [`permits`](crate::permits)).
+    pub permits: bool,
     /// The longest name, in bytes.
     pub max_name_bytes: usize,
     /// How a batch renewal of partitions reaches the server (see
@@ -162,6 +166,7 @@ impl Default for Capabilities {
             membership: false,
             slots: false,
             force_release: false,
+            permits: false,
             max_name_bytes: DEFAULT_MAX_NAME_BYTES,
             batch_renew: crate::backend::BatchRenew::default(),
             fixed_ttl: None,
@@ -249,6 +254,58 @@ pub trait LeaseStore: Send + Sync + fmt::Debug + 'static {
         )))
     }
 
+    /// Claims one permit of the counted name `name` for `holder`, when fewer than `permits`
+    /// of its permits are live by the store's clock: the lowest free permit below `permits`,
+    /// with a term one more than the greatest ever issued for the name across its permits.
+    /// `None` when the name is full, or when `holder` already holds a live permit of it. The
+    /// count and the claim are one atomic step (see [`permits`](crate::permits) for every
+    /// rule). Unsupported unless [`Capabilities::permits`].
+    async fn claim_permit(
+        &self,
+        name: &str,
+        permits: u32,
+        holder: &HolderToken,
+        instance: &str,
+        ttl: Duration,
+    ) -> Result<Option<PermitGrant>> {
+        let _ = (name, permits, holder, instance, ttl);
+        Err(self.permits_unsupported())
+    }
+
+    /// Extends the live permit `permit` of `name` that `holder` holds, keeping its term, as
+    /// [`renew`](LeaseStore::renew) does a lease. `None` when it is not live under `holder`.
+    async fn renew_permit(
+        &self,
+        name: &str,
+        permit: u32,
+        holder: &HolderToken,
+        ttl: Duration,
+    ) -> Result<Option<Grant>> {
+        let _ = (name, permit, holder, ttl);
+        Err(self.permits_unsupported())
+    }
+
+    /// Ends the live permit `permit` of `name` that `holder` holds, keeping the name's term
+    /// sequence. `true` when this call ended a live permit.
+    async fn release_permit(&self, name: &str, permit: u32, holder: &HolderToken) -> Result<bool> {
+        let _ = (name, permit, holder);
+        Err(self.permits_unsupported())
+    }
+
+    /// The live permit of `name` that `holder` holds, found by the token alone (the read-back
+    /// after a claim whose answer was lost); `None` when it holds none.
+    async fn verify_permit(&self, name: &str, holder: &HolderToken) -> Result<Option<PermitGrant>> {
+        let _ = (name, holder);
+        Err(self.permits_unsupported())
+    }
+
+    /// Every permit record of `name`, live or not, by permit index; empty when the name was
+    /// never claimed counted.
+    async fn permits(&self, name: &str) -> Result<Vec<PermitInfo>> {
+        let _ = name;
+        Err(self.permits_unsupported())
+    }
+
     /// Hints that `topic` may change hands, when this store can push them (see
     /// [`notify`](crate::notify)); `None` when it cannot, and waiters poll. Hints are never the
     /// basis of a decision: a woken waiter claims as usual. A store that answers `Some` for
@@ -302,6 +359,43 @@ macro_rules! forward_lease_store {
             async fn force_release(&self, name: &str) -> Result<bool> {
                 (**self).force_release(name).await
             }
+            async fn claim_permit(
+                &self,
+                name: &str,
+                permits: u32,
+                holder: &HolderToken,
+                instance: &str,
+                ttl: Duration,
+            ) -> Result<Option<PermitGrant>> {
+                (**self).claim_permit(name, permits, holder, instance, ttl).await
+            }
+            async fn renew_permit(
+                &self,
+                name: &str,
+                permit: u32,
+                holder: &HolderToken,
+                ttl: Duration,
+            ) -> Result<Option<Grant>> {
+                (**self).renew_permit(name, permit, holder, ttl).await
+            }
+            async fn release_permit(
+                &self,
+                name: &str,
+                permit: u32,
+                holder: &HolderToken,
+            ) -> Result<bool> {
+                (**self).release_permit(name, permit, holder).await
+            }
+            async fn verify_permit(
+                &self,
+                name: &str,
+                holder: &HolderToken,
+            ) -> Result<Option<PermitGrant>> {
+                (**self).verify_permit(name, holder).await
+            }
+            async fn permits(&self, name: &str) -> Result<Vec<PermitInfo>> {
+                (**self).permits(name).await
+            }
             fn changes(&self, topic: &Topic) -> Option<Wakeups> {
                 (**self).changes(topic)
             }
@@ -333,6 +427,14 @@ pub trait LeaseStoreExt: LeaseStore {
             ))),
             _ => Ok(()),
         }
+    }
+
+    /// The error of a permit operation on a store without counted leases.
+    fn permits_unsupported(&self) -> Error {
+        Error::unsupported(format!(
+            "the {} store does not support counted leases (permits)",
+            self.backend()
+        ))
     }
 
     /// This store with `hook` run around every operation (see [`crate::layer`]).

@@ -70,6 +70,8 @@ struct Status {
 
 pub(crate) struct TermShared {
     pub(crate) name: String,
+    /// The permit held, for a term of a counted name.
+    pub(crate) permit: Option<u32>,
     pub(crate) token: u64,
     pub(crate) instance: String,
     pub(crate) holder: HolderToken,
@@ -90,6 +92,40 @@ pub(crate) struct TermShared {
 }
 
 impl TermShared {
+    /// Renews what this term holds: its lease, or its permit.
+    async fn renew(&self, ttl: Duration) -> Result<Option<Grant>> {
+        match self.permit {
+            None => self.store.renew(&self.name, &self.holder, ttl).await,
+            Some(p) => {
+                self.store
+                    .renew_permit(&self.name, p, &self.holder, ttl)
+                    .await
+            }
+        }
+    }
+
+    /// Verifies what this term holds: its term and time left, `None` when the store no longer
+    /// holds it for this holder (a permit is found by its holder token, and must be this one).
+    pub(crate) async fn verify(&self) -> Result<Option<Grant>> {
+        match self.permit {
+            None => self.store.verify(&self.name, &self.holder).await,
+            Some(p) => Ok(self
+                .store
+                .verify_permit(&self.name, &self.holder)
+                .await?
+                .filter(|g| g.permit == p && g.grant.term == self.token)
+                .map(|g| g.grant)),
+        }
+    }
+
+    /// Releases what this term holds.
+    async fn release(&self) -> Result<bool> {
+        match self.permit {
+            None => self.store.release(&self.name, &self.holder).await,
+            Some(p) => self.store.release_permit(&self.name, p, &self.holder).await,
+        }
+    }
+
     fn status(&self) -> MutexGuard<'_, Status> {
         // A poisoned lock only means a panic elsewhere while it was held; the data is plain.
         self.status.lock().unwrap_or_else(|p| p.into_inner())
@@ -200,6 +236,7 @@ impl TermShared {
 impl Term {
     pub(crate) fn start(
         name: String,
+        permit: Option<u32>,
         token: u64,
         holder: HolderToken,
         claimed_at: Stamp,
@@ -208,6 +245,7 @@ impl Term {
     ) -> Term {
         let shared = Arc::new(TermShared {
             name,
+            permit,
             token,
             instance: coord.instance.clone(),
             holder,
@@ -247,9 +285,16 @@ impl Term {
         &self.shared().name
     }
 
-    /// The fencing token: strictly greater than every token issued for this name before.
+    /// The fencing token: strictly greater than every token issued for this name before (for
+    /// a counted name: before, across all its permits).
     pub fn token(&self) -> u64 {
         self.shared().token
+    }
+
+    /// The permit held, for a term of a counted name ([`Permits`](crate::Permits)); `None`
+    /// for a plain lease.
+    pub fn permit(&self) -> Option<u32> {
+        self.shared().permit
     }
 
     /// The instance label of this holder, as others see it.
@@ -398,10 +443,7 @@ async fn keep(shared: Arc<TermShared>) {
         last_attempt = start;
         let left = last_ok.remaining(t.deadline());
         let bound = t.attempt_timeout().min(left);
-        let attempt = timeout(
-            bound,
-            shared.store.renew(&shared.name, &shared.holder, t.lease()),
-        );
+        let attempt = timeout(bound, shared.renew(t.lease()));
         let outcome = tokio::select! {
             biased;
             _ = shared.stop.cancelled() => break,
@@ -456,12 +498,7 @@ async fn keep(shared: Arc<TermShared>) {
     let released = if store_says_gone {
         Ok(false)
     } else {
-        match timeout(
-            t.attempt_timeout(),
-            shared.store.release(&shared.name, &shared.holder),
-        )
-        .await
-        {
+        match timeout(t.attempt_timeout(), shared.release()).await {
             Ok(Ok(released)) => {
                 info!(released, "lease released");
                 Ok(released)

@@ -120,6 +120,9 @@ pub struct Waiter {
     /// expiry (see [`overdue_pause`](Self::overdue_pause)).
     overdue: u32,
     last_wake: Option<Wake>,
+    /// For a counted name: its permit count; the holder read is then the live permit that
+    /// expires first, and the name is free while fewer than this many are live.
+    permits: Option<u32>,
 }
 
 impl Waiter {
@@ -137,7 +140,16 @@ impl Waiter {
             free_after_held: 0,
             overdue: 0,
             last_wake: None,
+            permits: None,
         }
+    }
+
+    /// This waiter, for one of `permits` permits of its name: after a "held" answer it reads
+    /// the name's permits ([`LeaseStore::permits`], one round trip) and sleeps until the first
+    /// of them expires; a read that finds fewer than `permits` live sees the name free.
+    pub fn counted(mut self, permits: u32) -> Waiter {
+        self.permits = Some(permits);
+        self
     }
 
     /// The topic waited on.
@@ -176,7 +188,7 @@ impl Waiter {
         let name = name.clone();
         self.before_attempt();
         let t = self.timings;
-        let read = match timeout(t.attempt_timeout(), self.store.get(&name)).await {
+        let read = match timeout(t.attempt_timeout(), self.read(&name)).await {
             Ok(r) => r,
             Err(_) => Err(crate::Error::timeout(
                 format_args!("reading the holder of '{name}'"),
@@ -196,6 +208,29 @@ impl Waiter {
                 Err(e)
             }
         }
+    }
+
+    /// What [`look`](Waiter::look) reads: the name's lease, or, for a counted name, the live
+    /// permit that expires first while all of them are live (else `None`: one is free).
+    async fn read(&self, name: &str) -> Result<Option<LeaseInfo>> {
+        let Some(count) = self.permits else {
+            return self.store.get(name).await;
+        };
+        let permits = self.store.permits(name).await?;
+        let live: Vec<_> = permits.into_iter().filter(|p| p.live).collect();
+        if live.len() < usize::try_from(count).unwrap_or(usize::MAX) {
+            return Ok(None);
+        }
+        Ok(live
+            .into_iter()
+            .min_by_key(|p| p.expires_in)
+            .map(|p| LeaseInfo {
+                name: name.to_owned(),
+                instance: p.instance,
+                term: p.term,
+                live: true,
+                expires_in: p.expires_in,
+            }))
     }
 
     /// After an attempt answered "held": reads the holder with [`look`](Self::look), unless the

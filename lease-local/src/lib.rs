@@ -22,6 +22,7 @@
 mod leases;
 mod membership;
 mod partitions;
+mod permits;
 mod polling;
 mod slots;
 mod store;

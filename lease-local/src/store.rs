@@ -45,6 +45,7 @@ pub(crate) struct State {
     pub(crate) partitions: HashMap<(String, u32), crate::store::PartitionRecord>,
     /// Member records by (service, node).
     pub(crate) members: HashMap<(String, String), crate::store::MemberRecord>,
+    pub(crate) permits: HashMap<String, crate::permits::Counted>,
 }
 
 /// An in-memory [`LeaseStore`](lease_core::LeaseStore) on tokio time: expiry is real, judged by

@@ -114,8 +114,8 @@ async fn within<T>(within: Duration, what: Call<'_>, op: Answer<'_, T>) -> Resul
 }
 
 /// A deliberately broken store for checking the checker (`--break-renewals`): the hook of a
-/// store whose renewal that fails or takes longer than a tenth of the TTL is reported as
-/// successful. Everything else passes through.
+/// store whose renewal (of a lease or of a permit) that fails or takes longer than a tenth of
+/// the TTL is reported as successful. Everything else passes through.
 #[derive(Debug, Default)]
 pub(crate) struct LyingRenewals;
 
@@ -124,7 +124,8 @@ pub(crate) type LyingStore = Intercept<Arc<dyn LeaseStore>, LyingRenewals>;
 
 impl Hook for LyingRenewals {
     fn around<'a, T: Send + 'static>(&'a self, call: Call<'a>, op: Answer<'a, T>) -> Answer<'a, T> {
-        let (Operation::Renew, Some(ttl)) = (call.operation, call.ttl) else {
+        let (Operation::Renew | Operation::RenewPermit, Some(ttl)) = (call.operation, call.ttl)
+        else {
             return op;
         };
         Box::pin(async move {
@@ -381,6 +382,45 @@ impl LeaseStore for Reopenable {
 
     async fn force_release(&self, name: &str) -> Result<bool> {
         self.store()?.force_release(name).await
+    }
+
+    async fn claim_permit(
+        &self,
+        name: &str,
+        permits: u32,
+        holder: &HolderToken,
+        instance: &str,
+        ttl: Duration,
+    ) -> Result<Option<lease_core::PermitGrant>> {
+        self.store()?
+            .claim_permit(name, permits, holder, instance, ttl)
+            .await
+    }
+
+    async fn renew_permit(
+        &self,
+        name: &str,
+        permit: u32,
+        holder: &HolderToken,
+        ttl: Duration,
+    ) -> Result<Option<Grant>> {
+        self.store()?.renew_permit(name, permit, holder, ttl).await
+    }
+
+    async fn release_permit(&self, name: &str, permit: u32, holder: &HolderToken) -> Result<bool> {
+        self.store()?.release_permit(name, permit, holder).await
+    }
+
+    async fn verify_permit(
+        &self,
+        name: &str,
+        holder: &HolderToken,
+    ) -> Result<Option<lease_core::PermitGrant>> {
+        self.store()?.verify_permit(name, holder).await
+    }
+
+    async fn permits(&self, name: &str) -> Result<Vec<lease_core::PermitInfo>> {
+        self.store()?.permits(name).await
     }
 
     fn changes(&self, topic: &lease_core::notify::Topic) -> Option<lease_core::notify::Wakeups> {

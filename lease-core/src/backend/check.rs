@@ -49,6 +49,47 @@ pub fn claim<S: LeaseStore + ?Sized>(
     validate_instance(instance)
 }
 
+/// [`LeaseStore::claim_permit`]: the name, the permit count, the instance label and the lease
+/// duration.
+pub fn claim_permit<S: LeaseStore + ?Sized>(
+    store: &S,
+    name: &str,
+    permits: u32,
+    instance: &str,
+    ttl: Duration,
+) -> Result<()> {
+    claim(store, name, instance, ttl)?;
+    crate::permits::check_count(permits)
+}
+
+/// [`LeaseStore::renew_permit`]: the name, the permit index and the lease duration.
+pub fn renew_permit<S: LeaseStore + ?Sized>(
+    store: &S,
+    name: &str,
+    permit: u32,
+    ttl: Duration,
+) -> Result<()> {
+    renew(store, name, ttl)?;
+    permit_index(permit)
+}
+
+/// [`LeaseStore::release_permit`]: the name and the permit index.
+pub fn permit<S: LeaseStore + ?Sized>(store: &S, name: &str, permit: u32) -> Result<()> {
+    store.validate_name(name)?;
+    permit_index(permit)
+}
+
+fn permit_index(permit: u32) -> Result<()> {
+    if permit >= crate::permits::MAX_PERMITS {
+        return Err(Error::invalid_argument(format!(
+            "permit {permit} does not exist: a counted lease has at most {} permits, \
+             numbered from 0",
+            crate::permits::MAX_PERMITS
+        )));
+    }
+    Ok(())
+}
+
 /// [`LeaseStore::renew`]: the name and the lease duration.
 pub fn renew<S: LeaseStore + ?Sized>(store: &S, name: &str, ttl: Duration) -> Result<()> {
     store.validate_name(name)?;
@@ -56,7 +97,7 @@ pub fn renew<S: LeaseStore + ?Sized>(store: &S, name: &str, ttl: Duration) -> Re
 }
 
 /// The operations that take a name alone: [`LeaseStore::release`], `verify`, `get`,
-/// `force_release`, [`SlotStore::finish_slot`](crate::SlotStore::finish_slot) and
+/// `force_release`, `verify_permit`, `permits`, [`SlotStore::finish_slot`](crate::SlotStore::finish_slot) and
 /// [`SlotStore::last_slot`](crate::SlotStore::last_slot).
 pub fn name<S: LeaseStore + ?Sized>(store: &S, name: &str) -> Result<()> {
     store.validate_name(name)

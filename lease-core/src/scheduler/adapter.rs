@@ -240,6 +240,45 @@ impl LeaseStore for SlotAdapter {
         self.inner.force_release(name).await
     }
 
+    async fn claim_permit(
+        &self,
+        name: &str,
+        permits: u32,
+        holder: &HolderToken,
+        instance: &str,
+        ttl: Duration,
+    ) -> Result<Option<crate::PermitGrant>> {
+        self.inner
+            .claim_permit(name, permits, holder, instance, ttl)
+            .await
+    }
+
+    async fn renew_permit(
+        &self,
+        name: &str,
+        permit: u32,
+        holder: &HolderToken,
+        ttl: Duration,
+    ) -> Result<Option<Grant>> {
+        self.inner.renew_permit(name, permit, holder, ttl).await
+    }
+
+    async fn release_permit(&self, name: &str, permit: u32, holder: &HolderToken) -> Result<bool> {
+        self.inner.release_permit(name, permit, holder).await
+    }
+
+    async fn verify_permit(
+        &self,
+        name: &str,
+        holder: &HolderToken,
+    ) -> Result<Option<crate::PermitGrant>> {
+        self.inner.verify_permit(name, holder).await
+    }
+
+    async fn permits(&self, name: &str) -> Result<Vec<crate::PermitInfo>> {
+        self.inner.permits(name).await
+    }
+
     fn changes(&self, topic: &Topic) -> Option<Wakeups> {
         self.inner.changes(topic)
     }

@@ -1,0 +1,218 @@
+//! Counted leases: at most N holders of a name at once, each with a fencing token of its own.
+//!
+//! A counted name has permits `0, 1, …`; each permit is a lease of its own — claimed, renewed
+//! by the keeper, lost at the local deadline, released on resign, expired by the store's
+//! clock — and a [`Term`](crate::Term) holds one. The rules, the same on every backend:
+//!
+//! - **At most N.** A claim for a name with `permits = N` is granted only while fewer than N
+//!   of the name's permits are live by the store's clock, and takes the lowest free permit
+//!   below N. Counting and taking are one atomic step, so racing claims never grant the
+//!   (N+1)-th.
+//! - **One token sequence per name.** Every grant's term is one more than the greatest term
+//!   ever issued for the name, across all its permits: tokens strictly increase per name (a
+//!   downstream system can order every holder's writes), and a permit that changes hands never
+//!   repeats a token. Renewal keeps the term; release and expiry keep the name's sequence.
+//! - **Changing N** applies to new claims only: nobody is revoked. Lowered from 5 to 3 with 5
+//!   holders, the 5 keep their permits until they end, and no claim is granted until fewer
+//!   than 3 are live. Raised, new claims take the free permits up to the new N.
+//! - **No holder twice.** A claim under a holder token that already holds a live permit of
+//!   the name is answered "full" (`None`); the coordinator mints a token per claim, and after
+//!   an unknown outcome reads back with [`verify_permit`](crate::LeaseStore::verify_permit),
+//!   which finds the permit by token, so one acquire never ends up with two permits.
+//! - **A plain lease and a counted name do not mix.** The permits of a name are kept apart
+//!   from its plain lease (`claim`), so holding `"import"` plainly and by permit are two
+//!   different things; use one or the other for a name.
+//!
+//! ```
+//! use lease_core::{Coordinator, Permits};
+//! use lease_local::MemoryStore;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> lease_core::Result<()> {
+//! let coordinator = Coordinator::new(MemoryStore::new())?;
+//! let import = Permits::new("import", 2)?;
+//! let first = coordinator.try_acquire(&import).await?;
+//! let second = coordinator.try_acquire(&import).await?;
+//! assert_eq!((first.permit(), second.permit()), (Some(0), Some(1)));
+//! assert!(second.token() > first.token());
+//! let third = coordinator.try_acquire(&import).await;
+//! assert_eq!(third.unwrap_err().kind(), lease_core::ErrorKind::Held);
+//! coordinator.close().await
+//! # }
+//! ```
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::store::Grant;
+
+/// The most permits a counted name may have: every claim counts the name's live permits, so
+/// the bound keeps that count one small read.
+pub const MAX_PERMITS: u32 = 1024;
+
+/// A counted name: at most [`count`](Permits::count) holders of [`name`](Permits::name) at
+/// once. Pass it wherever a name is taken ([`Coordinator::try_acquire`](crate::Coordinator::try_acquire),
+/// [`acquire`](crate::Coordinator::acquire), [`run`](crate::Coordinator::run),
+/// [`run_elected`](crate::Coordinator::run_elected)) to hold one permit instead of the name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Permits {
+    name: String,
+    count: u32,
+}
+
+impl Permits {
+    /// At most `count` holders of `name` at once.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidArgument` when `count` is 0 or more than [`MAX_PERMITS`]. The name is checked
+    /// against the store when it is used (each store has its own longest name).
+    pub fn new(name: impl Into<String>, count: u32) -> Result<Permits> {
+        check_count(count)?;
+        Ok(Permits {
+            name: name.into(),
+            count,
+        })
+    }
+
+    /// The name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// How many holders the name may have at once.
+    pub fn count(&self) -> u32 {
+        self.count
+    }
+}
+
+/// Refuses a permit count no store takes: 0, or more than [`MAX_PERMITS`].
+pub(crate) fn check_count(count: u32) -> Result<()> {
+    if count == 0 {
+        return Err(Error::invalid_argument(
+            "a counted lease needs at least 1 permit; asked for 0",
+        ));
+    }
+    if count > MAX_PERMITS {
+        return Err(Error::invalid_argument(format!(
+            "a counted lease takes at most {MAX_PERMITS} permits; asked for {count}"
+        )));
+    }
+    Ok(())
+}
+
+/// What a coordinator claims: a name (a plain lease, at most one holder) or one permit of a
+/// counted name. Made from a `&str`, a `String` or a [`Permits`], so every call that takes a
+/// name takes either.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Target {
+    /// The plain lease of a name.
+    Lease(String),
+    /// One permit of a counted name.
+    Permits(Permits),
+}
+
+impl Target {
+    /// The name claimed.
+    pub fn name(&self) -> &str {
+        match self {
+            Target::Lease(name) => name,
+            Target::Permits(p) => p.name(),
+        }
+    }
+
+    /// The permit count, for a counted name.
+    pub fn permits(&self) -> Option<u32> {
+        match self {
+            Target::Lease(_) => None,
+            Target::Permits(p) => Some(p.count()),
+        }
+    }
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Target::Lease(name) => f.write_str(name),
+            Target::Permits(p) => write!(f, "{} ({} permits)", p.name, p.count),
+        }
+    }
+}
+
+impl From<&str> for Target {
+    fn from(name: &str) -> Target {
+        Target::Lease(name.to_owned())
+    }
+}
+
+impl From<&String> for Target {
+    fn from(name: &String) -> Target {
+        Target::Lease(name.clone())
+    }
+}
+
+impl From<String> for Target {
+    fn from(name: String) -> Target {
+        Target::Lease(name)
+    }
+}
+
+impl From<Permits> for Target {
+    fn from(p: Permits) -> Target {
+        Target::Permits(p)
+    }
+}
+
+impl From<&Permits> for Target {
+    fn from(p: &Permits) -> Target {
+        Target::Permits(p.clone())
+    }
+}
+
+impl From<&Target> for Target {
+    fn from(t: &Target) -> Target {
+        t.clone()
+    }
+}
+
+/// What a counted claim won: which permit, and the lease on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PermitGrant {
+    /// The permit's index, below the count the claim asked for.
+    pub permit: u32,
+    /// The fencing token and time left.
+    pub grant: Grant,
+}
+
+/// What anyone can learn about one permit of a counted name (the holder token excepted).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PermitInfo {
+    /// The permit's index.
+    pub permit: u32,
+    /// The instance label of its last holder.
+    pub instance: String,
+    /// The last term issued for this permit.
+    pub term: u64,
+    /// `true` when the permit is held live by the store's clock.
+    pub live: bool,
+    /// Time left by the store's clock; zero when not live.
+    pub expires_in: Duration,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_are_checked() {
+        assert!(Permits::new("a", 0).is_err());
+        assert!(Permits::new("a", MAX_PERMITS + 1).is_err());
+        let p = Permits::new("a", 3).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((p.name(), p.count()), ("a", 3));
+        let t: Target = (&p).into();
+        assert_eq!(t.permits(), Some(3));
+        assert_eq!(Target::from("a").permits(), None);
+        assert_eq!(t.to_string(), "a (3 permits)");
+    }
+}
