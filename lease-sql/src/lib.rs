@@ -114,6 +114,7 @@ mod membership;
 #[cfg(feature = "mysql")]
 mod mysql;
 mod partitions;
+mod permits;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod slots;
@@ -123,7 +124,8 @@ mod store;
 mod wire;
 
 pub use config::{
-    DEFAULT_TABLE, Ddl, MEMBERS_SUFFIX, NAME_COLUMN_BYTES, PARTITIONS_SUFFIX, SqlConfig,
+    DEFAULT_TABLE, Ddl, MEMBERS_SUFFIX, NAME_COLUMN_BYTES, PARTITIONS_SUFFIX, PERMITS_SUFFIX,
+    SqlConfig,
 };
 pub use error::{SqlResultExt, classify};
 #[cfg(feature = "mysql")]
@@ -134,5 +136,6 @@ pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
 pub use store::{Fence, SqlStore, Token};
 pub use wire::schema::{
-    Dialect, members_schema_sql, partitions_schema_sql, schema_sql, sqlite_boot_clock_sql,
+    Dialect, members_schema_sql, partitions_schema_sql, permits_schema_sql, schema_sql,
+    sqlite_boot_clock_sql,
 };

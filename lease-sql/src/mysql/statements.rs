@@ -3,8 +3,8 @@
 
 use crate::wire::schema::{Dialect, schema_sql};
 use crate::wire::{
-    GROUP_MARKER, GroupStatements, NAMES_MARKER, OWNER_MARKER, PARTITIONS_MARKER, SlotStatements,
-    Statements, TTL_MARKER,
+    GROUP_MARKER, GroupStatements, NAMES_MARKER, OWNER_MARKER, PARTITIONS_MARKER,
+    PermitStatements, SlotStatements, Statements, TTL_MARKER,
 };
 
 /// The statements of a MySQL/MariaDB store on the lease table `t`.
@@ -64,6 +64,7 @@ pub(crate) fn statements(t: &str) -> Statements {
         hint_channel: String::new(),
         slots: slots(t, now),
         groups: groups(t),
+        permits: permits(t),
     };
     // MariaDB's claim: the same statement, under a lock wait timeout of 0.
     Statements {
@@ -124,6 +125,56 @@ fn slots(t: &str, now: &str) -> SlotStatements {
              AND expires_at_ms <= {now}"
         ),
         last: format!("SELECT slot_ms, unfinished_slot_ms, rerun_slot_ms FROM {t} WHERE name = ?"),
+    }
+}
+
+/// The counted-lease statements. The claim is one transaction (see `permits.rs`): `lock`
+/// creates the counter row when missing and locks it either way (`ON DUPLICATE KEY UPDATE`
+/// takes the row's exclusive lock), so claims of a name queue on it; `read` is a locking read,
+/// which sees the latest committed rows; then the permit's write and the counter's. Renew and
+/// release report the term through `LAST_INSERT_ID`, as the lease statements do.
+fn permits(t: &str) -> PermitStatements {
+    let now = Dialect::MySql.expiry_ms();
+    let base = PermitStatements::table(Dialect::MySql, t);
+    let p = &base.table;
+    PermitStatements {
+        lock: format!(
+            "INSERT INTO {p} (name, permit_no, holder, instance, term, expires_at_ms) \
+             VALUES (?, -1, '', '', 0, 0) ON DUPLICATE KEY UPDATE term = term"
+        ),
+        read: format!(
+            "SELECT permit_no, CAST(holder = ? AS SIGNED), term, expires_at_ms - {now} \
+             FROM {p} WHERE name = ? ORDER BY permit_no FOR UPDATE"
+        ),
+        insert: format!(
+            "INSERT INTO {p} (name, permit_no, holder, instance, term, expires_at_ms) \
+             VALUES (?, ?, ?, ?, ?, {now} + ?)"
+        ),
+        take: format!(
+            "UPDATE {p} SET holder = ?, instance = ?, term = ?, expires_at_ms = {now} + ? \
+             WHERE name = ? AND permit_no = ?"
+        ),
+        count: format!("UPDATE {p} SET term = ? WHERE name = ? AND permit_no = -1"),
+        renew: format!(
+            "UPDATE {p} SET expires_at_ms = {now} + ?, term = LAST_INSERT_ID(term) \
+             WHERE name = ? AND permit_no = ? AND holder = ? AND expires_at_ms > {now}"
+        ),
+        release: format!(
+            "UPDATE {p} SET expires_at_ms = 0, term = LAST_INSERT_ID(term) \
+             WHERE name = ? AND permit_no = ? AND holder = ? AND expires_at_ms > {now}"
+        ),
+        verify: format!(
+            "SELECT permit_no, term, expires_at_ms - {now} FROM {p} \
+             WHERE name = ? AND holder = ? AND permit_no >= 0 AND expires_at_ms > {now} \
+             ORDER BY permit_no LIMIT 1"
+        ),
+        // utf8mb4_bin columns come back flagged binary: ask for text.
+        list: format!(
+            "SELECT permit_no, CAST(instance AS CHAR CHARACTER SET utf8mb4), term, \
+             expires_at_ms - {now} FROM {p} WHERE name = ? AND permit_no >= 0 \
+             ORDER BY permit_no"
+        ),
+        ..base
     }
 }
 

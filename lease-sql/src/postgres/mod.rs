@@ -3,6 +3,7 @@
 //! the bottom.
 
 mod hints;
+mod permits;
 mod slots;
 mod statements;
 
@@ -313,6 +314,8 @@ crate::leases::verify_guard!(Postgres, PgConnection, begin);
 crate::partitions::partition_store!(Postgres);
 crate::partitions::group_tables_on_first_use!(Postgres);
 crate::partitions::returning_partition_rows!(Postgres, parts);
+crate::permits::permit_store!(Postgres);
+crate::permits::returning_permit_writes!(Postgres);
 crate::membership::membership_store!(Postgres);
 crate::membership::returning_member_rows!(Postgres);
 crate::slots::slot_store!(Postgres);

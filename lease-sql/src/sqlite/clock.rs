@@ -123,6 +123,7 @@ impl SqlStore<Sqlite> {
             table.clone(),
             self.inner.config.partitions_table_name(),
             self.inner.config.members_table_name(),
+            self.inner.config.permits_table_name(),
         ];
         let wall = Dialect::Sqlite.now_ms();
         let now = Dialect::Sqlite.expiry_ms();
@@ -211,6 +212,7 @@ impl SqlStore<Sqlite> {
         let suffix = match table {
             crate::partitions::Table::Partitions => crate::config::PARTITIONS_SUFFIX,
             crate::partitions::Table::Members => crate::config::MEMBERS_SUFFIX,
+            crate::partitions::Table::Permits => crate::config::PERMITS_SUFFIX,
         };
         let name = self.table_of(table).0;
         let (wall, now) = (Dialect::Sqlite.now_ms(), Dialect::Sqlite.expiry_ms());

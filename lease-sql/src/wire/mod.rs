@@ -37,6 +37,61 @@ pub(crate) struct Statements {
     pub(crate) hint_channel: String,
     pub(crate) slots: SlotStatements,
     pub(crate) groups: GroupStatements,
+    pub(crate) permits: PermitStatements,
+}
+
+/// The counted-lease statements of one store (see `permits.rs`), on the permit table: one row
+/// per `(name, permit_no)`, and the name's counter row at `permit_no = -1`.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct PermitStatements {
+    pub(crate) table: String,
+    pub(crate) create: String,
+    /// PostgreSQL's claim, one statement: `(permit, term, stale)`. Empty elsewhere.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub(crate) claim: String,
+    /// The first statement of MySQL's and SQLite's claim transaction: the counter row created
+    /// when missing (MySQL: and locked). Empty on PostgreSQL.
+    #[cfg_attr(not(any(feature = "mysql", feature = "sqlite")), allow(dead_code))]
+    pub(crate) lock: String,
+    /// The claim transaction's read of the name's rows, the counter's included:
+    /// `(permit_no, held by the claimant, term, time left)` (MySQL: a locking read).
+    #[cfg_attr(not(any(feature = "mysql", feature = "sqlite")), allow(dead_code))]
+    pub(crate) read: String,
+    /// The claim transaction's write of a permit never used: a new row.
+    #[cfg_attr(not(any(feature = "mysql", feature = "sqlite")), allow(dead_code))]
+    pub(crate) insert: String,
+    /// The claim transaction's write of a free permit that has a row.
+    #[cfg_attr(not(any(feature = "mysql", feature = "sqlite")), allow(dead_code))]
+    pub(crate) take: String,
+    /// The claim transaction's move of the counter row to the term granted.
+    #[cfg_attr(not(any(feature = "mysql", feature = "sqlite")), allow(dead_code))]
+    pub(crate) count: String,
+    pub(crate) renew: String,
+    pub(crate) release: String,
+    pub(crate) verify: String,
+    pub(crate) list: String,
+}
+
+impl PermitStatements {
+    /// The permit table of the lease table `table` (its name and DDL in `dialect`), with no
+    /// statement yet: each dialect fills in its own.
+    #[cfg_attr(
+        not(any(feature = "postgres", feature = "mysql", feature = "sqlite")),
+        allow(dead_code)
+    )]
+    pub(crate) fn table(dialect: Dialect, table: &str) -> PermitStatements {
+        let t = permits_table(table);
+        PermitStatements {
+            create: schema::permits_schema_sql(dialect, &t),
+            table: t,
+            ..PermitStatements::default()
+        }
+    }
+}
+
+/// The permit table's name for the lease table `table`.
+pub(crate) fn permits_table(table: &str) -> String {
+    format!("{table}{}", crate::config::PERMITS_SUFFIX)
 }
 
 /// The scheduler slot statements of one store (see `slots.rs`). PostgreSQL and SQLite share
