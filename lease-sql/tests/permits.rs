@@ -1,0 +1,217 @@
+//! Counted leases on the three dialects, before and besides the conformance cases: the rules of
+//! `lease_core::permits` one by one, and 20 claimers on 3 permits that never see 4 held.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use lease_conformance::env;
+use lease_core::LeaseStore;
+use lease_core::backend::HolderToken;
+use lease_sql::{MySqlStore, PostgresStore, SqlConfig};
+
+const LONG: Duration = Duration::from_secs(30);
+
+fn name(what: &str) -> String {
+    format!("permits-{what}-{:016x}", support::rand_u64())
+}
+
+async fn postgres() -> Option<PostgresStore> {
+    let url = env::server_url("postgres")?;
+    Some(PostgresStore::connect(&url, SqlConfig::default()).await.unwrap())
+}
+
+async fn mysql() -> Option<MySqlStore> {
+    let url = env::server_url("mysql")?;
+    Some(MySqlStore::connect(&url, SqlConfig::default()).await.unwrap())
+}
+
+/// Claims, the count, no holder twice, renew, verify, release, the list.
+async fn rules(store: &dyn LeaseStore) {
+    assert!(store.capabilities().permits);
+    let n = name("rules");
+    assert!(store.permits(&n).await.unwrap().is_empty());
+    let holders: Vec<HolderToken> = (0..4).map(|_| HolderToken::mint()).collect();
+    let mut terms = Vec::new();
+    for (i, h) in holders.iter().take(3).enumerate() {
+        let g = store
+            .claim_permit(&n, 3, h, &format!("i{i}"), LONG)
+            .await
+            .unwrap()
+            .expect("a free permit");
+        assert_eq!(g.permit, u32::try_from(i).unwrap());
+        terms.push(g.grant.term);
+    }
+    assert!(terms.windows(2).all(|w| w[1] > w[0]), "{terms:?}");
+    // Full; and a holder that holds one is refused a second, even with room.
+    assert!(store.claim_permit(&n, 3, &holders[3], "i3", LONG).await.unwrap().is_none());
+    assert!(store.claim_permit(&n, 5, &holders[0], "i0", LONG).await.unwrap().is_none());
+    // Verify by token alone; renewal keeps the term.
+    let v = store.verify_permit(&n, &holders[1]).await.unwrap().unwrap();
+    assert_eq!((v.permit, v.grant.term), (1, terms[1]));
+    assert!(store.verify_permit(&n, &holders[3]).await.unwrap().is_none());
+    let r = store.renew_permit(&n, 1, &holders[1], LONG).await.unwrap().unwrap();
+    assert_eq!(r.term, terms[1]);
+    assert!(store.renew_permit(&n, 2, &holders[1], LONG).await.unwrap().is_none());
+    // Release frees the permit; the next grant takes it with a greater term than any before.
+    assert!(!store.release_permit(&n, 1, &holders[0]).await.unwrap());
+    assert!(store.release_permit(&n, 1, &holders[1]).await.unwrap());
+    assert!(!store.release_permit(&n, 1, &holders[1]).await.unwrap());
+    assert!(store.verify_permit(&n, &holders[1]).await.unwrap().is_none());
+    assert!(store.renew_permit(&n, 1, &holders[1], LONG).await.unwrap().is_none());
+    let g = store
+        .claim_permit(&n, 3, &holders[3], "i3", LONG)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(g.permit, 1);
+    assert_eq!(g.grant.term, terms[2] + 1);
+    let list = store.permits(&n).await.unwrap();
+    let seen: Vec<(u32, &str, u64, bool)> = list
+        .iter()
+        .map(|p| (p.permit, p.instance.as_str(), p.term, p.live))
+        .collect();
+    assert_eq!(
+        seen,
+        vec![
+            (0, "i0", terms[0], true),
+            (1, "i3", terms[2] + 1, true),
+            (2, "i2", terms[2], true),
+        ]
+    );
+    assert!(list.iter().all(|p| p.expires_in > Duration::from_secs(20)));
+    // A plain lease of the name is another thing.
+    let plain = HolderToken::mint();
+    assert!(store.claim(&n, &plain, "plain", LONG).await.unwrap().is_some());
+}
+
+/// A dead holder's permit frees itself at its TTL (the store's clock), and the term moves on.
+async fn expiry(store: &dyn LeaseStore) {
+    let n = name("expiry");
+    let (a, b) = (HolderToken::mint(), HolderToken::mint());
+    let first = store
+        .claim_permit(&n, 1, &a, "a", Duration::from_millis(300))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(store.claim_permit(&n, 1, &b, "b", LONG).await.unwrap().is_none());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(store.verify_permit(&n, &a).await.unwrap().is_none());
+    let list = store.permits(&n).await.unwrap();
+    assert!(!list[0].live && list[0].expires_in.is_zero(), "{list:?}");
+    let second = store.claim_permit(&n, 1, &b, "b", LONG).await.unwrap().unwrap();
+    assert_eq!(second.permit, 0);
+    assert_eq!(second.grant.term, first.grant.term + 1);
+    assert!(store.renew_permit(&n, 0, &a, LONG).await.unwrap().is_none());
+}
+
+/// Lowered from 3 to 2 with 3 holders: nobody is revoked, and no claim is granted until fewer
+/// than 2 are live. Raised, the free permits up to the new count are taken.
+async fn count_changes(store: &dyn LeaseStore) {
+    let n = name("count");
+    let hs: Vec<HolderToken> = (0..5).map(|_| HolderToken::mint()).collect();
+    for h in &hs[..3] {
+        store.claim_permit(&n, 3, h, "x", LONG).await.unwrap().unwrap();
+    }
+    assert!(store.claim_permit(&n, 2, &hs[3], "x", LONG).await.unwrap().is_none());
+    assert!(store.release_permit(&n, 0, &hs[0]).await.unwrap());
+    assert!(store.claim_permit(&n, 2, &hs[3], "x", LONG).await.unwrap().is_none());
+    for h in &hs[1..3] {
+        assert!(store.verify_permit(&n, h).await.unwrap().is_some());
+    }
+    assert!(store.release_permit(&n, 2, &hs[2]).await.unwrap());
+    let g = store.claim_permit(&n, 2, &hs[3], "x", LONG).await.unwrap().unwrap();
+    assert_eq!(g.permit, 0);
+    let g = store.claim_permit(&n, 5, &hs[4], "x", LONG).await.unwrap().unwrap();
+    assert_eq!(g.permit, 2);
+}
+
+/// `claimers` tasks claim one permit each of a name with `count` permits, hold it a moment
+/// and release it, `rounds` times: the most that held at once, and every term granted.
+async fn contend(
+    store: Arc<dyn LeaseStore>,
+    count: u32,
+    claimers: usize,
+    rounds: usize,
+) -> (usize, Vec<u64>) {
+    let n = Arc::new(name("contend"));
+    let held = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for i in 0..claimers {
+        let (store, n, held, most) = (store.clone(), n.clone(), held.clone(), most.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut terms = Vec::new();
+            let mut done = 0;
+            while done < rounds {
+                let h = HolderToken::mint();
+                let Some(g) = store
+                    .claim_permit(&n, count, &h, &format!("c{i}"), LONG)
+                    .await
+                    .unwrap()
+                else {
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    continue;
+                };
+                let now = held.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                let live = store.permits(&n).await.unwrap();
+                most.fetch_max(live.iter().filter(|p| p.live).count(), Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                held.fetch_sub(1, Ordering::SeqCst);
+                assert!(store.release_permit(&n, g.permit, &h).await.unwrap());
+                terms.push(g.grant.term);
+                done += 1;
+            }
+            terms
+        }));
+    }
+    let mut terms = Vec::new();
+    for t in tasks {
+        terms.extend(t.await.unwrap());
+    }
+    (most.load(Ordering::SeqCst), terms)
+}
+
+async fn never_more_than_three(store: Arc<dyn LeaseStore>) {
+    let (most, mut terms) = contend(store.clone(), 3, 20, 5).await;
+    assert!(most <= 3, "{most} held at once with 3 permits");
+    assert_eq!(most, 3, "20 claimers never filled 3 permits");
+    let all = terms.len();
+    terms.sort_unstable();
+    terms.dedup();
+    assert_eq!(terms.len(), all, "a term was granted twice");
+    // The checker sees more than 3 when more may hold: it can fail.
+    let (most, _) = contend(store, 5, 20, 3).await;
+    assert!(most > 3, "the checker saw at most {most} with 5 permits");
+}
+
+macro_rules! dialect {
+    ($m:ident, $store:expr) => {
+        mod $m {
+            use super::*;
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn permit_rules() {
+                let Some(store) = $store else { return };
+                rules(&store).await;
+                expiry(&store).await;
+                count_changes(&store).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn twenty_claimers_on_three_permits() {
+                let Some(store) = $store else { return };
+                never_more_than_three(Arc::new(store)).await;
+            }
+        }
+    };
+}
+
+dialect!(on_postgres, postgres().await);
+dialect!(on_mysql, mysql().await);
+dialect!(on_sqlite, Some(support::sqlite().await));
