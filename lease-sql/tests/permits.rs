@@ -12,7 +12,9 @@ use std::time::Duration;
 use lease_conformance::env;
 use lease_core::LeaseStore;
 use lease_core::backend::HolderToken;
-use lease_sql::{MySqlStore, PostgresStore, SqlConfig};
+use lease_core::notify::{Topic, Wakeups};
+use lease_sql::{MySqlStore, PostgresStore, SqlConfig, SqliteStore};
+use sqlx::Connection;
 
 const LONG: Duration = Duration::from_secs(30);
 
@@ -215,3 +217,98 @@ macro_rules! dialect {
 dialect!(on_postgres, postgres().await);
 dialect!(on_mysql, mysql().await);
 dialect!(on_sqlite, Some(support::sqlite().await));
+
+/// The bound on a hint's latency these tests accept.
+const WAKE: Duration = Duration::from_millis(250);
+
+async fn woken(w: &mut Wakeups, within: Duration) -> bool {
+    tokio::time::timeout(within, w.changed()).await.is_ok()
+}
+
+/// Drains what subscribing (and connecting) woke.
+async fn settle(w: &mut Wakeups) {
+    let until = tokio::time::Instant::now() + Duration::from_secs(5);
+    while !w.is_connected() && tokio::time::Instant::now() < until {
+        let _ = tokio::time::timeout(Duration::from_millis(50), w.changed()).await;
+    }
+    while woken(w, Duration::from_millis(100)).await {}
+}
+
+/// `waiter` watches the name's lease topic while `writer` claims, renews and releases one of
+/// its permits: the claim and the release wake it, the renewal and a release that ended
+/// nothing do not.
+async fn hints_of(waiter: &dyn LeaseStore, writer: &dyn LeaseStore) {
+    let n = name("hints");
+    let h = HolderToken::mint();
+    let mut w = waiter.changes(&Topic::lease(&n)).unwrap();
+    settle(&mut w).await;
+    let g = writer.claim_permit(&n, 2, &h, "w", LONG).await.unwrap().unwrap();
+    assert!(woken(&mut w, WAKE).await, "the claim woke nobody");
+    // A change may wake twice (SQLite: the store's own hint, then its poller's).
+    while woken(&mut w, Duration::from_millis(100)).await {}
+    writer.renew_permit(&n, g.permit, &h, LONG).await.unwrap().unwrap();
+    assert!(
+        !woken(&mut w, Duration::from_millis(150)).await,
+        "a renewal woke the waiter"
+    );
+    assert!(writer.release_permit(&n, g.permit, &h).await.unwrap());
+    assert!(woken(&mut w, WAKE).await, "the release woke nobody");
+    while woken(&mut w, Duration::from_millis(100)).await {}
+    assert!(!writer.release_permit(&n, g.permit, &h).await.unwrap());
+    assert!(
+        !woken(&mut w, Duration::from_millis(150)).await,
+        "a release that ended nothing woke"
+    );
+}
+
+#[tokio::test]
+async fn postgres_permit_hints_reach_another_store() {
+    let Some(url) = env::server_url("postgres") else {
+        return;
+    };
+    // A table of its own: its own channel.
+    let table = format!("permit_hints_{:012x}", support::rand_u64() >> 16);
+    let config = || SqlConfig::default().table(&table).unwrap();
+    let a = PostgresStore::connect(&url, config()).await.unwrap();
+    let b = PostgresStore::connect(&url, config()).await.unwrap();
+    hints_of(&a, &b).await;
+    drop((a, b));
+    let mut c = sqlx::PgConnection::connect(&url).await.unwrap();
+    for t in [table.clone(), format!("{table}_permits")] {
+        sqlx::query(&format!("DROP TABLE IF EXISTS {t}"))
+            .execute(&mut c)
+            .await
+            .unwrap();
+    }
+}
+
+#[tokio::test]
+async fn mysql_permit_hints_cover_the_store_itself() {
+    let Some(store) = mysql().await else { return };
+    hints_of(&store, &store).await;
+}
+
+#[tokio::test]
+async fn sqlite_permit_hints_reach_stores_of_the_process_and_other_connections() {
+    let url = support::sqlite_url();
+    let a = SqliteStore::connect(&url, SqlConfig::default()).await.unwrap();
+    let b = SqliteStore::connect(&url, SqlConfig::default()).await.unwrap();
+    hints_of(&a, &b).await;
+    // A permit ended by a connection of its own, as another process would end it: the poller
+    // reads the permit table.
+    let n = name("poller");
+    let h = HolderToken::mint();
+    a.claim_permit(&n, 1, &h, "a", LONG).await.unwrap().unwrap();
+    let mut w = a.changes(&Topic::lease(&n)).unwrap();
+    settle(&mut w).await;
+    let mut other = sqlx::SqliteConnection::connect(&url).await.unwrap();
+    sqlx::query("UPDATE leases_permits SET expires_at_ms = 0 WHERE name = ?1 AND permit_no = 0")
+        .bind(&n)
+        .execute(&mut other)
+        .await
+        .unwrap();
+    assert!(
+        woken(&mut w, WAKE).await,
+        "another connection's release of a permit woke nobody"
+    );
+}

@@ -206,14 +206,16 @@ impl SqlStore<Sqlite> {
     /// leases keep the time they had left). Both are idempotent: two processes may run them at
     /// once.
     pub(super) async fn group_boot_clock(&self, table: crate::partitions::Table) -> Result<()> {
-        if self.inner.config.ddl != crate::Ddl::Auto {
-            return Ok(());
-        }
         let suffix = match table {
             crate::partitions::Table::Partitions => crate::config::PARTITIONS_SUFFIX,
             crate::partitions::Table::Members => crate::config::MEMBERS_SUFFIX,
-            crate::partitions::Table::Permits => crate::config::PERMITS_SUFFIX,
+            // No lease-sql from before the boot clock knows the permit table: no process can
+            // write it a wall-clock expiry, so it needs neither triggers nor a conversion.
+            crate::partitions::Table::Permits => return Ok(()),
         };
+        if self.inner.config.ddl != crate::Ddl::Auto {
+            return Ok(());
+        }
         let name = self.table_of(table).0;
         let (wall, now) = (Dialect::Sqlite.now_ms(), Dialect::Sqlite.expiry_ms());
         let floor = crate::config::WALL_CLOCK_FLOOR_MS;

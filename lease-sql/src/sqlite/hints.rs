@@ -65,6 +65,8 @@ pub(crate) async fn shared(options: &SqliteConnectOptions, table: &str, on: bool
 pub(crate) struct Tables {
     pub(crate) leases: String,
     pub(crate) partitions: String,
+    /// The permit table: a lease topic covers the permits of its name too.
+    pub(crate) permits: String,
 }
 
 /// Starts the poller for `hints` on the current tokio runtime (`None` outside one).
@@ -191,7 +193,8 @@ async fn data_version(conn: &mut SqliteConnection) -> Result<i64, sqlx::Error> {
         .await
 }
 
-/// The rows of `topics`: a lease's (or a job's) row, a group's partitions.
+/// The rows of `topics`: a lease's (or a job's) row and the permits of its name, a group's
+/// partitions.
 async fn read_topics(
     conn: &mut SqliteConnection,
     tables: &Tables,
@@ -227,6 +230,38 @@ async fn read_topics(
                 .entry(name)
                 .or_default()
                 .push((0, r.try_get(1)?, r.try_get(2)?, expires > now));
+        }
+    }
+    // The permits of the same names (a counted name's topic is its lease topic), each after
+    // the plain lease's row (its permit number + 1 in the first place).
+    for chunk in names.chunks(CHUNK) {
+        let sql = format!(
+            "SELECT name, permit_no, holder, term, expires_at_ms FROM {} \
+             WHERE name IN ({}) AND permit_no >= 0 ORDER BY name, permit_no",
+            tables.permits,
+            marks(chunk.len())
+        );
+        let mut q = sqlx::query(&sql);
+        for n in chunk {
+            q = q.bind(*n);
+        }
+        let rows = match q.fetch_all(&mut *conn).await {
+            Ok(rows) => rows,
+            // No permit table yet: no permits.
+            Err(e) if crate::error::is_missing_table(&e) => Vec::new(),
+            Err(e) => return Err(e),
+        };
+        let now = super::clock::now_ms();
+        for r in rows {
+            let name: String = r.try_get(0)?;
+            let permit: i64 = r.try_get(1)?;
+            let expires: i64 = r.try_get(4)?;
+            by_name.entry(name).or_default().push((
+                permit.saturating_add(1),
+                r.try_get(2)?,
+                r.try_get(3)?,
+                expires > now,
+            ));
         }
     }
     for chunk in groups.chunks(CHUNK) {

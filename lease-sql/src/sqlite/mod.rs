@@ -25,11 +25,11 @@ use crate::wire::schema::Dialect;
 ///
 /// **Hints** ([`LeaseStore::changes`](lease_core::LeaseStore::changes)): every store of this
 /// process on the same file and table shares them, and its claims, releases, forced releases,
-/// partition acquires and releases notify them at once. Changes by other processes are found by
+/// partition acquires and releases, permit claims and releases notify them at once. Changes by other processes are found by
 /// a poller on a connection of its own, running while anybody waits (and 1 s after): it reads
 /// `PRAGMA data_version` every 15 ms (no table read) and, when another connection committed,
-/// the rows of the names and groups waited on, and notifies only those whose holder, term or
-/// liveness changed — a renewal wakes nobody. Membership changes are not hinted. With
+/// the rows of the names (with their permits) and groups waited on, and notifies only those
+/// whose holder, term or liveness changed — a renewal wakes nobody. Membership changes are not hinted. With
 /// [`SqlConfig::hints`] off there is no poller and the hints cover this process only.
 ///
 /// The statements are PostgreSQL's (see [`PostgresStore`](crate::PostgresStore)) with `?N`
@@ -131,6 +131,7 @@ impl SqlStore<Sqlite> {
                     hints::Tables {
                         leases: self.inner.config.table.clone(),
                         partitions: self.inner.stmts.groups.partitions_table.clone(),
+                        permits: self.inner.stmts.permits.table.clone(),
                     },
                     weak,
                 )
