@@ -8,7 +8,8 @@
 //! One impl for every dialect ([`permit_store`]): argument checks before any I/O (lease-core's
 //! `backend::check`), the grants, the hints, and the reads (`verify`, `list`, the same shape on
 //! every dialect); the writes are the dialect's: `claim_permit_row` (PostgreSQL: one statement,
-//! `postgres/permits.rs`; MySQL and SQLite: one transaction, [`transaction_claim`]),
+//! `postgres/permits.rs`; MySQL and SQLite: one transaction that decides with [`decide`],
+//! `mysql/permits.rs` and `sqlite/permits.rs`),
 //! `renew_permit_row` and `release_permit_row` (PostgreSQL's and SQLite's from
 //! [`returning_permit_writes`], MySQL's in `mysql/permits.rs`).
 //!
@@ -242,94 +243,6 @@ macro_rules! permit_store {
     };
 }
 
-/// The counted claim of MySQL and SQLite as one transaction on a lease connection, opened with
-/// `$begin` (`begin`, or `begin_with` and SQLite's `"BEGIN IMMEDIATE"`, which takes the file's
-/// write lock first): `lock` (the counter row created; on MySQL locked), `read` (every row of
-/// the name; on MySQL a locking read), [`decide`], then the permit's write (`insert` or `take`)
-/// and the counter's (`count`), and commit. Claims of one name are serialized on the counter
-/// row's lock (SQLite: the file's), so each decides on the latest rows. A deadlock rolls the
-/// transaction back whole; it is retried at once.
-#[cfg(any(feature = "mysql", feature = "sqlite"))]
-macro_rules! transaction_claim {
-    ($db:ty, $begin:ident $(, $stmt:literal)?) => {
-        impl $crate::SqlStore<$db> {
-            /// The permit and term granted, `None` when full.
-            async fn claim_permit_row(
-                &self,
-                name: &str,
-                count: u32,
-                hex: &str,
-                instance: &str,
-                ms: i64,
-            ) -> lease_core::Result<Option<(i64, i64)>> {
-                use sqlx::Connection as _;
-                let p = &self.inner.stmts.permits;
-                $crate::partitions::group_conn!(
-                    self,
-                    lease_core::layer::Operation::ClaimPermit,
-                    $crate::partitions::Table::Permits,
-                    |c| async move {
-                        let mut tx = c.$begin($($stmt)?).await?;
-                        sqlx::query(&p.lock).bind(name).execute(&mut *tx).await?;
-                        let rows: Vec<(i64, i64, i64, i64)> = sqlx::query_as(&p.read)
-                            .bind(hex)
-                            .bind(name)
-                            .fetch_all(&mut *tx)
-                            .await?;
-                        let seen: Vec<$crate::permits::Seen> = rows
-                            .into_iter()
-                            .map(|(permit, held, term, left)| $crate::permits::Seen {
-                                permit,
-                                held: held != 0,
-                                term,
-                                left,
-                            })
-                            .collect();
-                        let $crate::permits::Decision::Take {
-                            permit,
-                            existing,
-                            term,
-                        } = $crate::permits::decide(&seen, count)
-                        else {
-                            tx.rollback().await?;
-                            return Ok(None);
-                        };
-                        let permit = i64::from(permit);
-                        if existing {
-                            sqlx::query(&p.take)
-                                .bind(hex)
-                                .bind(instance)
-                                .bind(term)
-                                .bind(ms)
-                                .bind(name)
-                                .bind(permit)
-                                .execute(&mut *tx)
-                                .await?;
-                        } else {
-                            sqlx::query(&p.insert)
-                                .bind(name)
-                                .bind(permit)
-                                .bind(hex)
-                                .bind(instance)
-                                .bind(term)
-                                .bind(ms)
-                                .execute(&mut *tx)
-                                .await?;
-                        }
-                        sqlx::query(&p.count)
-                            .bind(term)
-                            .bind(name)
-                            .execute(&mut *tx)
-                            .await?;
-                        tx.commit().await?;
-                        Ok::<_, sqlx::Error>(Some((permit, term)))
-                    }
-                )
-            }
-        }
-    };
-}
-
 /// The renewal and release of the dialects with `RETURNING` (PostgreSQL, SQLite), for
 /// [`permit_store`].
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
@@ -391,8 +304,6 @@ macro_rules! returning_permit_writes {
 pub(crate) use permit_store;
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub(crate) use returning_permit_writes;
-#[cfg(any(feature = "mysql", feature = "sqlite"))]
-pub(crate) use transaction_claim;
 
 #[cfg(test)]
 mod tests {

@@ -372,7 +372,6 @@ crate::leases::verify_guard!(MySql, MySqlConnection, begin);
 crate::partitions::partition_store!(MySql);
 crate::partitions::group_tables_on_first_use!(MySql);
 crate::permits::permit_store!(MySql);
-crate::permits::transaction_claim!(MySql, begin);
 crate::membership::membership_store!(MySql);
 crate::slots::slot_store!(MySql);
 

@@ -3,8 +3,9 @@
 
 use crate::wire::schema::{Dialect, schema_sql};
 use crate::wire::{
-    GROUP_MARKER, GroupStatements, NAMES_MARKER, OWNER_MARKER, PARTITIONS_MARKER,
-    PermitStatements, SlotStatements, Statements, TTL_MARKER,
+    GROUP_MARKER, GroupStatements, HOLDER_MARKER, INSTANCE_MARKER, NAME_MARKER, NAMES_MARKER,
+    OWNER_MARKER, PARTITIONS_MARKER, PERMIT_MARKER, PermitStatements, SlotStatements,
+    Statements, TERM_MARKER, TTL_MARKER,
 };
 
 /// The statements of a MySQL/MariaDB store on the lease table `t`.
@@ -128,33 +129,40 @@ fn slots(t: &str, now: &str) -> SlotStatements {
     }
 }
 
-/// The counted-lease statements. The claim is one transaction (see `permits.rs`): `lock`
-/// creates the counter row when missing and locks it either way (`ON DUPLICATE KEY UPDATE`
-/// takes the row's exclusive lock), so claims of a name queue on it; `read` is a locking read,
-/// which sees the latest committed rows; then the permit's write and the counter's. Renew and
-/// release report the term through `LAST_INSERT_ID`, as the lease statements do.
+/// The counted-lease statements. The claim is one transaction in two text-protocol requests
+/// (two round trips; see `mysql/permits.rs`): `read` opens it, creates the counter row when
+/// missing and locks it either way (`ON DUPLICATE KEY UPDATE` takes the row's exclusive lock,
+/// so the claims of a name queue there), then reads every row of the name with a locking read,
+/// which sees the latest committed rows; `insert` or `take` writes the permit, moves the
+/// counter and commits. Values are hex literals and integers only. Renew and release report
+/// the term through `LAST_INSERT_ID`, as the lease statements do.
 fn permits(t: &str) -> PermitStatements {
     let now = Dialect::MySql.expiry_ms();
     let base = PermitStatements::table(Dialect::MySql, t);
     let p = &base.table;
+    let (name, holder) = (NAME_MARKER, HOLDER_MARKER);
+    let instance = format!("CONVERT({INSTANCE_MARKER} USING utf8mb4)");
+    let count = format!(
+        "UPDATE {p} SET term = {TERM_MARKER} WHERE name = {name} AND permit_no = -1; COMMIT"
+    );
     PermitStatements {
-        lock: format!(
-            "INSERT INTO {p} (name, permit_no, holder, instance, term, expires_at_ms) \
-             VALUES (?, -1, '', '', 0, 0) ON DUPLICATE KEY UPDATE term = term"
-        ),
         read: format!(
-            "SELECT permit_no, CAST(holder = ? AS SIGNED), term, expires_at_ms - {now} \
-             FROM {p} WHERE name = ? ORDER BY permit_no FOR UPDATE"
+            "START TRANSACTION; \
+             INSERT INTO {p} (name, permit_no, holder, instance, term, expires_at_ms) \
+             VALUES ({name}, -1, '', '', 0, 0) ON DUPLICATE KEY UPDATE term = term; \
+             SELECT permit_no, CAST(holder = {holder} AS SIGNED), term, expires_at_ms - {now} \
+             FROM {p} WHERE name = {name} ORDER BY permit_no FOR UPDATE"
         ),
         insert: format!(
             "INSERT INTO {p} (name, permit_no, holder, instance, term, expires_at_ms) \
-             VALUES (?, ?, ?, ?, ?, {now} + ?)"
+             VALUES ({name}, {PERMIT_MARKER}, {holder}, {instance}, {TERM_MARKER}, \
+             {now} + {TTL_MARKER}); {count}"
         ),
         take: format!(
-            "UPDATE {p} SET holder = ?, instance = ?, term = ?, expires_at_ms = {now} + ? \
-             WHERE name = ? AND permit_no = ?"
+            "UPDATE {p} SET holder = {holder}, instance = {instance}, term = {TERM_MARKER}, \
+             expires_at_ms = {now} + {TTL_MARKER} \
+             WHERE name = {name} AND permit_no = {PERMIT_MARKER}; {count}"
         ),
-        count: format!("UPDATE {p} SET term = ? WHERE name = ? AND permit_no = -1"),
         renew: format!(
             "UPDATE {p} SET expires_at_ms = {now} + ?, term = LAST_INSERT_ID(term) \
              WHERE name = ? AND permit_no = ? AND holder = ? AND expires_at_ms > {now}"

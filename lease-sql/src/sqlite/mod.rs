@@ -4,6 +4,7 @@
 
 mod clock;
 mod hints;
+mod permits;
 mod slots;
 mod statements;
 
@@ -255,7 +256,6 @@ crate::partitions::group_tables_on_first_use!(Sqlite);
 crate::partitions::returning_partition_rows!(Sqlite, parts);
 crate::permits::permit_store!(Sqlite);
 crate::permits::returning_permit_writes!(Sqlite);
-crate::permits::transaction_claim!(Sqlite, begin_with, "BEGIN IMMEDIATE");
 crate::membership::membership_store!(Sqlite);
 crate::membership::returning_member_rows!(Sqlite);
 crate::slots::slot_store!(Sqlite);

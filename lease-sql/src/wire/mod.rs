@@ -49,22 +49,27 @@ pub(crate) struct PermitStatements {
     /// PostgreSQL's claim, one statement: `(permit, term, stale)`. Empty elsewhere.
     #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     pub(crate) claim: String,
-    /// The first statement of MySQL's and SQLite's claim transaction: the counter row created
-    /// when missing (MySQL: and locked). Empty on PostgreSQL.
-    #[cfg_attr(not(any(feature = "mysql", feature = "sqlite")), allow(dead_code))]
+    /// The first statement of SQLite's claim transaction: the counter row created when
+    /// missing. Empty elsewhere.
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
     pub(crate) lock: String,
     /// The claim transaction's read of the name's rows, the counter's included:
-    /// `(permit_no, held by the claimant, term, time left)` (MySQL: a locking read).
+    /// `(permit_no, held by the claimant, term, time left)`. On MySQL a text-protocol template
+    /// (see [`NAME_MARKER`] and the others) that opens the transaction, creates and locks the
+    /// counter row, then reads with a locking read. Empty on PostgreSQL.
     #[cfg_attr(not(any(feature = "mysql", feature = "sqlite")), allow(dead_code))]
     pub(crate) read: String,
-    /// The claim transaction's write of a permit never used: a new row.
+    /// The claim transaction's write of a permit never used: a new row. On MySQL a
+    /// text-protocol template that also moves the counter and commits.
     #[cfg_attr(not(any(feature = "mysql", feature = "sqlite")), allow(dead_code))]
     pub(crate) insert: String,
-    /// The claim transaction's write of a free permit that has a row.
+    /// The claim transaction's write of a free permit that has a row. On MySQL a
+    /// text-protocol template, as `insert`.
     #[cfg_attr(not(any(feature = "mysql", feature = "sqlite")), allow(dead_code))]
     pub(crate) take: String,
-    /// The claim transaction's move of the counter row to the term granted.
-    #[cfg_attr(not(any(feature = "mysql", feature = "sqlite")), allow(dead_code))]
+    /// SQLite's move of the counter row to the term granted (MySQL's is in its `insert` and
+    /// `take`). Empty elsewhere.
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
     pub(crate) count: String,
     pub(crate) renew: String,
     pub(crate) release: String,
@@ -146,6 +151,22 @@ pub(crate) const PARTITIONS_MARKER: &str = "/*partitions*/";
 /// In MySQL's renew template: the TTL in milliseconds, as a decimal integer.
 #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
 pub(crate) const TTL_MARKER: &str = "/*ttl*/";
+
+/// In MySQL's permit claim templates: the name, as a hex literal.
+#[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+pub(crate) const NAME_MARKER: &str = "/*name*/";
+/// In MySQL's permit claim templates: the holder token, as a hex literal.
+#[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+pub(crate) const HOLDER_MARKER: &str = "/*holder*/";
+/// In MySQL's permit claim templates: the instance label, as a hex literal.
+#[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+pub(crate) const INSTANCE_MARKER: &str = "/*instance*/";
+/// In MySQL's permit claim templates: the permit, as a decimal integer.
+#[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+pub(crate) const PERMIT_MARKER: &str = "/*permit*/";
+/// In MySQL's permit claim templates: the term granted, as a decimal integer.
+#[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+pub(crate) const TERM_MARKER: &str = "/*term*/";
 
 /// The marker in MySQL's `unfinished` statement replaced with one `?` per name.
 #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
