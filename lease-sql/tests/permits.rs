@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use lease_conformance::env;
+use lease_conformance::{FaultProxy, env};
 use lease_core::LeaseStore;
 use lease_core::backend::HolderToken;
 use lease_core::notify::{Topic, Wakeups};
@@ -311,4 +311,82 @@ async fn sqlite_permit_hints_reach_stores_of_the_process_and_other_connections()
         woken(&mut w, WAKE).await,
         "another connection's release of a permit woke nobody"
     );
+}
+
+/// Each permit operation's round trips through the proxy, on a warm connection.
+async fn round_trips(store: &dyn LeaseStore, proxy: &FaultProxy) -> Vec<(&'static str, u64)> {
+    let n = name("rt");
+    let ttl = Duration::from_secs(5);
+    // Warm up: the permit table checked, every statement prepared once on the one connection.
+    let warm = HolderToken::mint();
+    let g = store.claim_permit(&n, 1, &warm, "w", ttl).await.unwrap().unwrap();
+    store.renew_permit(&n, g.permit, &warm, ttl).await.unwrap().unwrap();
+    store.verify_permit(&n, &warm).await.unwrap().unwrap();
+    store.permits(&n).await.unwrap();
+    assert!(store.claim_permit(&n, 1, &HolderToken::mint(), "w", ttl).await.unwrap().is_none());
+    assert!(store.release_permit(&n, g.permit, &warm).await.unwrap());
+
+    let h = HolderToken::mint();
+    let mut counts = Vec::new();
+    let mut step = |what, ok: bool| {
+        assert!(ok, "{what}");
+        counts.push((what, proxy.stats().round_trips));
+        proxy.reset_stats();
+    };
+    proxy.reset_stats();
+    let g = store.claim_permit(&n, 1, &h, "a", ttl).await.unwrap();
+    step("claim_permit", g.is_some());
+    let r = store.renew_permit(&n, 0, &h, ttl).await.unwrap();
+    step("renew_permit", r.is_some());
+    let v = store.verify_permit(&n, &h).await.unwrap();
+    step("verify_permit", v.is_some());
+    let l = store.permits(&n).await.unwrap();
+    step("permits", l.len() == 1);
+    let full = store.claim_permit(&n, 1, &HolderToken::mint(), "b", ttl).await.unwrap();
+    step("claim_permit of a full name", full.is_none());
+    let ended = store.release_permit(&n, 0, &h).await.unwrap();
+    step("release_permit", ended);
+    let bad = store.claim_permit(&n, 0, &h, "a", ttl).await;
+    step("permit count 0", bad.is_err());
+    counts
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_permit_round_trips() {
+    let Some((_, p)) = support::postgres_with(SqlConfig::default().lease_connections(1)).await
+    else {
+        return;
+    };
+    let counts = round_trips(&p.store, &p.proxy).await;
+    eprintln!("postgres permit round trips: {counts:?}");
+    let expected = [
+        ("claim_permit", 1),
+        ("renew_permit", 1),
+        ("verify_permit", 1),
+        ("permits", 1),
+        ("claim_permit of a full name", 1),
+        ("release_permit", 1),
+        ("permit count 0", 0),
+    ];
+    assert_eq!(counts, expected);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_permit_round_trips() {
+    let Some((_, p)) = support::mysql_with(SqlConfig::default().lease_connections(1)).await else {
+        return;
+    };
+    let counts = round_trips(&p.store, &p.proxy).await;
+    eprintln!("mysql permit round trips: {counts:?}");
+    // The claim: the transaction's locking read, then its writes and commit (or its rollback).
+    let expected = [
+        ("claim_permit", 2),
+        ("renew_permit", 1),
+        ("verify_permit", 1),
+        ("permits", 1),
+        ("claim_permit of a full name", 2),
+        ("release_permit", 1),
+        ("permit count 0", 0),
+    ];
+    assert_eq!(counts, expected);
 }
