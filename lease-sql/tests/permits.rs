@@ -390,3 +390,78 @@ async fn mysql_permit_round_trips() {
     ];
     assert_eq!(counts, expected);
 }
+
+/// PostgreSQL's one-statement claim decides on its snapshot, taken when the statement starts,
+/// and on the latest versions of the rows it locks. A permit row another claim inserted after
+/// that snapshot is in neither; the counter row tells. Here a transaction holds the name's rows
+/// while a claim of 2 waits on them, then inserts a new live permit (as a claim of 5 would),
+/// ends permit 0 and moves the counter: live are permits 1 and 2, so the claim of 2 must be
+/// refused. Without the counter's check it would take permit 0, a third holder of 2.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_claim_never_decides_on_a_snapshot_missing_a_new_permit() {
+    let Some(store) = postgres().await else { return };
+    let url = env::server_url("postgres").unwrap();
+    let n = name("snapshot");
+    let (x, y) = (HolderToken::mint(), HolderToken::mint());
+    store.claim_permit(&n, 5, &x, "x", LONG).await.unwrap().unwrap();
+    store.claim_permit(&n, 5, &y, "y", LONG).await.unwrap().unwrap();
+    let mut locker = sqlx::PgConnection::connect(&url).await.unwrap();
+    let mut tx = locker.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM leases_permits WHERE name = $1 FOR UPDATE")
+        .bind(&n)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    let claim = {
+        let (store, n) = (store.clone(), n.clone());
+        tokio::spawn(async move {
+            store
+                .claim_permit(&n, 2, &HolderToken::mint(), "late", LONG)
+                .await
+                .unwrap()
+        })
+    };
+    // The claim's statement has started (its snapshot taken) and waits for the rows' locks.
+    let mut watch = sqlx::PgConnection::connect(&url).await.unwrap();
+    let until = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity \
+             WHERE wait_event_type = 'Lock' AND query LIKE '%leases_permits%'",
+        )
+        .fetch_one(&mut watch)
+        .await
+        .unwrap();
+        if waiting > 0 {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < until, "the claim never waited");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let now = "FLOOR(EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT";
+    for sql in [
+        format!(
+            "INSERT INTO leases_permits (name, permit_no, holder, instance, term, expires_at_ms) \
+             VALUES ($1, 2, 'ffffffffffffffffffffffffffffffff', 'z', 3, {now} + 30000)"
+        ),
+        "UPDATE leases_permits SET term = 3 WHERE name = $1 AND permit_no = -1".to_owned(),
+        "UPDATE leases_permits SET expires_at_ms = 0 WHERE name = $1 AND permit_no = 0".to_owned(),
+    ] {
+        sqlx::query(&sql).bind(&n).execute(&mut *tx).await.unwrap();
+    }
+    tx.commit().await.unwrap();
+    let granted = claim.await.unwrap();
+    let live: Vec<u32> = store
+        .permits(&n)
+        .await
+        .unwrap()
+        .iter()
+        .filter(|p| p.live)
+        .map(|p| p.permit)
+        .collect();
+    assert!(
+        granted.is_none(),
+        "a claim of 2 was granted {granted:?} with permits {live:?} live"
+    );
+    assert_eq!(live, vec![1, 2]);
+}
