@@ -96,8 +96,9 @@ macro_rules! permit_store {
             ) -> lease_core::Result<Option<lease_core::PermitGrant>> {
                 lease_core::backend::check::claim_permit(self, name, count, instance, ttl)?;
                 let ms = $crate::store::ttl_ms(ttl);
-                let during =
-                    |e: lease_core::Error| e.during(lease_core::layer::Operation::ClaimPermit, name);
+                let during = |e: lease_core::Error| {
+                    e.during(lease_core::layer::Operation::ClaimPermit, name)
+                };
                 self.group_table_ready($crate::partitions::Table::Permits)
                     .await
                     .map_err(during)?;
@@ -129,8 +130,9 @@ macro_rules! permit_store {
             ) -> lease_core::Result<Option<lease_core::backend::Grant>> {
                 lease_core::backend::check::renew_permit(self, name, permit, ttl)?;
                 let ms = $crate::store::ttl_ms(ttl);
-                let during =
-                    |e: lease_core::Error| e.during(lease_core::layer::Operation::RenewPermit, name);
+                let during = |e: lease_core::Error| {
+                    e.during(lease_core::layer::Operation::RenewPermit, name)
+                };
                 self.group_table_ready($crate::partitions::Table::Permits)
                     .await
                     .map_err(during)?;
@@ -355,13 +357,21 @@ mod tests {
 
     #[test]
     fn full_held_twice_and_a_lowered_count() {
-        let rows = [row(-1, false, 2, 0), row(0, false, 1, 10), row(1, false, 2, 10)];
+        let rows = [
+            row(-1, false, 2, 0),
+            row(0, false, 1, 10),
+            row(1, false, 2, 10),
+        ];
         assert_eq!(decide(&rows, 2), Decision::Full);
         assert!(matches!(decide(&rows, 3), Decision::Take { permit: 2, .. }));
         let mine = [row(-1, false, 1, 0), row(0, true, 1, 10)];
         assert_eq!(decide(&mine, 5), Decision::Full);
         // Lowered from 5 to 2 with permits 3 and 4 live: full, though 0 and 1 are free.
-        let high = [row(-1, false, 9, 0), row(3, false, 8, 10), row(4, false, 9, 10)];
+        let high = [
+            row(-1, false, 9, 0),
+            row(3, false, 8, 10),
+            row(4, false, 9, 10),
+        ];
         assert_eq!(decide(&high, 2), Decision::Full);
         assert!(matches!(decide(&high, 3), Decision::Take { permit: 0, .. }));
     }

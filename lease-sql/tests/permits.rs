@@ -24,12 +24,20 @@ fn name(what: &str) -> String {
 
 async fn postgres() -> Option<PostgresStore> {
     let url = env::server_url("postgres")?;
-    Some(PostgresStore::connect(&url, SqlConfig::default()).await.unwrap())
+    Some(
+        PostgresStore::connect(&url, SqlConfig::default())
+            .await
+            .unwrap(),
+    )
 }
 
 async fn mysql() -> Option<MySqlStore> {
     let url = env::server_url("mysql")?;
-    Some(MySqlStore::connect(&url, SqlConfig::default()).await.unwrap())
+    Some(
+        MySqlStore::connect(&url, SqlConfig::default())
+            .await
+            .unwrap(),
+    )
 }
 
 /// Claims, the count, no holder twice, renew, verify, release, the list.
@@ -50,21 +58,61 @@ async fn rules(store: &dyn LeaseStore) {
     }
     assert!(terms.windows(2).all(|w| w[1] > w[0]), "{terms:?}");
     // Full; and a holder that holds one is refused a second, even with room.
-    assert!(store.claim_permit(&n, 3, &holders[3], "i3", LONG).await.unwrap().is_none());
-    assert!(store.claim_permit(&n, 5, &holders[0], "i0", LONG).await.unwrap().is_none());
+    assert!(
+        store
+            .claim_permit(&n, 3, &holders[3], "i3", LONG)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        store
+            .claim_permit(&n, 5, &holders[0], "i0", LONG)
+            .await
+            .unwrap()
+            .is_none()
+    );
     // Verify by token alone; renewal keeps the term.
     let v = store.verify_permit(&n, &holders[1]).await.unwrap().unwrap();
     assert_eq!((v.permit, v.grant.term), (1, terms[1]));
-    assert!(store.verify_permit(&n, &holders[3]).await.unwrap().is_none());
-    let r = store.renew_permit(&n, 1, &holders[1], LONG).await.unwrap().unwrap();
+    assert!(
+        store
+            .verify_permit(&n, &holders[3])
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let r = store
+        .renew_permit(&n, 1, &holders[1], LONG)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(r.term, terms[1]);
-    assert!(store.renew_permit(&n, 2, &holders[1], LONG).await.unwrap().is_none());
+    assert!(
+        store
+            .renew_permit(&n, 2, &holders[1], LONG)
+            .await
+            .unwrap()
+            .is_none()
+    );
     // Release frees the permit; the next grant takes it with a greater term than any before.
     assert!(!store.release_permit(&n, 1, &holders[0]).await.unwrap());
     assert!(store.release_permit(&n, 1, &holders[1]).await.unwrap());
     assert!(!store.release_permit(&n, 1, &holders[1]).await.unwrap());
-    assert!(store.verify_permit(&n, &holders[1]).await.unwrap().is_none());
-    assert!(store.renew_permit(&n, 1, &holders[1], LONG).await.unwrap().is_none());
+    assert!(
+        store
+            .verify_permit(&n, &holders[1])
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        store
+            .renew_permit(&n, 1, &holders[1], LONG)
+            .await
+            .unwrap()
+            .is_none()
+    );
     let g = store
         .claim_permit(&n, 3, &holders[3], "i3", LONG)
         .await
@@ -88,7 +136,13 @@ async fn rules(store: &dyn LeaseStore) {
     assert!(list.iter().all(|p| p.expires_in > Duration::from_secs(20)));
     // A plain lease of the name is another thing.
     let plain = HolderToken::mint();
-    assert!(store.claim(&n, &plain, "plain", LONG).await.unwrap().is_some());
+    assert!(
+        store
+            .claim(&n, &plain, "plain", LONG)
+            .await
+            .unwrap()
+            .is_some()
+    );
 }
 
 /// A dead holder's permit frees itself at its TTL (the store's clock), and the term moves on.
@@ -100,12 +154,22 @@ async fn expiry(store: &dyn LeaseStore) {
         .await
         .unwrap()
         .unwrap();
-    assert!(store.claim_permit(&n, 1, &b, "b", LONG).await.unwrap().is_none());
+    assert!(
+        store
+            .claim_permit(&n, 1, &b, "b", LONG)
+            .await
+            .unwrap()
+            .is_none()
+    );
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(store.verify_permit(&n, &a).await.unwrap().is_none());
     let list = store.permits(&n).await.unwrap();
     assert!(!list[0].live && list[0].expires_in.is_zero(), "{list:?}");
-    let second = store.claim_permit(&n, 1, &b, "b", LONG).await.unwrap().unwrap();
+    let second = store
+        .claim_permit(&n, 1, &b, "b", LONG)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(second.permit, 0);
     assert_eq!(second.grant.term, first.grant.term + 1);
     assert!(store.renew_permit(&n, 0, &a, LONG).await.unwrap().is_none());
@@ -117,18 +181,42 @@ async fn count_changes(store: &dyn LeaseStore) {
     let n = name("count");
     let hs: Vec<HolderToken> = (0..5).map(|_| HolderToken::mint()).collect();
     for h in &hs[..3] {
-        store.claim_permit(&n, 3, h, "x", LONG).await.unwrap().unwrap();
+        store
+            .claim_permit(&n, 3, h, "x", LONG)
+            .await
+            .unwrap()
+            .unwrap();
     }
-    assert!(store.claim_permit(&n, 2, &hs[3], "x", LONG).await.unwrap().is_none());
+    assert!(
+        store
+            .claim_permit(&n, 2, &hs[3], "x", LONG)
+            .await
+            .unwrap()
+            .is_none()
+    );
     assert!(store.release_permit(&n, 0, &hs[0]).await.unwrap());
-    assert!(store.claim_permit(&n, 2, &hs[3], "x", LONG).await.unwrap().is_none());
+    assert!(
+        store
+            .claim_permit(&n, 2, &hs[3], "x", LONG)
+            .await
+            .unwrap()
+            .is_none()
+    );
     for h in &hs[1..3] {
         assert!(store.verify_permit(&n, h).await.unwrap().is_some());
     }
     assert!(store.release_permit(&n, 2, &hs[2]).await.unwrap());
-    let g = store.claim_permit(&n, 2, &hs[3], "x", LONG).await.unwrap().unwrap();
+    let g = store
+        .claim_permit(&n, 2, &hs[3], "x", LONG)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(g.permit, 0);
-    let g = store.claim_permit(&n, 5, &hs[4], "x", LONG).await.unwrap().unwrap();
+    let g = store
+        .claim_permit(&n, 5, &hs[4], "x", LONG)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(g.permit, 2);
 }
 
@@ -242,11 +330,19 @@ async fn hints_of(waiter: &dyn LeaseStore, writer: &dyn LeaseStore) {
     let h = HolderToken::mint();
     let mut w = waiter.changes(&Topic::lease(&n)).unwrap();
     settle(&mut w).await;
-    let g = writer.claim_permit(&n, 2, &h, "w", LONG).await.unwrap().unwrap();
+    let g = writer
+        .claim_permit(&n, 2, &h, "w", LONG)
+        .await
+        .unwrap()
+        .unwrap();
     assert!(woken(&mut w, WAKE).await, "the claim woke nobody");
     // A change may wake twice (SQLite: the store's own hint, then its poller's).
     while woken(&mut w, Duration::from_millis(100)).await {}
-    writer.renew_permit(&n, g.permit, &h, LONG).await.unwrap().unwrap();
+    writer
+        .renew_permit(&n, g.permit, &h, LONG)
+        .await
+        .unwrap()
+        .unwrap();
     assert!(
         !woken(&mut w, Duration::from_millis(150)).await,
         "a renewal woke the waiter"
@@ -291,8 +387,12 @@ async fn mysql_permit_hints_cover_the_store_itself() {
 #[tokio::test]
 async fn sqlite_permit_hints_reach_stores_of_the_process_and_other_connections() {
     let url = support::sqlite_url();
-    let a = SqliteStore::connect(&url, SqlConfig::default()).await.unwrap();
-    let b = SqliteStore::connect(&url, SqlConfig::default()).await.unwrap();
+    let a = SqliteStore::connect(&url, SqlConfig::default())
+        .await
+        .unwrap();
+    let b = SqliteStore::connect(&url, SqlConfig::default())
+        .await
+        .unwrap();
     hints_of(&a, &b).await;
     // A permit ended by a connection of its own, as another process would end it: the poller
     // reads the permit table.
@@ -319,11 +419,25 @@ async fn round_trips(store: &dyn LeaseStore, proxy: &FaultProxy) -> Vec<(&'stati
     let ttl = Duration::from_secs(5);
     // Warm up: the permit table checked, every statement prepared once on the one connection.
     let warm = HolderToken::mint();
-    let g = store.claim_permit(&n, 1, &warm, "w", ttl).await.unwrap().unwrap();
-    store.renew_permit(&n, g.permit, &warm, ttl).await.unwrap().unwrap();
+    let g = store
+        .claim_permit(&n, 1, &warm, "w", ttl)
+        .await
+        .unwrap()
+        .unwrap();
+    store
+        .renew_permit(&n, g.permit, &warm, ttl)
+        .await
+        .unwrap()
+        .unwrap();
     store.verify_permit(&n, &warm).await.unwrap().unwrap();
     store.permits(&n).await.unwrap();
-    assert!(store.claim_permit(&n, 1, &HolderToken::mint(), "w", ttl).await.unwrap().is_none());
+    assert!(
+        store
+            .claim_permit(&n, 1, &HolderToken::mint(), "w", ttl)
+            .await
+            .unwrap()
+            .is_none()
+    );
     assert!(store.release_permit(&n, g.permit, &warm).await.unwrap());
 
     let h = HolderToken::mint();
@@ -342,7 +456,10 @@ async fn round_trips(store: &dyn LeaseStore, proxy: &FaultProxy) -> Vec<(&'stati
     step("verify_permit", v.is_some());
     let l = store.permits(&n).await.unwrap();
     step("permits", l.len() == 1);
-    let full = store.claim_permit(&n, 1, &HolderToken::mint(), "b", ttl).await.unwrap();
+    let full = store
+        .claim_permit(&n, 1, &HolderToken::mint(), "b", ttl)
+        .await
+        .unwrap();
     step("claim_permit of a full name", full.is_none());
     let ended = store.release_permit(&n, 0, &h).await.unwrap();
     step("release_permit", ended);
@@ -399,12 +516,22 @@ async fn mysql_permit_round_trips() {
 /// refused. Without the counter's check it would take permit 0, a third holder of 2.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_a_claim_never_decides_on_a_snapshot_missing_a_new_permit() {
-    let Some(store) = postgres().await else { return };
+    let Some(store) = postgres().await else {
+        return;
+    };
     let url = env::server_url("postgres").unwrap();
     let n = name("snapshot");
     let (x, y) = (HolderToken::mint(), HolderToken::mint());
-    store.claim_permit(&n, 5, &x, "x", LONG).await.unwrap().unwrap();
-    store.claim_permit(&n, 5, &y, "y", LONG).await.unwrap().unwrap();
+    store
+        .claim_permit(&n, 5, &x, "x", LONG)
+        .await
+        .unwrap()
+        .unwrap();
+    store
+        .claim_permit(&n, 5, &y, "y", LONG)
+        .await
+        .unwrap()
+        .unwrap();
     let mut locker = sqlx::PgConnection::connect(&url).await.unwrap();
     let mut tx = locker.begin().await.unwrap();
     sqlx::query("SELECT 1 FROM leases_permits WHERE name = $1 FOR UPDATE")
@@ -435,7 +562,10 @@ async fn postgres_a_claim_never_decides_on_a_snapshot_missing_a_new_permit() {
         if waiting > 0 {
             break;
         }
-        assert!(tokio::time::Instant::now() < until, "the claim never waited");
+        assert!(
+            tokio::time::Instant::now() < until,
+            "the claim never waited"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let now = "FLOOR(EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT";

@@ -178,6 +178,49 @@ type MySqlColumn = (
 /// the statement's own clock reading: one round trip, no read-back. The writes are retried at
 /// once after a deadlock, as the claim is.
 ///
+/// Counted leases ([`LeaseStore::claim_permit`](lease_core::LeaseStore::claim_permit) and the
+/// other permit operations), on the table `leases_permits` (see
+/// [`permits_schema_sql`](crate::permits_schema_sql)): one row per permit, and per name a
+/// counter row (`permit_no = -1`) holding the greatest term the name ever issued. The claim is
+/// **two round trips**: one transaction in two text-protocol requests (the name, holder and
+/// instance as hex literals, the numbers as decimal integers — nothing else is interpolated),
+/// the choice of the permit made by the store between them. The counter row's exclusive lock
+/// queues the claims of a name, and the locking read sees the latest committed rows, so each
+/// claim decides on every live permit:
+///
+/// ```sql
+/// -- claim_permit, first request
+/// START TRANSACTION;
+/// INSERT INTO leases_permits (name, permit_no, holder, instance, term, expires_at_ms)
+/// VALUES (:name, -1, '', '', 0, 0) ON DUPLICATE KEY UPDATE term = term;  -- counter, locked
+/// SELECT permit_no, CAST(holder = :holder AS SIGNED), term, expires_at_ms - :now
+///   FROM leases_permits WHERE name = :name ORDER BY permit_no FOR UPDATE;
+/// -- full, or the claimant holds a live permit: ROLLBACK. Otherwise the lowest free permit
+/// -- below N and the term one more than the greatest read, in the second request:
+/// INSERT INTO leases_permits (name, permit_no, holder, instance, term, expires_at_ms)
+/// VALUES (:name, :permit, :holder, CONVERT(:instance USING utf8mb4), :term, :now + :ttl);
+///   -- or, for a permit that has a row:
+///   -- UPDATE leases_permits SET holder = :holder, instance = …, term = :term,
+///   --        expires_at_ms = :now + :ttl WHERE name = :name AND permit_no = :permit;
+/// UPDATE leases_permits SET term = :term WHERE name = :name AND permit_no = -1;
+/// COMMIT;
+/// -- renew_permit, release_permit: the term through LAST_INSERT_ID (0: not live under holder)
+/// UPDATE leases_permits SET expires_at_ms = :now + ?, term = LAST_INSERT_ID(term)
+///  WHERE name = ? AND permit_no = ? AND holder = ? AND expires_at_ms > :now;
+/// UPDATE leases_permits SET expires_at_ms = 0, term = LAST_INSERT_ID(term)
+///  WHERE name = ? AND permit_no = ? AND holder = ? AND expires_at_ms > :now;
+/// -- verify_permit, permits
+/// SELECT permit_no, term, expires_at_ms - :now FROM leases_permits
+///  WHERE name = ? AND holder = ? AND permit_no >= 0 AND expires_at_ms > :now
+///  ORDER BY permit_no LIMIT 1;
+/// SELECT permit_no, CAST(instance AS CHAR CHARACTER SET utf8mb4), term, expires_at_ms - :now
+///   FROM leases_permits WHERE name = ? AND permit_no >= 0 ORDER BY permit_no;
+/// ```
+///
+/// A failed request rolls the transaction back before the connection is used again (or closes
+/// the connection); a deadlock is retried at once. Renew, release, verify and list are one
+/// round trip each.
+///
 /// The `name` column must compare bytes exactly: `VARBINARY`, or a `_nopad_bin`/`_0900_bin`
 /// collation. Under a case-insensitive or PAD SPACE collation (including MariaDB's
 /// `utf8mb4_bin`) "Job", "job" and "job " would share one row; the store refuses such a table at

@@ -4,8 +4,8 @@
 use crate::wire::schema::{Dialect, schema_sql};
 use crate::wire::{
     GROUP_MARKER, GroupStatements, HOLDER_MARKER, INSTANCE_MARKER, NAME_MARKER, NAMES_MARKER,
-    OWNER_MARKER, PARTITIONS_MARKER, PERMIT_MARKER, PermitStatements, SlotStatements,
-    Statements, TERM_MARKER, TTL_MARKER,
+    OWNER_MARKER, PARTITIONS_MARKER, PERMIT_MARKER, PermitStatements, SlotStatements, Statements,
+    TERM_MARKER, TTL_MARKER,
 };
 
 /// The statements of a MySQL/MariaDB store on the lease table `t`.

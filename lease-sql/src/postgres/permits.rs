@@ -46,7 +46,10 @@ impl SqlStore<Postgres> {
                 _ => return Ok(None),
             }
         }
-        tracing::debug!(name, "lease-sql: a counted claim lost every race; answered full");
+        tracing::debug!(
+            name,
+            "lease-sql: a counted claim lost every race; answered full"
+        );
         Ok(None)
     }
 }
