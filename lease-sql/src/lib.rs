@@ -95,9 +95,9 @@
 //! [`lease_core::permits`]'s) live in a table of their own, `<table>_permits`
 //! ([`permits_schema_sql`], migration `0004`), checked and created on first use as the
 //! partition and member tables are: a row per permit and a counter row per name. A claim is one
-//! statement on PostgreSQL, one transaction of two round trips on MySQL and MariaDB, one
-//! `BEGIN IMMEDIATE` transaction on SQLite; renew, release, verify and list are one round trip
-//! each (see each store's docs).
+//! statement on PostgreSQL, one transaction sent as one request on MySQL and MariaDB, one
+//! `BEGIN IMMEDIATE` transaction on SQLite; every permit operation is one round trip (see each
+//! store's docs).
 //!
 //! Every store implements [`LeaseStore`](lease_core::LeaseStore),
 //! [`PartitionStore`](lease_core::PartitionStore),

@@ -8,8 +8,8 @@
 //! One impl for every dialect ([`permit_store`]): argument checks before any I/O (lease-core's
 //! `backend::check`), the grants, the hints, and the reads (`verify`, `list`, the same shape on
 //! every dialect); the writes are the dialect's: `claim_permit_row` (PostgreSQL: one statement,
-//! `postgres/permits.rs`; MySQL and SQLite: one transaction that decides with [`decide`],
-//! `mysql/permits.rs` and `sqlite/permits.rs`),
+//! `postgres/permits.rs`; MySQL: one transaction sent as one request, `mysql/permits.rs`;
+//! SQLite: one transaction that decides with [`decide`], `sqlite/permits.rs`),
 //! `renew_permit_row` and `release_permit_row` (PostgreSQL's and SQLite's from
 //! [`returning_permit_writes`], MySQL's in `mysql/permits.rs`).
 //!
@@ -28,9 +28,9 @@ impl<DB: sqlx::Database> crate::SqlStore<DB> {
     }
 }
 
-/// One row of a name as the claim transaction reads it: the permit (−1: the counter row),
+/// One row of a name as SQLite's claim transaction reads it: the permit (−1: the counter row),
 /// whether the claimant holds it, its term and its time left by the store's clock.
-#[cfg_attr(not(any(feature = "mysql", feature = "sqlite")), allow(dead_code))]
+#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Seen {
     pub(crate) permit: i64,
@@ -40,7 +40,7 @@ pub(crate) struct Seen {
 }
 
 /// What a claim does, decided from every row of the name (read under the claim's lock).
-#[cfg_attr(not(any(feature = "mysql", feature = "sqlite")), allow(dead_code))]
+#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Decision {
     /// The name is full, or the claimant holds a live permit of it already.
@@ -53,10 +53,11 @@ pub(crate) enum Decision {
     },
 }
 
-/// The rules of [`lease_core::permits`] over the rows of one name: fewer than `count` live and
+/// The rules of [`lease_core::permits`] over the rows of one name (PostgreSQL's and MySQL's
+/// claims say the same in SQL, see their statements): fewer than `count` live and
 /// none the claimant's, then the lowest free permit below `count`, with a term one more than
 /// the greatest the name ever issued (the counter's, or a permit's should it be greater).
-#[cfg_attr(not(any(feature = "mysql", feature = "sqlite")), allow(dead_code))]
+#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
 pub(crate) fn decide(rows: &[Seen], count: u32) -> Decision {
     let live = |s: &&Seen| s.permit >= 0 && s.left > 0;
     if rows.iter().filter(live).any(|s| s.held) {

@@ -181,29 +181,36 @@ type MySqlColumn = (
 /// Counted leases ([`LeaseStore::claim_permit`](lease_core::LeaseStore::claim_permit) and the
 /// other permit operations), on the table `leases_permits` (see
 /// [`permits_schema_sql`](crate::permits_schema_sql)): one row per permit, and per name a
-/// counter row (`permit_no = -1`) holding the greatest term the name ever issued. The claim is
-/// **two round trips**: one transaction in two text-protocol requests (the name, holder and
-/// instance as hex literals, the numbers as decimal integers — nothing else is interpolated),
-/// the choice of the permit made by the store between them. The counter row's exclusive lock
-/// queues the claims of a name, and the locking read sees the latest committed rows, so each
-/// claim decides on every live permit:
+/// counter row (`permit_no = -1`) holding the greatest term the name ever issued. Every
+/// operation is one round trip. The claim is one transaction sent as one text-protocol request
+/// (the name, holder and instance as hex literals, the count and TTL as decimal integers —
+/// nothing else is interpolated), so no client round trip falls inside it and a claimant that
+/// stalls or loses its network holds no lock. The counter row's exclusive lock queues the claims
+/// of a name, and the locking read sees the latest committed rows, so each claim decides on
+/// every live permit (the permits below a name's greatest are always rows: a new one is taken
+/// only when every lower one is live):
 ///
 /// ```sql
-/// -- claim_permit, first request
+/// -- claim_permit (:n the permit count)
 /// START TRANSACTION;
 /// INSERT INTO leases_permits (name, permit_no, holder, instance, term, expires_at_ms)
 /// VALUES (:name, -1, '', '', 0, 0) ON DUPLICATE KEY UPDATE term = term;  -- counter, locked
-/// SELECT permit_no, CAST(holder = :holder AS SIGNED), term, expires_at_ms - :now
-///   FROM leases_permits WHERE name = :name ORDER BY permit_no FOR UPDATE;
-/// -- full, or the claimant holds a live permit: ROLLBACK. Otherwise the lowest free permit
-/// -- below N and the term one more than the greatest read, in the second request:
+/// SELECT MAX(term) + 1, SUM(live), SUM(live AND holder = :holder), MAX(permit_no),
+///        MIN(IF(permit_no >= 0 AND permit_no < :n AND expires_at_ms <= :now, permit_no, NULL))
+///   INTO @term, @live, @mine, @max, @free
+///   FROM leases_permits WHERE name = :name FOR UPDATE;  -- live: permit_no >= 0 AND unexpired
+/// SET @pick = LEAST(COALESCE(@free, @max + 1), @max + 1);
+/// SET @ok = @live < :n AND @mine = 0 AND @pick < :n;
+/// UPDATE leases_permits SET holder = :holder, instance = CONVERT(:instance USING utf8mb4),
+///        term = @term, expires_at_ms = :now + :ttl
+///  WHERE @ok AND name = :name AND permit_no = @pick AND expires_at_ms <= :now;
 /// INSERT INTO leases_permits (name, permit_no, holder, instance, term, expires_at_ms)
-/// VALUES (:name, :permit, :holder, CONVERT(:instance USING utf8mb4), :term, :now + :ttl);
-///   -- or, for a permit that has a row:
-///   -- UPDATE leases_permits SET holder = :holder, instance = …, term = :term,
-///   --        expires_at_ms = :now + :ttl WHERE name = :name AND permit_no = :permit;
-/// UPDATE leases_permits SET term = :term WHERE name = :name AND permit_no = -1;
+/// SELECT :name, @pick, :holder, CONVERT(:instance USING utf8mb4), @term, :now + :ttl
+///   FROM DUAL WHERE @ok AND @pick > @max;                              -- a permit never used
+/// UPDATE leases_permits SET term = @term WHERE @ok AND name = :name AND permit_no = -1;
 /// COMMIT;
+/// SELECT IF(@ok, @pick, NULL), IF(@ok, @term, NULL);                    -- NULL: full
+/// -- (the variables are named @lease_sql_…)
 /// -- renew_permit, release_permit: the term through LAST_INSERT_ID (0: not live under holder)
 /// UPDATE leases_permits SET expires_at_ms = :now + ?, term = LAST_INSERT_ID(term)
 ///  WHERE name = ? AND permit_no = ? AND holder = ? AND expires_at_ms > :now;
@@ -217,9 +224,8 @@ type MySqlColumn = (
 ///   FROM leases_permits WHERE name = ? AND permit_no >= 0 ORDER BY permit_no;
 /// ```
 ///
-/// A failed request rolls the transaction back before the connection is used again (or closes
-/// the connection); a deadlock is retried at once. Renew, release, verify and list are one
-/// round trip each.
+/// A claim whose request failed part-way is rolled back before its connection is used again
+/// (or the connection is closed); a deadlock is retried at once.
 ///
 /// The `name` column must compare bytes exactly: `VARBINARY`, or a `_nopad_bin`/`_0900_bin`
 /// collation. Under a case-insensitive or PAD SPACE collation (including MariaDB's

@@ -1,4 +1,4 @@
-//! MySQL's counted claim (one transaction in two text-protocol requests), and its permit
+//! MySQL's counted claim (one transaction in one text-protocol request), and its permit
 //! renewal and release: no `RETURNING` on `UPDATE`, so the term comes back through
 //! `LAST_INSERT_ID(term)`, 0 when no row matched (see `statements.rs`). The rest of the permit
 //! operations is shared, see `permits.rs`.
@@ -9,59 +9,37 @@ use sqlx::{MySql, Row};
 use super::leases::inserted;
 use super::partitions::{hex_literal, raw_execute, raw_rows};
 use crate::partitions::{Table, group_conn};
-use crate::permits::{Decision, Seen, decide};
 use crate::store::SqlStore;
-use crate::wire::{
-    HOLDER_MARKER, INSTANCE_MARKER, NAME_MARKER, PERMIT_MARKER, TERM_MARKER, TTL_MARKER,
-};
+use crate::wire::{COUNT_MARKER, HOLDER_MARKER, INSTANCE_MARKER, NAME_MARKER, TTL_MARKER};
 
-/// What the claim's templates are filled with: the strings as hex literals, the numbers as
-/// decimal integers. No value is interpolated any other way.
-struct Claim<'a> {
-    name: &'a str,
-    hex: &'a str,
-    instance: &'a str,
-    ms: i64,
+/// The claim's template filled in: the name, holder and instance as hex literals, the count and
+/// the TTL as decimal integers. No value is interpolated any other way.
+fn fill(template: &str, name: &str, hex: &str, instance: &str, count: u32, ms: i64) -> String {
+    template
+        .replace(COUNT_MARKER, &count.to_string())
+        .replace(TTL_MARKER, &ms.to_string())
+        .replace(NAME_MARKER, &hex_literal(name))
+        .replace(HOLDER_MARKER, &hex_literal(hex))
+        .replace(INSTANCE_MARKER, &hex_literal(instance))
 }
 
-impl Claim<'_> {
-    fn fill(&self, template: &str, permit: i64, term: i64) -> String {
-        template
-            .replace(PERMIT_MARKER, &permit.to_string())
-            .replace(TERM_MARKER, &term.to_string())
-            .replace(TTL_MARKER, &self.ms.to_string())
-            .replace(NAME_MARKER, &hex_literal(self.name))
-            .replace(HOLDER_MARKER, &hex_literal(self.hex))
-            .replace(INSTANCE_MARKER, &hex_literal(self.instance))
-    }
-}
-
-/// Ends the claim's transaction after `e` (or, with no error, when the name is full): `e` when
-/// the rollback went through or the connection is being closed for `e` anyway, else an error
-/// that is not the server's, so the connection is closed rather than reused with a
-/// transaction open (the next `START TRANSACTION` would commit it).
-async fn rolled_back(
-    c: &mut sqlx::mysql::MySqlConnection,
-    e: Option<sqlx::Error>,
-) -> std::result::Result<(), sqlx::Error> {
-    match (raw_execute(c, "ROLLBACK").await, e) {
-        (Ok(_), None) => Ok(()),
-        (Ok(_), Some(e)) => Err(e),
-        (Err(_), Some(e)) if !matches!(e, sqlx::Error::Database(_)) => Err(e),
-        (Err(r), e) => Err(sqlx::Error::Protocol(match e {
-            Some(e) => format!("{e}; and the rollback after it failed: {r}"),
-            None => format!("the rollback of a full claim failed: {r}"),
-        })),
+/// After the claim's request failed with `e` part-way, its transaction may be open: rolled
+/// back before the connection is used again (the next `START TRANSACTION` would commit it).
+/// `e` when the rollback went through, or when the connection is closed for `e` anyway (not
+/// the server's error); else an error that is not the server's, so the connection is closed.
+async fn rolled_back(c: &mut sqlx::mysql::MySqlConnection, e: sqlx::Error) -> sqlx::Error {
+    match raw_execute(c, "ROLLBACK").await {
+        Ok(_) => e,
+        Err(_) if !matches!(e, sqlx::Error::Database(_)) => e,
+        Err(r) => sqlx::Error::Protocol(format!("{e}; and the rollback after it failed: {r}")),
     }
 }
 
 impl SqlStore<MySql> {
-    /// The permit and term granted, `None` when full: one transaction, two round trips. The
-    /// first request opens it, locks the name's counter row (creating it when missing) and
-    /// reads the name's rows with a locking read; [`decide`] picks; the second request writes
-    /// the permit, moves the counter and commits (or rolls back: a third, when full). Claims of
-    /// a name queue on the counter row's lock, so each decides on the latest rows. A deadlock
-    /// (InnoDB rolled the transaction back) is retried at once.
+    /// The permit and term granted, `None` when full: one transaction sent as one request (see
+    /// `statements.rs`), so no lock is held across a round trip. Claims of a name queue on the
+    /// counter row's lock, and the locking read sees the latest rows. A deadlock (InnoDB rolled
+    /// the transaction back) is retried at once.
     pub(super) async fn claim_permit_row(
         &self,
         name: &str,
@@ -70,56 +48,33 @@ impl SqlStore<MySql> {
         instance: &str,
         ms: i64,
     ) -> Result<Option<(i64, i64)>> {
-        let p = &self.inner.stmts.permits;
-        let claim = Claim {
+        let sql = fill(
+            &self.inner.stmts.permits.claim,
             name,
             hex,
             instance,
+            count,
             ms,
-        };
-        let read = claim.fill(&p.read, 0, 0);
-        let claim = &claim;
-        let read = &read;
-        group_conn!(
-            self,
-            lease_core::layer::Operation::ClaimPermit,
-            Table::Permits,
-            |c| async move {
-                let rows = match raw_rows(&mut *c, read).await {
-                    Ok(rows) => rows,
-                    Err(e) => return rolled_back(c, Some(e)).await.map(|()| None),
-                };
-                let seen = rows
-                    .iter()
-                    .map(|r| {
-                        Ok(Seen {
-                            permit: r.try_get(0)?,
-                            held: r.try_get::<i64, _>(1)? != 0,
-                            term: r.try_get(2)?,
-                            left: r.try_get(3)?,
-                        })
-                    })
-                    .collect::<std::result::Result<Vec<Seen>, sqlx::Error>>();
-                let seen = match seen {
-                    Ok(seen) => seen,
-                    Err(e) => return rolled_back(c, Some(e)).await.map(|()| None),
-                };
-                let Decision::Take {
-                    permit,
-                    existing,
-                    term,
-                } = decide(&seen, count)
-                else {
-                    return rolled_back(c, None).await.map(|()| None);
-                };
-                let permit = i64::from(permit);
-                let write = claim.fill(if existing { &p.take } else { &p.insert }, permit, term);
-                match raw_execute(&mut *c, &write).await {
-                    Ok(_) => Ok(Some((permit, term))),
-                    Err(e) => rolled_back(c, Some(e)).await.map(|()| None),
-                }
+        );
+        let sql = &sql;
+        let op = lease_core::layer::Operation::ClaimPermit;
+        let rows = group_conn!(self, op, Table::Permits, |c| async move {
+            match raw_rows(&mut *c, sql).await {
+                Ok(rows) => Ok(rows),
+                Err(e) => Err(rolled_back(c, e).await),
             }
-        )
+        })?;
+        let read = |row: &sqlx::mysql::MySqlRow| -> std::result::Result<_, sqlx::Error> {
+            Ok((
+                row.try_get::<Option<i64>, _>(0)?,
+                row.try_get::<Option<i64>, _>(1)?,
+            ))
+        };
+        match rows.last().map(read).transpose() {
+            Ok(Some((Some(permit), Some(term)))) => Ok(Some((permit, term))),
+            Ok(_) => Ok(None),
+            Err(e) => Err(self.group_err(e, op, Table::Permits)),
+        }
     }
 
     /// The term, `None` when the permit is not the holder's live.
@@ -176,22 +131,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn claim_templates_take_only_hex_and_integers() {
-        let claim = Claim {
-            name: "x'; DROP TABLE t; --",
-            hex: "/*name*/",
-            instance: "é",
-            ms: 1500,
-        };
-        let sql = claim.fill(
-            "n=/*name*/ h=/*holder*/ i=/*instance*/ p=/*permit*/ t=/*term*/ ttl=/*ttl*/",
+    fn the_claim_template_takes_only_hex_and_integers() {
+        let sql = fill(
+            "n=/*name*/ h=/*holder*/ i=/*instance*/ c=/*count*/ ttl=/*ttl*/",
+            "x'; DROP TABLE t; --",
+            "/*name*/",
+            "é",
             3,
-            42,
+            1500,
         );
         assert_eq!(
             sql,
             "n=X'78273b2044524f50205441424c4520743b202d2d' h=X'2f2a6e616d652a2f' i=X'c3a9' \
-             p=3 t=42 ttl=1500"
+             c=3 ttl=1500"
         );
     }
 }

@@ -46,29 +46,26 @@ pub(crate) struct Statements {
 pub(crate) struct PermitStatements {
     pub(crate) table: String,
     pub(crate) create: String,
-    /// PostgreSQL's claim, one statement: `(permit, term, stale)`. Empty elsewhere.
-    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    /// PostgreSQL's claim, one statement: `(permit, term, stale)`. MySQL's, one text-protocol
+    /// request (see [`NAME_MARKER`] and the others): `(permit, term)`, both NULL when full.
+    /// Empty on SQLite.
+    #[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
     pub(crate) claim: String,
     /// The first statement of SQLite's claim transaction: the counter row created when
     /// missing. Empty elsewhere.
     #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
     pub(crate) lock: String,
-    /// The claim transaction's read of the name's rows, the counter's included:
-    /// `(permit_no, held by the claimant, term, time left)`. On MySQL a text-protocol template
-    /// (see [`NAME_MARKER`] and the others) that opens the transaction, creates and locks the
-    /// counter row, then reads with a locking read. Empty on PostgreSQL.
-    #[cfg_attr(not(any(feature = "mysql", feature = "sqlite")), allow(dead_code))]
+    /// SQLite's claim transaction: its read of the name's rows, the counter's included,
+    /// `(permit_no, held by the claimant, term, time left)`. Empty elsewhere.
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
     pub(crate) read: String,
-    /// The claim transaction's write of a permit never used: a new row. On MySQL a
-    /// text-protocol template that also moves the counter and commits.
-    #[cfg_attr(not(any(feature = "mysql", feature = "sqlite")), allow(dead_code))]
+    /// SQLite's claim transaction: its write of a permit never used, a new row.
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
     pub(crate) insert: String,
-    /// The claim transaction's write of a free permit that has a row. On MySQL a
-    /// text-protocol template, as `insert`.
-    #[cfg_attr(not(any(feature = "mysql", feature = "sqlite")), allow(dead_code))]
+    /// SQLite's claim transaction: its write of a free permit that has a row.
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
     pub(crate) take: String,
-    /// SQLite's move of the counter row to the term granted (MySQL's is in its `insert` and
-    /// `take`). Empty elsewhere.
+    /// SQLite's claim transaction: the counter row moved to the term granted.
     #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
     pub(crate) count: String,
     pub(crate) renew: String,
@@ -161,12 +158,9 @@ pub(crate) const HOLDER_MARKER: &str = "/*holder*/";
 /// In MySQL's permit claim templates: the instance label, as a hex literal.
 #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
 pub(crate) const INSTANCE_MARKER: &str = "/*instance*/";
-/// In MySQL's permit claim templates: the permit, as a decimal integer.
+/// In MySQL's permit claim template: the permit count, as a decimal integer.
 #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
-pub(crate) const PERMIT_MARKER: &str = "/*permit*/";
-/// In MySQL's permit claim templates: the term granted, as a decimal integer.
-#[cfg_attr(not(feature = "mysql"), allow(dead_code))]
-pub(crate) const TERM_MARKER: &str = "/*term*/";
+pub(crate) const COUNT_MARKER: &str = "/*count*/";
 
 /// The marker in MySQL's `unfinished` statement replaced with one `?` per name.
 #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
