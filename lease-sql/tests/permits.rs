@@ -588,3 +588,59 @@ async fn postgres_a_claim_never_decides_on_a_snapshot_missing_a_new_permit() {
     );
     assert_eq!(live, vec![1, 2]);
 }
+
+/// A MySQL claim whose request fails part-way — here a trigger refuses the counter's move,
+/// after the permit row was written — is rolled back before its connection serves again: the
+/// next operation on the store's one connection must not commit the half-done claim (a
+/// `START TRANSACTION` would).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_a_claim_failing_part_way_leaves_nothing_behind() {
+    let Some(url) = env::server_url("mysql") else {
+        return;
+    };
+    let table = format!("permit_fail_{:012x}", support::rand_u64() >> 16);
+    let store = MySqlStore::connect(
+        &url,
+        SqlConfig::default()
+            .table(&table)
+            .unwrap()
+            .lease_connections(1),
+    )
+    .await
+    .unwrap();
+    let n = name("fail");
+    // The permit table, created by its first use.
+    assert!(store.permits(&n).await.unwrap().is_empty());
+    let mut c = sqlx::MySqlConnection::connect(&url).await.unwrap();
+    sqlx::raw_sql(&format!(
+        "CREATE TRIGGER {table}_boom BEFORE UPDATE ON {table}_permits FOR EACH ROW \
+         BEGIN IF NEW.permit_no = -1 AND NEW.term > 0 \
+         AND EXISTS (SELECT 1 FROM {table}_permits WHERE name = NEW.name AND instance = 'boom') \
+         THEN SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'boom'; END IF; END"
+    ))
+    .execute(&mut c)
+    .await
+    .unwrap();
+    let e = store
+        .claim_permit(&n, 2, &HolderToken::mint(), "boom", LONG)
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("boom"), "{e}");
+    // The same connection serves the next claim, which must find nothing of the failed one.
+    let g = store
+        .claim_permit(&n, 2, &HolderToken::mint(), "next", LONG)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((g.permit, g.grant.term), (0, 1));
+    let list = store.permits(&n).await.unwrap();
+    assert_eq!(list.len(), 1, "{list:?}");
+    assert_eq!(list[0].instance, "next");
+    drop(store);
+    for t in [format!("{table}_permits"), table.clone()] {
+        sqlx::query(&format!("DROP TABLE IF EXISTS {t}"))
+            .execute(&mut c)
+            .await
+            .unwrap();
+    }
+}
