@@ -43,13 +43,16 @@ pub const PARTITIONS_SUFFIX: &str = "_partitions";
 /// What is appended to the lease table's name to name the member table.
 pub const MEMBERS_SUFFIX: &str = "_members";
 
+/// What is appended to the lease table's name to name the permit table (counted leases).
+pub const PERMITS_SUFFIX: &str = "_permits";
+
 /// SQLite: expiries at or above this are wall-clock milliseconds (September 2001 or later),
 /// written by a lease-sql from before the boot clock; boot-clock values stay below it through
 /// 31 years of uptime.
 pub(crate) const WALL_CLOCK_FLOOR_MS: i64 = 1_000_000_000_000;
 
 /// The longest identifier accepted for the lease table (PostgreSQL cuts identifiers at 63 bytes),
-/// leaving room for the longer of the two suffixes.
+/// leaving room for the longest suffix (`_partitions`; `_members` and `_permits` are shorter).
 const MAX_TABLE_BYTES: usize = 63 - PARTITIONS_SUFFIX.len();
 
 impl Default for SqlConfig {
@@ -235,6 +238,11 @@ impl SqlConfig {
     /// The member table's name: the lease table's, then `_members`.
     pub fn members_table_name(&self) -> String {
         format!("{}{MEMBERS_SUFFIX}", self.table)
+    }
+
+    /// The permit table's name (counted leases): the lease table's, then `_permits`.
+    pub fn permits_table_name(&self) -> String {
+        format!("{}{PERMITS_SUFFIX}", self.table)
     }
 }
 

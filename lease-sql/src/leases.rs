@@ -19,12 +19,14 @@ macro_rules! lease_store {
                 self.inner.dialect.as_str()
             }
 
-            /// Every SQL store verifies inside a transaction and can force a release; the
-            /// store traits it implements (all of them) are derived.
+            /// Every SQL store verifies inside a transaction, can force a release and keeps
+            /// counted leases (see `permits.rs`); the store traits it implements (all of them)
+            /// are derived.
             fn capabilities(&self) -> lease_core::Capabilities {
                 lease_core::Capabilities {
                     verify_in_transaction: true,
                     force_release: true,
+                    permits: true,
                     watch: self.inner.watch,
                     max_name_bytes: self.inner.config.max_name_bytes,
                     ..lease_core::derived_capabilities!(Self)
@@ -158,6 +160,49 @@ macro_rules! lease_store {
                         .wrote(&lease_core::notify::Topic::lease(name));
                 }
                 Ok(ended)
+            }
+
+            async fn claim_permit(
+                &self,
+                name: &str,
+                permits: u32,
+                holder: &lease_core::backend::HolderToken,
+                instance: &str,
+                ttl: std::time::Duration,
+            ) -> lease_core::Result<Option<lease_core::PermitGrant>> {
+                self.claim_permit_op(name, permits, holder, instance, ttl)
+                    .await
+            }
+
+            async fn renew_permit(
+                &self,
+                name: &str,
+                permit: u32,
+                holder: &lease_core::backend::HolderToken,
+                ttl: std::time::Duration,
+            ) -> lease_core::Result<Option<lease_core::backend::Grant>> {
+                self.renew_permit_op(name, permit, holder, ttl).await
+            }
+
+            async fn release_permit(
+                &self,
+                name: &str,
+                permit: u32,
+                holder: &lease_core::backend::HolderToken,
+            ) -> lease_core::Result<bool> {
+                self.release_permit_op(name, permit, holder).await
+            }
+
+            async fn verify_permit(
+                &self,
+                name: &str,
+                holder: &lease_core::backend::HolderToken,
+            ) -> lease_core::Result<Option<lease_core::PermitGrant>> {
+                self.verify_permit_op(name, holder).await
+            }
+
+            async fn permits(&self, name: &str) -> lease_core::Result<Vec<lease_core::PermitInfo>> {
+                self.list_permits_op(name).await
             }
 
             /// Always `Some`: what the hints cover is in each dialect's docs (PostgreSQL:

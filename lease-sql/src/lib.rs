@@ -90,6 +90,15 @@
 //! size included.
 
 //!
+//! Counted leases ([`LeaseStore::claim_permit`](lease_core::LeaseStore::claim_permit) and the
+//! other permit operations, `capabilities().permits`; the rules are
+//! [`lease_core::permits`]'s) live in a table of their own, `<table>_permits`
+//! ([`permits_schema_sql`], migration `0004`), checked and created on first use as the
+//! partition and member tables are: a row per permit and a counter row per name. A claim is one
+//! statement on PostgreSQL, one transaction sent as one request on MySQL and MariaDB, one
+//! `BEGIN IMMEDIATE` transaction on SQLite; every permit operation is one round trip (see each
+//! store's docs).
+//!
 //! Every store implements [`LeaseStore`](lease_core::LeaseStore),
 //! [`PartitionStore`](lease_core::PartitionStore),
 //! [`MembershipStore`](lease_core::MembershipStore) and [`SlotStore`](lease_core::SlotStore);
@@ -114,6 +123,7 @@ mod membership;
 #[cfg(feature = "mysql")]
 mod mysql;
 mod partitions;
+mod permits;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod slots;
@@ -123,7 +133,8 @@ mod store;
 mod wire;
 
 pub use config::{
-    DEFAULT_TABLE, Ddl, MEMBERS_SUFFIX, NAME_COLUMN_BYTES, PARTITIONS_SUFFIX, SqlConfig,
+    DEFAULT_TABLE, Ddl, MEMBERS_SUFFIX, NAME_COLUMN_BYTES, PARTITIONS_SUFFIX, PERMITS_SUFFIX,
+    SqlConfig,
 };
 pub use error::{SqlResultExt, classify};
 #[cfg(feature = "mysql")]
@@ -134,5 +145,6 @@ pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
 pub use store::{Fence, SqlStore, Token};
 pub use wire::schema::{
-    Dialect, members_schema_sql, partitions_schema_sql, schema_sql, sqlite_boot_clock_sql,
+    Dialect, members_schema_sql, partitions_schema_sql, permits_schema_sql, schema_sql,
+    sqlite_boot_clock_sql,
 };

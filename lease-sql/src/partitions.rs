@@ -22,11 +22,13 @@ use sqlx::Database;
 
 use crate::store::{SqlStore, Wanted, remaining};
 
-/// Which of the two tables an operation works on.
+/// Which of the tables checked on first use an operation works on (the permit table of
+/// counted leases, `permits.rs`, is checked the same way).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Table {
     Partitions,
     Members,
+    Permits,
 }
 
 impl Table {
@@ -35,6 +37,7 @@ impl Table {
         match self {
             Table::Partitions => 0,
             Table::Members => 1,
+            Table::Permits => 2,
         }
     }
 
@@ -42,6 +45,7 @@ impl Table {
         match self {
             Table::Partitions => "partition table",
             Table::Members => "member table",
+            Table::Permits => "permit table",
         }
     }
 }
@@ -53,6 +57,10 @@ impl<DB: Database> SqlStore<DB> {
         match table {
             Table::Partitions => (&g.partitions_table, &g.create_partitions),
             Table::Members => (&g.members_table, &g.create_members),
+            Table::Permits => {
+                let p = &self.inner.stmts.permits;
+                (&p.table, &p.create)
+            }
         }
     }
 
@@ -82,7 +90,7 @@ impl<DB: Database> SqlStore<DB> {
         .at_server(&self.inner.server)
     }
 
-    fn corrupt_row(&self, table: Table, what: &str) -> Error {
+    pub(crate) fn corrupt_row(&self, table: Table, what: &str) -> Error {
         Error::new(
             ErrorKind::Backend,
             format!(
@@ -160,6 +168,14 @@ impl<DB: Database> SqlStore<DB> {
                     "group_list",
                     lease_core::backend::MAX_GROUPS_PER_MEMBER * (name + 1) - 1,
                 ),
+                plain("expires_at_ms", 0),
+            ],
+            Table::Permits => vec![
+                compared("name", name, names),
+                plain("permit_no", 0),
+                plain("holder", 32),
+                plain("instance", lease_core::backend::MAX_INSTANCE_BYTES),
+                plain("term", 0),
                 plain("expires_at_ms", 0),
             ],
         }

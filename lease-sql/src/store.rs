@@ -38,9 +38,10 @@ pub(crate) struct Inner<DB: Database> {
     /// 10.3 or later), so claims use [`Statements::claim_nowait`]; found at start-up.
     #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
     pub(crate) nowait_claims: std::sync::atomic::AtomicBool,
-    /// The partition and member tables (by [`Table::index`](crate::partitions::Table::index)),
-    /// checked (and created when missing) on their first use, not at start-up.
-    pub(crate) group_tables: [tokio::sync::OnceCell<()>; 2],
+    /// The partition, member and permit tables (by
+    /// [`Table::index`](crate::partitions::Table::index)), checked (and created when missing) on
+    /// their first use, not at start-up.
+    pub(crate) group_tables: [tokio::sync::OnceCell<()>; 3],
     /// The hints its writes, its listener or its poller notify (SQLite: shared by every store of
     /// this process on the same file and table).
     pub(crate) hints: Arc<crate::hints::Hints>,

@@ -4,8 +4,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use lease_sql::{
-    DEFAULT_TABLE, Dialect, SqlConfig, members_schema_sql, partitions_schema_sql, schema_sql,
-    sqlite_boot_clock_sql,
+    DEFAULT_TABLE, Dialect, SqlConfig, members_schema_sql, partitions_schema_sql,
+    permits_schema_sql, schema_sql, sqlite_boot_clock_sql,
 };
 
 fn check(path: &std::path::Path, want: &str) {
@@ -44,6 +44,15 @@ fn migrations_match_the_ddl_the_store_runs() {
             dialect.as_str(),
             partitions_schema_sql(dialect, &config.partitions_table_name()),
             members_schema_sql(dialect, &config.members_table_name())
+        );
+        check(&path, &want);
+
+        let path = dir.join(dialect.as_str()).join("0004_create_permits.sql");
+        let want = format!(
+            "-- The permit table of lease-sql ({}): counted leases. The row with permit_no = -1 \
+             is each name's counter.\n{};\n",
+            dialect.as_str(),
+            permits_schema_sql(dialect, &config.permits_table_name())
         );
         check(&path, &want);
     }

@@ -135,7 +135,7 @@ impl Db {
 
     /// Drops the lease table `table` and the tables named after it.
     async fn drop_all(&self, table: &str) {
-        for suffix in ["_partitions", "_members", "_clock", ""] {
+        for suffix in ["_partitions", "_members", "_permits", "_clock", ""] {
             self.run(&format!("DROP TABLE IF EXISTS {table}{suffix}"))
                 .await;
         }
@@ -220,6 +220,59 @@ async fn an_unrelated_partition_table_is_refused_on_first_use() {
             .await
             .unwrap();
         drop(store);
+        db.drop_all(&table).await;
+    }
+}
+
+/// The permit table is checked and created on its first use, as the partition table is: an
+/// unrelated table of its name is refused for what it is; with DDL off a missing one is
+/// reported with its DDL; created, it is found by a second store.
+#[tokio::test]
+async fn the_permit_table_is_checked_and_created_on_first_use() {
+    for db in Db::all().await {
+        let at = db.name();
+        let h = lease_core::backend::HolderToken::mint();
+        let table = fresh("unrelatedpermits");
+        db.run(&format!(
+            "CREATE TABLE {table}_permits (id INTEGER PRIMARY KEY, title VARCHAR(100))"
+        ))
+        .await;
+        let store = db.store(config(&table)).await.unwrap();
+        let e = store.claim_permit("p", 2, &h, "w", TTL).await.unwrap_err();
+        let msg = e.to_string();
+        assert_eq!(e.kind(), ErrorKind::Schema, "{at}: {msg}");
+        assert!(
+            msg.contains(&format!(
+                "a table `{table}_permits` exists but is not a permit table"
+            )),
+            "{at}: {msg}"
+        );
+        assert!(msg.contains("`id`, `title`"), "{at}: {msg}");
+        drop(store);
+        db.drop_all(&table).await;
+
+        let table = fresh("permits");
+        let permits = format!("{table}_permits");
+        db.store(config(&table)).await.unwrap();
+        let off = db
+            .store(config(&table).ddl(lease_sql::Ddl::None))
+            .await
+            .unwrap();
+        let e = off.permits("p").await.unwrap_err();
+        let msg = e.to_string();
+        assert_eq!(e.kind(), ErrorKind::Schema, "{at}: {msg}");
+        assert!(
+            msg.contains(&format!("the permit table `{permits}` does not exist")),
+            "{msg}"
+        );
+        assert!(msg.contains("CREATE TABLE IF NOT EXISTS"), "{msg}");
+        assert!(!db.exists(&permits).await, "{at}");
+        let store = db.store(config(&table)).await.unwrap();
+        let g = store.claim_permit("p", 2, &h, "w", TTL).await.unwrap();
+        assert_eq!(g.unwrap().permit, 0, "{at}");
+        assert!(db.exists(&permits).await, "{at}");
+        assert_eq!(off.permits("p").await.unwrap().len(), 1, "{at}");
+        drop((store, off));
         db.drop_all(&table).await;
     }
 }

@@ -6,6 +6,7 @@
 mod leases;
 mod membership;
 mod partitions;
+mod permits;
 mod slots;
 mod statements;
 
@@ -176,6 +177,55 @@ type MySqlColumn = (
 /// moves back to now). The heartbeat's answer is what it wrote, its `expires_in` the TTL from
 /// the statement's own clock reading: one round trip, no read-back. The writes are retried at
 /// once after a deadlock, as the claim is.
+///
+/// Counted leases ([`LeaseStore::claim_permit`](lease_core::LeaseStore::claim_permit) and the
+/// other permit operations), on the table `leases_permits` (see
+/// [`permits_schema_sql`](crate::permits_schema_sql)): one row per permit, and per name a
+/// counter row (`permit_no = -1`) holding the greatest term the name ever issued. Every
+/// operation is one round trip. The claim is one transaction sent as one text-protocol request
+/// (the name, holder and instance as hex literals, the count and TTL as decimal integers —
+/// nothing else is interpolated), so no client round trip falls inside it and a claimant that
+/// stalls or loses its network holds no lock. The counter row's exclusive lock queues the claims
+/// of a name, and the locking read sees the latest committed rows, so each claim decides on
+/// every live permit (the permits below a name's greatest are always rows: a new one is taken
+/// only when every lower one is live):
+///
+/// ```sql
+/// -- claim_permit (:n the permit count)
+/// START TRANSACTION;
+/// INSERT INTO leases_permits (name, permit_no, holder, instance, term, expires_at_ms)
+/// VALUES (:name, -1, '', '', 0, 0) ON DUPLICATE KEY UPDATE term = term;  -- counter, locked
+/// SELECT MAX(term) + 1, SUM(live), SUM(live AND holder = :holder), MAX(permit_no),
+///        MIN(IF(permit_no >= 0 AND permit_no < :n AND expires_at_ms <= :now, permit_no, NULL))
+///   INTO @term, @live, @mine, @max, @free
+///   FROM leases_permits WHERE name = :name FOR UPDATE;  -- live: permit_no >= 0 AND unexpired
+/// SET @pick = LEAST(COALESCE(@free, @max + 1), @max + 1);
+/// SET @ok = @live < :n AND @mine = 0 AND @pick < :n;
+/// UPDATE leases_permits SET holder = :holder, instance = CONVERT(:instance USING utf8mb4),
+///        term = @term, expires_at_ms = :now + :ttl
+///  WHERE @ok AND name = :name AND permit_no = @pick AND expires_at_ms <= :now;
+/// INSERT INTO leases_permits (name, permit_no, holder, instance, term, expires_at_ms)
+/// SELECT :name, @pick, :holder, CONVERT(:instance USING utf8mb4), @term, :now + :ttl
+///   FROM DUAL WHERE @ok AND @pick > @max;                              -- a permit never used
+/// UPDATE leases_permits SET term = @term WHERE @ok AND name = :name AND permit_no = -1;
+/// COMMIT;
+/// SELECT IF(@ok, @pick, NULL), IF(@ok, @term, NULL);                    -- NULL: full
+/// -- (the variables are named @lease_sql_…)
+/// -- renew_permit, release_permit: the term through LAST_INSERT_ID (0: not live under holder)
+/// UPDATE leases_permits SET expires_at_ms = :now + ?, term = LAST_INSERT_ID(term)
+///  WHERE name = ? AND permit_no = ? AND holder = ? AND expires_at_ms > :now;
+/// UPDATE leases_permits SET expires_at_ms = 0, term = LAST_INSERT_ID(term)
+///  WHERE name = ? AND permit_no = ? AND holder = ? AND expires_at_ms > :now;
+/// -- verify_permit, permits
+/// SELECT permit_no, term, expires_at_ms - :now FROM leases_permits
+///  WHERE name = ? AND holder = ? AND permit_no >= 0 AND expires_at_ms > :now
+///  ORDER BY permit_no LIMIT 1;
+/// SELECT permit_no, CAST(instance AS CHAR CHARACTER SET utf8mb4), term, expires_at_ms - :now
+///   FROM leases_permits WHERE name = ? AND permit_no >= 0 ORDER BY permit_no;
+/// ```
+///
+/// A claim whose request failed part-way is rolled back before its connection is used again
+/// (or the connection is closed); a deadlock is retried at once.
 ///
 /// The `name` column must compare bytes exactly: `VARBINARY`, or a `_nopad_bin`/`_0900_bin`
 /// collation. Under a case-insensitive or PAD SPACE collation (including MariaDB's
@@ -370,6 +420,7 @@ crate::leases::lease_store!(MySql);
 crate::leases::verify_guard!(MySql, MySqlConnection, begin);
 crate::partitions::partition_store!(MySql);
 crate::partitions::group_tables_on_first_use!(MySql);
+crate::permits::permit_store!(MySql);
 crate::membership::membership_store!(MySql);
 crate::slots::slot_store!(MySql);
 

@@ -15,7 +15,7 @@ use crate::wire::{GROUP_MARKER, OWNER_MARKER, PARTITIONS_MARKER, TTL_MARKER};
 
 /// A string as a MySQL hex literal (`X'6a6f62'`): a binary string whatever the session's
 /// character set or SQL mode, so nothing in it can end the literal.
-fn hex_literal(s: &str) -> String {
+pub(super) fn hex_literal(s: &str) -> String {
     let mut out = String::with_capacity(3 + 2 * s.len());
     out.push_str("X'");
     for b in s.bytes() {
@@ -43,7 +43,7 @@ type Boxed<'a, T> = std::pin::Pin<
 
 /// A text-protocol request's rows. (Through `Executor`, whose boxed future the compiler
 /// can prove `Send` inside an `async_trait` method; `RawSql::fetch_all`'s it cannot.)
-fn raw_rows<'a>(
+pub(super) fn raw_rows<'a>(
     c: &'a mut sqlx::mysql::MySqlConnection,
     sql: &'a str,
 ) -> Boxed<'a, Vec<sqlx::mysql::MySqlRow>> {
@@ -51,7 +51,7 @@ fn raw_rows<'a>(
 }
 
 /// A text-protocol request's outcome (boxed as [`raw_rows`]).
-fn raw_execute<'a>(
+pub(super) fn raw_execute<'a>(
     c: &'a mut sqlx::mysql::MySqlConnection,
     sql: &'a str,
 ) -> Boxed<'a, sqlx::mysql::MySqlQueryResult> {

@@ -3,8 +3,9 @@
 
 use crate::wire::schema::{Dialect, schema_sql};
 use crate::wire::{
-    GROUP_MARKER, GroupStatements, NAMES_MARKER, OWNER_MARKER, PARTITIONS_MARKER, SlotStatements,
-    Statements, TTL_MARKER,
+    COUNT_MARKER, GROUP_MARKER, GroupStatements, HOLDER_MARKER, INSTANCE_MARKER, NAME_MARKER,
+    NAMES_MARKER, OWNER_MARKER, PARTITIONS_MARKER, PermitStatements, SlotStatements, Statements,
+    TTL_MARKER,
 };
 
 /// The statements of a MySQL/MariaDB store on the lease table `t`.
@@ -64,6 +65,7 @@ pub(crate) fn statements(t: &str) -> Statements {
         hint_channel: String::new(),
         slots: slots(t, now),
         groups: groups(t),
+        permits: permits(t),
     };
     // MariaDB's claim: the same statement, under a lock wait timeout of 0.
     Statements {
@@ -124,6 +126,75 @@ fn slots(t: &str, now: &str) -> SlotStatements {
              AND expires_at_ms <= {now}"
         ),
         last: format!("SELECT slot_ms, unfinished_slot_ms, rerun_slot_ms FROM {t} WHERE name = ?"),
+    }
+}
+
+/// The counted-lease statements. The claim is one transaction in one text-protocol request
+/// (one round trip; values are hex literals and integers only): it creates the counter row when
+/// missing and locks it either way (`ON DUPLICATE KEY UPDATE` takes the row's exclusive lock, so
+/// the claims of a name queue there), reads every row of the name with a locking read (the
+/// latest committed versions) into user variables — the next term, the live count, whether the
+/// claimant holds one, the lowest free permit — and writes the permit and the counter only when
+/// the claim is granted, then commits and reads the variables back. No client round trip falls
+/// inside the transaction, so a claimant that stalls or loses its network holds no lock. Renew
+/// and release report the term through `LAST_INSERT_ID`, as the lease statements do.
+fn permits(t: &str) -> PermitStatements {
+    let now = Dialect::MySql.expiry_ms();
+    let base = PermitStatements::table(Dialect::MySql, t);
+    let p = &base.table;
+    let (name, holder, n) = (NAME_MARKER, HOLDER_MARKER, COUNT_MARKER);
+    let instance = format!("CONVERT({INSTANCE_MARKER} USING utf8mb4)");
+    let live = format!("permit_no >= 0 AND expires_at_ms > {now}");
+    PermitStatements {
+        claim: format!(
+            "START TRANSACTION; \
+             INSERT INTO {p} (name, permit_no, holder, instance, term, expires_at_ms) \
+             VALUES ({name}, -1, '', '', 0, 0) ON DUPLICATE KEY UPDATE term = term; \
+             SELECT MAX(term) + 1, SUM({live}), SUM({live} AND holder = {holder}), \
+             MAX(permit_no), \
+             MIN(IF(permit_no >= 0 AND permit_no < {n} AND expires_at_ms <= {now}, \
+             permit_no, NULL)) \
+             INTO @lease_sql_term, @lease_sql_live, @lease_sql_mine, @lease_sql_max, \
+             @lease_sql_free \
+             FROM {p} WHERE name = {name} FOR UPDATE; \
+             SET @lease_sql_pick = LEAST(COALESCE(@lease_sql_free, @lease_sql_max + 1), \
+             @lease_sql_max + 1); \
+             SET @lease_sql_ok = @lease_sql_live < {n} AND @lease_sql_mine = 0 \
+             AND @lease_sql_pick < {n}; \
+             UPDATE {p} SET holder = {holder}, instance = {instance}, term = @lease_sql_term, \
+             expires_at_ms = {now} + {TTL_MARKER} \
+             WHERE @lease_sql_ok AND name = {name} AND permit_no = @lease_sql_pick \
+             AND expires_at_ms <= {now}; \
+             INSERT INTO {p} (name, permit_no, holder, instance, term, expires_at_ms) \
+             SELECT {name}, @lease_sql_pick, {holder}, {instance}, @lease_sql_term, \
+             {now} + {TTL_MARKER} FROM DUAL \
+             WHERE @lease_sql_ok AND @lease_sql_pick > @lease_sql_max; \
+             UPDATE {p} SET term = @lease_sql_term \
+             WHERE @lease_sql_ok AND name = {name} AND permit_no = -1; \
+             COMMIT; \
+             SELECT IF(@lease_sql_ok, @lease_sql_pick, NULL), \
+             IF(@lease_sql_ok, @lease_sql_term, NULL)"
+        ),
+        renew: format!(
+            "UPDATE {p} SET expires_at_ms = {now} + ?, term = LAST_INSERT_ID(term) \
+             WHERE name = ? AND permit_no = ? AND holder = ? AND expires_at_ms > {now}"
+        ),
+        release: format!(
+            "UPDATE {p} SET expires_at_ms = 0, term = LAST_INSERT_ID(term) \
+             WHERE name = ? AND permit_no = ? AND holder = ? AND expires_at_ms > {now}"
+        ),
+        verify: format!(
+            "SELECT permit_no, term, expires_at_ms - {now} FROM {p} \
+             WHERE name = ? AND holder = ? AND permit_no >= 0 AND expires_at_ms > {now} \
+             ORDER BY permit_no LIMIT 1"
+        ),
+        // utf8mb4_bin columns come back flagged binary: ask for text.
+        list: format!(
+            "SELECT permit_no, CAST(instance AS CHAR CHARACTER SET utf8mb4), term, \
+             expires_at_ms - {now} FROM {p} WHERE name = ? AND permit_no >= 0 \
+             ORDER BY permit_no"
+        ),
+        ..base
     }
 }
 

@@ -3,6 +3,7 @@
 //! the bottom.
 
 mod hints;
+mod permits;
 mod slots;
 mod statements;
 
@@ -20,8 +21,8 @@ use crate::wire::schema::Dialect;
 /// A lease store on PostgreSQL.
 ///
 /// **Hints** ([`LeaseStore::changes`](lease_core::LeaseStore::changes), on unless
-/// [`SqlConfig::hints`] is off): the claim, the release, the forced release, a partition
-/// acquired with a new epoch and a partition release send `pg_notify('lease_sql.<schema>.<table>',
+/// [`SqlConfig::hints`] is off): the claim, the release, the forced release, a permit claimed
+/// or released, a partition acquired with a new epoch and a partition release send `pg_notify('lease_sql.<schema>.<table>',
 /// 'lease:<name>' | 'group:<group>')` inside the statement, so a hint goes out when the change
 /// commits, from whichever process made it. On the first wait, the store opens one listening
 /// connection of its own (`LISTEN`, `application_name` `lease-sql hints <channel>`), which
@@ -155,6 +156,66 @@ use crate::wire::schema::Dialect;
 /// WITH n AS (SELECT :now AS now)
 /// UPDATE leases_members AS m SET expires_at_ms = n.now FROM n
 ///  WHERE m.service = $1 AND m.node = $2 AND m.expires_at_ms > n.now;
+/// ```
+///
+/// Counted leases ([`LeaseStore::claim_permit`](lease_core::LeaseStore::claim_permit) and the
+/// other permit operations), on the table `leases_permits` (see
+/// [`permits_schema_sql`](crate::permits_schema_sql)): one row per permit, and per name a
+/// counter row (`permit_no = -1`) holding the greatest term the name ever issued. Every
+/// operation is one statement, one round trip. The claim cannot simply count the name's rows:
+/// under READ COMMITTED a statement reads the snapshot taken when it started, and a statement
+/// that waited for a lock sees the latest version of the rows it locked, but not a row inserted
+/// since its snapshot. So it locks every row of the name, and writes only when the counter it
+/// locked is the one its snapshot has: then no claim of the name committed in between, and no
+/// new permit row is missing from what it counted. Otherwise it writes nothing and answers
+/// stale, and the store sends it again (at most 16 times, each one after another claim of the
+/// name was granted; then it answers full):
+///
+/// ```sql
+/// -- claim_permit ($1 name, $2 holder, $3 instance, $4 TTL, $5 the count N)
+/// WITH n AS (SELECT :now AS now),
+///   s AS (SELECT term FROM leases_permits WHERE name = $1 AND permit_no = -1), -- snapshot
+///   k AS (SELECT permit_no, holder, term, expires_at_ms FROM leases_permits
+///          WHERE name = $1 ORDER BY permit_no FOR UPDATE),                      -- latest
+///   live AS (SELECT k.permit_no, k.holder FROM k, n
+///             WHERE k.permit_no >= 0 AND k.expires_at_ms > n.now),
+///   f AS (SELECT (SELECT term FROM k WHERE permit_no = -1)
+///                  IS NOT DISTINCT FROM (SELECT term FROM s) AS fresh,
+///                COALESCE((SELECT max(term) FROM k), 0) + 1 AS term),
+///   ok AS (SELECT g.i, f.term FROM f, generate_series(0, $5 - 1) AS g(i)
+///           WHERE f.fresh AND (SELECT count(*) FROM live) < $5
+///             AND NOT EXISTS (SELECT 1 FROM live WHERE live.holder = $2)
+///             AND g.i NOT IN (SELECT permit_no FROM live) ORDER BY g.i LIMIT 1),
+///   c AS (INSERT INTO leases_permits AS c (name, permit_no, holder, instance, term,
+///                                          expires_at_ms)
+///         SELECT $1, -1, '', '', ok.term, 0 FROM ok
+///         ON CONFLICT (name, permit_no) DO UPDATE SET term = excluded.term
+///          WHERE c.term < excluded.term RETURNING term),   -- a concurrent first claim: no row
+///   w AS (INSERT INTO leases_permits AS p (name, permit_no, holder, instance, term,
+///                                          expires_at_ms)
+///         SELECT $1, ok.i, $2, $3, c.term, n.now + $4 FROM ok, c, n
+///         ON CONFLICT (name, permit_no) DO UPDATE SET holder = excluded.holder,
+///                instance = excluded.instance, term = excluded.term,
+///                expires_at_ms = excluded.expires_at_ms
+///          WHERE p.expires_at_ms <= excluded.expires_at_ms - $4
+///         RETURNING permit_no, term),
+///   h AS (SELECT pg_notify(…, 'lease:' || $1) FROM w)       -- with hints; else SELECT 1
+/// SELECT w.permit_no, w.term,                                -- NULL, NULL: not granted
+///        NOT f.fresh OR (EXISTS (SELECT 1 FROM ok) AND w.term IS NULL)       -- stale
+///   FROM f LEFT JOIN w ON true, (SELECT count(*) FROM h) AS hk;
+/// -- renew_permit
+/// UPDATE leases_permits SET expires_at_ms = :now + $4
+///  WHERE name = $1 AND permit_no = $2 AND holder = $3 AND expires_at_ms > :now RETURNING term;
+/// -- release_permit (keeps the row and its term; with hints, the pg_notify of a release)
+/// UPDATE leases_permits SET expires_at_ms = 0
+///  WHERE name = $1 AND permit_no = $2 AND holder = $3 AND expires_at_ms > :now;
+/// -- verify_permit: found by the holder token alone
+/// SELECT permit_no, term, expires_at_ms - :now FROM leases_permits
+///  WHERE name = $1 AND holder = $2 AND permit_no >= 0 AND expires_at_ms > :now
+///  ORDER BY permit_no LIMIT 1;
+/// -- permits: every record of the name
+/// SELECT permit_no, instance, term, expires_at_ms - :now FROM leases_permits
+///  WHERE name = $1 AND permit_no >= 0 ORDER BY permit_no;
 /// ```
 pub type PostgresStore = SqlStore<Postgres>;
 
@@ -313,6 +374,8 @@ crate::leases::verify_guard!(Postgres, PgConnection, begin);
 crate::partitions::partition_store!(Postgres);
 crate::partitions::group_tables_on_first_use!(Postgres);
 crate::partitions::returning_partition_rows!(Postgres, parts);
+crate::permits::permit_store!(Postgres);
+crate::permits::returning_permit_writes!(Postgres);
 crate::membership::membership_store!(Postgres);
 crate::membership::returning_member_rows!(Postgres);
 crate::slots::slot_store!(Postgres);

@@ -2,7 +2,7 @@
 
 use crate::wire::returning;
 use crate::wire::schema::Dialect;
-use crate::wire::{GroupStatements, SlotStatements, Statements};
+use crate::wire::{GroupStatements, PermitStatements, SlotStatements, Statements};
 
 /// Where PostgreSQL's statements send their hints: the channel (a plain identifier, see
 /// `hints::channel`) and whether a name may be too long for a payload (then every hint is
@@ -65,11 +65,17 @@ fn with_notify(s: Statements, t: &str, n: &Notify<'_>) -> Statements {
         }
         None => g.release.clone(),
     };
+    let permits = PermitStatements {
+        claim: permit_claim(&s.permits.table, &lease),
+        release: released(&s.permits.release),
+        ..s.permits.clone()
+    };
     Statements {
         claim,
         release: released(&s.release),
         force_release: released(&s.force_release),
         hint_channel: n.channel.to_owned(),
+        permits,
         groups: GroupStatements {
             acquire,
             release: release_parts,
@@ -104,6 +110,10 @@ fn plain(t: &str) -> Statements {
              WHERE name = $1 AND holder = $2 AND term = $3 AND expires_at_ms > {now} FOR SHARE"
         ),
         groups: groups(t),
+        permits: PermitStatements {
+            claim: permit_claim(&crate::wire::permits_table(t), "1"),
+            ..returning::permits(dialect, t)
+        },
         slots: SlotStatements {
             read: format!(
                 "SELECT n.now, l.term, l.expires_at_ms - n.now, l.slot_ms, \
@@ -195,4 +205,50 @@ fn groups(table: &str) -> GroupStatements {
         ),
         ..GroupStatements::tables(Dialect::Postgres, table)
     }
+}
+
+/// The counted claim on the permit table `p`, one statement: `$1` name, `$2` holder, `$3`
+/// instance, `$4` TTL in milliseconds, `$5` the permit count; `hint` an expression evaluated
+/// once when a permit is granted (its `pg_notify`, or `1`). One row: the permit and term
+/// granted (NULL, NULL when none) and whether the statement's snapshot was stale, in which
+/// case nothing was written and the claim is sent again (see `PostgresStore`'s docs).
+///
+/// `s` reads the counter row as the statement's snapshot has it; `k` locks every row of the
+/// name (`FOR UPDATE` waits for a concurrent claim, renewal or release of the name and then
+/// reads the row's latest version) and `f` compares the two counters: equal, no claim
+/// committed since the snapshot, so no permit row is missing from it and the count is exact.
+/// The counter is then moved to the new term (its upsert also creates it, and a concurrent
+/// first claim loses on its conflict), and the permit row written, only if still free.
+fn permit_claim(p: &str, hint: &str) -> String {
+    let now = Dialect::Postgres.expiry_ms();
+    format!(
+        "WITH n AS (SELECT {now} AS now), \
+         s AS (SELECT term FROM {p} WHERE name = $1 AND permit_no = -1), \
+         k AS (SELECT permit_no, holder, term, expires_at_ms FROM {p} \
+         WHERE name = $1 ORDER BY permit_no FOR UPDATE), \
+         live AS (SELECT k.permit_no, k.holder FROM k, n \
+         WHERE k.permit_no >= 0 AND k.expires_at_ms > n.now), \
+         f AS (SELECT (SELECT term FROM k WHERE permit_no = -1) \
+         IS NOT DISTINCT FROM (SELECT term FROM s) AS fresh, \
+         COALESCE((SELECT max(term) FROM k), 0) + 1 AS term), \
+         ok AS (SELECT g.i, f.term FROM f, generate_series(0, $5 - 1) AS g(i) \
+         WHERE f.fresh AND (SELECT count(*) FROM live) < $5 \
+         AND NOT EXISTS (SELECT 1 FROM live WHERE live.holder = $2) \
+         AND g.i NOT IN (SELECT permit_no FROM live) ORDER BY g.i LIMIT 1), \
+         c AS (INSERT INTO {p} AS c (name, permit_no, holder, instance, term, expires_at_ms) \
+         SELECT $1, -1, '', '', ok.term, 0 FROM ok \
+         ON CONFLICT (name, permit_no) DO UPDATE SET term = excluded.term \
+         WHERE c.term < excluded.term RETURNING term), \
+         w AS (INSERT INTO {p} AS p (name, permit_no, holder, instance, term, expires_at_ms) \
+         SELECT $1, ok.i, $2, $3, c.term, n.now + $4 FROM ok, c, n \
+         ON CONFLICT (name, permit_no) DO UPDATE SET holder = excluded.holder, \
+         instance = excluded.instance, term = excluded.term, \
+         expires_at_ms = excluded.expires_at_ms \
+         WHERE p.expires_at_ms <= excluded.expires_at_ms - $4 \
+         RETURNING permit_no, term), \
+         h AS (SELECT {hint} FROM w) \
+         SELECT w.permit_no, w.term, \
+         NOT f.fresh OR (EXISTS (SELECT 1 FROM ok) AND w.term IS NULL) \
+         FROM f LEFT JOIN w ON true, (SELECT count(*) FROM h) AS hk"
+    )
 }

@@ -123,6 +123,7 @@ impl SqlStore<Sqlite> {
             table.clone(),
             self.inner.config.partitions_table_name(),
             self.inner.config.members_table_name(),
+            self.inner.config.permits_table_name(),
         ];
         let wall = Dialect::Sqlite.now_ms();
         let now = Dialect::Sqlite.expiry_ms();
@@ -205,13 +206,16 @@ impl SqlStore<Sqlite> {
     /// leases keep the time they had left). Both are idempotent: two processes may run them at
     /// once.
     pub(super) async fn group_boot_clock(&self, table: crate::partitions::Table) -> Result<()> {
-        if self.inner.config.ddl != crate::Ddl::Auto {
-            return Ok(());
-        }
         let suffix = match table {
             crate::partitions::Table::Partitions => crate::config::PARTITIONS_SUFFIX,
             crate::partitions::Table::Members => crate::config::MEMBERS_SUFFIX,
+            // No lease-sql from before the boot clock knows the permit table: no process can
+            // write it a wall-clock expiry, so it needs neither triggers nor a conversion.
+            crate::partitions::Table::Permits => return Ok(()),
         };
+        if self.inner.config.ddl != crate::Ddl::Auto {
+            return Ok(());
+        }
         let name = self.table_of(table).0;
         let (wall, now) = (Dialect::Sqlite.now_ms(), Dialect::Sqlite.expiry_ms());
         let floor = crate::config::WALL_CLOCK_FLOOR_MS;

@@ -14,8 +14,8 @@ use std::sync::{Arc, LazyLock, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
 use lease_core::notify::Topic;
+use sqlx::ConnectOptions;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection};
-use sqlx::{ConnectOptions, Row};
 
 use crate::hints::{Hints, Subscribed};
 
@@ -67,6 +67,8 @@ pub(crate) async fn shared(options: &SqliteConnectOptions, table: &str, on: bool
 pub(crate) struct Tables {
     pub(crate) leases: String,
     pub(crate) partitions: String,
+    /// The permit table: a lease topic covers the permits of its name too.
+    pub(crate) permits: String,
 }
 
 /// Starts the poller for `hints` on the current tokio runtime (`None` outside one).
@@ -193,7 +195,8 @@ async fn data_version(conn: &mut SqliteConnection) -> Result<i64, sqlx::Error> {
         .await
 }
 
-/// The rows of `topics`: a lease's (or a job's) row, a group's partitions.
+/// The rows of `topics`: a lease's (or a job's) row and the permits of its name, a group's
+/// partitions.
 async fn read_topics(
     conn: &mut SqliteConnection,
     tables: &Tables,
@@ -208,56 +211,48 @@ async fn read_topics(
             _ => {}
         }
     }
+    let leases = format!(
+        "SELECT name, 0, holder, term, expires_at_ms FROM {} WHERE name IN (/*keys*/)",
+        tables.leases
+    );
+    // The permits of the same names (a counted name's topic is its lease topic), each after
+    // the plain lease's row (its permit number + 1 in the second place).
+    let permits = format!(
+        "SELECT name, permit_no + 1, holder, term, expires_at_ms FROM {} \
+         WHERE name IN (/*keys*/) AND permit_no >= 0 ORDER BY name, permit_no",
+        tables.permits
+    );
+    let partitions = format!(
+        "SELECT group_name, partition_no, owner, epoch, expires_at_ms FROM {} \
+         WHERE group_name IN (/*keys*/) ORDER BY group_name, partition_no",
+        tables.partitions
+    );
     let mut by_name: HashMap<String, Seen> = HashMap::new();
     let mut by_group: HashMap<String, Seen> = HashMap::new();
-    for chunk in names.chunks(CHUNK) {
-        let sql = format!(
-            "SELECT name, holder, term, expires_at_ms FROM {} WHERE name IN ({})",
-            tables.leases,
-            marks(chunk.len())
-        );
-        let mut q = sqlx::query(&sql);
-        for n in chunk {
-            q = q.bind(*n);
-        }
-        let rows = q.fetch_all(&mut *conn).await?;
-        let now = super::clock::now_ms();
-        for r in rows {
-            let name: String = r.try_get(0)?;
-            let expires: i64 = r.try_get(3)?;
-            by_name
-                .entry(name)
-                .or_default()
-                .push((0, r.try_get(1)?, r.try_get(2)?, expires > now));
-        }
-    }
-    for chunk in groups.chunks(CHUNK) {
-        let sql = format!(
-            "SELECT group_name, partition_no, owner, epoch, expires_at_ms FROM {} \
-             WHERE group_name IN ({}) ORDER BY group_name, partition_no",
-            tables.partitions,
-            marks(chunk.len())
-        );
-        let mut q = sqlx::query(&sql);
-        for g in chunk {
-            q = q.bind(*g);
-        }
-        let rows = match q.fetch_all(&mut *conn).await {
-            Ok(rows) => rows,
-            // No partition table yet: no partitions.
-            Err(e) if crate::error::is_missing_table(&e) => Vec::new(),
-            Err(e) => return Err(e),
-        };
-        let now = super::clock::now_ms();
-        for r in rows {
-            let group: String = r.try_get(0)?;
-            let expires: i64 = r.try_get(4)?;
-            by_group.entry(group).or_default().push((
-                r.try_get(1)?,
-                r.try_get(2)?,
-                r.try_get(3)?,
-                expires > now,
-            ));
+    for (select, keys, group) in [
+        (&leases, &names, false),
+        (&permits, &names, false),
+        (&partitions, &groups, true),
+    ] {
+        let into = if group { &mut by_group } else { &mut by_name };
+        for chunk in keys.chunks(CHUNK) {
+            let sql = select.replace("/*keys*/", &marks(chunk.len()));
+            let mut q = sqlx::query_as::<_, (String, i64, String, i64, i64)>(&sql);
+            for key in chunk {
+                q = q.bind(*key);
+            }
+            let rows = match q.fetch_all(&mut *conn).await {
+                Ok(rows) => rows,
+                // No partition or permit table yet: none of those.
+                Err(e) if crate::error::is_missing_table(&e) => Vec::new(),
+                Err(e) => return Err(e),
+            };
+            let now = super::clock::now_ms();
+            for (key, index, holder, term, expires) in rows {
+                into.entry(key)
+                    .or_default()
+                    .push((index, holder, term, expires > now));
+            }
         }
     }
     let mut out = HashMap::new();

@@ -4,6 +4,7 @@
 
 mod clock;
 mod hints;
+mod permits;
 mod slots;
 mod statements;
 
@@ -25,11 +26,11 @@ use crate::wire::schema::Dialect;
 ///
 /// **Hints** ([`LeaseStore::changes`](lease_core::LeaseStore::changes)): every store of this
 /// process on the same file and table shares them, and its claims, releases, forced releases,
-/// partition acquires and releases notify them at once. Changes by other processes are found by
-/// a poller on a connection of its own, running while anybody waits (and 1 s after): it reads
+/// permit claims and releases, partition acquires and releases notify them at once. Changes by
+/// other processes are found by a poller on a connection of its own, running while anybody waits (and 1 s after): it reads
 /// `PRAGMA data_version` every 15 ms (no table read) and, when another connection committed,
-/// the rows of the names and groups waited on, and notifies only those whose holder, term or
-/// liveness changed — a renewal wakes nobody. Membership changes are not hinted. With
+/// the rows of the names (with their permits) and groups waited on, and notifies only those
+/// whose holder, term or liveness changed — a renewal wakes nobody. Membership changes are not hinted. With
 /// [`SqlConfig::hints`] off there is no poller and the hints cover this process only.
 ///
 /// The statements are PostgreSQL's (see [`PostgresStore`](crate::PostgresStore)) with `?N`
@@ -67,6 +68,30 @@ use crate::wire::schema::Dialect;
 /// `… partition_no IN (SELECT value FROM json_each(?2)) …`, one bound parameter however many
 /// (well clear of SQLite's limit of 32,766 parameters a statement); and members are ordered
 /// `ORDER BY node COLLATE BINARY` (byte order).
+///
+/// Counted leases use PostgreSQL's renew, release, verify and list statements (see
+/// [`PostgresStore`](crate::PostgresStore)) on `leases_permits`; the claim is one
+/// `BEGIN IMMEDIATE` transaction, which holds the file's write lock from its first statement,
+/// so no other write comes between its read and its writes (calls into the embedded database,
+/// not round trips to a server):
+///
+/// ```sql
+/// BEGIN IMMEDIATE;
+/// INSERT INTO leases_permits (name, permit_no, holder, instance, term, expires_at_ms)
+/// VALUES (?1, -1, '', '', 0, 0) ON CONFLICT (name, permit_no) DO NOTHING;  -- the counter row
+/// SELECT permit_no, holder = ?1, term, expires_at_ms - :now FROM leases_permits
+///  WHERE name = ?2 ORDER BY permit_no;
+/// -- full, or the claimant holds a live permit: ROLLBACK. Otherwise the lowest free permit
+/// -- below N, with the term one more than the greatest read:
+/// INSERT INTO leases_permits (name, permit_no, holder, instance, term, expires_at_ms)
+/// VALUES (?1, ?2, ?3, ?4, ?5, :now + ?6);        -- or an UPDATE of the permit's row
+/// UPDATE leases_permits SET term = ?1 WHERE name = ?2 AND permit_no = -1;
+/// COMMIT;
+/// ```
+///
+/// The permit table needs no boot-clock triggers (no lease-sql from before the boot clock
+/// writes it); its permits end, as every lease does, when the file is opened under another
+/// boot.
 ///
 /// **The clock is the host's boot clock, not its wall clock.** SQLite has no server: whatever
 /// clock a statement reads is the clock of the process running it, and a wall clock differs
@@ -131,6 +156,7 @@ impl SqlStore<Sqlite> {
                     hints::Tables {
                         leases: self.inner.config.table.clone(),
                         partitions: self.inner.stmts.groups.partitions_table.clone(),
+                        permits: self.inner.stmts.permits.table.clone(),
                     },
                     weak,
                 )
@@ -252,6 +278,8 @@ crate::leases::verify_guard!(Sqlite, SqliteConnection, begin_with, "BEGIN IMMEDI
 crate::partitions::partition_store!(Sqlite);
 crate::partitions::group_tables_on_first_use!(Sqlite);
 crate::partitions::returning_partition_rows!(Sqlite, parts);
+crate::permits::permit_store!(Sqlite);
+crate::permits::returning_permit_writes!(Sqlite);
 crate::membership::membership_store!(Sqlite);
 crate::membership::returning_member_rows!(Sqlite);
 crate::slots::slot_store!(Sqlite);

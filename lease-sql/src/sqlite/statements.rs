@@ -3,7 +3,7 @@
 
 use crate::wire::returning;
 use crate::wire::schema::Dialect;
-use crate::wire::{GroupStatements, SlotStatements, Statements};
+use crate::wire::{GroupStatements, PermitStatements, SlotStatements, Statements};
 
 /// The statements of a SQLite store on the lease table `t`.
 pub(crate) fn statements(t: &str) -> Statements {
@@ -30,6 +30,7 @@ pub(crate) fn statements(t: &str) -> Statements {
              WHERE name = $1 AND holder = $2 AND term = $3 AND expires_at_ms > $4"
         ),
         groups: groups(t),
+        permits: permits(t),
         slots: SlotStatements {
             // The instants are wall-clock times: SQLite reads its wall clock for them and its
             // boot clock for the expiry.
@@ -80,6 +81,20 @@ fn renumber(s: Statements, f: impl Fn(String) -> String) -> Statements {
         create: s.create,
         hint_channel: s.hint_channel,
         groups: s.groups,
+        permits: PermitStatements {
+            table: s.permits.table,
+            create: s.permits.create,
+            claim: f(s.permits.claim),
+            lock: f(s.permits.lock),
+            read: f(s.permits.read),
+            insert: f(s.permits.insert),
+            take: f(s.permits.take),
+            count: f(s.permits.count),
+            renew: f(s.permits.renew),
+            release: f(s.permits.release),
+            verify: f(s.permits.verify),
+            list: f(s.permits.list),
+        },
         slots: SlotStatements {
             read: f(s.slots.read),
             insert: f(s.slots.insert),
@@ -90,6 +105,35 @@ fn renumber(s: Statements, f: impl Fn(String) -> String) -> Statements {
             unfinished: f(s.slots.unfinished),
             last: f(s.slots.last),
         },
+    }
+}
+
+/// The counted-lease statements: PostgreSQL's renew, release, verify and list, and the claim as
+/// one `BEGIN IMMEDIATE` transaction (see `permits.rs`) of these statements, written with `$N`
+/// (renumbered with the others).
+fn permits(t: &str) -> PermitStatements {
+    let now = Dialect::Sqlite.expiry_ms();
+    let shared = returning::permits(Dialect::Sqlite, t);
+    let p = &shared.table;
+    PermitStatements {
+        lock: format!(
+            "INSERT INTO {p} (name, permit_no, holder, instance, term, expires_at_ms) \
+             VALUES ($1, -1, '', '', 0, 0) ON CONFLICT (name, permit_no) DO NOTHING"
+        ),
+        read: format!(
+            "SELECT permit_no, holder = $1, term, expires_at_ms - {now} FROM {p} \
+             WHERE name = $2 ORDER BY permit_no"
+        ),
+        insert: format!(
+            "INSERT INTO {p} (name, permit_no, holder, instance, term, expires_at_ms) \
+             VALUES ($1, $2, $3, $4, $5, {now} + $6)"
+        ),
+        take: format!(
+            "UPDATE {p} SET holder = $1, instance = $2, term = $3, expires_at_ms = {now} + $4 \
+             WHERE name = $5 AND permit_no = $6"
+        ),
+        count: format!("UPDATE {p} SET term = $1 WHERE name = $2 AND permit_no = -1"),
+        ..shared
     }
 }
 

@@ -37,6 +37,63 @@ pub(crate) struct Statements {
     pub(crate) hint_channel: String,
     pub(crate) slots: SlotStatements,
     pub(crate) groups: GroupStatements,
+    pub(crate) permits: PermitStatements,
+}
+
+/// The counted-lease statements of one store (see `permits.rs`), on the permit table: one row
+/// per `(name, permit_no)`, and the name's counter row at `permit_no = -1`.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct PermitStatements {
+    pub(crate) table: String,
+    pub(crate) create: String,
+    /// PostgreSQL's claim, one statement: `(permit, term, stale)`. MySQL's, one text-protocol
+    /// request (see [`NAME_MARKER`] and the others): `(permit, term)`, both NULL when full.
+    /// Empty on SQLite.
+    #[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
+    pub(crate) claim: String,
+    /// The first statement of SQLite's claim transaction: the counter row created when
+    /// missing. Empty elsewhere.
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+    pub(crate) lock: String,
+    /// SQLite's claim transaction: its read of the name's rows, the counter's included,
+    /// `(permit_no, held by the claimant, term, time left)`. Empty elsewhere.
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+    pub(crate) read: String,
+    /// SQLite's claim transaction: its write of a permit never used, a new row.
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+    pub(crate) insert: String,
+    /// SQLite's claim transaction: its write of a free permit that has a row.
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+    pub(crate) take: String,
+    /// SQLite's claim transaction: the counter row moved to the term granted.
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+    pub(crate) count: String,
+    pub(crate) renew: String,
+    pub(crate) release: String,
+    pub(crate) verify: String,
+    pub(crate) list: String,
+}
+
+impl PermitStatements {
+    /// The permit table of the lease table `table` (its name and DDL in `dialect`), with no
+    /// statement yet: each dialect fills in its own.
+    #[cfg_attr(
+        not(any(feature = "postgres", feature = "mysql", feature = "sqlite")),
+        allow(dead_code)
+    )]
+    pub(crate) fn table(dialect: Dialect, table: &str) -> PermitStatements {
+        let t = permits_table(table);
+        PermitStatements {
+            create: schema::permits_schema_sql(dialect, &t),
+            table: t,
+            ..PermitStatements::default()
+        }
+    }
+}
+
+/// The permit table's name for the lease table `table`.
+pub(crate) fn permits_table(table: &str) -> String {
+    format!("{table}{}", crate::config::PERMITS_SUFFIX)
 }
 
 /// The scheduler slot statements of one store (see `slots.rs`). PostgreSQL and SQLite share
@@ -91,6 +148,19 @@ pub(crate) const PARTITIONS_MARKER: &str = "/*partitions*/";
 /// In MySQL's renew template: the TTL in milliseconds, as a decimal integer.
 #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
 pub(crate) const TTL_MARKER: &str = "/*ttl*/";
+
+/// In MySQL's permit claim templates: the name, as a hex literal.
+#[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+pub(crate) const NAME_MARKER: &str = "/*name*/";
+/// In MySQL's permit claim templates: the holder token, as a hex literal.
+#[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+pub(crate) const HOLDER_MARKER: &str = "/*holder*/";
+/// In MySQL's permit claim templates: the instance label, as a hex literal.
+#[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+pub(crate) const INSTANCE_MARKER: &str = "/*instance*/";
+/// In MySQL's permit claim template: the permit count, as a decimal integer.
+#[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+pub(crate) const COUNT_MARKER: &str = "/*count*/";
 
 /// The marker in MySQL's `unfinished` statement replaced with one `?` per name.
 #[cfg_attr(not(feature = "mysql"), allow(dead_code))]

@@ -8,7 +8,7 @@
 //! statements.
 
 use super::schema::{Dialect, schema_sql};
-use super::{SlotStatements, Statements};
+use super::{PermitStatements, SlotStatements, Statements};
 
 /// The statements of `dialect` (PostgreSQL or SQLite) on the lease table `t` that both share,
 /// the others left empty.
@@ -71,4 +71,33 @@ pub(crate) fn unfinished(t: &str, now: &str, names: &str) -> String {
          AND (rerun_slot_ms IS NULL OR rerun_slot_ms <> unfinished_slot_ms) \
          AND expires_at_ms <= {now}"
     )
+}
+
+/// The counted-lease statements of `dialect` (PostgreSQL or SQLite) on the lease table `t`
+/// that both share: renew, release, verify and list; the claim is each dialect's own.
+pub(crate) fn permits(dialect: Dialect, t: &str) -> PermitStatements {
+    let now = dialect.expiry_ms();
+    let base = PermitStatements::table(dialect, t);
+    let p = &base.table;
+    PermitStatements {
+        renew: format!(
+            "UPDATE {p} SET expires_at_ms = {now} + $4 \
+             WHERE name = $1 AND permit_no = $2 AND holder = $3 AND expires_at_ms > {now} \
+             RETURNING term"
+        ),
+        release: format!(
+            "UPDATE {p} SET expires_at_ms = 0 \
+             WHERE name = $1 AND permit_no = $2 AND holder = $3 AND expires_at_ms > {now}"
+        ),
+        verify: format!(
+            "SELECT permit_no, term, expires_at_ms - {now} FROM {p} \
+             WHERE name = $1 AND holder = $2 AND permit_no >= 0 AND expires_at_ms > {now} \
+             ORDER BY permit_no LIMIT 1"
+        ),
+        list: format!(
+            "SELECT permit_no, instance, term, expires_at_ms - {now} FROM {p} \
+             WHERE name = $1 AND permit_no >= 0 ORDER BY permit_no"
+        ),
+        ..base
+    }
 }

@@ -208,6 +208,46 @@ pub fn members_schema_sql(dialect: Dialect, table: &str) -> String {
     )
 }
 
+/// The `CREATE TABLE IF NOT EXISTS` statement for the permit table `table` of counted leases
+/// (by default the lease table's name then `_permits`, see
+/// [`SqlConfig::permits_table_name`](crate::SqlConfig::permits_table_name)) in `dialect`.
+///
+/// One row per `(name, permit_no)`: `holder` (the holder token), `instance`, `term` (the
+/// permit's last fencing token) and `expires_at_ms` (the server's clock; 0 once released). Each
+/// name also has one counter row, `permit_no = -1`, whose `term` is the greatest term ever
+/// issued for the name across its permits: every claim locks it and moves it on, so tokens
+/// strictly increase per name. `name` compares byte for byte.
+///
+/// ```
+/// use lease_sql::{Dialect, permits_schema_sql};
+/// let sql = permits_schema_sql(Dialect::Postgres, "leases_permits");
+/// assert!(sql.contains("PRIMARY KEY (name, permit_no)"));
+/// ```
+pub fn permits_schema_sql(dialect: Dialect, table: &str) -> String {
+    let (name, holder, instance, big, tail) = match dialect {
+        Dialect::Postgres => ("VARCHAR(255) COLLATE \"C\"", "TEXT", "TEXT", "BIGINT", ""),
+        Dialect::MySql => (
+            "VARBINARY(255)",
+            "CHAR(32) CHARACTER SET ascii COLLATE ascii_bin",
+            "VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin",
+            "BIGINT",
+            " ENGINE=InnoDB",
+        ),
+        Dialect::Sqlite => ("TEXT", "TEXT", "TEXT", "INTEGER", ""),
+    };
+    format!(
+        "CREATE TABLE IF NOT EXISTS {table} (\n    \
+         name          {name} NOT NULL,\n    \
+         permit_no     {big} NOT NULL,\n    \
+         holder        {holder} NOT NULL,\n    \
+         instance      {instance} NOT NULL,\n    \
+         term          {big} NOT NULL,\n    \
+         expires_at_ms {big} NOT NULL,\n    \
+         PRIMARY KEY (name, permit_no)\n)\
+         {tail}"
+    )
+}
+
 /// SQLite's boot-clock DDL for the lease table `table` (by default `leases`): its statements,
 /// in order (see [`sqlite_boot_clock_sql`]): the clock table, then the triggers of the lease,
 /// partition and member tables.

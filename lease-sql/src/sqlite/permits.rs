@@ -1,0 +1,90 @@
+//! SQLite's counted claim: one `BEGIN IMMEDIATE` transaction (calls into the embedded
+//! database, not round trips to a server). The rest of the permit operations is shared, see
+//! `permits.rs`.
+
+use lease_core::Result;
+use sqlx::{Connection, Sqlite};
+
+use crate::partitions::{Table, group_conn};
+use crate::permits::{Decision, Seen, decide};
+use crate::store::SqlStore;
+
+impl SqlStore<Sqlite> {
+    /// The permit and term granted, `None` when full. `BEGIN IMMEDIATE` takes the file's write
+    /// lock first, so the claim reads the latest rows and no other write comes between its read
+    /// and its writes: `lock` (the counter row created when missing), `read` (every row of the
+    /// name), [`decide`], the permit's write (`insert` or `take`) and the counter's (`count`),
+    /// commit. A future dropped mid-way closes the connection, which rolls the transaction
+    /// back.
+    pub(super) async fn claim_permit_row(
+        &self,
+        name: &str,
+        count: u32,
+        hex: &str,
+        instance: &str,
+        ms: i64,
+    ) -> Result<Option<(i64, i64)>> {
+        let p = &self.inner.stmts.permits;
+        group_conn!(
+            self,
+            lease_core::layer::Operation::ClaimPermit,
+            Table::Permits,
+            |c| async move {
+                let mut tx = c.begin_with("BEGIN IMMEDIATE").await?;
+                sqlx::query(&p.lock).bind(name).execute(&mut *tx).await?;
+                let rows: Vec<(i64, bool, i64, i64)> = sqlx::query_as(&p.read)
+                    .bind(hex)
+                    .bind(name)
+                    .fetch_all(&mut *tx)
+                    .await?;
+                let seen: Vec<Seen> = rows
+                    .into_iter()
+                    .map(|(permit, held, term, left)| Seen {
+                        permit,
+                        held,
+                        term,
+                        left,
+                    })
+                    .collect();
+                let Decision::Take {
+                    permit,
+                    existing,
+                    term,
+                } = decide(&seen, count)
+                else {
+                    tx.rollback().await?;
+                    return Ok(None);
+                };
+                let permit = i64::from(permit);
+                if existing {
+                    sqlx::query(&p.take)
+                        .bind(hex)
+                        .bind(instance)
+                        .bind(term)
+                        .bind(ms)
+                        .bind(name)
+                        .bind(permit)
+                        .execute(&mut *tx)
+                        .await?;
+                } else {
+                    sqlx::query(&p.insert)
+                        .bind(name)
+                        .bind(permit)
+                        .bind(hex)
+                        .bind(instance)
+                        .bind(term)
+                        .bind(ms)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                sqlx::query(&p.count)
+                    .bind(term)
+                    .bind(name)
+                    .execute(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                Ok::<_, sqlx::Error>(Some((permit, term)))
+            }
+        )
+    }
+}
