@@ -275,6 +275,7 @@ async fn each_operation_costs_what_the_docs_say() {
     );
 
     groups_cost_what_the_docs_say(&proxy, &server, &store, &other).await;
+    permits_cost_what_the_docs_say(&proxy, &server, &store).await;
     slots_cost_what_the_docs_say(&proxy, &server, &store, &other, store.slot_bucket()).await;
 
     let _ = server.js.delete_stream(&server.stream).await;
@@ -655,4 +656,47 @@ async fn groups_cost_what_the_docs_say(
     assert!(!g.unwrap());
     assert_eq!(c, (1, 0, 1), "a second leave: a purge that finds nothing");
     store.leave("svc", "n1").await.unwrap();
+}
+
+/// Counted leases: a scan is one `STREAM.INFO` (an API request) and one burst of direct gets
+/// (none when the name has no permit key); a claim adds one create; renew and release read the
+/// permit's key, then update or purge it.
+async fn permits_cost_what_the_docs_say(proxy: &FaultProxy, server: &Server, store: &NatsStore) {
+    let (a, b, c) = (
+        HolderToken::mint(),
+        HolderToken::mint(),
+        HolderToken::mint(),
+    );
+    let (cost_of, g) = cost(proxy, server, store.claim_permit("p", 2, &a, "a", TTL)).await;
+    let first = g.unwrap().unwrap();
+    assert_eq!(first.permit, 0);
+    assert_eq!(
+        cost_of,
+        (2, 1, 1),
+        "claim of a name with no permit: list + create"
+    );
+    let (cost_of, g) = cost(proxy, server, store.claim_permit("p", 2, &b, "b", TTL)).await;
+    assert_eq!(g.unwrap().unwrap().permit, 1);
+    assert_eq!(
+        cost_of,
+        (3, 1, 1),
+        "claim beside a live permit: list + gets + create"
+    );
+    let (cost_of, g) = cost(proxy, server, store.claim_permit("p", 2, &c, "c", TTL)).await;
+    assert_eq!(g.unwrap(), None);
+    assert_eq!(cost_of, (2, 0, 1), "claim of a full name: list + gets");
+    let (cost_of, g) = cost(proxy, server, store.renew_permit("p", 0, &a, TTL)).await;
+    assert_eq!(g.unwrap().unwrap().term, first.grant.term);
+    assert_eq!(cost_of, (2, 1, 0), "renew_permit: get + update");
+    let (cost_of, g) = cost(proxy, server, store.verify_permit("p", &a)).await;
+    assert_eq!(g.unwrap().unwrap().permit, 0);
+    assert_eq!(cost_of, (2, 0, 1), "verify_permit: list + gets");
+    let (cost_of, g) = cost(proxy, server, store.permits("p")).await;
+    assert_eq!(g.unwrap().len(), 2);
+    assert_eq!(cost_of, (2, 0, 1), "permits: list + gets");
+    let (cost_of, g) = cost(proxy, server, store.release_permit("p", 0, &a)).await;
+    assert!(g.unwrap());
+    assert_eq!(cost_of, (2, 0, 1), "release_permit: get + purge");
+    assert_eq!(server.hinted(), 1, "release_permit: one hint");
+    assert!(store.release_permit("p", 1, &b).await.unwrap());
 }
