@@ -94,15 +94,15 @@ pub enum HintMode {
 /// How many operations reached a [`Faults`] hook, by kind (whatever the mode did with them).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct OpCounts {
-    /// `claim`, `acquire_partition` and the polling `try_acquire` calls.
+    /// `claim`, `acquire_partition`, `claim_permit` and the polling `try_acquire` calls.
     pub claims: u64,
-    /// `renew` and `renew_partitions` calls.
+    /// `renew`, `renew_partitions` and `renew_permit` calls.
     pub renews: u64,
-    /// `release`, `release_partitions` and the polling `release` calls.
+    /// `release`, `release_partitions`, `release_permit` and the polling `release` calls.
     pub releases: u64,
-    /// `verify` calls.
+    /// `verify` and `verify_permit` calls.
     pub verifies: u64,
-    /// `get` and `owners` calls.
+    /// `get`, `owners` and `permits` calls.
     pub gets: u64,
 }
 
@@ -128,8 +128,8 @@ struct Shared {
 ///
 /// The store-wide mode ([`set_mode`](Faults::set_mode)) applies to every operation, including
 /// `available()`; the claim mode ([`set_claim_mode`](Faults::set_claim_mode)) applies, after
-/// it, to the operations that take a lease: `claim`, `acquire_partition` and the polling
-/// `try_acquire`. Clones share the modes and the counters, so a test keeps one to switch the
+/// it, to the operations that take a lease: `claim`, `acquire_partition`, `claim_permit` and
+/// the polling `try_acquire`. Clones share the modes and the counters, so a test keeps one to switch the
 /// store it handed away.
 #[derive(Debug, Clone)]
 pub struct Faults {
@@ -207,13 +207,17 @@ impl Faults {
     fn count(&self, operation: Operation) {
         let c = &self.shared.counters;
         let counter = match operation {
-            Operation::Claim | Operation::AcquirePartition | Operation::PollAcquire => &c.claims,
-            Operation::Renew | Operation::RenewPartitions => &c.renews,
-            Operation::Release | Operation::ReleasePartitions | Operation::PollRelease => {
-                &c.releases
-            }
-            Operation::Verify => &c.verifies,
-            Operation::Get | Operation::Owners => &c.gets,
+            Operation::Claim
+            | Operation::AcquirePartition
+            | Operation::PollAcquire
+            | Operation::ClaimPermit => &c.claims,
+            Operation::Renew | Operation::RenewPartitions | Operation::RenewPermit => &c.renews,
+            Operation::Release
+            | Operation::ReleasePartitions
+            | Operation::PollRelease
+            | Operation::ReleasePermit => &c.releases,
+            Operation::Verify | Operation::VerifyPermit => &c.verifies,
+            Operation::Get | Operation::Owners | Operation::Permits => &c.gets,
             _ => return,
         };
         counter.fetch_add(1, Ordering::SeqCst);
@@ -245,7 +249,10 @@ impl Hook for Faults {
         self.count(call.operation);
         let takes_lease = matches!(
             call.operation,
-            Operation::Claim | Operation::AcquirePartition | Operation::PollAcquire
+            Operation::Claim
+                | Operation::AcquirePartition
+                | Operation::PollAcquire
+                | Operation::ClaimPermit
         );
         let shared = &self.shared;
         if takes_lease {

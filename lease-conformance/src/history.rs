@@ -13,6 +13,12 @@
 //!   holder reusing that term, or anyone entering with a lower term, is a
 //!   violation.
 //!
+//! A counted name (at most N holders, see `lease_core::permits`) gets the same checker with
+//! a limit, [`History::with_limit`]: a section may start while fewer than N are open, and a
+//! term is never entered by two holders. Terms of concurrent holders need not come in order
+//! (a holder granted earlier may enter its section later), so "going back" is not judged
+//! there; the store-level cases check that every grant's token is above all earlier ones.
+//!
 //! It also models a fenced resource ([`History::fenced_write`]), the way a
 //! real store would guard writes with `UPDATE … WHERE fence <= $term`, and
 //! counts the stale writes it turns away.
@@ -58,6 +64,12 @@ pub struct History {
 
 #[derive(Debug, Default)]
 struct State {
+    /// How many sections may be open at once: 1 for a plain lease, N for a counted name.
+    limit: usize,
+    /// The most sections open at once so far.
+    peak_open: usize,
+    /// For a limit above 1: the holder that first entered each term.
+    owners: HashMap<u64, String>,
     next_id: u64,
     /// Sections open now, by id: (who, term).
     open: HashMap<u64, (String, u64)>,
@@ -85,9 +97,17 @@ impl State {
 }
 
 impl History {
-    /// An empty history.
+    /// An empty history of a plain lease: one section open at most, terms never go back.
     pub fn new() -> Self {
-        Self::default()
+        Self::with_limit(1)
+    }
+
+    /// An empty history of a counted name with `limit` permits: at most `limit` sections open
+    /// at once, and no term entered by two holders. `with_limit(1)` is [`History::new`].
+    pub fn with_limit(limit: usize) -> Self {
+        let history = History::default();
+        history.lock().limit = limit.max(1);
+        history
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -102,12 +122,13 @@ impl History {
     ///
     /// Never blocks the caller on other sections and never fails: a section
     /// that breaks the rules is counted and described in the
-    /// [`HistoryReport`]. It is an overlap when any section is still open, even
-    /// one of the same `who`. It is a regression when its `(who, term)` differs
-    /// from the section entered just before and `term` is not higher than
-    /// every term entered so far; re-entering the highest term by the holder
-    /// that first entered it is allowed (one holder, several sections in one
-    /// term).
+    /// [`HistoryReport`]. It is an overlap when the limit's worth of sections
+    /// (one, for [`History::new`]) is still open, even of the same `who`. With a
+    /// limit of one it is a regression when its `(who, term)` differs from the
+    /// section entered just before and `term` is not higher than every term
+    /// entered so far; re-entering the highest term by the holder that first
+    /// entered it is allowed (one holder, several sections in one term). With a
+    /// higher limit it is a regression when another holder entered `term` first.
     pub fn enter(&self, who: &str, term: u64) -> Section {
         let mut state = self.lock();
         let id = state.next_id;
@@ -115,7 +136,8 @@ impl History {
         state.sections += 1;
         state.terms.insert(term);
 
-        if !state.open.is_empty() {
+        let limit = state.limit.max(1);
+        if state.open.len() >= limit {
             state.overlaps += 1;
             let mut others: Vec<(u64, String)> = state
                 .open
@@ -132,35 +154,60 @@ impl History {
             } else {
                 String::new()
             };
-            let message = format!(
-                "overlap: #{id} {who}@{term} entered while {}{tail} open",
-                listed.join(", ")
-            );
+            let message = if limit == 1 {
+                format!(
+                    "overlap: #{id} {who}@{term} entered while {}{tail} open",
+                    listed.join(", ")
+                )
+            } else {
+                format!(
+                    "overlap: #{id} {who}@{term} entered while {} sections were open, more \
+                     than the limit of {limit} allows: {}{tail}",
+                    state.open.len(),
+                    listed.join(", ")
+                )
+            };
             state.violation(message);
         }
 
-        match state.top.as_ref() {
-            None => state.top = Some((term, who.to_owned())),
-            Some((top, _)) if term > *top => state.top = Some((term, who.to_owned())),
-            Some((top, holder)) if term == *top => {
-                if holder != who {
+        if limit > 1 {
+            let first = state
+                .owners
+                .entry(term)
+                .or_insert_with(|| who.to_owned())
+                .clone();
+            if first != who {
+                let message = format!(
+                    "regression: #{id} {who}@{term} reuses term {term}, first entered by {first}"
+                );
+                state.regressions += 1;
+                state.violation(message);
+            }
+        } else {
+            match state.top.as_ref() {
+                None => state.top = Some((term, who.to_owned())),
+                Some((top, _)) if term > *top => state.top = Some((term, who.to_owned())),
+                Some((top, holder)) if term == *top => {
+                    if holder != who {
+                        let message = format!(
+                            "regression: #{id} {who}@{term} reuses term {term}, first entered by {holder}"
+                        );
+                        state.regressions += 1;
+                        state.violation(message);
+                    }
+                }
+                Some((top, holder)) => {
                     let message = format!(
-                        "regression: #{id} {who}@{term} reuses term {term}, first entered by {holder}"
+                        "regression: #{id} {who}@{term} entered after term {top} (entered by {holder})"
                     );
                     state.regressions += 1;
                     state.violation(message);
                 }
             }
-            Some((top, holder)) => {
-                let message = format!(
-                    "regression: #{id} {who}@{term} entered after term {top} (entered by {holder})"
-                );
-                state.regressions += 1;
-                state.violation(message);
-            }
         }
 
         state.open.insert(id, (who.to_owned(), term));
+        state.peak_open = state.peak_open.max(state.open.len());
         drop(state);
         Section {
             history: self.clone(),
@@ -204,6 +251,8 @@ impl History {
         HistoryReport {
             sections: state.sections,
             distinct_terms: state.terms.len() as u64,
+            limit: state.limit.max(1) as u64,
+            peak_open: state.peak_open as u64,
             overlaps: state.overlaps,
             regressions: state.regressions,
             accepted_writes: state.accepted_writes,
@@ -302,10 +351,16 @@ pub struct HistoryReport {
     pub sections: u64,
     /// Distinct terms sections were entered with.
     pub distinct_terms: u64,
-    /// Sections entered while another section was open.
+    /// How many sections may be open at once: 1, or a counted name's permits.
+    pub limit: u64,
+    /// The most sections that were open at once.
+    pub peak_open: u64,
+    /// Sections entered while `limit` sections were already open (for a plain
+    /// lease: while another section was open).
     pub overlaps: u64,
     /// Sections entered with a term that went back, or with the highest term
-    /// by a holder other than the one that first entered it.
+    /// by a holder other than the one that first entered it (with a limit
+    /// above 1: with a term another holder entered first).
     pub regressions: u64,
     /// Fenced writes accepted.
     pub accepted_writes: u64,
@@ -319,7 +374,7 @@ pub struct HistoryReport {
 }
 
 impl HistoryReport {
-    /// True when no section overlapped another and no term went back.
+    /// True when no section broke the limit and no term went back or was reused.
     pub fn is_clean(&self) -> bool {
         self.violations_total == 0
     }
@@ -444,6 +499,30 @@ mod tests {
         let _first = history.enter("a", 1);
         let _second = history.enter("b", 2);
         history.assert_clean();
+    }
+
+    #[test]
+    fn a_limit_allows_that_many_open_sections_and_no_more() {
+        let history = History::with_limit(3);
+        let a = history.enter("a", 4);
+        let b = history.enter("b", 2); // an earlier grant entering later is fine
+        let c = history.enter("c", 7);
+        history.assert_clean();
+        let d = history.enter("d", 8); // the fourth at once
+        drop((a, b, c, d));
+        history.enter("e", 9).exit();
+        history.enter("f", 7).exit(); // c's term by another holder
+        history.enter("c", 7).exit(); // c again in its own term
+        let report = history.report();
+        assert_eq!((report.limit, report.peak_open), (3, 4));
+        assert_eq!((report.overlaps, report.regressions), (1, 1), "{report:?}");
+        assert!(
+            report.violations[0].contains("#3 d@8 entered while 3 sections were open"),
+            "{:?}",
+            report.violations
+        );
+        assert!(report.violations[1].contains("f@7 reuses term 7, first entered by c"));
+        assert_eq!(History::new().report().limit, 1);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

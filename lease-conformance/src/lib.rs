@@ -346,6 +346,14 @@ macro_rules! conformance_suite {
             without_hints_a_waiter_still_takes_over_within_the_retry,
             lost_or_duplicated_hints_never_break_exclusivity,
             a_crashed_holder_is_succeeded_at_the_stores_expiry_not_before,
+            permit_claims_take_the_lowest_free_permit_up_to_n,
+            at_most_n_permits_are_granted_among_concurrent_claimers,
+            at_most_n_holders_among_many_contenders,
+            permit_terms_increase_per_name_across_release_and_expiry,
+            a_dead_holders_permit_frees_itself_at_its_ttl,
+            an_unknown_permit_claim_never_leaves_one_acquirer_two_permits,
+            bad_permit_input_is_refused,
+            changing_the_permit_count_applies_to_new_claims_only,
             wrappers_report_the_stores_capabilities_and_availability
         );
     };

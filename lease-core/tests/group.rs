@@ -610,6 +610,45 @@ impl LeaseStore for ScriptedStore {
     async fn get(&self, name: &str) -> lease_core::Result<Option<LeaseInfo>> {
         self.inner.get(name).await
     }
+    async fn claim_permit(
+        &self,
+        name: &str,
+        permits: u32,
+        holder: &HolderToken,
+        instance: &str,
+        ttl: Duration,
+    ) -> lease_core::Result<Option<lease_core::PermitGrant>> {
+        self.inner
+            .claim_permit(name, permits, holder, instance, ttl)
+            .await
+    }
+    async fn renew_permit(
+        &self,
+        name: &str,
+        permit: u32,
+        holder: &HolderToken,
+        ttl: Duration,
+    ) -> lease_core::Result<Option<Grant>> {
+        self.inner.renew_permit(name, permit, holder, ttl).await
+    }
+    async fn release_permit(
+        &self,
+        name: &str,
+        permit: u32,
+        holder: &HolderToken,
+    ) -> lease_core::Result<bool> {
+        self.inner.release_permit(name, permit, holder).await
+    }
+    async fn verify_permit(
+        &self,
+        name: &str,
+        holder: &HolderToken,
+    ) -> lease_core::Result<Option<lease_core::PermitGrant>> {
+        self.inner.verify_permit(name, holder).await
+    }
+    async fn permits(&self, name: &str) -> lease_core::Result<Vec<lease_core::PermitInfo>> {
+        self.inner.permits(name).await
+    }
 }
 
 #[deny(clippy::missing_trait_methods)]

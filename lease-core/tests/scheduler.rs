@@ -103,6 +103,45 @@ impl LeaseStore for Link {
         self.gate().await;
         self.store.get(name).await
     }
+    async fn claim_permit(
+        &self,
+        name: &str,
+        permits: u32,
+        holder: &HolderToken,
+        instance: &str,
+        ttl: Duration,
+    ) -> Result<Option<lease_core::PermitGrant>> {
+        self.gate().await;
+        self.store
+            .claim_permit(name, permits, holder, instance, ttl)
+            .await
+    }
+    async fn renew_permit(
+        &self,
+        name: &str,
+        permit: u32,
+        holder: &HolderToken,
+        ttl: Duration,
+    ) -> Result<Option<Grant>> {
+        self.gate().await;
+        self.store.renew_permit(name, permit, holder, ttl).await
+    }
+    async fn release_permit(&self, name: &str, permit: u32, holder: &HolderToken) -> Result<bool> {
+        self.gate().await;
+        self.store.release_permit(name, permit, holder).await
+    }
+    async fn verify_permit(
+        &self,
+        name: &str,
+        holder: &HolderToken,
+    ) -> Result<Option<lease_core::PermitGrant>> {
+        self.gate().await;
+        self.store.verify_permit(name, holder).await
+    }
+    async fn permits(&self, name: &str) -> Result<Vec<lease_core::PermitInfo>> {
+        self.gate().await;
+        self.store.permits(name).await
+    }
 }
 
 #[deny(clippy::missing_trait_methods)]

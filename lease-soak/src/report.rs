@@ -578,6 +578,8 @@ mod tests {
             history: HistoryReport {
                 sections: 1840,
                 distinct_terms: terms,
+                limit: 1,
+                peak_open: 1,
                 overlaps,
                 regressions: 0,
                 accepted_writes: 1840,

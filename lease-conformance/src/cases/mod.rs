@@ -20,11 +20,13 @@ use crate::history::History;
 mod groups;
 mod handover;
 mod inputs;
+mod permits;
 mod slots;
 mod wrappers;
 pub use groups::*;
 pub use handover::*;
 pub use inputs::*;
+pub use permits::*;
 pub use slots::*;
 pub use wrappers::*;
 

@@ -1,0 +1,704 @@
+//! Counted leases (see `lease_core::permits`): at most N live holders of a name, the lowest
+//! free permit, one strictly increasing token sequence per name across its permits, expiry by
+//! the store's clock, no second permit for one acquirer after an unknown outcome, typed bad
+//! input, and a changed N applying to new claims only.
+//!
+//! Every case runs where the store's `capabilities().permits` is true; elsewhere it says so,
+//! loudly, and returns.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use lease_core::backend::HolderToken;
+use lease_core::permits::MAX_PERMITS;
+use lease_core::{ErrorKind, LeaseStore, PermitGrant, Permits};
+use tokio::time::{Instant, sleep};
+
+use super::{assert_first_term, assert_next_term, mint, needs_expiry};
+use crate::history::History;
+use crate::{FaultMode, Harness, faulty};
+
+/// The permit count most cases use.
+const N: u32 = 3;
+
+/// `true` when the store has counted leases; otherwise notes, loudly, that `case` did not run.
+fn needs_permits(h: &Harness, case: &str) -> bool {
+    if !h.caps().permits {
+        h.not_applicable_loudly(
+            case,
+            "the store has no counted leases (capabilities().permits is false)",
+        );
+        return false;
+    }
+    true
+}
+
+async fn claim(
+    h: &Harness,
+    name: &str,
+    n: u32,
+    holder: &HolderToken,
+    instance: &str,
+) -> Option<PermitGrant> {
+    match h.store.claim_permit(name, n, holder, instance, h.ttl).await {
+        Ok(g) => g,
+        Err(e) => panic!("{}: claim of a permit of {name} failed: {e}", h.backend()),
+    }
+}
+
+async fn must_claim(
+    h: &Harness,
+    name: &str,
+    n: u32,
+    holder: &HolderToken,
+    instance: &str,
+) -> PermitGrant {
+    match claim(h, name, n, holder, instance).await {
+        Some(g) => g,
+        None => panic!(
+            "{}: a claim of one of {n} permits of {name} by {instance} was refused though one \
+             was free",
+            h.backend()
+        ),
+    }
+}
+
+/// The live permits of `name` by the store's account, as (permit, instance, term).
+async fn live(h: &Harness, name: &str) -> Vec<(u32, String, u64)> {
+    let all = h.store.permits(name).await.unwrap();
+    all.into_iter()
+        .filter(|p| p.live)
+        .map(|p| (p.permit, p.instance, p.term))
+        .collect()
+}
+
+/// Claims up to `n` hand out the lowest free permit with a fresh token each; the (n+1)-th is
+/// refused, and so is a second claim by a holder that holds one. Verify finds each holder's
+/// permit by its token alone; renewal keeps the term and works only for the holder of that
+/// permit; `permits` lists each holder, term and time left.
+pub async fn permit_claims_take_the_lowest_free_permit_up_to_n(h: &Harness) {
+    if !needs_permits(h, "permit_claims_take_the_lowest_free_permit_up_to_n") {
+        return;
+    }
+    let name = h.name("permits");
+    assert!(h.store.permits(&name).await.unwrap().is_empty());
+    let holders: Vec<HolderToken> = (0..N).map(|_| mint()).collect();
+    let mut grants: Vec<PermitGrant> = Vec::new();
+    for (i, holder) in holders.iter().enumerate() {
+        let g = must_claim(h, &name, N, holder, &format!("p{i}")).await;
+        assert_eq!(g.permit, i as u32, "the lowest free permit is taken");
+        match grants.last() {
+            None => assert_first_term(h, g.grant.term, "the first permit"),
+            Some(prev) => assert_next_term(h, prev.grant.term, g.grant.term, "the next permit"),
+        }
+        if h.caps().expiry {
+            assert!(
+                g.grant.expires_in <= h.ttl && g.grant.expires_in + h.slack >= h.ttl,
+                "expires_in {:?} should be close to the ttl {:?}",
+                g.grant.expires_in,
+                h.ttl
+            );
+        }
+        grants.push(g);
+    }
+    assert_eq!(
+        claim(h, &name, N, &mint(), "extra").await,
+        None,
+        "{}: a claim got a permit beyond the {N}",
+        h.backend()
+    );
+    // Raise N by one, so only the rule "no holder twice" can refuse it.
+    assert_eq!(
+        claim(h, &name, N + 1, &holders[0], "p0").await,
+        None,
+        "{}: a holder of a live permit got a second one",
+        h.backend()
+    );
+    for (holder, g) in holders.iter().zip(&grants) {
+        let v = h.store.verify_permit(&name, holder).await.unwrap();
+        let v = v.unwrap_or_else(|| panic!("{}: a holder does not verify", h.backend()));
+        assert_eq!((v.permit, v.grant.term), (g.permit, g.grant.term));
+    }
+    assert_eq!(h.store.verify_permit(&name, &mint()).await.unwrap(), None);
+    let listed = live(h, &name).await;
+    let expected: Vec<(u32, String, u64)> = grants
+        .iter()
+        .enumerate()
+        .map(|(i, g)| (g.permit, format!("p{i}"), g.grant.term))
+        .collect();
+    assert_eq!(
+        listed,
+        expected,
+        "{}: permits() lists the holders",
+        h.backend()
+    );
+    if h.caps().expiry {
+        for p in h.store.permits(&name).await.unwrap() {
+            assert!(p.expires_in <= h.ttl && !p.expires_in.is_zero(), "{p:?}");
+        }
+    }
+    // Renewal: the holder of the permit, that permit only; the term is kept.
+    sleep(h.ttl / 4).await;
+    let r = h
+        .store
+        .renew_permit(&name, 1, &holders[1], h.ttl)
+        .await
+        .unwrap();
+    let r = r.unwrap_or_else(|| panic!("{}: renewal of a live permit failed", h.backend()));
+    assert_eq!(r.term, grants[1].grant.term, "renewal keeps the term");
+    if h.caps().expiry {
+        assert!(r.expires_in + h.slack >= h.ttl, "renewal reports {r:?}");
+    }
+    assert_eq!(
+        h.store
+            .renew_permit(&name, 2, &holders[1], h.ttl)
+            .await
+            .unwrap(),
+        None,
+        "{}: a holder renewed another holder's permit",
+        h.backend()
+    );
+    assert_eq!(
+        h.store
+            .renew_permit(&name, 0, &mint(), h.ttl)
+            .await
+            .unwrap(),
+        None
+    );
+    assert!(
+        !h.store.release_permit(&name, 0, &holders[1]).await.unwrap(),
+        "{}: a holder released another holder's permit",
+        h.backend()
+    );
+    assert_eq!(live(h, &name).await.len(), N as usize);
+    // A plain lease of the name is a different thing.
+    let plain = h.store.claim(&name, &mint(), "plain", h.ttl).await.unwrap();
+    assert!(
+        plain.is_some(),
+        "{}: the permits of a name kept its plain lease from being claimed",
+        h.backend()
+    );
+    assert_eq!(live(h, &name).await.len(), N as usize);
+    for (i, holder) in holders.iter().enumerate() {
+        assert!(
+            h.store
+                .release_permit(&name, i as u32, holder)
+                .await
+                .unwrap()
+        );
+    }
+    assert!(live(h, &name).await.is_empty());
+}
+
+/// Many claimers race for the permits of one free name at once: exactly N win, on distinct
+/// permits below N, with distinct tokens above every token of the rounds before, round after
+/// round.
+pub async fn at_most_n_permits_are_granted_among_concurrent_claimers(h: &Harness) {
+    if !needs_permits(h, "at_most_n_permits_are_granted_among_concurrent_claimers") {
+        return;
+    }
+    let name = h.name("permit-race");
+    let mut top = 0u64;
+    for round in 0..6 {
+        let mut tasks = Vec::new();
+        for i in 0..16 {
+            let store = h.store.clone();
+            let name = name.clone();
+            let ttl = h.ttl;
+            tasks.push(tokio::spawn(async move {
+                let holder = mint();
+                let g = store
+                    .claim_permit(&name, N, &holder, &format!("c{i}"), ttl)
+                    .await;
+                (holder, g)
+            }));
+        }
+        let mut winners = Vec::new();
+        for t in tasks {
+            let (holder, g) = t.await.expect("claimer task");
+            match g {
+                Ok(Some(g)) => winners.push((holder, g)),
+                Ok(None) => {}
+                Err(e) => panic!("{}: concurrent permit claim failed: {e}", h.backend()),
+            }
+        }
+        assert_eq!(
+            winners.len(),
+            N as usize,
+            "{}: round {round}: {} claimers won one of {N} permits",
+            h.backend(),
+            winners.len()
+        );
+        let permits: BTreeSet<u32> = winners.iter().map(|(_, g)| g.permit).collect();
+        assert_eq!(
+            permits,
+            (0..N).collect(),
+            "{}: round {round}: permits",
+            h.backend()
+        );
+        let terms: BTreeSet<u64> = winners.iter().map(|(_, g)| g.grant.term).collect();
+        assert_eq!(
+            terms.len(),
+            N as usize,
+            "{}: round {round}: two winners share a token: {winners:?}",
+            h.backend()
+        );
+        let low = terms.first().copied().unwrap_or_default();
+        assert!(
+            low > top,
+            "{}: round {round}: token {low} after token {top} of an earlier round",
+            h.backend()
+        );
+        top = terms.last().copied().unwrap_or_default();
+        for (holder, g) in &winners {
+            assert!(
+                h.store
+                    .release_permit(&name, g.permit, holder)
+                    .await
+                    .unwrap()
+            );
+        }
+    }
+}
+
+/// Contenders campaign for one of N permits with `Coordinator::acquire` and run short sections
+/// while they hold one: the history, checked with a limit of N, never has more than N
+/// sections open and no token entered by two holders, and the permits were used at once (more
+/// than one section open at a time).
+pub async fn at_most_n_holders_among_many_contenders(h: &Harness) {
+    if !needs_permits(h, "at_most_n_holders_among_many_contenders") {
+        return;
+    }
+    let target = Permits::new(h.name("permit-history"), N).unwrap();
+    let history = History::with_limit(N as usize);
+    let sections = Arc::new(AtomicU64::new(0));
+    // Terms on a permit at or above N (judged after the history, which is what this case shows).
+    let beyond = Arc::new(AtomicU64::new(0));
+    let stop_at = Instant::now() + h.timings.lease() * 2;
+    let mut coordinators = Vec::new();
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let c = h.coordinator(&format!("contender-{i}"));
+        coordinators.push(c.clone());
+        let history = history.clone();
+        let sections = sections.clone();
+        let beyond = beyond.clone();
+        let target = target.clone();
+        let limit = h.timings.lease() * 2;
+        tasks.push(tokio::spawn(async move {
+            while Instant::now() < stop_at {
+                let term = match c.acquire(&target, limit).await {
+                    Ok(term) => term,
+                    Err(e) if e.is(ErrorKind::Timeout) => continue,
+                    Err(e) => panic!("acquire of a permit failed: {e}"),
+                };
+                if term.permit().is_none_or(|p| p >= N) {
+                    beyond.fetch_add(1, Ordering::SeqCst);
+                }
+                let who = term.instance().to_owned();
+                for _ in 0..3 {
+                    if term.check().is_err() {
+                        break;
+                    }
+                    let s = history.enter(&who, term.token());
+                    sleep(Duration::from_millis(15)).await;
+                    drop(s);
+                    sections.fetch_add(1, Ordering::SeqCst);
+                }
+                term.resign().await.ok();
+                sleep(Duration::from_millis(10)).await;
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("contender task");
+    }
+    for c in &coordinators {
+        let _ = c.close().await;
+    }
+    let report = history.report();
+    eprintln!(
+        "{}: {N} permits among 8 contenders: {report}, at most {} open at once",
+        h.backend(),
+        report.peak_open
+    );
+    history.assert_clean();
+    assert_eq!(
+        beyond.load(Ordering::SeqCst),
+        0,
+        "{}: terms held a permit at or above {N}",
+        h.backend()
+    );
+    assert!(
+        report.peak_open >= 2,
+        "{}: the permits were never held at once: {report}",
+        h.backend()
+    );
+    assert!(
+        report.distinct_terms > u64::from(N),
+        "too few hand-overs: {report}"
+    );
+    assert!(
+        h.step_down_failures().is_empty(),
+        "{:?}",
+        h.step_down_failures()
+    );
+}
+
+/// Tokens strictly increase per name across all its permits: every grant — after claims,
+/// releases and expiries on any permit — is above every token issued before, and a permit that
+/// changes hands never repeats one. The records keep each permit's last term.
+pub async fn permit_terms_increase_per_name_across_release_and_expiry(h: &Harness) {
+    if !needs_permits(
+        h,
+        "permit_terms_increase_per_name_across_release_and_expiry",
+    ) {
+        return;
+    }
+    let name = h.name("permit-terms");
+    let (a, b, c, d) = (mint(), mint(), mint(), mint());
+    let ga = must_claim(h, &name, 2, &a, "a").await;
+    let gb = must_claim(h, &name, 2, &b, "b").await;
+    assert_next_term(h, ga.grant.term, gb.grant.term, "the second permit");
+    assert!(h.store.release_permit(&name, ga.permit, &a).await.unwrap());
+    assert!(
+        !h.store.release_permit(&name, ga.permit, &a).await.unwrap(),
+        "a second release ends nothing"
+    );
+    assert_eq!(
+        h.store
+            .renew_permit(&name, ga.permit, &a, h.ttl)
+            .await
+            .unwrap(),
+        None,
+        "a released permit was renewed"
+    );
+    let gc = must_claim(h, &name, 2, &c, "c").await;
+    assert_eq!(
+        gc.permit, ga.permit,
+        "the released permit is the lowest free one"
+    );
+    assert_next_term(h, gb.grant.term, gc.grant.term, "after a release");
+    assert!(h.store.release_permit(&name, gb.permit, &b).await.unwrap());
+    assert!(h.store.release_permit(&name, gc.permit, &c).await.unwrap());
+    let records = h.store.permits(&name).await.unwrap();
+    let terms: Vec<(u32, u64, bool)> = records.iter().map(|p| (p.permit, p.term, p.live)).collect();
+    assert_eq!(
+        terms,
+        vec![(0, gc.grant.term, false), (1, gb.grant.term, false)],
+        "{}: ended permits keep their last term",
+        h.backend()
+    );
+    let gd = must_claim(h, &name, 2, &d, "d").await;
+    assert_eq!(gd.permit, 0);
+    assert_next_term(
+        h,
+        gc.grant.term,
+        gd.grant.term,
+        "after every permit was released",
+    );
+    if !needs_expiry(h, "permit_terms_increase (expiry part)") {
+        return;
+    }
+    sleep(h.ttl + h.slack).await;
+    assert!(
+        live(h, &name).await.is_empty(),
+        "an unrenewed permit outlived its TTL"
+    );
+    let e = mint();
+    let ge = must_claim(h, &name, 2, &e, "e").await;
+    assert_eq!(ge.permit, 0);
+    assert_next_term(h, gd.grant.term, ge.grant.term, "after expiry");
+    assert_eq!(
+        h.store.renew_permit(&name, 0, &d, h.ttl).await.unwrap(),
+        None,
+        "an expired holder renewed a permit taken since"
+    );
+}
+
+/// A holder that stops renewing loses its permit at its TTL by the store's clock, and not
+/// before: while the other holders renew, a newcomer is refused until then, and then takes
+/// exactly the dead holder's permit with a higher token.
+pub async fn a_dead_holders_permit_frees_itself_at_its_ttl(h: &Harness) {
+    let case = "a_dead_holders_permit_frees_itself_at_its_ttl";
+    if !needs_permits(h, case) || !needs_expiry(h, case) {
+        return;
+    }
+    let name = h.name("permit-expiry");
+    let (dead, alive, newcomer) = (mint(), mint(), mint());
+    let gd = must_claim(h, &name, 2, &dead, "dead").await;
+    let start = Instant::now();
+    let ga = must_claim(h, &name, 2, &alive, "alive").await;
+    while start.elapsed() + h.slack < h.ttl {
+        assert_eq!(
+            claim(h, &name, 2, &newcomer, "newcomer").await,
+            None,
+            "{}: a permit was claimed {:?} into a {:?} lease",
+            h.backend(),
+            start.elapsed(),
+            h.ttl
+        );
+        let r = h
+            .store
+            .renew_permit(&name, ga.permit, &alive, h.ttl)
+            .await
+            .unwrap();
+        assert!(r.is_some(), "the renewing holder lost its permit");
+        sleep(h.ttl / 6).await;
+    }
+    sleep((h.ttl + h.slack).saturating_sub(start.elapsed())).await;
+    h.store
+        .renew_permit(&name, ga.permit, &alive, h.ttl)
+        .await
+        .unwrap()
+        .expect("the renewing holder keeps its permit");
+    let g = must_claim(h, &name, 2, &newcomer, "newcomer").await;
+    assert_eq!(
+        g.permit, gd.permit,
+        "the dead holder's permit is the free one"
+    );
+    assert_next_term(h, ga.grant.term, g.grant.term, "after the expiry");
+    assert_eq!(h.store.verify_permit(&name, &dead).await.unwrap(), None);
+    assert_eq!(
+        h.store
+            .renew_permit(&name, gd.permit, &dead, h.ttl)
+            .await
+            .unwrap(),
+        None,
+        "the dead holder revived its permit"
+    );
+    assert_eq!(
+        claim(h, &name, 2, &mint(), "late").await,
+        None,
+        "a third holder of 2 permits"
+    );
+}
+
+/// A claim whose answer is lost is read back by the holder token (`verify_permit`) and
+/// adopted, never claimed again: a retry under the same token is refused, and acquirers whose
+/// every claim answer was lost end up with one permit each — the store's live permits are
+/// exactly the terms the coordinators hold.
+pub async fn an_unknown_permit_claim_never_leaves_one_acquirer_two_permits(h: &Harness) {
+    if !needs_permits(
+        h,
+        "an_unknown_permit_claim_never_leaves_one_acquirer_two_permits",
+    ) {
+        return;
+    }
+    let name = h.name("permit-unknown");
+    // Coordinator level: every claim's answer is lost (the claim itself lands).
+    let lossy = faulty(h.store.clone());
+    lossy.hook().set_claim_mode(FaultMode::LoseAnswers);
+    let lossy: Arc<dyn LeaseStore> = Arc::new(lossy);
+    let target = Permits::new(name.clone(), N).unwrap();
+    let mut terms = Vec::new();
+    let mut coordinators = Vec::new();
+    for i in 0..N {
+        let c = h.coordinator_over(lossy.clone(), &format!("lost-{i}"));
+        let term = c
+            .acquire(&target, h.timings.lease() * 4)
+            .await
+            .unwrap_or_else(|e| {
+                panic!(
+                    "{}: an acquire whose claim answer was lost did not adopt its claim: {e}",
+                    h.backend()
+                )
+            });
+        terms.push(term);
+        coordinators.push(c);
+    }
+    let mut held: Vec<(u32, String, u64)> = terms
+        .iter()
+        .map(|t| (t.permit().unwrap(), t.instance().to_owned(), t.token()))
+        .collect();
+    held.sort();
+    assert_eq!(
+        live(h, &name).await,
+        held,
+        "{}: the store's live permits are not the terms held (a lost answer led to a second \
+         claim)",
+        h.backend()
+    );
+    let other = h.coordinator("other");
+    assert_eq!(
+        other.try_acquire(&target).await.unwrap_err().kind(),
+        ErrorKind::Held
+    );
+    for t in terms {
+        t.resign().await.unwrap();
+    }
+    assert!(live(h, &name).await.is_empty());
+    for c in coordinators {
+        let _ = c.close().await;
+    }
+
+    // Store level: the retry of a claim that took effect is refused; the read-back finds it.
+    let a = mint();
+    let g = must_claim(h, &name, N, &a, "a").await;
+    assert_eq!(
+        claim(h, &name, N, &a, "a").await,
+        None,
+        "{}: a retried claim gave its holder a second permit",
+        h.backend()
+    );
+    let v = h.store.verify_permit(&name, &a).await.unwrap();
+    assert_eq!(
+        v.map(|v| (v.permit, v.grant.term)),
+        Some((g.permit, g.grant.term)),
+        "{}: the read-back by holder token did not find the claim",
+        h.backend()
+    );
+    assert!(h.store.release_permit(&name, g.permit, &a).await.unwrap());
+}
+
+/// Bad input to a permit operation gets a typed error: a count of 0 or above `MAX_PERMITS`,
+/// and a permit index `MAX_PERMITS` or above, `InvalidArgument`; a bad name `InvalidName`; a
+/// bad TTL `InvalidTimings`. Nothing is written.
+pub async fn bad_permit_input_is_refused(h: &Harness) {
+    if !needs_permits(h, "bad_permit_input_is_refused") {
+        return;
+    }
+    use ErrorKind::{InvalidArgument, InvalidName, InvalidTimings};
+    let name = h.name("permit-bad");
+    let a = mint();
+    let ttl = h.ttl;
+    let s = h.store.as_ref();
+    let kind = |r: lease_core::Result<Option<PermitGrant>>| r.err().map(|e| e.kind());
+    for n in [0, MAX_PERMITS + 1, u32::MAX] {
+        let e = s.claim_permit(&name, n, &a, "a", ttl).await;
+        assert_eq!(kind(e), Some(InvalidArgument), "{}: count {n}", h.backend());
+        let e = Permits::new(name.clone(), n).unwrap_err();
+        assert_eq!(e.kind(), InvalidArgument, "{e}");
+    }
+    let e = s.claim_permit(&name, 0, &a, "a", ttl).await.unwrap_err();
+    assert!(e.to_string().contains("at least 1"), "{e}");
+    let e = s
+        .claim_permit(&name, MAX_PERMITS + 1, &a, "a", ttl)
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains(&MAX_PERMITS.to_string()), "{e}");
+    for index in [MAX_PERMITS, u32::MAX] {
+        let e = s.renew_permit(&name, index, &a, ttl).await.unwrap_err();
+        assert_eq!(e.kind(), InvalidArgument, "renew of permit {index}: {e}");
+        let e = s.release_permit(&name, index, &a).await.unwrap_err();
+        assert_eq!(e.kind(), InvalidArgument, "release of permit {index}: {e}");
+    }
+    for bad in [
+        "".to_owned(),
+        "n".repeat(h.caps().max_name_bytes + 1),
+        format!("{name}\0"),
+    ] {
+        let results = [
+            s.claim_permit(&bad, N, &a, "a", ttl).await.err(),
+            s.renew_permit(&bad, 0, &a, ttl).await.err(),
+            s.release_permit(&bad, 0, &a).await.err(),
+            s.verify_permit(&bad, &a).await.err(),
+            s.permits(&bad).await.err(),
+        ];
+        for (op, e) in [
+            "claim_permit",
+            "renew_permit",
+            "release_permit",
+            "verify_permit",
+            "permits",
+        ]
+        .iter()
+        .zip(results)
+        {
+            let e = e.unwrap_or_else(|| panic!("{op} accepted the name {bad:?}"));
+            assert_eq!(e.kind(), InvalidName, "{op} of {bad:?}: {e}");
+        }
+    }
+    for bad in [
+        Duration::ZERO,
+        lease_core::backend::MAX_TTL + Duration::from_secs(1),
+    ] {
+        let e = s.claim_permit(&name, N, &a, "a", bad).await;
+        assert_eq!(kind(e), Some(InvalidTimings), "claim ttl {bad:?}");
+        let e = s.renew_permit(&name, 0, &a, bad).await.unwrap_err();
+        assert_eq!(e.kind(), InvalidTimings, "renew ttl {bad:?}: {e}");
+    }
+    assert!(
+        h.store.permits(&name).await.unwrap().is_empty(),
+        "{}: a refused claim wrote a record",
+        h.backend()
+    );
+    // Within the bounds, any index is a question: a permit nobody holds renews to nothing.
+    assert_eq!(
+        s.renew_permit(&name, MAX_PERMITS - 1, &a, ttl)
+            .await
+            .unwrap(),
+        None
+    );
+    assert!(!s.release_permit(&name, MAX_PERMITS - 1, &a).await.unwrap());
+}
+
+/// Changing N applies to new claims only. Lowered from 3 to 2 with 3 holders: nobody is
+/// revoked (all verify and renew, the permit above the new N too), and no claim is granted
+/// until fewer than 2 are live. Raised to 4: new claims take the free permits up to 4.
+pub async fn changing_the_permit_count_applies_to_new_claims_only(h: &Harness) {
+    if !needs_permits(h, "changing_the_permit_count_applies_to_new_claims_only") {
+        return;
+    }
+    let name = h.name("permit-n");
+    let holders: Vec<HolderToken> = (0..3).map(|_| mint()).collect();
+    let mut top = 0;
+    for (i, holder) in holders.iter().enumerate() {
+        let g = must_claim(h, &name, 3, holder, &format!("h{i}")).await;
+        assert_eq!(g.permit, i as u32);
+        top = g.grant.term;
+    }
+    // Lowered to 2.
+    let newcomer = mint();
+    assert_eq!(
+        claim(h, &name, 2, &newcomer, "new").await,
+        None,
+        "{}: granted with 3 live under a count of 2",
+        h.backend()
+    );
+    for (i, holder) in holders.iter().enumerate() {
+        let renewed = h
+            .store
+            .renew_permit(&name, i as u32, holder, h.ttl)
+            .await
+            .unwrap();
+        assert!(
+            renewed.is_some(),
+            "{}: lowering N revoked permit {i}",
+            h.backend()
+        );
+    }
+    assert!(h.store.release_permit(&name, 0, &holders[0]).await.unwrap());
+    assert_eq!(
+        claim(h, &name, 2, &newcomer, "new").await,
+        None,
+        "{}: granted with 2 live under a count of 2",
+        h.backend()
+    );
+    assert!(h.store.release_permit(&name, 1, &holders[1]).await.unwrap());
+    let g = must_claim(h, &name, 2, &newcomer, "new").await;
+    assert_eq!(g.permit, 0, "the lowest free permit below the new count");
+    assert_next_term(h, top, g.grant.term, "under the lowered count");
+    top = g.grant.term;
+    assert_eq!(claim(h, &name, 2, &mint(), "more").await, None);
+    // Live now: permit 0 (new) and permit 2 (h2). Raised to 4: permits 1 and 3, then full.
+    let mut taken = Vec::new();
+    for i in 0..2 {
+        let holder = mint();
+        let g = must_claim(h, &name, 4, &holder, &format!("r{i}")).await;
+        assert_next_term(h, top, g.grant.term, "under the raised count");
+        top = g.grant.term;
+        taken.push(g.permit);
+    }
+    assert_eq!(taken, vec![1, 3], "the free permits up to the new count");
+    assert_eq!(
+        claim(h, &name, 4, &mint(), "more").await,
+        None,
+        "{}: a fifth holder of 4 permits",
+        h.backend()
+    );
+    let listed: Vec<u32> = live(h, &name).await.iter().map(|p| p.0).collect();
+    assert_eq!(listed, vec![0, 1, 2, 3]);
+}

@@ -1,0 +1,216 @@
+//! The counted-lease cases can fail: each is run here over a memory store broken in the way
+//! the case checks, and must panic with the case's own message.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lease_conformance::{Harness, cases};
+use lease_core::backend::{Grant, HolderToken, async_trait};
+use lease_core::notify::{Topic, Wakeups};
+use lease_core::{Capabilities, LeaseInfo, LeaseStore, PermitGrant, PermitInfo, Result};
+use lease_local::MemoryStore;
+
+/// Runs `case` on its own task and returns its panic message (empty when it did not panic).
+async fn panic_of<F>(case: F) -> String
+where
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
+    match tokio::spawn(case).await {
+        Ok(()) => String::new(),
+        Err(e) => {
+            let p = e.into_panic();
+            p.downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                .unwrap_or_default()
+        }
+    }
+}
+
+/// How the store is broken.
+#[derive(Debug, Clone, Copy)]
+enum Breakage {
+    /// Every counted claim is granted against a count one higher than asked: N+1 holders.
+    OneTooMany,
+    /// The read-back of a claim never finds it: a lost answer leads to a second claim.
+    BlindReadBack,
+    /// Tokens counted per permit instead of per name: two permits share a token.
+    TermPerPermit,
+}
+
+/// A memory store, broken as its [`Breakage`] says.
+#[derive(Debug, Clone)]
+struct Broken {
+    inner: MemoryStore,
+    breakage: Breakage,
+}
+
+impl Broken {
+    fn harness(breakage: Breakage) -> Harness {
+        Harness::new(Arc::new(Broken {
+            inner: MemoryStore::new(),
+            breakage,
+        }))
+    }
+
+    /// The term as a per-permit sequence would have it: the permit's own count of grants.
+    async fn per_permit(&self, name: &str, permit: u32, term: u64) -> u64 {
+        match self.breakage {
+            Breakage::TermPerPermit => {
+                let all = self.inner.permits(name).await.unwrap_or_default();
+                // Grants so far on lower permits, taken off: permits 0 and 1 both start at 1.
+                let lower: u64 = all.iter().filter(|p| p.permit < permit).map(|_| 1).sum();
+                term.saturating_sub(lower).max(1)
+            }
+            _ => term,
+        }
+    }
+}
+
+#[async_trait]
+impl LeaseStore for Broken {
+    fn backend(&self) -> &'static str {
+        "broken-memory"
+    }
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            // Terms are not consecutive once broken; the cases then check "strictly more".
+            consecutive_terms: false,
+            ..self.inner.capabilities()
+        }
+    }
+    async fn claim(
+        &self,
+        name: &str,
+        holder: &HolderToken,
+        instance: &str,
+        ttl: Duration,
+    ) -> Result<Option<Grant>> {
+        self.inner.claim(name, holder, instance, ttl).await
+    }
+    async fn renew(
+        &self,
+        name: &str,
+        holder: &HolderToken,
+        ttl: Duration,
+    ) -> Result<Option<Grant>> {
+        self.inner.renew(name, holder, ttl).await
+    }
+    async fn release(&self, name: &str, holder: &HolderToken) -> Result<bool> {
+        self.inner.release(name, holder).await
+    }
+    async fn verify(&self, name: &str, holder: &HolderToken) -> Result<Option<Grant>> {
+        self.inner.verify(name, holder).await
+    }
+    async fn get(&self, name: &str) -> Result<Option<LeaseInfo>> {
+        self.inner.get(name).await
+    }
+    async fn claim_permit(
+        &self,
+        name: &str,
+        permits: u32,
+        holder: &HolderToken,
+        instance: &str,
+        ttl: Duration,
+    ) -> Result<Option<PermitGrant>> {
+        let asked = match self.breakage {
+            Breakage::OneTooMany => permits + 1,
+            _ => permits,
+        };
+        let Some(mut g) = self
+            .inner
+            .claim_permit(name, asked, holder, instance, ttl)
+            .await?
+        else {
+            return Ok(None);
+        };
+        g.grant.term = self.per_permit(name, g.permit, g.grant.term).await;
+        Ok(Some(g))
+    }
+    async fn renew_permit(
+        &self,
+        name: &str,
+        permit: u32,
+        holder: &HolderToken,
+        ttl: Duration,
+    ) -> Result<Option<Grant>> {
+        self.inner.renew_permit(name, permit, holder, ttl).await
+    }
+    async fn release_permit(&self, name: &str, permit: u32, holder: &HolderToken) -> Result<bool> {
+        self.inner.release_permit(name, permit, holder).await
+    }
+    async fn verify_permit(&self, name: &str, holder: &HolderToken) -> Result<Option<PermitGrant>> {
+        match self.breakage {
+            Breakage::BlindReadBack => Ok(None),
+            _ => self.inner.verify_permit(name, holder).await,
+        }
+    }
+    async fn permits(&self, name: &str) -> Result<Vec<PermitInfo>> {
+        self.inner.permits(name).await
+    }
+    fn changes(&self, topic: &Topic) -> Option<Wakeups> {
+        self.inner.changes(topic)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_race_case_fails_when_the_store_grants_one_permit_too_many() {
+    let h = Broken::harness(Breakage::OneTooMany);
+    let msg = panic_of(async move {
+        cases::at_most_n_permits_are_granted_among_concurrent_claimers(&h).await
+    })
+    .await;
+    assert!(
+        msg.contains("4 claimers won one of 3 permits"),
+        "the race case passed over N+1 grants: {msg:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_history_case_fails_when_the_store_grants_one_permit_too_many() {
+    let h = Broken::harness(Breakage::OneTooMany);
+    let msg =
+        panic_of(async move { cases::at_most_n_holders_among_many_contenders(&h).await }).await;
+    assert!(
+        msg.contains("more than the limit of 3 allows"),
+        "the N-holder history passed over N+1 grants: {msg:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_unknown_outcome_case_fails_when_the_read_back_is_blind() {
+    let h = Broken::harness(Breakage::BlindReadBack);
+    let msg = panic_of(async move {
+        cases::an_unknown_permit_claim_never_leaves_one_acquirer_two_permits(&h).await
+    })
+    .await;
+    assert!(
+        // The store-level read-back, or (were it skipped) the coordinators' leaked claims.
+        msg.contains("did not adopt") || msg.contains("not the terms held"),
+        "the unknown-outcome case passed over a blind read-back: {msg:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_token_cases_fail_when_tokens_count_per_permit() {
+    let h = Broken::harness(Breakage::TermPerPermit);
+    let h2 = h.clone();
+    let msg = panic_of(async move {
+        cases::permit_terms_increase_per_name_across_release_and_expiry(&h).await
+    })
+    .await;
+    assert!(
+        msg.contains("does not increase"),
+        "the token case passed over per-permit tokens: {msg:?}"
+    );
+    let msg = panic_of(async move {
+        cases::at_most_n_permits_are_granted_among_concurrent_claimers(&h2).await
+    })
+    .await;
+    assert!(
+        msg.contains("share a token") || msg.contains("after token"),
+        "the race case passed over per-permit tokens: {msg:?}"
+    );
+}
