@@ -261,6 +261,10 @@
 //! | `release_permit` | a direct get, a purge up to its revision (no marker; hinted as a lease release is) | 2 |
 //! | `verify_permit`, `permits` | the scan | 2 (1 when the name has no permit key) |
 //!
+//! A scan's gets are one burst: one exchange on the wire, or a few as the answers interleave
+//! with the requests (measured through a proxy: 1 or 2 for two keys), never one per key in
+//! turn.
+//!
 //! Released and expired permits leave no key, so `permits` lists the live ones only. Time left
 //! read back by `verify_permit` and `permits` is an estimate from the server's timestamp and
 //! this host's clock, clamped to the lease duration, as for `get`. A permit claimed or released
