@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use lease_core::{Coordinator, ErrorKind, Term};
+use lease_core::{Coordinator, ErrorKind, Target, Term};
 use rustix::process::Signal;
 
 use crate::duration::human;
@@ -21,7 +21,8 @@ pub(crate) enum Campaign {
 /// How often, at most, a `--wait` campaign warns that the store keeps failing.
 const WARN_EVERY: Duration = Duration::from_secs(60);
 
-/// Claims `name`. Without `wait`, someone else holding it is an [`Exit::Held`] error. With
+/// Claims `target` (a name, or one permit of a counted name). Without `wait`, someone else
+/// holding it (every permit of it) is an [`Exit::Held`] error. With
 /// `wait`, it waits with `Coordinator::acquire` until it wins: woken by the store's hint of a
 /// release (within milliseconds on stores that send hints), at the holder's expiry by the
 /// store's clock, or at the campaign retry plus jitter where hints may be missing; a store
@@ -31,12 +32,13 @@ const WARN_EVERY: Duration = Duration::from_secs(60);
 /// warned about at most once a minute.
 pub(crate) async fn acquire(
     coordinator: &Coordinator,
-    name: &str,
+    target: &Target,
     wait: bool,
     signals: &mut StopSignals,
 ) -> Result<Campaign, CliError> {
+    let name = target.name();
     if !wait {
-        let attempt = coordinator.try_acquire(name).await;
+        let attempt = coordinator.try_acquire(target).await;
         if let Some(sig) = signals.pending().await {
             if let Ok(term) = attempt
                 && let Err(e) = term.resign().await
@@ -47,7 +49,7 @@ pub(crate) async fn acquire(
         }
         return match attempt {
             Ok(term) => Ok(Campaign::Won(term)),
-            Err(e) if e.is(ErrorKind::Held) => Err(held(coordinator, name).await),
+            Err(e) if e.is(ErrorKind::Held) => Err(held(coordinator, target).await),
             Err(e) => Err(CliError::from_lease(&e)),
         };
     }
@@ -64,7 +66,7 @@ pub(crate) async fn acquire(
     };
     let attempt = tokio::select! {
         biased;
-        attempt = coordinator.acquire_reporting(name, Duration::MAX, failed) => attempt,
+        attempt = coordinator.acquire_reporting(target, Duration::MAX, failed) => attempt,
         sig = signals.recv() => {
             // The claim in flight, if any, finishes and is released; close waits for it.
             let _ = coordinator.close().await;
@@ -85,8 +87,38 @@ pub(crate) async fn acquire(
     }
 }
 
-/// The error for a name someone else holds, naming the holder when the store tells.
-async fn held(coordinator: &Coordinator, name: &str) -> CliError {
+/// The error for a name someone else holds, naming the holder when the store tells (for a
+/// counted name: every permit's holder).
+async fn held(coordinator: &Coordinator, target: &Target) -> CliError {
+    let name = target.name();
+    if let Some(n) = target.permits() {
+        let holders = match coordinator.store().permits(name).await {
+            Ok(permits) => {
+                let live: Vec<String> = permits
+                    .iter()
+                    .filter(|p| p.live)
+                    .map(|p| {
+                        format!(
+                            "{}: {} (term {}, expires in {})",
+                            p.permit,
+                            p.instance,
+                            p.term,
+                            human(p.expires_in)
+                        )
+                    })
+                    .collect();
+                format!(" by {}", live.join(", "))
+            }
+            Err(_) => String::new(),
+        };
+        return CliError::new(
+            Exit::Held,
+            format!(
+                "all {n} permits of lease '{name}' are held{holders}; CMD was not started; add \
+                 --wait to wait for one"
+            ),
+        );
+    }
     let holder = match coordinator.observer().holder(name).await {
         Ok(Some(info)) => format!(
             " by {} (term {}, expires in {})",
@@ -135,7 +167,7 @@ mod tests {
         let before = faults.counts();
         let waiting = tokio::spawn(async move {
             let mut signals = StopSignals::install().unwrap();
-            acquire(&b, "job", true, &mut signals).await
+            acquire(&b, &"job".into(), true, &mut signals).await
         });
         tokio::time::sleep(WAITED).await;
         let spent = faults.counts();

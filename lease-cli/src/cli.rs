@@ -71,7 +71,13 @@ pub(crate) enum Command {
 const RUN_ABOUT: &str = "Run CMD only while holding NAME: a cluster-wide flock.\n\n\
     CMD gets LEASE_NAME, LEASE_TERM (the fencing token) and LEASE_INSTANCE in its environment. \
     Without --wait, lease exits at once with code 75 when someone else holds NAME; with --wait it \
-    waits until it gets NAME: it claims again when the store hints a release (within \
+    waits until it gets NAME.\n\n\
+    With --permits N, NAME is a counted lease: at most N CMDs run at once, each holding one \
+    permit (the lowest free one, 0 to N-1, in LEASE_PERMIT) with a LEASE_TERM above every term \
+    issued for NAME before, across all its permits. Contenders should give the same N; a \
+    changed N applies to new claims only (nobody is stopped). A counted NAME and a plain NAME \
+    are separate leases. Without --wait, lease exits 75 when all N permits are held.\n\n\
+    A waiting lease claims again when the store hints a release (within \
     milliseconds on stores that send hints), when the holder's lease runs out by the store's \
     clock, and, where the store sends no hints, every campaign retry (2/15 of the TTL) plus \
     jitter. While CMD runs the lease is renewed; when the lease is lost, \
@@ -110,7 +116,10 @@ const ELECT_ABOUT: &str = "Campaign for NAME forever and run CMD while leader: a
 const STATUS_ABOUT: &str = "Show who holds each NAME: holder instance, term, time left.\n\n\
     Names must be given: the store contract has no listing of names. The term shown is the last \
     one issued, also when nobody holds the name now; '-' means none. Times are by the store's \
-    clock.";
+    clock.\n\n\
+    A counted name (lease run --permits N) shows one row per permit, with its number in the \
+    PERMIT column: the permit's holder, last term and time left. With --json its object gets \
+    a \"permits\" array: permit, held, holder, term, expires_in_ms per permit.";
 
 const WATCH_ABOUT: &str = "Print one line per change of each NAME's holder, until stopped.\n\n\
     First, for each NAME nobody holds, a 'free' line; then one line per change: claimed (holder, \
@@ -175,6 +184,11 @@ pub(crate) struct RunArgs {
     #[arg(long)]
     pub(crate) wait: bool,
 
+    /// Make NAME a counted lease: at most N holders at once (1 to 1024), each with a fencing
+    /// token of its own. CMD also gets LEASE_PERMIT, the permit it holds (0 to N-1).
+    #[arg(long, value_name = "N")]
+    pub(crate) permits: Option<String>,
+
     /// The command to run, after `--`.
     #[arg(
         required = true,
@@ -228,7 +242,7 @@ pub(crate) struct StatusArgs {
     pub(crate) names: Vec<String>,
 
     /// Print JSON instead of a table: one object per name with name, held, holder, term and
-    /// expires_in_ms.
+    /// expires_in_ms (and, for a counted name, permits: one object per permit).
     #[arg(long)]
     pub(crate) json: bool,
 }

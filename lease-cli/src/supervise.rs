@@ -50,7 +50,7 @@ fn local_deadline(term: &Term) -> Option<Duration> {
 }
 
 /// Runs CMD (through the watchdog) while `term` lives, with LEASE_NAME, LEASE_TERM and
-/// LEASE_INSTANCE set.
+/// LEASE_INSTANCE set, and LEASE_PERMIT for a permit of a counted name.
 ///
 /// The watchdog is told the term's local deadline before CMD starts and after every renewal,
 /// and ends CMD and every descendant at that deadline on its own, even when `lease` is
@@ -64,11 +64,14 @@ pub(crate) async fn supervise(
     watchdog: &mut Watchdog,
     signals: &mut StopSignals,
 ) -> Result<Outcome, CliError> {
-    let env = [
+    let mut env = vec![
         ("LEASE_NAME", term.name().to_owned()),
         ("LEASE_TERM", term.token().to_string()),
         ("LEASE_INSTANCE", term.instance().to_owned()),
     ];
+    if let Some(permit) = term.permit() {
+        env.push(("LEASE_PERMIT", permit.to_string()));
+    }
     let mut told = local_deadline(term);
     let pgid = watchdog.start(&env, told, term.timings().grace()).await?;
     let started = Instant::now();

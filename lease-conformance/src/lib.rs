@@ -298,6 +298,25 @@ impl Harness {
     }
 }
 
+/// Runs `case` on a task of its own and returns its panic message (empty when it did not
+/// panic): for tests that show a case fails over a deliberately broken store.
+pub async fn panic_of<F>(case: F) -> String
+where
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
+    match tokio::spawn(case).await {
+        Ok(()) => String::new(),
+        Err(e) if e.is_panic() => {
+            let p = e.into_panic();
+            p.downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                .unwrap_or_default()
+        }
+        Err(e) => format!("the case's task ended without finishing: {e}"),
+    }
+}
+
 /// Stamps out every case in [`cases`] as its own `#[tokio::test]`, each calling `setup()` for a
 /// fresh [`Harness`] (an `async fn() -> Option<Harness>`; `None` skips).
 #[macro_export]
@@ -354,6 +373,7 @@ macro_rules! conformance_suite {
             an_unknown_permit_claim_never_leaves_one_acquirer_two_permits,
             bad_permit_input_is_refused,
             changing_the_permit_count_applies_to_new_claims_only,
+            a_permit_release_wakes_a_waiter_at_once,
             wrappers_report_the_stores_capabilities_and_availability
         );
     };

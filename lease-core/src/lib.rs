@@ -8,6 +8,11 @@
 //! [`Timings`] and their safety rules, and the [`PollingLeaser`]. Backends live in their own
 //! crates (`lease-local`, `lease-sql`, …) and provide a store.
 //!
+//! A **counted lease** ([`Permits`]) lets at most N processes hold a name at once, each with a
+//! permit and a token of its own from one strictly increasing sequence per name: pass a
+//! `Permits` wherever a name is taken (`try_acquire`, `acquire`, `run`, `run_elected`), on a
+//! store whose [`Capabilities::permits`] is true. The rules are in [`permits`].
+//!
 //! ```
 //! use std::time::Duration;
 //! use lease_core::{Coordinator, ErrorKind, Timings};

@@ -7,28 +7,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use lease_conformance::{Harness, HintMode, cases, faulty};
+use lease_conformance::{Harness, HintMode, cases, faulty, panic_of};
 use lease_core::LeaseStoreExt;
 use lease_core::backend::Grant;
 use lease_core::layer::{Answer, Call, Hook, Operation, answer_as, peek};
 use lease_local::MemoryStore;
-
-/// Runs `case` on its own task and returns its panic message (empty when it did not panic).
-async fn panic_of<F>(case: F) -> String
-where
-    F: std::future::Future<Output = ()> + Send + 'static,
-{
-    match tokio::spawn(case).await {
-        Ok(()) => String::new(),
-        Err(e) => {
-            let p = e.into_panic();
-            p.downcast_ref::<String>()
-                .cloned()
-                .or_else(|| p.downcast_ref::<&str>().map(|s| (*s).to_owned()))
-                .unwrap_or_default()
-        }
-    }
-}
 
 /// Answers every claim "granted", with a fresh term, without asking the store.
 #[derive(Debug, Default)]

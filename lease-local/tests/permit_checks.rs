@@ -6,28 +6,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lease_conformance::{Harness, cases};
+use lease_conformance::{Harness, HintMode, cases, faulty, panic_of};
 use lease_core::backend::{Grant, HolderToken, async_trait};
 use lease_core::notify::{Topic, Wakeups};
 use lease_core::{Capabilities, LeaseInfo, LeaseStore, PermitGrant, PermitInfo, Result};
 use lease_local::MemoryStore;
-
-/// Runs `case` on its own task and returns its panic message (empty when it did not panic).
-async fn panic_of<F>(case: F) -> String
-where
-    F: std::future::Future<Output = ()> + Send + 'static,
-{
-    match tokio::spawn(case).await {
-        Ok(()) => String::new(),
-        Err(e) => {
-            let p = e.into_panic();
-            p.downcast_ref::<String>()
-                .cloned()
-                .or_else(|| p.downcast_ref::<&str>().map(|s| (*s).to_owned()))
-                .unwrap_or_default()
-        }
-    }
-}
 
 /// How the store is broken.
 #[derive(Debug, Clone, Copy)]
@@ -212,5 +195,19 @@ async fn the_token_cases_fail_when_tokens_count_per_permit() {
     assert!(
         msg.contains("share a token") || msg.contains("after token"),
         "the race case passed over per-permit tokens: {msg:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_permit_wake_case_fails_when_a_store_that_says_watch_sends_no_hints() {
+    // The fault hook reports the memory store's capabilities (watch: true) but cuts its hints.
+    let mute = faulty(MemoryStore::new());
+    mute.hook().set_hint_mode(HintMode::Cut);
+    let h = Harness::new(Arc::new(mute));
+    let msg =
+        panic_of(async move { cases::a_permit_release_wakes_a_waiter_at_once(&h).await }).await;
+    assert!(
+        msg.contains("did not wake the permit waiter"),
+        "the permit wake case passed without hints: {msg:?}"
     );
 }

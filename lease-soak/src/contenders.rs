@@ -35,7 +35,7 @@ use std::time::Duration;
 use lease_conformance::History;
 use lease_conformance::history::Section;
 use lease_core::layer::{Answer, Call, Hook, Intercept, Operation};
-use lease_core::{Coordinator, ErrorKind, LeaseStore, Term, Timings};
+use lease_core::{Coordinator, ErrorKind, LeaseStore, Permits, Term, Timings};
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -450,6 +450,27 @@ impl Record {
     }
 }
 
+/// A contender's coordinator on `store`, labelled `label`, whose fail action records into
+/// `record`'s step-down failures.
+fn coordinator(
+    label: &str,
+    store: Arc<dyn LeaseStore>,
+    timings: Timings,
+    record: &Record,
+) -> lease_core::Result<Coordinator> {
+    let failures = Arc::clone(&record.step_down_failures);
+    Coordinator::builder_arc(store)
+        .instance(label)
+        .timings(timings)
+        .fail_action(move |f| {
+            lock(&failures).push(format!(
+                "{} term {} of '{}': {}",
+                f.instance, f.term, f.name, f.error
+            ));
+        })
+        .build()
+}
+
 /// One contender: its coordinator and the task running `run_elected`.
 pub(crate) struct Contender {
     label: String,
@@ -468,17 +489,7 @@ impl Contender {
         record: &Record,
     ) -> lease_core::Result<Contender> {
         let label = format!("contender-{index}");
-        let failures = Arc::clone(&record.step_down_failures);
-        let coordinator = Coordinator::builder_arc(store)
-            .instance(label.clone())
-            .timings(timings)
-            .fail_action(move |f| {
-                lock(&failures).push(format!(
-                    "{} term {} of '{}': {}",
-                    f.instance, f.term, f.name, f.error
-                ));
-            })
-            .build()?;
+        let coordinator = coordinator(&label, store, timings, record)?;
         let c = coordinator.clone();
         let name = name.to_owned();
         let record = record.clone();
@@ -511,6 +522,91 @@ impl Contender {
             Ok(Ok(Ok(()))) => closed.map_err(|e| format!("{label}: close: {e}")),
         }
     }
+}
+
+/// How many permits the soak's counted name has.
+pub(crate) const PERMITS: u32 = 3;
+/// How many contenders campaign for the counted name (on the lease contenders' stores, so the
+/// same faults hit them).
+pub(crate) const COUNTED_CONTENDERS: usize = 6;
+
+/// What the contenders of the counted name record into: sections in a history with a limit of
+/// [`PERMITS`] (never more open at once, no token by two holders).
+#[derive(Debug, Clone)]
+pub(crate) struct Counted {
+    /// The counted name.
+    pub(crate) pool: Permits,
+    /// The history checker, with a limit of the permit count.
+    pub(crate) history: History,
+}
+
+impl Counted {
+    /// An empty record for `name` with [`PERMITS`] permits.
+    pub(crate) fn new(name: &str) -> lease_core::Result<Counted> {
+        Ok(Counted {
+            pool: Permits::new(name, PERMITS)?,
+            history: History::with_limit(PERMITS as usize),
+        })
+    }
+}
+
+impl Contender {
+    /// Starts contender `index` of the counted name campaigning for one of its permits on
+    /// `store`; its step-down failures go into `record`'s.
+    pub(crate) fn spawn_counted(
+        index: usize,
+        store: Arc<dyn LeaseStore>,
+        timings: Timings,
+        seed: u64,
+        counted: &Counted,
+        record: &Record,
+    ) -> lease_core::Result<Contender> {
+        let label = format!("counted-{index}");
+        let coordinator = coordinator(&label, store, timings, record)?;
+        let c = coordinator.clone();
+        let counted = counted.clone();
+        let task = tokio::spawn(async move {
+            let pool = counted.pool.clone();
+            c.run_elected(&pool, move |term: Term| {
+                let rng = Rng::new(seed, &format!("{}/term-{}", term.instance(), term.token()));
+                counted_work(term, rng, counted.clone())
+            })
+            .await
+        });
+        Ok(Contender {
+            label,
+            coordinator,
+            task,
+        })
+    }
+}
+
+/// The work under one permit of the counted name: sections as [`work`] runs them, recorded in
+/// the counted history (no fenced resource: N holders write side by side).
+async fn counted_work(
+    term: Term,
+    mut rng: Rng,
+    counted: Counted,
+) -> std::result::Result<(), Infallible> {
+    let who = term.instance().to_owned();
+    let sections = rng.between(1, 20);
+    let max_ms = u64::try_from(SECTION_MAX.as_millis()).unwrap_or(20);
+    // Bounded: at most `sections` turns.
+    for _ in 0..sections {
+        if term.check().is_err() || term.deadline_in() < SECTION_GUARD {
+            break;
+        }
+        let section = counted.history.enter(&who, term.token());
+        tokio::time::sleep(Duration::from_millis(rng.between(2, max_ms))).await;
+        section.exit();
+        let gap = Duration::from_millis(rng.between(1, 10));
+        tokio::select! {
+            biased;
+            _ = term.done() => {}
+            _ = tokio::time::sleep(gap) => {}
+        }
+    }
+    Ok(())
 }
 
 /// The work under one term.

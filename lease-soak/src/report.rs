@@ -193,6 +193,8 @@ pub(crate) struct BackendReport {
     pub(crate) groups: Option<GroupReport>,
     /// The history checker's report.
     pub(crate) history: HistoryReport,
+    /// The counted name's phase, on a store with counted leases.
+    pub(crate) counted: Option<CountedReport>,
     /// Stalls played.
     pub(crate) stalls: usize,
     /// Cuts played.
@@ -225,6 +227,65 @@ pub(crate) struct BackendReport {
     pub(crate) kills: Vec<Kill>,
     /// What the run left out and why (not failures), e.g. a node kill that did not fit.
     pub(crate) notes: Vec<String>,
+}
+
+/// What the contenders of the counted name recorded: at most `permits` holders at once.
+#[derive(Debug, Clone)]
+pub(crate) struct CountedReport {
+    /// The permit count.
+    pub(crate) permits: u32,
+    /// The history with a limit of `permits`: an overlap is a section entered while `permits`
+    /// were open, a violation of "at most N".
+    pub(crate) history: HistoryReport,
+}
+
+impl CountedReport {
+    /// The soak line's part: terms, sections, the most holders at once, violations.
+    pub(crate) fn line(&self) -> String {
+        let h = &self.history;
+        format!(
+            "counted name ({} permits): {} terms, {} sections, at most {} at once, {} violations \
+             of \"at most {}\", {} reused tokens",
+            self.permits,
+            h.distinct_terms,
+            h.sections,
+            h.peak_open,
+            h.overlaps,
+            self.permits,
+            h.regressions
+        )
+    }
+
+    /// Every reason the counted phase fails; empty when it passes.
+    pub(crate) fn problems(&self) -> Vec<String> {
+        let h = &self.history;
+        let mut p = Vec::new();
+        if h.overlaps > 0 {
+            p.push(format!(
+                "{} violations of \"at most {}\" holders of the counted name",
+                h.overlaps, self.permits
+            ));
+        }
+        if h.regressions > 0 {
+            p.push(format!(
+                "{} tokens of the counted name entered by two holders",
+                h.regressions
+            ));
+        }
+        if h.distinct_terms < MIN_TERMS {
+            p.push(format!(
+                "only {} terms on the counted name (at least {MIN_TERMS} expected)",
+                h.distinct_terms
+            ));
+        }
+        if h.peak_open < 2 {
+            p.push(
+                "the counted name never had two holders at once: its permits were not exercised"
+                    .to_owned(),
+            );
+        }
+        p
+    }
 }
 
 /// One node kill of a cluster soak.
@@ -287,7 +348,11 @@ impl BackendReport {
             self.step_down_failures.len(),
             self.zombie_refused(),
             self.zombie_writes()
-        )
+        ) + &self
+            .counted
+            .as_ref()
+            .map(|c| format!("; {}", c.line()))
+            .unwrap_or_default()
     }
 
     /// A second line of detail.
@@ -407,6 +472,9 @@ impl BackendReport {
                 k.offset.as_secs_f64()
             ));
         }
+        if let Some(c) = &self.counted {
+            p.extend(c.problems());
+        }
         p.extend(self.errors.iter().cloned());
         if let Some(g) = &self.groups {
             p.extend(g.problems().into_iter().map(|e| format!("groups: {e}")));
@@ -418,6 +486,14 @@ impl BackendReport {
     pub(crate) fn evidence(&self) -> Vec<String> {
         let mut lines: Vec<String> = self.stale_writes.clone();
         lines.extend(self.history.violations.iter().cloned());
+        if let Some(c) = &self.counted {
+            lines.extend(
+                c.history
+                    .violations
+                    .iter()
+                    .map(|v| format!("counted name: {v}")),
+            );
+        }
         let hidden = self
             .history
             .violations_total
@@ -587,6 +663,7 @@ mod tests {
                 violations: Vec::new(),
                 violations_total: overlaps,
             },
+            counted: None,
             stalls: 12,
             cuts: 10,
             restarts: 1,
@@ -613,6 +690,52 @@ mod tests {
             written,
             fail_action_fired: true,
         }
+    }
+
+    #[test]
+    fn the_counted_name_fails_the_run_on_a_violation_of_at_most_n() {
+        let mut r = report(20, 0);
+        let clean = HistoryReport {
+            limit: 3,
+            peak_open: 3,
+            ..r.history.clone()
+        };
+        r.counted = Some(CountedReport {
+            permits: 3,
+            history: clean.clone(),
+        });
+        assert!(r.problems().is_empty(), "{:?}", r.problems());
+        assert!(
+            r.line().ends_with(
+                "; counted name (3 permits): 20 terms, 1840 sections, at most 3 at once, 0 \
+                 violations of \"at most 3\", 0 reused tokens"
+            ),
+            "{}",
+            r.line()
+        );
+        r.counted = Some(CountedReport {
+            permits: 3,
+            history: HistoryReport {
+                peak_open: 4,
+                overlaps: 1,
+                violations_total: 1,
+                violations: vec![
+                    "overlap: #9 counted-4@12 entered while 3 sections were open".into(),
+                ],
+                ..clean
+            },
+        });
+        let problems = r.problems();
+        assert_eq!(
+            problems,
+            ["1 violations of \"at most 3\" holders of the counted name"],
+            "{problems:?}"
+        );
+        assert!(
+            r.evidence()
+                .iter()
+                .any(|l| l.starts_with("counted name: overlap"))
+        );
     }
 
     #[test]

@@ -15,9 +15,12 @@ use tokio::time::Instant;
 
 use crate::cli::{Args, BackendKind, ClusterKind};
 use crate::cluster::{self, Cluster};
-use crate::contenders::{Contender, Record, StandAside, ZOMBIE, ZombieContender, zombie_max_pause};
+use crate::contenders::{
+    COUNTED_CONTENDERS, Contender, Counted, Record, StandAside, ZOMBIE, ZombieContender,
+    zombie_max_pause,
+};
 use crate::groups::{self, GroupSetup, Restart};
-use crate::report::{BackendReport, Outcome};
+use crate::report::{BackendReport, CountedReport, Outcome};
 use crate::schedule::{Mode, Schedule};
 use crate::servers::{self, Server, SetupError, TempDir};
 use crate::stores::{self, LyingRenewals, LyingStore, Reopenable, Switch};
@@ -398,6 +401,36 @@ async fn drive(
     let mut errors = Vec::new();
     let mut contenders = Vec::new();
     let mut stores = stores;
+    let mut notes = Vec::new();
+    // The counted name: its contenders share the lease contenders' stores (and switches), on a
+    // store with counted leases.
+    let counted = match stores.first() {
+        Some(s) if s.capabilities().permits => match Counted::new(&format!("{name}-counted")) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                errors.push(format!("counted name: {e}"));
+                None
+            }
+        },
+        Some(_) => {
+            notes.push("no counted name: the store has no counted leases".to_owned());
+            None
+        }
+        None => None,
+    };
+    let lease_stores = args.contenders().min(stores.len().saturating_sub(1)).max(1);
+    if let Some(c) = &counted {
+        for i in 0..COUNTED_CONTENDERS {
+            let Some(store) = stores.get(i % lease_stores) else {
+                break;
+            };
+            let store: Arc<dyn LeaseStore> = store.clone();
+            match Contender::spawn_counted(i, store, timings, args.seed, c, &record) {
+                Ok(c) => contenders.push(c),
+                Err(e) => errors.push(format!("counted-{i}: {e}")),
+            }
+        }
+    }
     // The last lease store is the zombie contender's; its switch is never flipped (the
     // schedule hits contenders `0..args.contenders()` only, and the zombie is never the holder
     // the faults aim at).
@@ -525,8 +558,9 @@ async fn drive(
             None => (Vec::new(), Vec::new(), Vec::new()),
         }
     };
-    let ((), restarted, max_lag, mut group_report, (), (mut kills, kill_errors, notes)) =
+    let ((), restarted, max_lag, mut group_report, (), (mut kills, kill_errors, kill_notes)) =
         tokio::join!(faults, restart, lag, group_phase, zombies, node_kills);
+    notes.extend(kill_notes);
     errors.extend(kill_errors);
     cluster::recoveries(&mut kills, &lock(&record.sections), &timings);
     for switch in &switches {
@@ -564,6 +598,10 @@ async fn drive(
         leases: args.leases(),
         groups: group_report,
         history: record.history.report(),
+        counted: counted.map(|c| CountedReport {
+            permits: c.pool.count(),
+            history: c.history.report(),
+        }),
         stalls: schedule.stalls(),
         cuts: schedule.cuts(),
         restarts,

@@ -35,7 +35,14 @@ pub(crate) async fn elect(url: &StoreUrl, args: ElectArgs) -> Result<u8, CliErro
     let retry = holding.coordinator.timings().retry();
     let mut failures = 0u32;
     loop {
-        let term = match acquire(&holding.coordinator, &name, true, &mut holding.signals).await? {
+        let term = match acquire(
+            &holding.coordinator,
+            &name.as_str().into(),
+            true,
+            &mut holding.signals,
+        )
+        .await?
+        {
             Campaign::Won(term) => term,
             Campaign::Interrupted(sig) => {
                 return Err(interrupted(sig, &format!("while campaigning for '{name}'")));

@@ -14,7 +14,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lease_core::LeaseStoreExt;
-use lease_core::{Coordinator, GroupStore, LeaseStore, Timings};
+use lease_core::permits::MAX_PERMITS;
+use lease_core::{Coordinator, GroupStore, LeaseStore, Permits, Target, Timings};
 
 use crate::cli::HoldArgs;
 use crate::duration::{human, parse_duration};
@@ -75,6 +76,28 @@ pub(crate) fn check_name_of(
     name: &str,
 ) -> Result<(), CliError> {
     store.validate_name(name).map_err(|e| what.bad(&e))
+}
+
+/// What `run` claims: NAME, or one permit of it with `--permits N` (a whole number from 1 to
+/// [`MAX_PERMITS`]; anything else is a usage error saying so).
+pub(crate) fn target(name: &str, permits: Option<&str>) -> Result<Target, CliError> {
+    let Some(text) = permits else {
+        return Ok(Target::from(name));
+    };
+    let bad = |why: String| {
+        CliError::new(
+            Exit::Usage,
+            format!("--permits {text}: {why}; give a whole number from 1 to {MAX_PERMITS}"),
+        )
+    };
+    let n: u64 = text
+        .trim()
+        .parse()
+        .map_err(|_| bad("not a whole number".to_owned()))?;
+    let n = u32::try_from(n).map_err(|_| bad(format!("more than {MAX_PERMITS} permits")))?;
+    Permits::new(name, n)
+        .map(Target::from)
+        .map_err(|e| bad(e.to_string()))
 }
 
 /// The shortest `--ttl` `lease` accepts. Shorter leases pass lease-core's checks, but their

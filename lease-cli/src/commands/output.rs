@@ -8,19 +8,25 @@ use crate::exit::{CliError, Exit};
 /// `rows` as an aligned table: the first row is the header. Columns are left-aligned and
 /// separated by two spaces; the last one is not padded and no line ends in a space. No rows
 /// at all give an empty string.
-pub(crate) fn table<const N: usize>(rows: &[[String; N]]) -> String {
-    let widths: Vec<usize> = (0..N)
-        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+pub(crate) fn table<R: AsRef<[String]>>(rows: &[R]) -> String {
+    let n = rows.iter().map(|r| r.as_ref().len()).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..n)
+        .map(|c| {
+            rows.iter()
+                .map(|r| r.as_ref().get(c).map_or(0, |cell| cell.chars().count()))
+                .max()
+                .unwrap_or(0)
+        })
         .collect();
     let mut out = String::new();
     for row in rows {
         let mut line = String::new();
-        for (c, cell) in row.iter().enumerate() {
+        for (c, cell) in row.as_ref().iter().enumerate() {
             if c > 0 {
                 line.push_str("  ");
             }
             line.push_str(cell);
-            if c + 1 < N {
+            if c + 1 < n {
                 let pad = widths[c].saturating_sub(cell.chars().count());
                 line.extend(std::iter::repeat_n(' ', pad));
             }
@@ -86,7 +92,7 @@ mod tests {
             table(&rows),
             "A         BB  C\nlong one      x\né         b\n"
         );
-        assert_eq!(table::<3>(&[]), "");
+        assert_eq!(table::<[String; 3]>(&[]), "");
     }
 
     #[test]

@@ -1,9 +1,10 @@
-//! `lease run NAME [--ttl D] [--wait] -- CMD…`: CMD only while NAME is held.
+//! `lease run NAME [--ttl D] [--wait] [--permits N] -- CMD…`: CMD only while NAME (or one of
+//! its N permits) is held.
 
 use crate::campaign::{Campaign, acquire};
 use crate::child::{CmdLine, Watchdog, exit_code};
 use crate::cli::RunArgs;
-use crate::commands::{interrupted, prepare};
+use crate::commands::{interrupted, prepare, target};
 use crate::exit::{CliError, Exit};
 use crate::store_url::StoreUrl;
 use crate::supervise::{Outcome, supervise};
@@ -11,11 +12,22 @@ use crate::supervise::{Outcome, supervise};
 /// Runs the `run` subcommand; `Ok` carries CMD's exit code.
 pub(crate) async fn run(url: &StoreUrl, args: RunArgs) -> Result<u8, CliError> {
     let cmd = CmdLine::new(args.cmd)?;
+    let target = target(&args.name, args.permits.as_deref())?;
     let mut holding = prepare(url, &args.name, &args.hold).await?;
+    if target.permits().is_some() && !holding.coordinator.store().capabilities().permits {
+        return Err(CliError::new(
+            Exit::StoreRefused,
+            format!(
+                "the {} store does not support counted leases (--permits); use a store that \
+                 does, or run without --permits",
+                holding.coordinator.store().backend()
+            ),
+        ));
+    }
     let mut watchdog = Watchdog::spawn(&cmd).await?;
     let term = match acquire(
         &holding.coordinator,
-        &args.name,
+        &target,
         args.wait,
         &mut holding.signals,
     )

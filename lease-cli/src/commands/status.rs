@@ -1,6 +1,7 @@
-//! `lease status NAME… [--json]`: who holds what, by the store's clock.
+//! `lease status NAME… [--json]`: who holds what, by the store's clock; for a counted name,
+//! every permit.
 
-use lease_core::LeaseInfo;
+use lease_core::{LeaseInfo, PermitInfo};
 
 use crate::cli::StatusArgs;
 use crate::commands::open_for;
@@ -16,6 +17,9 @@ pub(crate) struct Row {
     pub(crate) name: String,
     /// What the store keeps about it; `None` when it was never claimed.
     pub(crate) info: Option<LeaseInfo>,
+    /// Its permits, by number, when it is a counted name (empty otherwise, and on a store
+    /// without counted leases).
+    pub(crate) permits: Vec<PermitInfo>,
 }
 
 impl Row {
@@ -27,40 +31,77 @@ impl Row {
 /// Runs the `status` subcommand.
 pub(crate) async fn status(url: &StoreUrl, args: StatusArgs) -> Result<u8, CliError> {
     let store = open_for(url, &args.names).await?;
+    let counted = store.capabilities().permits;
     let mut rows = Vec::with_capacity(args.names.len());
     for name in args.names {
         let info = store.get(&name).await?;
-        rows.push(Row { name, info });
+        let permits = if counted {
+            store.permits(&name).await?
+        } else {
+            Vec::new()
+        };
+        rows.push(Row {
+            name,
+            info,
+            permits,
+        });
     }
     let text = if args.json { json(&rows) } else { table(&rows) };
     output::write_stdout(&text, "the status")?;
     Ok(0)
 }
 
-/// The rows as an aligned table with a header.
+/// The rows as an aligned table with a header. When some name is counted, a PERMIT column
+/// follows NAME: one row per permit of a counted name ('-' for a plain lease), and a counted
+/// name's plain lease gets a row only when it was ever claimed.
 pub(crate) fn table(rows: &[Row]) -> String {
-    let mut cells = vec![[
-        "NAME".to_owned(),
-        "HOLDER".to_owned(),
-        "TERM".to_owned(),
-        "EXPIRES IN".to_owned(),
-    ]];
+    let counted = rows.iter().any(|r| !r.permits.is_empty());
+    let mut cells: Vec<Vec<String>> = Vec::new();
+    let mut header = vec!["NAME".to_owned()];
+    if counted {
+        header.push("PERMIT".to_owned());
+    }
+    header.extend(["HOLDER", "TERM", "EXPIRES IN"].map(str::to_owned));
+    cells.push(header);
     for row in rows {
-        let term = row
-            .info
-            .as_ref()
-            .map_or_else(|| "-".to_owned(), |i| i.term.to_string());
-        let (holder, expires) = match row.live() {
-            Some(i) => (i.instance.clone(), human(i.expires_in)),
-            None => ("-".to_owned(), "-".to_owned()),
-        };
-        cells.push([printable(&row.name), printable(&holder), term, expires]);
+        if row.permits.is_empty() || row.info.is_some() {
+            let term = row
+                .info
+                .as_ref()
+                .map_or_else(|| "-".to_owned(), |i| i.term.to_string());
+            let (holder, expires) = match row.live() {
+                Some(i) => (i.instance.clone(), human(i.expires_in)),
+                None => ("-".to_owned(), "-".to_owned()),
+            };
+            let mut line = vec![printable(&row.name)];
+            if counted {
+                line.push("-".to_owned());
+            }
+            line.extend([printable(&holder), term, expires]);
+            cells.push(line);
+        }
+        for p in &row.permits {
+            let (holder, expires) = if p.live {
+                (printable(&p.instance), human(p.expires_in))
+            } else {
+                ("-".to_owned(), "-".to_owned())
+            };
+            cells.push(vec![
+                printable(&row.name),
+                p.permit.to_string(),
+                holder,
+                p.term.to_string(),
+                expires,
+            ]);
+        }
     }
     output::table(&cells)
 }
 
 /// The rows as a JSON array: `name`, `held`, `holder` (null when free), `term` (the last one
-/// issued; null when never claimed), `expires_in_ms` (null when free).
+/// issued; null when never claimed), `expires_in_ms` (null when free) — of the name's plain
+/// lease — and, for a counted name, `permits`: an array of `permit`, `held`, `holder`, `term`
+/// and `expires_in_ms`, one per permit.
 pub(crate) fn json(rows: &[Row]) -> String {
     let items: Vec<String> = rows
         .iter()
@@ -75,8 +116,31 @@ pub(crate) fn json(rows: &[Row]) -> String {
                 || "null".to_owned(),
                 |i| i.expires_in.as_millis().to_string(),
             );
+            let permits = if row.permits.is_empty() {
+                String::new()
+            } else {
+                let each: Vec<String> = row
+                    .permits
+                    .iter()
+                    .map(|p| {
+                        let (holder, expires) = if p.live {
+                            (
+                                json_string(&p.instance),
+                                p.expires_in.as_millis().to_string(),
+                            )
+                        } else {
+                            ("null".to_owned(), "null".to_owned())
+                        };
+                        format!(
+                            "{{\"permit\":{},\"held\":{},\"holder\":{holder},\"term\":{},\"expires_in_ms\":{expires}}}",
+                            p.permit, p.live, p.term
+                        )
+                    })
+                    .collect();
+                format!(",\"permits\":[{}]", each.join(","))
+            };
             format!(
-                "{{\"name\":{},\"held\":{},\"holder\":{holder},\"term\":{term},\"expires_in_ms\":{expires}}}",
+                "{{\"name\":{},\"held\":{},\"holder\":{holder},\"term\":{term},\"expires_in_ms\":{expires}{permits}}}",
                 json_string(&row.name),
                 live.is_some()
             )
@@ -102,6 +166,7 @@ mod tests {
                     live: true,
                     expires_in: Duration::from_millis(12_400),
                 }),
+                permits: Vec::new(),
             },
             Row {
                 name: "free \"one\"".to_owned(),
@@ -112,10 +177,12 @@ mod tests {
                     live: false,
                     expires_in: Duration::ZERO,
                 }),
+                permits: Vec::new(),
             },
             Row {
                 name: "never".to_owned(),
                 info: None,
+                permits: Vec::new(),
             },
         ]
     }
@@ -127,6 +194,52 @@ mod tests {
         assert_eq!(lines[0], "NAME          HOLDER     TERM  EXPIRES IN");
         assert_eq!(lines[1], "job           host/1/ab  7     12.4s");
         assert_eq!(lines[3], "never         -          -     -");
+    }
+
+    fn counted() -> Row {
+        let permit = |permit, instance: &str, term, live, ms| PermitInfo {
+            permit,
+            instance: instance.to_owned(),
+            term,
+            live,
+            expires_in: Duration::from_millis(ms),
+        };
+        Row {
+            name: "pool".to_owned(),
+            info: None,
+            permits: vec![
+                permit(0, "a", 4, true, 9_000),
+                permit(1, "b", 2, false, 0),
+                permit(2, "c", 5, true, 14_100),
+            ],
+        }
+    }
+
+    #[test]
+    fn a_counted_name_shows_every_permit() {
+        let mut all = rows();
+        all.truncate(1);
+        all.push(counted());
+        let t = table(&all);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(
+            lines,
+            [
+                "NAME  PERMIT  HOLDER     TERM  EXPIRES IN",
+                "job   -       host/1/ab  7     12.4s",
+                "pool  0       a          4     9.0s",
+                "pool  1       -          2     -",
+                "pool  2       c          5     14.1s",
+            ]
+        );
+        let j = json(&[counted()]);
+        assert_eq!(
+            j,
+            "[{\"name\":\"pool\",\"held\":false,\"holder\":null,\"term\":null,\"expires_in_ms\":null,\
+             \"permits\":[{\"permit\":0,\"held\":true,\"holder\":\"a\",\"term\":4,\"expires_in_ms\":9000},\
+             {\"permit\":1,\"held\":false,\"holder\":null,\"term\":2,\"expires_in_ms\":null},\
+             {\"permit\":2,\"held\":true,\"holder\":\"c\",\"term\":5,\"expires_in_ms\":14100}]}]\n"
+        );
     }
 
     #[test]

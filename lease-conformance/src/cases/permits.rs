@@ -16,7 +16,7 @@ use lease_core::permits::MAX_PERMITS;
 use lease_core::{ErrorKind, LeaseStore, PermitGrant, Permits};
 use tokio::time::{Instant, sleep};
 
-use super::{assert_first_term, assert_next_term, mint, needs_expiry};
+use super::{WAKE_BOUND, assert_first_term, assert_next_term, mint, needs_expiry};
 use crate::history::History;
 use crate::{FaultMode, Harness, faulty};
 
@@ -708,4 +708,68 @@ pub async fn changing_the_permit_count_applies_to_new_claims_only(h: &Harness) {
     );
     let listed: Vec<u32> = live(h, &name).await.iter().map(|p| p.0).collect();
     assert_eq!(listed, vec![0, 1, 2, 3]);
+}
+
+/// On a store that hints (`capabilities().watch`), a waiter for a permit in
+/// `Coordinator::acquire` is woken by one holder's release and holds that permit within
+/// [`WAKE_BOUND`], although its retry pace is seconds and every permit had most of its lease
+/// left.
+pub async fn a_permit_release_wakes_a_waiter_at_once(h: &Harness) {
+    let case = "a_permit_release_wakes_a_waiter_at_once";
+    if !needs_permits(h, case) {
+        return;
+    }
+    if !h.caps().watch {
+        h.not_applicable_loudly(
+            case,
+            "the store sends no hints (capabilities().watch is false): waiters poll",
+        );
+        return;
+    }
+    let pool = Permits::new(h.name("permit-wake"), 2).unwrap();
+    let slow = h
+        .timings
+        .to_builder()
+        .retry(Duration::from_secs(5))
+        .jitter(Duration::from_millis(10))
+        .build()
+        .unwrap();
+    let a = h.coordinator("a");
+    let b = h.coordinator("b");
+    let c = h.coordinator_timed(h.store.clone(), "c", slow);
+    let ta = a.try_acquire(&pool).await.unwrap();
+    let tb = b.try_acquire(&pool).await.unwrap();
+    let waiting = {
+        let (c, pool, limit) = (c.clone(), pool.clone(), h.timings.lease() * 4);
+        tokio::spawn(async move {
+            let won = c.acquire(&pool, limit).await;
+            (won, Instant::now())
+        })
+    };
+    // Long enough for c to have found both permits held and gone to sleep; far less than a
+    // lease.
+    sleep(h.timings.renew_every()).await;
+    assert!(
+        !waiting.is_finished(),
+        "c got a permit while both were held"
+    );
+    let released = Instant::now();
+    ta.resign().await.unwrap();
+    let (tc, at) = waiting.await.unwrap();
+    let tc = tc.unwrap();
+    let took = at - released;
+    eprintln!(
+        "{}: permit release → waiter holds it: {took:?}",
+        h.backend()
+    );
+    assert_eq!(tc.permit(), ta.permit(), "the released permit");
+    assert!(tc.token() > tb.token());
+    assert!(
+        took <= WAKE_BOUND,
+        "{}: the waiter took the permit {took:?} after the release, more than {WAKE_BOUND:?}: \
+         the store says `watch` but its hints did not wake the permit waiter",
+        h.backend()
+    );
+    tc.resign().await.unwrap();
+    tb.resign().await.unwrap();
 }

@@ -1,0 +1,232 @@
+//! Counted leases from the command line: `lease run --permits 3 --wait` with 10 concurrent
+//! contenders never runs more than 3 CMDs at once (judged from the CMDs' own timestamps) and
+//! runs all 10, on every store whose capabilities say permits (SQLite always, the others when
+//! their `LEASE_TEST_<BACKEND>_URL` is set); `lease status` shows every permit; bad `--permits`
+//! values are refused with a usage error.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use common::*;
+
+/// One line on stderr, announced as lease's own exit code `wanted`, saying every word of `says`.
+fn refused(out: &std::process::Output, wanted: i32, says: &[&str]) {
+    let err = stderr(out);
+    assert_eq!(code(out.status), wanted, "{err}");
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    for word in says {
+        assert!(err.contains(word), "{err} should say {word:?}");
+    }
+}
+
+#[test]
+fn bad_permit_counts_are_usage_errors() {
+    let dir = TempDir::new("permits-bad");
+    let store = dir.sqlite();
+    let run = |n: &str| {
+        let flag = format!("--permits={n}");
+        lease_output(
+            &store,
+            &["run", &flag, "pool", "--", "true"],
+            Duration::from_secs(30),
+        )
+    };
+    refused(&run("0"), 64, &["--permits 0", "at least 1", "1 to 1024"]);
+    refused(&run("1025"), 64, &["--permits 1025", "at most 1024"]);
+    refused(&run("99999999999"), 64, &["more than 1024"]);
+    refused(&run("-3"), 64, &["not a whole number"]);
+    refused(&run("three"), 64, &["not a whole number"]);
+}
+
+/// `true` when `store` takes counted leases: a probe `lease run --permits 1` runs, or exits 78
+/// saying the store has none (then a loud NOT APPLICABLE line, and `false`).
+fn takes_permits(store: &str, backend: &str) -> bool {
+    let probe = unique_name("probe");
+    let out = lease_output(
+        store,
+        &["run", "--ttl", "2s", "--permits", "1", &probe, "--", "true"],
+        Duration::from_secs(30),
+    );
+    if code(out.status) == 78 && stderr(&out).contains("does not support counted leases") {
+        lease_conformance::env::not_applicable(
+            backend,
+            "ten_contenders_on_three_permits",
+            "the store has no counted leases (capabilities().permits is false)",
+        );
+        return false;
+    }
+    assert_eq!(code(out.status), 0, "the probe failed: {}", stderr(&out));
+    true
+}
+
+/// The most runs open at once, from (term, start, end) stamps.
+fn most_at_once(runs: &[(u64, i128, i128)]) -> usize {
+    let mut edges: Vec<(i128, i32)> = Vec::new();
+    for &(_, start, end) in runs {
+        edges.push((start, 1));
+        edges.push((end, -1));
+    }
+    // At one instant an end counts before a start: touching runs do not overlap.
+    edges.sort_unstable();
+    let (mut open, mut most) = (0i32, 0i32);
+    for (_, step) in edges {
+        open += step;
+        most = most.max(open);
+    }
+    usize::try_from(most).unwrap_or(0)
+}
+
+/// 10 `lease run --permits 3 --wait` started together on `store`.
+fn ten_contenders_on_three_permits(store: &str, backend: &str, dir: &TempDir) {
+    if !takes_permits(store, backend) {
+        return;
+    }
+    let name = unique_name("pool");
+    let log = dir.file(&format!("{name}.log"));
+    let cmd = logged(&log, "sleep 0.6");
+    let mut args = vec![
+        "run",
+        "--ttl",
+        "2s",
+        "--permits",
+        "3",
+        "--wait",
+        &name,
+        "--",
+    ];
+    args.extend(cmd.iter().map(String::as_str));
+    let children: Vec<_> = (0..10)
+        .map(|_| lease(store, &args).spawn().unwrap())
+        .collect();
+    for child in children {
+        let out = finish(child, Duration::from_secs(60));
+        assert_eq!(code(out.status), 0, "{backend}: {}", stderr(&out));
+    }
+    let runs = runs(&log);
+    let most = most_at_once(&runs);
+    eprintln!(
+        "{backend}: 10 contenders on 3 permits: {} runs, at most {most} at once",
+        runs.len()
+    );
+    assert_eq!(runs.len(), 10, "{backend}: every contender ran: {runs:?}");
+    assert!(most <= 3, "{backend}: {most} CMDs ran at once: {runs:?}");
+    assert!(
+        most >= 2,
+        "{backend}: the permits were never used at once: {runs:?}"
+    );
+    let mut terms: Vec<u64> = runs.iter().map(|r| r.0).collect();
+    terms.sort_unstable();
+    terms.dedup();
+    assert_eq!(
+        terms.len(),
+        10,
+        "{backend}: a LEASE_TERM was repeated: {runs:?}"
+    );
+}
+
+/// While 3 CMDs hold the permits, `lease status` shows each permit's holder, term and time
+/// left, and `--json` lists them.
+fn status_shows_every_permit(store: &str, backend: &str, dir: &TempDir) {
+    if !takes_permits(store, backend) {
+        return;
+    }
+    let name = unique_name("shown");
+    let marks = dir.file(&format!("{name}.started"));
+    let cmd = format!(
+        "echo \"$LEASE_PERMIT $LEASE_TERM\" >> '{}'; sleep 4",
+        marks.display()
+    );
+    let holders: Vec<_> = (0..3)
+        .map(|i| {
+            let label = format!("holder-{i}");
+            lease(
+                store,
+                &[
+                    "run",
+                    "--ttl",
+                    "4s",
+                    "--permits",
+                    "3",
+                    "--wait",
+                    "--instance",
+                    &label,
+                    &name,
+                    "--",
+                    "sh",
+                    "-c",
+                    &cmd,
+                ],
+            )
+            .spawn()
+            .unwrap()
+        })
+        .collect();
+    let started = |p: &Path| {
+        std::fs::read_to_string(p)
+            .unwrap_or_default()
+            .lines()
+            .count()
+    };
+    assert!(
+        wait_until(Duration::from_secs(20), || started(&marks) == 3),
+        "{backend}: three holders did not start"
+    );
+    let out = lease_output(store, &["status", &name], Duration::from_secs(30));
+    assert_eq!(code(out.status), 0, "{}", stderr(&out));
+    let table = stdout(&out);
+    let lines: Vec<&str> = table.lines().collect();
+    assert!(
+        lines[0].starts_with("NAME") && lines[0].contains("PERMIT"),
+        "{table}"
+    );
+    assert_eq!(lines.len(), 4, "{backend}: a row per permit: {table}");
+    for (i, line) in lines[1..].iter().enumerate() {
+        let cols: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(cols[0], name, "{table}");
+        assert_eq!(cols[1], i.to_string(), "{table}");
+        assert!(cols[2].starts_with("holder-"), "{table}");
+        assert!(cols[3].parse::<u64>().is_ok(), "{table}");
+        assert!(cols[4].ends_with('s'), "{table}");
+    }
+    let out = lease_output(store, &["status", "--json", &name], Duration::from_secs(30));
+    let json = stdout(&out);
+    assert_eq!(json.matches("\"permit\":").count(), 3, "{json}");
+    assert_eq!(json.matches("\"held\":true").count(), 3, "{json}");
+    // A fourth contender without --wait is refused at once, naming the holders.
+    let out = lease_output(
+        store,
+        &["run", "--permits", "3", &name, "--", "true"],
+        Duration::from_secs(30),
+    );
+    refused(&out, 75, &["all 3 permits", "holder-"]);
+    for child in holders {
+        let out = finish(child, Duration::from_secs(30));
+        assert_eq!(code(out.status), 0, "{}", stderr(&out));
+    }
+}
+
+#[test]
+fn ten_contenders_on_three_permits_on_sqlite() {
+    let _serial = timing_lock();
+    let dir = TempDir::new("permits-sqlite");
+    ten_contenders_on_three_permits(&dir.sqlite(), "sqlite", &dir);
+    status_shows_every_permit(&dir.sqlite(), "sqlite", &dir);
+}
+
+/// The same on every server backend whose test URL is set.
+#[test]
+fn ten_contenders_on_three_permits_on_servers() {
+    for backend in ["postgres", "mysql", "redis", "nats", "mongodb"] {
+        let Some(url) = lease_conformance::env::server_url(backend) else {
+            continue;
+        };
+        let _serial = timing_lock();
+        let dir = TempDir::new(&format!("permits-{backend}"));
+        ten_contenders_on_three_permits(&url, backend, &dir);
+        status_shows_every_permit(&url, backend, &dir);
+    }
+}
