@@ -310,7 +310,10 @@
 //! plus its owner id. Delete a retired group with [`RedisStore::forget_group`] (all its leases
 //! ended long enough ago, re-checked atomically; one round trip); it then counts as never
 //! seen, and under [`TermScheme::Counter`] its epochs start again at 1, with the same warning as
-//! for names below. [`RedisStore::purge_expired`] never touches group or service keys. Remove retired names on purpose with
+//! for names below. [`RedisStore::purge_expired`] never touches group or service keys, nor a
+//! counted name's `:permits` hash (at most 1,024 permits of about 80 bytes plus the instance
+//! label each): delete a retired one by hand with `DEL`, under the same warning, since its terms
+//! start again at 1. Remove retired names on purpose with
 //! [`RedisStore::forget`] (one name) or [`RedisStore::purge_expired`] (every record under the
 //! prefix whose lease ended long enough ago; `SCAN`, one node), or by hand with
 //! `redis-cli --scan --pattern 'lease:{*'` and `DEL`. Both helpers re-check the expiry
