@@ -589,7 +589,7 @@ async fn counted_work(
     counted: Counted,
 ) -> std::result::Result<(), Infallible> {
     let who = term.instance().to_owned();
-    let sections = rng.between(1, 20);
+    let sections = sections_of_a_term(&mut rng);
     let max_ms = u64::try_from(SECTION_MAX.as_millis()).unwrap_or(20);
     // Bounded: at most `sections` turns.
     for _ in 0..sections {
@@ -609,6 +609,16 @@ async fn counted_work(
     Ok(())
 }
 
+/// How many sections a term runs: mostly 1–10, in 30 % of terms 40–150, so that renewals run
+/// and faults hit holders.
+fn sections_of_a_term(rng: &mut Rng) -> u64 {
+    if rng.chance(30) {
+        rng.between(40, 150)
+    } else {
+        rng.between(1, 10)
+    }
+}
+
 /// The work under one term.
 async fn work(
     index: usize,
@@ -619,11 +629,7 @@ async fn work(
     record.terms_won.fetch_add(1, Ordering::Relaxed);
     record.holder.store(index, Ordering::SeqCst);
     let who = term.instance().to_owned();
-    let sections = if rng.chance(30) {
-        rng.between(40, 150)
-    } else {
-        rng.between(1, 10)
-    };
+    let sections = sections_of_a_term(&mut rng);
     let max_ms = u64::try_from(SECTION_MAX.as_millis()).unwrap_or(20);
     // Bounded: at most `sections` turns.
     for _ in 0..sections {

@@ -425,6 +425,11 @@ async fn drive(
                 break;
             };
             let store: Arc<dyn LeaseStore> = store.clone();
+            let store: Arc<dyn LeaseStore> = if args.break_renewals {
+                Arc::new(LyingStore::new(store, LyingRenewals))
+            } else {
+                store
+            };
             match Contender::spawn_counted(i, store, timings, args.seed, c, &record) {
                 Ok(c) => contenders.push(c),
                 Err(e) => errors.push(format!("counted-{i}: {e}")),

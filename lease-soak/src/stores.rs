@@ -114,8 +114,8 @@ async fn within<T>(within: Duration, what: Call<'_>, op: Answer<'_, T>) -> Resul
 }
 
 /// A deliberately broken store for checking the checker (`--break-renewals`): the hook of a
-/// store whose renewal that fails or takes longer than a tenth of the TTL is reported as
-/// successful. Everything else passes through.
+/// store whose renewal (of a lease or of a permit) that fails or takes longer than a tenth of
+/// the TTL is reported as successful. Everything else passes through.
 #[derive(Debug, Default)]
 pub(crate) struct LyingRenewals;
 
@@ -124,7 +124,8 @@ pub(crate) type LyingStore = Intercept<Arc<dyn LeaseStore>, LyingRenewals>;
 
 impl Hook for LyingRenewals {
     fn around<'a, T: Send + 'static>(&'a self, call: Call<'a>, op: Answer<'a, T>) -> Answer<'a, T> {
-        let (Operation::Renew, Some(ttl)) = (call.operation, call.ttl) else {
+        let (Operation::Renew | Operation::RenewPermit, Some(ttl)) = (call.operation, call.ttl)
+        else {
             return op;
         };
         Box::pin(async move {
