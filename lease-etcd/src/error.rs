@@ -108,6 +108,21 @@ impl Site<'_> {
         ))
     }
 
+    /// A claim whose transaction found the keys it compares changed `tries` times in a row
+    /// (racing claims and releases of one counted name): temporary, nothing was written.
+    pub(crate) fn racing(&self, tries: usize) -> Error {
+        self.attach(
+            Error::new(
+                ErrorKind::Backend,
+                self.say(format_args!(
+                    "the name's permits changed under this claim {tries} times in a row \
+                     (racing claims); nothing was claimed, try again"
+                )),
+            )
+            .with_temporary(true),
+        )
+    }
+
     /// An answer that lacks what every etcd answer carries.
     pub(crate) fn malformed(&self, what: &str) -> Error {
         self.attach(Error::new(

@@ -7,6 +7,8 @@
 //! - a lease key **created** (a claim: the event's `version` is 1) or **deleted** (a release,
 //!   a forced release, or etcd deleting it when its etcd lease ran out — so etcd hints expiry
 //!   too, within its 500 ms expiry sweep) hints [`Topic::Lease`];
+//! - a permit key created or deleted hints [`Topic::Lease`] of its counted name (which permit
+//!   waiters watch);
 //! - a partition key created or deleted hints [`Topic::Group`] of its group;
 //! - a member key created or deleted hints [`Topic::Group`] of each group in its record (the
 //!   watch asks for the previous value, which a deletion carries).
@@ -193,6 +195,9 @@ fn topics(prefix: &[u8], event: &Event) -> Vec<Topic> {
     };
     if let Some(name) = key.strip_prefix(b"l/") {
         return text(name).map(Topic::lease).into_iter().collect();
+    }
+    if let Some(rest) = key.strip_prefix(b"c/") {
+        return scoped(rest).map(Topic::lease).into_iter().collect();
     }
     if let Some(rest) = key.strip_prefix(b"p/") {
         return scoped(rest).map(Topic::group).into_iter().collect();

@@ -6,7 +6,9 @@ use std::time::Duration;
 use etcd_client::{Compare, CompareOp, DeleteOptions, KeyValue, PutOptions, Txn, TxnOp};
 use lease_core::backend::{BatchRenew, Grant, HolderToken, Stamp, async_trait, check};
 use lease_core::layer::Operation;
-use lease_core::{Capabilities, LeaseInfo, LeaseStore, Result, derived_capabilities};
+use lease_core::{
+    Capabilities, LeaseInfo, LeaseStore, PermitGrant, PermitInfo, Result, derived_capabilities,
+};
 
 use crate::error::Site;
 use crate::store::{EtcdStore, lock, revision};
@@ -102,7 +104,7 @@ impl KnownLeases {
 
 /// `true` when the lease record at `kv` names `holder` (a value this store did not write names
 /// nobody).
-fn held_by(kv: &KeyValue, holder: &HolderToken) -> bool {
+pub(crate) fn held_by(kv: &KeyValue, holder: &HolderToken) -> bool {
     LeaseValue::decode(kv.value()).is_some_and(|v| v.holder == *holder)
 }
 
@@ -125,7 +127,7 @@ impl EtcdStore {
     /// key to a new etcd lease of `ttl` (the key and its create revision stay: the term is
     /// kept), if it still hangs on `lease`. Answers the lease the key hangs on, the TTL it
     /// counts and the stamp taken before that TTL started; `None` when the key moved on.
-    async fn fit(
+    pub(crate) async fn fit(
         &self,
         site: Site<'_>,
         key: &[u8],
@@ -174,6 +176,8 @@ impl LeaseStore for EtcdStore {
             // etcd deletes the key when its lease ends.
             keeps_ended_records: false,
             force_release: true,
+            // A key per permit (see `permits.rs`).
+            permits: true,
             // A range read of the group, then the keep-alives of the owner's etcd leases it
             // found (sent with the read when this store renewed the group before): at most two
             // exchanges one after the other, plus at most one that HTTP/2's control frames
@@ -410,6 +414,46 @@ impl LeaseStore for EtcdStore {
             self.revoke(site, prev.lease()).await?;
         }
         Ok(true)
+    }
+
+    /// A range read with the `LeaseGrant`, then one transaction (see the crate docs, *Counted
+    /// leases*).
+    async fn claim_permit(
+        &self,
+        name: &str,
+        permits: u32,
+        holder: &HolderToken,
+        instance: &str,
+        ttl: Duration,
+    ) -> Result<Option<PermitGrant>> {
+        self.claim_counted(name, permits, holder, instance, ttl)
+            .await
+    }
+
+    /// A read of the permit's key, then a keep-alive of its etcd lease.
+    async fn renew_permit(
+        &self,
+        name: &str,
+        permit: u32,
+        holder: &HolderToken,
+        ttl: Duration,
+    ) -> Result<Option<Grant>> {
+        self.renew_counted(name, permit, holder, ttl).await
+    }
+
+    /// A read of the permit's key, then a transaction deleting it.
+    async fn release_permit(&self, name: &str, permit: u32, holder: &HolderToken) -> Result<bool> {
+        self.release_counted(name, permit, holder).await
+    }
+
+    /// A range read of the name's permits, then `LeaseTimeToLive`.
+    async fn verify_permit(&self, name: &str, holder: &HolderToken) -> Result<Option<PermitGrant>> {
+        self.verify_counted(name, holder).await
+    }
+
+    /// A range read of the name's permits, then `LeaseTimeToLive` of each, together.
+    async fn permits(&self, name: &str) -> Result<Vec<PermitInfo>> {
+        self.list_counted(name).await
     }
 
     /// Hints from a watch on the store's prefix (see the crate docs, *Hints*): claims, releases

@@ -139,6 +139,38 @@
 //! answer — it cannot be counted on for the longer TTL; acquiring it again with the new TTL
 //! moves it onto that session, its epoch kept.
 //!
+//! # Counted leases
+//!
+//! The permit operations of [`LeaseStore`](lease_core::LeaseStore) (capability `permits: true`,
+//! the rules of [`lease_core::permits`]): one key per permit of a counted name,
+//! `<prefix>c/<name>\0<permit, 10 digits>`, apart from the name's lease key, value
+//! `lease1;<holder>;<instance>`, each hung on an etcd lease granted for its claim, so etcd
+//! deletes it when the TTL runs out by the server's clock (and released permits are deleted):
+//! `permits` lists the live ones only. **The term is the permit key's create revision**, the
+//! cluster's revision at the claim: it strictly increases across the cluster, so per name across
+//! all its permits, and never repeats after a release or an expiry.
+//!
+//! A claim reads the name's permit keys (a range read, sent together with the `LeaseGrant` of
+//! the claim's etcd lease) and answers "full" (`None`) when the holder holds one or N or more are
+//! live (those above N too, left from a larger N); otherwise it sends `Txn(if
+//! mod_revision(every key under the name's permit prefix) < read revision + 1 and
+//! create_revision(key of the lowest free permit below N) == 0 then put(key, holder, etcd
+//! lease) else range read)`. **Counting and taking are one transaction**: any permit created or
+//! rewritten after the read fails it, and the failed transaction carries the new read to decide
+//! again on (at most 16 times, then a temporary error; every failure means another claim or
+//! release landed).
+//!
+//! | operation | what is sent | round trips |
+//! |---|---|---|
+//! | `claim_permit` | `LeaseGrant` and the range read together, then the transaction | 2 (+ 1 per transaction lost to a racing claim) |
+//! | `renew_permit` | a read of the permit's key, then a keep-alive of its etcd lease (a move onto a longer etcd lease when the server's TTL is shorter than asked) | 2 |
+//! | `release_permit` | a read of the permit's key, then `Txn(if mod_revision(key) == read then delete(key))`; the etcd lease revoked in the background | 2 |
+//! | `verify_permit` | a range read, then `LeaseTimeToLive` of the holder's etcd lease | 2 |
+//! | `permits` | a range read, then `LeaseTimeToLive` of every etcd lease found, together | 2 |
+//!
+//! A permit key created or deleted (a claim, a release, an expiry) hints the name's lease topic
+//! through the watch (see *Hints*).
+//!
 //! # Membership
 //!
 //! [`MembershipStore`](lease_core::MembershipStore): one key per `(service, node)`,
@@ -150,7 +182,7 @@
 //! # Capabilities
 //!
 //! Leases with expiry, fencing (`consecutive_terms: false`, `keeps_ended_records: false`) and
-//! force release; partitions and membership (batch renewal in at most 2 exchanges one after the
+//! force release; counted leases (permits); partitions and membership (batch renewal in at most 2 exchanges one after the
 //! other; declared as `BatchRenew::Fixed { round_trips: 3 }`, since HTTP/2's control frames —
 //! the PING acknowledgements gRPC servers ask for, window updates — can add one more on the
 //! wire, where the suite's proxy counts them: 1–3 measured for 10 and 1,000 partitions). No scheduler
@@ -187,7 +219,7 @@
 //!
 //! `config.rs` ([`EtcdConfig`]), `error.rs` (etcd-client errors as lease errors), `store.rs`
 //! ([`EtcdStore`]: connect, with_client, grants, keep-alives, reads and transactions),
-//! `leases.rs` (`LeaseStore`), `hints.rs` (the watch behind `changes`), `partitions.rs` (`PartitionStore`), `membership.rs`
+//! `leases.rs` (`LeaseStore`), `permits.rs` (its permit operations), `hints.rs` (the watch behind `changes`), `partitions.rs` (`PartitionStore`), `membership.rs`
 //! (`MembershipStore`), and `wire/` (`keys.rs`: names as etcd keys; `codec.rs`: the records
 //! as values). No `slots.rs`: etcd offers no scheduler slots here (see above).
 
@@ -197,6 +229,7 @@ mod hints;
 mod leases;
 mod membership;
 mod partitions;
+mod permits;
 mod store;
 mod wire;
 

@@ -257,3 +257,39 @@ async fn a_watch_client_of_its_own_serves_a_proxied_store() {
         proxy.stats()
     );
 }
+
+#[tokio::test]
+async fn a_permit_claimed_or_released_by_another_store_wakes_the_names_waiters() {
+    let Some((a, b, _)) = pair().await else {
+        return;
+    };
+    let name = format!("counted-{:x}", rand_u64());
+    let mut w = a.changes(&Topic::lease(&name)).unwrap();
+    wait_connected(&mut w).await;
+    while woken_within(&mut w, Duration::from_millis(10))
+        .await
+        .is_some()
+    {}
+    let holder = HolderToken::mint();
+    let g = b
+        .claim_permit(&name, 2, &holder, "b", TTL)
+        .await
+        .unwrap()
+        .unwrap();
+    woken_within(&mut w, HINT_BOUND)
+        .await
+        .expect("permit claim hinted");
+    b.renew_permit(&name, g.permit, &holder, TTL)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        woken_within(&mut w, QUIET).await,
+        None,
+        "a permit renewal woke the waiter"
+    );
+    assert!(b.release_permit(&name, g.permit, &holder).await.unwrap());
+    woken_within(&mut w, HINT_BOUND)
+        .await
+        .expect("permit release hinted");
+}

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use lease_core::backend::{BatchRenew, Grant, HolderToken, async_trait, check};
 use lease_core::layer::Operation;
-use lease_core::{Capabilities, LeaseInfo, LeaseStore, Result};
+use lease_core::{Capabilities, LeaseInfo, LeaseStore, PermitGrant, PermitInfo, Result};
 use mongodb::options::ReturnDocument;
 
 use crate::error::is_duplicate_id;
@@ -23,6 +23,8 @@ impl LeaseStore for MongoStore {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             force_release: true,
+            // One document per counted name (see `permits.rs`).
+            permits: true,
             max_name_bytes: MAX_NAME_BYTES,
             // The multi-document `update`, then the `aggregate` that reads back the documents
             // carrying this renewal's id: two round trips however many partitions.
@@ -152,5 +154,44 @@ impl LeaseStore for MongoStore {
             )
             .await?;
         Ok(doc.is_some())
+    }
+
+    /// One `findAndModify` upsert (see the crate's README, *Counted leases*).
+    async fn claim_permit(
+        &self,
+        name: &str,
+        permits: u32,
+        holder: &HolderToken,
+        instance: &str,
+        ttl: Duration,
+    ) -> Result<Option<PermitGrant>> {
+        self.claim_counted(name, permits, holder, instance, ttl)
+            .await
+    }
+
+    /// One `findAndModify`.
+    async fn renew_permit(
+        &self,
+        name: &str,
+        permit: u32,
+        holder: &HolderToken,
+        ttl: Duration,
+    ) -> Result<Option<Grant>> {
+        self.renew_counted(name, permit, holder, ttl).await
+    }
+
+    /// One `findAndModify`.
+    async fn release_permit(&self, name: &str, permit: u32, holder: &HolderToken) -> Result<bool> {
+        self.release_counted(name, permit, holder).await
+    }
+
+    /// One `aggregate`.
+    async fn verify_permit(&self, name: &str, holder: &HolderToken) -> Result<Option<PermitGrant>> {
+        self.verify_counted(name, holder).await
+    }
+
+    /// One `aggregate`.
+    async fn permits(&self, name: &str) -> Result<Vec<PermitInfo>> {
+        self.list_counted(name).await
     }
 }

@@ -132,6 +132,18 @@
 //!   `findAndModify` upsert replacing address, groups and expiry (`$$NOW` + TTL); *members*
 //!   one `aggregate` of the live records by `$$NOW`, sorted by node id (byte order);
 //!   *leave* one `update` setting `expires_at` to 1970 where live.
+//! - **Counted leases** (the permit operations of [`LeaseStore`](lease_core::LeaseStore),
+//!   `permits: true`, the rules of [`lease_core::permits`]) are one document per counted name
+//!   in the lease collection, `{_id: {c: name}, epoch, permits: [{p, holder, instance, epoch,
+//!   expires_at, op_id}, ..]}`, apart from the name's lease document (a string `_id`).
+//!   *claim permit* is one `findAndModify` upsert whose update pipeline counts the permits
+//!   live by `$$NOW`, and when fewer than N are live and none under this holder, raises the
+//!   name's `epoch` by one and writes the lowest free permit below N with it: counting and
+//!   taking are one atomic update; the call won when the document after it carries its fresh
+//!   `op_id`. *renew* and *release* are one `findAndModify` each (the permit's expiry `$$NOW` +
+//!   TTL, or 1970, where it is live under the holder; element and term kept); *verify* and
+//!   *permits* one `aggregate` (time left by `$$NOW`). One round trip each; the name's `epoch`
+//!   never goes back, so tokens strictly increase per name across all its permits.
 //! - Under [`Ddl::Auto`] the store creates the partition index `{"_id.g": 1, "_id.p": 1}`
 //!   and the membership index `{"_id.s": 1, "_id.n": 1}` (for `owners` and `members`);
 //!   renew and release go through the `_id` index.
@@ -171,9 +183,10 @@
 //!
 //! `config.rs` ([`MongoConfig`]), `error.rs` (driver errors as lease errors), `store.rs`
 //! ([`MongoStore`]: connect, with_client, the start-up check, the command helpers),
-//! `leases.rs` (`LeaseStore`), `slots.rs` (`SlotStore`), `partitions.rs` (`PartitionStore`),
+//! `leases.rs` (`LeaseStore`), `permits.rs` (its permit operations), `slots.rs` (`SlotStore`), `partitions.rs` (`PartitionStore`),
 //! `membership.rs` (`MembershipStore`), and `wire/` (the documents each of them sends and how
-//! the replies are read: `leases.rs`, `slots.rs`, `partitions.rs`, `membership.rs`, and
+//! the replies are read: `leases.rs`, `permits.rs`, `slots.rs`, `partitions.rs`,
+//! `membership.rs`, and
 //! `schema.rs` for the start-up check and the indexes; tested offline in `wire/tests/`).
 
 mod config;
@@ -181,6 +194,7 @@ mod error;
 mod leases;
 mod membership;
 mod partitions;
+mod permits;
 mod slots;
 mod store;
 mod wire;

@@ -142,6 +142,64 @@ async fn each_operation_is_one_command_and_one_round_trip() {
     assert_eq!((trips, cmds), (1, 1), "force release");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_permit_operation_is_one_command_and_one_round_trip() {
+    let _serial = SERIAL.lock().await;
+    let Some((direct, store, proxy)) = common::stores(true).await else {
+        return;
+    };
+    let name = format!("rtp{:08x}", rand_suffix());
+    let (a, b) = (HolderToken::mint(), HolderToken::mint());
+    let ttl = Duration::from_secs(5);
+    store.available().await.unwrap();
+    store.get(&name).await.unwrap();
+
+    let (g, trips, cmds) = count(
+        &direct,
+        &proxy,
+        "findAndModify",
+        store.claim_permit(&name, 1, &a, "a", ttl),
+    )
+    .await;
+    let g = g.unwrap().unwrap();
+    assert_eq!((g.permit, g.grant.term), (0, 1));
+    assert_eq!((trips, cmds), (1, 1), "claim_permit");
+    let (g, trips, cmds) = count(
+        &direct,
+        &proxy,
+        "findAndModify",
+        store.claim_permit(&name, 1, &b, "b", ttl),
+    )
+    .await;
+    assert_eq!(g.unwrap(), None, "a second permit of 1 was granted");
+    assert_eq!((trips, cmds), (1, 1), "claim_permit of a full name");
+    let (g, trips, cmds) = count(
+        &direct,
+        &proxy,
+        "findAndModify",
+        store.renew_permit(&name, 0, &a, ttl),
+    )
+    .await;
+    assert_eq!(g.unwrap().unwrap().term, 1);
+    assert_eq!((trips, cmds), (1, 1), "renew_permit");
+    let (g, trips, cmds) =
+        count(&direct, &proxy, "aggregate", store.verify_permit(&name, &a)).await;
+    assert_eq!(g.unwrap().unwrap().grant.term, 1);
+    assert_eq!((trips, cmds), (1, 1), "verify_permit");
+    let (g, trips, cmds) = count(&direct, &proxy, "aggregate", store.permits(&name)).await;
+    assert_eq!(g.unwrap().len(), 1);
+    assert_eq!((trips, cmds), (1, 1), "permits");
+    let (g, trips, cmds) = count(
+        &direct,
+        &proxy,
+        "findAndModify",
+        store.release_permit(&name, 0, &a),
+    )
+    .await;
+    assert!(g.unwrap());
+    assert_eq!((trips, cmds), (1, 1), "release_permit");
+}
+
 /// Runs `op` and returns its result with the proxy's round trips and the server's counts of
 /// `aggregate`, `findAndModify` and `find` it took.
 async fn count_slot<T>(

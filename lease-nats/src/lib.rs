@@ -232,6 +232,46 @@
 //! missed or included, as with two separate reads. Time left on a lease this store object did
 //! not write is an estimate from the server's timestamp and this host's clock, as for `get`.
 //!
+//! # Counted leases
+//!
+//! The permit operations of [`LeaseStore`](lease_core::LeaseStore) (capability `permits: true`,
+//! the rules of [`lease_core::permits`]): one key per permit of a counted name in the same
+//! bucket, `permit.<name escaped>.<permit>`, apart from the name's lease key (three subject
+//! tokens, like partition keys), value a lease record `lease1;<holder>;<term>;<instance>`. A key
+//! that exists is a live permit; the bucket's max age expires it by the server's clock, so
+//! permits have the store's one fixed duration too.
+//!
+//! **The term is the stream sequence of the create that took the permit**, so terms strictly
+//! increase per name across all its permits (the stream's sequence is shared by the whole
+//! bucket: with gaps, and never repeated after a release or an expiry removed the key). Renewal
+//! copies the term into the value and keeps it.
+//!
+//! A claim **scans** the name's permits — one `$JS.API.STREAM.INFO` with the subject filter
+//! `$KV.<bucket>.permit.<name>.>` lists the keys, a direct get per key (pipelined) reads them —
+//! and answers "full" (`None`) when the holder already holds one, or when N or more are live
+//! (those above N too, left from a larger N). Otherwise it creates (`Nats-Expected-Last-Subject-
+//! Sequence: 0`) the lowest free permit below N. A create that fails (another claim took the
+//! permit since the scan) counts that permit live and tries the next free one, until N are
+//! counted: each permit key has one holder at a time by compare-and-set, and the keys below N
+//! are N, so racing claims never grant the (N+1)-th. The count and the take are therefore not
+//! one request but are bounded: one scan, then at most N creates.
+//!
+//! | operation | what is sent | round trips |
+//! |---|---|---|
+//! | `claim_permit` | the scan, then a create per free permit tried | 2 for a name with no live permit (the listing, the create); 3 otherwise (listing, gets, create), + 1 per create lost to a racing claim; 2 when full |
+//! | `renew_permit` | a direct get of the permit's key, an update at its revision (term copied) | 2 |
+//! | `release_permit` | a direct get, a purge up to its revision (no marker; hinted as a lease release is) | 2 |
+//! | `verify_permit`, `permits` | the scan | 2 (1 when the name has no permit key) |
+//!
+//! A scan's gets are one burst: one exchange on the wire, or a few as the answers interleave
+//! with the requests (measured through a proxy: 1 or 2 for two keys), never one per key in
+//! turn.
+//!
+//! Released and expired permits leave no key, so `permits` lists the live ones only. Time left
+//! read back by `verify_permit` and `permits` is an estimate from the server's timestamp and
+//! this host's clock, clamped to the lease duration, as for `get`. A permit claimed or released
+//! hints the name's lease topic (the KV watch sees the create; a release publishes its key).
+//!
 //! # Membership
 //!
 //! [`MembershipStore`](lease_core::MembershipStore): one key per `(service, node)`,
@@ -343,8 +383,8 @@
 //! # Capabilities
 //!
 //! Leases with expiry, fencing and force release; partitions and membership, with the bucket's
-//! fixed TTL; scheduler slots, in the slot bucket (the lease of a round has the fixed TTL too).
-//! No watch.
+//! fixed TTL; scheduler slots, in the slot bucket (the lease of a round has the fixed TTL too);
+//! counted leases (permits), with the fixed TTL.
 //!
 //! # Clusters
 //!
@@ -403,7 +443,8 @@
 //!
 //! `config.rs` ([`NatsConfig`]), `error.rs` (async-nats errors as lease errors), `store.rs`
 //! ([`NatsStore`]: connect, with_client, the bucket's checks, the requests every operation
-//! shares), `leases.rs` (`LeaseStore`), `partitions.rs` (`PartitionStore`), `membership.rs`
+//! shares), `leases.rs` (`LeaseStore`), `permits.rs` (its permit operations),
+//! `partitions.rs` (`PartitionStore`), `membership.rs`
 //! (`MembershipStore`), `slots.rs` (`SlotStore`), and `wire/` (`keys.rs`: names as KV keys;
 //! `codec.rs`: the records as KV values).
 
@@ -413,6 +454,7 @@ mod hints;
 mod leases;
 mod membership;
 mod partitions;
+mod permits;
 mod slots;
 mod store;
 mod wire;

@@ -177,3 +177,38 @@ async fn a_cut_connection_says_so_and_the_hints_come_back() {
     let js = jetstream::new(async_nats::connect(&url).await.unwrap());
     Bucket { js, name: bucket }.delete().await;
 }
+
+#[tokio::test]
+async fn a_permit_claimed_or_released_by_another_store_wakes_the_names_waiters() {
+    let Some((a, b, bucket)) = pair("permit").await else {
+        return;
+    };
+    let mut w = a.changes(&Topic::lease("counted")).unwrap();
+    let holder = HolderToken::mint();
+    let g = b
+        .claim_permit("counted", 2, &holder, "b", TTL)
+        .await
+        .unwrap()
+        .unwrap();
+    woken_within(&mut w, HINT_BOUND)
+        .await
+        .expect("permit claim hinted");
+    b.renew_permit("counted", g.permit, &holder, TTL)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        woken_within(&mut w, Duration::from_millis(300)).await,
+        None,
+        "a permit renewal woke the waiter"
+    );
+    assert!(
+        b.release_permit("counted", g.permit, &holder)
+            .await
+            .unwrap()
+    );
+    woken_within(&mut w, HINT_BOUND)
+        .await
+        .expect("permit release hinted");
+    bucket.delete().await;
+}

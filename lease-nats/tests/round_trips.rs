@@ -275,6 +275,7 @@ async fn each_operation_costs_what_the_docs_say() {
     );
 
     groups_cost_what_the_docs_say(&proxy, &server, &store, &other).await;
+    permits_cost_what_the_docs_say(&proxy, &server, &store).await;
     slots_cost_what_the_docs_say(&proxy, &server, &store, &other, store.slot_bucket()).await;
 
     let _ = server.js.delete_stream(&server.stream).await;
@@ -655,4 +656,58 @@ async fn groups_cost_what_the_docs_say(
     assert!(!g.unwrap());
     assert_eq!(c, (1, 0, 1), "a second leave: a purge that finds nothing");
     store.leave("svc", "n1").await.unwrap();
+}
+
+/// Counted leases: a scan is one `STREAM.INFO` (an API request) and one burst of direct gets
+/// (none when the name has no permit key); a claim adds one create; renew and release read the
+/// permit's key, then update or purge it. A burst of two gets is one exchange on the wire or
+/// two, as the answers interleave with the requests (see the crate docs, *Partitions*): the
+/// round trips of a scan over two keys are asserted as 2 or 3.
+async fn permits_cost_what_the_docs_say(proxy: &FaultProxy, server: &Server, store: &NatsStore) {
+    let (a, b, c) = (
+        HolderToken::mint(),
+        HolderToken::mint(),
+        HolderToken::mint(),
+    );
+    // (round trips at least, at most), messages stored, API requests.
+    let check = |what: &str, (trips, stored, api): (u64, u64, u64), want: (u64, u64, u64, u64)| {
+        let (least, most, want_stored, want_api) = want;
+        assert!(
+            (least..=most).contains(&trips) && (stored, api) == (want_stored, want_api),
+            "{what}: {trips} round trips, {stored} messages, {api} API requests; \
+             want {least}..={most}, {want_stored}, {want_api}"
+        );
+    };
+    let (cost_of, g) = cost(proxy, server, store.claim_permit("p", 2, &a, "a", TTL)).await;
+    let first = g.unwrap().unwrap();
+    assert_eq!(first.permit, 0);
+    check(
+        "claim of a name with no permit: list + create",
+        cost_of,
+        (2, 2, 1, 1),
+    );
+    let (cost_of, g) = cost(proxy, server, store.claim_permit("p", 2, &b, "b", TTL)).await;
+    assert_eq!(g.unwrap().unwrap().permit, 1);
+    check(
+        "claim beside a live permit: list + get + create",
+        cost_of,
+        (3, 3, 1, 1),
+    );
+    let (cost_of, g) = cost(proxy, server, store.claim_permit("p", 2, &c, "c", TTL)).await;
+    assert_eq!(g.unwrap(), None);
+    check("claim of a full name: list + 2 gets", cost_of, (2, 3, 0, 1));
+    let (cost_of, g) = cost(proxy, server, store.renew_permit("p", 0, &a, TTL)).await;
+    assert_eq!(g.unwrap().unwrap().term, first.grant.term);
+    check("renew_permit: get + update", cost_of, (2, 2, 1, 0));
+    let (cost_of, g) = cost(proxy, server, store.verify_permit("p", &a)).await;
+    assert_eq!(g.unwrap().unwrap().permit, 0);
+    check("verify_permit: list + 2 gets", cost_of, (2, 3, 0, 1));
+    let (cost_of, g) = cost(proxy, server, store.permits("p")).await;
+    assert_eq!(g.unwrap().len(), 2);
+    check("permits: list + 2 gets", cost_of, (2, 3, 0, 1));
+    let (cost_of, g) = cost(proxy, server, store.release_permit("p", 0, &a)).await;
+    assert!(g.unwrap());
+    check("release_permit: get + purge", cost_of, (2, 2, 0, 1));
+    assert_eq!(server.hinted(), 1, "release_permit: one hint");
+    assert!(store.release_permit("p", 1, &b).await.unwrap());
 }

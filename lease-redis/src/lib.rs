@@ -164,13 +164,38 @@
 //!
 //! **Redis Cluster:** the two keys share the service's hash tag, so each script is one slot.
 //!
+//! # Counted leases
+//!
+//! [`RedisStore`] implements the permit operations of [`lease_core::LeaseStore`] (capability
+//! `permits: true`) with the rules of the [`lease_core::permits`] module. A counted name's
+//! permits are one hash, `<prefix>{<name>}:permits`, apart from the name's lease record (so
+//! holding a name plainly and by permit are two things): the field `term` holds the greatest
+//! term issued for the name across its permits, and one field per permit, its index in decimal,
+//! holds `<term> <expires_at_ms> <holder> <instance>`. One Lua script per operation, each one
+//! round trip reading "now" from `TIME` (`replica_acks` applies as to every write):
+//!
+//! | operation | script does, atomically | round trips |
+//! |---|---|---|
+//! | `claim_permit` | count the permits live by the server's clock; fewer than N and none under this holder? the lowest permit below N not live gets term = greatest + 1 (`TermScheme` applies), holder, instance, expiry = now + ttl | 1 |
+//! | `renew_permit` | the permit live under this holder? expiry = now + ttl, term kept | 1 |
+//! | `release_permit` | the permit live under this holder? expiry = now, record and `term` kept | 1 |
+//! | `verify_permit` | the permit live under this holder, found by its token (writes nothing) | 1 |
+//! | `permits` | every permit record, live or not (writes nothing) | 1 |
+//!
+//! Counting and taking are one script, so racing claims never grant the (N+1)-th; a claim reads
+//! the whole hash, at most [`MAX_PERMITS`](lease_core::permits::MAX_PERMITS) fields and the
+//! term. The hash never carries a key TTL: its terms are exactly as durable as lease records
+//! (see *Durability*). `claim_permit` and `release_permit` publish `permits <key>` when they
+//! change hands, which wakes the name's waiters (see *Hints*).
+//!
 //! # Hints
 //!
 //! [`LeaseStore::changes`](lease_core::LeaseStore::changes) answers hints that a name, a
 //! group's partitions or a job's slots may have changed hands, so a waiter claims at once
 //! instead of at its next retry. The scripts that change hands — `claim`, `release`,
 //! `force_release`, `acquire_partition` (when the epoch goes up), `release_partitions`,
-//! `claim_slot`, `finish_slot` and `claim_rerun` — `PUBLISH` `<kind> <key>` on the channel
+//! `claim_slot`, `finish_slot`, `claim_rerun`, `claim_permit` and `release_permit` — `PUBLISH`
+//! `<kind> <key>` on the channel
 //! `<prefix>changes` (e.g. `lease:changes`) inside the script, only when they changed the
 //! record (`scripts/notify.lua`, joined to them at build time); renewals, reads and failed
 //! claims publish nothing. The store's own subscriber connection turns each message into a hint
@@ -206,6 +231,7 @@
 //! | `<prefix>{<group>}:partitions` | hash | every partition lease of a group (see *Partitions*) |
 //! | `<prefix>{<service>}:members` | hash | a service's member records (see *Membership*) |
 //! | `<prefix>{<service>}:members:expiry` | sorted set | their expiries |
+//! | `<prefix>{<name>}:permits` | hash | a counted name's permits and its greatest term (see *Counted leases*) |
 //!
 //! Lease names, groups and services are escaped the same way (below). A lease key ends with the
 //! `}` the store adds and the others never do, so no group or service key is ever taken for a
@@ -284,7 +310,10 @@
 //! plus its owner id. Delete a retired group with [`RedisStore::forget_group`] (all its leases
 //! ended long enough ago, re-checked atomically; one round trip); it then counts as never
 //! seen, and under [`TermScheme::Counter`] its epochs start again at 1, with the same warning as
-//! for names below. [`RedisStore::purge_expired`] never touches group or service keys. Remove retired names on purpose with
+//! for names below. [`RedisStore::purge_expired`] never touches group or service keys, nor a
+//! counted name's `:permits` hash (at most 1,024 permits of about 80 bytes plus the instance
+//! label each): delete a retired one by hand with `DEL`, under the same warning, since its terms
+//! start again at 1. Remove retired names on purpose with
 //! [`RedisStore::forget`] (one name) or [`RedisStore::purge_expired`] (every record under the
 //! prefix whose lease ended long enough ago; `SCAN`, one node), or by hand with
 //! `redis-cli --scan --pattern 'lease:{*'` and `DEL`. Both helpers re-check the expiry
@@ -320,6 +349,7 @@ mod hints;
 mod leases;
 mod membership;
 mod partitions;
+mod permits;
 #[cfg(feature = "sentinel")]
 mod sentinel;
 mod slots;

@@ -216,3 +216,32 @@ async fn the_subscriber_ends_with_the_last_clone_of_the_store() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+#[tokio::test]
+async fn a_permit_claimed_or_released_by_another_store_wakes_the_names_waiters() {
+    let Some((a, b)) = pair().await else { return };
+    let name = "counted";
+    let mut w = a.changes(&Topic::lease(name)).unwrap();
+    let holder = HolderToken::mint();
+    let g = b
+        .claim_permit(name, 2, &holder, "b", TTL)
+        .await
+        .unwrap()
+        .unwrap();
+    woken_within(&mut w, HINT_BOUND)
+        .await
+        .expect("permit claim hinted");
+    b.renew_permit(name, g.permit, &holder, TTL)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        woken_within(&mut w, Duration::from_millis(300)).await,
+        None,
+        "a permit renewal woke a waiter"
+    );
+    assert!(b.release_permit(name, g.permit, &holder).await.unwrap());
+    woken_within(&mut w, HINT_BOUND)
+        .await
+        .expect("permit release hinted");
+}

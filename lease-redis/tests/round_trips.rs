@@ -2,7 +2,8 @@
 //! server itself in `INFO commandstats` (one `EVALSHA` per operation, no `EVAL`). The slot
 //! operations too: `unfinished` for three names is one round trip carrying three `EVALSHA`s. So
 //! are the partition and membership operations: a renewal or release of 1,000 partitions is one
-//! `EVALSHA` carrying all of them.
+//! `EVALSHA` carrying all of them. The permit operations of a counted name are one `EVALSHA`
+//! each as well.
 //!
 //! One test only, so nothing else in this binary runs scripts while it counts.
 
@@ -193,6 +194,34 @@ async fn every_operation_is_one_round_trip() {
         assert_eq!(*n, 1, "{op} took {n} round trips");
     }
     assert_eq!(delta(&before, &after, "evalsha"), 7, "{after:?}");
+    assert_eq!(delta(&before, &after, "eval"), 0);
+    // Counted leases: one EVALSHA each.
+    let counted = format!("{prefix}counted");
+    let before = command_calls(&mut raw).await;
+    trips.clear();
+    let g = one!(
+        "claim_permit",
+        store.claim_permit(&counted, 3, &holder, "a", ttl)
+    )
+    .unwrap();
+    assert_eq!((g.permit, g.grant.term), (0, 1));
+    let renewed = one!(
+        "renew_permit",
+        store.renew_permit(&counted, g.permit, &holder, ttl)
+    );
+    assert_eq!(renewed.map(|r| r.term), Some(1));
+    assert!(one!("verify_permit", store.verify_permit(&counted, &holder)).is_some());
+    assert_eq!(one!("permits", store.permits(&counted)).len(), 1);
+    assert!(one!(
+        "release_permit",
+        store.release_permit(&counted, g.permit, &holder)
+    ));
+    let after = command_calls(&mut raw).await;
+    eprintln!("round trips per permit operation: {trips:?}");
+    for (op, n) in &trips {
+        assert_eq!(*n, 1, "{op} took {n} round trips");
+    }
+    assert_eq!(delta(&before, &after, "evalsha"), 5, "{after:?}");
     assert_eq!(delta(&before, &after, "eval"), 0);
     // No I/O at all for empty batches.
     proxy.reset_stats();

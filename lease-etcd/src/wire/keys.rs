@@ -1,19 +1,31 @@
 //! Names as etcd keys.
 //!
 //! etcd keys are bytes, so a name is kept as it is, byte for byte, after the store's prefix
-//! and a namespace: `l/` for leases, `p/` for partitions, `m/` for members. A group or service
-//! is closed by a NUL byte, which no name holds (names hold no control characters), so the
+//! and a namespace: `l/` for leases, `c/` for the permits of counted names, `p/` for
+//! partitions, `m/` for members. A group or service
+//! (or counted name) is closed by a NUL byte, which no name holds (names hold no control characters), so the
 //! keys of group `a` never share a prefix with those of group `a/b`.
 //!
 //! | record | key |
 //! |---|---|
 //! | lease `name` | `<prefix>l/<name>` |
+//! | permit `i` of counted `name` | `<prefix>c/<name>\0<i as 10 decimal digits>` |
 //! | partition `p` of `group` | `<prefix>p/<group>\0<p as 10 decimal digits>` |
 //! | member `node` of `service` | `<prefix>m/<service>\0<node>` |
 
 /// The key of lease `name`.
 pub(crate) fn lease(prefix: &str, name: &str) -> Vec<u8> {
     join(prefix, "l/", name, None)
+}
+
+/// The prefix of every permit key of the counted name `name`.
+pub(crate) fn permits(prefix: &str, name: &str) -> Vec<u8> {
+    join(prefix, "c/", name, Some(""))
+}
+
+/// The key of permit `i` of the counted name `name`.
+pub(crate) fn permit(prefix: &str, name: &str, i: u32) -> Vec<u8> {
+    join(prefix, "c/", name, Some(&format!("{i:010}")))
 }
 
 /// The prefix of every partition key of `group`.
@@ -26,8 +38,8 @@ pub(crate) fn partition(prefix: &str, group: &str, p: u32) -> Vec<u8> {
     join(prefix, "p/", group, Some(&format!("{p:010}")))
 }
 
-/// The partition number of a key under [`partitions`]`(prefix, group)`, or `None` for a key
-/// that is not one.
+/// The partition number of a key under [`partitions`]`(prefix, group)` (or the permit index
+/// of a key under [`permits`]`(prefix, name)`), or `None` for a key that is not one.
 pub(crate) fn partition_of(group_prefix: &[u8], key: &[u8]) -> Option<u32> {
     let digits = key.strip_prefix(group_prefix)?;
     if digits.len() != 10 || !digits.iter().all(u8::is_ascii_digit) {
@@ -86,5 +98,10 @@ mod tests {
             Some("n1")
         );
         assert!(!member("x/", "svc2", "n1").starts_with(&s));
+        let c = permits("x/", "a");
+        assert_eq!(permit("x/", "a", 3), b"x/c/a\x000000000003".to_vec());
+        assert_eq!(partition_of(&c, &permit("x/", "a", 3)), Some(3));
+        assert!(!permit("x/", "a/b", 3).starts_with(&c));
+        assert!(!permit("x/", "a", 3).starts_with(&lease("x/", "a")));
     }
 }

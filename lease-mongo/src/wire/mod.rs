@@ -43,6 +43,9 @@
 //! ([`member_from_heartbeat`]); members = `aggregate` [`members_pipeline`]
 //! ([`members_from_replies`]); leave = `update` [`leave_filter`] / [`release_update`].
 //!
+//! Counted leases: one document per counted name in the lease collection, `_id: {c: <name>}`,
+//! holding the name's greatest term and an array of its permits (see `permits.rs`).
+//!
 //! Every "now" is the server's `$$NOW`, which is one value for the whole command. In a filter
 //! it needs `$expr`; in an update it needs an aggregation pipeline (both MongoDB 4.2+).
 
@@ -54,6 +57,7 @@ use mongodb::bson::{Bson, DateTime, Document, doc};
 mod leases;
 mod membership;
 mod partitions;
+mod permits;
 mod schema;
 mod slots;
 #[cfg(test)]
@@ -62,6 +66,7 @@ mod tests;
 pub(crate) use leases::*;
 pub(crate) use membership::*;
 pub(crate) use partitions::*;
+pub(crate) use permits::*;
 pub(crate) use schema::*;
 pub(crate) use slots::*;
 

@@ -8,9 +8,10 @@
 //! or an empty token. A name of [`MAX_NAME_BYTES`] bytes becomes a key of at most three times
 //! as many characters, well within the subject limits of the server.
 //!
-//! A lease key is one subject token (it never holds a `.`); partition and member keys hold
-//! three, so they never collide with a lease: `part.<group escaped>.<partition in decimal>` and
-//! `member.<service escaped>.<node escaped>`. The escape is the lease names' one, so a group's
+//! A lease key is one subject token (it never holds a `.`); partition, permit and member keys
+//! hold three, so they never collide with a lease: `part.<group escaped>.<partition in
+//! decimal>`, `permit.<name escaped>.<permit in decimal>` and `member.<service escaped>.<node
+//! escaped>`. The escape is the lease names' one, so a group's
 //! or a service's keys are exactly those under `part.<group>.` or `member.<service>.`: a
 //! subject filter `….>` lists them and nothing else.
 
@@ -60,6 +61,9 @@ const PARTITION_TOKEN: &str = "part";
 /// The first token of every member key.
 const MEMBER_TOKEN: &str = "member";
 
+/// The first token of every permit key.
+const PERMIT_TOKEN: &str = "permit";
+
 /// The key of `partition` of `group`.
 pub(crate) fn partition_key(group: &str, partition: u32) -> String {
     format!("{}{partition}", partition_prefix(group))
@@ -77,6 +81,16 @@ pub(crate) fn decode_partition(suffix: &str) -> Option<u32> {
     (n.to_string() == suffix).then_some(n)
 }
 
+/// The key of permit `permit` of the counted name `name`.
+pub(crate) fn permit_key(name: &str, permit: u32) -> String {
+    format!("{}{permit}", permit_prefix(name))
+}
+
+/// The start every permit key of `name` has, ending with `.`.
+pub(crate) fn permit_prefix(name: &str) -> String {
+    format!("{PERMIT_TOKEN}.{}.", encode_key(name))
+}
+
 /// The key of `node`'s membership of `service`.
 pub(crate) fn member_key(service: &str, node: &str) -> String {
     format!("{}{}", member_prefix(service), encode_key(node))
@@ -88,7 +102,8 @@ pub(crate) fn member_prefix(service: &str) -> String {
 }
 
 /// The topic a key of the lease bucket is about: a lease key (one token) is its name's lease,
-/// a partition key its group; a member key, or a key this store does not write, none.
+/// a partition key its group, a permit key its name's lease (which permit waiters watch); a
+/// member key, or a key this store does not write, none.
 pub(crate) fn topic_of(key: &str) -> Option<lease_core::notify::Topic> {
     use lease_core::notify::Topic;
     match key.split_once('.') {
@@ -97,6 +112,11 @@ pub(crate) fn topic_of(key: &str) -> Option<lease_core::notify::Topic> {
             let (group, partition) = rest.rsplit_once('.')?;
             decode_partition(partition)?;
             decode_key(group).map(Topic::group)
+        }
+        Some((PERMIT_TOKEN, rest)) => {
+            let (name, permit) = rest.rsplit_once('.')?;
+            decode_partition(permit)?;
+            decode_key(name).map(Topic::lease)
         }
         Some(_) => None,
     }
@@ -149,8 +169,11 @@ mod tests {
             topic_of(&partition_key("g.1", 7)),
             Some(Topic::group("g.1"))
         );
+        assert_eq!(topic_of(&permit_key("g.1", 2)), Some(Topic::lease("g.1")));
         for other in [
             member_key("svc", "n"),
+            "permit.g".into(),
+            "permit.g.01".into(),
             "part.g".into(),
             "part.g.x".into(),
             "=zz".into(),
@@ -164,6 +187,9 @@ mod tests {
         assert_eq!(partition_key("orders", 7), "part.orders.7");
         assert_eq!(partition_key("a.b", 0), "part.a=2Eb.0");
         assert_eq!(member_key("svc", "node 1"), "member.svc.node=201");
+        assert_eq!(permit_key("a.b", 3), "permit.a=2Eb.3");
+        assert!(!permit_key("ab", 1).starts_with(&permit_prefix("a")));
+        assert_ne!(permit_key("a", 1), partition_key("a", 1));
         assert!(partition_key("a", 1).starts_with(&partition_prefix("a")));
         assert!(!partition_key("ab", 1).starts_with(&partition_prefix("a")));
         assert!(!member_key("a.b", "c").starts_with(&member_prefix("a")));

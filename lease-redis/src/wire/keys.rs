@@ -13,6 +13,7 @@
 //! Partition groups and membership services use the same tag with a fixed suffix after it:
 //!
 //! - `<prefix>{<escaped group>}:partitions`: a group's partition leases (one hash);
+//! - `<prefix>{<escaped name>}:permits`: a counted name's permits (one hash);
 //! - `<prefix>{<escaped service>}:members`: a service's member records (one hash), and
 //!   `<prefix>{<escaped service>}:members:expiry`: their expiries (one sorted set).
 //!
@@ -32,6 +33,11 @@ pub(crate) fn record_key(prefix: &str, name: &str) -> String {
 /// The hash holding every partition lease of `group`.
 pub(crate) fn partitions_key(prefix: &str, group: &str) -> String {
     tagged(prefix, group, ":partitions")
+}
+
+/// The hash holding every permit of the counted name `name` and the name's greatest term.
+pub(crate) fn permits_key(prefix: &str, name: &str) -> String {
+    tagged(prefix, name, ":permits")
 }
 
 /// The hash holding `service`'s member records (node id → address and groups).
@@ -107,7 +113,8 @@ pub(crate) fn changes_channel(prefix: &str) -> String {
 
 /// The topics a hint names: its payload is `<kind> <key>` (`scripts/notify.lua`), the kind
 /// `lease` (a lease record changed hands), `slots` (a job's record: its slots, and its lease
-/// with them) or `group` (a group's partitions changed hands). Nothing for a payload this
+/// with them), `group` (a group's partitions changed hands) or `permits` (a counted name's
+/// permits changed hands: the name's lease topic, which permit waiters watch). Nothing for a payload this
 /// store did not write.
 pub(crate) fn hinted_topics(prefix: &str, payload: &[u8]) -> Vec<lease_core::notify::Topic> {
     use lease_core::notify::Topic;
@@ -122,6 +129,12 @@ pub(crate) fn hinted_topics(prefix: &str, payload: &[u8]) -> Vec<lease_core::not
         "slots" => name_of(prefix, key)
             .map(|job| vec![Topic::slots(job.clone()), Topic::lease(job)])
             .unwrap_or_default(),
+        "permits" => key
+            .strip_suffix(":permits")
+            .and_then(|k| name_of(prefix, k))
+            .map(Topic::lease)
+            .into_iter()
+            .collect(),
         "group" => key
             .strip_suffix(":partitions")
             .and_then(|k| name_of(prefix, k))
@@ -186,12 +199,14 @@ mod tests {
             let parts = partitions_key("lease:", name);
             let members = members_key("lease:", name);
             let expiry = member_expiry_key("lease:", name);
-            for key in [&parts, &members, &expiry] {
+            let permits = permits_key("lease:", name);
+            for key in [&parts, &members, &expiry, &permits] {
                 assert_eq!(tag(key), tag(&record), "{key}");
                 assert_eq!(name_of("lease:", key), None, "{key} parses as a record key");
                 assert!(!key.ends_with('}'), "{key} matches the SCAN pattern");
             }
             assert_eq!(parts, format!("{record}:partitions"));
+            assert_eq!(permits, format!("{record}:permits"));
             assert_eq!(expiry, format!("{members}:expiry"));
             for other in ["b", "a}", "a}:partitions", "a%7D:partitions"] {
                 if other != name {
@@ -224,7 +239,21 @@ mod tests {
             hinted_topics("p:", format!("group {group}").as_bytes()),
             vec![Topic::group("g}:partitions")]
         );
-        for junk in ["", "lease", "lease other:{a}", "group p:{a}", "what p:{a}"] {
+        assert_eq!(
+            hinted_topics(
+                "p:",
+                format!("permits {}", permits_key("p:", "a{b}")).as_bytes()
+            ),
+            vec![Topic::lease("a{b}")]
+        );
+        for junk in [
+            "",
+            "lease",
+            "lease other:{a}",
+            "group p:{a}",
+            "permits p:{a}",
+            "what p:{a}",
+        ] {
             assert!(hinted_topics("p:", junk.as_bytes()).is_empty(), "{junk}");
         }
         assert!(hinted_topics("p:", b"lease \xff").is_empty());

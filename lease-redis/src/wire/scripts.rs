@@ -2,12 +2,15 @@
 //! `NOSCRIPT`, once more with `EVAL` (which also caches it for the next `EVALSHA`).
 //!
 //! The scripts that make a term or a partition epoch (`claim`, `claim_slot`, `claim_rerun`,
-//! `acquire_partition`) begin with `scripts/prelude.lua`, joined to them when the crate is built
+//! `acquire_partition`, `claim_permit`) begin with `scripts/prelude.lua`, joined to them when the crate is built
 //! (`with_prelude!`): it holds the one copy of the term rule (`next_term`: stored + 1, floored
 //! at the server's clock in microseconds under `TermScheme::ClockFloor`). The scripts that can
-//! change hands (those four, `release`, `force_release`, `release_partitions`, `finish_slot`)
-//! have `scripts/notify.lua` joined to them too: the one copy of the hint (`changed(kind)`,
-//! a `PUBLISH` on `<prefix>changes`; see the crate documentation, *Hints*).
+//! change hands (those five, `release`, `force_release`, `release_partitions`, `finish_slot`,
+//! `release_permit`) have `scripts/notify.lua` joined to them too: the one copy of the hint
+//! (`changed(kind)`, a `PUBLISH` on `<prefix>changes`; see the crate documentation, *Hints*).
+//! The scripts on a name's permits (`claim_permit`, `renew_permit`, `release_permit`,
+//! `verify_permit`, `permits`) have `scripts/permit.lua` joined to them last: the one copy of
+//! the permit record's form (`permit(field, value)`, `permit_value(…)`).
 //!
 //! Every script that judges time reads "now" from `redis.call('TIME')`, the server's clock, in
 //! milliseconds (only `last_slot`, a plain read, needs no clock). Each touches exactly one key,
@@ -58,11 +61,16 @@ pub(crate) struct Scripts {
     pub(crate) heartbeat: LuaScript,
     pub(crate) members: LuaScript,
     pub(crate) leave: LuaScript,
+    pub(crate) claim_permit: LuaScript,
+    pub(crate) renew_permit: LuaScript,
+    pub(crate) release_permit: LuaScript,
+    pub(crate) verify_permit: LuaScript,
+    pub(crate) permits: LuaScript,
 }
 
 impl Scripts {
     /// All of them, for loading at start-up.
-    pub(crate) fn all(&self) -> [&LuaScript; 20] {
+    pub(crate) fn all(&self) -> [&LuaScript; 25] {
         [
             &self.claim,
             &self.renew,
@@ -84,6 +92,11 @@ impl Scripts {
             &self.heartbeat,
             &self.members,
             &self.leave,
+            &self.claim_permit,
+            &self.renew_permit,
+            &self.release_permit,
+            &self.verify_permit,
+            &self.permits,
         ]
     }
 }
@@ -132,6 +145,33 @@ macro_rules! with_instants {
     };
 }
 
+/// The source of the permit script `scripts/<file>` with the record form `scripts/permit.lua`
+/// in front (and the hint `scripts/notify.lua` before it for a script that changes hands, and
+/// the term prelude before that for the claim), joined at build time.
+macro_rules! with_permit {
+    ($file:literal) => {
+        concat!(
+            include_str!("scripts/permit.lua"),
+            include_str!(concat!("scripts/", $file))
+        )
+    };
+    (notify, $file:literal) => {
+        concat!(
+            include_str!("scripts/notify.lua"),
+            include_str!("scripts/permit.lua"),
+            include_str!(concat!("scripts/", $file))
+        )
+    };
+    (prelude, $file:literal) => {
+        concat!(
+            include_str!("scripts/prelude.lua"),
+            include_str!("scripts/notify.lua"),
+            include_str!("scripts/permit.lua"),
+            include_str!(concat!("scripts/", $file))
+        )
+    };
+}
+
 /// The prelude every term-making script begins with.
 #[cfg(test)]
 const PRELUDE: &str = include_str!("scripts/prelude.lua");
@@ -164,6 +204,11 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     heartbeat: LuaScript::new("heartbeat", include_str!("scripts/heartbeat.lua")),
     members: LuaScript::new("members", include_str!("scripts/members.lua")),
     leave: LuaScript::new("leave", include_str!("scripts/leave.lua")),
+    claim_permit: LuaScript::new("claim_permit", with_permit!(prelude, "claim_permit.lua")),
+    renew_permit: LuaScript::new("renew_permit", with_permit!("renew_permit.lua")),
+    release_permit: LuaScript::new("release_permit", with_permit!(notify, "release_permit.lua")),
+    verify_permit: LuaScript::new("verify_permit", with_permit!("verify_permit.lua")),
+    permits: LuaScript::new("permits", with_permit!("permits.lua")),
 });
 
 /// The scripts that touch two keys (a service's records and their expiries).
@@ -172,12 +217,30 @@ const TWO_KEY_SCRIPTS: [&str; 3] = ["heartbeat", "members", "leave"];
 
 /// The scripts that make a term or an epoch: the ones the prelude is joined to.
 #[cfg(test)]
-const TERM_SCRIPTS: [&str; 4] = ["claim", "claim_slot", "claim_rerun", "acquire_partition"];
+const TERM_SCRIPTS: [&str; 5] = [
+    "claim",
+    "claim_slot",
+    "claim_rerun",
+    "acquire_partition",
+    "claim_permit",
+];
+
+/// The scripts on a name's permits: the ones the record form is joined to.
+#[cfg(test)]
+const PERMIT_SCRIPTS: [&str; 5] = [
+    "claim_permit",
+    "renew_permit",
+    "release_permit",
+    "verify_permit",
+    "permits",
+];
 
 /// The scripts that can change hands: the ones the hint is joined to.
 #[cfg(test)]
-const HINT_SCRIPTS: [&str; 8] = [
+const HINT_SCRIPTS: [&str; 10] = [
     "claim",
+    "claim_permit",
+    "release_permit",
     "release",
     "force_release",
     "acquire_partition",
@@ -231,6 +294,27 @@ mod tests {
             let own = body.strip_prefix(notify).unwrap_or(body);
             assert!(!own.contains("PUBLISH"), "{} publishes by itself", s.name);
             assert_eq!(own.contains("changed('"), hints, "{}", s.name);
+        }
+    }
+
+    #[test]
+    fn the_permit_record_is_written_once() {
+        let notify = include_str!("scripts/notify.lua");
+        let permit = include_str!("scripts/permit.lua");
+        assert!(permit.contains("local function permit("));
+        assert!(!permit.contains("changed('"));
+        for s in SCRIPTS.all() {
+            let body = s.source.strip_prefix(PRELUDE).unwrap_or(s.source);
+            let body = body.strip_prefix(notify).unwrap_or(body);
+            let reads_permits = PERMIT_SCRIPTS.contains(&s.name);
+            assert_eq!(body.starts_with(permit), reads_permits, "{}", s.name);
+            let own = body.strip_prefix(permit).unwrap_or(body);
+            assert!(
+                !own.contains("function permit"),
+                "{} parses permits by itself",
+                s.name
+            );
+            assert_eq!(own.contains("permit("), reads_permits, "{}", s.name);
         }
     }
 

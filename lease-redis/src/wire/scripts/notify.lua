@@ -1,6 +1,6 @@
 -- notify.lua: joined in front of every script that can change hands (claim, release,
--- force_release, acquire_partition, release_partitions, claim_slot, finish_slot, claim_rerun)
--- when the crate is built, so that the hint is written once.
+-- force_release, acquire_partition, release_partitions, claim_slot, finish_slot, claim_rerun,
+-- claim_permit, release_permit) when the crate is built, so that the hint is written once.
 -- changed(kind): publishes '<kind> <KEYS[1]>' on '<prefix>changes', the prefix being what
 -- precedes the key's first '{' (a prefix holds no braces; keys.rs names the same channel).
 -- A hint only: nothing is decided by it, and with nobody subscribed it costs microseconds.

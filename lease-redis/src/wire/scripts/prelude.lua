@@ -1,5 +1,5 @@
 -- prelude.lua: joined in front of every script that makes a term or a partition epoch (claim,
--- claim_slot, claim_rerun, acquire_partition) when the crate is built, so that the rule is
+-- claim_slot, claim_rerun, acquire_partition, claim_permit) when the crate is built, so that the rule is
 -- written once (see TermScheme).
 -- next_term(stored, t, floor): the term (or epoch) that follows `stored` (0 when there was none):
 -- stored + 1; with floor == '1' (TermScheme::ClockFloor) at least the server's clock in
