@@ -265,7 +265,7 @@ async fn a_permit_claimed_or_released_by_another_store_wakes_the_names_waiters()
     };
     let name = format!("counted-{:x}", rand_u64());
     let mut w = a.changes(&Topic::lease(&name)).unwrap();
-    wait_connected(&mut w).await;
+    connected(&mut w).await;
     while woken_within(&mut w, Duration::from_millis(10))
         .await
         .is_some()
