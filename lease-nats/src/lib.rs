@@ -28,8 +28,8 @@
 //!
 //! Scheduler slots ([`SlotStore`](lease_core::SlotStore)) keep their records in a second
 //! bucket with no max age ([`slot_bucket_for`], e.g. `leases_15000ms_slots`), created at connect
-//! like the lease bucket; see [Scheduler slots](#scheduler-slots). What this backend lacks:
-//! watch; see [Capabilities](#capabilities).
+//! like the lease bucket; see [Scheduler slots](#scheduler-slots). Hints for waiters come from a
+//! KV watch (see [Hints](#hints)); every capability is listed in [Capabilities](#capabilities).
 //!
 //! # The protocol
 //!
@@ -384,7 +384,7 @@
 //!
 //! Leases with expiry, fencing and force release; partitions and membership, with the bucket's
 //! fixed TTL; scheduler slots, in the slot bucket (the lease of a round has the fixed TTL too);
-//! counted leases (permits), with the fixed TTL.
+//! counted leases (permits), with the fixed TTL; hints (`watch`), from the KV watches above.
 //!
 //! # Clusters
 //!
