@@ -157,10 +157,28 @@ impl Coordinator {
                 return Ok(None);
             }
             let closing = self.closing();
-            let wake = tokio::select! {
-                biased;
-                () = closing.cancelled() => return Err(Error::closed()),
-                wake = waiter.wait(limit) => wake,
+            let wake = loop {
+                let wake = tokio::select! {
+                    biased;
+                    () = closing.cancelled() => return Err(Error::closed()),
+                    wake = waiter.wait(limit) => wake,
+                };
+                if wake != Wake::Expiry {
+                    break wake;
+                }
+                // Woken at the holder's expiry as last read: read before claiming. A holder
+                // that renewed meanwhile (the usual case behind a live holder) costs this one
+                // read and a new wait until its new expiry, not a refused claim and a read; a
+                // holder that ran out (or a read that fails) is claimed at once.
+                match waiter.look().await {
+                    Ok(Some(info)) if info.live => {
+                        seen(Seen::Held(&Holder::Live(info)));
+                        if limit.has_passed() {
+                            return Ok(None);
+                        }
+                    }
+                    _ => break wake,
+                }
             };
             if wake == Wake::Limit {
                 // One last claim at the limit: the name may have come free just now.

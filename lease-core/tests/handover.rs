@@ -133,14 +133,22 @@ async fn an_idle_waiter_asks_about_once_per_lease_period() {
     let periods = 20;
     sleep(timings().lease() * periods).await;
     let counts = counted.hook().counts();
-    let per_period = counts.claims as f64 / (WAITERS as f64 * f64::from(periods));
+    let waiter_periods = WAITERS as f64 * f64::from(periods);
+    let per_period = (counts.claims + counts.gets) as f64 / waiter_periods;
     eprintln!(
         "idle waiters: {} claims and {} reads by {WAITERS} waiters in {periods} lease periods: \
-         {per_period:.2} claims per waiter per lease period",
+         {per_period:.2} store operations per waiter per lease period",
         counts.claims, counts.gets
     );
-    assert!(per_period <= 1.3, "{per_period:.2}");
-    assert!(counts.gets <= counts.claims + WAITERS);
+    // Each waiter claims once, reads the holder, and then only reads, at each expiry it last
+    // read: the holder renews every third of a lease, so the time left it reads is two thirds
+    // of a lease or more, and a waiter asks at most 1.5 times a lease period.
+    assert!(
+        counts.claims <= WAITERS,
+        "{} claims: a waiter claimed a name it had read as held",
+        counts.claims
+    );
+    assert!(per_period <= 1.6, "{per_period:.2}");
     // One release wakes them all: about one attempt each, not a second wave for the winner's
     // claim.
     let before = counted.hook().counts().claims;

@@ -228,14 +228,19 @@ async fn idle_permit_waiters_cost_little_and_one_release_wakes_a_bounded_herd() 
     let periods = 20;
     sleep(timings().lease() * periods).await;
     let counts = counted.hook().counts();
-    let per_period = counts.claims as f64 / (WAITERS as f64 * f64::from(periods));
+    let per_period = (counts.claims + counts.gets) as f64 / (WAITERS as f64 * f64::from(periods));
     eprintln!(
         "idle permit waiters: {} claims and {} reads by {WAITERS} waiters in {periods} lease \
-         periods: {per_period:.2} claims per waiter per lease period",
+         periods: {per_period:.2} store operations per waiter per lease period",
         counts.claims, counts.gets
     );
-    assert!(per_period <= 1.3, "{per_period:.2}");
-    assert!(counts.gets <= counts.claims + WAITERS);
+    // One claim each, then a read at each expiry last read (see handover.rs's idle waiters).
+    assert!(
+        counts.claims <= WAITERS,
+        "{} claims: a waiter claimed while every permit was read as live",
+        counts.claims
+    );
+    assert!(per_period <= 1.6, "{per_period:.2}");
     let before = counted.hook().counts().claims;
     ta.resign().await.unwrap();
     sleep(HINT_JITTER * 3).await;

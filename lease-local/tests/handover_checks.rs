@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use lease_conformance::{Harness, HintMode, cases, faulty, panic_of};
+use lease_core::LeaseInfo;
 use lease_core::LeaseStoreExt;
 use lease_core::backend::Grant;
 use lease_core::layer::{Answer, Call, Hook, Operation, answer_as, peek};
@@ -99,7 +100,9 @@ async fn the_polling_case_fails_when_the_waiter_is_slow() {
     );
 }
 
-/// Answers claims of instance "b" that the store refused as granted, once armed.
+/// A store whose clock runs ahead, once armed: every read answers a live lease as run out, and
+/// claims of instance "b" that the store refused are answered as granted. (A waiter reads the
+/// holder before it claims at the holder's expiry, so an early grant alone never reaches it.)
 #[derive(Debug)]
 struct EarlyGrantsForB {
     armed_after: tokio::time::Instant,
@@ -107,10 +110,28 @@ struct EarlyGrantsForB {
 
 impl Hook for EarlyGrantsForB {
     fn around<'a, T: Send + 'static>(&'a self, call: Call<'a>, op: Answer<'a, T>) -> Answer<'a, T> {
-        let forge = call.operation == Operation::Claim
-            && call.who == Some("b")
-            && tokio::time::Instant::now() >= self.armed_after;
-        if !forge {
+        if tokio::time::Instant::now() < self.armed_after {
+            return op;
+        }
+        if call.operation == Operation::Get {
+            return Box::pin(async move {
+                let answer = op.await?;
+                if let Some(Some(info)) = peek::<T, Option<LeaseInfo>>(&answer)
+                    && info.live
+                {
+                    let ended = LeaseInfo {
+                        live: false,
+                        expires_in: Duration::ZERO,
+                        ..info.clone()
+                    };
+                    if let Some(forged) = answer_as::<T, _>(Some(ended)) {
+                        return Ok(forged);
+                    }
+                }
+                Ok(answer)
+            });
+        }
+        if call.operation != Operation::Claim || call.who != Some("b") {
             return op;
         }
         let ttl = call.ttl.unwrap_or(Duration::from_secs(1));

@@ -584,10 +584,21 @@ fn snapshot(workers: &[&GroupWorker]) -> Vec<(String, Assignment)> {
         .collect()
 }
 
-/// Every partition in exactly one of the workers' assignments, each a fair share.
+/// Every partition in exactly one of the workers' assignments, and each worker holding
+/// exactly its share ([`assign`](lease_core::group::assign) over the workers' nodes). A fair
+/// count alone is not settled: a worker that has not yet seen a member change can hold a
+/// partition of another's share for a tick, and after it gives it up the store holds its lease
+/// until the release.
 fn settled(workers: &[&GroupWorker], n: u32) -> bool {
     let all: Vec<Assignment> = snapshot(workers).into_iter().map(|(_, a)| a).collect();
-    assignments_settled(&all, n)
+    if !assignments_settled(&all, n) {
+        return false;
+    }
+    let nodes: Vec<String> = workers.iter().map(|w| w.node().to_string()).collect();
+    let owners = lease_core::group::assign(workers[0].group(), n, &nodes);
+    all.iter()
+        .enumerate()
+        .all(|(i, a)| (0..n).all(|p| a.holds(p) == (owners.get(p as usize) == Some(&i))))
 }
 
 async fn settle(h: &Harness, workers: &[&GroupWorker], n: u32, bound: Duration, what: &str) {
