@@ -32,8 +32,10 @@ pub(crate) struct Args {
 
     /// Soak these 3-node clusters instead of the backends, comma-separated: `etcd`, `nats`,
     /// `redis` (the clusters of `ci/cluster/`, started by their scripts when not running). The
-    /// leader (or Redis primary) is SIGKILLed and restarted twice, the whole cluster restarted
-    /// once, on top of the usual stalls and cuts; the report adds each kill's recovery time.
+    /// leader (or Redis primary) is SIGKILLed and restarted twice, cut off once (etcd, NATS:
+    /// through a fault proxy per node; Redis: frozen with SIGSTOP), the whole cluster restarted
+    /// once, on top of the usual stalls and cuts; the report adds each kill's and the cut's
+    /// recovery time.
     #[arg(long, value_delimiter = ',')]
     pub(crate) cluster: Vec<ClusterKind>,
 

@@ -112,7 +112,8 @@ async fn run_all(args: &Args) -> ExitCode {
         format!("{} backends", args.backends.len())
     } else {
         format!(
-            "{} 3-node clusters (leader/primary killed twice, whole cluster restarted once)",
+            "{} 3-node clusters (leader/primary killed twice and cut off once, whole cluster \
+             restarted once)",
             args.cluster.len()
         )
     };
