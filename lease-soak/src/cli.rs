@@ -39,6 +39,13 @@ pub(crate) struct Args {
     #[arg(long, value_delimiter = ',')]
     pub(crate) cluster: Vec<ClusterKind>,
 
+    /// With `--cluster redis`: also play the Redis cluster's cut, the primary frozen (SIGSTOP)
+    /// for 3 s and then continued. Off by default, as it FAILS today: a replica can attach to
+    /// the thawed old primary and acknowledge its grants before the Sentinels move it to the new
+    /// primary, which never had them (lease-soak/README.md, "The Redis freeze").
+    #[arg(long)]
+    pub(crate) freeze_primary: bool,
+
     /// The seed of the fault schedule and of the contenders' choices.
     #[arg(long, default_value_t = 1)]
     pub(crate) seed: u64,
