@@ -156,6 +156,9 @@ cluster_main() {
       ;;
     kill)
       target=$(target_node "${2:-}" kill)
+      # A node whose process is not recorded (a pid file that could not be written, e.g. on a
+      # full disk) would be "killed" without a signal: say so instead.
+      running "$target" || die "$target is not running (no live pid in $NODE_DIR/$target.pid): nothing to kill"
       signal_node KILL "$target"
       echo "$target"
       ;;

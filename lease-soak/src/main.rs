@@ -112,8 +112,14 @@ async fn run_all(args: &Args) -> ExitCode {
         format!("{} backends", args.backends.len())
     } else {
         format!(
-            "{} 3-node clusters (leader/primary killed twice, whole cluster restarted once)",
-            args.cluster.len()
+            "{} 3-node clusters (leader/primary killed twice, leader cut off once{}, whole \
+             cluster restarted once)",
+            args.cluster.len(),
+            if args.freeze_primary {
+                ", Redis primary frozen once"
+            } else {
+                " (not Redis: see --freeze-primary)"
+            }
         )
     };
     println!(

@@ -223,8 +223,9 @@ pub(crate) struct BackendReport {
     pub(crate) max_lag: Duration,
     /// How long the soak of this backend took, set-up and tear-down included.
     pub(crate) elapsed: Duration,
-    /// The node kills of a cluster soak (`--cluster`), with their recovery times.
-    pub(crate) kills: Vec<Kill>,
+    /// The node outages of a cluster soak (`--cluster`): its node kills and its cut, with
+    /// their recovery times.
+    pub(crate) outages: Vec<Outage>,
     /// What the run left out and why (not failures), e.g. a node kill that did not fit.
     pub(crate) notes: Vec<String>,
 }
@@ -288,18 +289,50 @@ impl CountedReport {
     }
 }
 
-/// One node kill of a cluster soak.
+/// What a cluster soak did to a node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OutageKind {
+    /// SIGKILLed, then restarted.
+    Kill,
+    /// Cut off from the clients for a while (its fault proxy in `Cut`), then reconnected; it
+    /// kept running and talking to the other nodes.
+    Cut,
+    /// Stopped with SIGSTOP for a while (cut off from clients and the other nodes alike), then
+    /// continued with SIGCONT: the cut of a Redis + Sentinel cluster, whose clients learn the
+    /// primary's real address from the Sentinels, so no client-side proxy sits in front of it.
+    Freeze,
+}
+
+/// One node outage of a cluster soak: a kill, or a cut.
 #[derive(Debug, Clone)]
-pub(crate) struct Kill {
-    /// The node killed (the leader or primary then).
+pub(crate) struct Outage {
+    /// What was done to the node.
+    pub(crate) kind: OutageKind,
+    /// The node (the leader or primary then).
     pub(crate) node: String,
-    /// When.
+    /// When: the node was gone (killed), cut off or frozen from this moment.
     pub(crate) at: tokio::time::Instant,
     /// When, from the start of the run.
     pub(crate) offset: Duration,
-    /// From the kill until a holder worked again: the first fenced section entered under a
-    /// claim or renewal sent after the kill; `None` when none came before the end.
+    /// How long a cut or a freeze lasted (a killed node's time down is the run's restart pause).
+    pub(crate) length: Duration,
+    /// A cut's client connections the node's fault proxy held when it cut them (`None` for a
+    /// kill or a freeze): shows that the cut hit clients.
+    pub(crate) dropped: Option<usize>,
+    /// From the outage until a holder worked again: the first fenced section entered under a
+    /// claim or renewal sent after `at`; `None` when none came before the end.
     pub(crate) back: Option<Duration>,
+}
+
+impl Outage {
+    /// What happened to the node, in words: `killed`, `cut off`, `frozen`.
+    fn verb(&self) -> &'static str {
+        match self.kind {
+            OutageKind::Kill => "killed",
+            OutageKind::Cut => "cut off",
+            OutageKind::Freeze => "frozen",
+        }
+    }
 }
 
 /// The median and the largest of `d` (`None` when empty).
@@ -385,10 +418,14 @@ impl BackendReport {
         if let Some(d) = self.downtime {
             let _ = write!(s, ", server away {:.1} s", d.as_secs_f64());
         }
-        if !self.kills.is_empty() {
-            let back: Vec<Duration> = self.kills.iter().filter_map(|k| k.back).collect();
-            let each: Vec<String> = self
-                .kills
+        let kills: Vec<&Outage> = self
+            .outages
+            .iter()
+            .filter(|k| k.kind == OutageKind::Kill)
+            .collect();
+        if !kills.is_empty() {
+            let back: Vec<Duration> = kills.iter().filter_map(|k| k.back).collect();
+            let each: Vec<String> = kills
                 .iter()
                 .map(|k| match k.back {
                     Some(b) => format!(
@@ -400,7 +437,7 @@ impl BackendReport {
                     None => format!("{} at {:.1} s: never", k.node, k.offset.as_secs_f64()),
                 })
                 .collect();
-            let _ = write!(s, ", {} node kills ({})", self.kills.len(), each.join(", "));
+            let _ = write!(s, ", {} node kills ({})", kills.len(), each.join(", "));
             if let Some((p50, max)) = p50_max(&back) {
                 let _ = write!(
                     s,
@@ -409,6 +446,29 @@ impl BackendReport {
                     max.as_millis()
                 );
             }
+        }
+        for k in self.outages.iter().filter(|k| k.kind != OutageKind::Kill) {
+            let how = match k.kind {
+                OutageKind::Freeze => " (SIGSTOP: the Sentinel cluster's cut)",
+                _ => "",
+            };
+            let back = match k.back {
+                Some(b) => format!("{} ms", b.as_millis()),
+                None => "never".to_owned(),
+            };
+            let dropped = k
+                .dropped
+                .map(|n| format!(" ({n} client connections dropped)"))
+                .unwrap_or_default();
+            let _ = write!(
+                s,
+                ", {} {} at {:.1} s for {:.1} s{how}{dropped}, a holder working again after the \
+                 cut: {back}",
+                k.node,
+                k.verb(),
+                k.offset.as_secs_f64(),
+                k.length.as_secs_f64()
+            );
         }
         for note in &self.notes {
             let _ = write!(s, "; {note}");
@@ -465,10 +525,11 @@ impl BackendReport {
                 h.distinct_terms
             ));
         }
-        for k in self.kills.iter().filter(|k| k.back.is_none()) {
+        for k in self.outages.iter().filter(|k| k.back.is_none()) {
             p.push(format!(
-                "no holder worked again after {} was killed at {:.1} s",
+                "no holder worked again after {} was {} at {:.1} s",
                 k.node,
+                k.verb(),
                 k.offset.as_secs_f64()
             ));
         }
@@ -677,7 +738,7 @@ mod tests {
             errors: Vec::new(),
             max_lag: Duration::from_millis(4),
             elapsed: Duration::from_secs(31),
-            kills: Vec::new(),
+            outages: Vec::new(),
             notes: Vec::new(),
         }
     }
@@ -750,6 +811,52 @@ mod tests {
             "  postgres: 212 terms won, 3 ended by a fault, 2 zombies (paused 2.0–2.1 s, fail \
              action fired for 2, 0 without a successor), 2 fenced writes refused, 0 stale writes \
              accepted, server away 2.1 s, max timer lag 4 ms, 31.0 s"
+        );
+    }
+
+    fn outage(kind: OutageKind, node: &str, offset_ms: u64, back_ms: Option<u64>) -> Outage {
+        Outage {
+            kind,
+            node: node.to_owned(),
+            at: tokio::time::Instant::now(),
+            offset: Duration::from_millis(offset_ms),
+            length: Duration::from_millis(2500),
+            dropped: (kind == OutageKind::Cut).then_some(7),
+            back: back_ms.map(Duration::from_millis),
+        }
+    }
+
+    #[test]
+    fn kills_and_the_cut_are_reported_and_a_cut_without_recovery_fails() {
+        let mut r = report(212, 0);
+        r.outages = vec![
+            outage(OutageKind::Kill, "e1", 500, Some(900)),
+            outage(OutageKind::Cut, "e2", 14_000, Some(300)),
+            outage(OutageKind::Kill, "e2", 40_000, Some(1100)),
+        ];
+        assert!(r.problems().is_empty(), "{:?}", r.problems());
+        let details = r.details();
+        assert!(
+            details.contains(
+                ", 2 node kills (e1 at 0.5 s: 900 ms, e2 at 40.0 s: 1100 ms), a holder working \
+                 again after a kill: p50 1100 ms, max 1100 ms, e2 cut off at 14.0 s for 2.5 s \
+                 (7 client connections dropped), a holder working again after the cut: 300 ms,"
+            ),
+            "{details}"
+        );
+        r.outages[1].back = None;
+        r.outages
+            .push(outage(OutageKind::Freeze, "r1", 15_000, None));
+        assert!(r.details().contains(
+            "r1 frozen at 15.0 s for 2.5 s (SIGSTOP: the Sentinel cluster's cut), a holder \
+             working again after the cut: never"
+        ));
+        assert_eq!(
+            r.problems(),
+            vec![
+                "no holder worked again after e2 was cut off at 14.0 s".to_owned(),
+                "no holder worked again after r1 was frozen at 15.0 s".to_owned(),
+            ]
         );
     }
 

@@ -14,7 +14,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::cli::{Args, BackendKind, ClusterKind};
-use crate::cluster::{self, Cluster};
+use crate::cluster::{self, Cluster, Proxies};
 use crate::contenders::{
     COUNTED_CONTENDERS, Contender, Counted, Record, StandAside, ZOMBIE, ZombieContender,
     zombie_max_pause,
@@ -219,8 +219,9 @@ async fn run_server(
 const PROBE_WITHIN: Duration = Duration::from_secs(30);
 
 /// Soaks one 3-node cluster (`--cluster`): starts it with its script (idempotent), connects
-/// every contender and group worker to the whole cluster, each through a fault-injecting store
-/// wrapper, and drives them as [`run`] does, with the node kills of [`cluster`] on top.
+/// every contender and group worker to the whole cluster (on etcd and NATS through a fault
+/// proxy per node), each through a fault-injecting store wrapper, and drives them as [`run`]
+/// does, with the node kills and the cut of [`cluster`] on top.
 pub(crate) async fn run_cluster(kind: ClusterKind, args: &Args) -> Outcome {
     let started = Instant::now();
     let failed = |why: String| Outcome::Failed {
@@ -239,8 +240,8 @@ pub(crate) async fn run_cluster(kind: ClusterKind, args: &Args) -> Outcome {
         ));
     }
     let cluster = Cluster { kind };
-    let url = match cluster.start().await {
-        Ok(url) => url,
+    let (url, proxies) = match cluster.start().await {
+        Ok(started) => started,
         Err(e) => return failed(format!("the cluster does not start: {e}")),
     };
     let (lease, attempt) = (timings.lease(), timings.attempt_timeout());
@@ -263,6 +264,7 @@ pub(crate) async fn run_cluster(kind: ClusterKind, args: &Args) -> Outcome {
     });
     let restarter = Restarter::Cluster {
         cluster,
+        proxies,
         url,
         lease,
         attempt,
@@ -319,9 +321,11 @@ enum Restarter<'a> {
     /// Close every connection to the SQLite file, then open new ones.
     Sqlite(Vec<Arc<Reopenable>>),
     /// A 3-node cluster: every node stopped, then started again by its script (the node kills
-    /// are played besides, see [`cluster`]).
+    /// and the cut are played besides, see [`cluster`]).
     Cluster {
         cluster: Cluster,
+        /// The fault proxies the clients reach the nodes through (none on Redis).
+        proxies: Arc<Proxies>,
         url: String,
         lease: Duration,
         attempt: Duration,
@@ -329,10 +333,12 @@ enum Restarter<'a> {
 }
 
 impl Restarter<'_> {
-    /// The cluster, when this restarts one.
-    fn cluster(&self) -> Option<Cluster> {
+    /// The cluster and its proxies, when this restarts one.
+    fn cluster(&self) -> Option<(Cluster, Arc<Proxies>)> {
         match self {
-            Restarter::Cluster { cluster, .. } => Some(*cluster),
+            Restarter::Cluster {
+                cluster, proxies, ..
+            } => Some((*cluster, Arc::clone(proxies))),
             _ => None,
         }
     }
@@ -361,6 +367,7 @@ impl Restarter<'_> {
                 url,
                 lease,
                 attempt,
+                ..
             } => {
                 cluster
                     .restart_all(pause)
@@ -551,11 +558,12 @@ async fn drive(
     };
     let node_kills = async {
         match &restarter_cluster {
-            Some(c) => {
+            Some((c, proxies)) => {
                 c.kill_nodes(
-                    start,
+                    (start, schedule.restart_at.map(|at| start + at)),
                     (timings.lease(), restart_pause(timings.lease())),
                     end.checked_sub(timings.lease() * 2).unwrap_or(start),
+                    (proxies, c.kind != ClusterKind::Redis || args.freeze_primary),
                     restart_tx.subscribe(),
                 )
                 .await
@@ -563,11 +571,11 @@ async fn drive(
             None => (Vec::new(), Vec::new(), Vec::new()),
         }
     };
-    let ((), restarted, max_lag, mut group_report, (), (mut kills, kill_errors, kill_notes)) =
+    let ((), restarted, max_lag, mut group_report, (), (mut outages, kill_errors, kill_notes)) =
         tokio::join!(faults, restart, lag, group_phase, zombies, node_kills);
     notes.extend(kill_notes);
     errors.extend(kill_errors);
-    cluster::recoveries(&mut kills, &lock(&record.sections), &timings);
+    cluster::recoveries(&mut outages, &lock(&record.sections), &timings);
     for switch in &switches {
         switch.set(Mode::Pass);
     }
@@ -620,7 +628,7 @@ async fn drive(
         errors,
         max_lag,
         elapsed: Duration::ZERO,
-        kills,
+        outages,
         notes,
     }
 }
