@@ -172,7 +172,8 @@ pub(crate) fn mechanism(backend: Backend) -> &'static str {
     match backend {
         Backend::Local => "tokio notification (in-process hub)",
         Backend::Sqlite => {
-            "in-process hub; across processes PRAGMA data_version checked every 15 ms while waiting"
+            "PRAGMA data_version checked every 15 ms while waiting, by one poller per process \
+             (this process's commits and other processes' alike)"
         }
         Backend::Postgres => "LISTEN/NOTIFY (pg_notify in the statement's transaction)",
         Backend::Mysql => "in-process only; across processes expiry-aware polling",
