@@ -346,6 +346,28 @@ fn scheduler(
         .unwrap()
 }
 
+/// [`scheduler`] whose rerun check runs once at the start and then not for an hour: a test of
+/// the job loop alone, where a rerun of a round cut short would race the loop for the job's
+/// lease (both are right; the test could not tell which it sees).
+fn scheduler_without_reruns(
+    store: impl SlotStore,
+    clock: TokioClock,
+    who: &str,
+    failures: &Failures,
+    jobs: Vec<Job>,
+) -> Scheduler {
+    let f = failures.clone();
+    Scheduler::builder(store)
+        .instance(who)
+        .timings(Timings::default())
+        .clock(clock)
+        .rerun_check(3600 * S)
+        .fail_action(move |failure| f.0.lock().unwrap().push(failure.clone()))
+        .jobs(jobs)
+        .build()
+        .unwrap()
+}
+
 fn start(s: &Scheduler) -> JoinHandle<Result<()>> {
     let s = s.clone();
     tokio::spawn(async move { s.run().await })
@@ -1591,7 +1613,10 @@ async fn next_instant_after_a_release(b_hints: lease_conformance::HintMode) -> (
             hold(60 * S),
         )
     };
-    let a = scheduler(store.clone(), clock, "a", &failures, vec![job("a")]);
+    // A rerun of a's round, cut short by the release, may take the job's lease in the
+    // milliseconds before b's hinted claim (seen once in ~130 runs): right, but not what this
+    // test looks at.
+    let a = scheduler_without_reruns(store.clone(), clock, "a", &failures, vec![job("a")]);
     let a_task = start(&a);
     while starts.len() < 1 {
         sleep(S / 10).await;
@@ -1599,7 +1624,7 @@ async fn next_instant_after_a_release(b_hints: lease_conformance::HintMode) -> (
     let first = starts.0.lock().unwrap()[0].clone();
     let b_store = lease_conformance::faulty(store.clone());
     b_store.hook().set_hint_mode(b_hints);
-    let b = scheduler(b_store, clock, "b", &failures, vec![job("b")]);
+    let b = scheduler_without_reruns(b_store, clock, "b", &failures, vec![job("b")]);
     let b_task = start(&b);
     let next = first.instant_ms + 10_000;
     let release_at = next + 2_000;
@@ -1613,7 +1638,7 @@ async fn next_instant_after_a_release(b_hints: lease_conformance::HintMode) -> (
     let runs: Vec<Start> = starts
         .of("hinted")
         .into_iter()
-        .filter(|s| s.instant_ms == next)
+        .filter(|s| s.instant_ms == next || s.rerun)
         .collect();
     (runs, release_at)
 }
