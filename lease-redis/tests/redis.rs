@@ -754,3 +754,82 @@ async fn the_applications_redis_errors_convert_with_the_stores_verdict() {
     assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
     assert!(e.is_temporary(), "{e}");
 }
+
+/// A user who may not publish (Redis 7's default for new users is `acl-pubsub-default
+/// resetchannels`) can still claim, renew and release names and permits: the hint a script
+/// publishes after its write is a hint, and a refused `PUBLISH` must not turn a write that took
+/// effect into an error (Redis keeps a script's writes before an error: the caller would be
+/// told "failed" about a lease or permit it holds, under a token nobody uses, until its TTL).
+#[tokio::test]
+async fn a_user_who_may_not_publish_still_claims_and_releases() {
+    let Some(url) = common::url() else { return };
+    let user = common::unique("lease-nopub-")
+        .trim_end_matches('-')
+        .to_owned();
+    let mut raw = common::raw(&url).await;
+    let _: () = lease_redis::redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg(&user)
+        .arg("on")
+        .arg(">pw")
+        .arg("~*")
+        .arg("resetchannels")
+        .arg("+@all")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let restricted = url.replacen("redis://", &format!("redis://{user}:pw@"), 1);
+    let outcome = async {
+        let store = common::direct(&restricted, common::config())
+            .await
+            .ok_or("no store")?;
+        let name = common::unique("nopub");
+        let h = HolderToken::mint();
+        store
+            .claim(&name, &h, "w", TTL)
+            .await
+            .map_err(|e| format!("claim: {e}"))?
+            .ok_or("claim of a free name refused")?;
+        store
+            .renew(&name, &h, TTL)
+            .await
+            .map_err(|e| format!("renew: {e}"))?
+            .ok_or("renewal refused")?;
+        if !store
+            .release(&name, &h)
+            .await
+            .map_err(|e| format!("release: {e}"))?
+        {
+            return Err("release ended nothing".to_owned());
+        }
+        let counted = common::unique("nopub-counted");
+        let p = store
+            .claim_permit(&counted, 2, &h, "w", TTL)
+            .await
+            .map_err(|e| format!("claim_permit: {e}"))?
+            .ok_or("permit claim refused")?;
+        if !store
+            .release_permit(&counted, p.permit, &h)
+            .await
+            .map_err(|e| format!("release_permit: {e}"))?
+        {
+            return Err("permit release ended nothing".to_owned());
+        }
+        let left = store
+            .permits(&counted)
+            .await
+            .map_err(|e| format!("permits: {e}"))?;
+        if left.iter().any(|i| i.live) {
+            return Err(format!("permits left held: {left:?}"));
+        }
+        Ok::<(), String>(())
+    }
+    .await;
+    let _: i64 = lease_redis::redis::cmd("ACL")
+        .arg("DELUSER")
+        .arg(&user)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    outcome.unwrap();
+}

@@ -4,8 +4,12 @@
 -- changed(kind): publishes '<kind> <KEYS[1]>' on '<prefix>changes', the prefix being what
 -- precedes the key's first '{' (a prefix holds no braces; keys.rs names the same channel).
 -- A hint only: nothing is decided by it, and with nobody subscribed it costs microseconds.
+-- `pcall`, not `call`: it runs after the script's write, which Redis keeps when a script
+-- fails, so a refused PUBLISH (a user without channel rights: Redis 7's default for new ACL
+-- users) must not fail a claim or a release that took effect. Hints are then lost, and
+-- waiters poll at their retry, as without hints.
 local function changed(kind)
   local key = KEYS[1]
   local open = string.find(key, '{', 1, true) or 1
-  redis.call('PUBLISH', string.sub(key, 1, open - 1) .. 'changes', kind .. ' ' .. key)
+  redis.pcall('PUBLISH', string.sub(key, 1, open - 1) .. 'changes', kind .. ' ' .. key)
 end
