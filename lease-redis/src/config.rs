@@ -238,7 +238,8 @@ impl RedisConfig {
     /// are reachable; if they are lost with the primary, the write is lost. Set `replicas` to
     /// the number of replicas to close that too, at the price of availability: every operation
     /// then fails while any replica is down. With fewer replicas up than `replicas`, no
-    /// operation succeeds. `timeout` must be shorter than the operation timeout.
+    /// operation succeeds. `timeout` must be at least 1 ms (`WAIT` counts whole milliseconds,
+    /// and 0 would wait for ever) and shorter than the operation timeout.
     pub fn replica_acks(mut self, replicas: u32, timeout: Duration) -> Self {
         self.replica_acks = (replicas > 0).then_some((replicas, timeout));
         self
@@ -316,10 +317,13 @@ impl RedisConfig {
             ));
         }
         if let Some((replicas, wait)) = self.replica_acks {
-            if wait.is_zero() {
+            // WAIT takes whole milliseconds, and `WAIT n 0` blocks for ever: a wait under 1 ms
+            // would be sent as 0.
+            if wait < Duration::from_millis(1) {
                 return Err(Error::invalid_timings(format!(
-                    "the wait for {replicas} replica acknowledgements must be positive; give a \
-                     timeout such as 200 ms"
+                    "the wait for {replicas} replica acknowledgements is {wait:?}; Redis's WAIT \
+                     counts whole milliseconds (0 would wait for ever): give at least 1 ms, \
+                     such as 200 ms"
                 )));
             }
             if let Some(bound) = self.operation_timeout
@@ -385,6 +389,8 @@ mod tests {
         assert_eq!(config.replica_acks(0, ms(200)).get_replica_acks(), None);
         for bad in [
             RedisConfig::new().replica_acks(1, Duration::ZERO),
+            // Sent as `WAIT 1 0`, which blocks for ever.
+            RedisConfig::new().replica_acks(1, Duration::from_micros(500)),
             RedisConfig::new()
                 .operation_timeout(Some(ms(300)))
                 .replica_acks(1, ms(300)),
