@@ -332,7 +332,8 @@ macro_rules! verify_guard {
 
             /// Verifies `fence` inside a transaction the caller opened; run it as the
             /// transaction's first statement. `Lost` when the lease is no longer held under that
-            /// term.
+            /// term; `Unsupported` for a term of a counted name (a permit), which this check
+            /// cannot see.
             pub async fn verify_in<'f>(
                 &self,
                 conn: &mut $conn,
@@ -340,6 +341,9 @@ macro_rules! verify_guard {
             ) -> lease_core::Result<()> {
                 let fence = fence.into();
                 lease_core::backend::check::name(self, fence.name)?;
+                if let Some(permit) = fence.permit {
+                    return Err($crate::store::permit_not_verifiable(&fence, permit));
+                }
                 let q = sqlx::query_as(&self.inner.stmts.verify_locking)
                     .bind(fence.name)
                     .bind(fence.holder.to_hex())

@@ -179,6 +179,10 @@ pub struct Fence<'a> {
     pub holder: &'a HolderToken,
     /// The term (fencing token).
     pub term: u64,
+    /// The permit, for a term of a counted name; `None` for a plain lease. A verified
+    /// transaction under a permit is refused (`Unsupported`): the check inside the transaction
+    /// reads the lease table, where a permit is not.
+    pub permit: Option<u32>,
 }
 
 impl<'a> From<&'a Term> for Fence<'a> {
@@ -187,8 +191,19 @@ impl<'a> From<&'a Term> for Fence<'a> {
             name: term.name(),
             holder: term.holder(),
             term: term.token(),
+            permit: term.permit(),
         }
     }
+}
+
+/// The refusal of a verified transaction under a counted lease's permit.
+pub(crate) fn permit_not_verifiable(fence: &Fence<'_>, permit: u32) -> Error {
+    Error::unsupported(format!(
+        "a verified transaction under permit {permit} of the counted name '{}' (term {}) is not \
+         supported: the check inside the transaction reads plain leases only. Check the term \
+         with `Term::verify` before the transaction and write its token with your rows",
+        fence.name, fence.term
+    ))
 }
 
 pub(crate) fn lost_in_transaction(fence: &Fence<'_>) -> Error {

@@ -81,6 +81,7 @@ macro_rules! guard_tests {
                     name: &name,
                     holder: t2.holder(),
                     term: term.token(),
+                    permit: None,
                 };
                 assert_eq!(
                     store.begin_verified(stale).await.unwrap_err().kind(),
@@ -93,6 +94,29 @@ macro_rules! guard_tests {
                     .execute(store.app_pool())
                     .await
                     .unwrap();
+            }
+
+            /// A term of a counted name is refused with a typed error naming what to do
+            /// instead, never a `Lost` that would end its run as if the permit were gone.
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_verified_transaction_under_a_permit_is_refused_as_unsupported() {
+                let Some(store) = $setup else { return };
+                let name = format!("guard-permit-{:x}", support::rand_u64());
+                let c = Coordinator::builder(store.clone())
+                    .instance("a")
+                    .timings(timings())
+                    .build()
+                    .unwrap();
+                let term = c
+                    .try_acquire(lease_core::Permits::new(&name, 2).unwrap())
+                    .await
+                    .unwrap();
+                assert_eq!(term.permit(), Some(0));
+                let err = store.begin_verified(&term).await.unwrap_err();
+                assert_eq!(err.kind(), ErrorKind::Unsupported, "{err}");
+                assert!(err.to_string().contains("Term::verify"), "{err}");
+                assert!(term.is_live(), "the refusal ends nothing");
+                term.resign().await.unwrap();
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -110,6 +134,7 @@ macro_rules! guard_tests {
                         name: &name,
                         holder: &a,
                         term: g.term,
+                        permit: None,
                     })
                     .await
                     .unwrap();

@@ -146,7 +146,12 @@ macro_rules! verified {
         impl Verified for SqlStore<$db> {
             type Tx = sqlx::Transaction<'static, $db>;
             async fn open(&self, name: &str, holder: &HolderToken, term: u64) -> Self::Tx {
-                self.begin_verified(Fence { name, holder, term })
+                self.begin_verified(Fence {
+                    name,
+                    holder,
+                    term,
+                    permit: None,
+                })
                     .await
                     .unwrap()
             }
