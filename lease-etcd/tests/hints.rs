@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 
 use lease_conformance::hints::{self, HINT_BOUND, QUIET, connected, woken_within};
 use lease_conformance::{FaultMode, FaultProxy, env};
+use lease_core::LeaseStore;
 use lease_core::backend::HolderToken;
 use lease_core::notify::Topic;
-use lease_core::{LeaseStore, MembershipStore, PartitionStore};
 use lease_etcd::{EtcdConfig, EtcdStore};
 
 const TTL: Duration = Duration::from_secs(30);
@@ -106,51 +106,8 @@ async fn partition_and_member_changes_wake_their_group() {
     let Some((a, b, _)) = pair().await else {
         return;
     };
-    let mut g = a.changes(&Topic::group("g")).unwrap();
-    connected(&mut g).await;
-    b.acquire_partition("g", 3, "node-b", TTL)
-        .await
-        .unwrap()
-        .unwrap();
-    woken_within(&mut g, HINT_BOUND)
-        .await
-        .expect("an acquire woke nobody");
-    b.acquire_partition("g", 3, "node-b", TTL)
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(
-        woken_within(&mut g, QUIET).await,
-        None,
-        "an owner's own re-acquire woke the group"
-    );
-    assert_eq!(
-        b.release_partitions("g", &[3, 4], "node-b").await.unwrap(),
-        1
-    );
-    woken_within(&mut g, HINT_BOUND)
-        .await
-        .expect("a partition release woke nobody");
-
-    let groups = vec!["g".to_owned()];
-    b.heartbeat("svc", "node-b", "h:1", TTL, &groups)
-        .await
-        .unwrap();
-    woken_within(&mut g, HINT_BOUND)
-        .await
-        .expect("a member joining woke nobody");
-    b.heartbeat("svc", "node-b", "h:1", TTL, &groups)
-        .await
-        .unwrap();
-    assert_eq!(
-        woken_within(&mut g, QUIET).await,
-        None,
-        "a heartbeat woke the group"
-    );
-    assert!(b.leave("svc", "node-b").await.unwrap());
-    woken_within(&mut g, HINT_BOUND)
-        .await
-        .expect("a member leaving woke nobody");
+    hints::partition_changes_wake_the_group(&a, &b, TTL, "etcd").await;
+    hints::member_changes_wake_the_group(&a, &b, TTL, "etcd").await;
 }
 
 #[tokio::test]
@@ -263,33 +220,5 @@ async fn a_permit_claimed_or_released_by_another_store_wakes_the_names_waiters()
     let Some((a, b, _)) = pair().await else {
         return;
     };
-    let name = format!("counted-{:x}", rand_u64());
-    let mut w = a.changes(&Topic::lease(&name)).unwrap();
-    connected(&mut w).await;
-    while woken_within(&mut w, Duration::from_millis(10))
-        .await
-        .is_some()
-    {}
-    let holder = HolderToken::mint();
-    let g = b
-        .claim_permit(&name, 2, &holder, "b", TTL)
-        .await
-        .unwrap()
-        .unwrap();
-    woken_within(&mut w, HINT_BOUND)
-        .await
-        .expect("permit claim hinted");
-    b.renew_permit(&name, g.permit, &holder, TTL)
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(
-        woken_within(&mut w, QUIET).await,
-        None,
-        "a permit renewal woke the waiter"
-    );
-    assert!(b.release_permit(&name, g.permit, &holder).await.unwrap());
-    woken_within(&mut w, HINT_BOUND)
-        .await
-        .expect("permit release hinted");
+    hints::another_store_wakes_a_permit_waiter(&a, &b, TTL, "etcd").await;
 }

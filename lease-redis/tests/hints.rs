@@ -9,9 +9,9 @@ mod common;
 use std::time::{Duration, Instant};
 
 use lease_conformance::hints::{self, HINT_BOUND, connected, woken_within};
+use lease_core::LeaseStore;
 use lease_core::backend::HolderToken;
 use lease_core::notify::Topic;
-use lease_core::{LeaseStore, PartitionStore, SlotStore};
 use lease_redis::RedisStore;
 use lease_redis::redis::Client;
 use lease_redis::redis::aio::{ConnectionManager, MultiplexedConnection};
@@ -36,65 +36,15 @@ async fn a_release_by_another_store_wakes_a_waiter_and_a_renewal_does_not() {
     hints::another_store_wakes_a_waiter(&a, &b, TTL, "redis").await;
 }
 
+// No member check (`hints::member_changes_wake_the_group`): `heartbeat.lua` and `leave.lua`
+// publish nothing (`notify.lua` is joined only to the scripts that change hands), so a member
+// joining or leaving wakes no group waiter — it failed "redis: a member joining woke nobody
+// within 250ms".
 #[tokio::test]
 async fn partition_and_slot_changes_wake_their_topics() {
     let Some((a, b)) = pair().await else { return };
-    let mut group = a.changes(&Topic::group("g")).unwrap();
-    let lease = b
-        .acquire_partition("g", 3, "node-b", TTL)
-        .await
-        .unwrap()
-        .unwrap();
-    woken_within(&mut group, HINT_BOUND)
-        .await
-        .expect("acquire hinted");
-    // The owner's own re-acquire and renewal keep the epoch: nothing changed hands.
-    let again = b
-        .acquire_partition("g", 3, "node-b", TTL)
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(again.epoch, lease.epoch);
-    b.renew_partitions("g", &[3], "node-b", TTL).await.unwrap();
-    assert_eq!(
-        woken_within(&mut group, Duration::from_millis(300)).await,
-        None
-    );
-    assert_eq!(b.release_partitions("g", &[3], "node-b").await.unwrap(), 1);
-    woken_within(&mut group, HINT_BOUND)
-        .await
-        .expect("release hinted");
-
-    let mut slots = a.changes(&Topic::slots("cron")).unwrap();
-    let mut job = a.changes(&Topic::lease("cron")).unwrap();
-    let holder = HolderToken::mint();
-    let now_ms = i64::try_from(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_millis(),
-    )
-    .unwrap();
-    let instant = now_ms - 60_000;
-    let claimed = b
-        .claim_slot("cron", &holder, "b", TTL, instant)
-        .await
-        .unwrap();
-    assert!(
-        matches!(claimed, lease_core::backend::SlotClaim::Claimed { .. }),
-        "{claimed:?}"
-    );
-    woken_within(&mut slots, HINT_BOUND)
-        .await
-        .expect("slot claim hinted");
-    woken_within(&mut job, HINT_BOUND)
-        .await
-        .expect("slot claim hints the lease too");
-    let finished = b.finish_slot("cron", &holder, instant, None).await.unwrap();
-    assert!(finished.released);
-    woken_within(&mut slots, HINT_BOUND)
-        .await
-        .expect("slot finish hinted");
+    hints::partition_changes_wake_the_group(&a, &b, TTL, "redis").await;
+    hints::slot_changes_wake_the_slots_topic(&a, &b, TTL, "redis").await;
 }
 
 /// The store's subscriber connection, by the name it gave itself: its `CLIENT LIST` id.
@@ -220,28 +170,5 @@ async fn the_subscriber_ends_with_the_last_clone_of_the_store() {
 #[tokio::test]
 async fn a_permit_claimed_or_released_by_another_store_wakes_the_names_waiters() {
     let Some((a, b)) = pair().await else { return };
-    let name = "counted";
-    let mut w = a.changes(&Topic::lease(name)).unwrap();
-    let holder = HolderToken::mint();
-    let g = b
-        .claim_permit(name, 2, &holder, "b", TTL)
-        .await
-        .unwrap()
-        .unwrap();
-    woken_within(&mut w, HINT_BOUND)
-        .await
-        .expect("permit claim hinted");
-    b.renew_permit(name, g.permit, &holder, TTL)
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(
-        woken_within(&mut w, Duration::from_millis(300)).await,
-        None,
-        "a permit renewal woke a waiter"
-    );
-    assert!(b.release_permit(name, g.permit, &holder).await.unwrap());
-    woken_within(&mut w, HINT_BOUND)
-        .await
-        .expect("permit release hinted");
+    hints::another_store_wakes_a_permit_waiter(&a, &b, TTL, "redis").await;
 }
