@@ -374,7 +374,9 @@
 //! the lease bucket (claims: puts whose term or epoch is `0`; delete and purge markers), a KV
 //! watch on the slot bucket (every slot record change), and the core subject
 //! `_LEASE_HINTS.<bucket>`, on which a store publishes each key it purged (releases leave no
-//! trace a watch sees). Renewals and expiries wake nobody (nats-server 2.9 removes an expired
+//! trace a watch sees). Membership changes are not hinted (member keys are not watched): a
+//! group worker finds a member that joined or left at its next poll of the members. Renewals
+//! and expiries wake nobody (nats-server 2.9 removes an expired
 //! message silently: waiters wake at the expiry by their own clock). A hint decides nothing.
 //! While the client is not connected the hints say so (`is_connected() == false`, checked every
 //! 200 ms) until the listener has subscribed again. Publishing the release hint needs the

@@ -198,7 +198,10 @@
 //! `<kind> <key>` on the channel
 //! `<prefix>changes` (e.g. `lease:changes`) inside the script, only when they changed the
 //! record (`scripts/notify.lua`, joined to them at build time); renewals, reads and failed
-//! claims publish nothing. The store's own subscriber connection turns each message into a hint
+//! claims publish nothing. Membership changes (`heartbeat`, `leave`) publish nothing either: a
+//! group worker finds a member that joined or left at its next poll of the members
+//! (`lease_conformance::hints::member_changes_wake_the_group` is not run on Redis for that
+//! reason). The store's own subscriber connection turns each message into a hint
 //! ([`RedisStore::connect`] opens it from the URL; a store built with
 //! [`RedisStore::with_client`] needs [`RedisStore::with_listener`] and a `redis::Client`,
 //! otherwise its hints cover only its own operations and say so with
