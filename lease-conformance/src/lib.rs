@@ -374,6 +374,7 @@ macro_rules! conformance_suite {
             an_unknown_permit_claim_never_leaves_one_acquirer_two_permits,
             bad_permit_input_is_refused,
             changing_the_permit_count_applies_to_new_claims_only,
+            claims_of_different_counts_keep_each_claims_limit,
             a_permit_release_wakes_a_waiter_at_once,
             wrappers_report_the_stores_capabilities_and_availability
         );

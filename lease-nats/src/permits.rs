@@ -26,6 +26,13 @@ impl NatsStore {
     /// then pipelined direct gets read them (no second burst when the name has none). A key of
     /// another form, or a value this store did not write, is an error.
     async fn scan_permits(&self, op: Operation, name: &str) -> Result<Vec<Scanned>> {
+        let permits = self.list_permits(op, name).await?;
+        self.read_permits(op, name, &permits).await
+    }
+
+    /// The permit keys of `name`, by index: one `STREAM.INFO` request with a subject filter
+    /// (answered by the stream's leader).
+    async fn list_permits(&self, op: Operation, name: &str) -> Result<Vec<u32>> {
         let prefix = permit_prefix(name);
         let keys = self.list_keys(op, name, &prefix).await?;
         let mut permits = Vec::with_capacity(keys.len());
@@ -35,6 +42,16 @@ impl NatsStore {
                 None => return Err(self.foreign_key(op, name, &format!("{prefix}{suffix}"))),
             }
         }
+        Ok(permits)
+    }
+
+    /// The permit keys `permits` of `name` read, pipelined.
+    async fn read_permits(
+        &self,
+        op: Operation,
+        name: &str,
+        permits: &[u32],
+    ) -> Result<Vec<Scanned>> {
         let keys: Vec<String> = permits.iter().map(|&p| permit_key(name, p)).collect();
         let seen = pipelined(&keys, |key| self.read(op, name, key)).await;
         let mut out = Vec::with_capacity(permits.len());
@@ -51,7 +68,10 @@ impl NatsStore {
 
     /// [`LeaseStore::claim_permit`](lease_core::LeaseStore::claim_permit): a scan, then a
     /// create of the lowest free permit below `permits`; a create that finds the key taken
-    /// counts that permit live and tries the next free one, so one scan bounds the claim.
+    /// counts that permit live and tries the next free one, so one scan bounds the claim. After
+    /// the create, a re-count ([`outnumbered`](Self::outnumbered)): a claim with a larger count
+    /// may have created a permit at or above `permits` since the scan, and then the permit is
+    /// taken back and the claim answers full.
     pub(crate) async fn claim_counted(
         &self,
         name: &str,
@@ -96,6 +116,27 @@ impl NatsStore {
                 let sent_at = Instant::now();
                 if let Some(revision) = self.write(OP, name, &key, record.clone(), expected).await?
                 {
+                    match self.outnumbered(name, permits, p).await {
+                        Ok(false) => {}
+                        checked => {
+                            // Not granted: the permit is taken back before the answer. One
+                            // that cannot be is never left for a read-back to adopt either:
+                            // the claim answers full, and the permit expires at its TTL under
+                            // a token nobody uses.
+                            let undone = self.purge_through(OP, name, &key, revision).await;
+                            debug!(
+                                name,
+                                permit = p,
+                                term = revision,
+                                ?undone,
+                                "a permit created while permits of a larger count were live: taken back"
+                            );
+                            return match (checked, undone) {
+                                (Err(e), Ok(true)) => Err(e),
+                                _ => Ok(None),
+                            };
+                        }
+                    }
                     debug!(name, permit = p, term = revision, "claimed a permit");
                     return Ok(Some(PermitGrant {
                         permit: p,
@@ -109,6 +150,28 @@ impl NatsStore {
             Ok(None)
         };
         self.bounded(OP, name, claiming).await?
+    }
+
+    /// After the create of permit `own` for a claim with count `permits`: whether `permits` or
+    /// more *other* permits are live, so that the claim must not be granted. The scan before
+    /// the create counted them, but a claim with a larger count may have created a permit at
+    /// or above `permits` since (the keys below `permits` have one holder each, so only those
+    /// above can make the count too many): one listing, then — only when the name has a key at
+    /// or above `permits` — the reads of the others.
+    async fn outnumbered(&self, name: &str, permits: u32, own: u32) -> Result<bool> {
+        const OP: Operation = Operation::ClaimPermit;
+        let listed = self.list_permits(OP, name).await?;
+        if listed.iter().all(|&p| p < permits) {
+            return Ok(false);
+        }
+        let others: Vec<u32> = listed.into_iter().filter(|&p| p != own).collect();
+        let live = self
+            .read_permits(OP, name, &others)
+            .await?
+            .iter()
+            .filter(|(_, seen)| matches!(seen, Seen::Live { .. }))
+            .count();
+        Ok(live >= usize::try_from(permits).unwrap_or(usize::MAX))
     }
 
     /// [`LeaseStore::renew_permit`](lease_core::LeaseStore::renew_permit): a direct get, then

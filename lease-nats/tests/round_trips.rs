@@ -682,16 +682,16 @@ async fn permits_cost_what_the_docs_say(proxy: &FaultProxy, server: &Server, sto
     let first = g.unwrap().unwrap();
     assert_eq!(first.permit, 0);
     check(
-        "claim of a name with no permit: list + create",
+        "claim of a name with no permit: list + create + the re-count's list",
         cost_of,
-        (2, 2, 1, 1),
+        (3, 3, 1, 2),
     );
     let (cost_of, g) = cost(proxy, server, store.claim_permit("p", 2, &b, "b", TTL)).await;
     assert_eq!(g.unwrap().unwrap().permit, 1);
     check(
-        "claim beside a live permit: list + get + create",
+        "claim beside a live permit: list + get + create + the re-count's list",
         cost_of,
-        (3, 3, 1, 1),
+        (4, 4, 1, 2),
     );
     let (cost_of, g) = cost(proxy, server, store.claim_permit("p", 2, &c, "c", TTL)).await;
     assert_eq!(g.unwrap(), None);

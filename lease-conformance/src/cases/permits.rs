@@ -710,6 +710,109 @@ pub async fn changing_the_permit_count_applies_to_new_claims_only(h: &Harness) {
     assert_eq!(listed, vec![0, 1, 2, 3]);
 }
 
+/// How long [`claims_of_different_counts_keep_each_claims_limit`] races its claimers.
+const MIXED_RACE: Duration = Duration::from_secs(4);
+
+/// Changing N while holders come and go: three claimers ask with N = 3 and three with N = 5,
+/// for [`MIXED_RACE`], each holding a few milliseconds, on one name. A claim for 3 is granted
+/// only while fewer than 3 others are live — also when a claim for 5 took a permit at or above
+/// 3 in the instant the claim for 3 counted and took its own (NATS, which counts and takes in
+/// two steps, granted about 8 claims for 3 a second with 3 others live before its re-count).
+///
+/// The check needs no view of the store's: terms are issued in the order the store granted
+/// them, so a holder with a smaller term was granted first, and one that had not sent its
+/// release when a holder for 3 learned of its grant — and was not held longer than a lease —
+/// was live when that grant was made.
+pub async fn claims_of_different_counts_keep_each_claims_limit(h: &Harness) {
+    if !needs_permits(h, "claims_of_different_counts_keep_each_claims_limit") {
+        return;
+    }
+    struct Held {
+        permits: u32,
+        term: u64,
+        sent: std::time::Instant,
+        granted: std::time::Instant,
+        released: std::time::Instant,
+    }
+    let name = h.name("permit-mixed");
+    let started = std::time::Instant::now();
+    let mut workers = Vec::new();
+    for i in 0..6u32 {
+        let store = h.store.clone();
+        let (name, ttl, backend) = (name.clone(), h.ttl, h.backend().to_owned());
+        let permits = if i % 2 == 0 { 3 } else { 5 };
+        workers.push(tokio::spawn(async move {
+            let mut held = Vec::new();
+            while started.elapsed() < MIXED_RACE {
+                let holder = mint();
+                let sent = std::time::Instant::now();
+                let g = match store.claim_permit(&name, permits, &holder, "w", ttl).await {
+                    Ok(Some(g)) => g,
+                    Ok(None) => {
+                        sleep(Duration::from_micros(200 * u64::from(i + 1))).await;
+                        continue;
+                    }
+                    Err(e) => panic!("{backend}: claim of one of {permits} permits failed: {e}"),
+                };
+                let granted = std::time::Instant::now();
+                sleep(Duration::from_millis(u64::from(rand::random::<u8>() % 8))).await;
+                let released = std::time::Instant::now();
+                let ended = store.release_permit(&name, g.permit, &holder).await;
+                held.push(Held {
+                    permits,
+                    term: g.grant.term,
+                    sent,
+                    granted,
+                    released,
+                });
+                if !matches!(ended, Ok(true)) && released.duration_since(sent) < ttl {
+                    panic!("{backend}: the release of a live permit answered {ended:?}");
+                }
+            }
+            held
+        }));
+    }
+    let mut all = Vec::new();
+    for w in workers {
+        all.extend(w.await.unwrap());
+    }
+    let small: Vec<&Held> = all.iter().filter(|g| g.permits == 3).collect();
+    let mut over = Vec::new();
+    for g in &small {
+        let live_before = all
+            .iter()
+            .filter(|o| {
+                o.term < g.term
+                    && o.released > g.granted
+                    && o.released.duration_since(o.sent) < h.ttl
+            })
+            .count();
+        if live_before >= 3 {
+            over.push((g.term, live_before));
+        }
+    }
+    eprintln!(
+        "{}: claims of 3 and 5 permits raced for {MIXED_RACE:?}: {} grants ({} of 3), {} over \
+         the limit",
+        h.backend(),
+        all.len(),
+        small.len(),
+        over.len()
+    );
+    assert!(
+        small.len() >= 10,
+        "{}: only {} grants of 3 permits in {MIXED_RACE:?}: too few to check",
+        h.backend(),
+        small.len()
+    );
+    assert!(
+        over.is_empty(),
+        "{}: a claim of 3 permits was granted while 3 or more others were live (its term, \
+         those live): {over:?}",
+        h.backend()
+    );
+}
+
 /// On a store that hints (`capabilities().watch`), a waiter for a permit in
 /// `Coordinator::acquire` is woken by one holder's release and holds that permit within
 /// [`WAKE_BOUND`], although its retry pace is seconds and every permit had most of its lease
