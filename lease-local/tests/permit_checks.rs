@@ -21,6 +21,10 @@ enum Breakage {
     BlindReadBack,
     /// Tokens counted per permit instead of per name: two permits share a token.
     TermPerPermit,
+    /// Only the permits below the asked N are counted (as a store that counts, then takes, and
+    /// never counts again would): a claim of 3 is granted while permits at or above 3, taken
+    /// by claims of a larger N, are live.
+    CountsBelowN,
 }
 
 /// A memory store, broken as its [`Breakage`] says.
@@ -100,6 +104,16 @@ impl LeaseStore for Broken {
     ) -> Result<Option<PermitGrant>> {
         let asked = match self.breakage {
             Breakage::OneTooMany => permits + 1,
+            Breakage::CountsBelowN => {
+                let above = self
+                    .inner
+                    .permits(name)
+                    .await?
+                    .iter()
+                    .filter(|p| p.live && p.permit >= permits)
+                    .count();
+                permits + u32::try_from(above).unwrap()
+            }
             _ => permits,
         };
         let Some(mut g) = self
@@ -109,6 +123,11 @@ impl LeaseStore for Broken {
         else {
             return Ok(None);
         };
+        if matches!(self.breakage, Breakage::CountsBelowN) && g.permit >= permits {
+            // Never above the asked N: taken back, as if that permit had not been free.
+            self.inner.release_permit(name, g.permit, holder).await?;
+            return Ok(None);
+        }
         g.grant.term = self.per_permit(name, g.permit, g.grant.term).await;
         Ok(Some(g))
     }
@@ -209,5 +228,17 @@ async fn the_permit_wake_case_fails_when_a_store_that_says_watch_sends_no_hints(
     assert!(
         msg.contains("did not wake the permit waiter"),
         "the permit wake case passed without hints: {msg:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_mixed_count_case_fails_when_only_permits_below_n_are_counted() {
+    let h = Broken::harness(Breakage::CountsBelowN);
+    let msg =
+        panic_of(async move { cases::claims_of_different_counts_keep_each_claims_limit(&h).await })
+            .await;
+    assert!(
+        msg.contains("was granted while 3 or more others were live"),
+        "the mixed-count case passed over a store that counts only below N: {msg:?}"
     );
 }
