@@ -105,6 +105,9 @@ where
     /// volatile server `Unsupported`, saying what to change) and tries the check again next
     /// time; once it has passed (or an explicit `available()` call passed), it is not run again.
     /// Call `available()` at start-up anyway, to fail there rather than at the first claim.
+    /// The check runs on the server the connection reaches first: through a
+    /// `SentinelConnection` (feature `sentinel`) a replica promoted later is not
+    /// checked again, so give every node of the group the same durability settings.
     ///
     /// **Hints** ([`LeaseStore::changes`](lease_core::LeaseStore::changes)) from such a store
     /// cover only the changes made through the store itself (they say so: disconnected), since
