@@ -123,6 +123,13 @@ impl SentinelConnection {
         &self.shared.master
     }
 
+    /// Whether a connection to a primary is open, and how many have been opened: a new one
+    /// means the primary may be another server (the store checks it again).
+    pub(crate) fn primary_generation(&self) -> (bool, u64) {
+        let current = lock(&self.shared.current);
+        (current.1.is_some(), current.0)
+    }
+
     /// The connection to the current primary, asking the Sentinels when there is none.
     async fn connection(&self) -> std::result::Result<(u64, MultiplexedConnection), RedisError> {
         if let (generation, Some(conn)) = &*lock(&self.shared.current) {

@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use lease_core::{Error, LeaseStoreExt, Result};
 use redis::aio::{ConnectionLike, ConnectionManager};
@@ -45,6 +46,9 @@ pub(crate) struct Inner {
     pub(crate) server: String,
     /// Set once the start-up check ([`LeaseStore::available`](lease_core::LeaseStore::available)) has passed.
     pub(crate) started: OnceCell<()>,
+    /// On a `SentinelConnection`: the generation of the primary connection the check last
+    /// passed on (a later connection may reach a promoted replica, which is checked again).
+    pub(crate) checked_primary: std::sync::atomic::AtomicU64,
     /// The hints of [`LeaseStore::changes`](lease_core::LeaseStore::changes) and their listener.
     pub(crate) hints: Hints,
 }
@@ -105,9 +109,9 @@ where
     /// volatile server `Unsupported`, saying what to change) and tries the check again next
     /// time; once it has passed (or an explicit `available()` call passed), it is not run again.
     /// Call `available()` at start-up anyway, to fail there rather than at the first claim.
-    /// The check runs on the server the connection reaches first: through a
-    /// `SentinelConnection` (feature `sentinel`) a replica promoted later is not
-    /// checked again, so give every node of the group the same durability settings.
+    /// Through a `SentinelConnection` (feature `sentinel`) the check runs again on each new
+    /// connection to a primary, before the operation that opened it goes out on it: a replica
+    /// the Sentinels promote is checked too.
     ///
     /// **Hints** ([`LeaseStore::changes`](lease_core::LeaseStore::changes)) from such a store
     /// cover only the changes made through the store itself (they say so: disconnected), since
@@ -126,6 +130,7 @@ where
                 config,
                 server,
                 started: OnceCell::new(),
+                checked_primary: std::sync::atomic::AtomicU64::new(0),
                 hints: Hints::local(),
             }),
         })
@@ -165,6 +170,17 @@ where
     /// a group; see [`with_client`](Self::with_client). A failed check is not remembered: the
     /// next such operation runs it again.
     pub(crate) async fn started(&self) -> Result<()> {
+        if let Some((connected, generation)) = self.primary() {
+            // Through Sentinel: checked again on each new primary connection, before the
+            // operation goes out on it (the check opens it).
+            if self.inner.started.initialized()
+                && connected
+                && generation == self.inner.checked_primary.load(Ordering::SeqCst)
+            {
+                return Ok(());
+            }
+            return self.check_available().await;
+        }
         if self.inner.started.initialized() {
             return Ok(());
         }
@@ -175,9 +191,27 @@ where
             .map(|_| ())
     }
 
+    /// For a store on a `SentinelConnection`: whether its primary connection is open, and its
+    /// generation; `None` on any other connection.
+    fn primary(&self) -> Option<(bool, u64)> {
+        #[cfg(feature = "sentinel")]
+        {
+            let conn: &dyn std::any::Any = &self.conn;
+            if let Some(sentinel) = conn.downcast_ref::<crate::SentinelConnection>() {
+                return Some(sentinel.primary_generation());
+            }
+        }
+        None
+    }
+
     /// [`LeaseStore::available`](lease_core::LeaseStore::available): the start-up check, remembered once it passed.
     pub(crate) async fn check_available(&self) -> Result<()> {
         self.start_up_check().await?;
+        if let Some((_, generation)) = self.primary() {
+            self.inner
+                .checked_primary
+                .store(generation, Ordering::SeqCst);
+        }
         // Later operations need not check again.
         let _ = self.inner.started.set(());
         Ok(())

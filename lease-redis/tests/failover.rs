@@ -533,6 +533,113 @@ async fn through_sentinel_a_frozen_primary_is_given_up() {
     assert!(store.release(&name, &holder).await.unwrap());
 }
 
+/// `CONFIG SET appendonly <on>` on cluster node `node` (`r1`…`r3`), then `CONFIG REWRITE`: a
+/// Sentinel rewrites a node's config file when it reconfigures it, so the setting must be in
+/// the file too, or a restart would bring back the other one.
+#[cfg(feature = "sentinel")]
+async fn set_appendonly(node: &str, on: bool) {
+    let port = 63790 + node.trim_start_matches('r').parse::<u16>().unwrap();
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("appendonly")
+        .arg(if on { "yes" } else { "no" })
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("REWRITE")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+}
+
+/// The durability check follows the primary: a store on a
+/// [`SentinelConnection`](lease_redis::SentinelConnection) passes it on the first primary,
+/// the replicas then run without AOF, the primary is killed, and the next claim — on the
+/// replica the Sentinels promote, which would start `Counter` terms again after a restart — is
+/// refused with the check's `Unsupported`. The check ran once per store before (the claim was
+/// granted). Then AOF is turned back on, the killed node restarted and waited for.
+#[cfg(feature = "sentinel")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn through_sentinel_a_promoted_replica_is_checked_too() {
+    use lease_redis::SentinelConnection;
+
+    let Some(url) = env::server_url("redis-sentinel") else {
+        return;
+    };
+    let _one = ONE_AT_A_TIME.lock().await;
+    let config = RedisConfig::new()
+        .key_prefix("failover-checked:")
+        .operation_timeout(Some(Duration::from_secs(1)));
+    let conn = SentinelConnection::from_url(&url, &config).unwrap();
+    let store = RedisStore::with_client(conn, config).unwrap();
+    store.available().await.unwrap();
+    let name = format!("checked-{}", std::process::id());
+    let first = HolderToken::mint();
+    store
+        .claim(&name, &first, "a", TTL)
+        .await
+        .unwrap()
+        .expect("a fresh name is free");
+    assert!(store.release(&name, &first).await.unwrap());
+
+    let primary = cluster(&["primary"]);
+    let replicas: Vec<String> = ["r1", "r2", "r3"]
+        .iter()
+        .filter(|n| **n != primary)
+        .map(|n| (*n).to_owned())
+        .collect();
+    for r in &replicas {
+        set_appendonly(r, false).await;
+    }
+    let killed = cluster(&["kill", "primary"]);
+    let at = Instant::now();
+    let outcome = loop {
+        match store.claim(&name, &HolderToken::mint(), "b", TTL).await {
+            Err(e) if e.kind() == ErrorKind::Unsupported => break Ok(e),
+            Ok(granted) => {
+                break Err(format!(
+                    "a claim on the promoted replica answered {granted:?}"
+                ));
+            }
+            Err(e) if at.elapsed() > Duration::from_secs(30) => {
+                break Err(format!("no answer but errors within 30 s of the kill: {e}"));
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    };
+    for r in &replicas {
+        set_appendonly(r, true).await;
+    }
+    let promoted = cluster(&["primary"]);
+    cluster(&["restart", &killed]);
+    let refused = outcome.unwrap();
+    assert!(refused.message().contains("appendonly"), "{refused}");
+    eprintln!(
+        "SENTINEL CHECK: {killed} killed, {promoted} promoted without AOF; the next claim was \
+         refused {:?} after the kill: {refused}",
+        at.elapsed()
+    );
+    // With AOF back on, the promoted primary passes the check again.
+    let holder = HolderToken::mint();
+    store
+        .claim(&name, &holder, "c", TTL)
+        .await
+        .unwrap()
+        .expect("released");
+    assert!(store.release(&name, &holder).await.unwrap());
+    let until = Instant::now() + Duration::from_secs(30);
+    while !in_sync().await {
+        assert!(
+            Instant::now() < until,
+            "{killed} did not rejoin as a replica within 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// Whether the cluster's primary has both replicas online.
 #[cfg(feature = "sentinel")]
 async fn in_sync() -> bool {
