@@ -714,7 +714,7 @@ pub async fn changing_the_permit_count_applies_to_new_claims_only(h: &Harness) {
 const MIXED_RACE: Duration = Duration::from_secs(4);
 
 /// Changing N while holders come and go: three claimers ask with N = 3 and three with N = 5,
-/// for [`MIXED_RACE`], each holding a few milliseconds, on one name. A claim for 3 is granted
+/// for `MIXED_RACE` (4 s), each holding a few milliseconds, on one name. A claim for 3 is granted
 /// only while fewer than 3 others are live — also when a claim for 5 took a permit at or above
 /// 3 in the instant the claim for 3 counted and took its own (NATS, which counts and takes in
 /// two steps, granted about 8 claims for 3 a second with 3 others live before its re-count).
