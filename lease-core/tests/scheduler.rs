@@ -10,7 +10,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use lease_core::scheduler::telemetry;
-use lease_core::scheduler::{CatchUp, Job, JobBuilder, Round, Scheduler, TokioClock, WallClock};
+use lease_core::scheduler::{
+    CatchUp, Job, JobBuilder, Round, Scheduler, SchedulerBuilder, TokioClock, WallClock,
+};
 use lease_core::{
     Capabilities, ErrorKind, LeaseInfo, LeaseStore, Result, SlotStore, StepDownFailure, Timings,
     backend::{Grant, HolderToken, SlotClaim, SlotFinish, SlotRecord, async_trait},
@@ -328,13 +330,15 @@ fn hold(d: Duration) -> Hold {
 #[derive(Clone, Default)]
 struct Failures(Arc<Mutex<Vec<StepDownFailure>>>);
 
-fn scheduler(
+/// The builder every test's scheduler starts from: instance `who`, default timings, `clock`,
+/// the fail actions recorded in `failures`, `jobs`.
+fn builder(
     store: impl SlotStore,
     clock: TokioClock,
     who: &str,
     failures: &Failures,
     jobs: Vec<Job>,
-) -> Scheduler {
+) -> SchedulerBuilder {
     let f = failures.clone();
     Scheduler::builder(store)
         .instance(who)
@@ -342,8 +346,16 @@ fn scheduler(
         .clock(clock)
         .fail_action(move |failure| f.0.lock().unwrap().push(failure.clone()))
         .jobs(jobs)
-        .build()
-        .unwrap()
+}
+
+fn scheduler(
+    store: impl SlotStore,
+    clock: TokioClock,
+    who: &str,
+    failures: &Failures,
+    jobs: Vec<Job>,
+) -> Scheduler {
+    builder(store, clock, who, failures, jobs).build().unwrap()
 }
 
 /// [`scheduler`] whose rerun check runs once at the start and then not for an hour: a test of
@@ -356,14 +368,8 @@ fn scheduler_without_reruns(
     failures: &Failures,
     jobs: Vec<Job>,
 ) -> Scheduler {
-    let f = failures.clone();
-    Scheduler::builder(store)
-        .instance(who)
-        .timings(Timings::default())
-        .clock(clock)
+    builder(store, clock, who, failures, jobs)
         .rerun_check(3600 * S)
-        .fail_action(move |failure| f.0.lock().unwrap().push(failure.clone()))
-        .jobs(jobs)
         .build()
         .unwrap()
 }

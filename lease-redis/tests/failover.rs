@@ -393,8 +393,6 @@ fn cluster(args: &[&str]) -> String {
 #[cfg(feature = "sentinel")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn through_sentinel_an_acknowledged_claim_survives_a_primary_kill() {
-    use lease_redis::SentinelConnection;
-
     let Some(url) = env::server_url("redis-sentinel") else {
         return;
     };
@@ -403,9 +401,7 @@ async fn through_sentinel_an_acknowledged_claim_survives_a_primary_kill() {
         .key_prefix("failover-sentinel:")
         .operation_timeout(Some(Duration::from_secs(3)))
         .replica_acks(1, ACK_WAIT);
-    let conn = SentinelConnection::from_url(&url, &config).unwrap();
-    let store = RedisStore::with_client(conn, config).unwrap();
-    store.available().await.unwrap();
+    let store = sentinel_store(&url, config).await;
     let name = format!("orders-{}", std::process::id());
 
     let holder_a = HolderToken::mint();
@@ -454,14 +450,7 @@ async fn through_sentinel_an_acknowledged_claim_survives_a_primary_kill() {
     );
 
     cluster(&["restart", &killed]);
-    let until = Instant::now() + Duration::from_secs(30);
-    while !in_sync().await {
-        assert!(
-            Instant::now() < until,
-            "{killed} did not rejoin as a replica within 30 s"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    rejoined(&killed, Duration::from_secs(30)).await;
 }
 
 /// A primary that stops answering without closing its connections (frozen with SIGSTOP, as a
@@ -472,8 +461,6 @@ async fn through_sentinel_an_acknowledged_claim_survives_a_primary_kill() {
 #[cfg(feature = "sentinel")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn through_sentinel_a_frozen_primary_is_given_up() {
-    use lease_redis::SentinelConnection;
-
     let Some(url) = env::server_url("redis-sentinel") else {
         return;
     };
@@ -482,9 +469,7 @@ async fn through_sentinel_a_frozen_primary_is_given_up() {
         .key_prefix("failover-frozen:")
         .operation_timeout(Some(Duration::from_secs(1)))
         .replica_acks(1, Duration::from_millis(500));
-    let conn = SentinelConnection::from_url(&url, &config).unwrap();
-    let store = RedisStore::with_client(conn, config).unwrap();
-    store.available().await.unwrap();
+    let store = sentinel_store(&url, config).await;
     let name = format!("frozen-{}", std::process::id());
     let first = HolderToken::mint();
     store
@@ -522,14 +507,7 @@ async fn through_sentinel_a_frozen_primary_is_given_up() {
         "SENTINEL FREEZE: {frozen} frozen, {promoted} promoted; a claim worked {took:?} after \
          the freeze ({failures} failed attempts)"
     );
-    let until = Instant::now() + Duration::from_secs(40);
-    while !in_sync().await {
-        assert!(
-            Instant::now() < until,
-            "{frozen} did not rejoin as a replica within 40 s of its thaw"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    rejoined(&frozen, Duration::from_secs(40)).await;
     assert!(store.release(&name, &holder).await.unwrap());
 }
 
@@ -538,8 +516,7 @@ async fn through_sentinel_a_frozen_primary_is_given_up() {
 /// the file too, or a restart would bring back the other one.
 #[cfg(feature = "sentinel")]
 async fn set_appendonly(node: &str, on: bool) {
-    let port = 63790 + node.trim_start_matches('r').parse::<u16>().unwrap();
-    let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
+    let client = redis::Client::open(node_url(node)).unwrap();
     let mut conn = client.get_multiplexed_async_connection().await.unwrap();
     let _: () = redis::cmd("CONFIG")
         .arg("SET")
@@ -564,8 +541,6 @@ async fn set_appendonly(node: &str, on: bool) {
 #[cfg(feature = "sentinel")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn through_sentinel_a_promoted_replica_is_checked_too() {
-    use lease_redis::SentinelConnection;
-
     let Some(url) = env::server_url("redis-sentinel") else {
         return;
     };
@@ -573,9 +548,7 @@ async fn through_sentinel_a_promoted_replica_is_checked_too() {
     let config = RedisConfig::new()
         .key_prefix("failover-checked:")
         .operation_timeout(Some(Duration::from_secs(1)));
-    let conn = SentinelConnection::from_url(&url, &config).unwrap();
-    let store = RedisStore::with_client(conn, config).unwrap();
-    store.available().await.unwrap();
+    let store = sentinel_store(&url, config).await;
     let name = format!("checked-{}", std::process::id());
     let first = HolderToken::mint();
     store
@@ -630,11 +603,37 @@ async fn through_sentinel_a_promoted_replica_is_checked_too() {
         .unwrap()
         .expect("released");
     assert!(store.release(&name, &holder).await.unwrap());
-    let until = Instant::now() + Duration::from_secs(30);
+    rejoined(&killed, Duration::from_secs(30)).await;
+}
+
+/// A store on a [`SentinelConnection`](lease_redis::SentinelConnection) to the cluster at `url`
+/// with `config`, its start-up check passed.
+#[cfg(feature = "sentinel")]
+async fn sentinel_store(
+    url: &str,
+    config: RedisConfig,
+) -> RedisStore<lease_redis::SentinelConnection> {
+    let conn = lease_redis::SentinelConnection::from_url(url, &config).unwrap();
+    let store = RedisStore::with_client(conn, config).unwrap();
+    store.available().await.unwrap();
+    store
+}
+
+/// The URL of cluster node `node` (`r1`…`r3`: ports 63791…63793).
+#[cfg(feature = "sentinel")]
+fn node_url(node: &str) -> String {
+    let port = 63790 + node.trim_start_matches('r').parse::<u16>().unwrap_or(0);
+    format!("redis://127.0.0.1:{port}")
+}
+
+/// Waits until the primary has both replicas again, `node` (killed or frozen) among them.
+#[cfg(feature = "sentinel")]
+async fn rejoined(node: &str, within: Duration) {
+    let until = Instant::now() + within;
     while !in_sync().await {
         assert!(
             Instant::now() < until,
-            "{killed} did not rejoin as a replica within 30 s"
+            "{node} did not rejoin as a replica within {within:?}"
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -643,9 +642,7 @@ async fn through_sentinel_a_promoted_replica_is_checked_too() {
 /// Whether the cluster's primary has both replicas online.
 #[cfg(feature = "sentinel")]
 async fn in_sync() -> bool {
-    let primary = cluster(&["primary"]);
-    let port = 63790 + primary.trim_start_matches('r').parse::<u16>().unwrap_or(0);
-    let Ok(client) = redis::Client::open(format!("redis://127.0.0.1:{port}")) else {
+    let Ok(client) = redis::Client::open(node_url(&cluster(&["primary"]))) else {
         return false;
     };
     let Ok(mut conn) = client.get_multiplexed_async_connection().await else {

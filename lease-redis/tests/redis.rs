@@ -179,26 +179,40 @@ async fn available_reports_the_durability_risk_unless_accepted() {
     floored.available().await.unwrap();
 }
 
-#[tokio::test]
-async fn available_says_when_durability_cannot_be_checked() {
-    let Some(url) = common::url() else { return };
-    // A user that may run the scripts but not CONFIG, as on many managed services.
-    let user = common::unique("lease-test-")
-        .trim_end_matches('-')
-        .to_owned();
-    let mut raw = common::raw(&url).await;
+/// A new ACL user with password `pw`, every key, and `rules` (e.g. `+@all -config`): its name
+/// and `url` with its credentials. [`drop_acl_user`] removes it.
+async fn acl_user(url: &str, tag: &str, rules: &[&str]) -> (String, String) {
+    let user = common::unique(tag).trim_end_matches('-').to_owned();
+    let mut raw = common::raw(url).await;
     let _: () = lease_redis::redis::cmd("ACL")
         .arg("SETUSER")
         .arg(&user)
         .arg("on")
         .arg(">pw")
         .arg("~*")
-        .arg("+@all")
-        .arg("-config")
+        .arg(rules)
         .query_async(&mut raw)
         .await
         .unwrap();
-    let restricted = url.replacen("redis://", &format!("redis://{user}:pw@"), 1);
+    let with_user = url.replacen("redis://", &format!("redis://{user}:pw@"), 1);
+    (user, with_user)
+}
+
+async fn drop_acl_user(url: &str, user: &str) {
+    let mut raw = common::raw(url).await;
+    let _: i64 = lease_redis::redis::cmd("ACL")
+        .arg("DELUSER")
+        .arg(user)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn available_says_when_durability_cannot_be_checked() {
+    let Some(url) = common::url() else { return };
+    // A user that may run the scripts but not CONFIG, as on many managed services.
+    let (user, restricted) = acl_user(&url, "lease-test-", &["+@all", "-config"]).await;
     let strict = common::direct(&restricted, RedisConfig::new())
         .await
         .unwrap();
@@ -207,12 +221,7 @@ async fn available_says_when_durability_cannot_be_checked() {
         .await
         .unwrap();
     let accepted = accepting.available().await;
-    let _: i64 = lease_redis::redis::cmd("ACL")
-        .arg("DELUSER")
-        .arg(&user)
-        .query_async(&mut raw)
-        .await
-        .unwrap();
+    drop_acl_user(&url, &user).await;
 
     let e = refused.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Unsupported, "{e}");
@@ -763,22 +772,7 @@ async fn the_applications_redis_errors_convert_with_the_stores_verdict() {
 #[tokio::test]
 async fn a_user_who_may_not_publish_still_claims_and_releases() {
     let Some(url) = common::url() else { return };
-    let user = common::unique("lease-nopub-")
-        .trim_end_matches('-')
-        .to_owned();
-    let mut raw = common::raw(&url).await;
-    let _: () = lease_redis::redis::cmd("ACL")
-        .arg("SETUSER")
-        .arg(&user)
-        .arg("on")
-        .arg(">pw")
-        .arg("~*")
-        .arg("resetchannels")
-        .arg("+@all")
-        .query_async(&mut raw)
-        .await
-        .unwrap();
-    let restricted = url.replacen("redis://", &format!("redis://{user}:pw@"), 1);
+    let (user, restricted) = acl_user(&url, "lease-nopub-", &["resetchannels", "+@all"]).await;
     let outcome = async {
         let store = common::direct(&restricted, common::config())
             .await
@@ -825,11 +819,6 @@ async fn a_user_who_may_not_publish_still_claims_and_releases() {
         Ok::<(), String>(())
     }
     .await;
-    let _: i64 = lease_redis::redis::cmd("ACL")
-        .arg("DELUSER")
-        .arg(&user)
-        .query_async(&mut raw)
-        .await
-        .unwrap();
+    drop_acl_user(&url, &user).await;
     outcome.unwrap();
 }
