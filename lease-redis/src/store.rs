@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use lease_core::{Error, LeaseStoreExt, Result};
 use redis::aio::{ConnectionLike, ConnectionManager};
@@ -48,7 +48,7 @@ pub(crate) struct Inner {
     pub(crate) started: OnceCell<()>,
     /// On a `SentinelConnection`: the generation of the primary connection the check last
     /// passed on (a later connection may reach a promoted replica, which is checked again).
-    pub(crate) checked_primary: std::sync::atomic::AtomicU64,
+    pub(crate) checked_primary: AtomicU64,
     /// The hints of [`LeaseStore::changes`](lease_core::LeaseStore::changes) and their listener.
     pub(crate) hints: Hints,
 }
@@ -130,7 +130,7 @@ where
                 config,
                 server,
                 started: OnceCell::new(),
-                checked_primary: std::sync::atomic::AtomicU64::new(0),
+                checked_primary: AtomicU64::new(0),
                 hints: Hints::local(),
             }),
         })
