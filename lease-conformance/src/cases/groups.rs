@@ -305,6 +305,7 @@ pub async fn batch_renewal_of_1000_partitions_takes_fixed_round_trips(h: &Harnes
     let all: Vec<u32> = (0..1000).collect();
 
     // Acquire all 1,000 with some concurrency (one round trip each).
+    let acquiring = std::time::Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for chunk in all.chunks(100) {
         let (g, group, chunk) = (g.clone(), group.clone(), chunk.to_vec());
@@ -341,18 +342,33 @@ pub async fn batch_renewal_of_1000_partitions_takes_fixed_round_trips(h: &Harnes
         .unwrap();
     let rt_ten = switch.round_trips().unwrap_or(0);
     switch.reset_round_trips();
+    let renewal_sent = std::time::Instant::now();
     let thousand = via
         .renew_partitions(&group, &all, owner, ttl)
         .await
         .unwrap();
     let rt_thousand = switch.round_trips().unwrap_or(0);
     assert_eq!(ten.len(), 10);
-    assert_eq!(
-        partitions_of(&thousand),
-        all.iter().copied().collect(),
-        "{}: all 1,000 leases renewed",
-        h.backend()
-    );
+    // Every expiry was set after `acquiring`: a renewal answered before `acquiring + ttl` found
+    // all 1,000 live. A later one (a short fixed TTL on a loaded machine) may rightly renew
+    // fewer, never one it does not hold.
+    if acquiring.elapsed() < ttl {
+        assert_eq!(
+            partitions_of(&thousand),
+            all.iter().copied().collect(),
+            "{}: all 1,000 leases renewed",
+            h.backend()
+        );
+    } else {
+        assert!(thousand.len() <= 1000, "{}: renewed {}", h.backend(), thousand.len());
+        eprintln!(
+            "{}: {CASE}: the renewal came {:?} after the first acquire, past the {ttl:?} TTL: \
+             {} of 1,000 renewed",
+            h.backend(),
+            acquiring.elapsed(),
+            thousand.len()
+        );
+    }
     eprintln!(
         "{}: batch renewal round trips: 10 partitions {rt_ten}, 1,000 partitions {rt_thousand} ({:?})",
         h.backend(),
@@ -376,10 +392,22 @@ pub async fn batch_renewal_of_1000_partitions_takes_fixed_round_trips(h: &Harnes
             );
         }
     }
-    assert_eq!(
-        g.release_partitions(&group, &all, owner).await.unwrap(),
-        1000
-    );
+    // The renewal set every expiry after `renewal_sent`: a release answered before
+    // `renewal_sent + ttl` found all 1,000 live. One answered later (a loaded machine, or a
+    // store whose fixed TTL is short) may find some run out, and then not releasing them is
+    // right; it still releases no more than it holds.
+    let released = g.release_partitions(&group, &all, owner).await.unwrap();
+    if renewal_sent.elapsed() < ttl {
+        assert_eq!(released, 1000, "{}: the release of 1,000 live leases", h.backend());
+    } else {
+        assert!(released <= 1000, "{}: released {released} of 1,000", h.backend());
+        eprintln!(
+            "{}: {CASE}: the release came {:?} after the renewal, past the {ttl:?} TTL: {released} \
+             of 1,000 were still live",
+            h.backend(),
+            renewal_sent.elapsed()
+        );
+    }
 }
 
 /// A member is listed while it heartbeats, drops out when its TTL runs out, and at once when
@@ -674,13 +702,25 @@ pub async fn three_nodes_rebalance_without_overlap(h: &Harness) {
     let start = |store: Arc<dyn GroupStore>, node: &'static str| {
         let (group, audit) = (group.clone(), audit.clone());
         async move {
-            let w = GroupWorker::builder_arc(store, group, N)
-                .node(node)
-                .address(format!("{node}.example:7000"))
-                .timings(t)
-                .start()
-                .await
-                .unwrap_or_else(|e| panic!("worker {node} did not start: {e}"));
+            // `start` bounds its first heartbeat by the attempt timeout and answers a temporary
+            // error past it (a loaded machine); a user starts again, and so does the case, for
+            // a few leases at most. Any other error fails it.
+            let given_up = tokio::time::Instant::now() + t.lease() * 4;
+            let w = loop {
+                match GroupWorker::builder_arc(store.clone(), group.clone(), N)
+                    .node(node)
+                    .address(format!("{node}.example:7000"))
+                    .timings(t)
+                    .start()
+                    .await
+                {
+                    Ok(w) => break w,
+                    Err(e) if e.is_temporary() && tokio::time::Instant::now() < given_up => {
+                        eprintln!("{CASE}: worker {node} did not start ({e}); starting it again");
+                    }
+                    Err(e) => panic!("worker {node} did not start: {e}"),
+                }
+            };
             audit.watch(node, w.assignment(), Duration::from_millis(5));
             w
         }

@@ -14,8 +14,11 @@ use crate::history::History;
 use crate::{Harness, HintMode, faulty};
 
 /// How soon a release must wake a waiter on a store that hints: generous for a loaded CI
-/// machine, far below the retry the case's waiter is given (so polling cannot explain it).
-pub const WAKE_BOUND: Duration = Duration::from_millis(250);
+/// machine (a release took 425 ms to wake a PostgreSQL waiter with both cores busy 6 times
+/// over), and still below anything else that wakes the case's waiter: its retry is seconds,
+/// and the holder's expiry it read lies about a lease minus a renewal period (1.3 s for the
+/// harness's 1.5 s lease) after the release. So polling cannot explain a wake within it.
+pub const WAKE_BOUND: Duration = Duration::from_millis(600);
 
 /// What a case's store round trips may add to a hand-over on a loaded CI machine, on top of
 /// the waiter's own pacing.
