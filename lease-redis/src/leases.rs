@@ -147,14 +147,15 @@ where
         ttl: Duration,
     ) -> Result<Option<Grant>> {
         check::claim(self, name, instance, ttl)?;
-        self.started().await?;
+        let during = During::Op(Operation::Claim, name);
+        let on = self.started(during).await?;
         let key = record_key(self.config().get_key_prefix(), name);
         let holder = HolderHex::new(holder);
         let ttl = ceil_millis(ttl);
         let flag = self.config().get_term_scheme().script_flag();
-        let reply: Option<(u64, u64)> = self
+        let reply: Option<(u64, u64)> = on
             .eval_with(
-                During::Op(Operation::Claim, name),
+                during,
                 &SCRIPTS.claim,
                 &[key.as_bytes()],
                 4,

@@ -2,6 +2,7 @@
 //! [`RedisStore::with_client`]) and the start-up check behind
 //! [`available`](lease_core::LeaseStore::available).
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
@@ -12,7 +13,7 @@ use redis::aio::{ConnectionLike, ConnectionManager};
 use tokio::sync::OnceCell;
 
 use crate::config::{RedisConfig, TermScheme};
-use crate::error;
+use crate::error::{self, During};
 use crate::hints::Hints;
 use crate::wire::keys::record_key;
 use crate::wire::scripts::SCRIPTS;
@@ -47,10 +48,15 @@ pub(crate) struct Inner {
     /// Set once the start-up check ([`LeaseStore::available`](lease_core::LeaseStore::available)) has passed.
     pub(crate) started: OnceCell<()>,
     /// On a `SentinelConnection`: the generation of the primary connection the check last
-    /// passed on (a later connection may reach a promoted replica, which is checked again).
+    /// passed on (a later connection may reach a promoted replica, which is checked again);
+    /// 0 before any (generations count from 1).
     pub(crate) checked_primary: AtomicU64,
     /// The hints of [`LeaseStore::changes`](lease_core::LeaseStore::changes) and their listener.
     pub(crate) hints: Hints,
+    /// Tests: run once right after the next start-up check passed, before its result is
+    /// recorded and before the operation it guards goes out.
+    #[cfg(test)]
+    pub(crate) after_check: std::sync::Mutex<Option<Box<dyn FnOnce() + Send>>>,
 }
 
 impl<C> fmt::Debug for RedisStore<C> {
@@ -110,8 +116,10 @@ where
     /// time; once it has passed (or an explicit `available()` call passed), it is not run again.
     /// Call `available()` at start-up anyway, to fail there rather than at the first claim.
     /// Through a `SentinelConnection` (feature `sentinel`) the check runs again on each new
-    /// connection to a primary, before the operation that opened it goes out on it: a replica
-    /// the Sentinels promote is checked too.
+    /// connection to a primary, so a replica the Sentinels promote is checked too: each of
+    /// those operations takes the current primary connection once, runs the check over it
+    /// when that connection has not passed it, and goes out on that same connection — never on
+    /// one a failover opened after the check (it fails instead, when the checked one is gone).
     ///
     /// **Hints** ([`LeaseStore::changes`](lease_core::LeaseStore::changes)) from such a store
     /// cover only the changes made through the store itself (they say so: disconnected), since
@@ -132,6 +140,8 @@ where
                 started: OnceCell::new(),
                 checked_primary: AtomicU64::new(0),
                 hints: Hints::local(),
+                #[cfg(test)]
+                after_check: std::sync::Mutex::new(None),
             }),
         })
     }
@@ -168,37 +178,60 @@ where
 
     /// Runs the start-up check once, before the first operation that hands out a term or joins
     /// a group; see [`with_client`](Self::with_client). A failed check is not remembered: the
-    /// next such operation runs it again.
-    pub(crate) async fn started(&self) -> Result<()> {
-        if let Some((connected, generation)) = self.primary() {
-            // Through Sentinel: checked again on each new primary connection, before the
-            // operation goes out on it (the check opens it).
-            if self.inner.started.initialized()
-                && connected
-                && generation == self.inner.checked_primary.load(Ordering::SeqCst)
-            {
-                return Ok(());
+    /// next such operation runs it again. Answers the store to send that operation through
+    /// (`during` it, for the errors of connecting): this one; or, on a `SentinelConnection`,
+    /// this store on a connection pinned to one primary connection, checked over that same
+    /// connection when its generation has not been — so the operation goes out to the server
+    /// that was checked, or fails, and never to a primary promoted since the check.
+    pub(crate) async fn started(&self, during: During<'_>) -> Result<Cow<'_, Self>> {
+        if let Some(on) = self.pinned(during).await? {
+            let checked = self.inner.checked_primary.load(Ordering::SeqCst);
+            if on.pinned_generation() != Some(checked) {
+                on.check_here().await?;
             }
-            return self.check_available().await;
+            return Ok(Cow::Owned(on));
         }
-        if self.inner.started.initialized() {
-            return Ok(());
+        if !self.inner.started.initialized() {
+            self.inner
+                .started
+                .get_or_try_init(|| self.start_up_check())
+                .await?;
         }
-        self.inner
-            .started
-            .get_or_try_init(|| self.start_up_check())
-            .await
-            .map(|_| ())
+        Ok(Cow::Borrowed(self))
     }
 
-    /// For a store on a `SentinelConnection`: whether its primary connection is open, and its
-    /// generation; `None` on any other connection.
-    fn primary(&self) -> Option<(bool, u64)> {
+    /// On a `SentinelConnection`: this store on a connection
+    /// [pinned](crate::SentinelConnection) to the current primary connection (opened first
+    /// when there is none; `during` names what for, in its errors). `None` on any other
+    /// connection.
+    async fn pinned(&self, during: During<'_>) -> Result<Option<Self>> {
         #[cfg(feature = "sentinel")]
         {
             let conn: &dyn std::any::Any = &self.conn;
             if let Some(sentinel) = conn.downcast_ref::<crate::SentinelConnection>() {
-                return Some(sentinel.primary_generation());
+                let pinned: Box<dyn std::any::Any> =
+                    Box::new(self.bounded(during, sentinel.pin()).await?);
+                // `C` is `SentinelConnection` here: the downcast cannot fail.
+                if let Ok(conn) = pinned.downcast::<C>() {
+                    return Ok(Some(RedisStore {
+                        conn: *conn,
+                        inner: self.inner.clone(),
+                    }));
+                }
+            }
+        }
+        let _ = during;
+        Ok(None)
+    }
+
+    /// The generation of the primary connection this store's connection is pinned to; `None`
+    /// when it is not a pinned `SentinelConnection`.
+    fn pinned_generation(&self) -> Option<u64> {
+        #[cfg(feature = "sentinel")]
+        {
+            let conn: &dyn std::any::Any = &self.conn;
+            if let Some(sentinel) = conn.downcast_ref::<crate::SentinelConnection>() {
+                return sentinel.pinned_generation();
             }
         }
         None
@@ -206,15 +239,43 @@ where
 
     /// [`LeaseStore::available`](lease_core::LeaseStore::available): the start-up check, remembered once it passed.
     pub(crate) async fn check_available(&self) -> Result<()> {
+        match self.pinned(During::Task("connect to the primary")).await? {
+            Some(on) => on.check_here().await,
+            None => self.check_here().await,
+        }
+    }
+
+    /// The start-up check over this store's connection, remembered once it passed: on a
+    /// pinned `SentinelConnection`, for the primary connection it is pinned to (read before
+    /// the check, and the check went over that connection alone).
+    async fn check_here(&self) -> Result<()> {
+        let generation = self.pinned_generation();
         self.start_up_check().await?;
-        if let Some((_, generation)) = self.primary() {
+        self.after_check();
+        if let Some(generation) = generation {
             self.inner
                 .checked_primary
-                .store(generation, Ordering::SeqCst);
+                .fetch_max(generation, Ordering::SeqCst);
         }
         // Later operations need not check again.
         let _ = self.inner.started.set(());
         Ok(())
+    }
+
+    /// Tests: runs [`Inner::after_check`] once.
+    fn after_check(&self) {
+        #[cfg(test)]
+        {
+            let hook = self
+                .inner
+                .after_check
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take();
+            if let Some(hook) = hook {
+                hook();
+            }
+        }
     }
 
     /// One `CONFIG GET` parameter: `Ok(Some(value))`, `Ok(None)` when the server does not know
