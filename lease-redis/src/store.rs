@@ -15,8 +15,12 @@ use tokio::sync::OnceCell;
 use crate::config::{RedisConfig, TermScheme};
 use crate::error::{self, During};
 use crate::hints::Hints;
-use crate::wire::keys::record_key;
+use crate::wire::keys::{changes_channel, record_key};
 use crate::wire::scripts::SCRIPTS;
+
+/// What the start-up check publishes on the hint channel to learn whether it may: no kind and
+/// key (`<kind> <key>`), so no listener takes it for a hint.
+const PUBLISH_CHECK: &str = "publish-check";
 
 /// The longest lease name, in bytes, the store accepts.
 pub const MAX_NAME_BYTES: usize = 1024;
@@ -309,6 +313,7 @@ where
                 ))));
             }
         }
+        self.publish_check().await?;
         let (risks, unknown) = self.durability_risks().await;
         if risks.is_empty() && unknown.is_empty() {
             return Ok(());
@@ -347,6 +352,49 @@ where
              volatile-* maxmemory-policy; or choose TermScheme::ClockFloor; or accept the risk \
              with RedisConfig::allow_volatile(true)"
         ))))
+    }
+
+    /// Whether the store's user may `PUBLISH` on the hint channel (`<prefix>changes`): one
+    /// `PUBLISH` of a message that no listener takes for a hint. The scripts publish with
+    /// `redis.pcall`, so a refusal there is silent: a user without the channel's rights (Redis
+    /// 7's default for new ACL users) or without the command claims and releases all the same,
+    /// but its changes reach no subscriber. Refused (any server error), the store logs a
+    /// warning, once, and its hints say they are disconnected
+    /// ([`Hints::set_publishes`](crate::hints::Hints)), so its waiters keep their polling pace;
+    /// the check goes on. Only an error of the connection fails it.
+    async fn publish_check(&self) -> Result<()> {
+        let channel = changes_channel(self.config().get_key_prefix());
+        let during = During::Task("PUBLISH on the hint channel");
+        let mut cmd = redis::cmd("PUBLISH");
+        cmd.arg(&channel).arg(PUBLISH_CHECK);
+        let answer = self
+            .bounded(during, async {
+                let mut conn = self.conn.clone();
+                Ok(cmd.query_async::<redis::Value>(&mut conn).await)
+            })
+            .await?;
+        let refused = match answer {
+            Ok(_) => {
+                self.inner.hints.set_publishes(true);
+                return Ok(());
+            }
+            Err(e) if matches!(e.kind(), redis::ErrorKind::Server(_)) => e,
+            Err(e) => return Err(error::from_redis(e, during, self.label())),
+        };
+        if self.inner.hints.set_publishes(false) {
+            tracing::warn!(
+                server = %self.inner.server,
+                %channel,
+                error = %refused,
+                "this store's user may not PUBLISH on the hint channel, so its claims and \
+                 releases wake no waiter of another process (those find the change at their \
+                 next poll, which is slower where their own hints say connected); this \
+                 store's hints say they are disconnected, so its own waiters keep their \
+                 polling pace. Grant the user the channel and the command (e.g. ACL SETUSER \
+                 <user> &<channel> +publish +subscribe)"
+            );
+        }
+        Ok(())
     }
 
     /// With AOF on: how often the file is synced. `always` loses nothing acknowledged;
