@@ -15,7 +15,7 @@ use tokio::sync::OnceCell;
 use crate::config::{RedisConfig, TermScheme};
 use crate::error::{self, During};
 use crate::hints::Hints;
-use crate::wire::keys::{changes_channel, record_key};
+use crate::wire::keys::{changes_channel, record_key, replica_sync_channel};
 use crate::wire::scripts::SCRIPTS;
 
 /// What the start-up check publishes on the hint channel to learn whether it may: no kind and
@@ -361,25 +361,26 @@ where
     /// but its changes reach no subscriber. Refused (any server error), the store logs a
     /// warning, once, and its hints say they are disconnected
     /// ([`Hints::set_publishes`](crate::hints::Hints)), so its waiters keep their polling pace;
-    /// the check goes on. Only an error of the connection fails it.
+    /// the check goes on. Only an error of the connection fails it — and, with
+    /// [`RedisConfig::replica_acks`], a refused `PUBLISH` on `<prefix>replica-sync`: every
+    /// operation's pipeline publishes there, and a refusal would fail each one after its script
+    /// took effect (a claim granted but answered as a permanent error), so the check refuses the
+    /// server with `Unsupported` instead.
     async fn publish_check(&self) -> Result<()> {
-        let channel = changes_channel(self.config().get_key_prefix());
-        let during = During::Task("PUBLISH on the hint channel");
-        let mut cmd = redis::cmd("PUBLISH");
-        cmd.arg(&channel).arg(PUBLISH_CHECK);
-        let answer = self
-            .bounded(during, async {
-                let mut conn = self.conn.clone();
-                Ok(cmd.query_async::<redis::Value>(&mut conn).await)
-            })
-            .await?;
-        let refused = match answer {
-            Ok(_) => {
-                self.inner.hints.set_publishes(true);
-                return Ok(());
+        if self.config().get_replica_acks().is_some() {
+            let channel = replica_sync_channel(self.config().get_key_prefix());
+            if let Err(e) = self.try_publish(&channel, "").await? {
+                return Err(self.at_server(Error::unsupported(format!(
+                    "replica_acks publishes on {channel} in every operation's pipeline, and \
+                     this user may not (grant it, e.g. ACL SETUSER <user> &{channel} +publish): \
+                     {e}"
+                ))));
             }
-            Err(e) if matches!(e.kind(), redis::ErrorKind::Server(_)) => e,
-            Err(e) => return Err(error::from_redis(e, during, self.label())),
+        }
+        let channel = changes_channel(self.config().get_key_prefix());
+        let Err(refused) = self.try_publish(&channel, PUBLISH_CHECK).await? else {
+            self.inner.hints.set_publishes(true);
+            return Ok(());
         };
         if self.inner.hints.set_publishes(false) {
             tracing::warn!(
@@ -395,6 +396,29 @@ where
             );
         }
         Ok(())
+    }
+
+    /// `PUBLISH channel message`: `Ok(Err(refusal))` when the server refused it, `Err` when the
+    /// connection failed or timed out.
+    async fn try_publish(
+        &self,
+        channel: &str,
+        message: &str,
+    ) -> Result<std::result::Result<(), redis::RedisError>> {
+        let during = During::Task("PUBLISH at the start-up check");
+        let mut cmd = redis::cmd("PUBLISH");
+        cmd.arg(channel).arg(message);
+        let answer = self
+            .bounded(during, async {
+                let mut conn = self.conn.clone();
+                Ok(cmd.query_async::<redis::Value>(&mut conn).await)
+            })
+            .await?;
+        match answer {
+            Ok(_) => Ok(Ok(())),
+            Err(e) if matches!(e.kind(), redis::ErrorKind::Server(_)) => Ok(Err(e)),
+            Err(e) => Err(error::from_redis(e, during, self.label())),
+        }
     }
 
     /// With AOF on: how often the file is synced. `always` loses nothing acknowledged;

@@ -830,6 +830,50 @@ async fn a_user_who_may_not_publish_still_claims_and_releases() {
     outcome.unwrap();
 }
 
+/// With `replica_acks`, every operation's pipeline publishes on `<prefix>replica-sync` after
+/// its script: a user who may not publish is refused at the start-up check, before the first
+/// claim, with `Unsupported` naming the channel. Before, the check passed, and each claim took
+/// effect and then failed on the refused `PUBLISH` with a permanent `Backend` error (the name
+/// held, by a token nobody knew, until its TTL).
+#[tokio::test]
+async fn with_replica_acks_a_user_who_may_not_publish_is_refused_at_start_up() {
+    let Some(url) = common::url() else { return };
+    let (user, restricted) = acl_user(&url, "lease-nopub-acks-", &["resetchannels", "+@all"]).await;
+    let outcome = async {
+        let config = common::config()
+            .key_prefix(common::unique("nopub-acks-"))
+            .replica_acks(1, Duration::from_millis(50));
+        let store = common::direct(&restricted, config)
+            .await
+            .ok_or("no store")?;
+        let name = "n";
+        let claim = store.claim(name, &HolderToken::mint(), "w", TTL).await;
+        let key = store.record_key(name).map_err(|e| e.to_string())?;
+        let mut raw = common::raw(&url).await;
+        let written: i64 = lease_redis::redis::cmd("EXISTS")
+            .arg(&key)
+            .query_async(&mut raw)
+            .await
+            .map_err(|e| format!("EXISTS: {e}"))?;
+        match claim {
+            Err(e)
+                if e.kind() == ErrorKind::Unsupported && e.message().contains("replica-sync") => {}
+            other => return Err(format!("the claim answered {other:?}")),
+        }
+        if written != 0 {
+            return Err("the refused claim wrote the record".to_owned());
+        }
+        let e = store.available().await.err().ok_or("available() passed")?;
+        if e.kind() != ErrorKind::Unsupported {
+            return Err(format!("available(): {e}"));
+        }
+        Ok::<(), String>(())
+    }
+    .await;
+    drop_acl_user(&url, &user).await;
+    outcome.unwrap();
+}
+
 /// A user who may subscribe but not publish (`-publish`; channel rights alike): its store finds
 /// out at its start-up check and says its hints are disconnected — its claims and releases
 /// reach no other process's subscriber, and where the processes share the user, theirs reach
