@@ -230,7 +230,11 @@ impl RedisConfig {
     /// allowed inside a script); when fewer replicas acknowledge within `timeout`, the operation
     /// fails with `Unavailable`, as if the primary had not answered: the coordinator treats a
     /// claim's outcome as unknown and reads it back (that read waits for the replicas too), a
-    /// renewal as failed. So an answer the store gives is on `replicas` replicas.
+    /// renewal as failed. So an answer the store gives is on `replicas` replicas. The `PUBLISH`
+    /// goes to `<prefix>replica-sync`, which the user must be allowed (Redis 7 gives new ACL
+    /// users no channel rights): the start-up check tries it and refuses the server with
+    /// `Unsupported` when it may not, as each operation would otherwise fail after its script
+    /// took effect.
     ///
     /// What it does not do: it makes no replica wait for the write to reach its disk, and a
     /// failover keeps the write only if it promotes a replica that acknowledged it — Sentinel

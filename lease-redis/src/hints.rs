@@ -11,7 +11,7 @@
 //! A store built with [`RedisStore::with_client`] alone has no client to open one from: its
 //! hints cover only the changes made through the store itself, and say so (disconnected).
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use lease_core::backend::Hub;
@@ -34,6 +34,25 @@ pub(crate) const PING_EVERY: Duration = Duration::from_secs(5);
 pub(crate) struct Hints {
     pub(crate) hub: Hub,
     listener: Mutex<Option<(Listener, String)>>,
+    /// Whether the hub may say it is connected, shared with the listener's sessions.
+    link: Arc<Mutex<LinkState>>,
+}
+
+/// What decides whether a store's hints are connected: its subscriber, and its right to
+/// publish. Changed under one lock, so that a subscription coming up and a refused `PUBLISH`
+/// found at the same time leave the hub disconnected.
+#[derive(Debug)]
+struct LinkState {
+    /// How many of the listener's sessions have subscribed and not ended yet (a replaced
+    /// listener's may end after its successor's has subscribed).
+    subscribed: u32,
+    /// The store's user may `PUBLISH` on the channel, as far as its start-up check found
+    /// (`true` until it found otherwise).
+    publishes: bool,
+}
+
+fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl Hints {
@@ -44,13 +63,52 @@ impl Hints {
         Hints {
             hub,
             listener: Mutex::new(None),
+            link: Arc::new(Mutex::new(LinkState {
+                subscribed: 0,
+                publishes: true,
+            })),
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Option<(Listener, String)>> {
-        self.listener
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    fn lock(&self) -> MutexGuard<'_, Option<(Listener, String)>> {
+        locked(&self.listener)
+    }
+
+    /// Records whether the store's user may publish on the channel: when it may not, the hints
+    /// say they are disconnected (its changes reach no other process's subscriber, and in a
+    /// deployment whose processes share the user, theirs reach none here), and `true` when it
+    /// did not know that before. When it may again, they say connected while subscribed.
+    pub(crate) fn set_publishes(&self, publishes: bool) -> bool {
+        let mut link = locked(&self.link);
+        let news = link.publishes != publishes;
+        link.publishes = publishes;
+        if news {
+            self.hub.set_connected(publishes && link.subscribed > 0);
+        }
+        news
+    }
+}
+
+/// A session's subscription, as [`LinkState`] knows it: up from [`Subscribed::up`] until
+/// dropped (the session ended).
+struct Subscribed(Arc<Mutex<LinkState>>);
+
+impl Subscribed {
+    /// The session has subscribed: the hints turn connected, unless the store may not publish.
+    fn up(state: &Arc<Mutex<LinkState>>, link: &Link) -> Subscribed {
+        let mut s = locked(state);
+        s.subscribed = s.subscribed.saturating_add(1);
+        if s.publishes {
+            link.up();
+        }
+        Subscribed(state.clone())
+    }
+}
+
+impl Drop for Subscribed {
+    fn drop(&mut self) {
+        let mut s = locked(&self.0);
+        s.subscribed = s.subscribed.saturating_sub(1);
     }
 }
 
@@ -93,6 +151,7 @@ where
             self.config().get_operation_timeout(),
         );
         let session_name = name.clone();
+        let state = self.inner.hints.link.clone();
         let listener = Listener::spawn(
             what,
             &self.inner.hints.hub,
@@ -105,7 +164,7 @@ where
                     session_name.clone(),
                     label.clone(),
                     timeouts,
-                    link,
+                    (state.clone(), link),
                 )
             },
         )?;
@@ -154,7 +213,7 @@ async fn session(
     name: String,
     label: Option<String>,
     (connect_timeout, op_timeout): (Duration, Option<Duration>),
-    link: Link,
+    (state, link): (Arc<Mutex<LinkState>>, Link),
 ) -> Result<()> {
     let failed = |e: redis::RedisError| {
         error::from_redis(e, During::Task("hint listener"), label.as_deref())
@@ -177,7 +236,7 @@ async fn session(
         tracing::debug!(error = %e, "the hint listener could not name its connection");
     }
     conn.subscribe(&channel).await.map_err(failed)?;
-    link.up();
+    let _subscribed = Subscribed::up(&state, &link);
     let mut ping = tokio::time::interval(PING_EVERY);
     ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ping.tick().await;

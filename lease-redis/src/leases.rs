@@ -124,8 +124,10 @@ where
     /// LOAD`, which also warms the script cache so the first operations take one round trip);
     /// and the server keeps records across a restart and a host crash (`CONFIG GET appendonly`
     /// is `yes` and `appendfsync` is `always`) and never evicts them (`maxmemory-policy` is not
-    /// `allkeys-*`). The store runs this check itself before its first claim (see
-    /// [`RedisStore::with_client`]); a passed explicit call spares that.
+    /// `allkeys-*`). It also publishes once on the hint channel: a user who may not publish
+    /// gets a warning, once, and hints that say they are disconnected (see the crate
+    /// documentation, *Hints*), and the check goes on. The store runs this check itself before
+    /// its first claim (see [`RedisStore::with_client`]); a passed explicit call spares that.
     ///
     /// When a durability check fails or cannot be made (CONFIG disabled or renamed, as on many
     /// managed services), it fails with `Unsupported`, saying why, unless
@@ -147,14 +149,15 @@ where
         ttl: Duration,
     ) -> Result<Option<Grant>> {
         check::claim(self, name, instance, ttl)?;
-        self.started().await?;
+        let during = During::Op(Operation::Claim, name);
+        let on = self.started(during).await?;
         let key = record_key(self.config().get_key_prefix(), name);
         let holder = HolderHex::new(holder);
         let ttl = ceil_millis(ttl);
         let flag = self.config().get_term_scheme().script_flag();
-        let reply: Option<(u64, u64)> = self
+        let reply: Option<(u64, u64)> = on
             .eval_with(
-                During::Op(Operation::Claim, name),
+                during,
                 &SCRIPTS.claim,
                 &[key.as_bytes()],
                 4,

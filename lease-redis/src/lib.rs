@@ -221,6 +221,19 @@
 //! Cluster:** `PUBLISH` is broadcast to every node, so a subscriber on any node hears every
 //! hint.
 //!
+//! **The user must be allowed to publish.** The scripts publish with `redis.pcall`, so that a
+//! refused `PUBLISH` never fails a claim or release that took effect; but then its hint is lost,
+//! and Redis 7 gives new ACL users no channel rights (`acl-pubsub-default resetchannels`). The
+//! store's start-up check ([`available`](lease_core::LeaseStore::available), or the one before
+//! its first claim) publishes once on the channel to find out: refused, it logs a warning, once,
+//! and its hints say they are disconnected (so its waiters keep their polling pace, as they
+//! must where no process of the same user can publish). A store of another process cannot know
+//! that a publisher lacks the right: where its own subscriber is connected, its waiters then
+//! learn of that publisher's releases only at their next poll, which is slower with hints
+//! connected. So grant every user of the stores the channel and the commands (e.g. `ACL
+//! SETUSER <user> &<prefix>changes +publish +subscribe`, and `&<prefix>replica-sync` with
+//! [`RedisConfig::replica_acks`]).
+//!
 //! # Keys and data layout
 //!
 //! One hash per name, at `<prefix>{<name>}` (prefix `lease:` unless

@@ -68,16 +68,17 @@ where
         groups: &[String],
     ) -> Result<Member> {
         check::heartbeat(self, service, node, address, ttl, groups)?;
-        self.started().await?;
+        let during = During::Op(Operation::Heartbeat, service);
+        let on = self.started(during).await?;
         let prefix = self.config().get_key_prefix();
         let (records, expiries) = (
             members_key(prefix, service),
             member_expiry_key(prefix, service),
         );
         let ttl = ceil_millis(ttl).to_string();
-        let ttl_ms: u64 = self
+        let ttl_ms: u64 = on
             .eval_keys(
-                During::Op(Operation::Heartbeat, service),
+                during,
                 &SCRIPTS.heartbeat,
                 &[records.as_bytes(), expiries.as_bytes()],
                 &[node, &ttl, &encode_member(address, groups)],

@@ -81,12 +81,13 @@ where
         ttl: Duration,
     ) -> Result<Option<PartitionLease>> {
         check::acquire_partition(self, group, owner, ttl)?;
-        self.started().await?;
+        let during = During::Op(Operation::AcquirePartition, group);
+        let on = self.started(during).await?;
         let key = partitions_key(self.config().get_key_prefix(), group);
         let ttl = ceil_millis(ttl).to_string();
-        let reply: Option<(u64, u64)> = self
+        let reply: Option<(u64, u64)> = on
             .eval(
-                During::Op(Operation::AcquirePartition, group),
+                during,
                 &SCRIPTS.acquire_partition,
                 key.as_bytes(),
                 &[

@@ -42,14 +42,15 @@ where
         ttl: Duration,
     ) -> Result<Option<PermitGrant>> {
         check::claim_permit(self, name, permits, instance, ttl)?;
-        self.started().await?;
+        let during = During::Op(Operation::ClaimPermit, name);
+        let on = self.started(during).await?;
         let key = self.permits_key_of(name);
         let holder = HolderHex::new(holder);
         let ttl = ceil_millis(ttl);
         let flag = self.config().get_term_scheme().script_flag();
-        let reply: Option<(u32, u64, u64)> = self
+        let reply: Option<(u32, u64, u64)> = on
             .eval_with(
-                During::Op(Operation::ClaimPermit, name),
+                during,
                 &SCRIPTS.claim_permit,
                 &[key.as_bytes()],
                 5,

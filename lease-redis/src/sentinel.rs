@@ -35,11 +35,25 @@ use crate::config::RedisConfig;
 #[derive(Clone)]
 pub struct SentinelConnection {
     shared: Arc<Shared>,
+    /// For one operation of the store ([`pin`](Self::pin)): the primary connection it was
+    /// checked on and must go out on, with its generation. Requests then never open another
+    /// connection: a failure drops this one (when still current) and is answered as it came.
+    pinned: Option<(u64, MultiplexedConnection)>,
+}
+
+/// Where the primary's address comes from.
+enum Resolver {
+    /// The Sentinels.
+    Sentinels(SentinelClient),
+    /// Tests: the servers named in turn (the last one for every later resolution), standing
+    /// for the primaries a series of failovers would promote.
+    #[cfg(test)]
+    Fixed(std::collections::VecDeque<redis::Client>),
 }
 
 struct Shared {
     /// Asks the Sentinels (one resolution at a time).
-    client: tokio::sync::Mutex<SentinelClient>,
+    client: tokio::sync::Mutex<Resolver>,
     /// The connection to the primary last named, and its generation (so that a failure on an
     /// older connection does not drop a newer one).
     current: Mutex<(u64, Option<MultiplexedConnection>)>,
@@ -51,6 +65,10 @@ impl fmt::Debug for SentinelConnection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SentinelConnection")
             .field("master", &self.shared.master)
+            .field(
+                "pinned",
+                &self.pinned.as_ref().map(|(generation, _)| generation),
+            )
             .finish_non_exhaustive()
     }
 }
@@ -87,17 +105,26 @@ impl SentinelConnection {
                 "the Sentinel addresses {sentinels:?} are not valid (give host:port each): {e}"
             ))
         })?;
+        Ok(SentinelConnection::on(
+            Resolver::Sentinels(client),
+            master,
+            config,
+        ))
+    }
+
+    fn on(resolver: Resolver, master: &str, config: &RedisConfig) -> SentinelConnection {
         let timeouts = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(config.get_connect_timeout()))
             .set_response_timeout(config.get_operation_timeout());
-        Ok(SentinelConnection {
+        SentinelConnection {
             shared: Arc::new(Shared {
-                client: tokio::sync::Mutex::new(client),
+                client: tokio::sync::Mutex::new(resolver),
                 current: Mutex::new((0, None)),
                 config: timeouts,
                 master: master.to_owned(),
             }),
-        })
+            pinned: None,
+        }
     }
 
     /// A connection from a URL `redis+sentinel://host:port[,host:port…]/<master>` (the
@@ -118,16 +145,63 @@ impl SentinelConnection {
         SentinelConnection::new(&sentinels, master, config)
     }
 
+    /// Tests: a connection whose primaries are `servers` (URLs) in turn, one per resolution,
+    /// the last one for every later resolution; no Sentinel.
+    #[cfg(test)]
+    pub(crate) fn fixed(servers: &[&str], config: &RedisConfig) -> SentinelConnection {
+        let servers = servers
+            .iter()
+            .filter_map(|url| redis::Client::open(*url).ok())
+            .collect();
+        SentinelConnection::on(Resolver::Fixed(servers), "fixed", config)
+    }
+
+    /// Tests: a failover as a request sees it — `conn` (to the newly promoted primary) becomes
+    /// the current primary connection, under the next generation.
+    #[cfg(test)]
+    pub(crate) fn fail_over_to(&self, conn: MultiplexedConnection) {
+        let mut current = lock(&self.shared.current);
+        current.0 += 1;
+        current.1 = Some(conn);
+    }
+
     /// The master name.
     pub fn master(&self) -> &str {
         &self.shared.master
     }
 
-    /// Whether a connection to a primary is open, and how many have been opened: a new one
-    /// means the primary may be another server (the store checks it again).
-    pub(crate) fn primary_generation(&self) -> (bool, u64) {
-        let current = lock(&self.shared.current);
-        (current.1.is_some(), current.0)
+    /// This connection, pinned to the current primary connection (opened first when there is
+    /// none): every request on the answer goes out on that one connection, to that one server,
+    /// or fails — it never opens another. The store gets one per operation that must run on a
+    /// checked server, checks the server over it when its [generation](Self::pinned_generation)
+    /// has not been checked, and sends the operation on it: the check and the operation reach
+    /// the same server. On a pinned connection, answers the same pin.
+    pub(crate) async fn pin(&self) -> std::result::Result<SentinelConnection, RedisError> {
+        let pinned = match &self.pinned {
+            Some(pinned) => pinned.clone(),
+            None => self.connection().await?,
+        };
+        Ok(SentinelConnection {
+            shared: self.shared.clone(),
+            pinned: Some(pinned),
+        })
+    }
+
+    /// The generation of the primary connection this one is [pinned](Self::pin) to (each
+    /// connection opened to a primary gets the next, from 1; a new one may reach another
+    /// server); `None` when it is not pinned.
+    pub(crate) fn pinned_generation(&self) -> Option<u64> {
+        self.pinned.as_ref().map(|(generation, _)| *generation)
+    }
+
+    /// The connection a request goes out on: the pinned one, or the current primary's.
+    async fn request_connection(
+        &self,
+    ) -> std::result::Result<(u64, MultiplexedConnection), RedisError> {
+        match &self.pinned {
+            Some(pinned) => Ok(pinned.clone()),
+            None => self.connection().await,
+        }
     }
 
     /// The connection to the current primary, asking the Sentinels when there is none.
@@ -140,9 +214,26 @@ impl SentinelConnection {
         if let (generation, Some(conn)) = &*lock(&self.shared.current) {
             return Ok((*generation, conn.clone()));
         }
-        let conn = client
-            .get_async_connection_with_config(&self.shared.config)
-            .await?;
+        let conn = match &mut *client {
+            Resolver::Sentinels(client) => {
+                client
+                    .get_async_connection_with_config(&self.shared.config)
+                    .await?
+            }
+            #[cfg(test)]
+            Resolver::Fixed(servers) => {
+                let server = match servers.len() {
+                    0 | 1 => servers.front().cloned(),
+                    _ => servers.pop_front(),
+                };
+                let server = server.ok_or_else(|| {
+                    RedisError::from((redis::ErrorKind::Io, "no server to resolve to"))
+                })?;
+                server
+                    .get_multiplexed_async_connection_with_config(&self.shared.config)
+                    .await?
+            }
+        };
         let mut current = lock(&self.shared.current);
         current.0 += 1;
         current.1 = Some(conn.clone());
@@ -171,7 +262,7 @@ impl SentinelConnection {
 impl ConnectionLike for SentinelConnection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         Box::pin(async move {
-            let (generation, mut conn) = self.connection().await?;
+            let (generation, mut conn) = self.request_connection().await?;
             let answer = conn.req_packed_command(cmd).await;
             if let Err(e) = &answer {
                 self.failed(generation, e);
@@ -187,7 +278,7 @@ impl ConnectionLike for SentinelConnection {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         Box::pin(async move {
-            let (generation, mut conn) = self.connection().await?;
+            let (generation, mut conn) = self.request_connection().await?;
             let answer = conn.req_packed_commands(pipeline, offset, count).await;
             match &answer {
                 Err(e) => self.failed(generation, e),
@@ -229,5 +320,188 @@ mod tests {
             let e = SentinelConnection::from_url(bad, &config).unwrap_err();
             assert!(e.message().contains("redis+sentinel://"), "{bad}: {e}");
         }
+    }
+}
+
+/// The durability check and the operation it guards go over one connection, to one server:
+/// stores on a [`SentinelConnection::fixed`] whose primary is a durable `redis-server` of the
+/// test (AOF synced on every write), and a failover to a volatile one (AOF off: a restart would
+/// start `Counter` terms at 1 again) that lands right after the check passed, before the
+/// operation goes out ([`Inner::after_check`](crate::store::Inner)). Needs `redis-server` on
+/// the machine; without it the cases skip loudly (`SKIPPED redis-server: …`).
+#[cfg(test)]
+mod pinned {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use std::net::{Ipv4Addr, TcpListener};
+    use std::path::PathBuf;
+    use std::process::{Child, Command, Stdio};
+    use std::time::{Duration, Instant};
+
+    use lease_core::backend::HolderToken;
+    use lease_core::{ErrorKind, LeaseStore};
+
+    use super::*;
+    use crate::RedisStore;
+
+    const TTL: Duration = Duration::from_secs(30);
+
+    /// A `redis-server` of the test, killed and its directory removed on drop.
+    struct Node {
+        child: Child,
+        port: u16,
+        dir: PathBuf,
+    }
+
+    impl Drop for Node {
+        fn drop(&mut self) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    impl Node {
+        fn url(&self) -> String {
+            format!("redis://127.0.0.1:{}", self.port)
+        }
+
+        async fn conn(&self) -> MultiplexedConnection {
+            redis::Client::open(self.url())
+                .unwrap()
+                .get_multiplexed_async_connection()
+                .await
+                .unwrap()
+        }
+
+        /// Whether `key` exists on this server.
+        async fn holds(&self, key: &str) -> bool {
+            let mut conn = self.conn().await;
+            redis::cmd("EXISTS")
+                .arg(key)
+                .query_async::<i64>(&mut conn)
+                .await
+                .unwrap()
+                == 1
+        }
+    }
+
+    /// Starts `redis-server` on a free port with AOF `appendonly` (synced on every write);
+    /// `None` (after the skip line) when the binary is missing.
+    async fn spawn(tag: &str, appendonly: bool) -> Option<Node> {
+        let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let dir = std::env::temp_dir().join(format!(
+            "lease-redis-pinned-{tag}-{}-{port}",
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let spawned = Command::new("redis-server")
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+            ])
+            .args(["--appendonly", if appendonly { "yes" } else { "no" }])
+            .args(["--appendfsync", "always"])
+            .arg("--dir")
+            .arg(&dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn();
+        let child = match spawned {
+            Ok(child) => child,
+            Err(e) => {
+                lease_conformance::env::skip(
+                    "redis-server",
+                    &format!("cannot start redis-server: {e}"),
+                );
+                return None;
+            }
+        };
+        let node = Node { child, port, dir };
+        let until = Instant::now() + Duration::from_secs(10);
+        while redis::Client::open(node.url())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .is_err()
+        {
+            assert!(
+                Instant::now() < until,
+                "redis-server does not answer on {port}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Some(node)
+    }
+
+    /// A durable and a volatile server, and a store whose Sentinel names the durable one, with
+    /// a failover to the volatile one set to land right after its next check passed.
+    async fn failover_after_the_check() -> Option<(Node, Node, RedisStore<SentinelConnection>)> {
+        let durable = spawn("durable", true).await?;
+        let volatile = spawn("volatile", false).await?;
+        let config = RedisConfig::new().key_prefix("pinned:");
+        let conn = SentinelConnection::fixed(&[&durable.url()], &config);
+        let store = RedisStore::with_client(conn.clone(), config).unwrap();
+        let promoted = volatile.conn().await;
+        *store.inner.after_check.lock().unwrap() =
+            Some(Box::new(move || conn.fail_over_to(promoted)));
+        Some((durable, volatile, store))
+    }
+
+    /// The claim whose check passed goes out on the server that was checked (the durable one),
+    /// not on the connection a failover opened meanwhile; the next claim checks the new
+    /// primary and is refused. Before, the claim went out on the new, unchecked connection and
+    /// was granted on the volatile server, and so was the next.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_claim_goes_out_on_the_server_its_check_passed_on() {
+        let Some((durable, volatile, store)) = failover_after_the_check().await else {
+            return;
+        };
+        let first = store
+            .claim("first", &HolderToken::mint(), "a", TTL)
+            .await
+            .unwrap();
+        assert!(first.is_some(), "a fresh name is free");
+        let key = store.record_key("first").unwrap();
+        assert!(
+            !volatile.holds(&key).await,
+            "the claim went out on the volatile server, which was never checked"
+        );
+        assert!(
+            durable.holds(&key).await,
+            "the claim is on the checked server"
+        );
+        let next = store.claim("next", &HolderToken::mint(), "a", TTL).await;
+        let e = next.expect_err("a claim on the unchecked volatile primary");
+        assert_eq!(e.kind(), ErrorKind::Unsupported, "{e}");
+        assert!(e.message().contains("appendonly"), "{e}");
+    }
+
+    /// An explicit `available()` records the connection it checked, not the one a failover
+    /// opened while it checked: the next claim checks the new primary and is refused. Before,
+    /// the new connection was recorded as checked, and the claim granted on the volatile server.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn available_records_the_connection_it_checked() {
+        let Some((_durable, volatile, store)) = failover_after_the_check().await else {
+            return;
+        };
+        store.available().await.unwrap();
+        let claim = store.claim("after", &HolderToken::mint(), "a", TTL).await;
+        let key = store.record_key("after").unwrap();
+        let on_volatile = volatile.holds(&key).await;
+        let e = claim.expect_err("a claim on the unchecked volatile primary");
+        assert_eq!(e.kind(), ErrorKind::Unsupported, "{e}");
+        assert!(
+            !on_volatile,
+            "a claim reached the unchecked volatile server"
+        );
     }
 }

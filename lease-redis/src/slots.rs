@@ -114,11 +114,11 @@ where
         instant_ms: i64,
     ) -> Result<SlotClaim> {
         check::claim(self, name, instance, ttl)?;
-        self.started().await?;
+        let during = During::Op(Operation::ClaimSlot, name);
+        let on = self.started(during).await?;
         let key = self.key(name);
         let ttl = ceil_millis(ttl).to_string();
-        let during = During::Op(Operation::ClaimSlot, name);
-        let reply: ClaimReply = self
+        let reply: ClaimReply = on
             .eval(
                 during,
                 &SCRIPTS.claim_slot,
@@ -221,12 +221,13 @@ where
         instant_ms: i64,
     ) -> Result<Option<Grant>> {
         check::claim(self, name, instance, ttl)?;
-        self.started().await?;
+        let during = During::Op(Operation::ClaimRerun, name);
+        let on = self.started(during).await?;
         let key = self.key(name);
         let ttl = ceil_millis(ttl).to_string();
-        let reply: Option<(u64, u64)> = self
+        let reply: Option<(u64, u64)> = on
             .eval(
-                During::Op(Operation::ClaimRerun, name),
+                during,
                 &SCRIPTS.claim_rerun,
                 key.as_bytes(),
                 &[

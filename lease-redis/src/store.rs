@@ -2,6 +2,7 @@
 //! [`RedisStore::with_client`]) and the start-up check behind
 //! [`available`](lease_core::LeaseStore::available).
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
@@ -12,10 +13,14 @@ use redis::aio::{ConnectionLike, ConnectionManager};
 use tokio::sync::OnceCell;
 
 use crate::config::{RedisConfig, TermScheme};
-use crate::error;
+use crate::error::{self, During};
 use crate::hints::Hints;
-use crate::wire::keys::record_key;
+use crate::wire::keys::{changes_channel, record_key, replica_sync_channel};
 use crate::wire::scripts::SCRIPTS;
+
+/// What the start-up check publishes on the hint channel to learn whether it may: no kind and
+/// key (`<kind> <key>`), so no listener takes it for a hint.
+const PUBLISH_CHECK: &str = "publish-check";
 
 /// The longest lease name, in bytes, the store accepts.
 pub const MAX_NAME_BYTES: usize = 1024;
@@ -47,10 +52,15 @@ pub(crate) struct Inner {
     /// Set once the start-up check ([`LeaseStore::available`](lease_core::LeaseStore::available)) has passed.
     pub(crate) started: OnceCell<()>,
     /// On a `SentinelConnection`: the generation of the primary connection the check last
-    /// passed on (a later connection may reach a promoted replica, which is checked again).
+    /// passed on (a later connection may reach a promoted replica, which is checked again);
+    /// 0 before any (generations count from 1).
     pub(crate) checked_primary: AtomicU64,
     /// The hints of [`LeaseStore::changes`](lease_core::LeaseStore::changes) and their listener.
     pub(crate) hints: Hints,
+    /// Tests: run once right after the next start-up check passed, before its result is
+    /// recorded and before the operation it guards goes out.
+    #[cfg(test)]
+    pub(crate) after_check: std::sync::Mutex<Option<Box<dyn FnOnce() + Send>>>,
 }
 
 impl<C> fmt::Debug for RedisStore<C> {
@@ -110,8 +120,10 @@ where
     /// time; once it has passed (or an explicit `available()` call passed), it is not run again.
     /// Call `available()` at start-up anyway, to fail there rather than at the first claim.
     /// Through a `SentinelConnection` (feature `sentinel`) the check runs again on each new
-    /// connection to a primary, before the operation that opened it goes out on it: a replica
-    /// the Sentinels promote is checked too.
+    /// connection to a primary, so a replica the Sentinels promote is checked too: each of
+    /// those operations takes the current primary connection once, runs the check over it
+    /// when that connection has not passed it, and goes out on that same connection — never on
+    /// one a failover opened after the check (it fails instead, when the checked one is gone).
     ///
     /// **Hints** ([`LeaseStore::changes`](lease_core::LeaseStore::changes)) from such a store
     /// cover only the changes made through the store itself (they say so: disconnected), since
@@ -132,6 +144,8 @@ where
                 started: OnceCell::new(),
                 checked_primary: AtomicU64::new(0),
                 hints: Hints::local(),
+                #[cfg(test)]
+                after_check: std::sync::Mutex::new(None),
             }),
         })
     }
@@ -168,37 +182,60 @@ where
 
     /// Runs the start-up check once, before the first operation that hands out a term or joins
     /// a group; see [`with_client`](Self::with_client). A failed check is not remembered: the
-    /// next such operation runs it again.
-    pub(crate) async fn started(&self) -> Result<()> {
-        if let Some((connected, generation)) = self.primary() {
-            // Through Sentinel: checked again on each new primary connection, before the
-            // operation goes out on it (the check opens it).
-            if self.inner.started.initialized()
-                && connected
-                && generation == self.inner.checked_primary.load(Ordering::SeqCst)
-            {
-                return Ok(());
+    /// next such operation runs it again. Answers the store to send that operation through
+    /// (`during` it, for the errors of connecting): this one; or, on a `SentinelConnection`,
+    /// this store on a connection pinned to one primary connection, checked over that same
+    /// connection when its generation has not been — so the operation goes out to the server
+    /// that was checked, or fails, and never to a primary promoted since the check.
+    pub(crate) async fn started(&self, during: During<'_>) -> Result<Cow<'_, Self>> {
+        if let Some(on) = self.pinned(during).await? {
+            let checked = self.inner.checked_primary.load(Ordering::SeqCst);
+            if on.pinned_generation() != Some(checked) {
+                on.check_here().await?;
             }
-            return self.check_available().await;
+            return Ok(Cow::Owned(on));
         }
-        if self.inner.started.initialized() {
-            return Ok(());
+        if !self.inner.started.initialized() {
+            self.inner
+                .started
+                .get_or_try_init(|| self.start_up_check())
+                .await?;
         }
-        self.inner
-            .started
-            .get_or_try_init(|| self.start_up_check())
-            .await
-            .map(|_| ())
+        Ok(Cow::Borrowed(self))
     }
 
-    /// For a store on a `SentinelConnection`: whether its primary connection is open, and its
-    /// generation; `None` on any other connection.
-    fn primary(&self) -> Option<(bool, u64)> {
+    /// On a `SentinelConnection`: this store on a connection
+    /// [pinned](crate::SentinelConnection) to the current primary connection (opened first
+    /// when there is none; `during` names what for, in its errors). `None` on any other
+    /// connection.
+    async fn pinned(&self, during: During<'_>) -> Result<Option<Self>> {
         #[cfg(feature = "sentinel")]
         {
             let conn: &dyn std::any::Any = &self.conn;
             if let Some(sentinel) = conn.downcast_ref::<crate::SentinelConnection>() {
-                return Some(sentinel.primary_generation());
+                let pinned: Box<dyn std::any::Any> =
+                    Box::new(self.bounded(during, sentinel.pin()).await?);
+                // `C` is `SentinelConnection` here: the downcast cannot fail.
+                if let Ok(conn) = pinned.downcast::<C>() {
+                    return Ok(Some(RedisStore {
+                        conn: *conn,
+                        inner: self.inner.clone(),
+                    }));
+                }
+            }
+        }
+        let _ = during;
+        Ok(None)
+    }
+
+    /// The generation of the primary connection this store's connection is pinned to; `None`
+    /// when it is not a pinned `SentinelConnection`.
+    fn pinned_generation(&self) -> Option<u64> {
+        #[cfg(feature = "sentinel")]
+        {
+            let conn: &dyn std::any::Any = &self.conn;
+            if let Some(sentinel) = conn.downcast_ref::<crate::SentinelConnection>() {
+                return sentinel.pinned_generation();
             }
         }
         None
@@ -206,15 +243,43 @@ where
 
     /// [`LeaseStore::available`](lease_core::LeaseStore::available): the start-up check, remembered once it passed.
     pub(crate) async fn check_available(&self) -> Result<()> {
+        match self.pinned(During::Task("connect to the primary")).await? {
+            Some(on) => on.check_here().await,
+            None => self.check_here().await,
+        }
+    }
+
+    /// The start-up check over this store's connection, remembered once it passed: on a
+    /// pinned `SentinelConnection`, for the primary connection it is pinned to (read before
+    /// the check, and the check went over that connection alone).
+    async fn check_here(&self) -> Result<()> {
+        let generation = self.pinned_generation();
         self.start_up_check().await?;
-        if let Some((_, generation)) = self.primary() {
+        self.after_check();
+        if let Some(generation) = generation {
             self.inner
                 .checked_primary
-                .store(generation, Ordering::SeqCst);
+                .fetch_max(generation, Ordering::SeqCst);
         }
         // Later operations need not check again.
         let _ = self.inner.started.set(());
         Ok(())
+    }
+
+    /// Tests: runs [`Inner::after_check`] once.
+    fn after_check(&self) {
+        #[cfg(test)]
+        {
+            let hook = self
+                .inner
+                .after_check
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take();
+            if let Some(hook) = hook {
+                hook();
+            }
+        }
     }
 
     /// One `CONFIG GET` parameter: `Ok(Some(value))`, `Ok(None)` when the server does not know
@@ -248,6 +313,7 @@ where
                 ))));
             }
         }
+        self.publish_check().await?;
         let (risks, unknown) = self.durability_risks().await;
         if risks.is_empty() && unknown.is_empty() {
             return Ok(());
@@ -286,6 +352,73 @@ where
              volatile-* maxmemory-policy; or choose TermScheme::ClockFloor; or accept the risk \
              with RedisConfig::allow_volatile(true)"
         ))))
+    }
+
+    /// Whether the store's user may `PUBLISH` on the hint channel (`<prefix>changes`): one
+    /// `PUBLISH` of a message that no listener takes for a hint. The scripts publish with
+    /// `redis.pcall`, so a refusal there is silent: a user without the channel's rights (Redis
+    /// 7's default for new ACL users) or without the command claims and releases all the same,
+    /// but its changes reach no subscriber. Refused (any server error), the store logs a
+    /// warning, once, and its hints say they are disconnected
+    /// ([`Hints::set_publishes`](crate::hints::Hints)), so its waiters keep their polling pace;
+    /// the check goes on. Only an error of the connection fails it — and, with
+    /// [`RedisConfig::replica_acks`], a refused `PUBLISH` on `<prefix>replica-sync`: every
+    /// operation's pipeline publishes there, and a refusal would fail each one after its script
+    /// took effect (a claim granted but answered as a permanent error), so the check refuses the
+    /// server with `Unsupported` instead.
+    async fn publish_check(&self) -> Result<()> {
+        if self.config().get_replica_acks().is_some() {
+            let channel = replica_sync_channel(self.config().get_key_prefix());
+            if let Err(e) = self.try_publish(&channel, "").await? {
+                return Err(self.at_server(Error::unsupported(format!(
+                    "replica_acks publishes on {channel} in every operation's pipeline, and \
+                     this user may not (grant it, e.g. ACL SETUSER <user> &{channel} +publish): \
+                     {e}"
+                ))));
+            }
+        }
+        let channel = changes_channel(self.config().get_key_prefix());
+        let Err(refused) = self.try_publish(&channel, PUBLISH_CHECK).await? else {
+            self.inner.hints.set_publishes(true);
+            return Ok(());
+        };
+        if self.inner.hints.set_publishes(false) {
+            tracing::warn!(
+                server = %self.inner.server,
+                %channel,
+                error = %refused,
+                "this store's user may not PUBLISH on the hint channel, so its claims and \
+                 releases wake no waiter of another process (those find the change at their \
+                 next poll, which is slower where their own hints say connected); this \
+                 store's hints say they are disconnected, so its own waiters keep their \
+                 polling pace. Grant the user the channel and the command (e.g. ACL SETUSER \
+                 <user> &<channel> +publish +subscribe)"
+            );
+        }
+        Ok(())
+    }
+
+    /// `PUBLISH channel message`: `Ok(Err(refusal))` when the server refused it, `Err` when the
+    /// connection failed or timed out.
+    async fn try_publish(
+        &self,
+        channel: &str,
+        message: &str,
+    ) -> Result<std::result::Result<(), redis::RedisError>> {
+        let during = During::Task("PUBLISH at the start-up check");
+        let mut cmd = redis::cmd("PUBLISH");
+        cmd.arg(channel).arg(message);
+        let answer = self
+            .bounded(during, async {
+                let mut conn = self.conn.clone();
+                Ok(cmd.query_async::<redis::Value>(&mut conn).await)
+            })
+            .await?;
+        match answer {
+            Ok(_) => Ok(Ok(())),
+            Err(e) if matches!(e.kind(), redis::ErrorKind::Server(_)) => Ok(Err(e)),
+            Err(e) => Err(error::from_redis(e, during, self.label())),
+        }
     }
 
     /// With AOF on: how often the file is synced. `always` loses nothing acknowledged;

@@ -8,6 +8,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use lease_conformance::FaultMode;
+use lease_core::notify::Topic;
 use lease_core::{ErrorKind, LeaseStore, backend::HolderToken};
 use lease_redis::redis::aio::{ConnectionManager, MultiplexedConnection};
 use lease_redis::redis::{AsyncTypedCommands, Client};
@@ -815,6 +816,156 @@ async fn a_user_who_may_not_publish_still_claims_and_releases() {
             .map_err(|e| format!("permits: {e}"))?;
         if left.iter().any(|i| i.live) {
             return Err(format!("permits left held: {left:?}"));
+        }
+        let hints = store
+            .changes(&Topic::lease(&name))
+            .ok_or("the store gives no hints")?;
+        if hints.is_connected() {
+            return Err("the hints of a store that cannot publish say connected".to_owned());
+        }
+        Ok::<(), String>(())
+    }
+    .await;
+    drop_acl_user(&url, &user).await;
+    outcome.unwrap();
+}
+
+/// With `replica_acks`, every operation's pipeline publishes on `<prefix>replica-sync` after
+/// its script: a user who may not publish is refused at the start-up check, before the first
+/// claim, with `Unsupported` naming the channel. Before, the check passed, and each claim took
+/// effect and then failed on the refused `PUBLISH` with a permanent `Backend` error (the name
+/// held, by a token nobody knew, until its TTL).
+#[tokio::test]
+async fn with_replica_acks_a_user_who_may_not_publish_is_refused_at_start_up() {
+    let Some(url) = common::url() else { return };
+    let (user, restricted) = acl_user(&url, "lease-nopub-acks-", &["resetchannels", "+@all"]).await;
+    let outcome = async {
+        let config = common::config()
+            .key_prefix(common::unique("nopub-acks-"))
+            .replica_acks(1, Duration::from_millis(50));
+        let store = common::direct(&restricted, config)
+            .await
+            .ok_or("no store")?;
+        let name = "n";
+        let claim = store.claim(name, &HolderToken::mint(), "w", TTL).await;
+        let key = store.record_key(name).map_err(|e| e.to_string())?;
+        let mut raw = common::raw(&url).await;
+        let written: i64 = lease_redis::redis::cmd("EXISTS")
+            .arg(&key)
+            .query_async(&mut raw)
+            .await
+            .map_err(|e| format!("EXISTS: {e}"))?;
+        match claim {
+            Err(e)
+                if e.kind() == ErrorKind::Unsupported && e.message().contains("replica-sync") => {}
+            other => return Err(format!("the claim answered {other:?}")),
+        }
+        if written != 0 {
+            return Err("the refused claim wrote the record".to_owned());
+        }
+        let e = store.available().await.err().ok_or("available() passed")?;
+        if e.kind() != ErrorKind::Unsupported {
+            return Err(format!("available(): {e}"));
+        }
+        Ok::<(), String>(())
+    }
+    .await;
+    drop_acl_user(&url, &user).await;
+    outcome.unwrap();
+}
+
+/// A user who may subscribe but not publish (`-publish`; channel rights alike): its store finds
+/// out at its start-up check and says its hints are disconnected — its claims and releases
+/// reach no other process's subscriber, and where the processes share the user, theirs reach
+/// none here — so its waiters keep their polling pace; it still claims and releases. A
+/// subscription made again later (the subscriber killed) does not turn the hints connected.
+/// Before, they said connected from the subscription on, and a waiter of this store waited on
+/// hints another process of the same user never sent (5 s for a release whose waiter's retry
+/// was 0.8 s).
+#[tokio::test]
+async fn a_store_that_may_not_publish_says_its_hints_are_disconnected() {
+    let Some(url) = common::url() else { return };
+    let (user, restricted) = acl_user(
+        &url,
+        "lease-subonly-",
+        &["allchannels", "+@all", "-publish"],
+    )
+    .await;
+    let prefix = common::unique("subonly-");
+    let outcome = async {
+        let config = common::config().key_prefix(&prefix);
+        let store = common::direct(&restricted, config)
+            .await
+            .ok_or("no store")?;
+        let name = "n";
+        let mut w = store
+            .changes(&Topic::lease(name))
+            .ok_or("the store gives no hints")?;
+        // Subscribing is allowed: the hints say connected until the check.
+        let until = Instant::now() + Duration::from_secs(10);
+        while !w.is_connected() {
+            if Instant::now() > until {
+                return Err("the subscriber did not subscribe within 10 s".to_owned());
+            }
+            let _ = tokio::time::timeout(Duration::from_millis(50), w.changed()).await;
+        }
+        store
+            .available()
+            .await
+            .map_err(|e| format!("available: {e}"))?;
+        if w.is_connected() {
+            return Err(
+                "after the check, the hints of a store that may not publish say connected"
+                    .to_owned(),
+            );
+        }
+        let h = HolderToken::mint();
+        store
+            .claim(name, &h, "w", TTL)
+            .await
+            .map_err(|e| format!("claim: {e}"))?
+            .ok_or("claim of a free name refused")?;
+        if !store
+            .release(name, &h)
+            .await
+            .map_err(|e| format!("release: {e}"))?
+        {
+            return Err("release ended nothing".to_owned());
+        }
+
+        // The subscriber is killed and subscribes again: still disconnected. A hint that
+        // arrives after the kill (published by a user who may) came through the new
+        // subscription, which is then up and past the point where it would say connected.
+        let mut raw = common::raw(&url).await;
+        let _: i64 = lease_redis::redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("USER")
+            .arg(&user)
+            .query_async(&mut raw)
+            .await
+            .map_err(|e| format!("CLIENT KILL: {e}"))?;
+        let key = store.record_key(name).map_err(|e| e.to_string())?;
+        let until = Instant::now() + Duration::from_secs(10);
+        loop {
+            w.mark_seen();
+            let _: i64 = lease_redis::redis::cmd("PUBLISH")
+                .arg(format!("{prefix}changes"))
+                .arg(format!("lease {key}"))
+                .query_async(&mut raw)
+                .await
+                .map_err(|e| format!("PUBLISH: {e}"))?;
+            if tokio::time::timeout(Duration::from_millis(200), w.changed())
+                .await
+                .is_ok()
+            {
+                break;
+            }
+            if Instant::now() > until {
+                return Err("no hint through a new subscription within 10 s".to_owned());
+            }
+        }
+        if w.is_connected() {
+            return Err("the subscription made again says connected".to_owned());
         }
         Ok::<(), String>(())
     }

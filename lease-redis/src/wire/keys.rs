@@ -111,6 +111,13 @@ pub(crate) fn changes_channel(prefix: &str) -> String {
     format!("{prefix}{CHANNEL_SUFFIX}")
 }
 
+/// The channel [`RedisConfig::replica_acks`](crate::RedisConfig::replica_acks) publishes on
+/// in each operation's pipeline, so that the `WAIT` after it covers every write the primary
+/// applied: `<prefix>replica-sync`. Nobody subscribes to it.
+pub(crate) fn replica_sync_channel(prefix: &str) -> String {
+    format!("{prefix}replica-sync")
+}
+
 /// The topics a hint names: its payload is `<kind> <key>` (`scripts/notify.lua`), the kind
 /// `lease` (a lease record changed hands), `slots` (a job's record: its slots, and its lease
 /// with them), `group` (a group's partitions changed hands) or `permits` (a counted name's

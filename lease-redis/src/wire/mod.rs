@@ -16,6 +16,7 @@ use redis::{Cmd, FromRedisValue, RedisResult, ServerErrorKind};
 
 use crate::error::{self, During};
 use crate::store::RedisStore;
+use keys::replica_sync_channel;
 use scripts::LuaScript;
 
 impl<C> RedisStore<C>
@@ -91,7 +92,7 @@ where
                         let mut pipe = redis::pipe();
                         pipe.add_command(cmd)
                             .cmd("PUBLISH")
-                            .arg(format!("{prefix}replica-sync"))
+                            .arg(replica_sync_channel(prefix))
                             .arg("")
                             .ignore()
                             .cmd("WAIT")

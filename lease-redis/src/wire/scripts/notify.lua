@@ -6,8 +6,9 @@
 -- A hint only: nothing is decided by it, and with nobody subscribed it costs microseconds.
 -- `pcall`, not `call`: it runs after the script's write, which Redis keeps when a script
 -- fails, so a refused PUBLISH (a user without channel rights: Redis 7's default for new ACL
--- users) must not fail a claim or a release that took effect. Hints are then lost, and
--- waiters poll at their retry, as without hints.
+-- users) must not fail a claim or a release that took effect. Hints are then lost: the
+-- store's start-up check publishes once itself to find that out, warns, and says its hints
+-- are disconnected (store.rs `publish_check`).
 local function changed(kind)
   local key = KEYS[1]
   local open = string.find(key, '{', 1, true) or 1
