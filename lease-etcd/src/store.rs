@@ -60,6 +60,10 @@ pub(crate) struct Inner {
     pub(crate) group_leases: Mutex<HashMap<(String, String), Vec<i64>>>,
     /// The hints waiters subscribe to and the watch that feeds them (see `hints.rs`).
     pub(crate) hints: crate::hints::Hints,
+    /// Tests only: how many of the next etcd leases granted are revoked at once, before the
+    /// caller uses them (as a lease that ran out before the request hung on it landed).
+    #[cfg(test)]
+    pub(crate) revoke_grants: std::sync::atomic::AtomicUsize,
 }
 
 struct Keeper {
@@ -199,6 +203,8 @@ impl EtcdStore {
                 known: Mutex::default(),
                 sessions: Sessions::default(),
                 group_leases: Mutex::default(),
+                #[cfg(test)]
+                revoke_grants: std::sync::atomic::AtomicUsize::new(0),
             }),
         };
         store.check(None).await?;
@@ -268,11 +274,24 @@ impl EtcdStore {
         if granted.is_zero() {
             return Err(site.malformed("a TTL for the lease it granted"));
         }
-        let mut grants = lock(&self.inner.grants);
-        if grants.len() >= MAX_KEEPERS * 4 {
-            grants.clear();
+        {
+            let mut grants = lock(&self.inner.grants);
+            if grants.len() >= MAX_KEEPERS * 4 {
+                grants.clear();
+            }
+            grants.insert(resp.id(), granted);
         }
-        grants.insert(resp.id(), granted);
+        #[cfg(test)]
+        {
+            use std::sync::atomic::Ordering;
+            let revoke =
+                self.inner
+                    .revoke_grants
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+            if revoke.is_ok() {
+                self.revoke(site, resp.id()).await?;
+            }
+        }
         Ok((resp.id(), granted))
     }
 
@@ -420,6 +439,83 @@ impl EtcdStore {
             Ok(answer) => Ok(answer),
             Err(_) => Err(site.timed_out(self.inner.op_timeout)),
         }
+    }
+}
+
+/// What [`EtcdStore::move_live`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Move {
+    /// The key hangs on the new etcd lease now, its create revision kept.
+    Moved,
+    /// The key no longer hung on the old etcd lease, or a compare failed: nothing was written.
+    Changed,
+    /// The move could not be shown to have landed while the old etcd lease was live: it was
+    /// taken back (the key deleted, when it was still as the move left it).
+    Lapsed,
+    /// The new etcd lease was gone (expired or revoked): nothing was written.
+    TargetGone,
+}
+
+impl EtcdStore {
+    /// Moves `key` from etcd lease `from` onto etcd lease `to`, keeping the key and so its
+    /// create revision (a term, an epoch), when `compares` and `lease(key) == from` hold.
+    ///
+    /// A key on an etcd lease whose TTL ran out stays until etcd's expiry sweep revokes that
+    /// lease (up to about 500 ms, longer on a busy server), and a transaction's compares cannot
+    /// tell: moving such a key would carry a lapsed term or epoch over the lapse. So the move
+    /// counts only when it can be shown to have landed while `from` was live: `live` is a
+    /// keep-alive of `from` that etcd accepted (it refuses one of an expired lease, even before
+    /// the sweep) — the stamp taken before it was sent and the TTL it gave — and the move's
+    /// answer must arrive within that TTL of the stamp. When it does not, the move is taken
+    /// back: the key is deleted if it is still as the move left it, and the caller answers as
+    /// for a lapse.
+    pub(crate) async fn move_live(
+        &self,
+        site: Site<'_>,
+        key: &[u8],
+        compares: Vec<etcd_client::Compare>,
+        from: i64,
+        live: (lease_core::backend::Stamp, Duration),
+        to: i64,
+    ) -> Result<Move> {
+        use etcd_client::{Compare, CompareOp, PutOptions, TxnOp};
+        let mut when = compares;
+        when.push(Compare::lease(key.to_vec(), CompareOp::Equal, from));
+        let txn = Txn::new().when(when).and_then([TxnOp::put(
+            key.to_vec(),
+            Vec::new(),
+            Some(PutOptions::new().with_ignore_value().with_lease(to)),
+        )]);
+        let resp = match self.txn_raw(site, txn).await? {
+            Ok(resp) => resp,
+            Err(e) if lease_not_found(&e) => return Ok(Move::TargetGone),
+            Err(e) => return Err(site.etcd(e)),
+        };
+        if !resp.succeeded() {
+            return Ok(Move::Changed);
+        }
+        let (proved, ttl) = live;
+        if !proved.remaining(ttl).is_zero() {
+            return Ok(Move::Moved);
+        }
+        // Maybe moved after `from` ran out: take it back (the move's revision is the key's
+        // mod revision while nothing else changed it).
+        let moved_at = resp
+            .header()
+            .map(|h| h.revision())
+            .ok_or_else(|| site.malformed("a header"))?;
+        self.txn(
+            site,
+            Txn::new()
+                .when([Compare::mod_revision(
+                    key.to_vec(),
+                    CompareOp::Equal,
+                    moved_at,
+                )])
+                .and_then([TxnOp::delete(key.to_vec(), None)]),
+        )
+        .await?;
+        Ok(Move::Lapsed)
     }
 }
 
