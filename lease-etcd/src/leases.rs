@@ -410,7 +410,7 @@ impl LeaseStore for EtcdStore {
         let known = lock(&self.inner.known).by_lease(name, kv.lease());
         let left = match known {
             Some(held) => Some(held.since.remaining(held.bound)),
-            None => self.time_left(site, kv.lease()).await?,
+            None => self.time_left_of(site, kv.lease()).await?,
         };
         Ok(Some(LeaseInfo {
             name: name.to_owned(),

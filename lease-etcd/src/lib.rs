@@ -62,7 +62,18 @@
 //! **Time left** (`expires_in`) after a claim or renewal is the requested TTL (or the server's,
 //! if shorter) minus the time since the request was sent, by the boot clock: it never
 //! overstates. `verify` and `get` answer the same way for a claim this store object made; for
-//! another's they ask etcd (`LeaseTimeToLive`), which answers whole seconds rounded down.
+//! another's they ask etcd (`LeaseTimeToLive`), which answers whole seconds rounded down — so
+//! the expiry lies up to a second later, and a watch judging a release against it would take
+//! one in the lease's last second for an expiry. `get` narrows that second when this store's
+//! watch (see *Hints*) saw the key put on its etcd lease (the claim, or a renewal's move onto a
+//! longer one): the lease was granted before that moment, so its TTL as granted runs out
+//! before that moment plus the TTL; `get` answers that bound when it lies within etcd's
+//! second (else a keep-alive moved the expiry since, and the whole seconds stand). It may
+//! exceed the server's time left by the time between the grant and the put reaching the watch
+//! (milliseconds; never more than etcd's second); `verify`, which a holder's deadline may rest
+//! on, keeps the whole seconds. A
+//! keep-alive that moved the expiry by less than a second may go unnoticed; then `get` is
+//! early by up to a second, as without the watch.
 //!
 //! A renewal asking a longer TTL than the claim's etcd lease has moves the key onto a new etcd
 //! lease of that TTL (`Txn(if lease(key) == old then put(key, ignore_value, new lease))`: the

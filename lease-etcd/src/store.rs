@@ -12,6 +12,7 @@ use etcd_client::{
     Client, ConnectOptions, GetOptions, KeyValue, LeaseKeepAliveStream, LeaseKeeper, Txn,
     TxnResponse,
 };
+use lease_core::backend::Stamp;
 use lease_core::layer::Operation;
 use lease_core::{Error, Result};
 
@@ -385,6 +386,39 @@ impl EtcdStore {
         Ok((resp.ttl() >= 0).then(|| seconds(resp.ttl())))
     }
 
+    /// The time left on another's etcd lease `id`, for `get`; `None` when the lease is gone.
+    ///
+    /// etcd answers whole seconds rounded down (`LeaseTimeToLive`), so the expiry lies up to a
+    /// second after the time left it reports, and an observer would take a release in that
+    /// second for an expiry. When this store's watch saw the lease key put on `id` (a claim,
+    /// or a renewal moving it onto a longer etcd lease), the lease was granted before that
+    /// moment, so its TTL as granted runs out before that moment plus the TTL: that bound is
+    /// answered, when it is consistent with etcd's answer (a keep-alive since moved the expiry
+    /// past it otherwise, and the whole seconds are answered as before) and no more than a
+    /// second past it. Limits: it may exceed the time left by the time between the grant and
+    /// the put being seen (milliseconds; never what a holder's deadline counts on: `verify`
+    /// keeps [`time_left`](Self::time_left)); a keep-alive that moved the expiry by less than
+    /// a second may go unnoticed, and then the answer is early, as etcd's whole seconds are.
+    pub(crate) async fn time_left_of(&self, site: Site<'_>, id: i64) -> Result<Option<Duration>> {
+        let asked = Stamp::now();
+        let mut lease = self.inner.client.lease_client();
+        let resp = self.bounded(site, lease.time_to_live(id, None)).await?;
+        if resp.ttl() < 0 {
+            return Ok(None);
+        }
+        let floor = seconds(resp.ttl());
+        let seen = lock(&self.inner.hints.puts_seen).get(&id).copied();
+        let Some(put) = seen else {
+            return Ok(Some(floor));
+        };
+        Ok(Some(refined(
+            floor,
+            seconds(resp.granted_ttl()),
+            asked.elapsed(),
+            put.elapsed(),
+        )))
+    }
+
     /// The time left on each of `ids` ([`time_left`](Self::time_left)), asked all at once.
     pub(crate) async fn times_left(
         &self,
@@ -475,7 +509,7 @@ impl EtcdStore {
         key: &[u8],
         compares: Vec<etcd_client::Compare>,
         from: i64,
-        live: (lease_core::backend::Stamp, Duration),
+        live: (Stamp, Duration),
         to: i64,
     ) -> Result<Move> {
         use etcd_client::{Compare, CompareOp, PutOptions, TxnOp};
@@ -528,6 +562,26 @@ pub(crate) fn revision(site: Site<'_>, resp: &TxnResponse) -> Result<u64> {
         .ok_or_else(|| site.malformed("a revision"))
 }
 
+/// The time left on an etcd lease from etcd's whole seconds (`floor`, asked `since_ask` ago)
+/// and its TTL as granted (`granted`), first seen put on `since_put` ago (see
+/// [`EtcdStore::time_left_of`]): the grant's bound when it lies within etcd's second, else
+/// `floor`.
+fn refined(
+    floor: Duration,
+    granted: Duration,
+    since_ask: Duration,
+    since_put: Duration,
+) -> Duration {
+    let from_put = granted.saturating_sub(since_put);
+    // Expiry by etcd: at least `floor` after the ask. Expiry by the grant: at most `granted`
+    // after the put. The first past the second means a keep-alive moved the expiry since.
+    let moved = floor.saturating_add(since_put) > granted.saturating_add(since_ask);
+    if moved || granted.is_zero() {
+        return floor;
+    }
+    from_put.min(floor.saturating_add(Duration::from_secs(1)))
+}
+
 /// One keep-alive exchange on an open stream: the TTL, or `None` for a lease gone.
 async fn exchange(k: &mut Keeper) -> std::result::Result<Option<Duration>, etcd_client::Error> {
     k.keeper.keep_alive().await?;
@@ -551,6 +605,20 @@ mod tests {
         assert_eq!(server_seconds(Duration::from_millis(1000)), 1);
         assert_eq!(server_seconds(Duration::from_millis(1001)), 2);
         assert_eq!(server_seconds(Duration::from_secs(15)), 15);
+    }
+
+    #[test]
+    fn the_grant_bounds_etcd_whole_seconds_when_consistent() {
+        let ms = Duration::from_millis;
+        let s = Duration::from_secs;
+        // Granted 3 s, put seen 2.2 s ago, etcd said 0 s (0.8 s left by the grant).
+        assert_eq!(refined(s(0), s(3), ms(5), ms(2200)), ms(800));
+        // The grant's bound never exceeds etcd's second.
+        assert_eq!(refined(s(1), s(3), ms(5), ms(100)), s(2));
+        // A keep-alive moved the expiry past the grant's bound: etcd's whole seconds.
+        assert_eq!(refined(s(2), s(3), ms(5), ms(2000)), s(2));
+        // No TTL as granted: etcd's whole seconds.
+        assert_eq!(refined(s(1), s(0), ms(5), ms(100)), s(1));
     }
 
     #[test]
