@@ -166,9 +166,9 @@ impl EtcdStore {
                 self.revoke_later(lease);
                 Ok(None)
             }
-            // The new etcd lease ended before the move landed (nothing was written): the key
-            // stays on `lease`, renewed for the shorter `granted`.
-            Move::TargetGone => Ok(Some((lease, granted, sent))),
+            // The new etcd lease ended before the move landed (nothing was written): a
+            // temporary error, the renewal is tried again.
+            Move::TargetGone(e) => Err(site.etcd(e)),
         }
     }
 }

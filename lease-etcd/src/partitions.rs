@@ -180,7 +180,7 @@ impl PartitionStore for EtcdStore {
                     match moved {
                         Move::Moved => return Ok(Some(lease_of(term_of(&kv)))),
                         Move::Changed | Move::Lapsed => continue,
-                        Move::TargetGone => {
+                        Move::TargetGone(_) => {
                             self.end_session(owner, ttl, lease).await;
                             continue;
                         }

@@ -477,7 +477,7 @@ impl EtcdStore {
 }
 
 /// What [`EtcdStore::move_live`] did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug)]
 pub(crate) enum Move {
     /// The key hangs on the new etcd lease now, its create revision kept.
     Moved,
@@ -486,8 +486,8 @@ pub(crate) enum Move {
     /// The move could not be shown to have landed while the old etcd lease was live: it was
     /// taken back (the key deleted, when it was still as the move left it).
     Lapsed,
-    /// The new etcd lease was gone (expired or revoked): nothing was written.
-    TargetGone,
+    /// The new etcd lease was gone (expired or revoked): nothing was written. etcd's refusal.
+    TargetGone(etcd_client::Error),
 }
 
 impl EtcdStore {
@@ -522,7 +522,7 @@ impl EtcdStore {
         )]);
         let resp = match self.txn_raw(site, txn).await? {
             Ok(resp) => resp,
-            Err(e) if lease_not_found(&e) => return Ok(Move::TargetGone),
+            Err(e) if lease_not_found(&e) => return Ok(Move::TargetGone(e)),
             Err(e) => return Err(site.etcd(e)),
         };
         if !resp.succeeded() {

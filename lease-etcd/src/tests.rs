@@ -150,3 +150,30 @@ async fn a_move_onto_a_longer_etcd_lease_that_may_have_landed_after_the_old_one_
         "the key moved after the proof ran out was left"
     );
 }
+
+#[tokio::test]
+async fn a_renewal_whose_longer_etcd_lease_ended_before_the_move_landed_answers_a_temporary_error()
+{
+    let Some(store) = store().await else {
+        return;
+    };
+    let holder = HolderToken::mint();
+    let grant = store
+        .claim("job", &holder, "a", Duration::from_secs(2))
+        .await
+        .unwrap()
+        .unwrap();
+    revoke_grants(&store, 1);
+    let e = store
+        .renew("job", &holder, Duration::from_secs(5))
+        .await
+        .unwrap_err();
+    assert!(e.is_temporary(), "a permanent error: {e}");
+    // Nothing was written: the next renewal moves the key, its term kept.
+    let renewed = store
+        .renew("job", &holder, Duration::from_secs(5))
+        .await
+        .unwrap()
+        .expect("the lease is still held");
+    assert_eq!(renewed.term, grant.term);
+}
