@@ -118,8 +118,9 @@
 //!
 //! etcd's "requested lease not found" — the etcd lease a request hung a key on ended (ran out,
 //! or was revoked) before the request landed, so etcd refused it whole and nothing was written
-//! — is `Backend`, temporary. A claim (plain or counted) takes a new etcd lease and sends its
-//! transaction again at once, up to 3 times before answering that error.
+//! — is `Backend`, temporary. A claim takes a new etcd lease and sends its transaction again at
+//! once: a plain claim up to 3 times before answering that error, a counted claim within its
+//! 16 tries (see *Counted leases*).
 //!
 //! # Cancel safety
 //!
