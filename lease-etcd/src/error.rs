@@ -8,7 +8,9 @@
 //! - Both name the server by host and port (never a password).
 //! - Any other error the server answered with → `Backend`, keeping the driver's error as the
 //!   source; temporary when trying again may help (too many requests, an aborted request),
-//!   permanent for what needs a fix (a request too large, a permission refused).
+//!   permanent for what needs a fix (a request too large, a permission refused). etcd's
+//!   "requested lease not found" (the etcd lease a request used ended before it landed: the
+//!   request was refused whole) is temporary.
 
 use std::time::Duration;
 
@@ -47,6 +49,19 @@ impl Site<'_> {
     /// An error of the etcd client.
     pub(crate) fn etcd(&self, e: etcd_client::Error) -> Error {
         use etcd_client::Error as E;
+        if lease_not_found(&e) {
+            // An etcd lease this request hangs a key on, or renews, ended (ran out or was
+            // revoked) before the request landed: etcd refused the whole request, nothing was
+            // written, and a new request on a new etcd lease may succeed.
+            return self.attach(Error::backend(
+                self.say(
+                    "the etcd lease this request used had ended (expired or revoked) before it \
+                     landed; nothing was written, try again",
+                ),
+                e,
+                true,
+            ));
+        }
         let unavailable = |e: E| {
             self.attach(
                 Error::unavailable(self.say(

@@ -17,6 +17,9 @@
 //! heartbeat, an owner acquiring its own partition again — wakes nobody, and keep-alives are no
 //! events at all.
 //!
+//! The watch also remembers when it first saw a lease key put on each etcd lease, which bounds
+//! that lease's expiry for `get` (see the crate docs, *Expiry: the server's clock*).
+//!
 //! The watch starts on the first wait and runs until the store is dropped, on the store's
 //! client (or the one given to [`EtcdStore::with_watch_client`]). Every [`PROGRESS_EVERY`] it
 //! asks etcd for a progress report; a watch that got no answer to the last one by the next is
@@ -24,11 +27,13 @@
 //! stream fails. While it is lost the hints say so and waiters keep their polling pace; once
 //! it is back every waiter is woken.
 
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{Client, Event, EventType, WatchOptions};
-use lease_core::backend::Hub;
 use lease_core::backend::listen::{Backoff, Link, Listener};
+use lease_core::backend::{Hub, Stamp};
 use lease_core::notify::Topic;
 use lease_core::{Error, Result};
 
@@ -38,10 +43,20 @@ use crate::wire::codec::decode_member;
 /// How often the listener asks etcd for a progress report (its check that the watch is alive).
 pub(crate) const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 
+/// How many etcd leases [`PutsSeen`] remembers at most (then it forgets them all).
+const MAX_PUTS_SEEN: usize = 10_000;
+
+/// When this store's watch first saw a lease key put on each etcd lease: by etcd's order, after
+/// the lease was granted, so the lease's TTL as granted runs out before that moment plus the
+/// TTL, unless a keep-alive moved it later (see [`EtcdStore::time_left_of`]).
+pub(crate) type PutsSeen = Arc<std::sync::Mutex<HashMap<i64, Stamp>>>;
+
 /// The store's hints: the hub waiters subscribe to, and the watch feeding it.
 pub(crate) struct Hints {
     hub: Hub,
     watch: std::sync::Mutex<Watch>,
+    /// The first put of a lease key seen on each etcd lease.
+    pub(crate) puts_seen: PutsSeen,
 }
 
 struct Watch {
@@ -62,6 +77,7 @@ impl Hints {
                 client,
                 listener: None,
             }),
+            puts_seen: PutsSeen::default(),
         }
     }
 }
@@ -91,8 +107,9 @@ impl EtcdStore {
                 let what = format!("etcd watch {:?} at {}", self.inner.prefix, self.server());
                 let client = watch.client.clone();
                 let prefix = self.inner.prefix.clone().into_bytes();
+                let puts = hints.puts_seen.clone();
                 match Listener::spawn(what, &hints.hub, Backoff::default(), move |link| {
-                    session(client.clone(), prefix.clone(), link)
+                    session(client.clone(), prefix.clone(), puts.clone(), link)
                 }) {
                     Ok(listener) => watch.listener = Some(listener),
                     // Outside a runtime: no watch (the hints say they are disconnected); the
@@ -124,7 +141,7 @@ fn failed(what: &str, e: etcd_client::Error) -> Error {
 
 /// One session: watch the prefix, say so once etcd confirms it, then turn events into hints
 /// until the watch ends, fails or stops answering progress requests.
-async fn session(mut client: Client, prefix: Vec<u8>, link: Link) -> Result<()> {
+async fn session(mut client: Client, prefix: Vec<u8>, puts: PutsSeen, link: Link) -> Result<()> {
     let options = WatchOptions::new().with_prefix().with_prev_key();
     let mut stream =
         tokio::time::timeout(PROGRESS_EVERY, client.watch(prefix.clone(), Some(options)))
@@ -153,7 +170,9 @@ async fn session(mut client: Client, prefix: Vec<u8>, link: Link) -> Result<()> 
                     created = true;
                     link.up();
                 }
+                let now = Stamp::now();
                 for event in msg.events() {
+                    remember_put(&puts, &prefix, event, now);
                     for topic in topics(&prefix, event) {
                         link.hub().notify(&topic);
                     }
@@ -173,6 +192,25 @@ async fn session(mut client: Client, prefix: Vec<u8>, link: Link) -> Result<()> 
             }
         }
     }
+}
+
+/// Remembers `at` as the first sighting of the etcd lease a lease key was put on by `event`.
+fn remember_put(puts: &PutsSeen, prefix: &[u8], event: &Event, at: Stamp) {
+    let Some(kv) = event.kv() else {
+        return;
+    };
+    let lease_key = kv
+        .key()
+        .strip_prefix(prefix)
+        .is_some_and(|k| k.starts_with(b"l/"));
+    if event.event_type() != EventType::Put || kv.lease() == 0 || !lease_key {
+        return;
+    }
+    let mut puts = lock(puts);
+    if puts.len() >= MAX_PUTS_SEEN && !puts.contains_key(&kv.lease()) {
+        puts.clear();
+    }
+    puts.entry(kv.lease()).or_insert(at);
 }
 
 /// The topics an event under the store's `prefix` hints: none for a put on an existing key.

@@ -10,14 +10,19 @@ use lease_core::{
     Capabilities, LeaseInfo, LeaseStore, PermitGrant, PermitInfo, Result, derived_capabilities,
 };
 
-use crate::error::Site;
-use crate::store::{EtcdStore, lock, revision};
+use crate::error::{Site, lease_not_found};
+use crate::store::{EtcdStore, Move, lock, revision};
 use crate::wire::codec::LeaseValue;
 use crate::wire::keys;
 
 /// How many claims a store remembers at most; past that it forgets those whose local time ran
 /// out, then all (a forgotten claim costs a read on its next renewal or release, nothing else).
 const MAX_KNOWN: usize = 10_000;
+
+/// How many etcd leases a claim grants at most when each ends before the transaction hanging
+/// the key on it lands (etcd refuses the transaction whole: "requested lease not found"); then
+/// it answers a temporary error.
+pub(crate) const GONE_TRIES: usize = 3;
 
 /// What this store knows of one of its own claims.
 #[derive(Debug, Clone, Copy)]
@@ -114,7 +119,7 @@ pub(crate) fn term_of(kv: &KeyValue) -> u64 {
 }
 
 impl EtcdStore {
-    fn key(&self, name: &str) -> Vec<u8> {
+    pub(crate) fn key(&self, name: &str) -> Vec<u8> {
         keys::lease(&self.inner.prefix, name)
     }
 
@@ -123,10 +128,13 @@ impl EtcdStore {
         LeaseValue::decode(kv.value()).ok_or_else(|| site.foreign_value(kv.key()))
     }
 
-    /// When the etcd lease `lease` (renewed for `granted`) is shorter than `ttl`, moves the
-    /// key to a new etcd lease of `ttl` (the key and its create revision stay: the term is
-    /// kept), if it still hangs on `lease`. Answers the lease the key hangs on, the TTL it
-    /// counts and the stamp taken before that TTL started; `None` when the key moved on.
+    /// When the etcd lease `lease` (renewed for `granted` by a keep-alive sent after `sent`)
+    /// is shorter than `ttl`, moves the key to a new etcd lease of `ttl` (the key and its
+    /// create revision stay: the term is kept), if it still hangs on `lease` and the move
+    /// lands while `lease` is live ([`move_live`](EtcdStore::move_live): an expired lease is
+    /// never revived through a move, even before etcd's sweep deleted its key). Answers the
+    /// lease the key hangs on, the TTL it counts and the stamp taken before that TTL started;
+    /// `None` when the key moved on or lapsed.
     pub(crate) async fn fit(
         &self,
         site: Site<'_>,
@@ -139,26 +147,28 @@ impl EtcdStore {
         if granted >= ttl {
             return Ok(Some((lease, granted, sent)));
         }
-        let sent = Stamp::now();
-        let (longer, granted) = self.grant(site, ttl).await?;
-        let moved = self
-            .txn(
-                site,
-                Txn::new()
-                    .when([Compare::lease(key.to_vec(), CompareOp::Equal, lease)])
-                    .and_then([TxnOp::put(
-                        key.to_vec(),
-                        Vec::new(),
-                        Some(PutOptions::new().with_ignore_value().with_lease(longer)),
-                    )]),
-            )
-            .await?;
-        if moved.succeeded() {
-            self.revoke_later(lease);
-            Ok(Some((longer, granted, sent)))
-        } else {
-            self.revoke_later(longer);
-            Ok(None)
+        let since = Stamp::now();
+        let (longer, longer_granted) = self.grant(site, ttl).await?;
+        match self
+            .move_live(site, key, Vec::new(), lease, (sent, granted), longer)
+            .await?
+        {
+            Move::Moved => {
+                self.revoke_later(lease);
+                Ok(Some((longer, longer_granted, since)))
+            }
+            Move::Changed => {
+                self.revoke_later(longer);
+                Ok(None)
+            }
+            Move::Lapsed => {
+                self.revoke_later(longer);
+                self.revoke_later(lease);
+                Ok(None)
+            }
+            // The new etcd lease ended before the move landed (nothing was written): a
+            // temporary error, the renewal is tried again.
+            Move::TargetGone(e) => Err(site.etcd(e)),
         }
     }
 }
@@ -203,49 +213,65 @@ impl LeaseStore for EtcdStore {
         check::claim(self, name, instance, ttl)?;
         let site = self.site(Operation::Claim, name);
         let key = self.key(name);
-        let sent = Stamp::now();
-        let (lease, granted) = self.grant(site, ttl).await?;
-        let bound = ttl.min(granted);
-        // Remembered before the transaction is sent, so that a verify after an unknown outcome
-        // counts the time left from before the etcd lease started.
-        lock(&self.inner.known).insert(
-            name,
-            holder,
-            Held {
-                lease,
-                term: 0,
-                bound,
-                since: sent,
-            },
-        );
-        let txn = Txn::new()
-            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
-            .and_then([TxnOp::put(
-                key,
-                LeaseValue::encode(holder, instance),
-                Some(PutOptions::new().with_lease(lease)),
-            )]);
-        let resp = self.txn(site, txn).await?;
-        if !resp.succeeded() {
-            lock(&self.inner.known).remove(name, holder, Some(lease));
-            self.revoke_later(lease);
-            return Ok(None);
-        }
-        let term = revision(site, &resp)?;
-        lock(&self.inner.known).insert(
-            name,
-            holder,
-            Held {
-                lease,
+        let mut tries = 0;
+        loop {
+            let sent = Stamp::now();
+            let (lease, granted) = self.grant(site, ttl).await?;
+            let bound = ttl.min(granted);
+            // Remembered before the transaction is sent, so that a verify after an unknown
+            // outcome counts the time left from before the etcd lease started.
+            lock(&self.inner.known).insert(
+                name,
+                holder,
+                Held {
+                    lease,
+                    term: 0,
+                    bound,
+                    since: sent,
+                },
+            );
+            let txn = Txn::new()
+                .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+                .and_then([TxnOp::put(
+                    key.clone(),
+                    LeaseValue::encode(holder, instance),
+                    Some(PutOptions::new().with_lease(lease)),
+                )]);
+            let resp = match self.txn_raw(site, txn).await? {
+                Ok(resp) => resp,
+                // The etcd lease ended before the transaction landed (etcd refused it whole,
+                // nothing was written): claim again on a new one.
+                Err(e) if lease_not_found(&e) => {
+                    lock(&self.inner.known).remove(name, holder, Some(lease));
+                    tries += 1;
+                    if tries < GONE_TRIES {
+                        continue;
+                    }
+                    return Err(site.etcd(e));
+                }
+                Err(e) => return Err(site.etcd(e)),
+            };
+            if !resp.succeeded() {
+                lock(&self.inner.known).remove(name, holder, Some(lease));
+                self.revoke_later(lease);
+                return Ok(None);
+            }
+            let term = revision(site, &resp)?;
+            lock(&self.inner.known).insert(
+                name,
+                holder,
+                Held {
+                    lease,
+                    term,
+                    bound,
+                    since: sent,
+                },
+            );
+            return Ok(Some(Grant {
                 term,
-                bound,
-                since: sent,
-            },
-        );
-        Ok(Some(Grant {
-            term,
-            expires_in: sent.remaining(bound),
-        }))
+                expires_in: sent.remaining(bound),
+            }));
+        }
     }
 
     async fn renew(
@@ -384,7 +410,7 @@ impl LeaseStore for EtcdStore {
         let known = lock(&self.inner.known).by_lease(name, kv.lease());
         let left = match known {
             Some(held) => Some(held.since.remaining(held.bound)),
-            None => self.time_left(site, kv.lease()).await?,
+            None => self.time_left_of(site, kv.lease()).await?,
         };
         Ok(Some(LeaseInfo {
             name: name.to_owned(),

@@ -62,7 +62,18 @@
 //! **Time left** (`expires_in`) after a claim or renewal is the requested TTL (or the server's,
 //! if shorter) minus the time since the request was sent, by the boot clock: it never
 //! overstates. `verify` and `get` answer the same way for a claim this store object made; for
-//! another's they ask etcd (`LeaseTimeToLive`), which answers whole seconds rounded down.
+//! another's they ask etcd (`LeaseTimeToLive`), which answers whole seconds rounded down — so
+//! the expiry lies up to a second later, and a watch judging a release against it would take
+//! one in the lease's last second for an expiry. `get` narrows that second when this store's
+//! watch (see *Hints*) saw the key put on its etcd lease (the claim, or a renewal's move onto a
+//! longer one): the lease was granted before that moment, so its TTL as granted runs out
+//! before that moment plus the TTL; `get` answers that bound when it lies within etcd's
+//! second (else a keep-alive moved the expiry since, and the whole seconds stand). It may
+//! exceed the server's time left by the time between the grant and the put reaching the watch
+//! (milliseconds; never more than etcd's second); `verify`, which a holder's deadline may rest
+//! on, keeps the whole seconds. A
+//! keep-alive that moved the expiry by less than a second may go unnoticed; then `get` is
+//! early by up to a second, as without the watch.
 //!
 //! A renewal asking a longer TTL than the claim's etcd lease has moves the key onto a new etcd
 //! lease of that TTL (`Txn(if lease(key) == old then put(key, ignore_value, new lease))`: the
@@ -105,6 +116,12 @@
 //! gives `Backend` with the client's error as its source. A name or duration the store cannot
 //! keep gives `InvalidName` or `InvalidTimings` before any I/O.
 //!
+//! etcd's "requested lease not found" — the etcd lease a request hung a key on ended (ran out,
+//! or was revoked) before the request landed, so etcd refused it whole and nothing was written
+//! — is `Backend`, temporary. A claim takes a new etcd lease and sends its transaction again at
+//! once: a plain claim up to 3 times before answering that error, a counted claim within its
+//! 16 tries (see *Counted leases*).
+//!
 //! # Cancel safety
 //!
 //! As the store contract says: a claim whose transaction was sent and whose answer was lost
@@ -126,7 +143,7 @@
 //!
 //! | operation | what is sent | round trips |
 //! |---|---|---|
-//! | `acquire_partition` | `Txn(if create_revision(key) == 0 then put(key, owner, session) else get(key))` and a keep-alive of the session, together (a new session: `LeaseGrant` first) | 1 (2 for an owner's first acquisition with a TTL) |
+//! | `acquire_partition` | `Txn(if create_revision(key) == 0 then put(key, owner, session) else get(key))` and a keep-alive of the session, together (a new session: `LeaseGrant` first); for the owner's key on another etcd lease of its, a keep-alive of that lease, then `Txn(if value and lease unchanged then put(key, ignore_value, session))` | 1 (2 for an owner's first acquisition with a TTL; +2 for a move) |
 //! | `renew_partitions` | a range read of the group and, together with it, a keep-alive of each etcd lease the last renewal through this store object found the owner's keys on (one: the session); then a keep-alive of any other etcd lease the read found | 1 (2 for the first renewal of a group through a store object), however many partitions |
 //! | `release_partitions` | one transaction of nested transactions `if value(key) == owner then delete(key)`, half of [`EtcdConfig::max_txn_ops`] per transaction (etcd counts nested operations against the parent's limit), all sent together | 1 burst |
 //! | `owners` | a range read of the group, then `LeaseTimeToLive` per etcd lease found, together | 2 |
@@ -138,6 +155,18 @@
 //! etcd lease shorter than the renewal's TTL (acquired with a shorter TTL) is left out of the
 //! answer — it cannot be counted on for the longer TTL; acquiring it again with the new TTL
 //! moves it onto that session, its epoch kept.
+//!
+//! **A lapse is a lapse, whenever etcd sweeps.** An etcd lease whose TTL ran out keeps its keys
+//! until etcd's expiry sweep revokes it (every 500 ms, later on a busy server), and no
+//! transaction compare can tell such a key from a live one. So an acquisition keeps the epoch
+//! only on proof that the owner's etcd lease is live: its session's keep-alive, sent with the
+//! transaction, was accepted (etcd refuses a keep-alive of an expired lease even before the
+//! sweep), or — for a key on another etcd lease of the owner's (another TTL, another store
+//! object) — a keep-alive of that lease was accepted and the move onto the session answered
+//! within the TTL it gave (2 more round trips). Otherwise the acquisition looks again, and
+//! the owner gets a new epoch once the sweep deleted the key; a move that answered too late
+//! is taken back (the key deleted). A renewal moving a lease or permit onto a longer etcd lease
+//! follows the same rule, so an expired lease is never revived.
 //!
 //! # Counted leases
 //!
@@ -231,6 +260,8 @@ mod membership;
 mod partitions;
 mod permits;
 mod store;
+#[cfg(test)]
+mod tests;
 mod wire;
 
 pub use config::{DEFAULT_MAX_TXN_OPS, DEFAULT_OP_TIMEOUT, DEFAULT_PREFIX, EtcdConfig};

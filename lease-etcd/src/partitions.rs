@@ -17,7 +17,7 @@ use lease_core::{Error, PartitionLease, PartitionStore, Result};
 
 use crate::error::{Site, lease_not_found};
 use crate::leases::term_of;
-use crate::store::{EtcdStore, lock, revision, server_seconds};
+use crate::store::{EtcdStore, Move, lock, revision, server_seconds};
 use crate::wire::codec::{decode_part, encode_part};
 use crate::wire::keys;
 
@@ -148,33 +148,42 @@ impl PartitionStore for EtcdStore {
             match decode_part(kv.value()) {
                 Some(o) if o == owner => {
                     if kv.lease() == lease {
+                        // The session's keep-alive, sent with the read, was accepted: the
+                        // session was live then (etcd never revives an expired lease), and the
+                        // read landed before the TTL it gave ran out from `sent` — unless the
+                        // answers took longer than that; then look again.
+                        if sent.remaining(granted).is_zero() {
+                            continue;
+                        }
                         return Ok(Some(lease_of(term_of(&kv))));
                     }
-                    // The owner's own live lease, on another etcd lease of its (another TTL,
-                    // another store object): moved onto this session, the epoch kept.
+                    // The owner's key on another etcd lease of its (another TTL, another store
+                    // object): moved onto this session, the epoch kept — only while that lease
+                    // is live. One whose TTL ran out keeps its key until etcd's sweep revokes
+                    // it; the owner let the partition lapse, so it must come back with a new
+                    // epoch. A keep-alive proves the lease live (etcd refuses one of an
+                    // expired lease, after its sweep deleted the key).
+                    let proved = Stamp::now();
+                    let Some(old_granted) = self.keep_alive(site, kv.lease()).await? else {
+                        continue; // lapsed, its key deleted: look again (a create)
+                    };
                     let moved = self
-                        .txn_raw(
+                        .move_live(
                             site,
-                            Txn::new()
-                                .when([
-                                    Compare::value(key.clone(), CompareOp::Equal, value.clone()),
-                                    Compare::lease(key.clone(), CompareOp::Equal, kv.lease()),
-                                ])
-                                .and_then([TxnOp::put(
-                                    key.clone(),
-                                    Vec::new(),
-                                    Some(PutOptions::new().with_ignore_value().with_lease(lease)),
-                                )]),
+                            &key,
+                            vec![Compare::value(key.clone(), CompareOp::Equal, value.clone())],
+                            kv.lease(),
+                            (proved, old_granted),
+                            lease,
                         )
                         .await?;
                     match moved {
-                        Ok(m) if m.succeeded() => return Ok(Some(lease_of(term_of(&kv)))),
-                        Ok(_) => continue,
-                        Err(e) if lease_not_found(&e) => {
+                        Move::Moved => return Ok(Some(lease_of(term_of(&kv)))),
+                        Move::Changed | Move::Lapsed => continue,
+                        Move::TargetGone(_) => {
                             self.end_session(owner, ttl, lease).await;
                             continue;
                         }
-                        Err(e) => return Err(site.etcd(e)),
                     }
                 }
                 Some(_) => return Ok(None),

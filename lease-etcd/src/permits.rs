@@ -14,7 +14,7 @@ use lease_core::backend::{Grant, HolderToken, Stamp, check};
 use lease_core::layer::Operation;
 use lease_core::{PermitGrant, PermitInfo, Result};
 
-use crate::error::Site;
+use crate::error::{Site, lease_not_found};
 use crate::leases::{held_by, term_of};
 use crate::store::{EtcdStore, revision};
 use crate::wire::codec::LeaseValue;
@@ -86,10 +86,10 @@ impl EtcdStore {
         check::claim_permit(self, name, permits, instance, ttl)?;
         let site = self.site(Operation::ClaimPermit, name);
         let prefix = keys::permits(&self.inner.prefix, name);
-        let sent = Stamp::now();
+        let mut sent = Stamp::now();
         let (granted, read) = tokio::join!(self.grant(site, ttl), self.read_permits(site, &prefix));
-        let (lease, granted) = granted?;
-        let bound = ttl.min(granted);
+        let (mut lease, granted) = granted?;
+        let mut bound = ttl.min(granted);
         let mut snapshot = match read {
             Ok(s) => s,
             Err(e) => {
@@ -132,7 +132,19 @@ impl EtcdStore {
                     prefix.clone(),
                     Some(GetOptions::new().with_prefix()),
                 )]);
-            let resp = self.txn(site, txn).await?;
+            let resp = match self.txn_raw(site, txn).await? {
+                Ok(resp) => resp,
+                // The etcd lease ended before the transaction landed (etcd refused it whole,
+                // nothing was written): decide again on the same read, on a new etcd lease.
+                Err(e) if lease_not_found(&e) => {
+                    sent = Stamp::now();
+                    let (again, granted) = self.grant(site, ttl).await?;
+                    lease = again;
+                    bound = ttl.min(granted);
+                    continue;
+                }
+                Err(e) => return Err(site.etcd(e)),
+            };
             if resp.succeeded() {
                 return Ok(Some(PermitGrant {
                     permit: free,

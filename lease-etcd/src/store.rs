@@ -12,6 +12,7 @@ use etcd_client::{
     Client, ConnectOptions, GetOptions, KeyValue, LeaseKeepAliveStream, LeaseKeeper, Txn,
     TxnResponse,
 };
+use lease_core::backend::Stamp;
 use lease_core::layer::Operation;
 use lease_core::{Error, Result};
 
@@ -60,6 +61,10 @@ pub(crate) struct Inner {
     pub(crate) group_leases: Mutex<HashMap<(String, String), Vec<i64>>>,
     /// The hints waiters subscribe to and the watch that feeds them (see `hints.rs`).
     pub(crate) hints: crate::hints::Hints,
+    /// Tests only: how many of the next etcd leases granted are revoked at once, before the
+    /// caller uses them (as a lease that ran out before the request hung on it landed).
+    #[cfg(test)]
+    pub(crate) revoke_grants: std::sync::atomic::AtomicUsize,
 }
 
 struct Keeper {
@@ -199,6 +204,8 @@ impl EtcdStore {
                 known: Mutex::default(),
                 sessions: Sessions::default(),
                 group_leases: Mutex::default(),
+                #[cfg(test)]
+                revoke_grants: std::sync::atomic::AtomicUsize::new(0),
             }),
         };
         store.check(None).await?;
@@ -268,11 +275,24 @@ impl EtcdStore {
         if granted.is_zero() {
             return Err(site.malformed("a TTL for the lease it granted"));
         }
-        let mut grants = lock(&self.inner.grants);
-        if grants.len() >= MAX_KEEPERS * 4 {
-            grants.clear();
+        {
+            let mut grants = lock(&self.inner.grants);
+            if grants.len() >= MAX_KEEPERS * 4 {
+                grants.clear();
+            }
+            grants.insert(resp.id(), granted);
         }
-        grants.insert(resp.id(), granted);
+        #[cfg(test)]
+        {
+            use std::sync::atomic::Ordering;
+            let revoke =
+                self.inner
+                    .revoke_grants
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+            if revoke.is_ok() {
+                self.revoke(site, resp.id()).await?;
+            }
+        }
         Ok((resp.id(), granted))
     }
 
@@ -366,6 +386,39 @@ impl EtcdStore {
         Ok((resp.ttl() >= 0).then(|| seconds(resp.ttl())))
     }
 
+    /// The time left on another's etcd lease `id`, for `get`; `None` when the lease is gone.
+    ///
+    /// etcd answers whole seconds rounded down (`LeaseTimeToLive`), so the expiry lies up to a
+    /// second after the time left it reports, and an observer would take a release in that
+    /// second for an expiry. When this store's watch saw the lease key put on `id` (a claim,
+    /// or a renewal moving it onto a longer etcd lease), the lease was granted before that
+    /// moment, so its TTL as granted runs out before that moment plus the TTL: that bound is
+    /// answered, when it is consistent with etcd's answer (a keep-alive since moved the expiry
+    /// past it otherwise, and the whole seconds are answered as before) and no more than a
+    /// second past it. Limits: it may exceed the time left by the time between the grant and
+    /// the put being seen (milliseconds; never what a holder's deadline counts on: `verify`
+    /// keeps [`time_left`](Self::time_left)); a keep-alive that moved the expiry by less than
+    /// a second may go unnoticed, and then the answer is early, as etcd's whole seconds are.
+    pub(crate) async fn time_left_of(&self, site: Site<'_>, id: i64) -> Result<Option<Duration>> {
+        let asked = Stamp::now();
+        let mut lease = self.inner.client.lease_client();
+        let resp = self.bounded(site, lease.time_to_live(id, None)).await?;
+        if resp.ttl() < 0 {
+            return Ok(None);
+        }
+        let floor = seconds(resp.ttl());
+        let seen = lock(&self.inner.hints.puts_seen).get(&id).copied();
+        let Some(put) = seen else {
+            return Ok(Some(floor));
+        };
+        Ok(Some(refined(
+            floor,
+            seconds(resp.granted_ttl()),
+            asked.elapsed(),
+            put.elapsed(),
+        )))
+    }
+
     /// The time left on each of `ids` ([`time_left`](Self::time_left)), asked all at once.
     pub(crate) async fn times_left(
         &self,
@@ -423,6 +476,83 @@ impl EtcdStore {
     }
 }
 
+/// What [`EtcdStore::move_live`] did.
+#[derive(Debug)]
+pub(crate) enum Move {
+    /// The key hangs on the new etcd lease now, its create revision kept.
+    Moved,
+    /// The key no longer hung on the old etcd lease, or a compare failed: nothing was written.
+    Changed,
+    /// The move could not be shown to have landed while the old etcd lease was live: it was
+    /// taken back (the key deleted, when it was still as the move left it).
+    Lapsed,
+    /// The new etcd lease was gone (expired or revoked): nothing was written. etcd's refusal.
+    TargetGone(etcd_client::Error),
+}
+
+impl EtcdStore {
+    /// Moves `key` from etcd lease `from` onto etcd lease `to`, keeping the key and so its
+    /// create revision (a term, an epoch), when `compares` and `lease(key) == from` hold.
+    ///
+    /// A key on an etcd lease whose TTL ran out stays until etcd's expiry sweep revokes that
+    /// lease (up to about 500 ms, longer on a busy server), and a transaction's compares cannot
+    /// tell: moving such a key would carry a lapsed term or epoch over the lapse. So the move
+    /// counts only when it can be shown to have landed while `from` was live: `live` is a
+    /// keep-alive of `from` that etcd accepted (it refuses one of an expired lease, even before
+    /// the sweep) — the stamp taken before it was sent and the TTL it gave — and the move's
+    /// answer must arrive within that TTL of the stamp. When it does not, the move is taken
+    /// back: the key is deleted if it is still as the move left it, and the caller answers as
+    /// for a lapse.
+    pub(crate) async fn move_live(
+        &self,
+        site: Site<'_>,
+        key: &[u8],
+        compares: Vec<etcd_client::Compare>,
+        from: i64,
+        live: (Stamp, Duration),
+        to: i64,
+    ) -> Result<Move> {
+        use etcd_client::{Compare, CompareOp, PutOptions, TxnOp};
+        let mut when = compares;
+        when.push(Compare::lease(key.to_vec(), CompareOp::Equal, from));
+        let txn = Txn::new().when(when).and_then([TxnOp::put(
+            key.to_vec(),
+            Vec::new(),
+            Some(PutOptions::new().with_ignore_value().with_lease(to)),
+        )]);
+        let resp = match self.txn_raw(site, txn).await? {
+            Ok(resp) => resp,
+            Err(e) if lease_not_found(&e) => return Ok(Move::TargetGone(e)),
+            Err(e) => return Err(site.etcd(e)),
+        };
+        if !resp.succeeded() {
+            return Ok(Move::Changed);
+        }
+        let (proved, ttl) = live;
+        if !proved.remaining(ttl).is_zero() {
+            return Ok(Move::Moved);
+        }
+        // Maybe moved after `from` ran out: take it back (the move's revision is the key's
+        // mod revision while nothing else changed it).
+        let moved_at = resp
+            .header()
+            .map(|h| h.revision())
+            .ok_or_else(|| site.malformed("a header"))?;
+        self.txn(
+            site,
+            Txn::new()
+                .when([Compare::mod_revision(
+                    key.to_vec(),
+                    CompareOp::Equal,
+                    moved_at,
+                )])
+                .and_then([TxnOp::delete(key.to_vec(), None)]),
+        )
+        .await?;
+        Ok(Move::Lapsed)
+    }
+}
+
 /// The revision an answer was made at: for a transaction that created a key, the key's create
 /// revision.
 pub(crate) fn revision(site: Site<'_>, resp: &TxnResponse) -> Result<u64> {
@@ -430,6 +560,26 @@ pub(crate) fn revision(site: Site<'_>, resp: &TxnResponse) -> Result<u64> {
         .and_then(|h| u64::try_from(h.revision()).ok())
         .filter(|&r| r > 0)
         .ok_or_else(|| site.malformed("a revision"))
+}
+
+/// The time left on an etcd lease from etcd's whole seconds (`floor`, asked `since_ask` ago)
+/// and its TTL as granted (`granted`), first seen put on `since_put` ago (see
+/// [`EtcdStore::time_left_of`]): the grant's bound when it lies within etcd's second, else
+/// `floor`.
+fn refined(
+    floor: Duration,
+    granted: Duration,
+    since_ask: Duration,
+    since_put: Duration,
+) -> Duration {
+    let from_put = granted.saturating_sub(since_put);
+    // Expiry by etcd: at least `floor` after the ask. Expiry by the grant: at most `granted`
+    // after the put. The first past the second means a keep-alive moved the expiry since.
+    let moved = floor.saturating_add(since_put) > granted.saturating_add(since_ask);
+    if moved || granted.is_zero() {
+        return floor;
+    }
+    from_put.min(floor.saturating_add(Duration::from_secs(1)))
 }
 
 /// One keep-alive exchange on an open stream: the TTL, or `None` for a lease gone.
@@ -455,6 +605,20 @@ mod tests {
         assert_eq!(server_seconds(Duration::from_millis(1000)), 1);
         assert_eq!(server_seconds(Duration::from_millis(1001)), 2);
         assert_eq!(server_seconds(Duration::from_secs(15)), 15);
+    }
+
+    #[test]
+    fn the_grant_bounds_etcd_whole_seconds_when_consistent() {
+        let ms = Duration::from_millis;
+        let s = Duration::from_secs;
+        // Granted 3 s, put seen 2.2 s ago, etcd said 0 s (0.8 s left by the grant).
+        assert_eq!(refined(s(0), s(3), ms(5), ms(2200)), ms(800));
+        // The grant's bound never exceeds etcd's second.
+        assert_eq!(refined(s(1), s(3), ms(5), ms(100)), s(2));
+        // A keep-alive moved the expiry past the grant's bound: etcd's whole seconds.
+        assert_eq!(refined(s(2), s(3), ms(5), ms(2000)), s(2));
+        // No TTL as granted: etcd's whole seconds.
+        assert_eq!(refined(s(1), s(0), ms(5), ms(100)), s(1));
     }
 
     #[test]
