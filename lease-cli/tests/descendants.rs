@@ -340,3 +340,98 @@ fn a_killed_watchdog_takes_every_descendant_with_it() {
     );
     assert_eq!(code(next.status), 0, "{}", stderr(&next));
 }
+
+/// One line of the SIGTERM counters' log: `ready TAG PID PGID` or `term TAG PID`.
+fn counter_lines(log: &Path) -> Vec<Vec<String>> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| l.split_whitespace().map(str::to_owned).collect())
+        .collect()
+}
+
+/// On a loss each process of the term gets SIGTERM exactly once — CMD and a child in its
+/// group through the group signal, a `setsid` descendant by a signal of its own — not the
+/// group's and then each descendant's again (a program that takes a second SIGTERM as "exit
+/// now" would skip its cleanup). Each counter traps SIGTERM and logs one line per delivery,
+/// keeps running for a second after the first (so a second one is counted), then exits on its
+/// own, well inside the 4 s grace of a 15 s lease; `lease` exits only once all are gone, so
+/// the log is complete by then.
+#[test]
+fn on_a_loss_each_process_gets_sigterm_once() {
+    let _serial = timing_lock();
+    let dir = TempDir::new("term-once");
+    let store = dir.sqlite();
+    let log = dir.file("terms.log");
+    let counter = dir.file("counter.sh");
+    std::fs::write(
+        &counter,
+        "trap 'echo \"term $2 $$\" >> \"$1\"; got=1' TERM\n\
+         got=0\n\
+         echo \"ready $2 $$ $(cut -d' ' -f5 /proc/$$/stat)\" >> \"$1\"\n\
+         while [ $got = 0 ]; do sleep 1 & wait $!; done\n\
+         n=0; while [ $n -lt 10 ]; do sleep 0.1 & wait $!; n=$((n + 1)); done\n",
+    )
+    .unwrap();
+    let (c, l) = (counter.display(), log.display());
+    let cmd = format!(
+        "sh '{c}' '{l}' child & setsid sh '{c}' '{l}' escaped {QUIET} & exec sh '{c}' '{l}' cmd"
+    );
+    let holder = lease(
+        &store,
+        &["run", "--ttl", "15s", "counted", "--", "sh", "-c", &cmd],
+    )
+    .spawn()
+    .unwrap();
+    let ready = || {
+        counter_lines(&log)
+            .iter()
+            .filter(|l| l.first().is_some_and(|w| w == "ready"))
+            .count()
+    };
+    assert!(
+        wait_until(Duration::from_secs(20), || ready() == 3),
+        "the three counters did not start: {:?}",
+        counter_lines(&log)
+    );
+    let forced = lease_output(
+        &store,
+        &["release", "counted", "--force"],
+        Duration::from_secs(10),
+    );
+    assert_eq!(code(forced.status), 0, "{}", stderr(&forced));
+    let out = finish(holder, Duration::from_secs(30));
+    assert_eq!(code(out.status), 74, "{}", stderr(&out));
+
+    let lines = counter_lines(&log);
+    let group_of = |tag: &str| {
+        lines
+            .iter()
+            .find(|l| l[0] == "ready" && l[1] == tag)
+            .map(|l| (l[2].clone(), l[3].clone()))
+            .unwrap_or_else(|| panic!("no ready line of {tag}: {lines:?}"))
+    };
+    let (cmd_pid, cmd_group) = group_of("cmd");
+    let (_, child_group) = group_of("child");
+    let (_, escaped_group) = group_of("escaped");
+    assert_eq!(cmd_group, cmd_pid, "CMD leads its group: {lines:?}");
+    assert_eq!(
+        child_group, cmd_group,
+        "the child is in CMD's group: {lines:?}"
+    );
+    assert_ne!(
+        escaped_group, cmd_group,
+        "the setsid one left it: {lines:?}"
+    );
+    for tag in ["cmd", "child", "escaped"] {
+        let (pid, _) = group_of(tag);
+        let terms = lines
+            .iter()
+            .filter(|l| l[0] == "term" && l[1] == tag && l[2] == pid)
+            .count();
+        assert_eq!(
+            terms, 1,
+            "{tag} (pid {pid}) got SIGTERM {terms} times, not once: {lines:?}"
+        );
+    }
+}

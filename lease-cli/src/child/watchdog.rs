@@ -24,8 +24,9 @@
 //! (no descendant is left; only then does `lease` release the name).
 //!
 //! Ending is what `lease` does on a loss: SIGTERM (and SIGCONT, so a stopped process can act
-//! on it) to CMD's group and every descendant, then SIGKILL to all that remain once the
-//! step-down grace has passed, repeated until none is left. The local deadline plus the grace
+//! on it) to CMD's group and to every descendant outside it — once to each process — then
+//! SIGKILL to all that remain once the step-down grace has passed, repeated until none is
+//! left. The local deadline plus the grace
 //! ends before the store lets anyone else claim the name. When `lease` dies, the watchdog
 //! SIGKILLs every descendant at once, reaps them and exits.
 
@@ -50,7 +51,7 @@ use tokio::net::UnixListener;
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::process::{Child, Command};
 
-use super::group::{descendants, signal_group};
+use super::group::{descendants, descendants_outside, signal_group};
 use super::{CmdLine, EXEC_SUBCOMMAND, self_exe};
 use crate::cli::WatchdogArgs;
 use crate::exit::{CliError, Exit};
@@ -381,12 +382,27 @@ impl Guard {
         }
     }
 
-    /// Sends `sig` to CMD's group and to every descendant.
+    /// Sends `sig` once to each process of the term: to everything in CMD's group by one
+    /// signal to the group, then to each descendant outside the group (one that called
+    /// `setsid` or `setpgid`) by a signal of its own. A process in the group is not signalled
+    /// again on its own: a program that takes a second SIGTERM as "exit now" would skip its
+    /// cleanup.
+    ///
+    /// The group is signalled first, atomically for all its members (a fork racing with it
+    /// is restarted by the kernel), and the group of each descendant is read from `/proc`
+    /// after it. A process that leaves the group in the moment between the two gets `sig`
+    /// twice; one started after the signal gets none (the SIGKILL after the grace still
+    /// reaches it).
     fn signal_all(&self, sig: Signal) {
-        if let Some(pgid) = self.pgid {
-            let _ = signal_group(pgid, sig);
-        }
-        for pid in descendants(rustix::process::getpid()) {
+        let me = rustix::process::getpid();
+        let outside = match self.pgid {
+            Some(pgid) => {
+                let _ = signal_group(pgid, sig);
+                descendants_outside(me, pgid)
+            }
+            None => descendants(me),
+        };
+        for pid in outside {
             let _ = kill_process(pid, sig);
         }
     }
