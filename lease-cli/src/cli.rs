@@ -81,9 +81,11 @@ const RUN_ABOUT: &str = "Run CMD only while holding NAME: a cluster-wide flock.\
     milliseconds on stores that send hints), when the holder's lease runs out by the store's \
     clock, and, where the store sends no hints, every campaign retry (2/15 of the TTL) plus \
     jitter. While CMD runs the lease is renewed; when the lease is lost, \
-    CMD's process group and every descendant of CMD get SIGTERM, then SIGKILL after the \
-    step-down grace (4/15 of the TTL), and lease exits 74. SIGINT, SIGTERM and SIGHUP are \
-    forwarded to CMD's process group; the lease is released once CMD has exited. Otherwise lease \
+    CMD's process group and every descendant of CMD get SIGTERM (each process once), then \
+    SIGKILL after the step-down grace (4/15 of the TTL), and lease exits 74. SIGINT, SIGTERM and SIGHUP are \
+    forwarded to CMD's process group; the lease is released once CMD has exited (what is left \
+    of the term is then ended as on a loss, except that after a forwarded SIGTERM the group gets \
+    no second one: each process gets each signal once). Otherwise lease \
     exits with CMD's code.\n\n\
     CMD runs in its own process group (so it cannot read from a terminal) under a watchdog \
     process that is CMD's parent and a child subreaper, so every descendant of CMD stays in \

@@ -126,7 +126,10 @@ pub(crate) async fn supervise(
         }
     };
     // CMD and every descendant end before anything else happens (the release above all).
-    if watchdog.end().await.is_err() {
+    // After a forwarded SIGTERM the group is not sent another: a program that takes a second
+    // one as "exit now" would cut its cleanup short.
+    let group_termed = interrupted == Some(Signal::TERM);
+    if watchdog.end(group_termed).await.is_err() {
         return Err(watchdog_died(pgid).await);
     }
     let mut status = match ended {

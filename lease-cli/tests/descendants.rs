@@ -341,59 +341,120 @@ fn a_killed_watchdog_takes_every_descendant_with_it() {
     assert_eq!(code(next.status), 0, "{}", stderr(&next));
 }
 
-/// One line of the SIGTERM counters' log: `ready TAG PID PGID` or `term TAG PID`.
-fn counter_lines(log: &Path) -> Vec<Vec<String>> {
-    std::fs::read_to_string(log)
-        .unwrap_or_default()
-        .lines()
-        .map(|l| l.split_whitespace().map(str::to_owned).collect())
-        .collect()
+/// Processes that count the SIGTERMs they get: `counter.sh LOG TAG` traps SIGTERM, logs
+/// `ready TAG PID PGID`, then one `term TAG PID` line per delivery; it keeps running for a
+/// second after the first (so a second one is counted), then exits on its own — well inside
+/// the 4 s grace of a 15 s lease, so no SIGKILL cuts a count short. `lease` exits only once all
+/// are gone, so the log is complete by then.
+struct Counters {
+    dir: TempDir,
+}
+
+impl Counters {
+    fn new(tag: &str) -> Counters {
+        let dir = TempDir::new(tag);
+        std::fs::write(
+            dir.file("counter.sh"),
+            "trap 'echo \"term $2 $$\" >> \"$1\"; got=1' TERM\n\
+             got=0\n\
+             echo \"ready $2 $$ $(cut -d' ' -f5 /proc/$$/stat)\" >> \"$1\"\n\
+             while [ $got = 0 ]; do sleep 1 & wait $!; done\n\
+             n=0; while [ $n -lt 10 ]; do sleep 0.1 & wait $!; n=$((n + 1)); done\n",
+        )
+        .unwrap();
+        Counters { dir }
+    }
+
+    fn store(&self) -> String {
+        self.dir.sqlite()
+    }
+
+    /// A CMD (for `sh -c`) that starts a counter `child` in its group and a counter `escaped`
+    /// with `setsid`, then does `then`.
+    fn cmd(&self, then: &str) -> String {
+        format!(
+            "{c} child & setsid {c} escaped {QUIET} & {then}",
+            c = self.counter()
+        )
+    }
+
+    /// `sh counter.sh LOG` (a TAG follows).
+    fn counter(&self) -> String {
+        format!(
+            "sh '{}' '{}'",
+            self.dir.file("counter.sh").display(),
+            self.dir.file("terms.log").display()
+        )
+    }
+
+    /// The log's lines, split in words.
+    fn lines(&self) -> Vec<Vec<String>> {
+        std::fs::read_to_string(self.dir.file("terms.log"))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| l.split_whitespace().map(str::to_owned).collect())
+            .collect()
+    }
+
+    /// Waits until `n` counters are ready.
+    fn wait_ready(&self, n: usize) {
+        let ready = || {
+            self.lines()
+                .iter()
+                .filter(|l| l.first().is_some_and(|w| w == "ready"))
+                .count()
+        };
+        assert!(
+            wait_until(Duration::from_secs(20), || ready() == n),
+            "{n} counters did not start: {:?}",
+            self.lines()
+        );
+    }
+
+    /// The pid and process group of counter `tag`.
+    fn ready(&self, tag: &str) -> (String, String) {
+        let lines = self.lines();
+        lines
+            .iter()
+            .find(|l| l[0] == "ready" && l[1] == tag)
+            .map(|l| (l[2].clone(), l[3].clone()))
+            .unwrap_or_else(|| panic!("no ready line of {tag}: {lines:?}"))
+    }
+
+    /// Asserts that each counter of `tags` got SIGTERM exactly once.
+    fn assert_once_each(&self, tags: &[&str]) {
+        let lines = self.lines();
+        for tag in tags {
+            let (pid, _) = self.ready(tag);
+            let terms = lines
+                .iter()
+                .filter(|l| l[0] == "term" && l[1] == *tag && l[2] == pid)
+                .count();
+            assert_eq!(
+                terms, 1,
+                "{tag} (pid {pid}) got SIGTERM {terms} times, not once: {lines:?}"
+            );
+        }
+    }
 }
 
 /// On a loss each process of the term gets SIGTERM exactly once — CMD and a child in its
 /// group through the group signal, a `setsid` descendant by a signal of its own — not the
 /// group's and then each descendant's again (a program that takes a second SIGTERM as "exit
-/// now" would skip its cleanup). Each counter traps SIGTERM and logs one line per delivery,
-/// keeps running for a second after the first (so a second one is counted), then exits on its
-/// own, well inside the 4 s grace of a 15 s lease; `lease` exits only once all are gone, so
-/// the log is complete by then.
+/// now" would skip its cleanup).
 #[test]
 fn on_a_loss_each_process_gets_sigterm_once() {
     let _serial = timing_lock();
-    let dir = TempDir::new("term-once");
-    let store = dir.sqlite();
-    let log = dir.file("terms.log");
-    let counter = dir.file("counter.sh");
-    std::fs::write(
-        &counter,
-        "trap 'echo \"term $2 $$\" >> \"$1\"; got=1' TERM\n\
-         got=0\n\
-         echo \"ready $2 $$ $(cut -d' ' -f5 /proc/$$/stat)\" >> \"$1\"\n\
-         while [ $got = 0 ]; do sleep 1 & wait $!; done\n\
-         n=0; while [ $n -lt 10 ]; do sleep 0.1 & wait $!; n=$((n + 1)); done\n",
-    )
-    .unwrap();
-    let (c, l) = (counter.display(), log.display());
-    let cmd = format!(
-        "sh '{c}' '{l}' child & setsid sh '{c}' '{l}' escaped {QUIET} & exec sh '{c}' '{l}' cmd"
-    );
+    let counters = Counters::new("term-once");
+    let store = counters.store();
+    let cmd = counters.cmd(&format!("exec {} cmd", counters.counter()));
     let holder = lease(
         &store,
         &["run", "--ttl", "15s", "counted", "--", "sh", "-c", &cmd],
     )
     .spawn()
     .unwrap();
-    let ready = || {
-        counter_lines(&log)
-            .iter()
-            .filter(|l| l.first().is_some_and(|w| w == "ready"))
-            .count()
-    };
-    assert!(
-        wait_until(Duration::from_secs(20), || ready() == 3),
-        "the three counters did not start: {:?}",
-        counter_lines(&log)
-    );
+    counters.wait_ready(3);
     let forced = lease_output(
         &store,
         &["release", "counted", "--force"],
@@ -403,17 +464,10 @@ fn on_a_loss_each_process_gets_sigterm_once() {
     let out = finish(holder, Duration::from_secs(30));
     assert_eq!(code(out.status), 74, "{}", stderr(&out));
 
-    let lines = counter_lines(&log);
-    let group_of = |tag: &str| {
-        lines
-            .iter()
-            .find(|l| l[0] == "ready" && l[1] == tag)
-            .map(|l| (l[2].clone(), l[3].clone()))
-            .unwrap_or_else(|| panic!("no ready line of {tag}: {lines:?}"))
-    };
-    let (cmd_pid, cmd_group) = group_of("cmd");
-    let (_, child_group) = group_of("child");
-    let (_, escaped_group) = group_of("escaped");
+    let lines = counters.lines();
+    let (cmd_pid, cmd_group) = counters.ready("cmd");
+    let (_, child_group) = counters.ready("child");
+    let (_, escaped_group) = counters.ready("escaped");
     assert_eq!(cmd_group, cmd_pid, "CMD leads its group: {lines:?}");
     assert_eq!(
         child_group, cmd_group,
@@ -423,15 +477,35 @@ fn on_a_loss_each_process_gets_sigterm_once() {
         escaped_group, cmd_group,
         "the setsid one left it: {lines:?}"
     );
-    for tag in ["cmd", "child", "escaped"] {
-        let (pid, _) = group_of(tag);
-        let terms = lines
-            .iter()
-            .filter(|l| l[0] == "term" && l[1] == tag && l[2] == pid)
-            .count();
-        assert_eq!(
-            terms, 1,
-            "{tag} (pid {pid}) got SIGTERM {terms} times, not once: {lines:?}"
-        );
-    }
+    counters.assert_once_each(&["cmd", "child", "escaped"]);
+}
+
+/// A SIGTERM to `lease` is forwarded to CMD's group; once CMD has exited, what is left of the
+/// term is ended — but the processes in the group, which had the forwarded SIGTERM, get no
+/// second one; the `setsid` descendant, which had none, gets its one then.
+#[test]
+fn after_a_forwarded_sigterm_no_process_gets_a_second() {
+    let _serial = timing_lock();
+    let counters = Counters::new("term-forwarded");
+    let store = counters.store();
+    // CMD, a shell without a trap, dies of the forwarded SIGTERM; its children run on.
+    let cmd = counters.cmd("wait");
+    let holder = lease(
+        &store,
+        &["run", "--ttl", "15s", "forwarded", "--", "sh", "-c", &cmd],
+    )
+    .spawn()
+    .unwrap();
+    counters.wait_ready(2);
+    send(holder.id(), Signal::TERM);
+    let out = finish(holder, Duration::from_secs(30));
+    assert_eq!(code(out.status), 128 + 15, "{}", stderr(&out));
+    let lines = counters.lines();
+    let (_, child_group) = counters.ready("child");
+    let (_, escaped_group) = counters.ready("escaped");
+    assert_ne!(
+        escaped_group, child_group,
+        "the setsid one left the group: {lines:?}"
+    );
+    counters.assert_once_each(&["child", "escaped"]);
 }

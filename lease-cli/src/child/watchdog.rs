@@ -16,7 +16,8 @@
 //!
 //! Orders (one a line): `start DEADLINE GRACE K=HEX…` starts CMD for a term with those
 //! environment variables; `deadline DEADLINE` moves the local deadline after a renewal;
-//! `end` ends CMD and every descendant; `stop` and `cont` stop and continue them all.
+//! `end` ends CMD and every descendant (`end termed`: after `lease` forwarded a SIGTERM to
+//! CMD's group, which then gets no second one); `stop` and `cont` stop and continue them all.
 //! DEADLINE is a point on `CLOCK_BOOTTIME` in nanoseconds (`-` for a lease that never
 //! expires), so time the machine spends suspended counts, and an order that reaches the
 //! watchdog late never stretches the deadline. Reports: `started PID`, `failed HEX`, `exited
@@ -195,9 +196,12 @@ impl Watchdog {
     }
 
     /// Orders the end of CMD and every descendant: SIGTERM now, SIGKILL after the grace.
-    /// [`Report::Gone`] follows once none is left.
-    pub(crate) async fn end(&mut self) -> io::Result<()> {
-        self.order("end").await
+    /// [`Report::Gone`] follows once none is left. `group_termed`: `lease` already sent
+    /// SIGTERM to CMD's group (a forwarded stop signal), so only the descendants outside the
+    /// group get it now — no process gets a second one.
+    pub(crate) async fn end(&mut self, group_termed: bool) -> io::Result<()> {
+        self.order(if group_termed { "end termed" } else { "end" })
+            .await
     }
 
     /// Stops CMD and every descendant (SIGSTOP).
@@ -378,7 +382,7 @@ impl Guard {
         self.pgid = Some(pid);
         self.report(&format!("started {}", pid.as_raw_nonzero()));
         if deadline.is_some_and(|d| boot_now() >= d) {
-            self.begin_end(true);
+            self.begin_end(true, false);
         }
     }
 
@@ -394,12 +398,18 @@ impl Guard {
     /// twice; one started after the signal gets none (the SIGKILL after the grace still
     /// reaches it).
     fn signal_all(&self, sig: Signal) {
+        if let Some(pgid) = self.pgid {
+            let _ = signal_group(pgid, sig);
+        }
+        self.signal_outside(sig);
+    }
+
+    /// Sends `sig` to each descendant outside CMD's group (to every descendant when there is
+    /// no group), each by a signal of its own.
+    fn signal_outside(&self, sig: Signal) {
         let me = rustix::process::getpid();
         let outside = match self.pgid {
-            Some(pgid) => {
-                let _ = signal_group(pgid, sig);
-                descendants_outside(me, pgid)
-            }
+            Some(pgid) => descendants_outside(me, pgid),
             None => descendants(me),
         };
         for pid in outside {
@@ -407,8 +417,10 @@ impl Guard {
         }
     }
 
-    /// Starts ending the term: SIGTERM and SIGCONT now, SIGKILL after the grace.
-    fn begin_end(&mut self, at_deadline: bool) {
+    /// Starts ending the term: SIGTERM and SIGCONT now, SIGKILL after the grace. With
+    /// `group_termed` (`lease` forwarded a SIGTERM to CMD's group already), SIGTERM goes only
+    /// to the descendants outside the group.
+    fn begin_end(&mut self, at_deadline: bool, group_termed: bool) {
         if self.pgid.is_none() {
             self.report("gone");
             return;
@@ -420,7 +432,11 @@ impl Guard {
             return;
         }
         self.kill_at = Some(boot_now() + self.grace);
-        self.signal_all(Signal::TERM);
+        if group_termed {
+            self.signal_outside(Signal::TERM);
+        } else {
+            self.signal_all(Signal::TERM);
+        }
         self.signal_all(Signal::CONT);
     }
 
@@ -471,7 +487,8 @@ impl Guard {
                     self.set_timer(Some(at));
                 }
             }
-            Some((&"end", [])) => self.begin_end(false),
+            Some((&"end", [])) => self.begin_end(false, false),
+            Some((&"end", ["termed"])) => self.begin_end(false, true),
             // Once ending, stopping would only delay the end.
             Some((&"stop", [])) if self.kill_at.is_none() => self.signal_all(Signal::STOP),
             Some((&"cont", [])) => self.signal_all(Signal::CONT),
@@ -572,7 +589,7 @@ fn run_guard(args: &WatchdogArgs) -> io::Result<()> {
             let mut ticks = [0u8; 8];
             let _ = rustix::io::read(&guard.timer, &mut ticks);
             if guard.pgid.is_some() && guard.deadline.is_some_and(|d| boot_now() >= d) {
-                guard.begin_end(true);
+                guard.begin_end(true, false);
             }
         }
         guard.reap();
