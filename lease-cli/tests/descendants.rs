@@ -342,10 +342,9 @@ fn a_killed_watchdog_takes_every_descendant_with_it() {
 }
 
 /// Processes that count the SIGTERMs they get: `counter.sh LOG TAG` traps SIGTERM, logs
-/// `ready TAG PID PGID`, then one `term TAG PID` line per delivery; it keeps running for a
-/// second after the first (so a second one is counted), then exits on its own — well inside
-/// the 4 s grace of a 15 s lease, so no SIGKILL cuts a count short. `lease` exits only once all
-/// are gone, so the log is complete by then.
+/// `ready TAG PID PGID`, then one `term TAG PID` line per delivery; it keeps running for 3 s
+/// after the first (so a second one is counted), then exits on its own — inside the 4 s grace
+/// of a 15 s lease. `lease` exits only once all are gone, so the log is complete by then.
 struct Counters {
     dir: TempDir,
 }
@@ -359,7 +358,7 @@ impl Counters {
              got=0\n\
              echo \"ready $2 $$ $(cut -d' ' -f5 /proc/$$/stat)\" >> \"$1\"\n\
              while [ $got = 0 ]; do sleep 1 & wait $!; done\n\
-             n=0; while [ $n -lt 10 ]; do sleep 0.1 & wait $!; n=$((n + 1)); done\n",
+             n=0; while [ $n -lt 30 ]; do sleep 0.1 & wait $!; n=$((n + 1)); done\n",
         )
         .unwrap();
         Counters { dir }
@@ -508,4 +507,56 @@ fn after_a_forwarded_sigterm_no_process_gets_a_second() {
         "the setsid one left the group: {lines:?}"
     );
     counters.assert_once_each(&["child", "escaped"]);
+}
+
+/// After a SIGTERM to `lease` was forwarded to CMD's group, the term may still end at its
+/// local deadline (here: `lease` is frozen by SIGSTOP while CMD cleans up, so no renewal moves
+/// it): the watchdog then sends the group no second SIGTERM either; the `setsid` descendant
+/// gets its one. Whatever is still running is SIGKILLed after the grace, which cuts no count
+/// short: the first SIGTERM of each was logged before `lease` was frozen.
+#[test]
+fn after_a_forwarded_sigterm_the_deadline_sends_no_second() {
+    let _serial = timing_lock();
+    let counters = Counters::new("term-deadline");
+    let store = counters.store();
+    let cmd = counters.cmd(&format!("exec {} cmd", counters.counter()));
+    let holder = lease(
+        &store,
+        &[
+            "run",
+            "--ttl",
+            "2s",
+            "frozen-after-term",
+            "--",
+            "sh",
+            "-c",
+            &cmd,
+        ],
+    )
+    .spawn()
+    .unwrap();
+    counters.wait_ready(3);
+    send(holder.id(), Signal::TERM);
+    let termed = |tag: &str| {
+        counters
+            .lines()
+            .iter()
+            .any(|l| l[0] == "term" && l[1] == tag)
+    };
+    assert!(
+        wait_until(Duration::from_secs(20), || termed("cmd") && termed("child")),
+        "the forwarded SIGTERM was not logged: {:?}",
+        counters.lines()
+    );
+    send(holder.id(), Signal::STOP);
+    let pids: Vec<i32> = ["cmd", "child", "escaped"]
+        .iter()
+        .map(|t| counters.ready(t).0.parse().unwrap())
+        .collect();
+    let gone = wait_until(Duration::from_secs(30), || pids.iter().all(|&p| is_dead(p)));
+    send(holder.id(), Signal::CONT);
+    assert!(gone, "the term's processes outlived its deadline: {pids:?}");
+    let out = finish(holder, Duration::from_secs(30));
+    eprintln!("lease exited {:?}: {}", out.status, stderr(&out));
+    counters.assert_once_each(&["cmd", "child", "escaped"]);
 }

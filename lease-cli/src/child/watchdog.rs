@@ -16,8 +16,10 @@
 //!
 //! Orders (one a line): `start DEADLINE GRACE K=HEX…` starts CMD for a term with those
 //! environment variables; `deadline DEADLINE` moves the local deadline after a renewal;
-//! `end` ends CMD and every descendant (`end termed`: after `lease` forwarded a SIGTERM to
-//! CMD's group, which then gets no second one); `stop` and `cont` stop and continue them all.
+//! `end` ends CMD and every descendant; `stop` and `cont` stop and continue them all;
+//! `forward INT|TERM|HUP` sends a stop signal `lease` caught to CMD's group (after a SIGTERM
+//! so sent, ending the term sends SIGTERM only to the descendants outside the group: no
+//! process gets a second one).
 //! DEADLINE is a point on `CLOCK_BOOTTIME` in nanoseconds (`-` for a lease that never
 //! expires), so time the machine spends suspended counts, and an order that reaches the
 //! watchdog late never stretches the deadline. Reports: `started PID`, `failed HEX`, `exited
@@ -195,13 +197,19 @@ impl Watchdog {
             .await
     }
 
-    /// Orders the end of CMD and every descendant: SIGTERM now, SIGKILL after the grace.
-    /// [`Report::Gone`] follows once none is left. `group_termed`: `lease` already sent
-    /// SIGTERM to CMD's group (a forwarded stop signal), so only the descendants outside the
-    /// group get it now — no process gets a second one.
-    pub(crate) async fn end(&mut self, group_termed: bool) -> io::Result<()> {
-        self.order(if group_termed { "end termed" } else { "end" })
-            .await
+    /// Orders the end of CMD and every descendant: SIGTERM now (not again to CMD's group
+    /// after a [`forward`](Self::forward)ed SIGTERM), SIGKILL after the grace.
+    /// [`Report::Gone`] follows once none is left.
+    pub(crate) async fn end(&mut self) -> io::Result<()> {
+        self.order("end").await
+    }
+
+    /// Sends a stop signal `lease` caught (SIGINT, SIGTERM or SIGHUP) to CMD's group,
+    /// through the watchdog, which remembers a SIGTERM so sent.
+    pub(crate) async fn forward(&mut self, sig: Signal) -> io::Result<()> {
+        let word = forward_word(sig)
+            .ok_or_else(|| io::Error::other(format!("signal {} is not forwarded", sig.as_raw())))?;
+        self.order(&format!("forward {word}")).await
     }
 
     /// Stops CMD and every descendant (SIGSTOP).
@@ -231,6 +239,18 @@ fn socket_name() -> String {
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u128(boot_now().as_nanos());
     format!("lease-watchdog/{}/{:016x}", std::process::id(), h.finish())
+}
+
+/// The word for a stop signal in a `forward` order.
+fn forward_word(sig: Signal) -> Option<&'static str> {
+    [
+        (Signal::INT, "INT"),
+        (Signal::TERM, "TERM"),
+        (Signal::HUP, "HUP"),
+    ]
+    .into_iter()
+    .find(|&(s, _)| s == sig)
+    .map(|(_, w)| w)
 }
 
 fn nanos_word(d: Option<Duration>) -> String {
@@ -288,6 +308,8 @@ struct Guard {
     deadline: Option<Duration>,
     /// While ending: when to SIGKILL what is left (boot clock).
     kill_at: Option<Duration>,
+    /// CMD's group got a forwarded SIGTERM this term: ending sends it no second one.
+    group_termed: bool,
     /// Whether `lease` is still there (its end of the socket open).
     lease_alive: bool,
 }
@@ -380,9 +402,10 @@ impl Guard {
         let pidfd = pidfd_open(pid, PidfdFlags::empty()).ok();
         self.child = Some((pid, pidfd));
         self.pgid = Some(pid);
+        self.group_termed = false;
         self.report(&format!("started {}", pid.as_raw_nonzero()));
         if deadline.is_some_and(|d| boot_now() >= d) {
-            self.begin_end(true, false);
+            self.begin_end(true);
         }
     }
 
@@ -417,10 +440,9 @@ impl Guard {
         }
     }
 
-    /// Starts ending the term: SIGTERM and SIGCONT now, SIGKILL after the grace. With
-    /// `group_termed` (`lease` forwarded a SIGTERM to CMD's group already), SIGTERM goes only
-    /// to the descendants outside the group.
-    fn begin_end(&mut self, at_deadline: bool, group_termed: bool) {
+    /// Starts ending the term: SIGTERM and SIGCONT now, SIGKILL after the grace. After a
+    /// forwarded SIGTERM, SIGTERM goes only to the descendants outside CMD's group.
+    fn begin_end(&mut self, at_deadline: bool) {
         if self.pgid.is_none() {
             self.report("gone");
             return;
@@ -432,7 +454,7 @@ impl Guard {
             return;
         }
         self.kill_at = Some(boot_now() + self.grace);
-        if group_termed {
+        if self.group_termed {
             self.signal_outside(Signal::TERM);
         } else {
             self.signal_all(Signal::TERM);
@@ -487,8 +509,16 @@ impl Guard {
                     self.set_timer(Some(at));
                 }
             }
-            Some((&"end", [])) => self.begin_end(false, false),
-            Some((&"end", ["termed"])) => self.begin_end(false, true),
+            Some((&"end", [])) => self.begin_end(false),
+            Some((&"forward", [word])) => {
+                let sig = [Signal::INT, Signal::TERM, Signal::HUP]
+                    .into_iter()
+                    .find(|&s| forward_word(s) == Some(*word));
+                if let (Some(sig), Some(pgid)) = (sig, self.pgid) {
+                    let _ = signal_group(pgid, sig);
+                    self.group_termed |= sig == Signal::TERM;
+                }
+            }
             // Once ending, stopping would only delay the end.
             Some((&"stop", [])) if self.kill_at.is_none() => self.signal_all(Signal::STOP),
             Some((&"cont", [])) => self.signal_all(Signal::CONT),
@@ -534,6 +564,7 @@ fn run_guard(args: &WatchdogArgs) -> io::Result<()> {
         grace: Duration::ZERO,
         deadline: None,
         kill_at: None,
+        group_termed: false,
         lease_alive: true,
     };
     let mut reader = guard.socket.try_clone()?;
@@ -589,7 +620,7 @@ fn run_guard(args: &WatchdogArgs) -> io::Result<()> {
             let mut ticks = [0u8; 8];
             let _ = rustix::io::read(&guard.timer, &mut ticks);
             if guard.pgid.is_some() && guard.deadline.is_some_and(|d| boot_now() >= d) {
-                guard.begin_end(true, false);
+                guard.begin_end(true);
             }
         }
         guard.reap();
