@@ -342,9 +342,10 @@ fn a_killed_watchdog_takes_every_descendant_with_it() {
 }
 
 /// Processes that count the SIGTERMs they get: `counter.sh LOG TAG` traps SIGTERM, logs
-/// `ready TAG PID PGID`, then one `term TAG PID` line per delivery; it keeps running for 3 s
-/// after the first (so a second one is counted), then exits on its own — inside the 4 s grace
-/// of a 15 s lease. `lease` exits only once all are gone, so the log is complete by then.
+/// `ready TAG PID PGID`, then one `term TAG PID` line per delivery, and runs until SIGKILLed
+/// (so a second SIGTERM is counted too) — at the end of the step-down grace, 4 s for a 15 s
+/// lease: time enough for a trap to run however busy the machine. `lease` exits only once all
+/// are gone, so the log is complete by then.
 struct Counters {
     dir: TempDir,
 }
@@ -354,11 +355,9 @@ impl Counters {
         let dir = TempDir::new(tag);
         std::fs::write(
             dir.file("counter.sh"),
-            "trap 'echo \"term $2 $$\" >> \"$1\"; got=1' TERM\n\
-             got=0\n\
+            "trap 'echo \"term $2 $$\" >> \"$1\"' TERM\n\
              echo \"ready $2 $$ $(cut -d' ' -f5 /proc/$$/stat)\" >> \"$1\"\n\
-             while [ $got = 0 ]; do sleep 1 & wait $!; done\n\
-             n=0; while [ $n -lt 30 ]; do sleep 0.1 & wait $!; n=$((n + 1)); done\n",
+             while :; do sleep 1 & wait $!; done\n",
         )
         .unwrap();
         Counters { dir }
@@ -420,18 +419,24 @@ impl Counters {
             .unwrap_or_else(|| panic!("no ready line of {tag}: {lines:?}"))
     }
 
+    /// How many SIGTERMs counter `tag` logged.
+    fn terms(&self, tag: &str) -> usize {
+        let (pid, _) = self.ready(tag);
+        self.lines()
+            .iter()
+            .filter(|l| l[0] == "term" && l[1] == tag && l[2] == pid)
+            .count()
+    }
+
     /// Asserts that each counter of `tags` got SIGTERM exactly once.
     fn assert_once_each(&self, tags: &[&str]) {
-        let lines = self.lines();
         for tag in tags {
-            let (pid, _) = self.ready(tag);
-            let terms = lines
-                .iter()
-                .filter(|l| l[0] == "term" && l[1] == *tag && l[2] == pid)
-                .count();
+            let terms = self.terms(tag);
             assert_eq!(
-                terms, 1,
-                "{tag} (pid {pid}) got SIGTERM {terms} times, not once: {lines:?}"
+                terms,
+                1,
+                "{tag} got SIGTERM {terms} times, not once: {:?}",
+                self.lines()
             );
         }
     }
@@ -511,9 +516,10 @@ fn after_a_forwarded_sigterm_no_process_gets_a_second() {
 
 /// After a SIGTERM to `lease` was forwarded to CMD's group, the term may still end at its
 /// local deadline (here: `lease` is frozen by SIGSTOP while CMD cleans up, so no renewal moves
-/// it): the watchdog then sends the group no second SIGTERM either; the `setsid` descendant
-/// gets its one. Whatever is still running is SIGKILLed after the grace, which cuts no count
-/// short: the first SIGTERM of each was logged before `lease` was frozen.
+/// it): the watchdog then sends the group no second SIGTERM either. CMD and its child logged
+/// their one before `lease` was frozen. The `setsid` descendant gets its SIGTERM at the
+/// deadline and SIGKILL 0.8 s later (a 3 s lease keeps the test short), so it is only checked
+/// not to get two: on a busy machine its trap may not run before the SIGKILL.
 #[test]
 fn after_a_forwarded_sigterm_the_deadline_sends_no_second() {
     let _serial = timing_lock();
@@ -525,7 +531,7 @@ fn after_a_forwarded_sigterm_the_deadline_sends_no_second() {
         &[
             "run",
             "--ttl",
-            "2s",
+            "3s",
             "frozen-after-term",
             "--",
             "sh",
@@ -557,6 +563,7 @@ fn after_a_forwarded_sigterm_the_deadline_sends_no_second() {
     send(holder.id(), Signal::CONT);
     assert!(gone, "the term's processes outlived its deadline: {pids:?}");
     let out = finish(holder, Duration::from_secs(30));
-    eprintln!("lease exited {:?}: {}", out.status, stderr(&out));
-    counters.assert_once_each(&["cmd", "child", "escaped"]);
+    assert_eq!(code(out.status), 74, "{}", stderr(&out));
+    counters.assert_once_each(&["cmd", "child"]);
+    assert!(counters.terms("escaped") <= 1, "{:?}", counters.lines());
 }
