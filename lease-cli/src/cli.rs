@@ -81,9 +81,11 @@ const RUN_ABOUT: &str = "Run CMD only while holding NAME: a cluster-wide flock.\
     milliseconds on stores that send hints), when the holder's lease runs out by the store's \
     clock, and, where the store sends no hints, every campaign retry (2/15 of the TTL) plus \
     jitter. While CMD runs the lease is renewed; when the lease is lost, \
-    CMD's process group and every descendant of CMD get SIGTERM, then SIGKILL after the \
-    step-down grace (4/15 of the TTL), and lease exits 74. SIGINT, SIGTERM and SIGHUP are \
-    forwarded to CMD's process group; the lease is released once CMD has exited. Otherwise lease \
+    CMD's process group and every descendant of CMD get SIGTERM (each process once), then \
+    SIGKILL after the step-down grace (4/15 of the TTL), and lease exits 74. SIGINT, SIGTERM and SIGHUP are \
+    forwarded to CMD's process group; the lease is released once CMD has exited (what is left \
+    of the term is then ended as on a loss, except that after a forwarded SIGTERM the group gets \
+    no second one: each process gets each signal once). Otherwise lease \
     exits with CMD's code.\n\n\
     CMD runs in its own process group (so it cannot read from a terminal) under a watchdog \
     process that is CMD's parent and a child subreaper, so every descendant of CMD stays in \
@@ -119,10 +121,13 @@ const STATUS_ABOUT: &str = "Show who holds each NAME: holder instance, term, tim
     clock.\n\n\
     A counted name (lease run --permits N) shows one row per permit, with its number in the \
     PERMIT column: the permit's holder, last term and time left. With --json its object gets \
-    a \"permits\" array: permit, held, holder, term, expires_in_ms per permit.";
+    \"permits_held\" (how many of its permits are live) and a \"permits\" array: permit, held, \
+    holder, term, expires_in_ms per permit; the name's \"held\" is true when its plain lease \
+    or any permit is held (holder, term and expires_in_ms stay those of the plain lease).";
 
 const WATCH_ABOUT: &str = "Print one line per change of each NAME's holder, until stopped.\n\n\
-    First, for each NAME nobody holds, a 'free' line; then one line per change: claimed (holder, \
+    First, for each NAME nobody holds (neither its lease nor a permit), a 'free' line; then one \
+    line per change: claimed (holder, \
     term, time left), released (the holder ended its term before its lease ran out) or expired \
     (the store's clock passed the lease's expiry without a renewal: the holder crashed, hung or \
     was cut off). A name held at the start shows as claimed. Every line is read from the store, \
@@ -134,9 +139,15 @@ const WATCH_ABOUT: &str = "Print one line per change of each NAME's holder, unti
     \x20 job: claimed by web-1 (term 7, expires in 14.9s)\n\
     \x20 job: released (term 7)\n\
     \x20 job: expired (term 8): the holder stopped renewing\n\n\
+    A counted name (lease run --permits N) gets the same lines per permit, each naming the \
+    permit and how many of the name's permits were held at that read; its live permits at the \
+    start show as claimed:\n\n\
+    \x20 pool: permit 1 claimed by web-2 (term 9, expires in 14.9s); 2 permits held\n\
+    \x20 pool: permit 0 released (term 8); 1 permit held\n\n\
     With --json, one JSON object per line: name, event (free, claimed, released, expired), \
     holder (null unless claimed), term (the last one issued; null when never claimed), \
-    expires_in_ms (null unless claimed). SIGINT, SIGTERM and SIGHUP end it with code 0.";
+    expires_in_ms (null unless claimed); a permit's object also has permit (after name) and \
+    permits_held (last). SIGINT, SIGTERM and SIGHUP end it with code 0.";
 
 const MEMBERS_ABOUT: &str = "Show the live members of SERVICE: node id, address, groups, time \
     left.\n\n\
@@ -242,7 +253,8 @@ pub(crate) struct StatusArgs {
     pub(crate) names: Vec<String>,
 
     /// Print JSON instead of a table: one object per name with name, held, holder, term and
-    /// expires_in_ms (and, for a counted name, permits: one object per permit).
+    /// expires_in_ms (and, for a counted name, permits_held and permits: one object per
+    /// permit).
     #[arg(long)]
     pub(crate) json: bool,
 }
@@ -255,7 +267,7 @@ pub(crate) struct WatchArgs {
     pub(crate) names: Vec<String>,
 
     /// Print one JSON object per line instead of text: name, event, holder, term and
-    /// expires_in_ms.
+    /// expires_in_ms (and, for a permit of a counted name, permit and permits_held).
     #[arg(long)]
     pub(crate) json: bool,
 }

@@ -91,7 +91,12 @@ pub(crate) async fn supervise(
             _ = term.lost() => break Ended::Lost,
             caught = signals.recv_or_suspend() => match caught {
                 Caught::Stop(sig) => {
-                    let _ = signal_group(pgid, sig);
+                    // Through the watchdog, which then sends the group no second SIGTERM
+                    // when it ends the term: a program that takes a second one as "exit
+                    // now" would cut its cleanup short.
+                    if watchdog.forward(sig).await.is_err() {
+                        return Err(watchdog_died(pgid).await);
+                    }
                     interrupted = Some(sig);
                 }
                 Caught::Suspend => {

@@ -340,3 +340,230 @@ fn a_killed_watchdog_takes_every_descendant_with_it() {
     );
     assert_eq!(code(next.status), 0, "{}", stderr(&next));
 }
+
+/// Processes that count the SIGTERMs they get: `counter.sh LOG TAG` traps SIGTERM, logs
+/// `ready TAG PID PGID`, then one `term TAG PID` line per delivery, and runs until SIGKILLed
+/// (so a second SIGTERM is counted too) — at the end of the step-down grace, 4 s for a 15 s
+/// lease: time enough for a trap to run however busy the machine. `lease` exits only once all
+/// are gone, so the log is complete by then.
+struct Counters {
+    dir: TempDir,
+}
+
+impl Counters {
+    fn new(tag: &str) -> Counters {
+        let dir = TempDir::new(tag);
+        std::fs::write(
+            dir.file("counter.sh"),
+            "trap 'echo \"term $2 $$\" >> \"$1\"' TERM\n\
+             echo \"ready $2 $$ $(cut -d' ' -f5 /proc/$$/stat)\" >> \"$1\"\n\
+             while :; do sleep 1 & wait $!; done\n",
+        )
+        .unwrap();
+        Counters { dir }
+    }
+
+    fn store(&self) -> String {
+        self.dir.sqlite()
+    }
+
+    /// A CMD (for `sh -c`) that starts a counter `child` in its group and a counter `escaped`
+    /// with `setsid`, then does `then`.
+    fn cmd(&self, then: &str) -> String {
+        format!(
+            "{c} child & setsid {c} escaped {QUIET} & {then}",
+            c = self.counter()
+        )
+    }
+
+    /// `sh counter.sh LOG` (a TAG follows).
+    fn counter(&self) -> String {
+        format!(
+            "sh '{}' '{}'",
+            self.dir.file("counter.sh").display(),
+            self.dir.file("terms.log").display()
+        )
+    }
+
+    /// The log's lines, split in words.
+    fn lines(&self) -> Vec<Vec<String>> {
+        std::fs::read_to_string(self.dir.file("terms.log"))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| l.split_whitespace().map(str::to_owned).collect())
+            .collect()
+    }
+
+    /// Waits until `n` counters are ready.
+    fn wait_ready(&self, n: usize) {
+        let ready = || {
+            self.lines()
+                .iter()
+                .filter(|l| l.first().is_some_and(|w| w == "ready"))
+                .count()
+        };
+        assert!(
+            wait_until(Duration::from_secs(20), || ready() == n),
+            "{n} counters did not start: {:?}",
+            self.lines()
+        );
+    }
+
+    /// The pid and process group of counter `tag`.
+    fn ready(&self, tag: &str) -> (String, String) {
+        let lines = self.lines();
+        lines
+            .iter()
+            .find(|l| l[0] == "ready" && l[1] == tag)
+            .map(|l| (l[2].clone(), l[3].clone()))
+            .unwrap_or_else(|| panic!("no ready line of {tag}: {lines:?}"))
+    }
+
+    /// How many SIGTERMs counter `tag` logged.
+    fn terms(&self, tag: &str) -> usize {
+        let (pid, _) = self.ready(tag);
+        self.lines()
+            .iter()
+            .filter(|l| l[0] == "term" && l[1] == tag && l[2] == pid)
+            .count()
+    }
+
+    /// Asserts that each counter of `tags` got SIGTERM exactly once.
+    fn assert_once_each(&self, tags: &[&str]) {
+        for tag in tags {
+            let terms = self.terms(tag);
+            assert_eq!(
+                terms,
+                1,
+                "{tag} got SIGTERM {terms} times, not once: {:?}",
+                self.lines()
+            );
+        }
+    }
+}
+
+/// On a loss each process of the term gets SIGTERM exactly once — CMD and a child in its
+/// group through the group signal, a `setsid` descendant by a signal of its own — not the
+/// group's and then each descendant's again (a program that takes a second SIGTERM as "exit
+/// now" would skip its cleanup).
+#[test]
+fn on_a_loss_each_process_gets_sigterm_once() {
+    let _serial = timing_lock();
+    let counters = Counters::new("term-once");
+    let store = counters.store();
+    let cmd = counters.cmd(&format!("exec {} cmd", counters.counter()));
+    let holder = lease(
+        &store,
+        &["run", "--ttl", "15s", "counted", "--", "sh", "-c", &cmd],
+    )
+    .spawn()
+    .unwrap();
+    counters.wait_ready(3);
+    let forced = lease_output(
+        &store,
+        &["release", "counted", "--force"],
+        Duration::from_secs(10),
+    );
+    assert_eq!(code(forced.status), 0, "{}", stderr(&forced));
+    let out = finish(holder, Duration::from_secs(30));
+    assert_eq!(code(out.status), 74, "{}", stderr(&out));
+
+    let lines = counters.lines();
+    let (cmd_pid, cmd_group) = counters.ready("cmd");
+    let (_, child_group) = counters.ready("child");
+    let (_, escaped_group) = counters.ready("escaped");
+    assert_eq!(cmd_group, cmd_pid, "CMD leads its group: {lines:?}");
+    assert_eq!(
+        child_group, cmd_group,
+        "the child is in CMD's group: {lines:?}"
+    );
+    assert_ne!(
+        escaped_group, cmd_group,
+        "the setsid one left it: {lines:?}"
+    );
+    counters.assert_once_each(&["cmd", "child", "escaped"]);
+}
+
+/// A SIGTERM to `lease` is forwarded to CMD's group; once CMD has exited, what is left of the
+/// term is ended — but the processes in the group, which had the forwarded SIGTERM, get no
+/// second one; the `setsid` descendant, which had none, gets its one then.
+#[test]
+fn after_a_forwarded_sigterm_no_process_gets_a_second() {
+    let _serial = timing_lock();
+    let counters = Counters::new("term-forwarded");
+    let store = counters.store();
+    // CMD, a shell without a trap, dies of the forwarded SIGTERM; its children run on.
+    let cmd = counters.cmd("wait");
+    let holder = lease(
+        &store,
+        &["run", "--ttl", "15s", "forwarded", "--", "sh", "-c", &cmd],
+    )
+    .spawn()
+    .unwrap();
+    counters.wait_ready(2);
+    send(holder.id(), Signal::TERM);
+    let out = finish(holder, Duration::from_secs(30));
+    assert_eq!(code(out.status), 128 + 15, "{}", stderr(&out));
+    let lines = counters.lines();
+    let (_, child_group) = counters.ready("child");
+    let (_, escaped_group) = counters.ready("escaped");
+    assert_ne!(
+        escaped_group, child_group,
+        "the setsid one left the group: {lines:?}"
+    );
+    counters.assert_once_each(&["child", "escaped"]);
+}
+
+/// After a SIGTERM to `lease` was forwarded to CMD's group, the term may still end at its
+/// local deadline (here: `lease` is frozen by SIGSTOP while CMD cleans up, so no renewal moves
+/// it): the watchdog then sends the group no second SIGTERM either. CMD and its child logged
+/// their one before `lease` was frozen. The `setsid` descendant gets its SIGTERM at the
+/// deadline and SIGKILL 0.8 s later (a 3 s lease keeps the test short), so it is only checked
+/// not to get two: on a busy machine its trap may not run before the SIGKILL.
+#[test]
+fn after_a_forwarded_sigterm_the_deadline_sends_no_second() {
+    let _serial = timing_lock();
+    let counters = Counters::new("term-deadline");
+    let store = counters.store();
+    let cmd = counters.cmd(&format!("exec {} cmd", counters.counter()));
+    let holder = lease(
+        &store,
+        &[
+            "run",
+            "--ttl",
+            "3s",
+            "frozen-after-term",
+            "--",
+            "sh",
+            "-c",
+            &cmd,
+        ],
+    )
+    .spawn()
+    .unwrap();
+    counters.wait_ready(3);
+    send(holder.id(), Signal::TERM);
+    let termed = |tag: &str| {
+        counters
+            .lines()
+            .iter()
+            .any(|l| l[0] == "term" && l[1] == tag)
+    };
+    assert!(
+        wait_until(Duration::from_secs(20), || termed("cmd") && termed("child")),
+        "the forwarded SIGTERM was not logged: {:?}",
+        counters.lines()
+    );
+    send(holder.id(), Signal::STOP);
+    let pids: Vec<i32> = ["cmd", "child", "escaped"]
+        .iter()
+        .map(|t| counters.ready(t).0.parse().unwrap())
+        .collect();
+    let gone = wait_until(Duration::from_secs(30), || pids.iter().all(|&p| is_dead(p)));
+    send(holder.id(), Signal::CONT);
+    assert!(gone, "the term's processes outlived its deadline: {pids:?}");
+    let out = finish(holder, Duration::from_secs(30));
+    assert_eq!(code(out.status), 74, "{}", stderr(&out));
+    counters.assert_once_each(&["cmd", "child"]);
+    assert!(counters.terms("escaped") <= 1, "{:?}", counters.lines());
+}

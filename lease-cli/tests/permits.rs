@@ -210,7 +210,9 @@ fn status_shows_every_permit(store: &str, backend: &str, dir: &TempDir) {
     let out = lease_output(store, &["status", "--json", &name], Duration::from_secs(30));
     let json = stdout(&out);
     assert_eq!(json.matches("\"permit\":").count(), 3, "{json}");
-    assert_eq!(json.matches("\"held\":true").count(), 3, "{json}");
+    // The name is held, and so is each of its 3 permits.
+    assert_eq!(json.matches("\"held\":true").count(), 4, "{json}");
+    assert!(json.contains("\"permits_held\":3,"), "{json}");
     // A fourth contender without --wait is refused at once, naming the holders.
     let out = lease_output(
         store,
@@ -222,6 +224,65 @@ fn status_shows_every_permit(store: &str, backend: &str, dir: &TempDir) {
         let out = finish(child, Duration::from_secs(30));
         assert_eq!(code(out.status), 0, "{}", stderr(&out));
     }
+}
+
+/// `lease status --json` says a counted name is held while any of its permits is (the name's
+/// `held`, not only the permit's), with how many are held; and not held once they end.
+#[test]
+fn status_json_says_a_counted_name_with_a_live_permit_is_held() {
+    let dir = TempDir::new("permits-held");
+    let store = dir.sqlite();
+    let marks = dir.file("started");
+    let cmd = format!("echo started > '{}'; exec sleep 60", marks.display());
+    let holder = lease(
+        &store,
+        &[
+            "run",
+            "--ttl",
+            "15s",
+            "--permits",
+            "2",
+            "--instance",
+            "a",
+            "pool",
+            "--",
+            "sh",
+            "-c",
+            &cmd,
+        ],
+    )
+    .spawn()
+    .unwrap();
+    assert!(
+        wait_until(Duration::from_secs(20), || marks.exists()),
+        "the holder did not start"
+    );
+    let out = lease_output(
+        &store,
+        &["status", "--json", "pool"],
+        Duration::from_secs(30),
+    );
+    assert_eq!(code(out.status), 0, "{}", stderr(&out));
+    let json = stdout(&out);
+    assert!(
+        json.starts_with(
+            r#"[{"name":"pool","held":true,"holder":null,"term":null,"expires_in_ms":null,"permits_held":1,"permits":[{"permit":0,"held":true,"holder":"a","term":1,"expires_in_ms":"#
+        ),
+        "{json}"
+    );
+    send(holder.id(), rustix::process::Signal::TERM);
+    finish(holder, Duration::from_secs(30));
+    let out = lease_output(
+        &store,
+        &["status", "--json", "pool"],
+        Duration::from_secs(30),
+    );
+    let json = stdout(&out);
+    assert!(
+        json.starts_with(r#"[{"name":"pool","held":false,"holder":null,"#)
+            && json.contains(r#""permits_held":0,"permits":[{"permit":0,"held":false,"#),
+        "{json}"
+    );
 }
 
 #[test]

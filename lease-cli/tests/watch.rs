@@ -165,3 +165,96 @@ fn watch_json_prints_one_object_per_line_for_each_name() {
     );
     w.stop();
 }
+
+/// `lease run --permits 2 --ttl 15s --instance LABEL NAME -- sleep 60`, spawned.
+fn hold_permit(store: &str, name: &str, label: &str) -> Child {
+    lease(
+        store,
+        &[
+            "run",
+            "--ttl",
+            "15s",
+            "--permits",
+            "2",
+            "--instance",
+            label,
+            name,
+            "--",
+            "sleep",
+            "60",
+        ],
+    )
+    .spawn()
+    .unwrap()
+}
+
+/// A counted name is not "free" while its permits are held: the watch reports each permit's
+/// holder (the one found by its first read too), each end, and how many permits are held, in
+/// text and in JSON. The holders end by SIGTERM, after their claim was seen, on a 15 s lease:
+/// nothing depends on how fast the machine is.
+#[test]
+fn watch_follows_the_permits_of_a_counted_name() {
+    let _serial = timing_lock();
+    let dir = TempDir::new("watch-permits");
+    let store = dir.sqlite();
+    let limit = Duration::from_secs(20);
+    let a = hold_permit(&store, "pool", "a");
+    assert!(
+        wait_until(limit, || {
+            let out = lease_output(&store, &["status", "--json", "pool"], limit);
+            stdout(&out).contains(r#"{"permit":0,"held":true,"holder":"a","term":1,"#)
+        }),
+        "the first holder never took permit 0"
+    );
+    let text = Watch::start(&store, &["pool"]);
+    let json = Watch::start(&store, &["--json", "pool"]);
+    let (line, _) = text.next(limit);
+    assert!(
+        line.starts_with("pool: permit 0 claimed by a (term 1, expires in ")
+            && line.ends_with("); 1 permit held"),
+        "{line}"
+    );
+    let (line, _) = json.next(limit);
+    assert!(
+        line.starts_with(
+            r#"{"name":"pool","permit":0,"event":"claimed","holder":"a","term":1,"expires_in_ms":"#
+        ) && line.ends_with(r#","permits_held":1}"#),
+        "{line}"
+    );
+
+    let b = hold_permit(&store, "pool", "b");
+    let (line, _) = text.next(limit);
+    assert!(
+        line.starts_with("pool: permit 1 claimed by b (term 2, expires in ")
+            && line.ends_with("); 2 permits held"),
+        "{line}"
+    );
+    let (line, _) = json.next(limit);
+    assert!(
+        line.starts_with(r#"{"name":"pool","permit":1,"event":"claimed","holder":"b","term":2,"#)
+            && line.ends_with(r#","permits_held":2}"#),
+        "{line}"
+    );
+    send(b.id(), Signal::TERM);
+    finish(b, limit);
+    assert_eq!(
+        text.next(limit).0,
+        "pool: permit 1 released (term 2); 1 permit held"
+    );
+    assert_eq!(
+        json.next(limit).0,
+        r#"{"name":"pool","permit":1,"event":"released","holder":null,"term":2,"expires_in_ms":null,"permits_held":1}"#
+    );
+    send(a.id(), Signal::TERM);
+    finish(a, limit);
+    assert_eq!(
+        text.next(limit).0,
+        "pool: permit 0 released (term 1); 0 permits held"
+    );
+    assert_eq!(
+        json.next(limit).0,
+        r#"{"name":"pool","permit":0,"event":"released","holder":null,"term":1,"expires_in_ms":null,"permits_held":0}"#
+    );
+    text.stop();
+    json.stop();
+}

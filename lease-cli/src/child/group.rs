@@ -16,9 +16,30 @@ pub(crate) fn signal_group(pgid: Pid, sig: Signal) -> io::Result<()> {
 
 /// Every live (not zombie) descendant of `root`, from `/proc`: children, their children, and
 /// so on. A process that forks while this runs may be missed; callers loop until none is left.
-#[cfg(target_os = "linux")]
 pub(crate) fn descendants(root: Pid) -> Vec<Pid> {
-    let mut children: HashMap<i32, Vec<(i32, bool)>> = HashMap::new();
+    processes_under(root)
+        .into_iter()
+        .map(|(pid, _)| pid)
+        .collect()
+}
+
+/// The live descendants of `root` (as [`descendants`] finds them) that are not in the process
+/// group `pgid`, as their `/proc` entry shows when it is read: those a signal to that group
+/// does not reach (they called `setsid` or `setpgid`).
+pub(crate) fn descendants_outside(root: Pid, pgid: Pid) -> Vec<Pid> {
+    processes_under(root)
+        .into_iter()
+        .filter(|&(_, group)| group != Some(pgid))
+        .map(|(pid, _)| pid)
+        .collect()
+}
+
+/// Every live descendant of `root` with its process group (`None` when it cannot be read).
+#[cfg(target_os = "linux")]
+fn processes_under(root: Pid) -> Vec<(Pid, Option<Pid>)> {
+    /// Per parent: its children, each with whether it is a zombie and its process group.
+    type Children = HashMap<i32, Vec<(i32, bool, Option<Pid>)>>;
+    let mut children: Children = HashMap::new();
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -31,7 +52,7 @@ pub(crate) fn descendants(root: Pid) -> Vec<Pid> {
         let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
             continue;
         };
-        // "pid (comm) state ppid …"; comm may hold spaces and parentheses.
+        // "pid (comm) state ppid pgrp …"; comm may hold spaces and parentheses.
         let Some((_, after_comm)) = stat.rsplit_once(')') else {
             continue;
         };
@@ -40,15 +61,19 @@ pub(crate) fn descendants(root: Pid) -> Vec<Pid> {
         let Some(ppid) = fields.next().and_then(|f| f.parse::<i32>().ok()) else {
             continue;
         };
-        children.entry(ppid).or_default().push((pid, zombie));
+        let pgrp = fields
+            .next()
+            .and_then(|f| f.parse::<i32>().ok())
+            .and_then(Pid::from_raw);
+        children.entry(ppid).or_default().push((pid, zombie, pgrp));
     }
     let mut out = Vec::new();
     let mut todo = vec![root.as_raw_nonzero().get()];
     while let Some(parent) = todo.pop() {
-        for &(pid, zombie) in children.get(&parent).map(Vec::as_slice).unwrap_or_default() {
+        for &(pid, zombie, pgrp) in children.get(&parent).map(Vec::as_slice).unwrap_or_default() {
             // A zombie's children were re-parented already; it has none to walk.
             if !zombie && let Some(p) = Pid::from_raw(pid) {
-                out.push(p);
+                out.push((p, pgrp));
                 todo.push(pid);
             }
         }
@@ -58,6 +83,6 @@ pub(crate) fn descendants(root: Pid) -> Vec<Pid> {
 
 /// Without `/proc`, no descendant can be found.
 #[cfg(not(target_os = "linux"))]
-pub(crate) fn descendants(_root: Pid) -> Vec<Pid> {
+fn processes_under(_root: Pid) -> Vec<(Pid, Option<Pid>)> {
     Vec::new()
 }

@@ -16,7 +16,10 @@
 //!
 //! Orders (one a line): `start DEADLINE GRACE K=HEX…` starts CMD for a term with those
 //! environment variables; `deadline DEADLINE` moves the local deadline after a renewal;
-//! `end` ends CMD and every descendant; `stop` and `cont` stop and continue them all.
+//! `end` ends CMD and every descendant; `stop` and `cont` stop and continue them all;
+//! `forward INT|TERM|HUP` sends a stop signal `lease` caught to CMD's group (after a SIGTERM
+//! so sent, ending the term sends SIGTERM only to the descendants outside the group: no
+//! process gets a second one).
 //! DEADLINE is a point on `CLOCK_BOOTTIME` in nanoseconds (`-` for a lease that never
 //! expires), so time the machine spends suspended counts, and an order that reaches the
 //! watchdog late never stretches the deadline. Reports: `started PID`, `failed HEX`, `exited
@@ -24,8 +27,9 @@
 //! (no descendant is left; only then does `lease` release the name).
 //!
 //! Ending is what `lease` does on a loss: SIGTERM (and SIGCONT, so a stopped process can act
-//! on it) to CMD's group and every descendant, then SIGKILL to all that remain once the
-//! step-down grace has passed, repeated until none is left. The local deadline plus the grace
+//! on it) to CMD's group and to every descendant outside it — once to each process — then
+//! SIGKILL to all that remain once the step-down grace has passed, repeated until none is
+//! left. The local deadline plus the grace
 //! ends before the store lets anyone else claim the name. When `lease` dies, the watchdog
 //! SIGKILLs every descendant at once, reaps them and exits.
 
@@ -50,7 +54,7 @@ use tokio::net::UnixListener;
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::process::{Child, Command};
 
-use super::group::{descendants, signal_group};
+use super::group::{descendants, descendants_outside, signal_group};
 use super::{CmdLine, EXEC_SUBCOMMAND, self_exe};
 use crate::cli::WatchdogArgs;
 use crate::exit::{CliError, Exit};
@@ -193,10 +197,19 @@ impl Watchdog {
             .await
     }
 
-    /// Orders the end of CMD and every descendant: SIGTERM now, SIGKILL after the grace.
+    /// Orders the end of CMD and every descendant: SIGTERM now (not again to CMD's group
+    /// after a [`forward`](Self::forward)ed SIGTERM), SIGKILL after the grace.
     /// [`Report::Gone`] follows once none is left.
     pub(crate) async fn end(&mut self) -> io::Result<()> {
         self.order("end").await
+    }
+
+    /// Sends a stop signal `lease` caught (SIGINT, SIGTERM or SIGHUP) to CMD's group,
+    /// through the watchdog, which remembers a SIGTERM so sent.
+    pub(crate) async fn forward(&mut self, sig: Signal) -> io::Result<()> {
+        let word = forward_word(sig)
+            .ok_or_else(|| io::Error::other(format!("signal {} is not forwarded", sig.as_raw())))?;
+        self.order(&format!("forward {word}")).await
     }
 
     /// Stops CMD and every descendant (SIGSTOP).
@@ -226,6 +239,18 @@ fn socket_name() -> String {
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u128(boot_now().as_nanos());
     format!("lease-watchdog/{}/{:016x}", std::process::id(), h.finish())
+}
+
+/// The word for a stop signal in a `forward` order.
+fn forward_word(sig: Signal) -> Option<&'static str> {
+    [
+        (Signal::INT, "INT"),
+        (Signal::TERM, "TERM"),
+        (Signal::HUP, "HUP"),
+    ]
+    .into_iter()
+    .find(|&(s, _)| s == sig)
+    .map(|(_, w)| w)
 }
 
 fn nanos_word(d: Option<Duration>) -> String {
@@ -283,6 +308,8 @@ struct Guard {
     deadline: Option<Duration>,
     /// While ending: when to SIGKILL what is left (boot clock).
     kill_at: Option<Duration>,
+    /// CMD's group got a forwarded SIGTERM this term: ending sends it no second one.
+    group_termed: bool,
     /// Whether `lease` is still there (its end of the socket open).
     lease_alive: bool,
 }
@@ -375,23 +402,46 @@ impl Guard {
         let pidfd = pidfd_open(pid, PidfdFlags::empty()).ok();
         self.child = Some((pid, pidfd));
         self.pgid = Some(pid);
+        self.group_termed = false;
         self.report(&format!("started {}", pid.as_raw_nonzero()));
         if deadline.is_some_and(|d| boot_now() >= d) {
             self.begin_end(true);
         }
     }
 
-    /// Sends `sig` to CMD's group and to every descendant.
+    /// Sends `sig` once to each process of the term: to everything in CMD's group by one
+    /// signal to the group, then to each descendant outside the group (one that called
+    /// `setsid` or `setpgid`) by a signal of its own. A process in the group is not signalled
+    /// again on its own: a program that takes a second SIGTERM as "exit now" would skip its
+    /// cleanup.
+    ///
+    /// The group is signalled first, atomically for all its members (a fork racing with it
+    /// is restarted by the kernel), and the group of each descendant is read from `/proc`
+    /// after it. A process that leaves the group in the moment between the two gets `sig`
+    /// twice; one started after the signal gets none (the SIGKILL after the grace still
+    /// reaches it).
     fn signal_all(&self, sig: Signal) {
         if let Some(pgid) = self.pgid {
             let _ = signal_group(pgid, sig);
         }
-        for pid in descendants(rustix::process::getpid()) {
+        self.signal_outside(sig);
+    }
+
+    /// Sends `sig` to each descendant outside CMD's group (to every descendant when there is
+    /// no group), each by a signal of its own.
+    fn signal_outside(&self, sig: Signal) {
+        let me = rustix::process::getpid();
+        let outside = match self.pgid {
+            Some(pgid) => descendants_outside(me, pgid),
+            None => descendants(me),
+        };
+        for pid in outside {
             let _ = kill_process(pid, sig);
         }
     }
 
-    /// Starts ending the term: SIGTERM and SIGCONT now, SIGKILL after the grace.
+    /// Starts ending the term: SIGTERM and SIGCONT now, SIGKILL after the grace. After a
+    /// forwarded SIGTERM, SIGTERM goes only to the descendants outside CMD's group.
     fn begin_end(&mut self, at_deadline: bool) {
         if self.pgid.is_none() {
             self.report("gone");
@@ -404,7 +454,11 @@ impl Guard {
             return;
         }
         self.kill_at = Some(boot_now() + self.grace);
-        self.signal_all(Signal::TERM);
+        if self.group_termed {
+            self.signal_outside(Signal::TERM);
+        } else {
+            self.signal_all(Signal::TERM);
+        }
         self.signal_all(Signal::CONT);
     }
 
@@ -456,6 +510,15 @@ impl Guard {
                 }
             }
             Some((&"end", [])) => self.begin_end(false),
+            Some((&"forward", [word])) => {
+                let sig = [Signal::INT, Signal::TERM, Signal::HUP]
+                    .into_iter()
+                    .find(|&s| forward_word(s) == Some(*word));
+                if let (Some(sig), Some(pgid)) = (sig, self.pgid) {
+                    let _ = signal_group(pgid, sig);
+                    self.group_termed |= sig == Signal::TERM;
+                }
+            }
             // Once ending, stopping would only delay the end.
             Some((&"stop", [])) if self.kill_at.is_none() => self.signal_all(Signal::STOP),
             Some((&"cont", [])) => self.signal_all(Signal::CONT),
@@ -501,6 +564,7 @@ fn run_guard(args: &WatchdogArgs) -> io::Result<()> {
         grace: Duration::ZERO,
         deadline: None,
         kill_at: None,
+        group_termed: false,
         lease_alive: true,
     };
     let mut reader = guard.socket.try_clone()?;

@@ -26,6 +26,16 @@ impl Row {
     fn live(&self) -> Option<&LeaseInfo> {
         self.info.as_ref().filter(|i| i.live)
     }
+
+    /// How many of its permits are held live.
+    fn permits_held(&self) -> usize {
+        self.permits.iter().filter(|p| p.live).count()
+    }
+
+    /// Whether anyone holds the name: its plain lease, or any of its permits.
+    fn held(&self) -> bool {
+        self.live().is_some() || self.permits_held() > 0
+    }
 }
 
 /// Runs the `status` subcommand.
@@ -98,10 +108,11 @@ pub(crate) fn table(rows: &[Row]) -> String {
     output::table(&cells)
 }
 
-/// The rows as a JSON array: `name`, `held`, `holder` (null when free), `term` (the last one
-/// issued; null when never claimed), `expires_in_ms` (null when free) — of the name's plain
-/// lease — and, for a counted name, `permits`: an array of `permit`, `held`, `holder`, `term`
-/// and `expires_in_ms`, one per permit.
+/// The rows as a JSON array: `name`; `held`, true when anyone holds the name — its plain
+/// lease or any of its permits; `holder` (null when free), `term` (the last one issued; null
+/// when never claimed) and `expires_in_ms` (null when free) of the name's plain lease; and,
+/// for a counted name, `permits_held` (how many of its permits are live) and `permits`: an
+/// array of `permit`, `held`, `holder`, `term` and `expires_in_ms`, one per permit.
 pub(crate) fn json(rows: &[Row]) -> String {
     let items: Vec<String> = rows
         .iter()
@@ -137,12 +148,16 @@ pub(crate) fn json(rows: &[Row]) -> String {
                         )
                     })
                     .collect();
-                format!(",\"permits\":[{}]", each.join(","))
+                format!(
+                    ",\"permits_held\":{},\"permits\":[{}]",
+                    row.permits_held(),
+                    each.join(",")
+                )
             };
             format!(
                 "{{\"name\":{},\"held\":{},\"holder\":{holder},\"term\":{term},\"expires_in_ms\":{expires}{permits}}}",
                 json_string(&row.name),
-                live.is_some()
+                row.held()
             )
         })
         .collect();
@@ -235,8 +250,8 @@ mod tests {
         let j = json(&[counted()]);
         assert_eq!(
             j,
-            "[{\"name\":\"pool\",\"held\":false,\"holder\":null,\"term\":null,\"expires_in_ms\":null,\
-             \"permits\":[{\"permit\":0,\"held\":true,\"holder\":\"a\",\"term\":4,\"expires_in_ms\":9000},\
+            "[{\"name\":\"pool\",\"held\":true,\"holder\":null,\"term\":null,\"expires_in_ms\":null,\
+             \"permits_held\":2,\"permits\":[{\"permit\":0,\"held\":true,\"holder\":\"a\",\"term\":4,\"expires_in_ms\":9000},\
              {\"permit\":1,\"held\":false,\"holder\":null,\"term\":2,\"expires_in_ms\":null},\
              {\"permit\":2,\"held\":true,\"holder\":\"c\",\"term\":5,\"expires_in_ms\":14100}]}]\n"
         );
