@@ -13,13 +13,25 @@
 //! A connection whose operation did not finish (an error of the transport, or a future dropped
 //! mid-flight by a timeout) may hold half a response; it is closed, never reused, and a later
 //! operation opens a fresh one.
+//!
+//! A connection is opened on a task of its own, which outlives the operation that asked for it:
+//! when the operation gives up first (its attempt timeout), the connection, once open, is kept
+//! idle for the next one. Opening inside the operation would start every connect afresh and cut
+//! it at each attempt timeout, so a server that takes longer to accept a connection than an
+//! attempt may last (a loaded host: PostgreSQL took 3 s with both cores busy) would never be
+//! reached again after its first timed-out statement closed a connection. A connect is bounded
+//! by [`CONNECT_TIMEOUT`], so one that hangs does not hold its permit for ever.
 
 use std::future::Future;
 use std::ops::{Deref, DerefMut};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use sqlx::{ConnectOptions, Connection, Database};
-use tokio::sync::{Semaphore, SemaphorePermit};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
+
+/// The longest a connection may take to open (on its own task, see the module docs).
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 
 type Options<DB> = <<DB as Database>::Connection as Connection>::Options;
 
@@ -50,9 +62,28 @@ pub(crate) trait LeaseDb: Database {
 pub(crate) struct Conns<DB: Database> {
     options: Options<DB>,
     /// One permit per connection that may be open at once.
-    permits: Semaphore,
-    /// Open connections no operation holds. Locked only to push or pop, never across an await.
-    idle: Mutex<Vec<DB::Connection>>,
+    permits: Arc<Semaphore>,
+    /// Open connections no operation holds.
+    idle: Arc<Idle<DB>>,
+}
+
+/// Open connections no operation holds. Locked only to push or pop, never across an await.
+struct Idle<DB: Database>(Mutex<Vec<DB::Connection>>);
+
+impl<DB: Database> Idle<DB> {
+    fn pop(&self) -> Option<DB::Connection> {
+        match self.0.lock() {
+            Ok(mut idle) => idle.pop(),
+            Err(poisoned) => poisoned.into_inner().pop(),
+        }
+    }
+
+    fn push(&self, conn: DB::Connection) {
+        match self.0.lock() {
+            Ok(mut idle) => idle.push(conn),
+            Err(poisoned) => poisoned.into_inner().push(conn),
+        }
+    }
 }
 
 impl<DB: Database> Conns<DB> {
@@ -60,42 +91,25 @@ impl<DB: Database> Conns<DB> {
         let n = usize::try_from(n.max(1)).unwrap_or(1);
         Conns {
             options,
-            permits: Semaphore::new(n),
-            idle: Mutex::new(Vec::with_capacity(n)),
-        }
-    }
-
-    fn pop(&self) -> Option<DB::Connection> {
-        match self.idle.lock() {
-            Ok(mut idle) => idle.pop(),
-            Err(poisoned) => poisoned.into_inner().pop(),
-        }
-    }
-
-    fn push(&self, conn: DB::Connection) {
-        match self.idle.lock() {
-            Ok(mut idle) => idle.push(conn),
-            Err(poisoned) => poisoned.into_inner().push(conn),
+            permits: Arc::new(Semaphore::new(n)),
+            idle: Arc::new(Idle(Mutex::new(Vec::with_capacity(n)))),
         }
     }
 }
 
+/// What an opening task hands the operation that asked for it.
+type Opened<DB> = Result<(<DB as Database>::Connection, OwnedSemaphorePermit), sqlx::Error>;
+
 impl<DB: LeaseDb> Conns<DB> {
     /// A connection for one operation: the first one free, opened when none is open yet.
     pub(crate) async fn get(&self) -> Result<Slot<'_, DB>, sqlx::Error> {
-        let permit = self
-            .permits
-            .acquire()
+        let permit = Arc::clone(&self.permits)
+            .acquire_owned()
             .await
             .map_err(|_| sqlx::Error::PoolClosed)?;
-        let idle = self.pop();
-        let mut conn = match idle {
-            Some(c) => c,
-            None => {
-                let mut c = self.options.connect().await?;
-                DB::on_connect(&mut c).await?;
-                c
-            }
+        let (mut conn, permit) = match self.idle.pop() {
+            Some(c) => (c, permit),
+            None => self.open(permit).await?,
         };
         // A failure here drops the connection: it is not known to be clean.
         DB::before_op(&mut conn).await?;
@@ -106,6 +120,42 @@ impl<DB: LeaseDb> Conns<DB> {
             _permit: permit,
         })
     }
+
+    /// Opens a connection on a task of its own, holding `permit` while it connects. Should the
+    /// caller stop waiting, the task keeps the connection idle for the next operation and
+    /// frees the permit.
+    async fn open(&self, permit: OwnedSemaphorePermit) -> Opened<DB> {
+        let (tx, rx) = oneshot::channel::<Opened<DB>>();
+        let options = self.options.clone();
+        let idle = Arc::clone(&self.idle);
+        tokio::spawn(async move {
+            let connect = async {
+                let mut c = options.connect().await?;
+                DB::on_connect(&mut c).await?;
+                Ok::<_, sqlx::Error>(c)
+            };
+            let opened = match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
+                Ok(r) => r,
+                Err(_) => Err(sqlx::Error::PoolTimedOut),
+            };
+            match opened {
+                Ok(conn) => {
+                    if let Err(Ok((conn, _permit))) = tx.send(Ok((conn, permit))) {
+                        idle.push(conn);
+                    }
+                }
+                Err(e) => {
+                    drop(permit);
+                    let _ = tx.send(Err(e));
+                }
+            }
+        });
+        match rx.await {
+            Ok(opened) => opened,
+            // The task ended without an answer: its runtime is shutting down.
+            Err(_) => Err(sqlx::Error::PoolClosed),
+        }
+    }
 }
 
 /// One connection, held for one operation. Dropped without [`Slot::done`], it closes the
@@ -115,7 +165,7 @@ pub(crate) struct Slot<'a, DB: Database> {
     conn: Option<DB::Connection>,
     clean: bool,
     // Dropped after `Drop::drop` has put the connection back: the next operation finds it idle.
-    _permit: SemaphorePermit<'a>,
+    _permit: OwnedSemaphorePermit,
 }
 
 impl<DB: Database> Slot<'_, DB> {
@@ -157,7 +207,7 @@ impl<DB: Database> Drop for Slot<'_, DB> {
         if let Some(conn) = self.conn.take()
             && self.clean
         {
-            self.conns.push(conn);
+            self.conns.idle.push(conn);
         }
     }
 }
