@@ -342,7 +342,27 @@ where
 
 /// Runs `$body` (a sqlx future using the connection `$c`) on one of the store's own
 /// connections and returns sqlx's result; a failed transport closes the connection.
+///
+/// `raw_conn!(write self, …)` for an operation that changes rows: the body runs between the
+/// dialect's [`begin_write`](crate::wire::conns::LeaseDb::begin_write) and
+/// [`end_write`](crate::wire::conns::LeaseDb::end_write) (on SQLite, inside a `BEGIN
+/// IMMEDIATE` transaction whose clock is read once it holds the write lock), committed when
+/// it succeeds.
 macro_rules! raw_conn {
+    (write $self:expr, $op:expr, |$c:ident| $body:expr) => {{
+        match $self.inner.leases.get_write().await {
+            Ok(mut slot) => {
+                let r = {
+                    let $c = &mut *slot;
+                    $body.await
+                };
+                let r = slot.end_write(r).await;
+                slot.done(&r);
+                r
+            }
+            Err(e) => Err(e),
+        }
+    }};
     ($self:expr, $op:expr, |$c:ident| $body:expr) => {{
         match $self.inner.leases.get().await {
             Ok(mut slot) => {
@@ -356,8 +376,10 @@ macro_rules! raw_conn {
     }};
 }
 
-/// As [`raw_conn`], with the error mapped to a lease error of operation `$op`.
+/// As [`raw_conn`], with the error mapped to a lease error of operation `$op`; `with_conn!(write
+/// self, …)` for a write.
 macro_rules! with_conn {
+    (write $self:expr, $op:expr, |$c:ident| $body:expr) => {{ $crate::store::raw_conn!(write $self, $op, |$c| $body).map_err(|e| $self.err(e, $op)) }};
     ($self:expr, $op:expr, |$c:ident| $body:expr) => {{ $crate::store::raw_conn!($self, $op, |$c| $body).map_err(|e| $self.err(e, $op)) }};
 }
 
