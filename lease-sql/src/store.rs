@@ -47,6 +47,10 @@ pub(crate) struct Inner<DB: Database> {
     pub(crate) hints: Arc<crate::hints::Hints>,
     /// `capabilities().watch`: the hints cover the changes of other processes.
     pub(crate) watch: bool,
+    /// PostgreSQL: the connect options of the hint listener when they are not the application
+    /// pool's (see `PostgresStore::with_listener_options`).
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub(crate) listen_options: std::sync::Mutex<Option<crate::wire::conns::Options<DB>>>,
 }
 
 impl<DB: Database> Clone for SqlStore<DB> {
@@ -105,6 +109,7 @@ impl<DB: Database> SqlStore<DB> {
                 group_tables: Default::default(),
                 hints,
                 watch,
+                listen_options: std::sync::Mutex::new(None),
             }),
         }
     }
