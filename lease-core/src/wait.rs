@@ -299,8 +299,8 @@ impl Waiter {
                         .saturating_add(self.jitter()),
                 ))
             }
-            // A lease that never expires: only a hint or the retry pace wakes the waiter. Nobody
-            // holds it: likewise (a claim is hinted).
+            // A lease that never expires: only a hint, the retry pace or the longest wait wakes
+            // the waiter. Nobody holds it: likewise (a claim is hinted).
             _ => {
                 self.overdue = 0;
                 None
