@@ -30,8 +30,10 @@ impl Coordinator {
     /// store's clock (read with one `get` after a "held" answer), or until the store hints
     /// that the name changed hands (a release wakes the waiter within a few milliseconds on
     /// stores whose [`capabilities`](crate::LeaseStore::capabilities) say `watch`), or — where
-    /// hints are missing or may be — at the retry pace ([`Timings::retry_delay`](crate::Timings::retry_delay)).
-    /// Every wake-up is only a reason to claim again: the store's answer decides, so a hint or
+    /// hints are missing or may be — at the retry pace ([`Timings::retry_delay`](crate::Timings::retry_delay)),
+    /// and in any case at least once per lease of the coordinator's timings (a hint lost on a
+    /// link that says it is connected costs at most that; see
+    /// [`Waiter::longest_wait`](crate::wait::Waiter::longest_wait)). Every wake-up is only a reason to claim again: the store's answer decides, so a hint or
     /// a local clock can cost time, never an overlap. Temporary errors (an unreachable store)
     /// are ridden out at the retry pace.
     ///

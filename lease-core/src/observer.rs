@@ -45,8 +45,9 @@ impl Observer {
     }
 
     /// The timings a [`watch`](Observer::watch) paces itself by: it polls at their
-    /// [`retry_delay`](Timings::retry_delay) where the store's hints may be missing, and
-    /// bounds each read by their attempt timeout (default: [`Timings::default`]; a
+    /// [`retry_delay`](Timings::retry_delay) where the store's hints may be missing, reads at
+    /// least once per their [`lease`](Timings::lease) whatever the hints say, and bounds each
+    /// read by their attempt timeout (default: [`Timings::default`]; a
     /// coordinator's [`observer`](crate::Coordinator::observer) has the coordinator's).
     pub fn with_timings(mut self, timings: Timings) -> Observer {
         self.timings = timings;
@@ -113,11 +114,14 @@ pub enum HolderChange {
 /// - `Released` and `Expired` are told apart by when the end was seen: before the holder's
 ///   expiry as last read (a release), or after it (an expiry). A release in the last moments
 ///   before an expiry may be reported as `Expired`; the term is right either way.
-/// - It reads when a hint arrives, when the holder's lease as last read runs out, and —
-///   where the store has no hints or says they may be missing — every
-///   [`retry_delay`](Timings::retry_delay) of the observer's timings. On a store whose hints
-///   report connected but are lost on the way, a release is seen late (at the holder's expiry
-///   as last read), never wrongly.
+/// - It reads when a hint arrives; when the holder's lease as last read runs out; every
+///   [`retry_delay`](Timings::retry_delay) of the observer's timings where the store has no
+///   hints or says they may be missing; and in any case at least once per lease of those
+///   timings ([`Waiter::longest_wait`]: the lease, plus at most 21 ms). On a
+///   store whose hints report connected but are lost on the way, a change is seen late (at the
+///   holder's expiry as last read, or one lease of the observer's timings after the last
+///   read, whichever comes first), never wrongly and never not at all: a watch of a free name
+///   sees a claim within one lease even when no hint reaches it.
 #[derive(Debug)]
 pub struct HolderWatch {
     name: String,

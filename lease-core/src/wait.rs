@@ -27,6 +27,15 @@
 //! - **Polling where hints may be missing.** While the store has no hints (`changes` answers
 //!   `None`) or says they may be incomplete ([`Wakeups::is_connected`] is `false`), the waiter
 //!   also wakes at the retry pace ([`Timings::retry_delay`]), as every waiter did before hints.
+//! - **At least once a lease, whatever the hints say.** A link that reports connected may
+//!   still lose hints (a connection that died without a reset and is not yet found out, a
+//!   writer that cannot publish), so no wait lasts longer than [`Waiter::longest_wait`]: one
+//!   lease of the waiter's timings, plus the [`EXPIRY_MARGIN`] and hint jitter a wake at a
+//!   holder's expiry has. A waiter behind a holder whose lease (as last read) runs out within
+//!   that asks at the expiry as before, so this costs nothing while the holder's leases are no
+//!   longer than the waiter's; a waiter that knows no expiry (a free name, a watch) or one
+//!   behind a longer lease asks once per lease. A hint lost on a link that says connected
+//!   therefore costs at most one lease, never a wait without end.
 //!
 //! Every deadline is a [`Deadline`] on the boot clock (see [`clock`](crate::clock)).
 
@@ -61,7 +70,8 @@ pub enum Wake {
     /// The holder's lease, as last read, has run out by now (plus margin and jitter).
     Expiry,
     /// The retry pace: hints may be missing (none from this store, or its link is down), or
-    /// the last attempt failed.
+    /// the last attempt failed; or the [`longest_wait`](Waiter::longest_wait) passed with
+    /// nothing else waking the waiter.
     Poll,
     /// The caller's limit passed first.
     Limit,
@@ -98,7 +108,8 @@ pub enum Holder {
 /// waiter.before_attempt();
 /// // ... an attempt answered "held" ...
 /// waiter.look().await?;
-/// // Nobody holds "jobs": no expiry to wait for, so only a hint (or the limit) wakes it.
+/// // Nobody holds "jobs": no expiry to wait for, so only a hint, the limit, or (if no hint
+/// // came) one lease of the timings wakes it.
 /// let wake = waiter.wait(Deadline::in_(Duration::from_secs(1))).await;
 /// assert_eq!(wake, Wake::Limit);
 /// # Ok(()) }
@@ -288,8 +299,8 @@ impl Waiter {
                         .saturating_add(self.jitter()),
                 ))
             }
-            // A lease that never expires: only a hint or the retry pace wakes the waiter. Nobody
-            // holds it: likewise (a claim is hinted).
+            // A lease that never expires: only a hint, the retry pace or the longest wait wakes
+            // the waiter. Nobody holds it: likewise (a claim is hinted).
             _ => {
                 self.overdue = 0;
                 None
@@ -330,6 +341,17 @@ impl Waiter {
         hint_jitter(&self.timings)
     }
 
+    /// The longest one [`wait`](Self::wait) lasts whatever the hints say (then it returns
+    /// [`Wake::Poll`], and the caller asks the store): the timings' lease, plus the
+    /// [`EXPIRY_MARGIN`] and the most hint jitter that waking at an expiry adds. A holder's
+    /// expiry read with at most one lease left is therefore never cut short by it.
+    pub fn longest_wait(&self) -> Duration {
+        self.timings
+            .lease()
+            .saturating_add(EXPIRY_MARGIN)
+            .saturating_add(self.timings.jitter().min(HINT_JITTER))
+    }
+
     /// `true` when this wait must also wake at the retry pace.
     fn polling(&self) -> bool {
         self.failing || !self.hinted() || self.free_after_held > 1
@@ -337,10 +359,11 @@ impl Waiter {
 
     /// Sleeps until the next attempt is due: a hint (then a random jitter of at most
     /// [`HINT_JITTER`]), the holder's expiry as last read, the retry pace when hints may be
-    /// missing or the last attempt failed, or `limit`, whichever comes first.
+    /// missing or the last attempt failed, the [`longest_wait`](Self::longest_wait), or
+    /// `limit`, whichever comes first.
     ///
-    /// With no expiry known and hints connected, only a hint or the limit wakes it (a name
-    /// nobody holds changes hands only by a claim, which the store hints).
+    /// With no expiry known and hints connected, a hint wakes it (a name nobody holds changes
+    /// hands only by a claim, which the store hints), and the longest wait if the hint is lost.
     pub async fn wait(&mut self, limit: Deadline) -> Wake {
         let wake = self.sleep(limit).await;
         self.last_wake = Some(wake);
@@ -354,9 +377,15 @@ impl Waiter {
         let poll = self
             .polling()
             .then(|| Deadline::in_(self.timings.retry_delay()));
+        // Hints that say connected may still be lost: never wait past the longest wait.
+        let bound = Deadline::in_(self.longest_wait());
         // What wakes it without a hint, and why.
         let mut until = (limit, Wake::Limit);
-        for (d, why) in [(self.due, Wake::Expiry), (poll, Wake::Poll)] {
+        for (d, why) in [
+            (self.due, Wake::Expiry),
+            (poll, Wake::Poll),
+            (Some(bound), Wake::Poll),
+        ] {
             if let Some(d) = d
                 && d.remaining() < until.0.remaining()
             {

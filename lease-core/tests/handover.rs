@@ -388,3 +388,109 @@ async fn hints_cut_during_a_wait_fall_back_to_the_retry_pace() {
     );
     t2.unwrap();
 }
+
+/// Hints that say connected and never come: every hint is dropped on the way while the link
+/// reports up (a listener connection that died without a reset, a writer that cannot publish).
+fn silent_hints() -> HintMode {
+    HintMode::Chaos {
+        drop_percent: 100,
+        duplicate_percent: 0,
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_watch_of_a_free_name_reads_once_a_lease_when_hints_say_connected_but_are_lost() {
+    let silent = faulty(MemoryStore::new());
+    silent.hook().set_hint_mode(silent_hints());
+    let a = coordinator(Arc::new(silent.inner().clone()), "a");
+    let mut watch = lease_core::Observer::from_arc(Arc::new(silent.clone()))
+        .with_timings(timings())
+        .watch("job")
+        .unwrap();
+    assert!(
+        silent
+            .changes(&lease_core::notify::Topic::lease("job"))
+            .unwrap()
+            .is_connected(),
+        "the silenced link must say connected"
+    );
+    // Nobody holds the name: the first read finds nothing to report, and the watch waits.
+    let started = Instant::now();
+    let next = tokio::spawn(async move {
+        let change = watch.next().await;
+        (change, Instant::now())
+    });
+    sleep(S).await;
+    let t1 = a.try_acquire("job").await.unwrap();
+    // No hint reaches the watch: it sees the claim at its next read, at most one lease (with
+    // the expiry margin and hint jitter) after the first.
+    let longest = timings().lease() + lease_core::wait::EXPIRY_MARGIN + HINT_JITTER;
+    let (change, at) = tokio::time::timeout(10 * timings().lease(), next)
+        .await
+        .expect("the watch never reported the claim: it waits for a hint alone")
+        .unwrap();
+    assert!(
+        matches!(change.unwrap(), HolderChange::Claimed { term, .. } if term == t1.token()),
+        "not the claim"
+    );
+    let took = at - started;
+    eprintln!(
+        "the watch saw a claim {took:?} after its first read (lease {:?}), no hint",
+        timings().lease()
+    );
+    assert!(
+        took <= longest,
+        "the watch read {took:?} after its last read: more than one lease"
+    );
+    t1.resign().await.unwrap();
+
+    // A watch of a name nobody claims asks once per lease, not more.
+    let mut idle = lease_core::Observer::from_arc(Arc::new(silent.clone()))
+        .with_timings(timings())
+        .watch("idle")
+        .unwrap();
+    let before = silent.hook().counts().gets;
+    let periods = 10u32;
+    let idle_next = tokio::spawn(async move { idle.next().await });
+    sleep(timings().lease() * periods).await;
+    let reads = silent.hook().counts().gets - before;
+    eprintln!("an idle watch with silent hints: {reads} reads in {periods} lease periods");
+    assert!(
+        (u64::from(periods)..=u64::from(periods) + 1).contains(&reads),
+        "{reads} reads in {periods} lease periods"
+    );
+    assert!(!idle_next.is_finished());
+    idle_next.abort();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiter_behind_a_longer_lease_asks_once_a_lease_when_hints_say_connected_but_are_lost() {
+    let silent = faulty(MemoryStore::new());
+    silent.hook().set_hint_mode(silent_hints());
+    // The holder's lease is four of the waiter's: the waiter reads an expiry 60 s away.
+    let long = Coordinator::builder_arc(Arc::new(silent.inner().clone()))
+        .instance("a")
+        .timings(Timings::from_lease(60 * S).unwrap())
+        .build()
+        .unwrap();
+    let b = coordinator(Arc::new(silent.clone()), "b");
+    let t1 = long.try_acquire("job").await.unwrap();
+    let started = Instant::now();
+    let w = waiting(&b, "job", 600 * S);
+    sleep(5 * S).await;
+    assert!(!w.is_finished());
+    t1.resign().await.unwrap();
+    // No hint of the release reaches b: it asks again at most one lease of its own timings
+    // (with the expiry margin and hint jitter) after it last asked, not at the expiry it read.
+    let (t2, at) = w.await.unwrap();
+    t2.unwrap();
+    let took = at - started;
+    eprintln!("the waiter won {took:?} after it began, the holder's release at 5s unhinted");
+    let longest = timings().lease() + lease_core::wait::EXPIRY_MARGIN + HINT_JITTER;
+    assert!(
+        took <= longest,
+        "the waiter claimed {took:?} after it began: more than one lease without asking the \
+         store (the holder's lease, read as {:?})",
+        60 * S
+    );
+}

@@ -202,8 +202,10 @@ impl SqlConfig {
     /// - **PostgreSQL**: on, the statements that change hands (claim, release, force release,
     ///   a partition acquired by a new owner or released) send `pg_notify` in their own
     ///   statement, delivered when it commits, and the store keeps one listening connection
-    ///   (`LISTEN`, opened on the first wait, reconnected with backoff). Turn it off behind
-    ///   PgBouncer in transaction or statement mode (`LISTEN` does not work there), or where
+    ///   (`LISTEN`, opened on the first wait, checked with a `SELECT 1` every 5 s, reconnected
+    ///   with backoff). Turn it off behind PgBouncer in transaction or statement mode (`LISTEN`
+    ///   does not work there; or open the listener straight to the server with
+    ///   `PostgresStore::with_listener_options`), or where
     ///   many clients change hands at once: PostgreSQL serializes the commits of transactions
     ///   that notify (measured on PostgreSQL 15 with `fsync` on: one client cycles at the same
     ///   rate, eight concurrent clients at about a quarter of it).

@@ -195,6 +195,19 @@ impl Hints {
         }
     }
 
+    /// Ends the listener of hints on one hub, if one runs (the next
+    /// [`ensure_listener`](Self::ensure_listener) starts a new one); the hints say they are
+    /// disconnected until it listens.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub(crate) fn stop_listener(&self) {
+        let Kind::One { hub, listener } = &self.kind else {
+            return;
+        };
+        let mut listener = listener.lock().unwrap_or_else(PoisonError::into_inner);
+        *listener = None;
+        hub.set_connected(false);
+    }
+
     /// Starts the poller of per-topic hints with `start` unless one runs. `start` is called
     /// under the lock, so two subscribers never start two pollers.
     #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]

@@ -233,7 +233,7 @@ macro_rules! returning_writes {
                 ms: i64,
             ) -> lease_core::Result<Option<u64>> {
                 let row: Option<(i64,)> =
-                    match $crate::store::raw_conn!(self, lease_core::layer::Operation::Claim, |c| {
+                    match $crate::store::raw_conn!(write self, lease_core::layer::Operation::Claim, |c| {
                         sqlx::query_as(&self.inner.stmts.claim)
                             .bind(name)
                             .bind(hex)
@@ -258,7 +258,7 @@ macro_rules! returning_writes {
                 ms: i64,
             ) -> lease_core::Result<Option<u64>> {
                 let row: Option<(i64,)> =
-                    $crate::store::with_conn!(self, lease_core::layer::Operation::Renew, |c| {
+                    $crate::store::with_conn!(write self, lease_core::layer::Operation::Renew, |c| {
                         sqlx::query_as(&self.inner.stmts.renew)
                             .bind(name)
                             .bind(hex)
@@ -271,7 +271,7 @@ macro_rules! returning_writes {
             /// The release: whether the holder's live lease ended.
             async fn release_row(&self, name: &str, hex: &str) -> lease_core::Result<bool> {
                 let done =
-                    $crate::store::with_conn!(self, lease_core::layer::Operation::Release, |c| {
+                    $crate::store::with_conn!(write self, lease_core::layer::Operation::Release, |c| {
                         sqlx::query(&self.inner.stmts.release)
                             .bind(name)
                             .bind(hex)
@@ -283,7 +283,7 @@ macro_rules! returning_writes {
             /// The forced release: whether a live lease ended.
             async fn force_release_row(&self, name: &str) -> lease_core::Result<bool> {
                 let done = $crate::store::with_conn!(
-                    self,
+                    write self,
                     lease_core::layer::Operation::ForceRelease,
                     |c| sqlx::query(&self.inner.stmts.force_release)
                         .bind(name)

@@ -88,7 +88,7 @@ macro_rules! membership_store {
                     .map_err(|e| e.during(lease_core::layer::Operation::Leave, service))?;
                 let g = &self.inner.stmts.groups;
                 let done = $crate::partitions::group_conn!(
-                    self,
+                    write self,
                     lease_core::layer::Operation::Leave,
                     $crate::partitions::Table::Members,
                     |c| { sqlx::query(&g.leave).bind(service).bind(node).execute(c) }
@@ -116,7 +116,7 @@ macro_rules! returning_member_rows {
             ) -> lease_core::Result<()> {
                 let g = &self.inner.stmts.groups;
                 $crate::partitions::group_conn!(
-                    self,
+                    write self,
                     lease_core::layer::Operation::Heartbeat,
                     $crate::partitions::Table::Members,
                     |c| {

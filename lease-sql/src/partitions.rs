@@ -207,8 +207,24 @@ pub(crate) fn distinct(partitions: &[u32]) -> Vec<u32> {
 
 /// Runs `$body` (a sqlx future on the connection `$c`) on one of the store's own connections,
 /// retried at once after a deadlock (the statement was rolled back whole), the error mapped to
-/// a lease error of `$op` on `$table`.
+/// a lease error of `$op` on `$table`; `group_conn!(write self, …)` for a write (see
+/// [`raw_conn`](crate::store::raw_conn)).
 macro_rules! group_conn {
+    (write $self:expr, $op:expr, $table:expr, |$c:ident| $body:expr) => {{
+        let mut attempt = 0;
+        loop {
+            let r = $crate::store::raw_conn!(write $self, $op, |$c| $body);
+            match r {
+                Err(e)
+                    if $crate::error::is_deadlock(&e)
+                        && attempt < $crate::error::DEADLOCK_RETRIES =>
+                {
+                    attempt += 1;
+                }
+                r => break r.map_err(|e| $self.group_err(e, $op, $table)),
+            }
+        }
+    }};
     ($self:expr, $op:expr, $table:expr, |$c:ident| $body:expr) => {{
         let mut attempt = 0;
         loop {
@@ -433,7 +449,7 @@ macro_rules! returning_partition_rows {
             ) -> lease_core::Result<Option<u64>> {
                 let g = &self.inner.stmts.groups;
                 let row: Option<(i64,)> = $crate::partitions::group_conn!(
-                    self,
+                    write self,
                     lease_core::layer::Operation::AcquirePartition,
                     $crate::partitions::Table::Partitions,
                     |c| {
@@ -459,7 +475,7 @@ macro_rules! returning_partition_rows {
                 let parts = $parts(partitions);
                 let g = &self.inner.stmts.groups;
                 let rows: Vec<(i64, i64)> = $crate::partitions::group_conn!(
-                    self,
+                    write self,
                     lease_core::layer::Operation::RenewPartitions,
                     $crate::partitions::Table::Partitions,
                     |c| {
@@ -483,7 +499,7 @@ macro_rules! returning_partition_rows {
                 let parts = $parts(partitions);
                 let g = &self.inner.stmts.groups;
                 let done = $crate::partitions::group_conn!(
-                    self,
+                    write self,
                     lease_core::layer::Operation::ReleasePartitions,
                     $crate::partitions::Table::Partitions,
                     |c| {

@@ -262,7 +262,7 @@ macro_rules! returning_permit_writes {
             ) -> lease_core::Result<Option<i64>> {
                 let p = &self.inner.stmts.permits;
                 let row: Option<(i64,)> = $crate::partitions::group_conn!(
-                    self,
+                    write self,
                     lease_core::layer::Operation::RenewPermit,
                     $crate::partitions::Table::Permits,
                     |c| {
@@ -287,7 +287,7 @@ macro_rules! returning_permit_writes {
             ) -> lease_core::Result<bool> {
                 let p = &self.inner.stmts.permits;
                 let done = $crate::partitions::group_conn!(
-                    self,
+                    write self,
                     lease_core::layer::Operation::ReleasePermit,
                     $crate::partitions::Table::Permits,
                     |c| {

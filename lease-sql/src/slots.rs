@@ -291,7 +291,7 @@ macro_rules! returning_slot_writes {
                 let s = &self.inner.stmts.slots;
                 let row: Option<(i64,)> = match previous {
                     None => $crate::store::with_conn!(
-                        self,
+                        write self,
                         lease_core::layer::Operation::ClaimSlot,
                         |c| {
                             sqlx::query_as(&s.insert)
@@ -304,7 +304,7 @@ macro_rules! returning_slot_writes {
                         }
                     )?,
                     Some(p) => $crate::store::with_conn!(
-                        self,
+                        write self,
                         lease_core::layer::Operation::ClaimSlot,
                         |c| {
                             sqlx::query_as(&s.update)
@@ -327,7 +327,7 @@ macro_rules! returning_slot_writes {
                 w: $crate::slots::Claim<'_>,
             ) -> lease_core::Result<Option<u64>> {
                 let row: Option<(i64,)> = $crate::store::with_conn!(
-                    self,
+                    write self,
                     lease_core::layer::Operation::ClaimRerun,
                     |c| sqlx::query_as(&self.inner.stmts.slots.rerun)
                         .bind(w.name)

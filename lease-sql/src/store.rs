@@ -47,6 +47,10 @@ pub(crate) struct Inner<DB: Database> {
     pub(crate) hints: Arc<crate::hints::Hints>,
     /// `capabilities().watch`: the hints cover the changes of other processes.
     pub(crate) watch: bool,
+    /// PostgreSQL: the connect options of the hint listener when they are not the application
+    /// pool's (see `PostgresStore::with_listener_options`).
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub(crate) listen_options: std::sync::Mutex<Option<crate::wire::conns::Options<DB>>>,
 }
 
 impl<DB: Database> Clone for SqlStore<DB> {
@@ -105,6 +109,7 @@ impl<DB: Database> SqlStore<DB> {
                 group_tables: Default::default(),
                 hints,
                 watch,
+                listen_options: std::sync::Mutex::new(None),
             }),
         }
     }
@@ -342,7 +347,27 @@ where
 
 /// Runs `$body` (a sqlx future using the connection `$c`) on one of the store's own
 /// connections and returns sqlx's result; a failed transport closes the connection.
+///
+/// `raw_conn!(write self, …)` for an operation that changes rows: the body runs between the
+/// dialect's [`begin_write`](crate::wire::conns::LeaseDb::begin_write) and
+/// [`end_write`](crate::wire::conns::LeaseDb::end_write) (on SQLite, inside a `BEGIN
+/// IMMEDIATE` transaction whose clock is read once it holds the write lock), committed when
+/// it succeeds.
 macro_rules! raw_conn {
+    (write $self:expr, $op:expr, |$c:ident| $body:expr) => {{
+        match $self.inner.leases.get_write().await {
+            Ok(mut slot) => {
+                let r = {
+                    let $c = &mut *slot;
+                    $body.await
+                };
+                let r = slot.end_write(r).await;
+                slot.done(&r);
+                r
+            }
+            Err(e) => Err(e),
+        }
+    }};
     ($self:expr, $op:expr, |$c:ident| $body:expr) => {{
         match $self.inner.leases.get().await {
             Ok(mut slot) => {
@@ -356,8 +381,10 @@ macro_rules! raw_conn {
     }};
 }
 
-/// As [`raw_conn`], with the error mapped to a lease error of operation `$op`.
+/// As [`raw_conn`], with the error mapped to a lease error of operation `$op`; `with_conn!(write
+/// self, …)` for a write.
 macro_rules! with_conn {
+    (write $self:expr, $op:expr, |$c:ident| $body:expr) => {{ $crate::store::raw_conn!(write $self, $op, |$c| $body).map_err(|e| $self.err(e, $op)) }};
     ($self:expr, $op:expr, |$c:ident| $body:expr) => {{ $crate::store::raw_conn!($self, $op, |$c| $body).map_err(|e| $self.err(e, $op)) }};
 }
 

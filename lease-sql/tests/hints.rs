@@ -7,15 +7,22 @@
 
 mod support;
 
+use std::str::FromStr;
 use std::time::Duration;
 
-use lease_conformance::env;
 use lease_conformance::hints::{self, connected};
+use lease_conformance::{FaultMode, FaultProxy, env};
 use lease_core::LeaseStore;
 use lease_core::backend::HolderToken;
 use lease_core::notify::{Topic, Wakeups};
 use lease_sql::{MySqlStore, PostgresStore, SqlConfig, SqliteStore};
 use sqlx::Connection;
+use sqlx::postgres::PgConnectOptions;
+
+/// PostgreSQL's listener checks its connection this often (`postgres/hints.rs`)…
+const PING_EVERY: Duration = Duration::from_secs(5);
+/// …and gives the check this long to answer.
+const PING_TIMEOUT: Duration = Duration::from_secs(5);
 
 const TTL: Duration = Duration::from_secs(30);
 /// The bound on a hint's latency these tests accept.
@@ -209,6 +216,83 @@ async fn postgres_listener_comes_back_after_its_backend_is_terminated_and_ends_w
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     drop(b);
+    drop_tables(&url, &table).await;
+}
+
+/// A silenced listener connection (its packets held, its socket open: no reset, no end of
+/// file) is found by the listener's check, `SELECT 1` every 5 s with 5 s to answer: the hints
+/// say they are disconnected within 10 s (waiters then poll), while the store's own
+/// connections, straight to the server, go on; once the link passes again the listener is back
+/// and hints flow.
+#[tokio::test]
+async fn postgres_a_silenced_listener_is_found_and_reported_disconnected() {
+    let Some(url) = env::server_url("postgres") else {
+        return;
+    };
+    let table = format!("hints_{:012x}", support::rand_u64() >> 16);
+    let opts = PgConnectOptions::from_str(&url).unwrap();
+    let proxy = FaultProxy::start((opts.get_host().to_owned(), opts.get_port()))
+        .await
+        .unwrap();
+    // Only the listener goes through the proxy.
+    let a = pg_store(&url, &table)
+        .await
+        .with_listener_options(opts.host("127.0.0.1").port(proxy.local_addr().port()));
+    let b = pg_store(&url, &table).await;
+    let n = name("silenced");
+    let mut w = a.changes(&Topic::lease(&n)).unwrap();
+    connected(&mut w).await;
+    while woken(&mut w, Duration::from_millis(50)).await {}
+    let holder = HolderToken::mint();
+    b.claim(&n, &holder, "b", TTL).await.unwrap().unwrap();
+    assert!(
+        woken(&mut w, WAKE).await,
+        "no hint through the proxy before the fault"
+    );
+
+    proxy.set_mode(FaultMode::Stall);
+    let stalled = tokio::time::Instant::now();
+    // The store's own connections do not go through the proxy: a claim is answered at once.
+    a.claim(&name("direct"), &HolderToken::mint(), "a", TTL)
+        .await
+        .unwrap()
+        .unwrap();
+    // Found at the next check (at most 5 s away) once it had 5 s to answer: 10 s, plus what a
+    // busy machine adds to the timers; the outer bound only ends a test that would wait forever.
+    let found = PING_EVERY + PING_TIMEOUT;
+    let down = tokio::time::timeout(3 * found, async {
+        while w.is_connected() {
+            w.changed().await;
+        }
+    })
+    .await;
+    assert!(
+        down.is_ok(),
+        "the silenced listener still says connected {:?} after the stall",
+        stalled.elapsed()
+    );
+    let took = stalled.elapsed();
+    eprintln!("a silenced PostgreSQL listener was reported disconnected after {took:?}");
+    assert!(
+        took <= found + Duration::from_secs(5),
+        "{took:?} to find a silenced listener: more than {found:?} and 5 s of slack"
+    );
+
+    proxy.set_mode(FaultMode::Pass);
+    let back = tokio::time::timeout(Duration::from_secs(30), async {
+        while !w.is_connected() {
+            w.changed().await;
+        }
+    })
+    .await;
+    assert!(back.is_ok(), "the listener did not come back");
+    while woken(&mut w, Duration::from_millis(50)).await {}
+    assert!(b.release(&n, &holder).await.unwrap());
+    assert!(
+        woken(&mut w, WAKE).await,
+        "no hint after the link came back"
+    );
+    drop((a, b));
     drop_tables(&url, &table).await;
 }
 

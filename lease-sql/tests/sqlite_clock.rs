@@ -199,3 +199,190 @@ async fn with_ddl_off_a_missing_clock_table_is_named_with_its_ddl() {
         "{text}"
     );
 }
+
+/// The boot clock the store measures SQLite's expiries on, read as it reads it.
+fn boot_ms() -> i64 {
+    let ts = rustix::time::clock_gettime(rustix::time::ClockId::Boottime);
+    ts.tv_sec * 1000 + ts.tv_nsec / 1_000_000
+}
+
+/// How long another connection holds the file's write lock while a write waits for it.
+const HOLD: Duration = Duration::from_millis(300);
+
+/// Runs `write` while another connection holds the file's write lock (`BEGIN IMMEDIATE`) for
+/// [`HOLD`]; returns its result and a boot-clock reading taken right before the lock was freed.
+/// The write cannot take effect before the lock is freed, so an expiry it computed once it had
+/// the lock is at least that reading plus its TTL; one computed from a clock read before it
+/// waited is about [`HOLD`] short of it.
+async fn behind_the_write_lock<T: Send + 'static>(
+    url: &str,
+    write: impl std::future::Future<Output = T> + Send + 'static,
+) -> (T, i64) {
+    use sqlx::Connection;
+    let mut blocker = sqlx::SqliteConnection::connect(url).await.unwrap();
+    sqlx::query("BEGIN IMMEDIATE")
+        .execute(&mut blocker)
+        .await
+        .unwrap();
+    let task = tokio::spawn(write);
+    tokio::time::sleep(HOLD).await;
+    assert!(!task.is_finished(), "the write did not wait for the lock");
+    let freed = boot_ms();
+    sqlx::query("COMMIT").execute(&mut blocker).await.unwrap();
+    (task.await.unwrap(), freed)
+}
+
+/// The expiry recorded by `sql` (one row, one column), in boot-clock milliseconds.
+async fn expiry(url: &str, sql: &str, key: &str) -> i64 {
+    let pool = raw(url).await;
+    let e: i64 = sqlx::query_scalar(sql)
+        .bind(key)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    pool.close().await;
+    e
+}
+
+#[tokio::test]
+async fn a_write_that_waited_for_the_write_lock_is_granted_its_whole_ttl() {
+    use lease_core::{MembershipStore, SlotStore, backend::owner_id};
+    let url = support::sqlite_url();
+    let store = SqliteStore::connect(&url, SqlConfig::default())
+        .await
+        .unwrap();
+    const TTL: Duration = Duration::from_secs(30);
+    let ttl_ms = TTL.as_millis() as i64;
+    let owner = owner_id("node-a");
+    // The partition, member and permit tables exist before the lock is taken (their first use
+    // creates them).
+    store
+        .acquire_partition("warm", 0, &owner, TTL)
+        .await
+        .unwrap()
+        .unwrap();
+    store.heartbeat("warm", "n0", "x", TTL, &[]).await.unwrap();
+    store
+        .claim_permit("warm", 2, &HolderToken::mint(), "a", TTL)
+        .await
+        .unwrap()
+        .unwrap();
+
+    let mut short = Vec::new();
+    let mut check = |what: &str, granted: i64, freed: i64| {
+        let given = granted - freed;
+        eprintln!("{what}: granted {given} ms from the lock's release (TTL {ttl_ms} ms)");
+        if given < ttl_ms {
+            short.push(format!("{what}: {given} ms"));
+        }
+    };
+    let lease_expiry = "SELECT expires_at_ms FROM leases WHERE name = ?1";
+
+    // claim
+    let holder = HolderToken::mint();
+    let (s, h) = (store.clone(), holder.clone());
+    let (r, freed) =
+        behind_the_write_lock(&url, async move { s.claim("claimed", &h, "a", TTL).await }).await;
+    r.unwrap().unwrap();
+    check("claim", expiry(&url, lease_expiry, "claimed").await, freed);
+
+    // renew
+    let (s, h) = (store.clone(), holder.clone());
+    let (r, freed) =
+        behind_the_write_lock(&url, async move { s.renew("claimed", &h, TTL).await }).await;
+    r.unwrap().unwrap();
+    check("renew", expiry(&url, lease_expiry, "claimed").await, freed);
+
+    // claim_permit and renew_permit
+    let permit_expiry = "SELECT max(expires_at_ms) FROM leases_permits WHERE name = ?1";
+    let (s, h) = (store.clone(), holder.clone());
+    let (r, freed) = behind_the_write_lock(&url, async move {
+        s.claim_permit("counted", 3, &h, "a", TTL).await
+    })
+    .await;
+    let permit = r.unwrap().unwrap().permit;
+    check(
+        "claim_permit",
+        expiry(&url, permit_expiry, "counted").await,
+        freed,
+    );
+    let (s, h) = (store.clone(), holder.clone());
+    let (r, freed) = behind_the_write_lock(&url, async move {
+        s.renew_permit("counted", permit, &h, TTL).await
+    })
+    .await;
+    r.unwrap().unwrap();
+    check(
+        "renew_permit",
+        expiry(&url, permit_expiry, "counted").await,
+        freed,
+    );
+
+    // acquire_partition and renew_partitions
+    let partition_expiry = "SELECT expires_at_ms FROM leases_partitions \
+                            WHERE group_name = ?1 AND partition_no = 0";
+    let (s, o) = (store.clone(), owner.clone());
+    let (r, freed) =
+        behind_the_write_lock(
+            &url,
+            async move { s.acquire_partition("g", 0, &o, TTL).await },
+        )
+        .await;
+    r.unwrap().unwrap();
+    check(
+        "acquire_partition",
+        expiry(&url, partition_expiry, "g").await,
+        freed,
+    );
+    let (s, o) = (store.clone(), owner.clone());
+    let (r, freed) =
+        behind_the_write_lock(
+            &url,
+            async move { s.renew_partitions("g", &[0], &o, TTL).await },
+        )
+        .await;
+    assert_eq!(r.unwrap().len(), 1);
+    check(
+        "renew_partitions",
+        expiry(&url, partition_expiry, "g").await,
+        freed,
+    );
+
+    // heartbeat
+    let s = store.clone();
+    let (r, freed) = behind_the_write_lock(&url, async move {
+        s.heartbeat("svc", "n1", "x", TTL, &[]).await
+    })
+    .await;
+    r.unwrap();
+    check(
+        "heartbeat",
+        expiry(
+            &url,
+            "SELECT expires_at_ms FROM leases_members WHERE service = ?1",
+            "svc",
+        )
+        .await,
+        freed,
+    );
+
+    // claim_slot (an instant already passed, by the wall clock)
+    let (s, h) = (store.clone(), holder.clone());
+    let instant = wall_ms() - 1_000;
+    let (r, freed) = behind_the_write_lock(&url, async move {
+        s.claim_slot("job", &h, "a", TTL, instant).await
+    })
+    .await;
+    let claimed = r.unwrap();
+    assert!(
+        matches!(claimed, lease_core::backend::SlotClaim::Claimed { .. }),
+        "{claimed:?}"
+    );
+    check("claim_slot", expiry(&url, lease_expiry, "job").await, freed);
+
+    assert!(
+        short.is_empty(),
+        "writes that waited {HOLD:?} for the write lock were granted less than their TTL \
+         ({ttl_ms} ms) from its release: {short:?}"
+    );
+}

@@ -3,20 +3,36 @@
 //! The statements that change hands send `pg_notify(channel, payload)` inside the statement
 //! (see `statements.rs`), so a hint goes out when, and only when, the change commits. The
 //! listener is one connection of the store's own (opened with the application pool's connect
-//! options, `application_name` set to `lease-sql hints <channel>`), started on the first wait
-//! and run by [`lease_core::backend::listen`]: while it is down the hints say so, it
-//! reconnects with back-off, and once it listens again every topic is woken (what happened
-//! meanwhile is unknown). It ends when the store is dropped, which closes its connection.
+//! options, or those given to
+//! [`with_listener_options`](crate::PostgresStore::with_listener_options), `application_name`
+//! set to `lease-sql hints <channel>`), started on the first wait and run by
+//! [`lease_core::backend::listen`]: while it is down the hints say so, it reconnects with
+//! back-off, and once it listens again every topic is woken (what happened meanwhile is
+//! unknown). It ends when the store is dropped, which closes its connection.
+//!
+//! A connection can die without a reset (a network that drops packets silently, a server host
+//! that froze): its socket stays open and no notification comes, which looks like a quiet
+//! table. So the listener proves its connection alive: every [`PING_EVERY`] it sends `SELECT 1`
+//! on it and waits at most [`PING_TIMEOUT`] for the answer; no answer ends the session (the
+//! hints say they are disconnected, and the listener reconnects). A dead link is thus found
+//! within `PING_EVERY + PING_TIMEOUT` (10 s).
 
 use std::time::Duration;
 
 use lease_core::backend::Hub;
 use lease_core::backend::listen::{Backoff, Link, Listener};
 use lease_core::notify::Topic;
-use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
+use sqlx::{Executor, PgPool};
 
 use crate::hints::topic_of;
+
+/// How often the listener checks its connection with a round trip.
+pub(crate) const PING_EVERY: Duration = Duration::from_secs(5);
+
+/// How long the listener waits for the answer to its check (and for its `LISTEN`) before it
+/// takes the connection for dead.
+pub(crate) const PING_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// PostgreSQL's longest identifier, in bytes (a longer channel name is refused by `pg_notify`).
 const MAX_IDENT_BYTES: usize = 63;
@@ -85,7 +101,7 @@ pub(crate) fn start(
 }
 
 /// One session: connect, `LISTEN`, then turn every notification into a hint until the
-/// connection is lost.
+/// connection is lost or does not answer a check within [`PING_TIMEOUT`].
 async fn session(
     pool: PgPool,
     channel: String,
@@ -93,13 +109,36 @@ async fn session(
     link: Link,
 ) -> lease_core::Result<()> {
     let failed = |e: sqlx::Error| crate::error::map(e, "the hint listener".into(), &server);
+    let silent = || {
+        lease_core::Error::unavailable(format!(
+            "the hint listener's connection to {server} did not answer within {PING_TIMEOUT:?}"
+        ))
+    };
     let mut listener = PgListener::connect_with(&pool).await.map_err(failed)?;
     listener.eager_reconnect(false);
     listener.ignore_pool_close_event(true);
-    listener.listen(&channel).await.map_err(failed)?;
+    tokio::time::timeout(PING_TIMEOUT, listener.listen(&channel))
+        .await
+        .map_err(|_| silent())?
+        .map_err(failed)?;
     link.up();
+    let mut ping = tokio::time::interval(PING_EVERY);
+    ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ping.tick().await;
     loop {
-        match listener.try_recv().await.map_err(failed)? {
+        // `try_recv` is cancel safe: a notification half read when the check's turn comes
+        // stays buffered, and one that arrives during the check is kept for the next call.
+        let received = tokio::select! {
+            received = listener.try_recv() => received.map_err(failed)?,
+            _ = ping.tick() => {
+                tokio::time::timeout(PING_TIMEOUT, listener.execute("SELECT 1"))
+                    .await
+                    .map_err(|_| silent())?
+                    .map_err(failed)?;
+                continue;
+            }
+        };
+        match received {
             Some(n) => match topic_of(n.payload()) {
                 Some(topic) => {
                     link.hub().notify(&topic);

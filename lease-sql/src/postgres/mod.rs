@@ -25,8 +25,12 @@ use crate::wire::schema::Dialect;
 /// or released, a partition acquired with a new epoch and a partition release send `pg_notify('lease_sql.<schema>.<table>',
 /// 'lease:<name>' | 'group:<group>')` inside the statement, so a hint goes out when the change
 /// commits, from whichever process made it. On the first wait, the store opens one listening
-/// connection of its own (`LISTEN`, `application_name` `lease-sql hints <channel>`), which
-/// reconnects with backoff (0.1 s doubling to 5 s); while it is down the hints say so
+/// connection of its own (`LISTEN`, `application_name` `lease-sql hints <channel>`; its
+/// address can differ from the pool's, see
+/// [`with_listener_options`](crate::SqlStore::with_listener_options)), which checks every 5 s that its
+/// connection answers (`SELECT 1`, 5 s to answer: a connection that died silently is found
+/// within 10 s) and reconnects with backoff (0.1 s doubling to 5 s); while it is down the hints
+/// say so
 /// ([`Wakeups::is_connected`](lease_core::notify::Wakeups::is_connected) is `false`) and
 /// waiters keep their polling pace; once it listens again every waiter is woken. It ends when
 /// the store is dropped. A lost listener never delays a lease operation. Limits: behind
@@ -283,8 +287,15 @@ impl SqlStore<Postgres> {
         let wakeups = self.inner.hints.subscribe(topic);
         if self.inner.watch {
             self.inner.hints.ensure_listener(|hub| {
+                let options = self
+                    .inner
+                    .listen_options
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .clone()
+                    .unwrap_or_else(|| (*self.inner.app.connect_options()).clone());
                 hints::start(
-                    (*self.inner.app.connect_options()).clone(),
+                    options,
                     self.inner.stmts.hint_channel.clone(),
                     &self.inner.server,
                     hub,
@@ -292,6 +303,25 @@ impl SqlStore<Postgres> {
             });
         }
         wakeups
+    }
+
+    /// Opens the store's listening connection (its hints, see the type's docs) with `options`
+    /// instead of the application pool's connect options: e.g. straight to the server while
+    /// the store's other connections go through a pooler in transaction mode, where `LISTEN`
+    /// does not work (the statements' `pg_notify` does). `options` must reach the same
+    /// database. Replaces a running listener of this store and of its clones (the new one
+    /// starts on the next wait; until it listens the hints say they are disconnected). With
+    /// [`SqlConfig::hints`] off there is no listener, and this changes nothing.
+    pub fn with_listener_options(self, options: PgConnectOptions) -> Self {
+        *self
+            .inner
+            .listen_options
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(options);
+        if self.inner.watch {
+            self.inner.hints.stop_listener();
+        }
+        self
     }
 
     /// Connects to `url` (`postgres://user:password@host:port/database`) with a pool of its own

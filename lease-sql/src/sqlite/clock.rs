@@ -18,7 +18,7 @@
 //! constant): the behaviour of before, with its limits.
 
 use lease_core::{Error, ErrorKind, Result};
-use sqlx::{Connection, Sqlite};
+use sqlx::Sqlite;
 
 use crate::store::SqlStore;
 use crate::wire::conns::LeaseDb;
@@ -61,8 +61,17 @@ pub(crate) async fn boot_id() -> std::io::Result<String> {
     Ok("wall-clock".to_owned())
 }
 
-/// SQLite reads no clock of a server: each operation is told the boot clock (above) through a one-row temporary table of its connection, which the statements
-/// read as `:now`, set right before the operation's statement runs.
+/// SQLite reads no clock of a server: each operation is told the boot clock (above) through a
+/// one-row temporary table of its connection, which the statements read as `:now`, set right
+/// before the operation's statement runs.
+///
+/// A write waits for the file's write lock (up to the busy timeout) when another connection
+/// holds it, and a clock read before that wait would be old by the time the write lands: a
+/// claim that waited 300 ms would be granted its TTL less 300 ms. So every write is one
+/// `BEGIN IMMEDIATE` transaction, and its clock is read once `BEGIN IMMEDIATE` returned, with
+/// the write lock held ([`LeaseDb::begin_write`]); nothing can write the file between that
+/// reading and the commit. This is the one place the rule is kept: every operation that
+/// changes rows runs through it (`raw_conn!(write …)` and the macros over it).
 impl LeaseDb for Sqlite {
     async fn on_connect(conn: &mut Self::Connection) -> std::result::Result<(), sqlx::Error> {
         sqlx::query(
@@ -82,6 +91,23 @@ impl LeaseDb for Sqlite {
             .bind(now_ms())
             .execute(&mut *conn)
             .await?;
+        Ok(())
+    }
+
+    async fn begin_write(conn: &mut Self::Connection) -> std::result::Result<(), sqlx::Error> {
+        // Waits for the write lock; from here on no other connection writes the file.
+        sqlx::query("BEGIN IMMEDIATE").execute(&mut *conn).await?;
+        // Read now, not before the wait. (A failure leaves the transaction open: the
+        // connection is then closed, which rolls it back.)
+        Self::before_op(conn).await
+    }
+
+    async fn end_write(
+        conn: &mut Self::Connection,
+        commit: bool,
+    ) -> std::result::Result<(), sqlx::Error> {
+        let end = if commit { "COMMIT" } else { "ROLLBACK" };
+        sqlx::query(end).execute(&mut *conn).await?;
         Ok(())
     }
 
@@ -128,10 +154,11 @@ impl SqlStore<Sqlite> {
         let wall = Dialect::Sqlite.now_ms();
         let now = Dialect::Sqlite.expiry_ms();
         let read = format!("SELECT boot_id FROM {clock_table} WHERE id = 1");
-        let outcome = crate::store::raw_conn!(self, "start-up check", |c| async {
-            let mut tx = c.begin_with("BEGIN IMMEDIATE").await?;
+        // A write (`BEGIN IMMEDIATE`, the boot clock read once it holds the lock): a
+        // conversion that waited for the lock keeps each live lease's time left whole.
+        let outcome = crate::store::raw_conn!(write self, "start-up check", |c| async {
             let recorded: Option<(String,)> =
-                sqlx::query_as(&read).fetch_optional(&mut *tx).await?;
+                sqlx::query_as(&read).fetch_optional(&mut *c).await?;
             let rebase = match &recorded {
                 Some((id,)) if *id == boot_id => None,
                 // Another boot: every holder of a lease recorded then is gone.
@@ -147,7 +174,7 @@ impl SqlStore<Sqlite> {
                     let rebased = sqlx::query(&format!(
                         "UPDATE {t} SET expires_at_ms = {expiry} WHERE expires_at_ms <> 0"
                     ))
-                    .execute(&mut *tx)
+                    .execute(&mut *c)
                     .await;
                     match rebased {
                         Ok(_) => {}
@@ -165,10 +192,9 @@ impl SqlStore<Sqlite> {
                     "INSERT OR REPLACE INTO {clock_table} (id, boot_id) VALUES (1, ?1)"
                 ))
                 .bind(&boot_id)
-                .execute(&mut *tx)
+                .execute(&mut *c)
                 .await?;
             }
-            tx.commit().await?;
             Ok::<_, sqlx::Error>(recorded.map(|(id,)| id))
         });
         match outcome {
@@ -227,10 +253,14 @@ impl SqlStore<Sqlite> {
             "UPDATE {name} SET expires_at_ms = CASE WHEN expires_at_ms > {wall} \
              THEN {now} + (expires_at_ms - {wall}) ELSE 0 END WHERE expires_at_ms >= {floor}"
         ));
+        // Writes: the conversion's boot clock is read once it holds the write lock.
         for stmt in &ddl {
-            crate::partitions::group_conn!(self, "create the boot clock triggers", table, |c| {
-                sqlx::query(stmt).execute(c)
-            })?;
+            crate::partitions::group_conn!(
+                write self,
+                "create the boot clock triggers",
+                table,
+                |c| { sqlx::query(stmt).execute(c) }
+            )?;
         }
         Ok(())
     }

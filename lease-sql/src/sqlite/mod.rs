@@ -36,7 +36,12 @@ use crate::wire::schema::Dialect;
 /// The statements are PostgreSQL's (see [`PostgresStore`](crate::PostgresStore)) with `?N`
 /// parameters and `:now` = `(SELECT boot_ms FROM temp.lease_sql_clock)`, the host's boot clock
 /// (below), but for the claim, which takes no row lock first (SQLite has none: verified
-/// transactions hold the file's write lock). Verified transactions start with `BEGIN IMMEDIATE`, so they
+/// transactions hold the file's write lock). Every operation that changes rows (claims,
+/// renewals, releases, partition, member, permit and slot writes) runs as one `BEGIN
+/// IMMEDIATE` transaction, and its `:now` is read once `BEGIN IMMEDIATE` holds the file's
+/// write lock: a write that waited for the lock (another process's write, a verified
+/// transaction) still grants its whole TTL from the moment it can take effect, not the TTL less
+/// the wait. Verified transactions start with `BEGIN IMMEDIATE`, so they
 /// hold the write lock from their first statement and no claim can slip in before they commit.
 ///
 /// Scheduler slots ([`SlotStore`](lease_core::SlotStore)) use PostgreSQL's statements too, but
@@ -81,8 +86,8 @@ use crate::wire::schema::Dialect;
 /// VALUES (?1, -1, '', '', 0, 0) ON CONFLICT (name, permit_no) DO NOTHING;  -- the counter row
 /// SELECT permit_no, holder = ?1, term, expires_at_ms - :now FROM leases_permits
 ///  WHERE name = ?2 ORDER BY permit_no;
-/// -- full, or the claimant holds a live permit: ROLLBACK. Otherwise the lowest free permit
-/// -- below N, with the term one more than the greatest read:
+/// -- full, or the claimant holds a live permit: COMMIT (at most the counter row was written).
+/// -- Otherwise the lowest free permit below N, with the term one more than the greatest read:
 /// INSERT INTO leases_permits (name, permit_no, holder, instance, term, expires_at_ms)
 /// VALUES (?1, ?2, ?3, ?4, ?5, :now + ?6);        -- or an UPDATE of the permit's row
 /// UPDATE leases_permits SET term = ?1 WHERE name = ?2 AND permit_no = -1;
@@ -98,7 +103,8 @@ use crate::wire::schema::Dialect;
 /// between processes (`faketime`, a container's clock) and jumps for all of them when the host's
 /// clock is stepped (NTP correcting a large error, `date -s`) — a contender would see a live
 /// lease as expired and take it. So `:now` is `CLOCK_BOOTTIME` in milliseconds since boot, read
-/// by the process right before each operation's statement (through rustix, from the kernel
+/// by the process right before each operation's statement, for a write once it holds the write
+/// lock (through rustix, from the kernel
 /// directly: an `LD_PRELOAD` shim such as libfaketime cannot move it) and handed to the
 /// statement through a one-row temporary table of the store's connection (for `verify_in` on
 /// the application's connection, as a bound parameter). It is one clock for every process of

@@ -3,19 +3,20 @@
 //! `permits.rs`.
 
 use lease_core::Result;
-use sqlx::{Connection, Sqlite};
+use sqlx::Sqlite;
 
 use crate::partitions::{Table, group_conn};
 use crate::permits::{Decision, Seen, decide};
 use crate::store::SqlStore;
 
 impl SqlStore<Sqlite> {
-    /// The permit and term granted, `None` when full. `BEGIN IMMEDIATE` takes the file's write
-    /// lock first, so the claim reads the latest rows and no other write comes between its read
-    /// and its writes: `lock` (the counter row created when missing), `read` (every row of the
-    /// name), [`decide`], the permit's write (`insert` or `take`) and the counter's (`count`),
-    /// commit. A future dropped mid-way closes the connection, which rolls the transaction
-    /// back.
+    /// The permit and term granted, `None` when full. A write (`group_conn!(write …)`): `BEGIN
+    /// IMMEDIATE` takes the file's write lock first and the clock is read after it, so the
+    /// claim reads the latest rows, no other write comes between its read and its writes, and
+    /// the permit gets its whole TTL however long the lock was waited for: `lock` (the counter
+    /// row created when missing), `read` (every row of the name), [`decide`], the permit's
+    /// write (`insert` or `take`) and the counter's (`count`), commit.
+    /// A future dropped mid-way closes the connection, which rolls the transaction back.
     pub(super) async fn claim_permit_row(
         &self,
         name: &str,
@@ -26,16 +27,15 @@ impl SqlStore<Sqlite> {
     ) -> Result<Option<(i64, i64)>> {
         let p = &self.inner.stmts.permits;
         group_conn!(
-            self,
+            write self,
             lease_core::layer::Operation::ClaimPermit,
             Table::Permits,
             |c| async move {
-                let mut tx = c.begin_with("BEGIN IMMEDIATE").await?;
-                sqlx::query(&p.lock).bind(name).execute(&mut *tx).await?;
+                sqlx::query(&p.lock).bind(name).execute(&mut *c).await?;
                 let rows: Vec<(i64, bool, i64, i64)> = sqlx::query_as(&p.read)
                     .bind(hex)
                     .bind(name)
-                    .fetch_all(&mut *tx)
+                    .fetch_all(&mut *c)
                     .await?;
                 let seen: Vec<Seen> = rows
                     .into_iter()
@@ -52,7 +52,8 @@ impl SqlStore<Sqlite> {
                     term,
                 } = decide(&seen, count)
                 else {
-                    tx.rollback().await?;
+                    // Committed all the same: at most the counter row was created, as the
+                    // next claim would.
                     return Ok(None);
                 };
                 let permit = i64::from(permit);
@@ -64,7 +65,7 @@ impl SqlStore<Sqlite> {
                         .bind(ms)
                         .bind(name)
                         .bind(permit)
-                        .execute(&mut *tx)
+                        .execute(&mut *c)
                         .await?;
                 } else {
                     sqlx::query(&p.insert)
@@ -74,15 +75,14 @@ impl SqlStore<Sqlite> {
                         .bind(instance)
                         .bind(term)
                         .bind(ms)
-                        .execute(&mut *tx)
+                        .execute(&mut *c)
                         .await?;
                 }
                 sqlx::query(&p.count)
                     .bind(term)
                     .bind(name)
-                    .execute(&mut *tx)
+                    .execute(&mut *c)
                     .await?;
-                tx.commit().await?;
                 Ok::<_, sqlx::Error>(Some((permit, term)))
             }
         )

@@ -3,32 +3,30 @@
 
 use lease_core::Result;
 use lease_core::backend::SlotFinish;
-use sqlx::{Connection, Sqlite};
+use sqlx::Sqlite;
 
 use crate::slots::Finish;
 use crate::store::{SqlStore, with_conn};
 
 impl SqlStore<Sqlite> {
     /// The finish: SQLite's `RETURNING` sees only the new row, so the outcome is read and
-    /// applied in one `BEGIN IMMEDIATE` transaction (the write lock from its first statement),
-    /// on the embedded database. A future dropped mid-way closes the connection, which rolls
-    /// the transaction back.
+    /// applied in one write (`with_conn!(write …)`: a `BEGIN IMMEDIATE` transaction, the write
+    /// lock from its first statement and the clock read after it), on the embedded database. A
+    /// future dropped mid-way closes the connection, which rolls the transaction back.
     pub(super) async fn finish_in(&self, f: Finish<'_>) -> Result<SlotFinish> {
         let s = &self.inner.stmts.slots;
         with_conn!(
-            self,
+            write self,
             lease_core::layer::Operation::FinishSlot,
             |c| async move {
-                let mut tx = c.begin_with("BEGIN IMMEDIATE").await?;
                 let row: Option<(i64, i64, i64, i64)> = sqlx::query_as(&s.finish)
                     .bind(f.name)
                     .bind(f.hex)
                     .bind(f.instant_ms)
                     .bind(f.passed_ms)
-                    .fetch_optional(&mut *tx)
+                    .fetch_optional(&mut *c)
                     .await?;
                 let Some((held, rec, fin, due)) = row else {
-                    tx.commit().await?;
                     return Ok(SlotFinish::default());
                 };
                 let (released, recorded) = (held != 0, rec != 0);
@@ -41,10 +39,9 @@ impl SqlStore<Sqlite> {
                         .bind(f.passed_ms)
                         .bind(clear)
                         .bind(released)
-                        .execute(&mut *tx)
+                        .execute(&mut *c)
                         .await?;
                 }
-                tx.commit().await?;
                 Ok::<_, sqlx::Error>(SlotFinish {
                     recorded,
                     passed_taken,

@@ -21,6 +21,13 @@
 //! attempt may last (a loaded host: PostgreSQL took 3 s with both cores busy) would never be
 //! reached again after its first timed-out statement closed a connection. A connect is bounded
 //! by [`CONNECT_TIMEOUT`], so one that hangs does not hold its permit for ever.
+//!
+//! A *write* (every operation that changes a row: a claim, a renewal, a release, a heartbeat)
+//! takes its connection with [`Conns::get_write`] and ends with [`Slot::end_write`]: the
+//! dialect's [`LeaseDb::begin_write`] and [`LeaseDb::end_write`] run around it. On PostgreSQL
+//! and MySQL they do nothing (the statement reads the server's clock itself); on SQLite the
+//! write is a `BEGIN IMMEDIATE` transaction whose clock is read once the write lock is held (see
+//! `sqlite/clock.rs`), the one place that rule is kept.
 
 use std::future::Future;
 use std::ops::{Deref, DerefMut};
@@ -33,7 +40,8 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 /// The longest a connection may take to open (on its own task, see the module docs).
 pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 
-type Options<DB> = <<DB as Database>::Connection as Connection>::Options;
+/// The connect options of `DB`'s connections.
+pub(crate) type Options<DB> = <<DB as Database>::Connection as Connection>::Options;
 
 /// What a dialect does on its lease connections besides the operation itself (each dialect's
 /// `mod.rs` implements it; SQLite's sets its boot clock, see `sqlite/clock.rs`).
@@ -45,9 +53,27 @@ pub(crate) trait LeaseDb: Database {
         std::future::ready(Ok(()))
     }
 
-    /// Right before each operation (after [`LeaseDb::on_connect`] on a new connection).
+    /// Right before each operation that only reads (after [`LeaseDb::on_connect`] on a new
+    /// connection).
     fn before_op(
         _conn: &mut Self::Connection,
+    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send {
+        std::future::ready(Ok(()))
+    }
+
+    /// Right before each write, in place of [`LeaseDb::before_op`]: what must come between
+    /// waiting for the right to write and the write itself. The default is `before_op`.
+    fn begin_write(
+        conn: &mut Self::Connection,
+    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send {
+        Self::before_op(conn)
+    }
+
+    /// Right after each write's statements: `commit` when they all succeeded. Nothing by
+    /// default. A failure here closes the connection (it may still be inside the write).
+    fn end_write(
+        _conn: &mut Self::Connection,
+        _commit: bool,
     ) -> impl Future<Output = Result<(), sqlx::Error>> + Send {
         std::future::ready(Ok(()))
     }
@@ -101,8 +127,19 @@ impl<DB: Database> Conns<DB> {
 type Opened<DB> = Result<(<DB as Database>::Connection, OwnedSemaphorePermit), sqlx::Error>;
 
 impl<DB: LeaseDb> Conns<DB> {
-    /// A connection for one operation: the first one free, opened when none is open yet.
+    /// A connection for one operation that only reads: the first one free, opened when none is
+    /// open yet.
     pub(crate) async fn get(&self) -> Result<Slot<'_, DB>, sqlx::Error> {
+        self.take(false).await
+    }
+
+    /// A connection for one write, [`LeaseDb::begin_write`] done on it: end the write with
+    /// [`Slot::end_write`].
+    pub(crate) async fn get_write(&self) -> Result<Slot<'_, DB>, sqlx::Error> {
+        self.take(true).await
+    }
+
+    async fn take(&self, write: bool) -> Result<Slot<'_, DB>, sqlx::Error> {
         let permit = Arc::clone(&self.permits)
             .acquire_owned()
             .await
@@ -112,11 +149,16 @@ impl<DB: LeaseDb> Conns<DB> {
             None => self.open(permit).await?,
         };
         // A failure here drops the connection: it is not known to be clean.
-        DB::before_op(&mut conn).await?;
+        if write {
+            DB::begin_write(&mut conn).await?;
+        } else {
+            DB::before_op(&mut conn).await?;
+        }
         Ok(Slot {
             conns: self,
             conn: Some(conn),
             clean: false,
+            broken: false,
             _permit: permit,
         })
     }
@@ -158,12 +200,35 @@ impl<DB: LeaseDb> Conns<DB> {
     }
 }
 
+impl<DB: LeaseDb> Slot<'_, DB> {
+    /// Ends the write begun by [`Conns::get_write`] whose statements gave `result`:
+    /// [`LeaseDb::end_write`], committing when `result` is `Ok`. A failed end makes the
+    /// write's result that failure (a write not committed did not happen) and closes the
+    /// connection.
+    pub(crate) async fn end_write<T>(
+        &mut self,
+        result: Result<T, sqlx::Error>,
+    ) -> Result<T, sqlx::Error> {
+        let ended = DB::end_write(&mut **self, result.is_ok()).await;
+        match ended {
+            Ok(()) => result,
+            Err(e) => {
+                self.broken = true;
+                // The statements' own error first: it says why the write was rolled back.
+                result.and(Err(e))
+            }
+        }
+    }
+}
+
 /// One connection, held for one operation. Dropped without [`Slot::done`], it closes the
 /// connection; either way its permit goes to the next operation waiting.
 pub(crate) struct Slot<'a, DB: Database> {
     conns: &'a Conns<DB>,
     conn: Option<DB::Connection>,
     clean: bool,
+    /// Its write could not be ended: never reused, whatever the operation's result.
+    broken: bool,
     // Dropped after `Drop::drop` has put the connection back: the next operation finds it idle.
     _permit: OwnedSemaphorePermit,
 }
@@ -172,12 +237,13 @@ impl<DB: Database> Slot<'_, DB> {
     /// Marks the operation finished with `result`: the connection is kept unless the error says
     /// the transport failed.
     pub(crate) fn done<T>(mut self, result: &Result<T, sqlx::Error>) {
-        self.clean = match result {
-            Ok(_) => true,
-            Err(sqlx::Error::Database(_)) | Err(sqlx::Error::RowNotFound) => true,
-            Err(sqlx::Error::ColumnDecode { .. }) | Err(sqlx::Error::ColumnNotFound(_)) => true,
-            Err(_) => false,
-        };
+        self.clean = !self.broken
+            && match result {
+                Ok(_) => true,
+                Err(sqlx::Error::Database(_)) | Err(sqlx::Error::RowNotFound) => true,
+                Err(sqlx::Error::ColumnDecode { .. }) | Err(sqlx::Error::ColumnNotFound(_)) => true,
+                Err(_) => false,
+            };
     }
 }
 
