@@ -168,9 +168,12 @@ impl Holder {
     }
 }
 
+/// A message's subject and reply subject.
+type Addressed = (String, Option<String>);
+
 /// The length of the protocol message at the start of `buf`, and for one that carries a subject
 /// (`PUB`, `HPUB`, `MSG`, `HMSG`) its subject and reply subject; `None` until it is all in.
-fn next_message(buf: &[u8]) -> Option<(usize, Option<(String, Option<String>)>)> {
+fn next_message(buf: &[u8]) -> Option<(usize, Option<Addressed>)> {
     let eol = buf.windows(2).position(|w| w == b"\r\n")?;
     let line = String::from_utf8_lossy(&buf[..eol]);
     let args: Vec<&str> = line.split_ascii_whitespace().collect();
