@@ -100,7 +100,7 @@ pub struct OpCounts {
     pub renews: u64,
     /// `release`, `release_partitions`, `release_permit` and the polling `release` calls.
     pub releases: u64,
-    /// `verify` and `verify_permit` calls.
+    /// `verify`, `verify_permit` and `read_back_permit` calls.
     pub verifies: u64,
     /// `get`, `owners` and `permits` calls.
     pub gets: u64,
@@ -216,7 +216,7 @@ impl Faults {
             | Operation::ReleasePartitions
             | Operation::PollRelease
             | Operation::ReleasePermit => &c.releases,
-            Operation::Verify | Operation::VerifyPermit => &c.verifies,
+            Operation::Verify | Operation::VerifyPermit | Operation::ReadBackPermit => &c.verifies,
             Operation::Get | Operation::Owners | Operation::Permits => &c.gets,
             _ => return,
         };

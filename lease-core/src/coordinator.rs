@@ -335,7 +335,9 @@ impl Coordinator {
     ///
     /// The claim is bounded by the attempt timeout. When its outcome is unknown (a timeout, a
     /// connection dropped after the request was sent), the coordinator reads back with
-    /// `verify` under the same holder token and adopts the claim if it took effect. If that too
+    /// `verify` under the same holder token and adopts the claim if it took effect (a permit
+    /// claim with [`read_back_permit`](crate::LeaseStore::read_back_permit), which adopts a
+    /// permit only if the claim's count was checked for it). If that too
     /// fails, the error is returned; a claim that lands later holds the name until its TTL
     /// passes, but nobody acts under it, and its holder token is never used again.
     ///
@@ -405,8 +407,8 @@ impl Coordinator {
         let verify = async {
             match target.permits() {
                 None => Ok(store.verify(name, holder).await?.map(|g| (None, g))),
-                Some(_) => Ok(store
-                    .verify_permit(name, holder)
+                Some(n) => Ok(store
+                    .read_back_permit(name, n, holder)
                     .await?
                     .map(|g| (Some(g.permit), g.grant))),
             }

@@ -107,6 +107,8 @@ pub enum Operation {
     ReleasePermit,
     /// [`LeaseStore::verify_permit`].
     VerifyPermit,
+    /// [`LeaseStore::read_back_permit`].
+    ReadBackPermit,
     /// [`LeaseStore::permits`].
     Permits,
 }
@@ -140,12 +142,14 @@ impl Operation {
             Operation::RenewPermit => "renew_permit",
             Operation::ReleasePermit => "release_permit",
             Operation::VerifyPermit => "verify_permit",
+            Operation::ReadBackPermit => "read_back_permit",
             Operation::Permits => "permits",
         }
     }
 
     /// `true` for the operations that can change what the store holds (claims, renewals,
-    /// releases, heartbeats, leaves, slot claims and finishes); `false` for pure reads.
+    /// releases, heartbeats, leaves, slot claims and finishes, and the read-back of a permit
+    /// claim, which a store may renew to adopt it); `false` for pure reads.
     pub fn writes(self) -> bool {
         !matches!(
             self,
@@ -382,6 +386,17 @@ impl<S: LeaseStore, H: Hook> LeaseStore for Intercept<S, H> {
     async fn verify_permit(&self, name: &str, holder: &HolderToken) -> Result<Option<PermitGrant>> {
         let call = Call::new(Operation::VerifyPermit, name);
         let op = self.inner.verify_permit(name, holder);
+        self.hook.around(call, Box::pin(op)).await
+    }
+
+    async fn read_back_permit(
+        &self,
+        name: &str,
+        permits: u32,
+        holder: &HolderToken,
+    ) -> Result<Option<PermitGrant>> {
+        let call = Call::new(Operation::ReadBackPermit, name);
+        let op = self.inner.read_back_permit(name, permits, holder);
         self.hook.around(call, Box::pin(op)).await
     }
 

@@ -17,8 +17,10 @@
 //!   than 3 are live. Raised, new claims take the free permits up to the new N.
 //! - **No holder twice.** A claim under a holder token that already holds a live permit of
 //!   the name is answered "full" (`None`); the coordinator mints a token per claim, and after
-//!   an unknown outcome reads back with [`verify_permit`](crate::LeaseStore::verify_permit),
-//!   which finds the permit by token, so one acquire never ends up with two permits.
+//!   an unknown outcome reads back with
+//!   [`read_back_permit`](crate::LeaseStore::read_back_permit), which finds the permit by token
+//!   (and adopts it only if the claim's count was checked for it), so one acquire never ends
+//!   up with two permits.
 //! - **A plain lease and a counted name do not mix.** The permits of a name are kept apart
 //!   from its plain lease (`claim`), so holding `"import"` plainly and by permit are two
 //!   different things; use one or the other for a name.

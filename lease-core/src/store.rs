@@ -292,11 +292,33 @@ pub trait LeaseStore: Send + Sync + fmt::Debug + 'static {
         Err(self.permits_unsupported())
     }
 
-    /// The live permit of `name` that `holder` holds, found by the token alone (the read-back
-    /// after a claim whose answer was lost); `None` when it holds none.
+    /// The live permit of `name` that `holder` holds, found by the token alone; `None` when it
+    /// holds none. A term checks with it that it still holds its permit; the read-back after a
+    /// claim whose outcome is unknown goes through
+    /// [`read_back_permit`](LeaseStore::read_back_permit).
     async fn verify_permit(&self, name: &str, holder: &HolderToken) -> Result<Option<PermitGrant>> {
         let _ = (name, holder);
         Err(self.permits_unsupported())
+    }
+
+    /// The read-back after a [`claim_permit`](LeaseStore::claim_permit) of one of `permits`
+    /// permits of `name` whose outcome is unknown (its answer was lost, or it timed out): the
+    /// live permit `holder` holds when that claim took effect *and* the claim's "at most
+    /// `permits`" rule was checked for it; `None` otherwise. The coordinator adopts what it
+    /// returns, so a permit this answers must be one nothing can still take back.
+    ///
+    /// The default is [`verify_permit`](LeaseStore::verify_permit), which is right for a store
+    /// whose claim counts the live permits and takes one in a single atomic step: a permit
+    /// found under the claim's token was counted when it was taken. A store that counts and
+    /// takes in separate steps (NATS) counts again here.
+    async fn read_back_permit(
+        &self,
+        name: &str,
+        permits: u32,
+        holder: &HolderToken,
+    ) -> Result<Option<PermitGrant>> {
+        let _ = permits;
+        self.verify_permit(name, holder).await
     }
 
     /// Every permit record of `name`, live or not, by permit index; empty when the name was
@@ -392,6 +414,14 @@ macro_rules! forward_lease_store {
                 holder: &HolderToken,
             ) -> Result<Option<PermitGrant>> {
                 (**self).verify_permit(name, holder).await
+            }
+            async fn read_back_permit(
+                &self,
+                name: &str,
+                permits: u32,
+                holder: &HolderToken,
+            ) -> Result<Option<PermitGrant>> {
+                (**self).read_back_permit(name, permits, holder).await
             }
             async fn permits(&self, name: &str) -> Result<Vec<PermitInfo>> {
                 (**self).permits(name).await

@@ -646,6 +646,14 @@ impl LeaseStore for ScriptedStore {
     ) -> lease_core::Result<Option<lease_core::PermitGrant>> {
         self.inner.verify_permit(name, holder).await
     }
+    async fn read_back_permit(
+        &self,
+        name: &str,
+        permits: u32,
+        holder: &HolderToken,
+    ) -> lease_core::Result<Option<lease_core::PermitGrant>> {
+        self.inner.read_back_permit(name, permits, holder).await
+    }
     async fn permits(&self, name: &str) -> lease_core::Result<Vec<lease_core::PermitInfo>> {
         self.inner.permits(name).await
     }

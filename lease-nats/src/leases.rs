@@ -446,6 +446,18 @@ impl LeaseStore for NatsStore {
         self.verify_counted(name, holder).await
     }
 
+    /// A scan (one `STREAM.INFO`, one burst of direct gets), the re-count a claim makes after
+    /// its create, then an update of the permit at the revision read: three round trips when
+    /// the permit is adopted.
+    async fn read_back_permit(
+        &self,
+        name: &str,
+        permits: u32,
+        holder: &HolderToken,
+    ) -> Result<Option<PermitGrant>> {
+        self.read_back_counted(name, permits, holder).await
+    }
+
     /// A scan: one `STREAM.INFO`, one burst of direct gets.
     async fn permits(&self, name: &str) -> Result<Vec<PermitInfo>> {
         self.list_counted(name).await

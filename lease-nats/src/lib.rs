@@ -261,14 +261,25 @@
 //! claim for 5, which counted 0, 1 and 2 live, created permit 3 — 3 others live when the claim
 //! for 3 takes its permit. So after its create a claim lists the name's keys again and, when one
 //! at or above its N exists, reads them: with N or more others live it purges its permit (at
-//! its revision) and answers full; a permit it cannot take back is answered full too and left
-//! to expire under a token nobody uses, never adopted. The conformance case
+//! its revision) and answers full; a permit whose purge fails is answered full too and left to
+//! expire under a token nobody uses. The conformance case
 //! `claims_of_different_counts_keep_each_claims_limit` races claims for 3 and 5 for 4 s: it
 //! found 19 claims for 3 granted with 3 others live before the re-count (65 in 8 s in another
-//! run), none since. What
-//! it does not cover: a claim whose create's answer is lost is read back by its holder token
-//! (`verify_permit`, which knows no N) without the re-count, so while claims of different N
-//! race *and* an answer is lost the bound is the larger N.
+//! run), none since.
+//!
+//! **A claim whose outcome is unknown** — its create's answer lost, or the claim cut by a
+//! timeout between its create and the end of its re-count or of its take-back — is read back by
+//! the coordinator with `read_back_permit`, which knows the claim's N: the scan that finds the
+//! permit by its holder token counts the others, and with N or more live the permit is not
+//! adopted (it expires under a token nobody uses). Otherwise the permit is renewed by an
+//! update at the revision the scan read, and adopted only when that lands: a take-back purge
+//! still on its way then either landed first (the update fails, nothing is adopted) or purges
+//! only up to the superseded revision and leaves the adopted permit alone. `verify_permit`,
+//! which a term uses to check its own permit, counts nothing: a permit granted by the re-count
+//! stays held when a claim with a larger N takes one above it. `tests/unknown_permits.rs`
+//! builds both interleavings through a proxy that holds back the create or the purge: before,
+//! the read-back adopted a claim of 3 on permit 2 while permits 0, 1 and 3 were live, and a
+//! purge landing after the adoption let a claim of 5 take the adopted permit 2.
 //!
 //! | operation | what is sent | round trips |
 //! |---|---|---|
@@ -276,6 +287,7 @@
 //! | `renew_permit` | a direct get of the permit's key, an update at its revision (term copied) | 2 |
 //! | `release_permit` | a direct get, a purge up to its revision (no marker; hinted as a lease release is) | 2 |
 //! | `verify_permit`, `permits` | the scan | 2 (1 when the name has no permit key) |
+//! | `read_back_permit` | the scan, then an update of the permit found at its revision (term copied) | 3 when adopted; 2 when not found or too many others are live |
 //!
 //! A scan's gets are one burst: one exchange on the wire, or a few as the answers interleave
 //! with the requests (measured through a proxy: 1 or 2 for two keys), never one per key in

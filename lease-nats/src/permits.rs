@@ -119,10 +119,14 @@ impl NatsStore {
                     match self.outnumbered(name, permits, p).await {
                         Ok(false) => {}
                         checked => {
-                            // Not granted: the permit is taken back before the answer. One
-                            // that cannot be is never left for a read-back to adopt either:
-                            // the claim answers full, and the permit expires at its TTL under
-                            // a token nobody uses.
+                            // Not granted: the permit is taken back before the answer. A
+                            // purge that fails answers full, and the permit expires at its
+                            // TTL under a token nobody uses. A claim cut short here (by the
+                            // operation timeout, or by its caller's) has an unknown outcome
+                            // and is read back: `read_back_counted` counts again and adopts
+                            // only through an update at the revision it read, so a purge
+                            // still on its way either removed the permit first (nothing to
+                            // adopt) or finds its message superseded.
                             let undone = self.purge_through(OP, name, &key, revision).await;
                             debug!(
                                 name,
@@ -265,6 +269,83 @@ impl NatsStore {
             }),
             _ => None,
         }))
+    }
+
+    /// [`LeaseStore::read_back_permit`](lease_core::LeaseStore::read_back_permit): the
+    /// read-back after a claim for `permits` whose outcome is unknown. That claim may have
+    /// ended after its create and before its re-count ([`outnumbered`](Self::outnumbered)) — its
+    /// create's answer lost, or the claim cut by a timeout — or while it took its permit back.
+    /// So the permit found under `holder` is adopted only as a claim grants one:
+    ///
+    /// - the scan that finds it counts the others, and with `permits` or more of them live
+    ///   (a claim with a larger count took one since the claim's own scan) the answer is
+    ///   `None`, the permit left to expire under a token nobody uses;
+    /// - otherwise the permit is renewed by an update at the revision read, and adopted only
+    ///   when that lands. A take-back purge still on its way then either landed first (the
+    ///   update fails: `None`) or comes after it and removes only the superseded message,
+    ///   never the adopted permit.
+    ///
+    /// Three round trips (the scan's two, the update) when the permit is adopted.
+    pub(crate) async fn read_back_counted(
+        &self,
+        name: &str,
+        permits: u32,
+        holder: &HolderToken,
+    ) -> Result<Option<PermitGrant>> {
+        const OP: Operation = Operation::ReadBackPermit;
+        check::name(self, name)?;
+        let reading = async {
+            let scanned = self.scan_permits(OP, name).await?;
+            let mut own = None;
+            let mut others = 0usize;
+            for (p, seen) in scanned {
+                match seen {
+                    Seen::Live {
+                        record, revision, ..
+                    } if record.holder == *holder => own = Some((p, record, revision)),
+                    Seen::Live { .. } => others += 1,
+                    Seen::Absent | Seen::Marker { .. } | Seen::Foreign { .. } => {}
+                }
+            }
+            let Some((p, record, revision)) = own else {
+                return Ok(None);
+            };
+            let term = record.term_at(revision);
+            if others >= usize::try_from(permits).unwrap_or(usize::MAX) {
+                debug!(
+                    name,
+                    permit = p,
+                    term,
+                    others,
+                    "a permit read back with too many others live: not adopted"
+                );
+                return Ok(None);
+            }
+            let key = permit_key(name, p);
+            let renewed = Record { term, ..record }.encode();
+            let sent_at = Instant::now();
+            if self
+                .write(OP, name, &key, renewed, revision)
+                .await?
+                .is_none()
+            {
+                debug!(
+                    name,
+                    permit = p,
+                    term,
+                    "a permit read back was taken back: not adopted"
+                );
+                return Ok(None);
+            }
+            Ok(Some(PermitGrant {
+                permit: p,
+                grant: Grant {
+                    term,
+                    expires_in: self.left_since(sent_at),
+                },
+            }))
+        };
+        self.bounded(OP, name, reading).await?
     }
 
     /// [`LeaseStore::permits`](lease_core::LeaseStore::permits): a scan. The server removes a

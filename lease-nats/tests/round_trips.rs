@@ -660,7 +660,7 @@ async fn groups_cost_what_the_docs_say(
 
 /// Counted leases: a scan is one `STREAM.INFO` (an API request) and one burst of direct gets
 /// (none when the name has no permit key); a claim adds one create; renew and release read the
-/// permit's key, then update or purge it. A burst of two gets is one exchange on the wire or
+/// permit's key, then update or purge it; the read-back of a claim adds an update to a scan. A burst of two gets is one exchange on the wire or
 /// two, as the answers interleave with the requests (see the crate docs, *Partitions*): the
 /// round trips of a scan over two keys are asserted as 2 or 3.
 async fn permits_cost_what_the_docs_say(proxy: &FaultProxy, server: &Server, store: &NatsStore) {
@@ -702,6 +702,22 @@ async fn permits_cost_what_the_docs_say(proxy: &FaultProxy, server: &Server, sto
     let (cost_of, g) = cost(proxy, server, store.verify_permit("p", &a)).await;
     assert_eq!(g.unwrap().unwrap().permit, 0);
     check("verify_permit: list + 2 gets", cost_of, (2, 3, 0, 1));
+    // The read-back after a claim whose outcome is unknown: the scan, then an update that adopts
+    // the permit (the term kept); with too many others live, the scan alone.
+    let (cost_of, g) = cost(proxy, server, store.read_back_permit("p", 2, &a)).await;
+    assert_eq!(g.unwrap().unwrap().grant.term, first.grant.term);
+    check(
+        "read_back_permit: list + 2 gets + update",
+        cost_of,
+        (3, 4, 1, 1),
+    );
+    let (cost_of, g) = cost(proxy, server, store.read_back_permit("p", 1, &a)).await;
+    assert_eq!(g.unwrap(), None);
+    check(
+        "read_back_permit over its count: list + 2 gets",
+        cost_of,
+        (2, 3, 0, 1),
+    );
     let (cost_of, g) = cost(proxy, server, store.permits("p")).await;
     assert_eq!(g.unwrap().len(), 2);
     check("permits: list + 2 gets", cost_of, (2, 3, 0, 1));

@@ -419,6 +419,15 @@ impl LeaseStore for Reopenable {
         self.store()?.verify_permit(name, holder).await
     }
 
+    async fn read_back_permit(
+        &self,
+        name: &str,
+        permits: u32,
+        holder: &HolderToken,
+    ) -> Result<Option<lease_core::PermitGrant>> {
+        self.store()?.read_back_permit(name, permits, holder).await
+    }
+
     async fn permits(&self, name: &str) -> Result<Vec<lease_core::PermitInfo>> {
         self.store()?.permits(name).await
     }

@@ -228,6 +228,15 @@ impl LeaseStore for Store {
         each!(self, s => s.verify_permit(name, holder).await)
     }
 
+    async fn read_back_permit(
+        &self,
+        name: &str,
+        permits: u32,
+        holder: &HolderToken,
+    ) -> Result<Option<lease_core::PermitGrant>> {
+        each!(self, s => s.read_back_permit(name, permits, holder).await)
+    }
+
     async fn permits(&self, name: &str) -> Result<Vec<lease_core::PermitInfo>> {
         each!(self, s => s.permits(name).await)
     }

@@ -483,7 +483,7 @@ pub async fn a_dead_holders_permit_frees_itself_at_its_ttl(h: &Harness) {
     );
 }
 
-/// A claim whose answer is lost is read back by the holder token (`verify_permit`) and
+/// A claim whose answer is lost is read back by the holder token (`read_back_permit`) and
 /// adopted, never claimed again: a retry under the same token is refused, and acquirers whose
 /// every claim answer was lost end up with one permit each — the store's live permits are
 /// exactly the terms the coordinators hold.
@@ -555,6 +555,21 @@ pub async fn an_unknown_permit_claim_never_leaves_one_acquirer_two_permits(h: &H
         v.map(|v| (v.permit, v.grant.term)),
         Some((g.permit, g.grant.term)),
         "{}: the read-back by holder token did not find the claim",
+        h.backend()
+    );
+    // The coordinator's read-back of a claim (it knows the claim's count) adopts it too, with
+    // its term, and leaves it held.
+    let r = h.store.read_back_permit(&name, N, &a).await.unwrap();
+    assert_eq!(
+        r.map(|r| (r.permit, r.grant.term)),
+        Some((g.permit, g.grant.term)),
+        "{}: read_back_permit did not find the claim",
+        h.backend()
+    );
+    assert_eq!(
+        live(h, &name).await.iter().map(|p| p.0).collect::<Vec<_>>(),
+        [g.permit],
+        "{}: the read-back changed which permits are live",
         h.backend()
     );
     assert!(h.store.release_permit(&name, g.permit, &a).await.unwrap());

@@ -275,6 +275,15 @@ impl LeaseStore for SlotAdapter {
         self.inner.verify_permit(name, holder).await
     }
 
+    async fn read_back_permit(
+        &self,
+        name: &str,
+        permits: u32,
+        holder: &HolderToken,
+    ) -> Result<Option<crate::PermitGrant>> {
+        self.inner.read_back_permit(name, permits, holder).await
+    }
+
     async fn permits(&self, name: &str) -> Result<Vec<crate::PermitInfo>> {
         self.inner.permits(name).await
     }
