@@ -44,7 +44,7 @@ pub struct SentinelConnection {
 /// Where the primary's address comes from.
 enum Resolver {
     /// The Sentinels.
-    Sentinels(SentinelClient),
+    Sentinels(Box<SentinelClient>),
     /// Tests: the servers named in turn (the last one for every later resolution), standing
     /// for the primaries a series of failovers would promote.
     #[cfg(test)]
@@ -106,7 +106,7 @@ impl SentinelConnection {
             ))
         })?;
         Ok(SentinelConnection::on(
-            Resolver::Sentinels(client),
+            Resolver::Sentinels(Box::new(client)),
             master,
             config,
         ))

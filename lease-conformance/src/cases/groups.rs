@@ -360,7 +360,12 @@ pub async fn batch_renewal_of_1000_partitions_takes_fixed_round_trips(h: &Harnes
             h.backend()
         );
     } else {
-        assert!(thousand.len() <= 1000, "{}: renewed {}", h.backend(), thousand.len());
+        assert!(
+            thousand.len() <= 1000,
+            "{}: renewed {}",
+            h.backend(),
+            thousand.len()
+        );
         eprintln!(
             "{}: {CASE}: the renewal came {:?} after the first acquire, past the {ttl:?} TTL: \
              {} of 1,000 renewed",
@@ -398,9 +403,18 @@ pub async fn batch_renewal_of_1000_partitions_takes_fixed_round_trips(h: &Harnes
     // right; it still releases no more than it holds.
     let released = g.release_partitions(&group, &all, owner).await.unwrap();
     if renewal_sent.elapsed() < ttl {
-        assert_eq!(released, 1000, "{}: the release of 1,000 live leases", h.backend());
+        assert_eq!(
+            released,
+            1000,
+            "{}: the release of 1,000 live leases",
+            h.backend()
+        );
     } else {
-        assert!(released <= 1000, "{}: released {released} of 1,000", h.backend());
+        assert!(
+            released <= 1000,
+            "{}: released {released} of 1,000",
+            h.backend()
+        );
         eprintln!(
             "{}: {CASE}: the release came {:?} after the renewal, past the {ttl:?} TTL: {released} \
              of 1,000 were still live",
