@@ -330,12 +330,13 @@ mod tests {
 /// operation goes out ([`Inner::after_check`](crate::store::Inner)). Needs `redis-server` on
 /// the machine; without it the cases skip loudly (`SKIPPED redis-server: …`).
 #[cfg(test)]
+#[path = "../tests/common/redis_server.rs"]
+mod redis_server;
+
+#[cfg(test)]
 mod pinned {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
-    use std::net::{Ipv4Addr, TcpListener};
-    use std::path::PathBuf;
-    use std::process::{Child, Command, Stdio};
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
 
     use lease_core::backend::HolderToken;
     use lease_core::{ErrorKind, LeaseStore};
@@ -345,101 +346,24 @@ mod pinned {
 
     const TTL: Duration = Duration::from_secs(30);
 
-    /// A `redis-server` of the test, killed and its directory removed on drop.
-    struct Node {
-        child: Child,
-        port: u16,
-        dir: PathBuf,
-    }
+    use super::redis_server::{self, Node};
 
-    impl Drop for Node {
-        fn drop(&mut self) {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-            let _ = std::fs::remove_dir_all(&self.dir);
-        }
-    }
-
-    impl Node {
-        fn url(&self) -> String {
-            format!("redis://127.0.0.1:{}", self.port)
-        }
-
-        async fn conn(&self) -> MultiplexedConnection {
-            redis::Client::open(self.url())
-                .unwrap()
-                .get_multiplexed_async_connection()
-                .await
-                .unwrap()
-        }
-
-        /// Whether `key` exists on this server.
-        async fn holds(&self, key: &str) -> bool {
-            let mut conn = self.conn().await;
-            redis::cmd("EXISTS")
-                .arg(key)
-                .query_async::<i64>(&mut conn)
-                .await
-                .unwrap()
-                == 1
-        }
+    /// Whether `key` exists on `node`.
+    async fn holds(node: &Node, key: &str) -> bool {
+        let mut conn = node.conn().await;
+        redis::cmd("EXISTS")
+            .arg(key)
+            .query_async::<i64>(&mut conn)
+            .await
+            .unwrap()
+            == 1
     }
 
     /// Starts `redis-server` on a free port with AOF `appendonly` (synced on every write);
     /// `None` (after the skip line) when the binary is missing.
     async fn spawn(tag: &str, appendonly: bool) -> Option<Node> {
-        let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let dir = std::env::temp_dir().join(format!(
-            "lease-redis-pinned-{tag}-{}-{port}",
-            std::process::id()
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        let spawned = Command::new("redis-server")
-            .args([
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-            ])
-            .args(["--appendonly", if appendonly { "yes" } else { "no" }])
-            .args(["--appendfsync", "always"])
-            .arg("--dir")
-            .arg(&dir)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn();
-        let child = match spawned {
-            Ok(child) => child,
-            Err(e) => {
-                lease_conformance::env::skip(
-                    "redis-server",
-                    &format!("cannot start redis-server: {e}"),
-                );
-                return None;
-            }
-        };
-        let node = Node { child, port, dir };
-        let until = Instant::now() + Duration::from_secs(10);
-        while redis::Client::open(node.url())
-            .unwrap()
-            .get_multiplexed_async_connection()
-            .await
-            .is_err()
-        {
-            assert!(
-                Instant::now() < until,
-                "redis-server does not answer on {port}"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        Some(node)
+        let aof = if appendonly { "yes" } else { "no" };
+        redis_server::spawn("redis-server", tag, &["--appendonly".into(), aof.into()]).await
     }
 
     /// A durable and a volatile server, and a store whose Sentinel names the durable one, with
@@ -472,11 +396,11 @@ mod pinned {
         assert!(first.is_some(), "a fresh name is free");
         let key = store.record_key("first").unwrap();
         assert!(
-            !volatile.holds(&key).await,
+            !holds(&volatile, &key).await,
             "the claim went out on the volatile server, which was never checked"
         );
         assert!(
-            durable.holds(&key).await,
+            holds(&durable, &key).await,
             "the claim is on the checked server"
         );
         let next = store.claim("next", &HolderToken::mint(), "a", TTL).await;
@@ -496,7 +420,7 @@ mod pinned {
         store.available().await.unwrap();
         let claim = store.claim("after", &HolderToken::mint(), "a", TTL).await;
         let key = store.record_key("after").unwrap();
-        let on_volatile = volatile.holds(&key).await;
+        let on_volatile = holds(&volatile, &key).await;
         let e = claim.expect_err("a claim on the unchecked volatile primary");
         assert_eq!(e.kind(), ErrorKind::Unsupported, "{e}");
         assert!(

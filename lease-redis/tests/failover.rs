@@ -22,15 +22,16 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::net::{Ipv4Addr, TcpListener};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+#[cfg(feature = "sentinel")]
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use lease_conformance::{FaultMode, FaultProxy, env};
+#[cfg(feature = "sentinel")]
+use lease_conformance::env;
+use lease_conformance::{FaultMode, FaultProxy};
 use lease_core::backend::HolderToken;
 use lease_core::{ErrorKind, LeaseStore};
-use lease_redis::redis::{self, aio::MultiplexedConnection};
+use lease_redis::redis;
 use lease_redis::{RedisConfig, RedisStore};
 
 const BACKEND: &str = "redis-failover";
@@ -44,91 +45,30 @@ const ACK_WAIT: Duration = Duration::from_secs(1);
 /// a resync must not delay another case's acknowledgements.
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// A `redis-server` process of the test, killed and its directory removed on drop.
-struct Node {
-    child: Child,
-    port: u16,
-    dir: PathBuf,
-}
+#[path = "common/redis_server.rs"]
+mod redis_server;
 
-impl Drop for Node {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
+use redis_server::Node;
 
-impl Node {
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-
-    async fn raw(&self) -> MultiplexedConnection {
-        redis::Client::open(self.url())
-            .unwrap()
-            .get_multiplexed_async_connection()
-            .await
-            .unwrap()
-    }
-}
-
-fn free_port() -> u16 {
-    let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
-    l.local_addr().unwrap().port()
-}
-
-/// Starts `redis-server` on a free port with `extra` arguments; `None` (after the skip line)
-/// when the binary is missing.
+/// Starts a `redis-server` of the failover cases (AOF on) with `extra` arguments; `None` (after
+/// the skip line) when the binary is missing.
 async fn spawn(tag: &str, extra: &[String]) -> Option<Node> {
-    let port = free_port();
-    let dir = std::env::temp_dir().join(format!(
-        "lease-redis-failover-{tag}-{}-{port}",
-        std::process::id()
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    let spawned = Command::new("redis-server")
-        .args([
-            "--port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-        ])
-        .args(["--appendonly", "yes", "--appendfsync", "always"])
-        .args(["--repl-diskless-sync-delay", "0", "--protected-mode", "no"])
-        .arg("--dir")
-        .arg(&dir)
-        .args(extra)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn();
-    let child = match spawned {
-        Ok(child) => child,
-        Err(e) => {
-            env::skip(BACKEND, &format!("cannot start redis-server: {e}"));
-            return None;
-        }
-    };
-    let node = Node { child, port, dir };
-    let until = Instant::now() + Duration::from_secs(10);
-    while tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .is_err()
-    {
-        assert!(
-            Instant::now() < until,
-            "redis-server does not listen on {port}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    Some(node)
+    let mut args: Vec<String> = [
+        "--appendonly",
+        "yes",
+        "--repl-diskless-sync-delay",
+        "0",
+        "--protected-mode",
+        "no",
+    ]
+    .map(String::from)
+    .to_vec();
+    args.extend_from_slice(extra);
+    redis_server::spawn(BACKEND, tag, &args).await
 }
 
 async fn info_replication(node: &Node) -> String {
-    let mut conn = node.raw().await;
+    let mut conn = node.conn().await;
     redis::cmd("INFO")
         .arg("replication")
         .query_async(&mut conn)
@@ -171,7 +111,7 @@ async fn online(node: &Node) {
 }
 
 async fn record(node: &Node, key: &str) -> Vec<(String, String)> {
-    let mut conn = node.raw().await;
+    let mut conn = node.conn().await;
     let mut fields: Vec<(String, String)> = redis::cmd("HGETALL")
         .arg(key)
         .query_async(&mut conn)
@@ -263,7 +203,7 @@ async fn scenario(acks: bool) -> Option<Run> {
     };
 
     // 3. Failover: the replica becomes the primary, the old one dies, a new replica follows.
-    let mut conn = replica.raw().await;
+    let mut conn = replica.conn().await;
     let _: () = redis::cmd("REPLICAOF")
         .arg("NO")
         .arg("ONE")
