@@ -3,7 +3,8 @@
 //!
 //! [`FaultMode`] is shared with the TCP [`FaultProxy`](crate::FaultProxy): the same mode means
 //! the same fault on either, with the differences each mode's documentation names (the hook
-//! acts per operation, the proxy per connection).
+//! acts per operation, the proxy per connection, and in [`FaultMode::Chaos`] per chunk read
+//! from a client).
 //!
 //! ```
 //! use lease_conformance::faults::{FaultMode, faulty};
@@ -34,6 +35,8 @@ use lease_core::notify::{Topic, Wakeups};
 use lease_core::{Error, Result};
 use tokio::sync::watch;
 
+use crate::chaos::{ChaosAction, ChaosConfig, ChaosCounts, Dice};
+
 /// A fault to inject, into a store by the [`Faults`] hook or into a connection by the
 /// [`FaultProxy`](crate::FaultProxy).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -63,6 +66,15 @@ pub enum FaultMode {
     /// an answer is closed when the mode leaves `LoseAnswers` (its byte stream no longer lines
     /// up with its requests), so the client reconnects as it would after such a network fault.
     LoseAnswers,
+    /// Each request, at random from the configuration's seed, passes, is delayed, has its
+    /// answer held back for a while, or has its answer lost after the store carried it out
+    /// (see [`ChaosAction`] for what each does on the hook and on the proxy).
+    ///
+    /// The hook draws once per operation (for the claim mode: once per operation that takes a
+    /// lease), the proxy once per chunk it reads from a client (a TCP read, not a protocol
+    /// message). Each switch to this mode starts the seed's sequence again: see
+    /// [`chaos`](crate::chaos) for what the seed does and does not make reproducible.
+    Chaos(ChaosConfig),
 }
 
 /// What a [`Faults`] hook does to the store's hints ([`LeaseStore::changes`](lease_core::LeaseStore::changes)).
@@ -121,6 +133,10 @@ struct Shared {
     claim_mode: watch::Sender<FaultMode>,
     hints: watch::Sender<HintMode>,
     counters: Counters,
+    /// The chaos of the store-wide mode.
+    dice: Dice,
+    /// The chaos of the claim mode.
+    claim_dice: Dice,
 }
 
 /// A [`Hook`] that injects faults into every operation of the store it wraps, switchable at
@@ -160,20 +176,41 @@ impl Faults {
                 claim_mode: watch::Sender::new(FaultMode::Pass),
                 hints: watch::Sender::new(HintMode::Pass),
                 counters: Counters::default(),
+                dice: Dice::default(),
+                claim_dice: Dice::default(),
             }),
         }
     }
 
     /// Switches the store-wide fault mode; operations stalled so far proceed when it leaves
-    /// [`FaultMode::Stall`].
+    /// [`FaultMode::Stall`]. A switch to [`FaultMode::Chaos`] starts its seed's sequence from
+    /// the beginning and its counts ([`chaos_counts`](Faults::chaos_counts)) from zero.
     pub fn set_mode(&self, mode: FaultMode) {
+        if let FaultMode::Chaos(config) = mode {
+            self.shared.dice.reset(config);
+        }
         self.shared.mode.send_replace(mode);
     }
 
     /// Switches the fault mode of the operations that take a lease alone (applied after the
-    /// store-wide mode).
+    /// store-wide mode). In [`FaultMode::Chaos`] its sequence is drawn only by those
+    /// operations, apart from the store-wide one's.
     pub fn set_claim_mode(&self, mode: FaultMode) {
+        if let FaultMode::Chaos(config) = mode {
+            self.shared.claim_dice.reset(config);
+        }
         self.shared.claim_mode.send_replace(mode);
+    }
+
+    /// What the store-wide chaos did since the mode was last switched to
+    /// [`FaultMode::Chaos`] (all zero before).
+    pub fn chaos_counts(&self) -> ChaosCounts {
+        self.shared.dice.counts()
+    }
+
+    /// What the claim mode's chaos did since it was last switched to [`FaultMode::Chaos`].
+    pub fn claim_chaos_counts(&self) -> ChaosCounts {
+        self.shared.claim_dice.counts()
     }
 
     /// Switches what happens to the store's hints (see [`HintMode`]), for subscriptions taken
@@ -224,9 +261,11 @@ impl Faults {
     }
 }
 
-/// Waits out a stall in `mode`, then runs `op` as the mode says.
+/// Waits out a stall in `mode`, then runs `op` as the mode says (in chaos: as the next action
+/// drawn from `dice` says).
 async fn apply<T>(
     mode: &watch::Sender<FaultMode>,
+    dice: &Dice,
     op: impl Future<Output = Result<T>>,
 ) -> Result<T> {
     let mut rx = mode.subscribe();
@@ -240,6 +279,25 @@ async fn apply<T>(
             let _ = op.await;
             std::future::pending().await
         }
+        FaultMode::Chaos(config) => match dice.draw(config, true) {
+            ChaosAction::Pass => op.await,
+            ChaosAction::Delay(d) => {
+                tokio::time::sleep(d).await;
+                op.await
+            }
+            ChaosAction::Hold(d) => {
+                let answer = op.await;
+                tokio::time::sleep(d).await;
+                answer
+            }
+            ChaosAction::Lose => {
+                let _ = op.await;
+                Err(Error::unavailable(
+                    "injected fault (chaos): the answer was lost after the store carried the \
+                     operation out",
+                ))
+            }
+        },
         FaultMode::Pass | FaultMode::Stall => op.await,
     }
 }
@@ -256,9 +314,13 @@ impl Hook for Faults {
         );
         let shared = &self.shared;
         if takes_lease {
-            Box::pin(apply(&shared.mode, apply(&shared.claim_mode, op)))
+            Box::pin(apply(
+                &shared.mode,
+                &shared.dice,
+                apply(&shared.claim_mode, &shared.claim_dice, op),
+            ))
         } else {
-            Box::pin(apply(&shared.mode, op))
+            Box::pin(apply(&shared.mode, &shared.dice, op))
         }
     }
 
@@ -330,6 +392,9 @@ impl crate::FaultSwitch for Faults {
     fn cut(&self) {
         self.set_mode(FaultMode::Cut);
     }
+    fn chaos(&self, config: ChaosConfig) {
+        self.set_mode(FaultMode::Chaos(config));
+    }
 }
 
 #[cfg(test)]
@@ -373,5 +438,96 @@ mod tests {
         assert!(store.claim("a", &holder, "i", ttl).await.unwrap().is_some());
         let counts = store.hook().counts();
         assert_eq!((counts.claims, counts.gets), (4, 2));
+    }
+
+    /// What a caller sees of one operation under chaos: whether it answered `Ok`, and how
+    /// long it took (in paused time: exactly what the hook waited, to the timer's millisecond).
+    async fn chaos_run(config: ChaosConfig, ops: usize) -> Vec<(bool, Duration)> {
+        let store = faulty(MemoryStore::new());
+        store.hook().set_mode(FaultMode::Chaos(config));
+        let mut seen = Vec::new();
+        for i in 0..ops {
+            let began = tokio::time::Instant::now();
+            let answer = store.get(&format!("name-{i}")).await;
+            seen.push((answer.is_ok(), began.elapsed()));
+        }
+        assert_eq!(store.hook().chaos_counts().total(), ops as u64);
+        seen
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn chaos_replays_the_same_faults_for_the_same_seed() {
+        let ms = Duration::from_millis;
+        let config = ChaosConfig::builder(9)
+            .delay(250, ms(1), ms(20))
+            .hold(250, ms(50), ms(500))
+            .lose(250)
+            .build()
+            .unwrap();
+        let first = chaos_run(config, 200).await;
+        let again = chaos_run(config, 200).await;
+        assert_eq!(first, again, "the same seed met other faults");
+        assert_ne!(first, chaos_run(config.with_seed(10), 200).await);
+        // And they are the configuration's own sequence: a delay or a hold waits its length
+        // (the timer rounds up to the millisecond), a lost answer fails at once.
+        for (i, (action, (ok, took))) in config.actions().zip(&first).enumerate() {
+            let (want_ok, wait) = match action {
+                ChaosAction::Pass => (true, Duration::ZERO),
+                ChaosAction::Delay(d) | ChaosAction::Hold(d) => (true, d),
+                ChaosAction::Lose => (false, Duration::ZERO),
+            };
+            assert_eq!(*ok, want_ok, "operation {i}: {action:?}");
+            assert!(
+                *took >= wait && *took <= wait + ms(2),
+                "operation {i}: {action:?} took {took:?}"
+            );
+        }
+        let lost = first.iter().filter(|(ok, _)| !ok).count();
+        assert!((20..90).contains(&lost), "{lost} of 200 lost at 25 %");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lost_answer_was_carried_out_and_a_held_one_comes_late() {
+        let ms = Duration::from_millis;
+        let store = faulty(MemoryStore::new());
+        let holder = lease_core::backend::HolderToken::mint();
+        let ttl = Duration::from_secs(5);
+        let lose_all = ChaosConfig::builder(1)
+            .delay(0, ms(0), ms(0))
+            .hold(0, ms(0), ms(0))
+            .lose(1000)
+            .build()
+            .unwrap();
+        // Only the claims meet the chaos.
+        store.hook().set_claim_mode(FaultMode::Chaos(lose_all));
+        let lost = store.claim("a", &holder, "i", ttl).await;
+        assert!(lost.is_err_and(|e| e.is(ErrorKind::Unavailable)));
+        let held = store.get("a").await.unwrap();
+        assert!(
+            held.is_some_and(|info| info.live),
+            "the claim whose answer was lost took no effect"
+        );
+        assert_eq!(store.hook().claim_chaos_counts().lost, 1);
+        assert_eq!(store.hook().chaos_counts().total(), 0);
+
+        let hold_all = lose_all
+            .to_builder()
+            .lose(0)
+            .hold(1000, ms(300), ms(300))
+            .build()
+            .unwrap();
+        store.hook().set_claim_mode(FaultMode::Pass);
+        store.hook().set_mode(FaultMode::Chaos(hold_all));
+        let began = tokio::time::Instant::now();
+        let late = tokio::time::timeout(ms(100), LeaseStore::release(&store, "a", &holder)).await;
+        assert!(late.is_err(), "a held answer came at once");
+        // The release was carried out before its answer was held.
+        store.hook().set_mode(FaultMode::Pass);
+        let after = store.get("a").await.unwrap();
+        assert!(
+            after.as_ref().is_none_or(|info| !info.live),
+            "not released: {after:?}"
+        );
+        assert!(began.elapsed() < ms(300));
     }
 }

@@ -19,6 +19,10 @@
 //! (a holder granted earlier may enter its section later), so "going back" is not judged
 //! there; the store-level cases check that every grant's token is above all earlier ones.
 //!
+//! A counted name claimed with different counts (claims of 3 and of 5 on one name) is judged
+//! per grant by [`CountedGrants`]: a claim of N granted while N or more others were live, by
+//! what the claimers can know of it, is a violation.
+//!
 //! It also models a fenced resource ([`History::fenced_write`]), the way a
 //! real store would guard writes with `UPDATE … WHERE fence <= $term`, and
 //! counts the stale writes it turns away.
@@ -48,6 +52,7 @@
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
 
 /// How many violations a report keeps in full.
 const MAX_VIOLATIONS: usize = 20;
@@ -394,6 +399,282 @@ impl fmt::Display for HistoryReport {
     }
 }
 
+/// The grants of one counted name claimed with different counts, judged "at most N" per
+/// claim: a claim of N must be granted only while fewer than N others hold a permit.
+///
+/// Sections alone cannot judge this: a holder of 3 may go on working while claims of 5 bring
+/// the name to 5 holders; what matters is the count when each claim was granted. The store's
+/// own view is not at hand (nor to be trusted), so each grant is judged from what its claimers
+/// can know:
+///
+/// - tokens are issued in the order the store grants them, so a grant with a smaller token was
+///   made before one with a larger;
+/// - a grant was made before its claimer learned of it, and so before every grant with a
+///   larger token was learned of: the earliest of these instants bounds the grant's instant
+///   from above (this matters for a claim whose answer was lost, which its claimer learns of
+///   only by a read-back an attempt timeout later, long after the store granted it);
+/// - a holder was live, in the store, from its grant until at least its claim's send plus the
+///   TTL (renewals only move its expiry later), unless its release was sent before (a holder's
+///   release goes out after [`ended`](CountedGrants::ended) is recorded).
+///
+/// So another grant counts against a claim of N when its token is smaller and, at that upper
+/// bound of the claim's grant instant, it had not ended and was not past its send plus the
+/// TTL. A grant with N or more such others is a violation. Grants the checker never learns of
+/// (a claim given up on whose outcome stayed unknown) are not counted: the judgment can miss,
+/// it never accuses a correct store. A token granted twice is a violation too.
+///
+/// ```
+/// use std::time::{Duration, Instant};
+/// use lease_conformance::history::CountedGrants;
+///
+/// let grants = CountedGrants::new(Duration::from_secs(10));
+/// let t = Instant::now();
+/// for (term, who) in [(1, "a"), (2, "b"), (3, "c")] {
+///     grants.granted(who, 5, term, t, t); // three holders of claims of 5
+/// }
+/// grants.granted("d", 3, 4, t, t); // a claim of 3 granted while 3 others were live
+/// let report = grants.report();
+/// assert_eq!(report.violations_total, 1);
+/// assert!(report.violations[0].contains("d@4"));
+/// ```
+#[derive(Debug, Clone)]
+pub struct CountedGrants {
+    inner: Arc<Mutex<GrantsState>>,
+}
+
+#[derive(Debug)]
+struct GrantsState {
+    ttl: Duration,
+    grants: Vec<GrantEntry>,
+}
+
+#[derive(Debug, Clone)]
+struct GrantEntry {
+    who: String,
+    permits: u32,
+    term: u64,
+    sent: Instant,
+    granted: Instant,
+    ended: Option<Instant>,
+}
+
+/// A grant recorded in a [`CountedGrants`], to mark its end with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GrantId(usize);
+
+impl CountedGrants {
+    /// An empty record of a counted name whose permits are granted for `ttl` (the lease the
+    /// claimers ask for).
+    pub fn new(ttl: Duration) -> CountedGrants {
+        CountedGrants {
+            inner: Arc::new(Mutex::new(GrantsState {
+                ttl,
+                grants: Vec::new(),
+            })),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, GrantsState> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Records that `who`'s claim of one of `permits` permits was granted under token `term`:
+    /// `sent` is an instant no later than the claim was sent (the TTL counts from it), `granted`
+    /// when the claimer learned of the grant.
+    pub fn granted(
+        &self,
+        who: &str,
+        permits: u32,
+        term: u64,
+        sent: Instant,
+        granted: Instant,
+    ) -> GrantId {
+        let mut state = self.lock();
+        state.grants.push(GrantEntry {
+            who: who.to_owned(),
+            permits,
+            term,
+            sent,
+            granted,
+            ended: None,
+        });
+        GrantId(state.grants.len() - 1)
+    }
+
+    /// Records that the holder of `id` ended at `at`: it sends no renewal after, and its
+    /// release (if any) goes out after. The first end recorded counts.
+    pub fn ended(&self, id: GrantId, at: Instant) {
+        let mut state = self.lock();
+        if let Some(g) = state.grants.get_mut(id.0) {
+            g.ended = Some(g.ended.map_or(at, |e| e.min(at)));
+        }
+    }
+
+    /// Judges every grant recorded so far (a holder not yet ended counts as live up to now).
+    pub fn report(&self) -> CountedGrantsReport {
+        let state = self.lock();
+        let now = Instant::now();
+        let ttl = state.ttl;
+        let grants = &state.grants;
+        // Live until: the end recorded (or now), and no later than its send plus the TTL.
+        let live_until = |g: &GrantEntry| {
+            let end = g.ended.unwrap_or(now);
+            g.sent
+                .checked_add(ttl)
+                .map_or(end, |expiry| end.min(expiry))
+        };
+        // Sorted by send, so that each grant looks only at those sent within a TTL before its
+        // own grant.
+        let mut by_sent: Vec<usize> = (0..grants.len()).collect();
+        by_sent.sort_by_key(|&i| grants[i].sent);
+        // The latest each grant can have been made: when it, or any grant with a larger token,
+        // was learned of.
+        let mut by_term: Vec<usize> = (0..grants.len()).collect();
+        by_term.sort_by_key(|&i| std::cmp::Reverse(grants[i].term));
+        let mut made_by = vec![now; grants.len()];
+        let mut earliest: Option<Instant> = None;
+        let mut k = 0;
+        while k < by_term.len() {
+            // Grants of one token (a violation of its own) bound each other no tighter.
+            let term = grants[by_term[k]].term;
+            let same = by_term[k..]
+                .iter()
+                .take_while(|&&j| grants[j].term == term)
+                .count();
+            for &j in &by_term[k..k + same] {
+                made_by[j] = earliest.map_or(grants[j].granted, |e| e.min(grants[j].granted));
+            }
+            for &j in &by_term[k..k + same] {
+                let learned = grants[j].granted;
+                earliest = Some(earliest.map_or(learned, |e| e.min(learned)));
+            }
+            k += same;
+        }
+        let mut report = CountedGrantsReport {
+            grants: grants.len() as u64,
+            ..CountedGrantsReport::default()
+        };
+        let mut counts: HashMap<u32, u64> = HashMap::new();
+        let mut owners: HashMap<u64, usize> = HashMap::new();
+        let mut violations = Vec::new();
+        for (i, g) in grants.iter().enumerate() {
+            *counts.entry(g.permits).or_default() += 1;
+            if let Some(&first) = owners.get(&g.term) {
+                let f = &grants[first];
+                violations.push((
+                    g.granted,
+                    format!(
+                        "token {} granted twice: to {} (a claim of {}) and to {} (a claim of {})",
+                        g.term, f.who, f.permits, g.who, g.permits
+                    ),
+                ));
+                report.reused_tokens += 1;
+            } else {
+                owners.insert(g.term, i);
+            }
+            // Those sent within a TTL before g's grant was made.
+            let made = made_by[i];
+            let from = made.checked_sub(ttl);
+            let start = by_sent.partition_point(|&j| from.is_some_and(|f| grants[j].sent <= f));
+            let mut live: Vec<&GrantEntry> = by_sent[start..]
+                .iter()
+                .map(|&j| &grants[j])
+                .take_while(|o| o.sent <= made)
+                .filter(|o| o.term < g.term && live_until(o) > made)
+                .collect();
+            report.peak_others = report.peak_others.max(live.len() as u64);
+            if live.len() >= usize::try_from(g.permits).unwrap_or(usize::MAX) {
+                live.sort_by_key(|o| o.term);
+                let listed: Vec<String> = live
+                    .iter()
+                    .map(|o| format!("{}@{} (a claim of {})", o.who, o.term, o.permits))
+                    .collect();
+                violations.push((
+                    g.granted,
+                    format!(
+                        "{}@{}: a claim of {} granted while {} others were live: {}",
+                        g.who,
+                        g.term,
+                        g.permits,
+                        live.len(),
+                        listed.join(", ")
+                    ),
+                ));
+                report.over_limit += 1;
+            }
+        }
+        violations.sort_by_key(|(at, _)| *at);
+        report.violations_total = violations.len() as u64;
+        report.violations = violations
+            .into_iter()
+            .take(MAX_VIOLATIONS)
+            .map(|(_, v)| v)
+            .collect();
+        let mut by_count: Vec<(u32, u64)> = counts.into_iter().collect();
+        by_count.sort_unstable();
+        report.by_count = by_count;
+        report
+    }
+}
+
+/// What a [`CountedGrants`] judged, as returned by [`CountedGrants::report`].
+///
+/// Displays as one line: `grants: 120 of 3, 140 of 5, at most 4 others live at a grant, 0 over
+/// their claim's limit, 0 tokens granted twice`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CountedGrantsReport {
+    /// Grants recorded.
+    pub grants: u64,
+    /// Grants by the count their claim asked for, by count.
+    pub by_count: Vec<(u32, u64)>,
+    /// The most other holders known live at one grant.
+    pub peak_others: u64,
+    /// Grants of a claim of N made while N or more others were known live.
+    pub over_limit: u64,
+    /// Grants whose token an earlier grant had.
+    pub reused_tokens: u64,
+    /// The first 20 violations, in the order the grants were learned of, in plain words.
+    pub violations: Vec<String>,
+    /// Every violation, including those not kept in `violations`.
+    pub violations_total: u64,
+}
+
+impl CountedGrantsReport {
+    /// True when no grant broke its claim's limit and no token was granted twice.
+    pub fn is_clean(&self) -> bool {
+        self.violations_total == 0
+    }
+
+    /// Grants of claims of `permits`.
+    pub fn of(&self, permits: u32) -> u64 {
+        self.by_count
+            .iter()
+            .find(|(n, _)| *n == permits)
+            .map_or(0, |(_, c)| *c)
+    }
+}
+
+impl fmt::Display for CountedGrantsReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let counts: Vec<String> = self
+            .by_count
+            .iter()
+            .map(|(n, c)| format!("{c} of {n}"))
+            .collect();
+        let counts = if counts.is_empty() {
+            "none".to_owned()
+        } else {
+            counts.join(", ")
+        };
+        write!(
+            f,
+            "grants: {counts}, at most {} others live at a grant, {} over their claim's limit, \
+             {} tokens granted twice",
+            self.peak_others, self.over_limit, self.reused_tokens
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -555,5 +836,66 @@ mod tests {
         let report = history.report();
         assert_eq!(report.sections, 8 * 20 * 3);
         assert_eq!(report.distinct_terms, 8 * 20);
+    }
+
+    #[test]
+    fn a_grant_learned_late_is_judged_at_the_latest_it_can_have_been_made() {
+        let ms = Duration::from_millis;
+        let t = Instant::now();
+        let judge = |with_later_grant: bool| {
+            let grants = CountedGrants::new(ms(1500));
+            for (who, term) in [("a", 1), ("b", 2), ("c", 3)] {
+                let id = grants.granted(who, 5, term, t, t + ms(5));
+                grants.ended(id, t + ms(50));
+            }
+            // A claim of 3 whose answer was lost: adopted by a read-back 600 ms later, when
+            // a, b and c had long ended.
+            let late = grants.granted("d", 3, 4, t + ms(1), t + ms(600));
+            grants.ended(late, t + ms(700));
+            if with_later_grant {
+                // Token 5 was learned of at 10 ms: token 4 was granted before, while a, b, c
+                // were live.
+                let id = grants.granted("e", 5, 5, t + ms(2), t + ms(10));
+                grants.ended(id, t + ms(20));
+            }
+            grants.report()
+        };
+        let alone = judge(false);
+        assert!(alone.is_clean(), "{:?}", alone.violations);
+        let bounded = judge(true);
+        assert_eq!(bounded.over_limit, 1, "{:?}", bounded.violations);
+        assert_eq!(
+            bounded.violations,
+            [
+                "d@4: a claim of 3 granted while 3 others were live: a@1 (a claim of 5), b@2 (a \
+              claim of 5), c@3 (a claim of 5)"
+            ]
+        );
+        assert_eq!(
+            bounded.to_string(),
+            "grants: 1 of 3, 4 of 5, at most 4 others live at a grant, 1 over their claim's \
+             limit, 0 tokens granted twice"
+        );
+    }
+
+    #[test]
+    fn counted_grants_of_one_token_and_within_the_limit() {
+        let ms = Duration::from_millis;
+        let t = Instant::now();
+        let grants = CountedGrants::new(ms(1500));
+        // Two others live at a claim of 3: within its limit.
+        grants.granted("a", 5, 1, t, t + ms(1));
+        grants.granted("b", 3, 2, t, t + ms(2));
+        grants.granted("c", 3, 3, t, t + ms(3));
+        // A token granted twice.
+        grants.granted("d", 5, 3, t, t + ms(4));
+        let report = grants.report();
+        assert_eq!(
+            (report.over_limit, report.reused_tokens),
+            (0, 1),
+            "{report:?}"
+        );
+        assert_eq!((report.of(3), report.of(5)), (2, 2));
+        assert!(report.violations[0].contains("token 3 granted twice: to c"));
     }
 }

@@ -1,5 +1,6 @@
 //! The shared conformance suite every lease store runs, with the tools it needs: a
-//! fault-injecting TCP [`proxy`], the in-process [`faults`] hook sharing its [`FaultMode`], an
+//! fault-injecting TCP [`proxy`], the in-process [`faults`] hook sharing its [`FaultMode`]
+//! (with a seeded random [`chaos`] mode), an
 //! [`audit`] of group workers' assignments, a [`history`] checker for fenced critical sections,
 //! [`capture`] of metrics and log lines, and the [`env`](mod@env) policy for finding test
 //! servers.
@@ -36,6 +37,7 @@
 pub mod audit;
 pub mod capture;
 pub mod cases;
+pub mod chaos;
 #[cfg(feature = "docker")]
 mod docker;
 pub mod env;
@@ -52,6 +54,7 @@ use lease_core::{
 };
 
 pub use audit::{AssignmentAudit, ConsumerPlan, assignments_settled};
+pub use chaos::{ChaosAction, ChaosConfig, ChaosConfigError, ChaosCounts};
 pub use faults::{FaultMode, Faults, FaultyStore, HintMode, OpCounts, faulty};
 pub use history::{History, HistoryReport};
 pub use proxy::{FaultProxy, ProxyStats};
@@ -67,6 +70,10 @@ pub trait FaultSwitch: Send + Sync {
     fn stall(&self);
     /// Fail every request as if the connection were cut.
     fn cut(&self);
+    /// Pass, delay, hold or lose the answer of each request at random from `config`'s seed
+    /// ([`FaultMode::Chaos`]): per operation on the in-process hook, per chunk read from the
+    /// client on a TCP proxy.
+    fn chaos(&self, config: ChaosConfig);
     /// Request/answer exchanges seen since the last [`reset_round_trips`](Self::reset_round_trips),
     /// when the switch can count them (a TCP proxy can; an in-process fault store cannot).
     fn round_trips(&self) -> Option<u64> {
@@ -85,6 +92,9 @@ impl FaultSwitch for FaultProxy {
     }
     fn cut(&self) {
         self.set_mode(FaultMode::Cut);
+    }
+    fn chaos(&self, config: ChaosConfig) {
+        self.set_mode(FaultMode::Chaos(config));
     }
     fn round_trips(&self) -> Option<u64> {
         Some(self.stats().round_trips)
@@ -375,6 +385,7 @@ macro_rules! conformance_suite {
             bad_permit_input_is_refused,
             changing_the_permit_count_applies_to_new_claims_only,
             claims_of_different_counts_keep_each_claims_limit,
+            claims_of_different_counts_keep_each_claims_limit_under_chaos,
             a_permit_release_wakes_a_waiter_at_once,
             wrappers_report_the_stores_capabilities_and_availability
         );

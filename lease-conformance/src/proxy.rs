@@ -4,11 +4,17 @@
 //! forwards every connection it accepts to one target address. A test points
 //! its client at [`FaultProxy::local_addr`] instead of the server, then
 //! switches the proxy between [`FaultMode::Pass`], [`FaultMode::Stall`],
-//! [`FaultMode::Cut`] and [`FaultMode::LoseAnswers`] at any moment to play a
-//! healthy network, a network that stops answering, one that drops every
-//! connection, or one that delivers requests and loses their answers. The
+//! [`FaultMode::Cut`], [`FaultMode::LoseAnswers`] and [`FaultMode::Chaos`] at
+//! any moment to play a healthy network, a network that stops answering, one
+//! that drops every connection, one that delivers requests and loses their
+//! answers, or one that does any of these to single requests at random. The
 //! modes are the ones the in-process [`Faults`](crate::faults::Faults) hook
 //! takes; each mode's documentation says what the proxy does.
+//!
+//! The proxy sees bytes, not protocol messages: in chaos it draws an action
+//! for each chunk it reads from a client (one read, up to 16 KiB), which may
+//! hold several pipelined requests or part of one, and a held or lost answer
+//! holds or loses whatever the server sends next on that connection.
 //!
 //! The proxy also counts what crosses it ([`ProxyStats`]), so a test can
 //! assert how many round trips an operation costs on the wire.
@@ -42,7 +48,9 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, ToSocketAddrs};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
+use crate::chaos::{ChaosAction, ChaosCounts, Dice};
 pub use crate::faults::FaultMode;
 
 /// Size of the buffer each direction of a connection reads into.
@@ -126,6 +134,7 @@ impl Drop for OpenGuard {
 pub struct FaultProxy {
     control: watch::Sender<Control>,
     counters: Arc<Counters>,
+    dice: Arc<Dice>,
     local_addr: SocketAddr,
     target: SocketAddr,
     accept_task: JoinHandle<()>,
@@ -161,11 +170,19 @@ impl FaultProxy {
             shutdown: false,
         });
         let counters = Arc::new(Counters::default());
-        let accept_task = tokio::spawn(accept_loop(listener, target, rx, Arc::clone(&counters)));
+        let dice = Arc::new(Dice::default());
+        let accept_task = tokio::spawn(accept_loop(
+            listener,
+            target,
+            rx,
+            Arc::clone(&counters),
+            Arc::clone(&dice),
+        ));
         tracing::debug!(%local_addr, %target, "fault proxy started");
         Ok(FaultProxy {
             control,
             counters,
+            dice,
             local_addr,
             target,
             accept_task,
@@ -188,9 +205,15 @@ impl FaultProxy {
     /// soon as they are scheduled, typically within microseconds, so a test
     /// should not rely on bytes already in flight being caught. A switch to
     /// [`FaultMode::Cut`] closes every connection open at that moment even if
-    /// the mode changes again right after. Has no effect after
-    /// [`FaultProxy::shutdown`].
+    /// the mode changes again right after. A switch to [`FaultMode::Chaos`]
+    /// starts its seed's sequence from the beginning and its counts
+    /// ([`chaos_counts`](FaultProxy::chaos_counts)) from zero; one sequence
+    /// serves every connection, drawn in the order the chunks are read. Has no
+    /// effect after [`FaultProxy::shutdown`].
     pub fn set_mode(&self, mode: FaultMode) {
+        if let FaultMode::Chaos(config) = mode {
+            self.dice.reset(config);
+        }
         self.control.send_modify(|c| {
             if mode == FaultMode::Cut {
                 c.cut_epoch = c.cut_epoch.wrapping_add(1);
@@ -203,6 +226,13 @@ impl FaultProxy {
     /// The mode last set.
     pub fn mode(&self) -> FaultMode {
         self.control.borrow().mode
+    }
+
+    /// What the chaos did to the chunks read from clients since the mode was
+    /// last switched to [`FaultMode::Chaos`] (all zero before). A lost answer
+    /// counts when it was drawn, before the server answered.
+    pub fn chaos_counts(&self) -> ChaosCounts {
+        self.dice.counts()
     }
 
     /// A snapshot of the counters since start or the last
@@ -266,6 +296,7 @@ async fn accept_loop(
     target: SocketAddr,
     mut rx: watch::Receiver<Control>,
     counters: Arc<Counters>,
+    dice: Arc<Dice>,
 ) {
     loop {
         if rx.borrow_and_update().shutdown {
@@ -293,9 +324,11 @@ async fn accept_loop(
                     let guard = OpenGuard(Arc::clone(&counters));
                     let rx = rx.clone();
                     let counters = Arc::clone(&counters);
+                    let dice = Arc::clone(&dice);
                     tokio::spawn(async move {
                         let _guard = guard;
-                        if let Err(e) = serve(client, target, rx, control.cut_epoch, counters).await {
+                        let served = serve(client, target, rx, control.cut_epoch, counters, dice);
+                        if let Err(e) = served.await {
                             tracing::trace!(%peer, error = %e, "fault proxy connection ended");
                         }
                     });
@@ -310,8 +343,8 @@ async fn accept_loop(
     }
 }
 
-/// Waits until bytes may flow in `direction` (Pass; also LoseAnswers, where
-/// the server's bytes are read and dropped) and returns the mode they flow
+/// Waits until bytes may flow in `direction` (Pass and Chaos; also
+/// LoseAnswers, where the server's bytes are read and dropped) and returns the mode they flow
 /// under. Fails when the connection was cut (the cut epoch moved on), when it
 /// lost an answer (`lost`) and the mode left LoseAnswers, or when the proxy
 /// shuts down.
@@ -328,7 +361,10 @@ async fn wait_flow(
         if control.mode != FaultMode::LoseAnswers && lost.load(Ordering::Relaxed) {
             return Err(aborted());
         }
-        if matches!(control.mode, FaultMode::Pass | FaultMode::LoseAnswers) {
+        if matches!(
+            control.mode,
+            FaultMode::Pass | FaultMode::LoseAnswers | FaultMode::Chaos(_)
+        ) {
             return Ok(control.mode);
         }
         if rx.changed().await.is_err() {
@@ -343,6 +379,7 @@ async fn serve(
     mut rx: watch::Receiver<Control>,
     epoch: u64,
     counters: Arc<Counters>,
+    dice: Arc<Dice>,
 ) -> io::Result<()> {
     let state = Connection::default();
     let mut server = loop {
@@ -366,7 +403,7 @@ async fn serve(
         &mut client_read,
         &mut server_write,
         Direction::Up,
-        &state,
+        (&state, &dice),
         rx.clone(),
         epoch,
         &counters,
@@ -375,7 +412,7 @@ async fn serve(
         &mut server_read,
         &mut client_write,
         Direction::Down,
-        &state,
+        (&state, &dice),
         rx,
         epoch,
         &counters,
@@ -390,6 +427,53 @@ struct Connection {
     last: AtomicU8,
     /// An answer was dropped in [`FaultMode::LoseAnswers`].
     lost: AtomicBool,
+    /// Chaos: the next bytes from the server are to be dropped and the
+    /// connection closed.
+    lose_next: AtomicBool,
+    /// Chaos: nothing from the server is forwarded before this instant.
+    hold_until: std::sync::Mutex<Option<Instant>>,
+}
+
+impl Connection {
+    fn hold_until(&self) -> Option<Instant> {
+        *self
+            .hold_until
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn hold_for(&self, hold: Duration) {
+        let mut until = self
+            .hold_until
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let new = Instant::now() + hold;
+        *until = Some(until.map_or(new, |old| old.max(new)));
+    }
+}
+
+/// Sleeps until `until` unless the connection is cut or the proxy shuts
+/// down first (then fails, as [`wait_flow`] does).
+async fn sleep_unless_cut(
+    rx: &mut watch::Receiver<Control>,
+    epoch: u64,
+    lost: &AtomicBool,
+    until: Instant,
+) -> io::Result<()> {
+    loop {
+        wait_flow(rx, epoch, lost).await?;
+        if Instant::now() >= until {
+            return Ok(());
+        }
+        tokio::select! {
+            changed = rx.changed() => {
+                if changed.is_err() {
+                    return Err(aborted());
+                }
+            }
+            () = tokio::time::sleep_until(until) => return Ok(()),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -401,13 +485,15 @@ enum Direction {
 }
 
 /// Copies `src` to `dst` while the proxy is in Pass mode (in LoseAnswers: the
-/// client's bytes, and drops the server's, noting the loss in `state`), until
-/// end of file (then shuts down the write side of `dst`), an error, or a cut.
+/// client's bytes, and drops the server's, noting the loss in `state`; in
+/// Chaos: each chunk from the client as the next action drawn from `dice`
+/// says), until end of file (then shuts down the write side of `dst`), an
+/// error, or a cut.
 async fn pump<R, W>(
     src: &mut R,
     dst: &mut W,
     direction: Direction,
-    state: &Connection,
+    (state, dice): (&Connection, &Dice),
     mut rx: watch::Receiver<Control>,
     epoch: u64,
     counters: &Counters,
@@ -448,6 +534,30 @@ where
         if direction == Direction::Down && mode == FaultMode::LoseAnswers {
             lost.store(true, Ordering::Relaxed);
             continue;
+        }
+        match direction {
+            Direction::Up => {
+                if let FaultMode::Chaos(config) = mode {
+                    // Set before the chunk goes out, so its answer cannot come first.
+                    match dice.draw(config, config.may_lose(&buf[..n])) {
+                        ChaosAction::Pass => {}
+                        ChaosAction::Delay(d) => {
+                            sleep_unless_cut(&mut rx, epoch, lost, Instant::now() + d).await?;
+                        }
+                        ChaosAction::Hold(d) => state.hold_for(d),
+                        ChaosAction::Lose => state.lose_next.store(true, Ordering::SeqCst),
+                    }
+                }
+            }
+            Direction::Down => {
+                if state.lose_next.swap(false, Ordering::SeqCst) {
+                    tracing::trace!("fault proxy: chaos lost an answer; closing the connection");
+                    return Err(aborted());
+                }
+                if let Some(until) = state.hold_until() {
+                    sleep_unless_cut(&mut rx, epoch, lost, until).await?;
+                }
+            }
         }
         let mut pos = 0;
         while pos < n {
@@ -817,6 +927,71 @@ mod tests {
         let proxy = FaultProxy::start(format!("localhost:{}", target.port())).await?;
         assert_eq!(proxy.target().port(), target.port());
         assert!(FaultProxy::start("no-port-given").await.is_err());
+        Ok(())
+    }
+
+    /// A chaos configuration doing only `action`'s kind to every chunk.
+    fn chaos_only(lose: u16, hold: Duration, delay: Duration) -> crate::ChaosConfig {
+        let whole = crate::chaos::WHOLE;
+        let (hold_chance, delay_chance) = match (hold.is_zero(), delay.is_zero()) {
+            (false, _) => (whole - lose, 0),
+            (true, false) => (0, whole - lose),
+            (true, true) => (0, 0),
+        };
+        crate::ChaosConfig::builder(5)
+            .lose(lose)
+            .hold(hold_chance, hold, hold)
+            .delay(delay_chance, delay, delay)
+            .build()
+            .unwrap_or_default()
+    }
+
+    #[tokio::test]
+    async fn chaos_loses_holds_and_delays_per_chunk() -> TestResult {
+        let proxy = FaultProxy::start(line_echo_server().await?).await?;
+        // Lost: the request reaches the server, its answer never comes, the connection closes.
+        proxy.set_mode(FaultMode::Chaos(chaos_only(
+            1000,
+            Duration::ZERO,
+            Duration::ZERO,
+        )));
+        let mut conn = TcpStream::connect(proxy.local_addr()).await?;
+        conn.write_all(b"lost\n").await?;
+        assert!(
+            closed(&mut conn).await,
+            "a lost answer left the connection open"
+        );
+        assert_eq!(proxy.stats().bytes_client_to_server, 5);
+        assert_eq!(proxy.stats().bytes_server_to_client, 0);
+        assert_eq!(proxy.chaos_counts().lost, 1);
+
+        // Held: the answer comes, late.
+        let hold = Duration::from_millis(300);
+        proxy.set_mode(FaultMode::Chaos(chaos_only(0, hold, Duration::ZERO)));
+        assert_eq!(
+            proxy.chaos_counts().total(),
+            0,
+            "a switch starts the counts again"
+        );
+        let mut conn = TcpStream::connect(proxy.local_addr()).await?;
+        let began = std::time::Instant::now();
+        conn.write_all(b"held\n").await?;
+        assert!(silent(&mut conn).await, "a held answer came at once");
+        assert_eq!(read_exact_n(&mut conn, 5).await?, b"held\n");
+        assert!(began.elapsed() >= hold);
+
+        // Delayed: the request waits, then passes.
+        let delay = Duration::from_millis(250);
+        proxy.set_mode(FaultMode::Chaos(chaos_only(0, Duration::ZERO, delay)));
+        let began = std::time::Instant::now();
+        assert_eq!(exchange(&mut conn, b"late\n").await?, b"late\n");
+        assert!(began.elapsed() >= delay);
+        let counts = proxy.chaos_counts();
+        assert_eq!((counts.delayed, counts.held, counts.lost), (1, 0, 0));
+
+        // A cut still cuts a connection in chaos.
+        proxy.set_mode(FaultMode::Cut);
+        assert!(closed(&mut conn).await);
         Ok(())
     }
 }

@@ -4,12 +4,16 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use lease_conformance::{Harness, HintMode, cases, faulty, panic_of};
+use lease_conformance::history::{CountedGrants, CountedGrantsReport};
+use lease_conformance::{ChaosConfig, FaultMode, Harness, HintMode, cases, faulty, panic_of};
 use lease_core::backend::{Grant, HolderToken, async_trait};
 use lease_core::notify::{Topic, Wakeups};
-use lease_core::{Capabilities, LeaseInfo, LeaseStore, PermitGrant, PermitInfo, Result};
+use lease_core::{
+    Capabilities, Coordinator, LeaseInfo, LeaseStore, PermitGrant, PermitInfo, Permits, Result,
+    Timings,
+};
 use lease_local::MemoryStore;
 
 /// How the store is broken.
@@ -35,6 +39,13 @@ struct Broken {
 }
 
 impl Broken {
+    fn counts_below_n() -> Broken {
+        Broken {
+            inner: MemoryStore::new(),
+            breakage: Breakage::CountsBelowN,
+        }
+    }
+
     fn harness(breakage: Breakage) -> Harness {
         Harness::new(Arc::new(Broken {
             inner: MemoryStore::new(),
@@ -240,5 +251,166 @@ async fn the_mixed_count_case_fails_when_only_permits_below_n_are_counted() {
     assert!(
         msg.contains("was granted while 3 or more others were live"),
         "the mixed-count case passed over a store that counts only below N: {msg:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_mixed_count_chaos_case_fails_when_only_permits_below_n_are_counted() {
+    let broken = Broken::counts_below_n();
+    let path = faulty(broken.clone());
+    let h = Harness::new(Arc::new(broken))
+        .with_faults(Arc::new(path.clone()), Arc::new(path.hook().clone()));
+    let msg = panic_of(async move {
+        cases::claims_of_different_counts_keep_each_claims_limit_under_chaos(&h).await
+    })
+    .await;
+    assert!(
+        msg.contains("a claim of 3 granted while"),
+        "the mixed-count chaos case passed over a store that counts only below N: {msg:?}"
+    );
+}
+
+// The "at most N" judgment of claims of different counts (`history::CountedGrants`) can fail,
+// and does not fail a correct store: claims of 3 and 5 race through coordinators on a memory
+// store under chaos (lost answers read back, held answers, delays), and on one that counts only
+// the permits below the asked N.
+
+fn timings() -> Timings {
+    Timings::from_lease(Duration::from_secs(2)).unwrap()
+}
+
+fn coordinator(store: Arc<dyn LeaseStore>, who: &str) -> Coordinator {
+    Coordinator::builder_arc(store)
+        .instance(who)
+        .timings(timings())
+        .build()
+        .unwrap()
+}
+
+/// Five claims of 5 take every permit, the one on permit 0 resigns, then a claim of 3 asks:
+/// four others are live, so a correct store refuses it.
+async fn claim_of_three_behind_four_of_five(store: Arc<dyn LeaseStore>) -> CountedGrants {
+    let grants = CountedGrants::new(timings().lease());
+    let (three, five) = (
+        Permits::new("mixed", 3).unwrap(),
+        Permits::new("mixed", 5).unwrap(),
+    );
+    let big = coordinator(store.clone(), "five");
+    let mut held = Vec::new();
+    for _ in 0..5 {
+        let sent = Instant::now();
+        let term = big.try_acquire(&five).await.unwrap();
+        let id = grants.granted("five", 5, term.token(), sent, Instant::now());
+        held.push((term, id));
+    }
+    let (first, id) = held.remove(0);
+    assert_eq!(first.permit(), Some(0));
+    grants.ended(id, Instant::now());
+    first.resign().await.unwrap();
+    let small = coordinator(store, "three");
+    let sent = Instant::now();
+    if let Ok(term) = small.try_acquire(&three).await {
+        grants.granted("three", 3, term.token(), sent, Instant::now());
+        term.resign().await.unwrap();
+    }
+    for (term, id) in held {
+        grants.ended(id, Instant::now());
+        term.resign().await.unwrap();
+    }
+    grants
+}
+
+#[tokio::test]
+async fn a_claim_of_three_behind_four_of_five_is_judged_over_its_limit() {
+    let broken = claim_of_three_behind_four_of_five(Arc::new(Broken::counts_below_n()))
+        .await
+        .report();
+    assert_eq!(broken.over_limit, 1, "{broken}: {:?}", broken.violations);
+    assert!(
+        broken.violations[0].contains("three@6: a claim of 3 granted while 4 others were live"),
+        "{:?}",
+        broken.violations
+    );
+    let sound = claim_of_three_behind_four_of_five(Arc::new(MemoryStore::new()))
+        .await
+        .report();
+    assert!(sound.is_clean(), "{sound}: {:?}", sound.violations);
+    assert_eq!((sound.of(5), sound.of(3)), (5, 0));
+}
+
+/// Three claimers of 3 and three of 5 race through coordinators, each holding a few
+/// milliseconds, in rounds of half a second, until `enough` says the record (every grant) is
+/// enough to judge, or for at most 30 s (a busy machine only takes more rounds).
+async fn race(
+    store: Arc<dyn LeaseStore>,
+    enough: impl Fn(&CountedGrantsReport) -> bool,
+) -> CountedGrantsReport {
+    let grants = CountedGrants::new(timings().lease());
+    for _ in 0..60 {
+        race_round(store.clone(), &grants, Duration::from_millis(500)).await;
+        let report = grants.report();
+        if enough(&report) {
+            return report;
+        }
+    }
+    grants.report()
+}
+
+/// One round of [`race`].
+async fn race_round(store: Arc<dyn LeaseStore>, grants: &CountedGrants, race: Duration) {
+    let started = Instant::now();
+    let mut claimers = Vec::new();
+    for i in 0..6u32 {
+        let permits = if i % 2 == 0 { 3 } else { 5 };
+        let pool = Permits::new("race", permits).unwrap();
+        let who = format!("claimer-{i}");
+        let c = coordinator(store.clone(), &who);
+        let grants = grants.clone();
+        claimers.push(tokio::spawn(async move {
+            while started.elapsed() < race {
+                let sent = Instant::now();
+                match c.try_acquire(&pool).await {
+                    Ok(term) => {
+                        let id = grants.granted(&who, permits, term.token(), sent, Instant::now());
+                        let hold = u64::from(rand::random::<u8>() % 6);
+                        tokio::time::sleep(Duration::from_millis(hold)).await;
+                        grants.ended(id, Instant::now());
+                        let _ = term.resign().await;
+                    }
+                    Err(_) => tokio::time::sleep(Duration::from_millis(1)).await,
+                }
+            }
+            c.close().await.unwrap();
+        }));
+    }
+    for c in claimers {
+        c.await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_claims_of_three_and_five_are_judged_per_claim() {
+    // A correct store under chaos: lost answers read back and adopted, held answers adopted
+    // after the attempt timed out, delays. No grant is judged over its limit.
+    let chaotic = faulty(MemoryStore::new());
+    let config = ChaosConfig::new(3);
+    chaotic.hook().set_mode(FaultMode::Chaos(config));
+    let sound = race(Arc::new(chaotic.clone()), |r| {
+        r.of(3) >= 20 && r.of(5) >= 20
+    })
+    .await;
+    let chaos = chaotic.hook().chaos_counts();
+    eprintln!("memory store, {config}: {sound}; chaos: {chaos}");
+    assert!(sound.is_clean(), "{sound}: {:?}", sound.violations);
+    assert!(sound.of(3) >= 20 && sound.of(5) >= 20, "{sound}");
+    assert!(chaos.lost > 0 && chaos.held > 0, "{chaos}");
+
+    let broken = race(Arc::new(Broken::counts_below_n()), |r| r.over_limit > 0).await;
+    eprintln!("store counting only below N: {broken}");
+    assert!(broken.over_limit > 0, "{broken}");
+    assert!(
+        broken.violations[0].contains("a claim of 3 granted while"),
+        "{:?}",
+        broken.violations
     );
 }

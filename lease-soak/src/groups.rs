@@ -552,8 +552,22 @@ pub(crate) async fn run(
     };
 
     for i in 0..workers {
-        if let Err(e) = run.start(i).await {
-            run.errors.push(format!("worker-{i} did not start: {e}"));
+        // A worker's first heartbeat is bounded by the attempt timeout, so on a busy store
+        // (SQLite's one writer, with the mixed-count claimers racing beside) `start` may answer
+        // a temporary error with the outcome unknown; a user starts again, and so does the
+        // soak, within the bound of a re-join. Any other error, or one past it, fails the run.
+        let until = Instant::now() + REJOIN_TIMEOUT;
+        loop {
+            match run.start(i).await {
+                Ok(()) => break,
+                Err(e) if e.is_temporary() && Instant::now() < until => {
+                    run.wait_until(Instant::now() + POLL * 10).await;
+                }
+                Err(e) => {
+                    run.errors.push(format!("worker-{i} did not start: {e}"));
+                    break;
+                }
+            }
         }
     }
     run.tracker.event("start");

@@ -28,6 +28,7 @@ mod cli;
 mod cluster;
 mod contenders;
 mod groups;
+mod mixed;
 mod report;
 mod schedule;
 mod servers;
@@ -58,6 +59,14 @@ fn main() -> ExitCode {
             if args.leases() {
                 println!("schedule {kind} (seed {}):", args.seed);
                 print!("{}", soak::schedule_for(kind, &args));
+                println!("mixed-count claimers {kind} (seed {}):", args.seed);
+                for i in 0..mixed::CLAIMERS {
+                    let count = mixed::COUNTS[i % mixed::COUNTS.len()];
+                    println!(
+                        "  mixed-{i}-of-{count}: {}",
+                        mixed::chaos(args.seed, kind.name(), i)
+                    );
+                }
             }
             if args.groups() {
                 println!("group schedule {kind} (seed {}):", args.seed);
@@ -157,6 +166,9 @@ async fn run_all(args: &Args) -> ExitCode {
                 if report.leases {
                     println!("{}", report.line());
                     println!("{}", report.details());
+                    if let Some(m) = &report.mixed {
+                        println!("  {}: {}", report.backend, m.line());
+                    }
                     for line in report.evidence() {
                         println!("    {line}");
                     }

@@ -6,6 +6,7 @@ use std::time::Duration;
 use lease_conformance::HistoryReport;
 
 use crate::contenders::{Written, Zombie};
+use crate::mixed::MixedReport;
 
 /// A backend must see at least this many terms: a soak that did nothing fails.
 pub(crate) const MIN_TERMS: u64 = 5;
@@ -195,6 +196,8 @@ pub(crate) struct BackendReport {
     pub(crate) history: HistoryReport,
     /// The counted name's phase, on a store with counted leases.
     pub(crate) counted: Option<CountedReport>,
+    /// The mixed-count name (claims of 3 and 5 under chaos), on a store with counted leases.
+    pub(crate) mixed: Option<MixedReport>,
     /// Stalls played.
     pub(crate) stalls: usize,
     /// Cuts played.
@@ -536,6 +539,9 @@ impl BackendReport {
         if let Some(c) = &self.counted {
             p.extend(c.problems());
         }
+        if let Some(m) = &self.mixed {
+            p.extend(m.problems());
+        }
         p.extend(self.errors.iter().cloned());
         if let Some(g) = &self.groups {
             p.extend(g.problems().into_iter().map(|e| format!("groups: {e}")));
@@ -554,6 +560,9 @@ impl BackendReport {
                     .iter()
                     .map(|v| format!("counted name: {v}")),
             );
+        }
+        if let Some(m) = &self.mixed {
+            lines.extend(m.evidence());
         }
         let hidden = self
             .history
@@ -725,6 +734,7 @@ mod tests {
                 violations_total: overlaps,
             },
             counted: None,
+            mixed: None,
             stalls: 12,
             cuts: 10,
             restarts: 1,

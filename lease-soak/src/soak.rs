@@ -20,6 +20,7 @@ use crate::contenders::{
     zombie_max_pause,
 };
 use crate::groups::{self, GroupSetup, Restart};
+use crate::mixed::{self, Claimer, Mixed, MixedSetup};
 use crate::report::{BackendReport, CountedReport, Outcome};
 use crate::schedule::{Mode, Schedule};
 use crate::servers::{self, Server, SetupError, TempDir};
@@ -80,6 +81,11 @@ pub(crate) async fn run(kind: BackendKind, args: &Args) -> Outcome {
     }
 }
 
+/// How many claimers of the mixed-count name `args` asks for (they run with the lease phase).
+fn mixed_claimers(args: &Args) -> usize {
+    if args.leases() { mixed::CLAIMERS } else { 0 }
+}
+
 /// How many lease stores and group workers `args` asks for: `(contenders + the zombie
 /// contender, workers)`.
 fn counts(args: &Args) -> (usize, usize) {
@@ -105,12 +111,18 @@ async fn run_memory(args: &Args, timings: Timings) -> Result<BackendReport, Setu
         let (stores, switches) = wrap_in_faults((0..workers).map(|_| shared.clone()));
         GroupSetup { stores, switches }
     });
+    let (mixed_stores, mixed_switches) =
+        wrap_in_faults((0..mixed_claimers(args)).map(|_| shared.clone()));
+    let mixed = MixedSetup {
+        stores: mixed_stores.into_iter().map(lease_store).collect(),
+        switches: mixed_switches,
+    };
     Ok(drive(
         BackendKind::Memory.name(),
         args,
         timings,
         (stores, switches),
-        group,
+        (group, Some(mixed)),
         Restarter::None,
     )
     .await)
@@ -122,7 +134,7 @@ async fn run_sqlite(args: &Args, timings: Timings) -> Result<BackendReport, Setu
     let url = format!("sqlite://{}", dir.path().join("soak.db").display());
     let (contenders, workers) = counts(args);
     let mut reopenables = Vec::new();
-    for _ in 0..contenders + workers {
+    for _ in 0..contenders + workers + mixed_claimers(args) {
         let store = Reopenable::open(&url)
             .await
             .map_err(|e| SetupError::Failed(format!("opening {url}: {e}")))?;
@@ -139,16 +151,27 @@ async fn run_sqlite(args: &Args, timings: Timings) -> Result<BackendReport, Setu
             reopenables
                 .iter()
                 .skip(contenders)
+                .take(workers)
                 .map(|r| Arc::clone(r) as Arc<dyn GroupStore>),
         );
         GroupSetup { stores, switches }
     });
+    let (mixed_stores, mixed_switches) = wrap_in_faults(
+        reopenables
+            .iter()
+            .skip(contenders + workers)
+            .map(|r| Arc::clone(r) as Arc<dyn GroupStore>),
+    );
+    let mixed = MixedSetup {
+        stores: mixed_stores.into_iter().map(lease_store).collect(),
+        switches: mixed_switches,
+    };
     let report = drive(
         BackendKind::Sqlite.name(),
         args,
         timings,
         (stores, switches),
-        group,
+        (group, Some(mixed)),
         Restarter::Sqlite(reopenables),
     )
     .await;
@@ -193,6 +216,21 @@ async fn run_server(
         stores: stores.split_off(contenders),
         switches: switches.split_off(contenders),
     });
+    // The mixed-count claimers: a proxy and a connection each, put in chaos by `drive`.
+    let mut mixed = MixedSetup {
+        stores: Vec::new(),
+        switches: Vec::new(),
+    };
+    for i in 0..mixed_claimers(args) {
+        let proxy = FaultProxy::start(server.addr())
+            .await
+            .map_err(|e| SetupError::Failed(format!("fault proxy: {e}")))?;
+        let store = stores::connect(kind, &url_of(proxy.local_addr()), lease, mixed::ATTEMPT)
+            .await
+            .map_err(|e| SetupError::Failed(format!("mixed claimer {i} connecting: {e}")))?;
+        mixed.stores.push(lease_store(store));
+        mixed.switches.push(Switch::Proxy(proxy));
+    }
     let restarter = Restarter::Server {
         server: &mut server,
         kind,
@@ -205,7 +243,7 @@ async fn run_server(
         args,
         timings,
         (stores, switches),
-        group,
+        (group, Some(mixed)),
         restarter,
     )
     .await;
@@ -256,6 +294,20 @@ pub(crate) async fn run_cluster(kind: ClusterKind, args: &Args) -> Outcome {
             Err(e) => return failed(format!("store {i} connecting to {url}: {e}")),
         }
     }
+    // The mixed-count claimers: a connection to the whole cluster each, in chaos through the
+    // store hook (per operation: no per-node proxy to aim at), with the node kills on top.
+    let mut mixed_opened = Vec::new();
+    for i in 0..mixed_claimers(args) {
+        match cluster.connect(&url, lease, mixed::ATTEMPT).await {
+            Ok(store) => mixed_opened.push(store),
+            Err(e) => return failed(format!("mixed claimer {i} connecting to {url}: {e}")),
+        }
+    }
+    let (mixed_stores, mixed_switches) = wrap_in_faults(mixed_opened.into_iter());
+    let mixed = MixedSetup {
+        stores: mixed_stores.into_iter().map(lease_store).collect(),
+        switches: mixed_switches,
+    };
     let group_stores = opened.split_off(contenders);
     let (stores, switches) = wrap_in_faults(opened.into_iter());
     let group = args.groups().then(|| {
@@ -274,12 +326,17 @@ pub(crate) async fn run_cluster(kind: ClusterKind, args: &Args) -> Outcome {
         args,
         timings,
         (stores, switches),
-        group,
+        (group, Some(mixed)),
         restarter,
     )
     .await;
     report.elapsed = started.elapsed();
     Outcome::Ran(Box::new(report))
+}
+
+/// A group store as the lease store it also is.
+fn lease_store(store: Arc<dyn GroupStore>) -> Arc<dyn LeaseStore> {
+    store
 }
 
 /// Wraps each store in a [`FaultyStore`](lease_conformance::FaultyStore), whose switch plays
@@ -400,7 +457,7 @@ async fn drive(
     args: &Args,
     timings: Timings,
     (stores, switches): (Vec<Arc<dyn GroupStore>>, Vec<Switch>),
-    group: Option<GroupSetup>,
+    (group, mixed_setup): (Option<GroupSetup>, Option<MixedSetup>),
     mut restarter: Restarter<'_>,
 ) -> BackendReport {
     let record = Record::new(args.break_fencing);
@@ -409,6 +466,7 @@ async fn drive(
     let mut contenders = Vec::new();
     let mut stores = stores;
     let mut notes = Vec::new();
+    let permits = stores.first().is_some_and(|s| s.capabilities().permits);
     // The counted name: its contenders share the lease contenders' stores (and switches), on a
     // store with counted leases.
     let counted = match stores.first() {
@@ -481,6 +539,31 @@ async fn drive(
     let restarter_cluster = restarter.cluster();
     let start = Instant::now();
     let end = start + args.duration();
+    // The mixed-count name: claimers of 3 and of 5 on connections of their own, in chaos from
+    // the start to the end, on a store with counted leases.
+    let mixed_name = format!("{name}-mixed");
+    let mixed_end = end + mixed::extra(label);
+    let (mixed, mixed_switches, claimers) = match mixed_setup {
+        Some(setup) if permits && !setup.stores.is_empty() => {
+            let mixed = Mixed::new(timings.lease());
+            let mut claimers = Vec::new();
+            for (i, (store, switch)) in setup.stores.into_iter().zip(&setup.switches).enumerate() {
+                switch.chaos(mixed::chaos(args.seed, label, i));
+                let timings = mixed::timings(timings);
+                let until = mixed_end;
+                match Claimer::spawn(i, store, timings, (&mixed_name, args.seed), &mixed, until) {
+                    Ok(c) => claimers.push(c),
+                    Err(e) => errors.push(format!("mixed claimer {i}: {e}")),
+                }
+            }
+            (Some(mixed), setup.switches, claimers)
+        }
+        Some(_) if !permits => {
+            notes.push("no mixed-count name: the store has no counted leases".to_owned());
+            (None, Vec::new(), Vec::new())
+        }
+        _ => (None, Vec::new(), Vec::new()),
+    };
 
     let faults = async {
         // Which contender each fault hit, and which fault each contender is under: a fault
@@ -573,10 +656,27 @@ async fn drive(
     };
     let ((), restarted, max_lag, mut group_report, (), (mut outages, kill_errors, kill_notes)) =
         tokio::join!(faults, restart, lag, group_phase, zombies, node_kills);
+    if !claimers.is_empty() {
+        // The mixed-count name's extra time, where it has some (NATS); the contenders go on,
+        // with no fault left to play.
+        tokio::time::sleep_until(mixed_end).await;
+    }
     notes.extend(kill_notes);
     errors.extend(kill_errors);
     cluster::recoveries(&mut outages, &lock(&record.sections), &timings);
     for switch in &switches {
+        switch.set(Mode::Pass);
+    }
+    let chaos = mixed_switches.iter().map(Switch::chaos_counts).fold(
+        lease_conformance::ChaosCounts::default(),
+        |a, c| lease_conformance::ChaosCounts {
+            passed: a.passed + c.passed,
+            delayed: a.delayed + c.delayed,
+            held: a.held + c.held,
+            lost: a.lost + c.lost,
+        },
+    );
+    for switch in &mixed_switches {
         switch.set(Mode::Pass);
     }
     // Every zombie's pause ended before `end`; this only collects their tasks.
@@ -587,6 +687,11 @@ async fn drive(
         .map(|c| tokio::spawn(c.stop(STOP_TIMEOUT)))
         .collect();
     stopping.extend(zombie.map(|z| tokio::spawn(z.stop(STOP_TIMEOUT))));
+    stopping.extend(
+        claimers
+            .into_iter()
+            .map(|c| tokio::spawn(c.stop(STOP_TIMEOUT))),
+    );
     for handle in stopping {
         match handle.await {
             Ok(Ok(())) => {}
@@ -615,6 +720,7 @@ async fn drive(
             permits: c.pool.count(),
             history: c.history.report(),
         }),
+        mixed: mixed.map(|m| m.report(chaos, args.seed)),
         stalls: schedule.stalls(),
         cuts: schedule.cuts(),
         restarts,

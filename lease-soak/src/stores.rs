@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use lease_conformance::{FaultMode, FaultProxy, FaultyStore};
+use lease_conformance::{ChaosConfig, ChaosCounts, FaultMode, FaultProxy, FaultyStore};
 use lease_core::layer::{Answer, Call, Hook, Intercept, Operation, answer_as, peek};
 use lease_core::{
     Capabilities, Error, GroupStore, LeaseInfo, LeaseStore, Member, MembershipStore,
@@ -94,6 +94,22 @@ impl Switch {
         match self {
             Switch::Proxy(proxy) => proxy.set_mode(fault(mode)),
             Switch::Store(store) => store.hook().set_mode(fault(mode)),
+        }
+    }
+
+    /// Puts the contender's connection in chaos (see [`FaultMode::Chaos`]).
+    pub(crate) fn chaos(&self, config: ChaosConfig) {
+        match self {
+            Switch::Proxy(proxy) => proxy.set_mode(FaultMode::Chaos(config)),
+            Switch::Store(store) => store.hook().set_mode(FaultMode::Chaos(config)),
+        }
+    }
+
+    /// What the chaos did on this connection since it was put in chaos.
+    pub(crate) fn chaos_counts(&self) -> ChaosCounts {
+        match self {
+            Switch::Proxy(proxy) => proxy.chaos_counts(),
+            Switch::Store(store) => store.hook().chaos_counts(),
         }
     }
 }

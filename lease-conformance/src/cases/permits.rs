@@ -17,8 +17,8 @@ use lease_core::{ErrorKind, LeaseStore, PermitGrant, Permits};
 use tokio::time::{Instant, sleep};
 
 use super::{WAKE_BOUND, assert_first_term, assert_next_term, mint, needs_expiry};
-use crate::history::History;
-use crate::{FaultMode, Harness, faulty};
+use crate::history::{CountedGrants, History};
+use crate::{ChaosConfig, FaultMode, Harness, faulty};
 
 /// The permit count most cases use.
 const N: u32 = 3;
@@ -922,3 +922,120 @@ pub async fn a_permit_release_wakes_a_waiter_at_once(h: &Harness) {
     tc.resign().await.unwrap();
     tb.resign().await.unwrap();
 }
+
+/// Claims of 3 and of 5 permits race for one name through coordinators, four of the six on a
+/// connection in chaos ([`FaultMode::Chaos`](crate::FaultMode::Chaos), the defaults of
+/// [`ChaosConfig::new`]: answers delayed, held past the attempt timeout, or lost after the
+/// store carried the request out — at any step of a claim, its re-count, its purge or a
+/// release), so that unknown outcomes are read back and adopted as a user's would be. Every
+/// grant is judged "at most N" for its own claim ([`CountedGrants`]): a claim of N granted
+/// while N or more others were live is a violation, and so is a token granted twice.
+///
+/// It races until each count has [`CHAOS_GRANTS`] grants (at least [`CHAOS_RACE`], at most
+/// [`MIXED_RACE_MOST`]); the seed is printed, and the same seed replays the same faults on the
+/// connection (which request meets which depends on timing).
+pub async fn claims_of_different_counts_keep_each_claims_limit_under_chaos(h: &Harness) {
+    const CASE: &str = "claims_of_different_counts_keep_each_claims_limit_under_chaos";
+    if !needs_permits(h, CASE) {
+        return;
+    }
+    let Some(faults) = h.faults.clone() else {
+        h.not_applicable(CASE, "the backend provides no fault path");
+        return;
+    };
+    let seed = rand::random::<u64>();
+    let config = ChaosConfig::new(seed);
+    faults.switch.chaos(config);
+    let name = h.name("permit-chaos");
+    let grants = CountedGrants::new(h.timings.lease());
+    let counted = [Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0))];
+    let started = std::time::Instant::now();
+    let racing = {
+        let counted = counted.clone();
+        move || {
+            let elapsed = started.elapsed();
+            let few = counted
+                .iter()
+                .any(|c| c.load(Ordering::Relaxed) < CHAOS_GRANTS);
+            elapsed < CHAOS_RACE || (elapsed < MIXED_RACE_MOST && few)
+        }
+    };
+    let mut claimers = Vec::new();
+    for i in 0..6u32 {
+        // Claims of 3: 0 and 2 in chaos, 4 not; claims of 5: 3 and 5 in chaos, 1 not.
+        let (permits, count) = if i % 2 == 0 { (3, 0) } else { (5, 1) };
+        let store = if i == 1 || i == 4 {
+            h.store.clone()
+        } else {
+            faults.store.clone()
+        };
+        let who = format!("claimer-{i}-of-{permits}");
+        let c = h.coordinator_over(store, &who);
+        let pool = Permits::new(&name, permits).expect("a valid permit count");
+        let (grants, racing, counted) = (grants.clone(), racing.clone(), counted[count].clone());
+        let backend = h.backend().to_owned();
+        claimers.push(tokio::spawn(async move {
+            let mut errors = 0u64;
+            while racing() {
+                let sent = std::time::Instant::now();
+                match c.try_acquire(&pool).await {
+                    Ok(term) => {
+                        let id = grants.granted(
+                            &who,
+                            permits,
+                            term.token(),
+                            sent,
+                            std::time::Instant::now(),
+                        );
+                        counted.fetch_add(1, Ordering::Relaxed);
+                        sleep(Duration::from_millis(u64::from(rand::random::<u8>() % 8))).await;
+                        grants.ended(id, std::time::Instant::now());
+                        // Under chaos a release may time out; the permit then frees itself at
+                        // its TTL, and the judgment already counts it ended.
+                        let _ = term.resign().await;
+                    }
+                    Err(e) if e.is(ErrorKind::Held) => sleep(Duration::from_millis(1)).await,
+                    Err(e) if e.is_temporary() => {
+                        errors += 1;
+                        sleep(Duration::from_millis(5)).await;
+                    }
+                    Err(e) => panic!("{backend}: {who}'s claim failed under chaos: {e}"),
+                }
+            }
+            let _ = c.close().await;
+            errors
+        }));
+    }
+    let mut errors = 0;
+    for c in claimers {
+        errors += c.await.expect("a claimer's task");
+    }
+    faults.switch.pass();
+    let report = grants.report();
+    eprintln!(
+        "{}: {CASE}: {config}: {report} in {:?}; {errors} temporary errors",
+        h.backend(),
+        started.elapsed()
+    );
+    assert!(
+        report.is_clean(),
+        "{}: under chaos (seed {seed}): {report}: {:?}",
+        h.backend(),
+        report.violations
+    );
+    for n in [3, 5] {
+        assert!(
+            report.of(n) >= CHAOS_GRANTS as u64,
+            "{}: only {} grants of claims of {n} in {MIXED_RACE_MOST:?} under chaos (seed \
+             {seed}): too few to judge",
+            h.backend(),
+            report.of(n)
+        );
+    }
+}
+
+/// How long the claimers race under chaos at least.
+const CHAOS_RACE: Duration = Duration::from_secs(3);
+
+/// Grants of each count the chaos race needs before it may stop.
+const CHAOS_GRANTS: usize = 10;
