@@ -227,13 +227,11 @@ fn sigtstp_stops_cmd_and_sigcont_resumes_it_while_the_term_lives() {
         "CMD wrote while lease was stopped by SIGTSTP"
     );
     send(holder.id(), Signal::CONT);
-    assert!(
-        wait_until(Duration::from_secs(10), || stamps(&log)
-            .into_iter()
-            .any(|t| t > stopped_at)),
-        "CMD never resumed after SIGCONT"
-    );
+    let resumed = wait_until(Duration::from_secs(10), || {
+        stamps(&log).into_iter().any(|t| t > stopped_at)
+    });
     std::fs::write(&done, "").unwrap();
     let out = finish(holder, Duration::from_secs(10));
+    assert!(resumed, "CMD never resumed after SIGCONT: {}", stderr(&out));
     assert_eq!(code(out.status), 0, "{}", stderr(&out));
 }

@@ -116,7 +116,10 @@ fn a_normal_exit_hands_over_promptly() {
     let log = dir.file("runs.log");
     let go = dir.file("go");
     let holder_cmd = logged(&log, &until_exists(&go));
-    let mut args = vec!["run", "--ttl", "2s", "prompt", "--"];
+    // The holder's lease is 15 s: its CMD now runs until the waiter is known to wait, which
+    // takes as long as the machine is busy, and a 2 s lease renewed by a starved `lease` is
+    // lost. The waiter's stays 2 s: its retry (RETRY) is what the bound below allows for.
+    let mut args = vec!["run", "--ttl", "15s", "prompt", "--"];
     args.extend(holder_cmd.iter().map(String::as_str));
     let holder = lease(&store, &args).spawn().unwrap();
     assert!(wait_until(Duration::from_secs(10), || !events(&log).is_empty()));
