@@ -146,13 +146,23 @@ fn what_cmd_leaves_running_is_ended_before_the_release() {
     assert!(is_dead(read_pid(&child_file)));
 }
 
+/// The holder's CMD runs until the test has read the status and stops it (it slept 3 s, which a
+/// busy machine could outlast before the table was read).
 #[test]
 fn status_shows_the_holder_term_and_time_left() {
     let dir = TempDir::new("status");
     let store = dir.sqlite();
     let holder = lease(
         &store,
-        &["run", "--instance", "worker-7", "shown", "--", "sleep", "3"],
+        &[
+            "run",
+            "--instance",
+            "worker-7",
+            "shown",
+            "--",
+            "sleep",
+            "60",
+        ],
     )
     .spawn()
     .unwrap();
