@@ -68,24 +68,40 @@ fn runs_ended(ev: &[Event]) -> Vec<(u64, i128, i128)> {
     out
 }
 
+/// The runs are counted over the 3 s from the first run's own timestamp: however late
+/// `lease elect` starts on a busy machine, or however late the test wakes to stop it, the
+/// window is the same.
 #[test]
 fn a_failing_cmd_backs_off() {
     let _serial = timing_lock();
     let dir = TempDir::new("backoff");
     let store = dir.sqlite();
     let log = dir.file("runs.log");
-    let script = format!("echo run >> '{}'; exit 1", log.display());
+    let script = format!("echo \"run $(date +%s%N)\" >> '{}'; exit 1", log.display());
     let child = lease(
         &store,
         &["elect", "--ttl", "2s", "failing", "--", "sh", "-c", &script],
     )
     .spawn()
     .unwrap();
-    std::thread::sleep(Duration::from_secs(3));
+    let stamps = || -> Vec<i128> {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.strip_prefix("run ")?.trim().parse().ok())
+            .collect()
+    };
+    assert!(
+        wait_until(Duration::from_secs(20), || !stamps().is_empty()),
+        "CMD never ran"
+    );
+    let first = stamps()[0];
+    let window = Duration::from_secs(3).as_nanos() as i128;
+    assert!(wait_until(Duration::from_secs(20), || now_ns() >= first + window));
     send(child.id(), Signal::TERM);
     let out = finish(child, Duration::from_secs(10));
     assert_eq!(code(out.status), 72, "{}", stderr(&out));
-    let runs = std::fs::read_to_string(&log).unwrap().lines().count();
+    let runs = stamps().iter().filter(|&&t| t < first + window).count();
     // Without back-off: a run every 267–333 ms, about 10 in 3 s. With it: pauses of
     // retry + 2×, 4×, 8× retry: runs at about 0, 0.8, 2.2 s.
     assert!((2..=4).contains(&runs), "{runs} runs in 3 s");

@@ -11,15 +11,29 @@ use common::*;
 
 /// Two `lease run` started together on `store`: without --wait exactly one runs CMD and the
 /// other exits 75 at once; with --wait both run, one after the other, terms increasing.
+///
+/// Without --wait the CMD that runs does not end before the other `lease` has exited (it waits
+/// for a file the test writes then), so the other's claim always meets a held name, however
+/// slowly either starts. The leases are the default 15 s: nothing here is about the TTL, and a
+/// 2 s lease renewed by a `lease` starved of CPU is lost (exit 74).
 fn two_runs_exclude(store: &str, dir: &TempDir) {
     let name = unique_name("two");
     let log = dir.file(&format!("{name}.log"));
-    let cmd = logged(&log, "sleep 1");
-    let mut args = vec!["run", "--ttl", "2s", &name, "--"];
+    let go = dir.file(&format!("{name}.go"));
+    let cmd = logged(
+        &log,
+        &format!("while [ ! -e '{}' ]; do sleep 0.02; done", go.display()),
+    );
+    let mut args = vec!["run", "--ttl", "15s", &name, "--"];
     args.extend(cmd.iter().map(String::as_str));
 
-    let a = lease(store, &args).spawn().unwrap();
-    let b = lease(store, &args).spawn().unwrap();
+    let mut a = lease(store, &args).spawn().unwrap();
+    let mut b = lease(store, &args).spawn().unwrap();
+    // One of them exits (refused) while the other's CMD runs; if both ran, neither would.
+    wait_until(Duration::from_secs(20), || {
+        a.try_wait().unwrap().is_some() || b.try_wait().unwrap().is_some()
+    });
+    std::fs::write(&go, "").unwrap();
     let (a, b) = (
         finish(a, Duration::from_secs(20)),
         finish(b, Duration::from_secs(20)),
@@ -42,13 +56,14 @@ fn two_runs_exclude(store: &str, dir: &TempDir) {
     );
 
     // With --wait both run, one at a time.
-    let mut args = vec!["run", "--ttl", "2s", "--wait", &name, "--"];
+    let cmd = logged(&log, "sleep 1");
+    let mut args = vec!["run", "--ttl", "15s", "--wait", &name, "--"];
     args.extend(cmd.iter().map(String::as_str));
     let a = lease(store, &args).spawn().unwrap();
     let b = lease(store, &args).spawn().unwrap();
     for out in [
-        finish(a, Duration::from_secs(20)),
-        finish(b, Duration::from_secs(20)),
+        finish(a, Duration::from_secs(30)),
+        finish(b, Duration::from_secs(30)),
     ] {
         assert_eq!(code(out.status), 0, "{}", stderr(&out));
     }
@@ -84,6 +99,8 @@ fn two_runs_on_mysql_never_overlap() {
     two_runs_exclude(&url, &dir);
 }
 
+/// The leases are the default 15 s: the turns are handed over by release, not by the TTL,
+/// and a 2 s lease renewed by a `lease` starved of CPU is lost (exit 74).
 #[test]
 fn four_waiting_runs_take_turns_with_increasing_terms() {
     let _serial = timing_lock();
@@ -91,13 +108,13 @@ fn four_waiting_runs_take_turns_with_increasing_terms() {
     let store = dir.sqlite();
     let log = dir.file("runs.log");
     let cmd = logged(&log, "sleep 0.3");
-    let mut args = vec!["run", "--ttl", "2s", "--wait", "turns", "--"];
+    let mut args = vec!["run", "--ttl", "15s", "--wait", "turns", "--"];
     args.extend(cmd.iter().map(String::as_str));
     let children: Vec<_> = (0..4)
         .map(|_| lease(&store, &args).spawn().unwrap())
         .collect();
     for child in children {
-        let out = finish(child, Duration::from_secs(30));
+        let out = finish(child, Duration::from_secs(60));
         assert_eq!(code(out.status), 0, "{}", stderr(&out));
         assert!(stderr(&out).is_empty(), "{}", stderr(&out));
     }

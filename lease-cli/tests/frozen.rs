@@ -140,27 +140,84 @@ fn sigtstp_on_postgres_never_overlaps() {
     a_frozen_holder_never_overlaps(&url, &dir, Signal::TSTP);
 }
 
+/// The state letter of process `pid` (`R`, `S`, `T`, `Z`…), `None` once it is gone.
+fn state(pid: i32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .next()?
+        .chars()
+        .next()
+}
+
+/// The children of `pid`, from `/proc/PID/task/*/children`.
+fn children(pid: i32) -> Vec<i32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .flat_map(|task| {
+            std::fs::read_to_string(task.path().join("children"))
+                .unwrap_or_default()
+                .split_whitespace()
+                .filter_map(|c| c.parse::<i32>().ok())
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// Every descendant of `pid`.
+fn descendants(pid: i32) -> Vec<i32> {
+    let mut out = Vec::new();
+    let mut next = vec![pid];
+    while let Some(p) = next.pop() {
+        for child in children(p) {
+            out.push(child);
+            next.push(child);
+        }
+    }
+    out
+}
+
 /// Ctrl-Z stops CMD with `lease`; SIGCONT before the deadline resumes both, and the run ends
 /// normally.
+///
+/// Nothing here is guessed from how long things take: CMD's log is counted once `lease` and
+/// every process of CMD (the descendants of the watchdog, `lease`'s child, which is not
+/// stopped) are seen stopped; CMD writes until the test, having seen it write after SIGCONT,
+/// lets it end. The lease is the default 15 s, so its deadline (10 s after the last renewal)
+/// is not reached while the test waits on a busy machine: the point is a resume before the
+/// deadline.
 #[test]
 fn sigtstp_stops_cmd_and_sigcont_resumes_it_while_the_term_lives() {
     let _serial = timing_lock();
     let dir = TempDir::new("tstp-resume");
     let store = dir.sqlite();
     let log = dir.file("cmd.log");
+    let done = dir.file("done");
     let script = format!(
-        "i=0; while [ $i -lt 40 ]; do date +%s%N >> '{}'; sleep 0.02; i=$((i+1)); done",
+        "while [ ! -e '{}' ]; do date +%s%N >> '{}'; sleep 0.02; done",
+        done.display(),
         log.display()
     );
-    let holder = lease(
-        &store,
-        &["run", "--ttl", "3s", "resume", "--", "sh", "-c", &script],
-    )
-    .spawn()
-    .unwrap();
+    let holder = lease(&store, &["run", "resume", "--", "sh", "-c", &script])
+        .spawn()
+        .unwrap();
     assert!(wait_until(Duration::from_secs(10), || stamps(&log).len() >= 3));
+    let lease_pid = i32::try_from(holder.id()).unwrap();
     send(holder.id(), Signal::TSTP);
-    std::thread::sleep(Duration::from_millis(150));
+    let stopped = |p: i32| matches!(state(p), None | Some('T' | 't' | 'Z' | 'X'));
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            let watchdog = children(lease_pid);
+            stopped(lease_pid)
+                && watchdog.len() == 1
+                && descendants(watchdog[0]).into_iter().all(stopped)
+        }),
+        "lease and CMD were not stopped by SIGTSTP"
+    );
     let stopped_at = now_ns();
     let before = stamps(&log).len();
     std::thread::sleep(Duration::from_millis(400));
@@ -170,11 +227,11 @@ fn sigtstp_stops_cmd_and_sigcont_resumes_it_while_the_term_lives() {
         "CMD wrote while lease was stopped by SIGTSTP"
     );
     send(holder.id(), Signal::CONT);
+    let resumed = wait_until(Duration::from_secs(10), || {
+        stamps(&log).into_iter().any(|t| t > stopped_at)
+    });
+    std::fs::write(&done, "").unwrap();
     let out = finish(holder, Duration::from_secs(10));
+    assert!(resumed, "CMD never resumed after SIGCONT: {}", stderr(&out));
     assert_eq!(code(out.status), 0, "{}", stderr(&out));
-    let after: Vec<_> = stamps(&log)
-        .into_iter()
-        .filter(|&t| t > stopped_at)
-        .collect();
-    assert!(!after.is_empty(), "CMD never resumed after SIGCONT");
 }

@@ -6,6 +6,7 @@
 
 mod common;
 
+use std::path::Path;
 use std::time::Duration;
 
 use common::*;
@@ -35,8 +36,11 @@ fn kill_9_of_the_holder_kills_its_cmd_and_the_waiter_starts_after_the_ttl() {
     let waiter_cmd = logged(&log, "true");
     let mut args = vec!["run", "--ttl", "2s", "--wait", "k9", "--"];
     args.extend(waiter_cmd.iter().map(String::as_str));
-    let waiter = lease(&store, &args).spawn().unwrap();
-    std::thread::sleep(Duration::from_millis(700));
+    let mut waiter = lease(&store, &args);
+    waiter.env("LEASE_LOG", LOG_HELD);
+    let mut waiter = Talking::spawn(waiter);
+    // The kill comes once the waiter is waiting: its claim has found k9 held.
+    waiter.wait_for(HELD_LINE, Duration::from_secs(10));
 
     // The store's own word on the expiry, just before the kill: the lease expires no earlier
     // than asked + expires_in (a renewal between now and the kill only moves it later).
@@ -54,7 +58,7 @@ fn kill_9_of_the_holder_kills_its_cmd_and_the_waiter_starts_after_the_ttl() {
     );
     let dead_after = (now_ns() - killed) / MS;
 
-    let out = finish(waiter, Duration::from_secs(15));
+    let out = waiter.finish(Duration::from_secs(15));
     assert_eq!(code(out.status), 0, "{}", stderr(&out));
     let ev = events(&log);
     let starts: Vec<_> = ev.iter().filter(|e| e.start).collect();
@@ -87,14 +91,35 @@ fn kill_9_of_the_holder_kills_its_cmd_and_the_waiter_starts_after_the_ttl() {
     );
 }
 
+/// A holder CMD that ends once `go` exists.
+fn until_exists(go: &Path) -> String {
+    format!("while [ ! -e '{}' ]; do sleep 0.02; done", go.display())
+}
+
+/// `lease run --wait ARGS…`, spawned with stderr read, once it is known to wait: its claim
+/// found the name held. Then `go` is written, which ends the holder's CMD: the handover is
+/// timed from a waiter that was waiting, not from one still starting.
+fn waiting(store: &str, args: &[&str], go: &Path) -> Talking {
+    let mut waiter = lease(store, args);
+    waiter.env("LEASE_LOG", LOG_HELD);
+    let mut waiter = Talking::spawn(waiter);
+    waiter.wait_for(HELD_LINE, Duration::from_secs(10));
+    std::fs::write(go, "").unwrap();
+    waiter
+}
+
 #[test]
 fn a_normal_exit_hands_over_promptly() {
     let _serial = timing_lock();
     let dir = TempDir::new("prompt");
     let store = dir.sqlite();
     let log = dir.file("runs.log");
-    let holder_cmd = logged(&log, "sleep 1");
-    let mut args = vec!["run", "--ttl", "2s", "prompt", "--"];
+    let go = dir.file("go");
+    let holder_cmd = logged(&log, &until_exists(&go));
+    // The holder's lease is 15 s: its CMD now runs until the waiter is known to wait, which
+    // takes as long as the machine is busy, and a 2 s lease renewed by a starved `lease` is
+    // lost. The waiter's stays 2 s: its retry (RETRY) is what the bound below allows for.
+    let mut args = vec!["run", "--ttl", "15s", "prompt", "--"];
     args.extend(holder_cmd.iter().map(String::as_str));
     let holder = lease(&store, &args).spawn().unwrap();
     assert!(wait_until(Duration::from_secs(10), || !events(&log).is_empty()));
@@ -102,11 +127,11 @@ fn a_normal_exit_hands_over_promptly() {
     let waiter_cmd = logged(&log, "true");
     let mut args = vec!["run", "--ttl", "2s", "--wait", "prompt", "--"];
     args.extend(waiter_cmd.iter().map(String::as_str));
-    let waiter = lease(&store, &args).spawn().unwrap();
+    let waiter = waiting(&store, &args, &go);
 
     for out in [
         finish(holder, Duration::from_secs(10)),
-        finish(waiter, Duration::from_secs(10)),
+        waiter.finish(Duration::from_secs(10)),
     ] {
         assert_eq!(code(out.status), 0, "{}", stderr(&out));
     }
@@ -137,7 +162,8 @@ fn a_waiter_is_woken_by_the_release_not_by_its_retry() {
     for i in 0..3 {
         let name = format!("hinted-{i}");
         let log = dir.file(&format!("runs-{i}.log"));
-        let holder_cmd = logged(&log, "sleep 1");
+        let go = dir.file(&format!("go-{i}"));
+        let holder_cmd = logged(&log, &until_exists(&go));
         let mut args = vec!["run", "--ttl", "60s", &name, "--"];
         args.extend(holder_cmd.iter().map(String::as_str));
         let holder = lease(&store, &args).spawn().unwrap();
@@ -145,10 +171,10 @@ fn a_waiter_is_woken_by_the_release_not_by_its_retry() {
         let waiter_cmd = logged(&log, "true");
         let mut args = vec!["run", "--ttl", "60s", "--wait", &name, "--"];
         args.extend(waiter_cmd.iter().map(String::as_str));
-        let waiter = lease(&store, &args).spawn().unwrap();
+        let waiter = waiting(&store, &args, &go);
         for out in [
             finish(holder, Duration::from_secs(20)),
-            finish(waiter, Duration::from_secs(20)),
+            waiter.finish(Duration::from_secs(20)),
         ] {
             assert_eq!(code(out.status), 0, "{}", stderr(&out));
         }

@@ -55,12 +55,14 @@ fn bad_permit_counts_are_usage_errors() {
 }
 
 /// `true` when `store` takes counted leases: a probe `lease run --permits 1` runs, or exits 78
-/// saying the store has none (then a loud NOT APPLICABLE line, and `false`).
+/// saying the store has none (then a loud NOT APPLICABLE line, and `false`). The probe holds
+/// the default 15 s lease: a 2 s one can be lost (exit 74) on a busy machine before `true`
+/// has even started.
 fn takes_permits(store: &str, backend: &str) -> bool {
     let probe = unique_name("probe");
     let out = lease_output(
         store,
-        &["run", "--ttl", "2s", "--permits", "1", &probe, "--", "true"],
+        &["run", "--permits", "1", &probe, "--", "true"],
         Duration::from_secs(30),
     );
     if code(out.status) == 78 && stderr(&out).contains("does not support counted leases") {
@@ -93,17 +95,31 @@ fn most_at_once(runs: &[(u64, i128, i128)]) -> usize {
 }
 
 /// 10 `lease run --permits 3 --wait` started together on `store`.
+///
+/// Each CMD logs its start, waits until a second CMD has started (at most 20 s), then runs
+/// 0.6 s: the permits are used at once however slowly the contenders start, unless they
+/// cannot be (then the first CMD ends alone after 20 s and `most >= 2` fails). The leases are
+/// 15 s (the default, also the NATS bucket `status` reads): the runs hand the permits over by
+/// release, nothing here is about the TTL, and a 2 s lease renewed by a `lease` starved of
+/// CPU is lost (exit 74).
 fn ten_contenders_on_three_permits(store: &str, backend: &str, dir: &TempDir) {
     if !takes_permits(store, backend) {
         return;
     }
     let name = unique_name("pool");
     let log = dir.file(&format!("{name}.log"));
-    let cmd = logged(&log, "sleep 0.6");
+    let cmd = logged(
+        &log,
+        &format!(
+            "i=0; while [ $(grep -c '^start' '{}') -lt 2 ] && [ $i -lt 1000 ]; do \
+             sleep 0.02; i=$((i+1)); done; sleep 0.6",
+            log.display()
+        ),
+    );
     let mut args = vec![
         "run",
         "--ttl",
-        "2s",
+        "15s",
         "--permits",
         "3",
         "--wait",

@@ -44,25 +44,30 @@ fn sigterm_is_forwarded_and_the_lease_released_after_cmd_exits() {
     assert_eq!(code(next.status), 0, "{}", stderr(&next));
 }
 
+/// The waiter is signalled once it is known to wait: the holder's CMD has started (so the
+/// name is held), and the waiter has logged that its claim found the name held.
 #[test]
 fn a_signal_while_waiting_exits_72_without_running_cmd() {
     let dir = TempDir::new("sigint");
     let store = dir.sqlite();
     let marker = dir.file("ran");
-    let holder = lease(&store, &["run", "busy", "--", "sleep", "5"])
+    let holding = dir.file("holding");
+    let hold = format!("touch '{}'; exec sleep 60", holding.display());
+    let holder = lease(&store, &["run", "busy", "--", "sh", "-c", &hold])
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(500));
+    wait_for_file(&holding, Duration::from_secs(20));
     let touch = format!("touch '{}'", marker.display());
-    let waiter = lease(&store, &["run", "--wait", "busy", "--", "sh", "-c", &touch])
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(500));
+    let mut waiter = lease(&store, &["run", "--wait", "busy", "--", "sh", "-c", &touch]);
+    waiter.env("LEASE_LOG", LOG_HELD);
+    let mut waiter = Talking::spawn(waiter);
+    waiter.wait_for(HELD_LINE, Duration::from_secs(20));
     send(waiter.id(), Signal::INT);
-    let out = finish(waiter, Duration::from_secs(10));
+    let out = waiter.finish(Duration::from_secs(10));
     assert_eq!(code(out.status), 72, "{}", stderr(&out));
     assert!(
-        stderr(&out).contains("lease's own exit code 72"),
+        stderr(&out).contains("stopped by SIGINT while waiting for 'busy'")
+            && stderr(&out).contains("lease's own exit code 72"),
         "{}",
         stderr(&out)
     );
@@ -141,13 +146,23 @@ fn what_cmd_leaves_running_is_ended_before_the_release() {
     assert!(is_dead(read_pid(&child_file)));
 }
 
+/// The holder's CMD runs until the test has read the status and stops it (it slept 3 s, which a
+/// busy machine could outlast before the table was read).
 #[test]
 fn status_shows_the_holder_term_and_time_left() {
     let dir = TempDir::new("status");
     let store = dir.sqlite();
     let holder = lease(
         &store,
-        &["run", "--instance", "worker-7", "shown", "--", "sleep", "3"],
+        &[
+            "run",
+            "--instance",
+            "worker-7",
+            "shown",
+            "--",
+            "sleep",
+            "60",
+        ],
     )
     .spawn()
     .unwrap();

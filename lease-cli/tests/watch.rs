@@ -62,9 +62,9 @@ impl Watch {
     }
 }
 
-/// `lease run --ttl 2s NAME -- sleep SECS`, spawned.
-fn hold(store: &str, name: &str, secs: &str) -> Child {
-    lease(store, &["run", "--ttl", "2s", name, "--", "sleep", secs])
+/// `lease run --ttl TTL NAME -- sleep SECS`, spawned.
+fn hold(store: &str, name: &str, ttl: &str, secs: &str) -> Child {
+    lease(store, &["run", "--ttl", ttl, name, "--", "sleep", secs])
         .spawn()
         .unwrap()
 }
@@ -78,8 +78,10 @@ fn watch_prints_a_line_per_claim_release_and_expiry() {
     let limit = Duration::from_secs(10);
     assert_eq!(w.next(limit).0, "job: free");
 
-    // A holder that ends: claimed, then released promptly after its CMD ends.
-    let holder = hold(&store, "job", "0.5");
+    // A holder that ends: claimed, then released promptly after its CMD ends. Its lease is
+    // the default 15 s: a 2 s one renewed by a `lease` starved of CPU is lost, and would show
+    // as expired.
+    let holder = hold(&store, "job", "15s", "0.5");
     let (claimed, _) = w.next(limit);
     assert!(
         claimed.starts_with("job: claimed by ") && claimed.contains("(term 1, expires in "),
@@ -97,7 +99,7 @@ fn watch_prints_a_line_per_claim_release_and_expiry() {
     w.assert_quiet(Duration::from_millis(300));
 
     // A holder killed with -9: no release; the vacancy is reported at the store's expiry.
-    let mut holder = hold(&store, "job", "60");
+    let mut holder = hold(&store, "job", "2s", "60");
     let (claimed, _) = w.next(limit);
     assert!(claimed.contains("(term 2, "), "{claimed}");
     let killed = Instant::now();
@@ -123,8 +125,10 @@ fn watch_json_prints_one_object_per_line_for_each_name() {
     let _serial = timing_lock();
     let dir = TempDir::new("watch-json");
     let store = dir.sqlite();
-    // "b" is held before the watch starts: it shows as claimed, not free.
-    let b = hold(&store, "b", "60");
+    // "b" is held before the watch starts: it shows as claimed, not free. The leases are 15 s:
+    // both end by release, and a 2 s lease renewed by a `lease` starved of CPU is lost (and
+    // would show as expired).
+    let b = hold(&store, "b", "15s", "60");
     assert!(wait_until(Duration::from_secs(10), || {
         let out = lease_output(&store, &["status", "--json", "b"], Duration::from_secs(10));
         json_u64(&stdout(&out), "term") == Some(1)
@@ -144,12 +148,12 @@ fn watch_json_prints_one_object_per_line_for_each_name() {
         "{}",
         first[1]
     );
-    let a = hold(&store, "a", "0.3");
+    let a = hold(&store, "a", "15s", "0.3");
     let (line, _) = w.next(limit);
     assert!(
         line.starts_with(r#"{"name":"a","event":"claimed","holder":""#)
             && json_u64(&line, "term") == Some(1)
-            && json_u64(&line, "expires_in_ms").is_some_and(|ms| ms <= 2000),
+            && json_u64(&line, "expires_in_ms").is_some_and(|ms| ms <= 15_000),
         "{line}"
     );
     finish(a, limit);

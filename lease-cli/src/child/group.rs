@@ -52,19 +52,9 @@ fn processes_under(root: Pid) -> Vec<(Pid, Option<Pid>)> {
         let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
             continue;
         };
-        // "pid (comm) state ppid pgrp …"; comm may hold spaces and parentheses.
-        let Some((_, after_comm)) = stat.rsplit_once(')') else {
+        let Some((zombie, ppid, pgrp)) = parse_stat(&stat) else {
             continue;
         };
-        let mut fields = after_comm.split_whitespace();
-        let zombie = matches!(fields.next(), Some("Z" | "X"));
-        let Some(ppid) = fields.next().and_then(|f| f.parse::<i32>().ok()) else {
-            continue;
-        };
-        let pgrp = fields
-            .next()
-            .and_then(|f| f.parse::<i32>().ok())
-            .and_then(Pid::from_raw);
         children.entry(ppid).or_default().push((pid, zombie, pgrp));
     }
     let mut out = Vec::new();
@@ -81,8 +71,56 @@ fn processes_under(root: Pid) -> Vec<(Pid, Option<Pid>)> {
     out
 }
 
+/// From a `/proc/PID/stat` line: whether the process is a zombie (or dead), its parent, and
+/// its process group (`None` when not shown). A process in the middle of exiting shows
+/// parent 0 and group -1 (the kernel prints its defaults once the process's signal handlers
+/// are gone): the group is then `None`, never a `Pid` of -1 (`Pid::from_raw` takes no
+/// negative number; a debug build panics on one).
+#[cfg(target_os = "linux")]
+fn parse_stat(stat: &str) -> Option<(bool, i32, Option<Pid>)> {
+    // "pid (comm) state ppid pgrp …"; comm may hold spaces and parentheses.
+    let (_, after_comm) = stat.rsplit_once(')')?;
+    let mut fields = after_comm.split_whitespace();
+    let zombie = matches!(fields.next(), Some("Z" | "X"));
+    let ppid = fields.next()?.parse::<i32>().ok()?;
+    let pgrp = fields
+        .next()
+        .and_then(|f| f.parse::<i32>().ok())
+        .filter(|&g| g > 0)
+        .and_then(Pid::from_raw);
+    Some((zombie, ppid, pgrp))
+}
+
 /// Without `/proc`, no descendant can be found.
 #[cfg(not(target_os = "linux"))]
 fn processes_under(_root: Pid) -> Vec<(Pid, Option<Pid>)> {
     Vec::new()
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stat_line_gives_state_parent_and_group() {
+        let line = "4242 (sh (x) y) S 17 4242 4242 0 -1 4194304 99 0 0 0";
+        assert_eq!(parse_stat(line), Some((false, 17, Pid::from_raw(4242))));
+        assert_eq!(
+            parse_stat("4243 (date) Z 4242 4242 4242 0 -1 0"),
+            Some((true, 4242, Pid::from_raw(4242)))
+        );
+    }
+
+    /// A process in the middle of exiting: parent 0, group and session -1.
+    #[test]
+    fn an_exiting_process_has_no_group() {
+        assert_eq!(
+            parse_stat("4244 (sleep) X 0 -1 -1 0 -1 0"),
+            Some((true, 0, None))
+        );
+        assert_eq!(
+            parse_stat("4245 (sleep) S 0 -1 -1 0 -1 0"),
+            Some((false, 0, None))
+        );
+    }
 }

@@ -2,9 +2,10 @@
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, mpsc};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// The `lease` binary under test.
@@ -279,4 +280,120 @@ pub(crate) fn json_u64(json: &str, field: &str) -> Option<u64> {
         .take_while(char::is_ascii_digit)
         .collect();
     digits.parse().ok()
+}
+
+/// The log filter that makes `lease` say on stderr each time a claim finds the name held
+/// (lease-core's debug line "lease is held by another holder"), besides its usual warnings.
+pub(crate) const LOG_HELD: &str = "warn,lease_core::coordinator=debug";
+
+/// What `lease` logs (with [`LOG_HELD`]) when a claim of its finds the name held: from then on
+/// a `--wait` is waiting.
+pub(crate) const HELD_LINE: &str = "lease is held by another holder";
+
+/// A spawned `lease` whose stderr is read line by line on a thread of its own, so that a test
+/// can wait for what it says while it runs.
+pub(crate) struct Talking {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+    said: Vec<String>,
+}
+
+impl Talking {
+    /// Spawns `cmd` (made by [`lease`]: stderr piped).
+    pub(crate) fn spawn(mut cmd: Command) -> Talking {
+        let mut child = cmd.spawn().unwrap();
+        let err = child.stderr.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(err).lines() {
+                let Ok(line) = line else { return };
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        Talking {
+            child,
+            lines,
+            said: Vec::new(),
+        }
+    }
+
+    /// The process id.
+    pub(crate) fn id(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Waits until a line on stderr contains `text`, at most `limit`; fails with what it said
+    /// otherwise.
+    pub(crate) fn wait_for(&mut self, text: &str, limit: Duration) {
+        let until = Instant::now() + limit;
+        if self.said.iter().any(|l| l.contains(text)) {
+            return;
+        }
+        loop {
+            let left = until.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    let found = line.contains(text);
+                    self.said.push(line);
+                    if found {
+                        return;
+                    }
+                }
+                Err(e) => panic!(
+                    "lease did not say {text:?} within {limit:?} ({e}); it said: {:?}",
+                    self.said
+                ),
+            }
+        }
+    }
+
+    /// Waits for it to exit within `limit` ([`finish`]); its stderr is all it said.
+    pub(crate) fn finish(mut self, limit: Duration) -> Output {
+        let stdout = self.child.stdout.take();
+        let status = finish_status(&mut self.child, limit, || self.said.join("\n"));
+        let mut out = Vec::new();
+        if let Some(mut stdout) = stdout {
+            let _ = stdout.read_to_end(&mut out);
+        }
+        // The reader ends at EOF: `lease` and everything it started have closed stderr.
+        while let Ok(line) = self.lines.recv_timeout(limit) {
+            self.said.push(line);
+        }
+        let mut err = self.said.join("\n");
+        if !err.is_empty() {
+            err.push('\n');
+        }
+        Output {
+            status,
+            stdout: out,
+            stderr: err.into_bytes(),
+        }
+    }
+}
+
+/// Waits for `child` to exit within `limit`; kills it and fails (with `said`) otherwise.
+fn finish_status(child: &mut Child, limit: Duration, said: impl FnOnce() -> String) -> ExitStatus {
+    let until = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if Instant::now() > until {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("lease did not exit within {limit:?}; stderr: {}", said());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Waits until `file` exists (CMD wrote it: the lease is held), at most `limit`.
+pub(crate) fn wait_for_file(file: &Path, limit: Duration) {
+    assert!(
+        wait_until(limit, || file.exists()),
+        "{} was never written: CMD did not start",
+        file.display()
+    );
 }
