@@ -931,8 +931,7 @@ pub async fn a_permit_release_wakes_a_waiter_at_once(h: &Harness) {
 /// grant is judged "at most N" for its own claim ([`CountedGrants`]): a claim of N granted
 /// while N or more others were live is a violation, and so is a token granted twice.
 ///
-/// It races until each count has [`CHAOS_GRANTS`] grants (at least [`CHAOS_RACE`], at most
-/// [`MIXED_RACE_MOST`]); the seed is printed, and the same seed replays the same faults on the
+/// It races until each count has 10 grants (at least 3 s, at most 30 s); the seed is printed, and the same seed replays the same faults on the
 /// connection (which request meets which depends on timing).
 pub async fn claims_of_different_counts_keep_each_claims_limit_under_chaos(h: &Harness) {
     const CASE: &str = "claims_of_different_counts_keep_each_claims_limit_under_chaos";
