@@ -9,13 +9,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use lease_core::layer::{Answer, Call, Hook, Intercept};
 use lease_core::scheduler::telemetry;
 use lease_core::scheduler::{
     CatchUp, Job, JobBuilder, Round, Scheduler, SchedulerBuilder, TokioClock, WallClock,
 };
 use lease_core::{
-    Capabilities, ErrorKind, LeaseInfo, LeaseStore, Result, SlotStore, StepDownFailure, Timings,
-    backend::{Grant, HolderToken, SlotClaim, SlotFinish, SlotRecord, async_trait},
+    ErrorKind, LeaseStore, LeaseStoreExt, Result, SlotStore, StepDownFailure, Timings,
+    backend::HolderToken,
 };
 use lease_local::MemoryStore;
 use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
@@ -24,186 +25,38 @@ use tokio::time::{Instant, sleep};
 
 const S: Duration = Duration::from_secs(1);
 
-// ---------------------------------------------------------------------------------------------
-// A replica's link to the shared store, which a "kill" cuts: every later operation hangs, as
-// for a dead process (no renewal, no release, no finish ever lands).
+/// A replica's link to the shared store, which a "kill" cuts: once cut, every later operation
+/// hangs before it reaches the store, as for a dead process (no renewal, no release, no finish
+/// ever lands). Change hints pass through unchanged.
+#[derive(Debug, Clone, Default)]
+struct Cut(Arc<AtomicBool>);
 
-#[derive(Debug, Clone)]
-struct Link {
-    store: MemoryStore,
-    dead: Arc<AtomicBool>,
-}
-
-impl Link {
-    fn new(store: &MemoryStore) -> Link {
-        Link {
-            store: store.clone(),
-            dead: Arc::default(),
-        }
-    }
-
+impl Cut {
     fn cut(&self) {
-        self.dead.store(true, Ordering::SeqCst);
-    }
-
-    async fn gate(&self) {
-        if self.dead.load(Ordering::SeqCst) {
-            std::future::pending::<()>().await;
-        }
+        self.0.store(true, Ordering::SeqCst);
     }
 }
 
-// A forwarder: every method is written out, so none can be lost.
-#[deny(clippy::missing_trait_methods)]
-#[async_trait]
-impl LeaseStore for Link {
-    fn backend(&self) -> &'static str {
-        self.store.backend()
-    }
-    fn capabilities(&self) -> Capabilities {
-        self.store.capabilities()
-    }
-    async fn available(&self) -> Result<()> {
-        self.gate().await;
-        self.store.available().await
-    }
-    async fn force_release(&self, name: &str) -> Result<bool> {
-        self.gate().await;
-        self.store.force_release(name).await
-    }
-    fn changes(&self, topic: &lease_core::notify::Topic) -> Option<lease_core::notify::Wakeups> {
-        self.store.changes(topic)
-    }
-    async fn claim(
-        &self,
-        name: &str,
-        holder: &HolderToken,
-        instance: &str,
-        ttl: Duration,
-    ) -> Result<Option<Grant>> {
-        self.gate().await;
-        self.store.claim(name, holder, instance, ttl).await
-    }
-    async fn renew(
-        &self,
-        name: &str,
-        holder: &HolderToken,
-        ttl: Duration,
-    ) -> Result<Option<Grant>> {
-        self.gate().await;
-        self.store.renew(name, holder, ttl).await
-    }
-    async fn release(&self, name: &str, holder: &HolderToken) -> Result<bool> {
-        self.gate().await;
-        LeaseStore::release(&self.store, name, holder).await
-    }
-    async fn verify(&self, name: &str, holder: &HolderToken) -> Result<Option<Grant>> {
-        self.gate().await;
-        self.store.verify(name, holder).await
-    }
-    async fn get(&self, name: &str) -> Result<Option<LeaseInfo>> {
-        self.gate().await;
-        self.store.get(name).await
-    }
-    async fn claim_permit(
-        &self,
-        name: &str,
-        permits: u32,
-        holder: &HolderToken,
-        instance: &str,
-        ttl: Duration,
-    ) -> Result<Option<lease_core::PermitGrant>> {
-        self.gate().await;
-        self.store
-            .claim_permit(name, permits, holder, instance, ttl)
-            .await
-    }
-    async fn renew_permit(
-        &self,
-        name: &str,
-        permit: u32,
-        holder: &HolderToken,
-        ttl: Duration,
-    ) -> Result<Option<Grant>> {
-        self.gate().await;
-        self.store.renew_permit(name, permit, holder, ttl).await
-    }
-    async fn release_permit(&self, name: &str, permit: u32, holder: &HolderToken) -> Result<bool> {
-        self.gate().await;
-        self.store.release_permit(name, permit, holder).await
-    }
-    async fn verify_permit(
-        &self,
-        name: &str,
-        holder: &HolderToken,
-    ) -> Result<Option<lease_core::PermitGrant>> {
-        self.gate().await;
-        self.store.verify_permit(name, holder).await
-    }
-    async fn read_back_permit(
-        &self,
-        name: &str,
-        permits: u32,
-        holder: &HolderToken,
-    ) -> Result<Option<lease_core::PermitGrant>> {
-        self.gate().await;
-        self.store.read_back_permit(name, permits, holder).await
-    }
-    async fn permits(&self, name: &str) -> Result<Vec<lease_core::PermitInfo>> {
-        self.gate().await;
-        self.store.permits(name).await
+impl Hook for Cut {
+    fn around<'a, T: Send + 'static>(
+        &'a self,
+        _call: Call<'a>,
+        op: Answer<'a, T>,
+    ) -> Answer<'a, T> {
+        Box::pin(async move {
+            if self.0.load(Ordering::SeqCst) {
+                std::future::pending::<()>().await;
+            }
+            op.await
+        })
     }
 }
 
-#[deny(clippy::missing_trait_methods)]
-#[async_trait]
-impl SlotStore for Link {
-    async fn claim_slot(
-        &self,
-        name: &str,
-        holder: &HolderToken,
-        instance: &str,
-        ttl: Duration,
-        instant_ms: i64,
-    ) -> Result<SlotClaim> {
-        self.gate().await;
-        self.store
-            .claim_slot(name, holder, instance, ttl, instant_ms)
-            .await
-    }
-    async fn finish_slot(
-        &self,
-        name: &str,
-        holder: &HolderToken,
-        instant_ms: i64,
-        passed_ms: Option<i64>,
-    ) -> Result<SlotFinish> {
-        self.gate().await;
-        self.store
-            .finish_slot(name, holder, instant_ms, passed_ms)
-            .await
-    }
-    async fn unfinished(&self, names: &[String]) -> Result<Vec<(String, i64)>> {
-        self.gate().await;
-        self.store.unfinished(names).await
-    }
-    async fn claim_rerun(
-        &self,
-        name: &str,
-        holder: &HolderToken,
-        instance: &str,
-        ttl: Duration,
-        instant_ms: i64,
-    ) -> Result<Option<Grant>> {
-        self.gate().await;
-        self.store
-            .claim_rerun(name, holder, instance, ttl, instant_ms)
-            .await
-    }
-    async fn last_slot(&self, name: &str) -> Result<Option<SlotRecord>> {
-        self.gate().await;
-        self.store.last_slot(name).await
-    }
+/// The shared store through a link of its own.
+type Link = Intercept<MemoryStore, Cut>;
+
+fn link(store: &MemoryStore) -> Link {
+    store.clone().with_hook(Cut::default())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -555,7 +408,7 @@ async fn a_round_cut_short_by_a_dead_replica_reruns_once_elsewhere() {
     let starts = Starts::default();
     let failures = Failures::default();
     let names = ["a", "b", "c"];
-    let links: Vec<Link> = names.iter().map(|_| Link::new(&store)).collect();
+    let links: Vec<Link> = names.iter().map(|_| link(&store)).collect();
     let replicas: Vec<Scheduler> = names
         .iter()
         .zip(&links)
@@ -580,7 +433,7 @@ async fn a_round_cut_short_by_a_dead_replica_reruns_once_elsewhere() {
     sleep(S).await;
     let victim_start = starts.of("report")[1].clone();
     let victim = names.iter().position(|n| *n == victim_start.who).unwrap();
-    links[victim].cut();
+    links[victim].hook().cut();
     tasks[victim].take().unwrap().abort();
     let killed_at = clock.now_ms();
 
@@ -656,7 +509,7 @@ async fn a_superseded_instant_is_reported_and_never_runs() {
     let clock = TokioClock::starting_at(store.now_ms());
     let starts = Starts::default();
     let failures = Failures::default();
-    let links = [Link::new(&store), Link::new(&store)];
+    let links = [link(&store), link(&store)];
     // No rerun check within the test: the next instant's claim comes first.
     let replicas: Vec<Scheduler> = ["a", "b"]
         .iter()
@@ -685,7 +538,7 @@ async fn a_superseded_instant_is_reported_and_never_runs() {
     }
     let first = starts.of("superseded")[0].clone();
     let victim = usize::from(first.who != "a");
-    links[victim].cut();
+    links[victim].hook().cut();
     tasks[victim].take().unwrap().abort();
     sleep_until_ms(&clock, first.instant_ms + 110_000).await;
     replicas[1 - victim].shutdown().await.unwrap();
@@ -1272,7 +1125,7 @@ async fn kill_the_first_round(
     job: impl Fn(&str) -> Job,
     run_for: Duration,
 ) -> (Start, String) {
-    let links = [Link::new(store), Link::new(store)];
+    let links = [link(store), link(store)];
     let replicas: Vec<Scheduler> = ["a", "b"]
         .iter()
         .zip(&links)
@@ -1295,7 +1148,7 @@ async fn kill_the_first_round(
     sleep(S).await;
     let first = starts.0.lock().unwrap()[0].clone();
     let victim = usize::from(first.who != "a");
-    links[victim].cut();
+    links[victim].hook().cut();
     tasks[victim].take().unwrap().abort();
     sleep_until_ms(
         &clock,
