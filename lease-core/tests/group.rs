@@ -7,10 +7,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lease_conformance::{AssignmentAudit, ConsumerPlan, FaultMode, assignments_settled, faulty};
+use lease_core::layer::{Answer, Call, Hook, Intercept, Operation};
 use lease_core::{
-    Assignment, Capabilities, ErrorKind, GroupStore, GroupWorker, LeaseInfo, LeaseStore, Member,
-    MembershipStore, PartitionLease, PartitionStore, Timings,
-    backend::{Grant, HolderToken, async_trait},
+    Assignment, ErrorKind, GroupStore, GroupWorker, LeaseStoreExt, MembershipStore, PartitionStore,
+    Timings,
 };
 use lease_local::MemoryStore;
 use tokio::time::{Instant, sleep};
@@ -419,16 +419,13 @@ async fn a_hand_over_waits_for_the_acknowledgement_or_the_grace() {
 /// partitions come back under higher epochs, never the same ones.
 #[tokio::test(start_paused = true)]
 async fn a_published_loss_is_never_followed_by_the_same_epoch() {
-    let store = ScriptedStore {
-        inner: MemoryStore::new(),
-        rules: Arc::default(),
-    };
+    let store = scripted();
     let audit = AssignmentAudit::new();
     let t = timings();
     let a = consumed(store.clone(), "a", N, &audit, t.grace() / 2, false).await;
     settle(&[&a], GroupWorker::settle_time(&t), "start").await;
     let before = a.assignment().borrow().partitions.clone();
-    store.rules().lose_renewal_answers = true;
+    store.hook().rules().lose_renewal_answers = true;
     // Past the deadline: the loss is published (at once followed by a new acquire on the old
     // code: a watcher may not even see the gap).
     sleep(t.deadline() + t.renew_every()).await;
@@ -444,7 +441,7 @@ async fn a_published_loss_is_never_followed_by_the_same_epoch() {
             before[p]
         );
     }
-    store.rules().lose_renewal_answers = false;
+    store.hook().rules().lose_renewal_answers = false;
     a.leave().await.unwrap();
     sleep(t.grace()).await;
     audit.assert_clean();
@@ -523,13 +520,11 @@ async fn an_acquire_of_unknown_outcome_is_read_back() {
     }
 }
 
-/// A memory store whose batch renewals can fail for the chunks holding a partition of
-/// 10,000 or more, stall for the chunks below, or lose their answers.
-#[derive(Debug, Clone)]
-struct ScriptedStore {
-    inner: MemoryStore,
-    rules: Arc<Mutex<Rules>>,
-}
+/// Scripted faults on a store's partition operations: batch renewals of the chunks holding a
+/// partition of 10,000 or more can fail, those of the chunks below can stall, renewal answers
+/// can be lost, and releases can be held back. Every other operation passes through.
+#[derive(Debug, Clone, Default)]
+struct Script(Arc<Mutex<Rules>>);
 
 #[derive(Debug, Default)]
 struct Rules {
@@ -544,213 +539,78 @@ struct Rules {
     last_high_renewal: Option<Instant>,
 }
 
-impl ScriptedStore {
+impl Script {
     fn rules(&self) -> std::sync::MutexGuard<'_, Rules> {
-        self.rules.lock().unwrap()
+        self.0.lock().unwrap()
     }
 
-    /// Carries out the releases held back so far, late.
-    async fn deliver_releases(&self) -> usize {
+    /// Carries out on `store` the releases held back so far, late.
+    async fn deliver_releases(&self, store: &MemoryStore) -> usize {
         let held = std::mem::take(&mut self.rules().held_releases);
         let mut ended = 0;
         for (group, partitions, owner) in held {
-            ended += self
-                .inner
+            ended += store
                 .release_partitions(&group, &partitions, &owner)
                 .await
                 .unwrap();
         }
         ended
     }
-}
 
-// A forwarder with scripted partition answers: every method is written out, so none can be
-// lost.
-#[deny(clippy::missing_trait_methods)]
-#[async_trait]
-impl LeaseStore for ScriptedStore {
-    fn backend(&self) -> &'static str {
-        self.inner.backend()
+    /// A batch renewal by the rules: failed, stalled, or run with its answer kept or lost.
+    fn renewal<'a, T: Send + 'static>(&self, call: Call<'a>, op: Answer<'a, T>) -> Answer<'a, T> {
+        let high = call.partitions.iter().any(|p| *p >= 10_000);
+        let mut rules = self.rules();
+        if high && rules.fail_high {
+            return Box::pin(async {
+                Err(lease_core::Error::unavailable("injected: high chunk fails"))
+            });
+        }
+        if high {
+            rules.last_high_renewal = Some(Instant::now());
+        }
+        let (stall, lose) = (!high && rules.stall_low, rules.lose_renewal_answers);
+        Box::pin(async move {
+            if stall {
+                return std::future::pending().await;
+            }
+            let answer = op.await;
+            if lose {
+                return std::future::pending().await;
+            }
+            answer
+        })
     }
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-    async fn available(&self) -> lease_core::Result<()> {
-        self.inner.available().await
-    }
-    async fn force_release(&self, name: &str) -> lease_core::Result<bool> {
-        self.inner.force_release(name).await
-    }
-    fn changes(&self, topic: &lease_core::notify::Topic) -> Option<lease_core::notify::Wakeups> {
-        self.inner.changes(topic)
-    }
-    async fn claim(
-        &self,
-        name: &str,
-        holder: &HolderToken,
-        instance: &str,
-        ttl: Duration,
-    ) -> lease_core::Result<Option<Grant>> {
-        self.inner.claim(name, holder, instance, ttl).await
-    }
-    async fn renew(
-        &self,
-        name: &str,
-        holder: &HolderToken,
-        ttl: Duration,
-    ) -> lease_core::Result<Option<Grant>> {
-        self.inner.renew(name, holder, ttl).await
-    }
-    async fn release(&self, name: &str, holder: &HolderToken) -> lease_core::Result<bool> {
-        self.inner.release(name, holder).await
-    }
-    async fn verify(&self, name: &str, holder: &HolderToken) -> lease_core::Result<Option<Grant>> {
-        self.inner.verify(name, holder).await
-    }
-    async fn get(&self, name: &str) -> lease_core::Result<Option<LeaseInfo>> {
-        self.inner.get(name).await
-    }
-    async fn claim_permit(
-        &self,
-        name: &str,
-        permits: u32,
-        holder: &HolderToken,
-        instance: &str,
-        ttl: Duration,
-    ) -> lease_core::Result<Option<lease_core::PermitGrant>> {
-        self.inner
-            .claim_permit(name, permits, holder, instance, ttl)
-            .await
-    }
-    async fn renew_permit(
-        &self,
-        name: &str,
-        permit: u32,
-        holder: &HolderToken,
-        ttl: Duration,
-    ) -> lease_core::Result<Option<Grant>> {
-        self.inner.renew_permit(name, permit, holder, ttl).await
-    }
-    async fn release_permit(
-        &self,
-        name: &str,
-        permit: u32,
-        holder: &HolderToken,
-    ) -> lease_core::Result<bool> {
-        self.inner.release_permit(name, permit, holder).await
-    }
-    async fn verify_permit(
-        &self,
-        name: &str,
-        holder: &HolderToken,
-    ) -> lease_core::Result<Option<lease_core::PermitGrant>> {
-        self.inner.verify_permit(name, holder).await
-    }
-    async fn read_back_permit(
-        &self,
-        name: &str,
-        permits: u32,
-        holder: &HolderToken,
-    ) -> lease_core::Result<Option<lease_core::PermitGrant>> {
-        self.inner.read_back_permit(name, permits, holder).await
-    }
-    async fn permits(&self, name: &str) -> lease_core::Result<Vec<lease_core::PermitInfo>> {
-        self.inner.permits(name).await
+
+    /// A release, held back without an answer while the rules say so.
+    fn release<'a, T: Send + 'static>(&self, call: Call<'a>, op: Answer<'a, T>) -> Answer<'a, T> {
+        let mut rules = self.rules();
+        if !rules.hold_releases {
+            return op;
+        }
+        let owner = call.who.unwrap_or_default().to_owned();
+        rules
+            .held_releases
+            .push((call.name.to_owned(), call.partitions.to_vec(), owner));
+        Box::pin(std::future::pending())
     }
 }
 
-#[deny(clippy::missing_trait_methods)]
-#[async_trait]
-impl PartitionStore for ScriptedStore {
-    async fn acquire_partition(
-        &self,
-        group: &str,
-        partition: u32,
-        owner: &str,
-        ttl: Duration,
-    ) -> lease_core::Result<Option<PartitionLease>> {
-        self.inner
-            .acquire_partition(group, partition, owner, ttl)
-            .await
-    }
-    async fn renew_partitions(
-        &self,
-        group: &str,
-        partitions: &[u32],
-        owner: &str,
-        ttl: Duration,
-    ) -> lease_core::Result<Vec<PartitionLease>> {
-        let high = partitions.iter().any(|p| *p >= 10_000);
-        let (stall, lose) = {
-            let mut rules = self.rules();
-            if high && rules.fail_high {
-                return Err(lease_core::Error::unavailable("injected: high chunk fails"));
-            }
-            if high {
-                rules.last_high_renewal = Some(Instant::now());
-            }
-            (!high && rules.stall_low, rules.lose_renewal_answers)
-        };
-        if stall {
-            return std::future::pending().await;
+impl Hook for Script {
+    fn around<'a, T: Send + 'static>(&'a self, call: Call<'a>, op: Answer<'a, T>) -> Answer<'a, T> {
+        match call.operation {
+            Operation::RenewPartitions => self.renewal(call, op),
+            Operation::ReleasePartitions => self.release(call, op),
+            _ => op,
         }
-        let answer = self
-            .inner
-            .renew_partitions(group, partitions, owner, ttl)
-            .await;
-        if lose {
-            return std::future::pending().await;
-        }
-        answer
-    }
-    async fn release_partitions(
-        &self,
-        group: &str,
-        partitions: &[u32],
-        owner: &str,
-    ) -> lease_core::Result<usize> {
-        let hold = {
-            let mut rules = self.rules();
-            if rules.hold_releases {
-                rules
-                    .held_releases
-                    .push((group.to_owned(), partitions.to_vec(), owner.to_owned()));
-            }
-            rules.hold_releases
-        };
-        if hold {
-            return std::future::pending().await;
-        }
-        self.inner
-            .release_partitions(group, partitions, owner)
-            .await
-    }
-    async fn owners(&self, group: &str) -> lease_core::Result<Vec<PartitionLease>> {
-        self.inner.owners(group).await
     }
 }
 
-#[deny(clippy::missing_trait_methods)]
-#[async_trait]
-impl MembershipStore for ScriptedStore {
-    async fn heartbeat(
-        &self,
-        service: &str,
-        node: &str,
-        address: &str,
-        ttl: Duration,
-        groups: &[String],
-    ) -> lease_core::Result<Member> {
-        self.inner
-            .heartbeat(service, node, address, ttl, groups)
-            .await
-    }
-    async fn members(&self, service: &str) -> lease_core::Result<Vec<Member>> {
-        self.inner.members(service).await
-    }
-    async fn leave(&self, service: &str, node: &str) -> lease_core::Result<bool> {
-        MembershipStore::leave(&self.inner, service, node).await
-    }
+/// A memory store with [`Script`]ed partition faults.
+type ScriptedStore = Intercept<MemoryStore, Script>;
+
+fn scripted() -> ScriptedStore {
+    MemoryStore::new().with_hook(Script::default())
 }
 
 /// Item 4: with more than 10,000 partitions the batch renewal goes in chunks; a stalled chunk
@@ -759,10 +619,7 @@ impl MembershipStore for ScriptedStore {
 #[tokio::test(start_paused = true)]
 async fn a_stalled_chunk_does_not_keep_another_chunks_partitions_past_their_deadline() {
     const BIG: u32 = 10_050;
-    let store = ScriptedStore {
-        inner: MemoryStore::new(),
-        rules: Arc::default(),
-    };
+    let store = scripted();
     let t = timings();
     let a = GroupWorker::builder(store.clone(), GROUP, BIG)
         .node("a")
@@ -782,10 +639,10 @@ async fn a_stalled_chunk_does_not_keep_another_chunks_partitions_past_their_dead
     sleep(t.renew_every() * 2).await;
     // The high chunk's renewals fail from now on; the low chunk's stall from 5 s later, so the
     // stall straddles the high partitions' deadline.
-    store.rules().fail_high = true;
+    store.hook().rules().fail_high = true;
     sleep(Duration::from_secs(5)).await;
-    store.rules().stall_low = true;
-    let deadline = store.rules().last_high_renewal.unwrap() + t.deadline();
+    store.hook().rules().stall_low = true;
+    let deadline = store.hook().rules().last_high_renewal.unwrap() + t.deadline();
     tokio::time::timeout(t.lease(), rx.wait_for(|a| !a.holds(BIG - 1)))
         .await
         .is_ok_and(|r| r.is_ok())
@@ -859,28 +716,25 @@ async fn a_suspend_past_the_deadline_unpublishes_at_once_on_resume() {
 /// because a acquired them again under a new owner id.
 #[tokio::test(start_paused = true)]
 async fn a_late_release_does_not_end_a_later_holding() {
-    let store = ScriptedStore {
-        inner: MemoryStore::new(),
-        rules: Arc::default(),
-    };
+    let store = scripted();
     let audit = AssignmentAudit::new();
     let t = timings();
     let a = consumed(store.clone(), "a", N, &audit, Duration::ZERO, true).await;
     settle(&[&a], GroupWorker::settle_time(&t), "start").await;
     let first_owner = a.owner();
     {
-        let mut rules = store.rules();
+        let mut rules = store.hook().rules();
         rules.lose_renewal_answers = true;
         rules.hold_releases = true;
     }
     sleep(t.deadline() + t.attempt_timeout() + t.renew_every()).await;
     assert!(a.assignment().borrow().partitions.is_empty());
     assert!(
-        !store.rules().held_releases.is_empty(),
+        !store.hook().rules().held_releases.is_empty(),
         "releases were tried"
     );
     {
-        let mut rules = store.rules();
+        let mut rules = store.hook().rules();
         rules.lose_renewal_answers = false;
         rules.hold_releases = false;
     }
@@ -888,7 +742,7 @@ async fn a_late_release_does_not_end_a_later_holding() {
     let back = a.assignment().borrow().partitions.clone();
     let mut rx = a.assignment();
     rx.borrow_and_update();
-    store.deliver_releases().await;
+    store.hook().deliver_releases(store.inner()).await;
     sleep(t.renew_every() * 2).await;
     assert!(
         !rx.has_changed().unwrap() && a.assignment().borrow().partitions == back,
@@ -940,7 +794,6 @@ impl lease_core::layer::Hook for SlowMembers {
 /// read too early.
 #[tokio::test(start_paused = true)]
 async fn a_leave_hinted_during_a_tick_is_not_lost() {
-    use lease_core::LeaseStoreExt;
     let store = MemoryStore::new();
     let audit = AssignmentAudit::new();
     // A long lease, so that the next tick (renew_every, 8 s) is far from a prompt one.
