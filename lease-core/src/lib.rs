@@ -62,6 +62,7 @@ mod leadership;
 pub mod membership;
 pub mod notify;
 mod observer;
+mod operation;
 pub mod partitions;
 pub mod permits;
 mod polling;
