@@ -10,7 +10,8 @@ use crate::coordinator::Coordinator;
 use crate::error::{Error, ErrorKind, Result};
 use crate::notify::Topic;
 use crate::permits::Target;
-use crate::store::{LeaseInfo, LeaseStoreExt};
+use crate::record::LeaseInfo;
+use crate::store_ext::LeaseStoreExt;
 use crate::term::Term;
 use crate::wait::{Holder, Waiter, Wake};
 

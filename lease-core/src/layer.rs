@@ -44,14 +44,16 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+use crate::capabilities::Capabilities;
 use crate::error::Result;
 use crate::membership::{Member, MembershipStore};
 use crate::notify::{Topic, Wakeups};
 use crate::partitions::{PartitionLease, PartitionStore};
 use crate::permits::{PermitGrant, PermitInfo};
 use crate::polling::PollingStore;
+use crate::record::{Grant, HolderToken, LeaseInfo};
 use crate::slots::{SlotClaim, SlotFinish, SlotRecord, SlotStore};
-use crate::store::{Capabilities, Grant, HolderToken, LeaseInfo, LeaseStore};
+use crate::store::LeaseStore;
 
 pub use crate::operation::Operation;
 

@@ -53,6 +53,7 @@
 
 pub mod backend;
 mod campaign;
+mod capabilities;
 pub mod clock;
 mod coordinator;
 mod error;
@@ -66,17 +67,20 @@ mod operation;
 pub mod partitions;
 pub mod permits;
 mod polling;
+mod record;
 pub mod redact;
 mod run;
 pub mod scheduler;
 pub mod slots;
 mod store;
+mod store_ext;
 pub mod telemetry;
 mod term;
 mod timings;
 mod validate;
 pub mod wait;
 
+pub use capabilities::Capabilities;
 pub use clock::Deadline;
 pub use coordinator::{Coordinator, CoordinatorBuilder, OnWorkError};
 pub use error::{BoxError, Error, ErrorKind, Result};
@@ -87,10 +91,12 @@ pub use observer::{HolderChange, HolderWatch, Observer};
 pub use partitions::{PartitionLease, PartitionStore};
 pub use permits::{PermitGrant, PermitInfo, Permits, Target};
 pub use polling::{PollingLease, PollingLeaser, PollingState, PollingStore};
+pub use record::LeaseInfo;
 pub use run::{FAIL_EXIT_CODE, FailAction, StepDownFailure, default_fail_action};
 pub use scheduler::{CatchUp, Job, JobBuilder, Round, Schedule, Scheduler, SchedulerBuilder};
 pub use slots::SlotStore;
-pub use store::{Capabilities, LeaseInfo, LeaseStore, LeaseStoreExt};
+pub use store::LeaseStore;
+pub use store_ext::LeaseStoreExt;
 pub use term::Term;
 pub use timings::{Timings, TimingsBuilder};
 

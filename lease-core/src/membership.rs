@@ -12,7 +12,8 @@ use async_trait::async_trait;
 
 use crate::error::Result;
 use crate::partitions::OWNER_ID_SUFFIX_BYTES;
-use crate::store::{LeaseStore, MAX_INSTANCE_BYTES};
+use crate::record::MAX_INSTANCE_BYTES;
+use crate::store::LeaseStore;
 
 /// The longest node id, in bytes: 111, so that the owner id a
 /// [`GroupWorker`](crate::GroupWorker) makes of it ([`owner_id`](crate::backend::owner_id): the node id,

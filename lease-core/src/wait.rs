@@ -48,7 +48,8 @@ use tracing::debug;
 use crate::clock::{Deadline, Stamp};
 use crate::error::Result;
 use crate::notify::{Topic, Wakeups};
-use crate::store::{LeaseInfo, LeaseStore};
+use crate::record::LeaseInfo;
+use crate::store::LeaseStore;
 use crate::timings::{STORE_CLOCK_GRANULARITY, Timings};
 
 /// The most a waiter waits, at random, after a hint before it asks the store (less when the

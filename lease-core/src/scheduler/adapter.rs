@@ -19,11 +19,13 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+use crate::capabilities::Capabilities;
 use crate::coordinator::Coordinator;
 use crate::error::{ErrorKind, Result};
 use crate::notify::{Topic, Wakeups};
+use crate::record::{Grant, HolderToken, LeaseInfo};
 use crate::slots::{SlotClaim, SlotFinish, SlotStore};
-use crate::store::{Capabilities, Grant, HolderToken, LeaseInfo, LeaseStore};
+use crate::store::LeaseStore;
 use crate::term::Term;
 
 tokio::task_local! {

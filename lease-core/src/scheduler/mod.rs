@@ -139,7 +139,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::run::{FailAction, StepDownFailure, default_fail_action};
 use crate::slots::SlotStore;
 use crate::store::LeaseStore;
-use crate::store::LeaseStoreExt;
+use crate::store_ext::LeaseStoreExt;
 use crate::timings::Timings;
 
 /// Runs jobs on schedules so that each instant runs once across the cluster: see the [module
