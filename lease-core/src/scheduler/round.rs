@@ -11,7 +11,7 @@ use super::clock::WallClock;
 use super::job::{Job, Round, WorkFuture};
 use super::schedule::Schedule;
 use super::telemetry;
-use crate::error::{BoxError, Error};
+use crate::error::{BoxError, Error, Result};
 use crate::run::{Ended, RunGuard, panic_message, supervise};
 use crate::slots::{SlotFinish, SlotStore};
 use crate::term::Term;
@@ -226,7 +226,7 @@ async fn finish(
     term: &Term,
     instant_ms: i64,
     passed_ms: Option<i64>,
-) -> crate::Result<SlotFinish> {
+) -> Result<SlotFinish> {
     let holder = term.holder().clone();
     s.adapter.register_finish(&holder, instant_ms, passed_ms);
     let _ = term.resign().await;
