@@ -10,17 +10,10 @@ use crate::coordinator::Coordinator;
 use crate::error::{Error, ErrorKind, Result};
 use crate::notify::Topic;
 use crate::permits::Target;
-use crate::store::{LeaseInfo, LeaseStoreExt};
+use crate::record::LeaseInfo;
+use crate::store_ext::LeaseStoreExt;
 use crate::term::Term;
-use crate::wait::{Holder, Waiter, Wake};
-
-/// What a campaign saw on the way, for the caller's logs, metrics and leadership watch.
-pub(crate) enum Seen<'a> {
-    /// An attempt was answered "held"; what the waiter read of the holder.
-    Held(&'a Holder),
-    /// An attempt failed with a temporary error; the campaign goes on.
-    Failed(&'a Error),
-}
+use crate::wait::{Holder, Seen, Waiter, Wake};
 
 impl Coordinator {
     /// Claims `name`, waiting up to `timeout` for it to be free.

@@ -10,20 +10,21 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, error, info, warn};
 
-use crate::campaign::Seen;
 use crate::clock::{Deadline, Stamp};
+use crate::context::CoordShared;
 use crate::error::{BoxError, Error, ErrorKind, Result};
 use crate::leadership::{Board, Leadership};
 use crate::observer::Observer;
 use crate::permits::Target;
-use crate::run::{FailAction, default_fail_action};
-use crate::store::LeaseStoreExt;
-use crate::store::{Grant, HolderToken, LeaseStore, validate_instance};
+use crate::record::{Grant, HolderToken, validate_instance};
+use crate::step_down::{FailAction, StepDownFailure, default_fail_action};
+use crate::store::LeaseStore;
+use crate::store_ext::LeaseStoreExt;
 use crate::telemetry;
 use crate::term::{Term, TermShared};
 use crate::timings::Timings;
 use crate::validate::MAX_TTL;
-use crate::wait::Holder;
+use crate::wait::{Holder, Seen};
 
 /// What [`Coordinator::run_elected`] does when its work fails — returns an error or panics —
 /// while its term is live (a failure that turns out to be the term's loss is a loss, never
@@ -80,33 +81,6 @@ impl Default for OnWorkError {
     }
 }
 
-pub(crate) struct CoordShared {
-    pub(crate) store: Arc<dyn LeaseStore>,
-    pub(crate) instance: String,
-    pub(crate) timings: Timings,
-    pub(crate) fail_action: FailAction,
-    on_work_error: OnWorkError,
-    /// Work spawned by `run`, waited for by `close`.
-    pub(crate) work: TaskTracker,
-    /// Fires when the coordinator starts closing.
-    pub(crate) closing: CancellationToken,
-    terms: Mutex<Terms>,
-    /// The leadership state of every name asked for or claimed.
-    leadership: Board,
-}
-
-impl CoordShared {
-    /// A term of `name` was won, with the claim sent at `since`.
-    pub(crate) fn term_started(&self, name: &str, token: u64, since: Stamp) {
-        self.leadership.won(name, token, &self.instance, since);
-    }
-
-    /// A term of `name` ended (its `done` fired).
-    pub(crate) fn term_ended(&self, name: &str, token: u64) {
-        self.leadership.ended(name, token);
-    }
-}
-
 #[derive(Default)]
 struct Terms {
     closed: bool,
@@ -154,6 +128,10 @@ fn held(target: &Target) -> Error {
 #[derive(Clone)]
 pub struct Coordinator {
     shared: Arc<CoordShared>,
+    /// The live terms, ended by `close`; closed once `close` has begun.
+    terms: Arc<Mutex<Terms>>,
+    /// What `run_elected` does when its work fails.
+    on_work_error: OnWorkError,
 }
 
 /// Builds a [`Coordinator`].
@@ -184,7 +162,7 @@ impl CoordinatorBuilder {
     /// [`FAIL_EXIT_CODE`](crate::FAIL_EXIT_CODE)). Tests record it instead.
     pub fn fail_action(
         mut self,
-        action: impl Fn(&crate::StepDownFailure) + Send + Sync + 'static,
+        action: impl Fn(&StepDownFailure) + Send + Sync + 'static,
     ) -> Self {
         self.fail_action = Arc::new(action);
         self
@@ -218,12 +196,12 @@ impl CoordinatorBuilder {
                 instance,
                 timings: self.timings,
                 fail_action: self.fail_action,
-                on_work_error: self.on_work_error,
                 work: TaskTracker::new(),
                 closing: CancellationToken::new(),
-                terms: Mutex::new(Terms::default()),
                 leadership: Board::default(),
             }),
+            terms: Arc::new(Mutex::new(Terms::default())),
+            on_work_error: self.on_work_error,
         })
     }
 }
@@ -450,7 +428,7 @@ impl Coordinator {
             self.shared.clone(),
         );
         let registered = {
-            let mut terms = self.shared.terms.lock().unwrap_or_else(|p| p.into_inner());
+            let mut terms = self.terms.lock().unwrap_or_else(|p| p.into_inner());
             if !terms.closed {
                 terms.live.retain(|w| w.strong_count() > 0);
                 terms.live.push(Arc::downgrade(term.shared()));
@@ -537,7 +515,7 @@ impl Coordinator {
             Err(e) => return self.election_ended(name, Err(e)),
         };
         telemetry::campaigning(name);
-        let policy = self.shared.on_work_error;
+        let policy = self.on_work_error;
         let t = self.shared.timings;
         let mut failures = 0u32;
         // The pause before the next campaign: none at first, `retry` plus jitter after a term
@@ -713,7 +691,7 @@ impl Coordinator {
     /// no work: no work ever starts, or goes on, under a term that `close` released.
     pub async fn close(&self) -> Result<()> {
         let terms: Vec<Arc<TermShared>> = {
-            let mut terms = self.shared.terms.lock().unwrap_or_else(|p| p.into_inner());
+            let mut terms = self.terms.lock().unwrap_or_else(|p| p.into_inner());
             terms.closed = true;
             terms.live.drain(..).filter_map(|w| w.upgrade()).collect()
         };

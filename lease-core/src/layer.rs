@@ -44,133 +44,18 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+use crate::capabilities::Capabilities;
 use crate::error::Result;
 use crate::membership::{Member, MembershipStore};
 use crate::notify::{Topic, Wakeups};
 use crate::partitions::{PartitionLease, PartitionStore};
 use crate::permits::{PermitGrant, PermitInfo};
 use crate::polling::PollingStore;
+use crate::record::{Grant, HolderToken, LeaseInfo};
 use crate::slots::{SlotClaim, SlotFinish, SlotRecord, SlotStore};
-use crate::store::{Capabilities, Grant, HolderToken, LeaseInfo, LeaseStore};
+use crate::store::LeaseStore;
 
-/// One store operation, as a hook or an error's context names it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Operation {
-    /// [`LeaseStore::available`].
-    Available,
-    /// [`LeaseStore::claim`].
-    Claim,
-    /// [`LeaseStore::renew`].
-    Renew,
-    /// [`LeaseStore::release`].
-    Release,
-    /// [`LeaseStore::verify`].
-    Verify,
-    /// [`LeaseStore::get`].
-    Get,
-    /// [`LeaseStore::force_release`].
-    ForceRelease,
-    /// [`PartitionStore::acquire_partition`].
-    AcquirePartition,
-    /// [`PartitionStore::renew_partitions`].
-    RenewPartitions,
-    /// [`PartitionStore::release_partitions`].
-    ReleasePartitions,
-    /// [`PartitionStore::owners`].
-    Owners,
-    /// [`MembershipStore::heartbeat`].
-    Heartbeat,
-    /// [`MembershipStore::members`].
-    Members,
-    /// [`MembershipStore::leave`].
-    Leave,
-    /// [`SlotStore::claim_slot`].
-    ClaimSlot,
-    /// [`SlotStore::finish_slot`].
-    FinishSlot,
-    /// [`SlotStore::unfinished`].
-    Unfinished,
-    /// [`SlotStore::claim_rerun`].
-    ClaimRerun,
-    /// [`SlotStore::last_slot`].
-    LastSlot,
-    /// [`PollingStore::try_acquire`].
-    PollAcquire,
-    /// [`PollingStore::release`].
-    PollRelease,
-    /// [`LeaseStore::claim_permit`].
-    ClaimPermit,
-    /// [`LeaseStore::renew_permit`].
-    RenewPermit,
-    /// [`LeaseStore::release_permit`].
-    ReleasePermit,
-    /// [`LeaseStore::verify_permit`].
-    VerifyPermit,
-    /// [`LeaseStore::read_back_permit`].
-    ReadBackPermit,
-    /// [`LeaseStore::permits`].
-    Permits,
-}
-
-impl Operation {
-    /// The operation's name in snake case, e.g. `"renew_partitions"`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Operation::Available => "available",
-            Operation::Claim => "claim",
-            Operation::Renew => "renew",
-            Operation::Release => "release",
-            Operation::Verify => "verify",
-            Operation::Get => "get",
-            Operation::ForceRelease => "force_release",
-            Operation::AcquirePartition => "acquire_partition",
-            Operation::RenewPartitions => "renew_partitions",
-            Operation::ReleasePartitions => "release_partitions",
-            Operation::Owners => "owners",
-            Operation::Heartbeat => "heartbeat",
-            Operation::Members => "members",
-            Operation::Leave => "leave",
-            Operation::ClaimSlot => "claim_slot",
-            Operation::FinishSlot => "finish_slot",
-            Operation::Unfinished => "unfinished",
-            Operation::ClaimRerun => "claim_rerun",
-            Operation::LastSlot => "last_slot",
-            Operation::PollAcquire => "poll_acquire",
-            Operation::PollRelease => "poll_release",
-            Operation::ClaimPermit => "claim_permit",
-            Operation::RenewPermit => "renew_permit",
-            Operation::ReleasePermit => "release_permit",
-            Operation::VerifyPermit => "verify_permit",
-            Operation::ReadBackPermit => "read_back_permit",
-            Operation::Permits => "permits",
-        }
-    }
-
-    /// `true` for the operations that can change what the store holds (claims, renewals,
-    /// releases, heartbeats, leaves, slot claims and finishes, and the read-back of a permit
-    /// claim, which a store may renew to adopt it); `false` for pure reads.
-    pub fn writes(self) -> bool {
-        !matches!(
-            self,
-            Operation::Available
-                | Operation::Verify
-                | Operation::Get
-                | Operation::Owners
-                | Operation::Members
-                | Operation::Unfinished
-                | Operation::LastSlot
-                | Operation::VerifyPermit
-                | Operation::Permits
-        )
-    }
-}
-
-impl fmt::Display for Operation {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+pub use crate::operation::Operation;
 
 /// What a hook learns of the operation it wraps.
 #[derive(Debug, Clone, Copy)]

@@ -11,8 +11,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::error::Result;
-use crate::partitions::OWNER_ID_SUFFIX_BYTES;
-use crate::store::{LeaseStore, MAX_INSTANCE_BYTES};
+use crate::partitions::{OWNER_ID_SUFFIX_BYTES, PartitionStore};
+use crate::record::MAX_INSTANCE_BYTES;
+use crate::store::LeaseStore;
 
 /// The longest node id, in bytes: 111, so that the owner id a
 /// [`GroupWorker`](crate::GroupWorker) makes of it ([`owner_id`](crate::backend::owner_id): the node id,
@@ -97,6 +98,6 @@ forward_membership_store!(std::sync::Arc<S>, Box<S>);
 
 /// A store with both partitions and membership: what a [`GroupWorker`](crate::GroupWorker)
 /// needs. Every type that implements both traits implements this one.
-pub trait GroupStore: crate::PartitionStore + MembershipStore {}
+pub trait GroupStore: PartitionStore + MembershipStore {}
 
-impl<S: crate::PartitionStore + MembershipStore + ?Sized> GroupStore for S {}
+impl<S: PartitionStore + MembershipStore + ?Sized> GroupStore for S {}

@@ -7,8 +7,9 @@ use std::time::Duration;
 use crate::clock::{Deadline, Stamp};
 use crate::error::Result;
 use crate::notify::Topic;
-use crate::store::LeaseStoreExt;
-use crate::store::{LeaseInfo, LeaseStore};
+use crate::record::LeaseInfo;
+use crate::store::LeaseStore;
+use crate::store_ext::LeaseStoreExt;
 use crate::timings::Timings;
 use crate::wait::Waiter;
 

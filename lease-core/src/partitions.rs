@@ -27,7 +27,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::error::Result;
-use crate::store::{HolderToken, LeaseStore};
+use crate::record::HolderToken;
+use crate::store::LeaseStore;
+
+pub use crate::capabilities::BatchRenew;
 
 /// How many bytes [`owner_id`] appends to a node id: `@` and 16 hex digits.
 pub const OWNER_ID_SUFFIX_BYTES: usize = 17;
@@ -46,26 +49,6 @@ pub struct PartitionLease {
     pub epoch: u64,
     /// Time left on the lease by the store's clock when the store answered.
     pub expires_in: Duration,
-}
-
-/// How a store's [`PartitionStore::renew_partitions`] reaches the server.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BatchRenew {
-    /// A fixed number of round trips, however many partitions are renewed.
-    Fixed {
-        /// Round trips per call.
-        round_trips: u32,
-    },
-    /// One request per partition, sent without waiting for the answers (a server with no
-    /// multi-key operation); each renewal is atomic on its own.
-    Pipelined,
-}
-
-impl Default for BatchRenew {
-    /// One round trip.
-    fn default() -> Self {
-        BatchRenew::Fixed { round_trips: 1 }
-    }
 }
 
 /// An owner id for `node`: the node id, `@`, and 16 hex digits minted now, so each start of a

@@ -7,45 +7,12 @@ use std::sync::Arc;
 
 use tokio::task::{AbortHandle, JoinError, JoinHandle};
 use tokio::time::timeout;
-use tracing::{debug, error, warn};
+use tracing::{debug, warn};
 
 use crate::error::{BoxError, Error, ErrorKind, Result};
+use crate::step_down::StepDownFailure;
 use crate::telemetry;
 use crate::term::{Term, TermShared};
-
-/// The exit code of the default fail action (70, `EX_SOFTWARE`).
-pub const FAIL_EXIT_CODE: i32 = 70;
-
-/// What the fail action is told: work under a lost lease did not return within the grace.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct StepDownFailure {
-    /// The lease's name.
-    pub name: String,
-    /// The term that was lost.
-    pub term: u64,
-    /// This holder's instance label.
-    pub instance: String,
-    /// Why the term was lost.
-    pub error: Error,
-}
-
-/// Called when work under a lost lease has not returned within the step-down grace.
-pub type FailAction = Arc<dyn Fn(&StepDownFailure) + Send + Sync>;
-
-/// The default fail action: log at error level, then end the process with
-/// [`FAIL_EXIT_CODE`]. Another process may hold the lease by now, and this one's work is still
-/// running; ending the process is the only way left to stop it.
-pub fn default_fail_action(failure: &StepDownFailure) {
-    error!(
-        name = %failure.name,
-        term = failure.term,
-        instance = %failure.instance,
-        error = %failure.error,
-        "work did not return within the step-down grace after the lease was lost; exiting"
-    );
-    std::process::exit(FAIL_EXIT_CODE);
-}
 
 /// Marks a term as used by a run (so `Coordinator::close` leaves its release to the run) until
 /// dropped. Dropped while still armed — the run's future was dropped before its work returned —

@@ -34,7 +34,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::error::Result;
-use crate::store::{Grant, HolderToken, LeaseStore};
+use crate::record::{Grant, HolderToken};
+use crate::store::LeaseStore;
 
 /// The slot instants kept in a job's record, in milliseconds since the Unix epoch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -9,170 +9,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+use crate::capabilities::Capabilities;
 use crate::error::{Error, Result};
 use crate::notify::{Topic, Wakeups};
 use crate::permits::{PermitGrant, PermitInfo};
-use crate::validate::{DEFAULT_MAX_NAME_BYTES, validate_name, validate_ttl};
-
-/// The longest instance label, in bytes, every store must keep.
-pub const MAX_INSTANCE_BYTES: usize = 128;
-
-/// A holder token: 128 random bits minted for one claim and never reused.
-///
-/// The store keeps it in the lease's record; renew, verify and release match on it, so a claim
-/// made by an earlier incarnation of the same process is never taken for this one. It is a
-/// capability: whoever has it can renew or release the lease, so it is never shown by
-/// [`LeaseStore::get`] and its `Debug` form shows only a prefix.
-#[derive(Clone, PartialEq, Eq, Hash)]
-pub struct HolderToken([u8; 16]);
-
-impl HolderToken {
-    /// A fresh random token: 128 bits read from the operating system's random source
-    /// (`getrandom(2)` on Linux) on every call.
-    ///
-    /// No generator state lives in the process, so a child made by `fork()` never mints a
-    /// token its parent minted or will mint (a per-process or per-thread generator, such as
-    /// `rand`'s thread-local one, is copied by `fork()` and would make both processes mint the
-    /// same tokens). Should the operating system's source fail, which it does not on any
-    /// supported platform, the token comes from the thread-local generator with the process
-    /// id mixed in, which still tells a forked child's tokens from its parent's.
-    pub fn mint() -> HolderToken {
-        use rand::TryRngCore;
-        let mut bytes = [0u8; 16];
-        if rand::rngs::OsRng.try_fill_bytes(&mut bytes).is_err() {
-            bytes = rand::random();
-            for (b, p) in bytes.iter_mut().zip(std::process::id().to_le_bytes()) {
-                *b ^= p;
-            }
-        }
-        HolderToken(bytes)
-    }
-
-    /// A token from its 16 bytes.
-    pub fn from_bytes(bytes: [u8; 16]) -> HolderToken {
-        HolderToken(bytes)
-    }
-
-    /// The token's 16 bytes.
-    pub fn as_bytes(&self) -> &[u8; 16] {
-        &self.0
-    }
-
-    /// The token as 32 lower-case hex digits, for stores that keep text.
-    pub fn to_hex(&self) -> String {
-        const DIGITS: &[u8; 16] = b"0123456789abcdef";
-        let mut out = String::with_capacity(32);
-        for b in self.0 {
-            out.push(char::from(DIGITS[usize::from(b >> 4)]));
-            out.push(char::from(DIGITS[usize::from(b & 0x0f)]));
-        }
-        out
-    }
-
-    /// Parses 32 hex digits.
-    pub fn from_hex(s: &str) -> Option<HolderToken> {
-        if s.len() != 32 || !s.is_ascii() {
-            return None;
-        }
-        let mut out = [0u8; 16];
-        for (i, byte) in out.iter_mut().enumerate() {
-            *byte = u8::from_str_radix(s.get(2 * i..2 * i + 2)?, 16).ok()?;
-        }
-        Some(HolderToken(out))
-    }
-}
-
-impl fmt::Debug for HolderToken {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let hex = self.to_hex();
-        write!(f, "HolderToken({}…)", hex.get(..8).unwrap_or(&hex))
-    }
-}
-
-/// What a store tells the holder after a claim, renewal or verify.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Grant {
-    /// The fencing token: it strictly increases every time the name changes hands.
-    pub term: u64,
-    /// Time left on the lease by the store's clock when the store answered.
-    pub expires_in: Duration,
-}
-
-/// What anyone can learn about a name (the holder token excepted).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LeaseInfo {
-    /// The lease's name.
-    pub name: String,
-    /// The instance label of the last holder.
-    pub instance: String,
-    /// The last term issued for the name.
-    pub term: u64,
-    /// `true` when the lease is live by the store's clock.
-    pub live: bool,
-    /// Time left by the store's clock; zero when not live.
-    pub expires_in: Duration,
-}
-
-/// What a store can do, so callers and the conformance suite choose what to use.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Capabilities {
-    /// Leases expire when not renewed. `false` only for stores whose terms never expire.
-    pub expiry: bool,
-    /// Terms strictly increase every time a name changes hands, across release and expiry.
-    pub fencing: bool,
-    /// Terms start at 1 and go up by exactly one per change of hands. `false` where the term is
-    /// taken from elsewhere, e.g. a stream sequence: still strictly increasing, with gaps.
-    pub consecutive_terms: bool,
-    /// After release or expiry, [`LeaseStore::get`] still reports the name's last term (the
-    /// record is kept). `false` where the server removes expired records itself.
-    pub keeps_ended_records: bool,
-    /// A transaction can verify the lease as its first statement (SQL stores).
-    pub verify_in_transaction: bool,
-    /// The store pushes hints of changes ([`LeaseStore::changes`] answers `Some`), so waiters
-    /// wake when a name is released instead of at their next retry.
-    pub watch: bool,
-    /// Partitioned leases are supported.
-    pub partitions: bool,
-    /// Membership records are supported.
-    pub membership: bool,
-    /// Scheduler slots are supported.
-    pub slots: bool,
-    /// [`LeaseStore::force_release`] is supported.
-    pub force_release: bool,
-    /// Counted leases are supported: [`LeaseStore::claim_permit`] and the other permit
-    /// operations (see [`permits`](crate::permits)).
-    pub permits: bool,
-    /// The longest name, in bytes.
-    pub max_name_bytes: usize,
-    /// How a batch renewal of partitions reaches the server (see
-    /// [`PartitionStore::renew_partitions`](crate::PartitionStore::renew_partitions)).
-    pub batch_renew: crate::backend::BatchRenew,
-    /// When set, the only lease duration the store accepts (a store whose expiry is fixed
-    /// server-side, such as a bucket's max age).
-    pub fixed_ttl: Option<Duration>,
-}
-
-impl Default for Capabilities {
-    /// Leases with expiry and fencing, names up to [`DEFAULT_MAX_NAME_BYTES`], nothing else.
-    fn default() -> Self {
-        Capabilities {
-            expiry: true,
-            fencing: true,
-            consecutive_terms: true,
-            keeps_ended_records: true,
-            verify_in_transaction: false,
-            watch: false,
-            partitions: false,
-            membership: false,
-            slots: false,
-            force_release: false,
-            permits: false,
-            max_name_bytes: DEFAULT_MAX_NAME_BYTES,
-            batch_renew: crate::backend::BatchRenew::default(),
-            fixed_ttl: None,
-        }
-    }
-}
+use crate::record::{Grant, HolderToken, LeaseInfo};
 
 /// The backend contract: atomic lease operations, each one round trip to the store.
 ///
@@ -269,7 +110,7 @@ pub trait LeaseStore: Send + Sync + fmt::Debug + 'static {
         ttl: Duration,
     ) -> Result<Option<PermitGrant>> {
         let _ = (name, permits, holder, instance, ttl);
-        Err(self.permits_unsupported())
+        Err(permits_unsupported(self.backend()))
     }
 
     /// Extends the live permit `permit` of `name` that `holder` holds, keeping its term, as
@@ -282,14 +123,14 @@ pub trait LeaseStore: Send + Sync + fmt::Debug + 'static {
         ttl: Duration,
     ) -> Result<Option<Grant>> {
         let _ = (name, permit, holder, ttl);
-        Err(self.permits_unsupported())
+        Err(permits_unsupported(self.backend()))
     }
 
     /// Ends the live permit `permit` of `name` that `holder` holds, keeping the name's term
     /// sequence. `true` when this call ended a live permit.
     async fn release_permit(&self, name: &str, permit: u32, holder: &HolderToken) -> Result<bool> {
         let _ = (name, permit, holder);
-        Err(self.permits_unsupported())
+        Err(permits_unsupported(self.backend()))
     }
 
     /// The live permit of `name` that `holder` holds, found by the token alone; `None` when it
@@ -298,7 +139,7 @@ pub trait LeaseStore: Send + Sync + fmt::Debug + 'static {
     /// [`read_back_permit`](LeaseStore::read_back_permit).
     async fn verify_permit(&self, name: &str, holder: &HolderToken) -> Result<Option<PermitGrant>> {
         let _ = (name, holder);
-        Err(self.permits_unsupported())
+        Err(permits_unsupported(self.backend()))
     }
 
     /// The read-back after a [`claim_permit`](LeaseStore::claim_permit) of one of `permits`
@@ -325,7 +166,7 @@ pub trait LeaseStore: Send + Sync + fmt::Debug + 'static {
     /// never claimed counted.
     async fn permits(&self, name: &str) -> Result<Vec<PermitInfo>> {
         let _ = name;
-        Err(self.permits_unsupported())
+        Err(permits_unsupported(self.backend()))
     }
 
     /// Hints that `topic` may change hands, when this store can push them (see
@@ -336,6 +177,13 @@ pub trait LeaseStore: Send + Sync + fmt::Debug + 'static {
         let _ = topic;
         None
     }
+}
+
+/// The error of a permit operation on a store without counted leases.
+pub(crate) fn permits_unsupported(backend: &str) -> Error {
+    Error::unsupported(format!(
+        "the {backend} store does not support counted leases (permits)"
+    ))
 }
 
 macro_rules! forward_lease_store {
@@ -434,75 +282,3 @@ macro_rules! forward_lease_store {
 }
 
 forward_lease_store!(Arc<S>, Box<S>);
-
-/// Methods every store has, derived from [`LeaseStore`]'s own: no backend overrides them, so
-/// they live here, implemented once for every store (`dyn LeaseStore` included).
-pub trait LeaseStoreExt: LeaseStore {
-    /// Refuses a name this store cannot hold: empty, longer than the store's
-    /// [`max_name_bytes`](Capabilities::max_name_bytes), or holding a control character; no
-    /// I/O.
-    fn validate_name(&self, name: &str) -> Result<()> {
-        validate_name(name, self.capabilities().max_name_bytes)
-    }
-
-    /// Refuses a lease duration this store cannot keep: outside
-    /// [`MIN_TTL`](crate::backend::MIN_TTL)..=[`MAX_TTL`](crate::backend::MAX_TTL), or other
-    /// than the store's [`fixed_ttl`](Capabilities::fixed_ttl) where it has one; no I/O.
-    fn validate_ttl(&self, ttl: Duration) -> Result<()> {
-        validate_ttl(ttl)?;
-        match self.capabilities().fixed_ttl {
-            Some(fixed) if fixed != ttl => Err(Error::invalid_timings(format!(
-                "this {} store keeps every lease for exactly {fixed:?}; asked for {ttl:?}",
-                self.backend()
-            ))),
-            _ => Ok(()),
-        }
-    }
-
-    /// The error of a permit operation on a store without counted leases.
-    fn permits_unsupported(&self) -> Error {
-        Error::unsupported(format!(
-            "the {} store does not support counted leases (permits)",
-            self.backend()
-        ))
-    }
-
-    /// This store with `hook` run around every operation (see [`crate::layer`]).
-    fn with_hook<H: crate::layer::Hook>(self, hook: H) -> crate::layer::Intercept<Self, H>
-    where
-        Self: Sized,
-    {
-        crate::layer::Intercept::new(self, hook)
-    }
-}
-
-impl<S: LeaseStore + ?Sized> LeaseStoreExt for S {}
-
-/// Checks an instance label: non-empty, at most [`MAX_INSTANCE_BYTES`], printable.
-pub fn validate_instance(instance: &str) -> Result<()> {
-    validate_name(instance, MAX_INSTANCE_BYTES).map_err(|e| {
-        Error::invalid_name(format!(
-            "instance label: {}",
-            e.message().replace("lease name", "label")
-        ))
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn holder_tokens_are_fresh_and_round_trip() {
-        let a = HolderToken::mint();
-        let b = HolderToken::mint();
-        assert_ne!(a, b);
-        assert_eq!(HolderToken::from_hex(&a.to_hex()), Some(a.clone()));
-        assert_eq!(HolderToken::from_hex("zz"), None);
-        let fixed = HolderToken::from_bytes([
-            0x01, 0xab, 0xff, 0x00, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x9c,
-        ]);
-        assert_eq!(fixed.to_hex(), "01abff0000000000000000000000009c");
-        assert!(format!("{a:?}").len() < 30);
-    }
-}

@@ -9,9 +9,10 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::clock::{Deadline, Stamp};
-use crate::coordinator::CoordShared;
+use crate::context::CoordShared;
 use crate::error::{Error, ErrorKind, Result};
-use crate::store::{Grant, HolderToken, LeaseStore};
+use crate::record::{Grant, HolderToken};
+use crate::store::LeaseStore;
 use crate::telemetry::{self, LossCause};
 use crate::timings::Timings;
 

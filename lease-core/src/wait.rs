@@ -46,9 +46,10 @@ use tokio::time::timeout;
 use tracing::debug;
 
 use crate::clock::{Deadline, Stamp};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::notify::{Topic, Wakeups};
-use crate::store::{LeaseInfo, LeaseStore};
+use crate::record::LeaseInfo;
+use crate::store::LeaseStore;
 use crate::timings::{STORE_CLOCK_GRANULARITY, Timings};
 
 /// The most a waiter waits, at random, after a hint before it asks the store (less when the
@@ -87,6 +88,14 @@ pub enum Holder {
     Vacant,
     /// Read: this holder holds the name live.
     Live(LeaseInfo),
+}
+
+/// What a campaign saw on the way, for the caller's logs, metrics and leadership watch.
+pub(crate) enum Seen<'a> {
+    /// An attempt was answered "held"; what the waiter read of the holder.
+    Held(&'a Holder),
+    /// An attempt failed with a temporary error; the campaign goes on.
+    Failed(&'a Error),
 }
 
 /// One waiter's state: its subscription to the store's hints, the holder's expiry as last read,
@@ -201,7 +210,7 @@ impl Waiter {
         let t = self.timings;
         let read = match timeout(t.attempt_timeout(), self.read(&name)).await {
             Ok(r) => r,
-            Err(_) => Err(crate::Error::timeout(
+            Err(_) => Err(Error::timeout(
                 format_args!("reading the holder of '{name}'"),
                 t.attempt_timeout(),
             )),

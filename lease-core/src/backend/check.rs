@@ -13,7 +13,9 @@ use std::time::Duration;
 use crate::error::{Error, Result};
 use crate::membership::{MAX_ADDRESS_BYTES, MAX_GROUPS_PER_MEMBER, MAX_NODE_ID_BYTES};
 use crate::partitions::MAX_PARTITIONS_PER_CALL;
-use crate::store::{LeaseStore, LeaseStoreExt, MAX_INSTANCE_BYTES, validate_instance};
+use crate::record::{MAX_INSTANCE_BYTES, validate_instance};
+use crate::store::LeaseStore;
+use crate::store_ext::LeaseStoreExt;
 
 /// What a batch check found: whether the operation has anything to send.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -50,8 +50,8 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 
+use crate::error::{Error, Result};
 use crate::notify::Hub;
-use crate::{Error, Result};
 
 /// The pauses between a listener's sessions: `first` after the first failure, doubling up to
 /// `max`, each with up to a quarter more at random (so listeners cut together do not come back

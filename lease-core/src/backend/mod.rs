@@ -32,9 +32,9 @@ pub use crate::notify::Hub;
 pub use crate::partitions::{
     BatchRenew, MAX_PARTITIONS_PER_CALL, OWNER_ID_SUFFIX_BYTES, owner_id, owner_node,
 };
+pub use crate::record::{Grant, HolderToken, MAX_INSTANCE_BYTES, validate_instance};
 pub use crate::redact::redact_url;
 pub use crate::slots::{SlotClaim, SlotFinish, SlotRecord};
-pub use crate::store::{Grant, HolderToken, MAX_INSTANCE_BYTES, validate_instance};
 pub use crate::timings::{DRIFT_MARGIN_PERCENT, STORE_CLOCK_GRANULARITY};
 pub use crate::validate::{
     DEFAULT_MAX_NAME_BYTES, MAX_TTL, MIN_TTL, ceil_millis, validate_name, validate_ttl,

@@ -95,7 +95,7 @@ mod worker;
 pub use assign::{assign, score};
 pub use worker::{Assignment, GroupWorker, GroupWorkerBuilder, MAX_GROUP_PARTITIONS, StopAck};
 
-use crate::Timings;
+use crate::timings::Timings;
 
 impl GroupWorker {
     /// How long the assignment takes to settle after a member joins or leaves gracefully, when

@@ -15,10 +15,11 @@ use crate::backend::check;
 use crate::clock::{Deadline, Stamp};
 use crate::error::{Error, Result};
 use crate::membership::GroupStore;
+use crate::membership::MembershipStore;
 use crate::notify::{Topic, Wakeups};
 use crate::partitions::{MAX_PARTITIONS_PER_CALL, PartitionStore, owner_id};
 use crate::telemetry;
-use crate::{MembershipStore, Timings};
+use crate::timings::Timings;
 
 /// The most partitions one group may have.
 pub const MAX_GROUP_PARTITIONS: u32 = 65_536;

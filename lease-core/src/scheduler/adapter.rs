@@ -19,11 +19,14 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+use crate::capabilities::Capabilities;
 use crate::coordinator::Coordinator;
-use crate::error::{ErrorKind, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::notify::{Topic, Wakeups};
+use crate::permits::{PermitGrant, PermitInfo};
+use crate::record::{Grant, HolderToken, LeaseInfo};
 use crate::slots::{SlotClaim, SlotFinish, SlotStore};
-use crate::store::{Capabilities, Grant, HolderToken, LeaseInfo, LeaseStore};
+use crate::store::LeaseStore;
 use crate::term::Term;
 
 tokio::task_local! {
@@ -65,7 +68,7 @@ pub(crate) enum Claimed {
     Closed,
     /// The claim failed; its outcome is known not to have taken effect, or unknown and not
     /// found by the read-back.
-    Failed(crate::Error),
+    Failed(Error),
 }
 
 /// A finish waiting for the keeper's release, and its result.
@@ -247,7 +250,7 @@ impl LeaseStore for SlotAdapter {
         holder: &HolderToken,
         instance: &str,
         ttl: Duration,
-    ) -> Result<Option<crate::PermitGrant>> {
+    ) -> Result<Option<PermitGrant>> {
         self.inner
             .claim_permit(name, permits, holder, instance, ttl)
             .await
@@ -267,11 +270,7 @@ impl LeaseStore for SlotAdapter {
         self.inner.release_permit(name, permit, holder).await
     }
 
-    async fn verify_permit(
-        &self,
-        name: &str,
-        holder: &HolderToken,
-    ) -> Result<Option<crate::PermitGrant>> {
+    async fn verify_permit(&self, name: &str, holder: &HolderToken) -> Result<Option<PermitGrant>> {
         self.inner.verify_permit(name, holder).await
     }
 
@@ -280,11 +279,11 @@ impl LeaseStore for SlotAdapter {
         name: &str,
         permits: u32,
         holder: &HolderToken,
-    ) -> Result<Option<crate::PermitGrant>> {
+    ) -> Result<Option<PermitGrant>> {
         self.inner.read_back_permit(name, permits, holder).await
     }
 
-    async fn permits(&self, name: &str) -> Result<Vec<crate::PermitInfo>> {
+    async fn permits(&self, name: &str) -> Result<Vec<PermitInfo>> {
         self.inner.permits(name).await
     }
 

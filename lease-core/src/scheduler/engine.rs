@@ -15,7 +15,7 @@ use tracing::{debug, info, warn};
 use super::adapter::{self, Ask, Claimed, SlotAdapter};
 use super::clock::WallClock;
 use super::job::{CatchUp, Job};
-use super::round::run_round;
+use super::round::{RoundEnv, run_round};
 use super::schedule::Schedule;
 use super::telemetry;
 use crate::coordinator::Coordinator;
@@ -57,6 +57,15 @@ pub(crate) struct Inner {
 }
 
 impl Inner {
+    /// What a round needs of the scheduler.
+    fn round_env(&self) -> RoundEnv<'_> {
+        RoundEnv {
+            store: &*self.store,
+            adapter: &self.adapter,
+            clock: &*self.clock,
+        }
+    }
+
     /// Sleeps `d`; `false` when the scheduler started shutting down first.
     async fn nap(&self, d: Duration) -> bool {
         tokio::select! {
@@ -345,7 +354,7 @@ pub(crate) async fn job_loop(s: Arc<Inner>, job: Job) -> Result<()> {
                     let late_ms = s.clock.now_ms().saturating_sub(instant);
                     info!(job = name, instant = %Schedule::format(instant), late_ms, term = term.token(), "instant claimed late: the round of an earlier instant held the job's lease when it came, and ended without recording it");
                 }
-                let end = run_round(&s, &job, instant, term, false).await;
+                let end = run_round(&s.round_env(), &job, instant, term, false).await;
                 next_late = end.next_late;
                 end.cursor
             }
@@ -416,7 +425,7 @@ pub(crate) async fn rerun_loop(s: Arc<Inner>) -> Result<()> {
                     running.spawn(async move {
                         // A rerun leaves its overrun to the job's own loop, which has
                         // moved on to the latest instant meanwhile.
-                        run_round(&s, &job, instant, term, true).await;
+                        run_round(&s.round_env(), &job, instant, term, true).await;
                         name
                     });
                 }

@@ -136,10 +136,10 @@ use self::adapter::SlotAdapter;
 use self::engine::{IDLE, Inner, RAN, RUNNING};
 use crate::coordinator::Coordinator;
 use crate::error::{Error, ErrorKind, Result};
-use crate::run::{FailAction, StepDownFailure, default_fail_action};
 use crate::slots::SlotStore;
+use crate::step_down::{FailAction, StepDownFailure, default_fail_action};
 use crate::store::LeaseStore;
-use crate::store::LeaseStoreExt;
+use crate::store_ext::LeaseStoreExt;
 use crate::timings::Timings;
 
 /// Runs jobs on schedules so that each instant runs once across the cluster: see the [module

@@ -6,13 +6,14 @@ use std::time::Duration;
 use tokio::time::{Instant, sleep, timeout};
 use tracing::{Instrument, debug, info, info_span, warn};
 
-use super::engine::Inner;
+use super::adapter::SlotAdapter;
+use super::clock::WallClock;
 use super::job::{Job, Round, WorkFuture};
 use super::schedule::Schedule;
 use super::telemetry;
-use crate::error::{BoxError, Error};
+use crate::error::{BoxError, Error, Result};
 use crate::run::{Ended, RunGuard, panic_message, supervise};
-use crate::slots::SlotFinish;
+use crate::slots::{SlotFinish, SlotStore};
 use crate::term::Term;
 
 /// How the work ended.
@@ -24,6 +25,14 @@ enum Verdict {
     /// The work did not return within the step-down grace after the lease was lost: the fail
     /// action ran and the task was aborted.
     Abandoned(Error),
+}
+
+/// What a round needs of its scheduler: the store that records its finish, the adapter whose
+/// release finishes it, and the wall clock its overrun is read from.
+pub(crate) struct RoundEnv<'a> {
+    pub(crate) store: &'a dyn SlotStore,
+    pub(crate) adapter: &'a SlotAdapter,
+    pub(crate) clock: &'a dyn WallClock,
 }
 
 /// Where the job's loop goes on after a round.
@@ -42,7 +51,7 @@ pub(crate) struct RoundEnd {
 /// Runs the round of `instant_ms` under `term` and finishes it; see [`RoundEnd`] for what it
 /// returns.
 pub(crate) async fn run_round(
-    s: &Inner,
+    s: &RoundEnv<'_>,
     job: &Job,
     instant_ms: i64,
     term: Term,
@@ -213,11 +222,11 @@ async fn execute(term: &Term, fut: WorkFuture) -> Verdict {
 /// Finishes the round: the keeper's release performs `finish_slot` (see the adapter); if that
 /// did not answer, the finish is tried again directly, while the lease can still be ours.
 async fn finish(
-    s: &Inner,
+    s: &RoundEnv<'_>,
     term: &Term,
     instant_ms: i64,
     passed_ms: Option<i64>,
-) -> crate::Result<SlotFinish> {
+) -> Result<SlotFinish> {
     let holder = term.holder().clone();
     s.adapter.register_finish(&holder, instant_ms, passed_ms);
     let _ = term.resign().await;

@@ -1,0 +1,91 @@
+//! What a store can do: its [`Capabilities`], so callers and the conformance suite choose what
+//! to use.
+
+use std::time::Duration;
+
+use crate::validate::DEFAULT_MAX_NAME_BYTES;
+
+/// What a store can do, so callers and the conformance suite choose what to use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Capabilities {
+    /// Leases expire when not renewed. `false` only for stores whose terms never expire.
+    pub expiry: bool,
+    /// Terms strictly increase every time a name changes hands, across release and expiry.
+    pub fencing: bool,
+    /// Terms start at 1 and go up by exactly one per change of hands. `false` where the term is
+    /// taken from elsewhere, e.g. a stream sequence: still strictly increasing, with gaps.
+    pub consecutive_terms: bool,
+    /// After release or expiry, [`LeaseStore::get`](crate::LeaseStore::get) still reports the
+    /// name's last term (the record is kept). `false` where the server removes expired records
+    /// itself.
+    pub keeps_ended_records: bool,
+    /// A transaction can verify the lease as its first statement (SQL stores).
+    pub verify_in_transaction: bool,
+    /// The store pushes hints of changes ([`LeaseStore::changes`](crate::LeaseStore::changes)
+    /// answers `Some`), so waiters wake when a name is released instead of at their next retry.
+    pub watch: bool,
+    /// Partitioned leases are supported.
+    pub partitions: bool,
+    /// Membership records are supported.
+    pub membership: bool,
+    /// Scheduler slots are supported.
+    pub slots: bool,
+    /// [`LeaseStore::force_release`](crate::LeaseStore::force_release) is supported.
+    pub force_release: bool,
+    /// Counted leases are supported:
+    /// [`LeaseStore::claim_permit`](crate::LeaseStore::claim_permit) and the other permit
+    /// operations (see [`permits`](crate::permits)).
+    pub permits: bool,
+    /// The longest name, in bytes.
+    pub max_name_bytes: usize,
+    /// How a batch renewal of partitions reaches the server (see
+    /// [`PartitionStore::renew_partitions`](crate::PartitionStore::renew_partitions)).
+    pub batch_renew: BatchRenew,
+    /// When set, the only lease duration the store accepts (a store whose expiry is fixed
+    /// server-side, such as a bucket's max age).
+    pub fixed_ttl: Option<Duration>,
+}
+
+impl Default for Capabilities {
+    /// Leases with expiry and fencing, names up to [`DEFAULT_MAX_NAME_BYTES`], nothing else.
+    fn default() -> Self {
+        Capabilities {
+            expiry: true,
+            fencing: true,
+            consecutive_terms: true,
+            keeps_ended_records: true,
+            verify_in_transaction: false,
+            watch: false,
+            partitions: false,
+            membership: false,
+            slots: false,
+            force_release: false,
+            permits: false,
+            max_name_bytes: DEFAULT_MAX_NAME_BYTES,
+            batch_renew: BatchRenew::default(),
+            fixed_ttl: None,
+        }
+    }
+}
+
+/// How a store's
+/// [`PartitionStore::renew_partitions`](crate::PartitionStore::renew_partitions) reaches the
+/// server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BatchRenew {
+    /// A fixed number of round trips, however many partitions are renewed.
+    Fixed {
+        /// Round trips per call.
+        round_trips: u32,
+    },
+    /// One request per partition, sent without waiting for the answers (a server with no
+    /// multi-key operation); each renewal is atomic on its own.
+    Pipelined,
+}
+
+impl Default for BatchRenew {
+    /// One round trip.
+    fn default() -> Self {
+        BatchRenew::Fixed { round_trips: 1 }
+    }
+}

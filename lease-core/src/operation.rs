@@ -1,0 +1,122 @@
+//! The name of every store operation: what a hook sees and an error's context names.
+
+use std::fmt;
+
+/// One store operation, as a hook or an error's context names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Operation {
+    /// [`LeaseStore::available`](crate::LeaseStore::available).
+    Available,
+    /// [`LeaseStore::claim`](crate::LeaseStore::claim).
+    Claim,
+    /// [`LeaseStore::renew`](crate::LeaseStore::renew).
+    Renew,
+    /// [`LeaseStore::release`](crate::LeaseStore::release).
+    Release,
+    /// [`LeaseStore::verify`](crate::LeaseStore::verify).
+    Verify,
+    /// [`LeaseStore::get`](crate::LeaseStore::get).
+    Get,
+    /// [`LeaseStore::force_release`](crate::LeaseStore::force_release).
+    ForceRelease,
+    /// [`PartitionStore::acquire_partition`](crate::PartitionStore::acquire_partition).
+    AcquirePartition,
+    /// [`PartitionStore::renew_partitions`](crate::PartitionStore::renew_partitions).
+    RenewPartitions,
+    /// [`PartitionStore::release_partitions`](crate::PartitionStore::release_partitions).
+    ReleasePartitions,
+    /// [`PartitionStore::owners`](crate::PartitionStore::owners).
+    Owners,
+    /// [`MembershipStore::heartbeat`](crate::MembershipStore::heartbeat).
+    Heartbeat,
+    /// [`MembershipStore::members`](crate::MembershipStore::members).
+    Members,
+    /// [`MembershipStore::leave`](crate::MembershipStore::leave).
+    Leave,
+    /// [`SlotStore::claim_slot`](crate::SlotStore::claim_slot).
+    ClaimSlot,
+    /// [`SlotStore::finish_slot`](crate::SlotStore::finish_slot).
+    FinishSlot,
+    /// [`SlotStore::unfinished`](crate::SlotStore::unfinished).
+    Unfinished,
+    /// [`SlotStore::claim_rerun`](crate::SlotStore::claim_rerun).
+    ClaimRerun,
+    /// [`SlotStore::last_slot`](crate::SlotStore::last_slot).
+    LastSlot,
+    /// [`PollingStore::try_acquire`](crate::PollingStore::try_acquire).
+    PollAcquire,
+    /// [`PollingStore::release`](crate::PollingStore::release).
+    PollRelease,
+    /// [`LeaseStore::claim_permit`](crate::LeaseStore::claim_permit).
+    ClaimPermit,
+    /// [`LeaseStore::renew_permit`](crate::LeaseStore::renew_permit).
+    RenewPermit,
+    /// [`LeaseStore::release_permit`](crate::LeaseStore::release_permit).
+    ReleasePermit,
+    /// [`LeaseStore::verify_permit`](crate::LeaseStore::verify_permit).
+    VerifyPermit,
+    /// [`LeaseStore::read_back_permit`](crate::LeaseStore::read_back_permit).
+    ReadBackPermit,
+    /// [`LeaseStore::permits`](crate::LeaseStore::permits).
+    Permits,
+}
+
+impl Operation {
+    /// The operation's name in snake case, e.g. `"renew_partitions"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Operation::Available => "available",
+            Operation::Claim => "claim",
+            Operation::Renew => "renew",
+            Operation::Release => "release",
+            Operation::Verify => "verify",
+            Operation::Get => "get",
+            Operation::ForceRelease => "force_release",
+            Operation::AcquirePartition => "acquire_partition",
+            Operation::RenewPartitions => "renew_partitions",
+            Operation::ReleasePartitions => "release_partitions",
+            Operation::Owners => "owners",
+            Operation::Heartbeat => "heartbeat",
+            Operation::Members => "members",
+            Operation::Leave => "leave",
+            Operation::ClaimSlot => "claim_slot",
+            Operation::FinishSlot => "finish_slot",
+            Operation::Unfinished => "unfinished",
+            Operation::ClaimRerun => "claim_rerun",
+            Operation::LastSlot => "last_slot",
+            Operation::PollAcquire => "poll_acquire",
+            Operation::PollRelease => "poll_release",
+            Operation::ClaimPermit => "claim_permit",
+            Operation::RenewPermit => "renew_permit",
+            Operation::ReleasePermit => "release_permit",
+            Operation::VerifyPermit => "verify_permit",
+            Operation::ReadBackPermit => "read_back_permit",
+            Operation::Permits => "permits",
+        }
+    }
+
+    /// `true` for the operations that can change what the store holds (claims, renewals,
+    /// releases, heartbeats, leaves, slot claims and finishes, and the read-back of a permit
+    /// claim, which a store may renew to adopt it); `false` for pure reads.
+    pub fn writes(self) -> bool {
+        !matches!(
+            self,
+            Operation::Available
+                | Operation::Verify
+                | Operation::Get
+                | Operation::Owners
+                | Operation::Members
+                | Operation::Unfinished
+                | Operation::LastSlot
+                | Operation::VerifyPermit
+                | Operation::Permits
+        )
+    }
+}
+
+impl fmt::Display for Operation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
