@@ -315,10 +315,9 @@ async fn consumed(
     w
 }
 
-/// Items 10 and 11 of the safety issue: through joins, a graceful leave and a dropped worker,
-/// with consumers that acknowledge at once, acknowledge late, or never do (and stop just
-/// within the grace), no two consumers ever work one partition at once, and every holding of
-/// a partition has a higher epoch than the one before.
+/// Through joins, a graceful leave and a dropped worker, with consumers that acknowledge at once,
+/// acknowledge late, or never do (and stop just within the grace), no two consumers ever work one
+/// partition at once, and every holding of a partition has a higher epoch than the one before.
 #[tokio::test(start_paused = true)]
 async fn a_graceful_rebalance_never_lets_two_consumers_work_one_partition() {
     let store = MemoryStore::new();
@@ -352,8 +351,8 @@ async fn a_graceful_rebalance_never_lets_two_consumers_work_one_partition() {
     assert!(store.owners(GROUP).await.unwrap().is_empty());
 }
 
-/// Item 10: a partition given up is released only once its consumer acknowledged the stop or
-/// the grace passed; an acknowledgement makes the hand-over (and `leave`) prompt.
+/// A partition given up is released only once its consumer acknowledged the stop or the grace
+/// passed; an acknowledgement makes the hand-over (and `leave`) prompt.
 #[tokio::test(start_paused = true)]
 async fn a_hand_over_waits_for_the_acknowledgement_or_the_grace() {
     let t = timings();
@@ -414,9 +413,9 @@ async fn a_hand_over_waits_for_the_acknowledgement_or_the_grace() {
     }
 }
 
-/// Item 11: renewals reach the store but their answers are lost, so the worker publishes the
-/// loss at its deadline while the store still holds the partitions under its owner; the
-/// partitions come back under higher epochs, never the same ones.
+/// Renewals reach the store but their answers are lost, so the worker publishes the loss at its
+/// deadline while the store still holds the partitions under its owner; the partitions come back
+/// under higher epochs, never the same ones.
 #[tokio::test(start_paused = true)]
 async fn a_published_loss_is_never_followed_by_the_same_epoch() {
     let store = scripted();
@@ -447,9 +446,9 @@ async fn a_published_loss_is_never_followed_by_the_same_epoch() {
     audit.assert_clean();
 }
 
-/// Item 15: an acquire whose answer is lost (it took effect) is read back: the partition is
-/// adopted while it is still this node's share, released at once (never published) when the
-/// assignment has moved it elsewhere — so its new owner does not wait out the lease.
+/// An acquire whose answer is lost (it took effect) is read back: the partition is adopted while it
+/// is still this node's share, released at once (never published) when the assignment has moved it
+/// elsewhere — so its new owner does not wait out the lease.
 #[tokio::test(start_paused = true)]
 async fn an_acquire_of_unknown_outcome_is_read_back() {
     let t = timings();
@@ -613,9 +612,9 @@ fn scripted() -> ScriptedStore {
     MemoryStore::new().with_hook(Script::default())
 }
 
-/// Item 4: with more than 10,000 partitions the batch renewal goes in chunks; a stalled chunk
-/// is cut at the earliest deadline of every held partition, and a partition of another chunk
-/// leaves the assignment at its own deadline, not when the stalled chunk gives up.
+/// With more than 10,000 partitions the batch renewal goes in chunks; a stalled chunk is cut at the
+/// earliest deadline of every held partition, and a partition of another chunk leaves the
+/// assignment at its own deadline, not when the stalled chunk gives up.
 #[tokio::test(start_paused = true)]
 async fn a_stalled_chunk_does_not_keep_another_chunks_partitions_past_their_deadline() {
     const BIG: u32 = 10_050;
@@ -656,10 +655,10 @@ async fn a_stalled_chunk_does_not_keep_another_chunks_partitions_past_their_dead
     drop(a);
 }
 
-/// Item 3 (the group worker): local deadlines count a machine suspend. A suspend past the
-/// deadline — simulated by jumping the boot clock — unpublishes every partition at once on
-/// resume, whether the worker is between ticks or waiting on a store that does not answer;
-/// the partitions come back later under higher epochs.
+/// The group worker's local deadlines count a machine suspend. A suspend past the deadline —
+/// simulated by jumping the boot clock — unpublishes every partition at once on resume, whether the
+/// worker is between ticks or waiting on a store that does not answer; the partitions come back
+/// later under higher epochs.
 #[tokio::test(start_paused = true)]
 async fn a_suspend_past_the_deadline_unpublishes_at_once_on_resume() {
     use lease_core::clock::testing;

@@ -51,7 +51,7 @@ async fn live_holder(store: &impl LeaseStore, name: &str) -> Option<String> {
 }
 
 // ---------------------------------------------------------------------------------------------
-// A dropped run (safety issue, item 2)
+// A dropped run: the lease stays held and renewed until its work returns
 
 #[derive(Clone, Copy, Debug)]
 enum Via {
@@ -233,7 +233,7 @@ async fn abandoned_work_is_released_once_its_task_is_gone_though_a_handle_is_kep
 }
 
 // ---------------------------------------------------------------------------------------------
-// close racing run (item 5)
+// close racing run: either the run is counted or it starts nothing
 
 /// `close` signals a term no run is using and releases it; a `run` handed that term meanwhile
 /// must not start its work: the lease is (being) released, so another holder may start too.
@@ -314,7 +314,7 @@ async fn run_of_a_resigned_or_lost_term_starts_no_work() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// An elector whose work fails (item 13)
+// An elector whose work fails: by default it steps down, backs off and campaigns again
 
 /// A work error that wraps another error, as `?` through an application error type does.
 #[derive(Debug)]

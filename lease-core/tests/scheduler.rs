@@ -894,8 +894,9 @@ async fn shutdown_works_on_the_task_that_polls_run() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Work that does not keep its round (safety issue, item 2), and instants held by a crashed
-// round's lease (item 15).
+// Work that does not keep its round (its lease stays held until the work returns), and
+// instants held by a crashed round's lease (run once that lease ends; those it outlasted are
+// counted as missed).
 
 #[derive(Debug, Clone)]
 struct End {

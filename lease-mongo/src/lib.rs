@@ -74,8 +74,9 @@
 //!   upserts racing to insert a missing document end on servers that do not retry the loser
 //!   themselves (from 4.2 the server usually retries the loser as an update, which then finds
 //!   the winner's live lease and leaves it as it was).
-//!   Unlike the reference design, a claim never extends a live lease, not even the same
-//!   holder's (renew does), so the epoch always grows by one.
+//!   A claim never extends a live lease, not even the same holder's (renew does; only a
+//!   partition's acquire keeps the epoch of its owner's live lease), so the epoch always grows
+//!   by one.
 //! - **Renew**, **release** and **verify** act only on the document live by `$$NOW` under the
 //!   caller's holder token. Release sets `expires_at` to 1970 and keeps the document, so the
 //!   epoch continues. **Force release** does the same for whoever holds the name live.

@@ -409,9 +409,9 @@ async fn configuration_is_checked_and_capabilities_are_declared() {
     );
 }
 
-/// Item 14 of the safety issue: a store built with `with_client` (no I/O) runs its start-up
-/// check before its first claim, acquire or heartbeat, whether or not `available()` was called:
-/// the operation's error is the check's.
+/// A store built with `with_client` (no I/O) runs its start-up check before its first claim,
+/// acquire or heartbeat, whether or not `available()` was called: the operation's error is the
+/// check's.
 #[tokio::test]
 async fn a_store_built_with_client_runs_its_start_up_check_before_the_first_claim() {
     let store = refused_store(200, Duration::from_secs(5)).await;

@@ -10,9 +10,9 @@
 //! see the crate docs, *Hints*), fire and forget, on its listener's client. The stores' listeners
 //! run on a client of their own, straight to the server, and are connected before any count: so
 //! the proxy sees exactly the exchanges each operation waits for, and the test's own subscriber
-//! counts the hints (the releases assert how many there were). Before, the hints went through
-//! the proxy on the stores' own clients and counted one exchange more or not, as async-nats
-//! flushed them alone or with the next request.
+//! counts the hints (the releases assert how many there were). Hints sent through the proxy on
+//! the stores' own clients would count one exchange more or not, as async-nats flushed them
+//! alone or with the next request.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

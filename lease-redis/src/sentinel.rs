@@ -382,8 +382,8 @@ mod pinned {
 
     /// The claim whose check passed goes out on the server that was checked (the durable one),
     /// not on the connection a failover opened meanwhile; the next claim checks the new
-    /// primary and is refused. Before, the claim went out on the new, unchecked connection and
-    /// was granted on the volatile server, and so was the next.
+    /// primary and is refused: neither this claim nor the next is granted on the volatile
+    /// server.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_claim_goes_out_on_the_server_its_check_passed_on() {
         let Some((durable, volatile, store)) = failover_after_the_check().await else {
@@ -410,8 +410,8 @@ mod pinned {
     }
 
     /// An explicit `available()` records the connection it checked, not the one a failover
-    /// opened while it checked: the next claim checks the new primary and is refused. Before,
-    /// the new connection was recorded as checked, and the claim granted on the volatile server.
+    /// opened while it checked: the next claim checks the new primary and is refused, so
+    /// nothing is granted on the volatile server.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn available_records_the_connection_it_checked() {
         let Some((_durable, volatile, store)) = failover_after_the_check().await else {

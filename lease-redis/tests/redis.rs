@@ -534,9 +534,9 @@ async fn with_server_config<T: Send + 'static>(
     }
 }
 
-/// Item 9a of the safety issue: AOF synced once a second (Redis's default) can lose the last
-/// second of claims on a host crash, so a `Counter` term could repeat: refused unless accepted
-/// by `allow_fsync_everysec` (or `allow_volatile`), or the terms are clock-floored.
+/// AOF synced once a second (Redis's default) can lose the last second of claims on a host crash,
+/// so a `Counter` term could repeat: refused unless accepted by `allow_fsync_everysec` (or
+/// `allow_volatile`), or the terms are clock-floored.
 #[tokio::test]
 async fn available_refuses_appendfsync_everysec_unless_accepted() {
     let Some(url) = common::url() else { return };
@@ -622,10 +622,10 @@ async fn built_with_client(url: &str, config: RedisConfig) -> RedisStore {
     RedisStore::with_client(manager, config).unwrap()
 }
 
-/// Item 14 of the safety issue: a store built with `with_client` on a server without AOF, on
-/// which nobody calls `available()`, still refuses to hand out terms: the store runs its
-/// start-up check before its first claim, acquire or heartbeat, so a coordinator, a group
-/// worker and a scheduler over it refuse to start; `allow_volatile` lets them.
+/// A store built with `with_client` on a server without AOF, on which nobody calls `available()`,
+/// still refuses to hand out terms: the store runs its start-up check before its first claim,
+/// acquire or heartbeat, so a coordinator, a group worker and a scheduler over it refuse to start;
+/// `allow_volatile` lets them.
 #[tokio::test]
 async fn a_store_built_with_client_checks_the_server_before_its_first_claim() {
     use lease_core::{
@@ -832,9 +832,9 @@ async fn a_user_who_may_not_publish_still_claims_and_releases() {
 
 /// With `replica_acks`, every operation's pipeline publishes on `<prefix>replica-sync` after
 /// its script: a user who may not publish is refused at the start-up check, before the first
-/// claim, with `Unsupported` naming the channel. Before, the check passed, and each claim took
-/// effect and then failed on the refused `PUBLISH` with a permanent `Backend` error (the name
-/// held, by a token nobody knew, until its TTL).
+/// claim, with `Unsupported` naming the channel, and the refused claim writes nothing. Passed at
+/// start-up, each claim would take effect and then fail on the refused `PUBLISH` with a
+/// permanent `Backend` error (the name held, by a token nobody knew, until its TTL).
 #[tokio::test]
 async fn with_replica_acks_a_user_who_may_not_publish_is_refused_at_start_up() {
     let Some(url) = common::url() else { return };
@@ -879,9 +879,9 @@ async fn with_replica_acks_a_user_who_may_not_publish_is_refused_at_start_up() {
 /// reach no other process's subscriber, and where the processes share the user, theirs reach
 /// none here — so its waiters keep their polling pace; it still claims and releases. A
 /// subscription made again later (the subscriber killed) does not turn the hints connected.
-/// Before, they said connected from the subscription on, and a waiter of this store waited on
-/// hints another process of the same user never sent (5 s for a release whose waiter's retry
-/// was 0.8 s).
+/// Hints that said connected from the subscription on would make a waiter of this store wait
+/// on hints another process of the same user never sends (5 s for a release whose waiter's
+/// retry is 0.8 s).
 #[tokio::test]
 async fn a_store_that_may_not_publish_says_its_hints_are_disconnected() {
     let Some(url) = common::url() else { return };

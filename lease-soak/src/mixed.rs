@@ -56,10 +56,11 @@ const NATS_CREATE: &[u8] = b"Nats-Expected-Last-Subject-Sequence: 0\r\n";
 
 /// How much longer than the run the claimers race on `backend`: 20 s on NATS, none elsewhere.
 ///
-/// On NATS a claim of 3 breaks its limit (today, before the fix of issue 25) only where a lost
-/// create's answer meets a claim of 5 slipping a permit in between its count and its create:
-/// 0 to 5 times in 20 s (seed 1, 0 in one whole run of six backends), so NATS's claimers race
-/// twice as long, for 20 s of the soak's wall time.
+/// On a NATS store whose read-back adopts an unknown claim without counting again (lease-nats
+/// before df9935b), a claim of 3 breaks its limit only where a lost create's answer meets a
+/// claim of 5 slipping a permit in between its count and its create: 0 to 5 times in 20 s
+/// (seed 1, 0 in one whole run of six backends). So NATS's claimers race twice as long, for
+/// 20 s of the soak's wall time, to give such a store the chance to show itself.
 pub(crate) fn extra(backend: &str) -> Duration {
     if backend == "nats" {
         Duration::from_secs(20)
@@ -82,19 +83,18 @@ pub(crate) fn timings(lease: Timings) -> Timings {
 /// the attempt timeout, [`ATTEMPT`], now and then: the outcome is unknown and read back, and a
 /// purge or a release lands late), 2 % with their answers lost.
 ///
-/// On NATS the chaos is aimed instead: the claimers of 3 lose the answer of 60 % of their
-/// permit creates (a focus on the bytes of a key create, [`NATS_CREATE`]; nothing else of
-/// theirs is touched), the path where the coordinator reads back a claim whose create's
-/// acknowledgement was lost, before the store re-counted; the claimers of 5 meet no chaos. Not
-/// every create: a store that, rightly, refuses to adopt a claim it cannot re-count in time
-/// would then grant no claim of 3 at all (the lease-nats fix of issue 25, tried here: 2 and 4
-/// grants of 3 in 20 s with every create's answer lost, 24 and 21 with 60 %). A lost answer costs a NATS
-/// client a reconnection and a timeout, and a claim of 3 breaks its limit only when a claim of
-/// 5 slipped a permit in between its count and its create: with losses at random as on the
-/// other backends, too few of those creates lost theirs within a 20 s run (none in 5 runs),
-/// and any more chaos on either side (delays, held answers, held purges) slowed the races down
-/// and found fewer (found by trying, seeds 1–4). So NATS's schedule has lost answers, but no
-/// held or delayed purges.
+/// On NATS the chaos is aimed instead: the claimers of 3 lose the answer of 60 % of their permit
+/// creates (a focus on the bytes of a key create, [`NATS_CREATE`]; nothing else of theirs is
+/// touched), the path where the coordinator reads back a claim whose create's acknowledgement was
+/// lost, before the store re-counted; the claimers of 5 meet no chaos. Not every create: a store
+/// that, rightly, refuses to adopt a claim it cannot re-count in time would then grant no claim of
+/// 3 at all (lease-nats's read-back, which adopts a claim only within its N, gave 2 and 4 grants of
+/// 3 in 20 s with every create's answer lost, 24 and 21 with 60 %). A lost answer costs a NATS
+/// client a reconnection and a timeout, and a claim of 3 breaks its limit only when a claim of 5
+/// slipped a permit in between its count and its create: with losses at random as on the other
+/// backends, too few of those creates lost theirs within a 20 s run (none in 5 runs), and any more
+/// chaos on either side (delays, held answers, held purges) slows the races down and finds fewer
+/// (tried with seeds 1–4). So NATS's schedule has lost answers, but no held or delayed purges.
 pub(crate) fn chaos(seed: u64, backend: &str, claimer: usize) -> ChaosConfig {
     let ms = Duration::from_millis;
     let seed = Rng::new(seed, &format!("{backend}/mixed-{claimer}")).next_u64();

@@ -9,9 +9,10 @@
 //! - the holder's renewals of B and C, two at a time every 100 ms, keep their cadence on the
 //!   other connection.
 //!
-//! Before the fix, an operation finding no connection free queued on one chosen round-robin,
-//! so every other renewal of B or C waited behind the pinned connection for the whole
-//! transaction; and the contender's claim itself waited on the lock.
+//! An operation that queued on one connection chosen round-robin, rather than taking the first
+//! that frees up, would make every other renewal of B or C wait behind the pinned connection
+//! for the whole transaction; and a claim that waited on the lock would hold the contender up
+//! just as long.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
