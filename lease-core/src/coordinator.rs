@@ -17,6 +17,7 @@ use crate::leadership::{Board, Leadership};
 use crate::observer::Observer;
 use crate::permits::Target;
 use crate::record::{Grant, HolderToken, validate_instance};
+use crate::slots::{SlotClaim, SlotStore};
 use crate::step_down::{FailAction, StepDownFailure, default_fail_action};
 use crate::store::LeaseStore;
 use crate::store_ext::LeaseStoreExt;
@@ -90,18 +91,61 @@ struct Terms {
 /// What a claim won: the permit (for a counted name) and the grant; `None` when held.
 type Won = Option<(Option<u32>, Grant)>;
 
-/// `Held` for `target`: the name is held, or every permit of it.
-fn held(target: &Target) -> Error {
-    match target {
-        Target::Lease(name) => Error::held(name),
-        Target::Permits(p) => Error::new(
-            ErrorKind::Held,
-            format!(
-                "all {} permits of '{}' are held by others",
-                p.count(),
-                p.name()
+/// What the scheduler claims through [`Coordinator::claim_slot`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SlotAsk {
+    /// The instant, for its first round (`claim_slot`).
+    Instant(i64),
+    /// The unfinished instant, for its one rerun (`claim_rerun`).
+    Rerun(i64),
+}
+
+/// The claim an attempt makes, and with it how the attempt reads back an unknown outcome.
+#[derive(Clone, Copy)]
+enum Claim<'a> {
+    /// A name (`claim`, read back with `verify`) or one permit of a counted name
+    /// (`claim_permit`, read back with `read_back_permit`).
+    Target(&'a Target),
+    /// An instant of a scheduler job (`claim_slot`) or its rerun (`claim_rerun`), on the
+    /// coordinator's own store seen as a slot store. Read back with `verify`, as a name: the
+    /// holder token is new, so a lease found under it was granted by this claim, which the
+    /// store makes only when the slot rules allow it.
+    Slot {
+        store: &'a dyn SlotStore,
+        name: &'a str,
+        ask: SlotAsk,
+    },
+}
+
+impl Claim<'_> {
+    fn name(&self) -> &str {
+        match self {
+            Claim::Target(target) => target.name(),
+            Claim::Slot { name, .. } => name,
+        }
+    }
+
+    /// The permit count, for a permit of a counted name.
+    fn permits(&self) -> Option<u32> {
+        match self {
+            Claim::Target(target) => target.permits(),
+            Claim::Slot { .. } => None,
+        }
+    }
+
+    /// `Held` for this claim: the name is held, or every permit of it.
+    fn held(&self) -> Error {
+        match self {
+            Claim::Target(Target::Permits(p)) => Error::new(
+                ErrorKind::Held,
+                format!(
+                    "all {} permits of '{}' are held by others",
+                    p.count(),
+                    p.name()
+                ),
             ),
-        ),
+            _ => Error::held(self.name()),
+        }
     }
 }
 
@@ -328,54 +372,118 @@ impl Coordinator {
 
     /// [`try_acquire`](Coordinator::try_acquire) of `target`.
     pub(crate) async fn claim_once(&self, target: &Target) -> Result<Term> {
+        self.claim_attempt(Claim::Target(target)).await.0
+    }
+
+    /// Claims an instant of the scheduler's job `name`, or its rerun, as `ask` says, once: the
+    /// same attempt as [`try_acquire`](Coordinator::try_acquire)'s (bounded by the attempt
+    /// timeout, read back with `verify` when its outcome is unknown, the term adopted and
+    /// registered for `close`). `store` is this coordinator's own store, as a slot store.
+    ///
+    /// Returns the term, or the error (`Held` when the store did not grant the claim, `Closed`
+    /// after `close`), and beside it the store's answer to `claim_slot`: `None` for a rerun
+    /// (its grant says it all) and when the answer was lost (a claim then adopted by the
+    /// read-back reports no superseded instant).
+    pub(crate) async fn claim_slot(
+        &self,
+        store: &dyn SlotStore,
+        name: &str,
+        ask: SlotAsk,
+    ) -> (Result<Term>, Option<SlotClaim>) {
+        debug_assert!(
+            std::ptr::addr_eq(std::ptr::from_ref(store), Arc::as_ptr(&self.shared.store)),
+            "slots are claimed on the coordinator's own store"
+        );
+        self.claim_attempt(Claim::Slot { store, name, ask }).await
+    }
+
+    /// One attempt of `claim`: claim once, read back an unknown outcome, adopt what was won.
+    /// Returns the term or the error, and the store's answer to a slot claim.
+    async fn claim_attempt(&self, claim: Claim<'_>) -> (Result<Term>, Option<SlotClaim>) {
         let shared = &self.shared;
         if self.is_closed() {
-            return Err(Error::closed());
+            return (Err(Error::closed()), None);
         }
-        let name = target.name();
+        let name = claim.name();
         let store = &shared.store;
-        store.validate_name(name)?;
+        if let Err(e) = store.validate_name(name) {
+            return (Err(e), None);
+        }
         let t = shared.timings;
         let holder = HolderToken::mint();
         let start = Stamp::now();
-        let claim = async {
-            match target.permits() {
-                None => Ok(store
-                    .claim(name, &holder, &shared.instance, t.lease())
-                    .await?
-                    .map(|g| (None, g))),
-                Some(n) => Ok(store
-                    .claim_permit(name, n, &holder, &shared.instance, t.lease())
-                    .await?
-                    .map(|g| (Some(g.permit), g.grant))),
+        let (instance, ttl) = (shared.instance.as_str(), t.lease());
+        let request = async {
+            match claim {
+                Claim::Target(target) => match target.permits() {
+                    None => Ok((
+                        store
+                            .claim(name, &holder, instance, ttl)
+                            .await?
+                            .map(|g| (None, g)),
+                        None,
+                    )),
+                    Some(n) => Ok((
+                        store
+                            .claim_permit(name, n, &holder, instance, ttl)
+                            .await?
+                            .map(|g| (Some(g.permit), g.grant)),
+                        None,
+                    )),
+                },
+                Claim::Slot {
+                    store,
+                    ask: SlotAsk::Instant(instant_ms),
+                    ..
+                } => {
+                    let answer = store
+                        .claim_slot(name, &holder, instance, ttl, instant_ms)
+                        .await?;
+                    let won = match answer {
+                        SlotClaim::Claimed { grant, .. } => Some((None, grant)),
+                        _ => None,
+                    };
+                    Ok((won, Some(answer)))
+                }
+                Claim::Slot {
+                    store,
+                    ask: SlotAsk::Rerun(instant_ms),
+                    ..
+                } => Ok((
+                    store
+                        .claim_rerun(name, &holder, instance, ttl, instant_ms)
+                        .await?
+                        .map(|g| (None, g)),
+                    None,
+                )),
             }
         };
-        let outcome: std::result::Result<Result<Won>, _> =
-            timeout(t.attempt_timeout(), claim).await;
-        let (permit, grant) = match outcome {
-            Ok(Ok(Some(won))) => won,
-            Ok(Ok(None)) => {
+        let outcome: std::result::Result<Result<(Won, Option<SlotClaim>)>, _> =
+            timeout(t.attempt_timeout(), request).await;
+        let ((permit, grant), answer) = match outcome {
+            Ok(Ok((Some(won), answer))) => (won, answer),
+            Ok(Ok((None, answer))) => {
                 debug!(name, "lease is held by another holder");
-                return Err(held(target));
+                return (Err(claim.held()), answer);
             }
-            Ok(Err(e)) if !e.is_temporary() => return Err(e),
-            Ok(Err(e)) => return self.read_back(target, &holder, start, e).await,
+            Ok(Err(e)) if !e.is_temporary() => return (Err(e), None),
+            Ok(Err(e)) => return (self.read_back(claim, &holder, start, e).await, None),
             Err(_) => {
                 let e = Error::timeout(format_args!("claim of '{name}'"), t.attempt_timeout());
-                return self.read_back(target, &holder, start, e).await;
+                return (self.read_back(claim, &holder, start, e).await, None);
             }
         };
-        self.adopt(name, permit, holder, start, grant).await
+        (self.adopt(name, permit, holder, start, grant).await, answer)
     }
 
     async fn read_back(
         &self,
-        target: &Target,
+        claim: Claim<'_>,
         holder: &HolderToken,
         start: Stamp,
         original: Error,
     ) -> Result<Term> {
-        let name = target.name();
+        let name = claim.name();
         let t = self.shared.timings;
         let left = start.remaining(t.deadline());
         if left.is_zero() {
@@ -383,7 +491,7 @@ impl Coordinator {
         }
         let store = &self.shared.store;
         let verify = async {
-            match target.permits() {
+            match claim.permits() {
                 None => Ok(store.verify(name, holder).await?.map(|g| (None, g))),
                 Some(n) => Ok(store
                     .read_back_permit(name, n, holder)

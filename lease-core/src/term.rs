@@ -12,6 +12,7 @@ use crate::clock::{Deadline, Stamp};
 use crate::context::CoordShared;
 use crate::error::{Error, ErrorKind, Result};
 use crate::record::{Grant, HolderToken};
+use crate::slots::{SlotFinish, SlotStore};
 use crate::store::LeaseStore;
 use crate::telemetry::{self, LossCause};
 use crate::timings::Timings;
@@ -52,6 +53,21 @@ impl Drop for TermHandle {
     }
 }
 
+/// How the keeper gives the lease back once it has stopped renewing.
+enum Ending {
+    /// `release` (or `release_permit`, for a permit).
+    Release,
+    /// `finish_slot` on the term's own store, seen as a slot store: records a scheduler round
+    /// as run to its end and gives the name back. Performed in place of the release, after the
+    /// last renewal, so no renewal can race the finish and find the lease gone just after the
+    /// finish gave it back.
+    FinishSlot {
+        store: Arc<dyn SlotStore>,
+        instant_ms: i64,
+        passed_ms: Option<i64>,
+    },
+}
+
 struct Status {
     /// Start of the last claim or renewal known to have succeeded.
     last_ok: Stamp,
@@ -61,8 +77,12 @@ struct Status {
     end: Option<Error>,
     /// When the term ended (its `done` fired), for the grace its work used.
     ended_at: Option<Stamp>,
+    /// How the keeper gives the lease back; taken when it starts to.
+    ending: Ending,
     /// Result of the release at the end, once done.
     released: Option<Result<bool>>,
+    /// The answer of the finish, when the ending was `FinishSlot` and the store answered.
+    finish: Option<Result<SlotFinish>>,
     /// How many runs (and the tasks of their work) are using this term. Changed only under
     /// this lock, together with the checks in `try_add_run` and `stop_if_unused`, so a run and
     /// `Coordinator::close` never both believe they own the release.
@@ -119,8 +139,22 @@ impl TermShared {
         }
     }
 
-    /// Releases what this term holds.
+    /// Gives back what this term holds, as its ending says: `Ok(true)` when it was still held
+    /// and has been given back.
     async fn release(&self) -> Result<bool> {
+        let ending = std::mem::replace(&mut self.status().ending, Ending::Release);
+        if let Ending::FinishSlot {
+            store,
+            instant_ms,
+            passed_ms,
+        } = ending
+        {
+            let result = store
+                .finish_slot(&self.name, &self.holder, instant_ms, passed_ms)
+                .await;
+            self.status().finish = Some(result.clone());
+            return result.map(|f| f.released);
+        }
         match self.permit {
             None => self.store.release(&self.name, &self.holder).await,
             Some(p) => self.store.release_permit(&self.name, p, &self.holder).await,
@@ -263,7 +297,9 @@ impl Term {
                 expires_in: grant.expires_in,
                 end: None,
                 ended_at: None,
+                ending: Ending::Release,
                 released: None,
+                finish: None,
                 runs: 0,
             }),
         });
@@ -393,6 +429,31 @@ impl Term {
         let shared = self.shared();
         shared.end(None);
         shared.stop_and_wait().await.map(|_| ())
+    }
+
+    /// Resigns with `finish_slot` in place of the release: the keeper stops renewing, then
+    /// records the scheduler round of `instant_ms` as run to its end on `store` (this term's
+    /// own store) and gives the name back. Returns the finish's answer; `None` when the keeper
+    /// performed no finish (its release had begun already, or the store had said the lease
+    /// is gone) or the finish did not answer within the attempt timeout.
+    pub(crate) async fn resign_finishing(
+        &self,
+        store: Arc<dyn SlotStore>,
+        instant_ms: i64,
+        passed_ms: Option<i64>,
+    ) -> Option<Result<SlotFinish>> {
+        let shared = self.shared();
+        debug_assert!(
+            std::ptr::addr_eq(Arc::as_ptr(&store), Arc::as_ptr(&shared.store)),
+            "a round is finished on the store its term was claimed on"
+        );
+        shared.status().ending = Ending::FinishSlot {
+            store,
+            instant_ms,
+            passed_ms,
+        };
+        let _ = self.resign().await;
+        shared.status().finish.take()
     }
 }
 

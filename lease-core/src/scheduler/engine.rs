@@ -12,16 +12,16 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
 
-use super::adapter::{self, Ask, Claimed, SlotAdapter};
 use super::clock::WallClock;
 use super::job::{CatchUp, Job};
 use super::round::{RoundEnv, run_round};
 use super::schedule::Schedule;
 use super::telemetry;
-use crate::coordinator::Coordinator;
+use crate::coordinator::{Coordinator, SlotAsk};
 use crate::error::{Error, ErrorKind, Result};
 use crate::notify::{Topic, Wakeups};
-use crate::slots::{SlotRecord, SlotStore};
+use crate::slots::{SlotClaim, SlotRecord, SlotStore};
+use crate::term::Term;
 
 /// The longest single sleep while waiting for an instant: the wall clock is read again after
 /// it, so a step of the system clock delays a round by at most this much.
@@ -41,8 +41,8 @@ pub(crate) const RUNNING: u8 = 1;
 pub(crate) const RAN: u8 = 2;
 
 pub(crate) struct Inner {
+    /// The store; the coordinator runs on the same one.
     pub(crate) store: Arc<dyn SlotStore>,
-    pub(crate) adapter: Arc<SlotAdapter>,
     pub(crate) coordinator: Coordinator,
     pub(crate) jobs: Vec<Job>,
     pub(crate) clock: Arc<dyn WallClock>,
@@ -56,12 +56,57 @@ pub(crate) struct Inner {
     pub(crate) loops: TaskTracker,
 }
 
+/// The outcome of a claim through the coordinator.
+enum Claimed {
+    /// This replica runs the round; `superseded_ms` as reported by the store (`None` too when
+    /// the claim's answer was lost and read back).
+    Term {
+        term: Term,
+        superseded_ms: Option<i64>,
+    },
+    /// The lease is held (a round is running), or another replica matched first; for a rerun
+    /// also: not (or no longer) eligible.
+    Held,
+    /// This instant or a later one is on record.
+    Taken { last_ms: i64 },
+    /// The instant is in the future by the store's clock.
+    Early { now_ms: i64 },
+    /// The scheduler is shutting down.
+    Closed,
+    /// The claim failed; its outcome is known not to have taken effect, or unknown and not
+    /// found by the read-back.
+    Failed(Error),
+}
+
 impl Inner {
+    /// Claims `name` as `ask` says, through the coordinator's claim of a slot.
+    async fn claim(&self, name: &str, ask: SlotAsk) -> Claimed {
+        let (outcome, answer) = self.coordinator.claim_slot(&*self.store, name, ask).await;
+        match outcome {
+            Ok(term) => {
+                let superseded_ms = match answer {
+                    Some(SlotClaim::Claimed { superseded_ms, .. }) => superseded_ms,
+                    _ => None,
+                };
+                Claimed::Term {
+                    term,
+                    superseded_ms,
+                }
+            }
+            Err(e) if e.is(ErrorKind::Held) => match answer {
+                Some(SlotClaim::Taken { last_ms }) => Claimed::Taken { last_ms },
+                Some(SlotClaim::Early { now_ms }) => Claimed::Early { now_ms },
+                _ => Claimed::Held,
+            },
+            Err(e) if e.is(ErrorKind::Closed) => Claimed::Closed,
+            Err(e) => Claimed::Failed(e),
+        }
+    }
+
     /// What a round needs of the scheduler.
     fn round_env(&self) -> RoundEnv<'_> {
         RoundEnv {
-            store: &*self.store,
-            adapter: &self.adapter,
+            store: &self.store,
             clock: &*self.clock,
         }
     }
@@ -290,7 +335,7 @@ pub(crate) async fn job_loop(s: Arc<Inner>, job: Job) -> Result<()> {
             if let Some(h) = &mut hints {
                 h.mark_seen();
             }
-            match adapter::claim(&s.coordinator, name, Ask::Instant(instant)).await {
+            match s.claim(name, SlotAsk::Instant(instant)).await {
                 Claimed::Held => match held_by(&s, name, instant).await {
                     HeldBy::Claimed { last_ms } => break Claimed::Taken { last_ms },
                     HeldBy::Earlier { last_ms, wait } => {
@@ -418,7 +463,7 @@ pub(crate) async fn rerun_loop(s: Arc<Inner>) -> Result<()> {
             let Some(job) = s.job(&name).cloned() else {
                 continue;
             };
-            match adapter::claim(&s.coordinator, &name, Ask::Rerun(instant)).await {
+            match s.claim(&name, SlotAsk::Rerun(instant)).await {
                 Claimed::Term { term, .. } => {
                     busy.insert(name.clone());
                     let s = s.clone();

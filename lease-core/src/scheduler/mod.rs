@@ -106,7 +106,6 @@
 //! The scheduler reads the time from a [`WallClock`]: the [`SystemClock`] by default; a
 //! [`TokioClock`] in tests in paused tokio time.
 
-mod adapter;
 mod clock;
 mod engine;
 mod job;
@@ -132,7 +131,6 @@ pub use clock::{SystemClock, TokioClock, WallClock};
 pub use job::{CatchUp, Job, JobBuilder, Round};
 pub use schedule::Schedule;
 
-use self::adapter::SlotAdapter;
 use self::engine::{IDLE, Inner, RAN, RUNNING};
 use crate::coordinator::Coordinator;
 use crate::error::{Error, ErrorKind, Result};
@@ -385,8 +383,9 @@ impl SchedulerBuilder {
                 )));
             }
         }
-        let adapter = Arc::new(SlotAdapter::new(self.store.clone()));
-        let lease_store: Arc<dyn LeaseStore> = adapter.clone();
+        // The coordinator runs on the store itself; slot claims and finishes take their own
+        // path through it (`Coordinator::claim_slot`, `Term::resign_finishing`).
+        let lease_store: Arc<dyn LeaseStore> = self.store.clone();
         let fail_action = self.fail_action;
         let mut coordinator = Coordinator::builder_arc(lease_store)
             .timings(self.timings)
@@ -398,7 +397,6 @@ impl SchedulerBuilder {
         Ok(Scheduler {
             inner: Arc::new(Inner {
                 store: self.store,
-                adapter,
                 coordinator,
                 jobs: self.jobs,
                 clock: self.clock,

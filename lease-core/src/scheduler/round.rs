@@ -1,12 +1,12 @@
 //! Running one round under its term, with `run`'s step-down rules, then finishing it.
 
 use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::{Instant, sleep, timeout};
 use tracing::{Instrument, debug, info, info_span, warn};
 
-use super::adapter::SlotAdapter;
 use super::clock::WallClock;
 use super::job::{Job, Round, WorkFuture};
 use super::schedule::Schedule;
@@ -27,11 +27,10 @@ enum Verdict {
     Abandoned(Error),
 }
 
-/// What a round needs of its scheduler: the store that records its finish, the adapter whose
-/// release finishes it, and the wall clock its overrun is read from.
+/// What a round needs of its scheduler: the store that records its finish (the one its term
+/// was claimed on), and the wall clock its overrun is read from.
 pub(crate) struct RoundEnv<'a> {
-    pub(crate) store: &'a dyn SlotStore,
-    pub(crate) adapter: &'a SlotAdapter,
+    pub(crate) store: &'a Arc<dyn SlotStore>,
     pub(crate) clock: &'a dyn WallClock,
 }
 
@@ -219,8 +218,10 @@ async fn execute(term: &Term, fut: WorkFuture) -> Verdict {
     }
 }
 
-/// Finishes the round: the keeper's release performs `finish_slot` (see the adapter); if that
-/// did not answer, the finish is tried again directly, while the lease can still be ours.
+/// Finishes the round: the term's keeper performs `finish_slot` in place of its release, once
+/// it has stopped renewing (so no renewal can find the lease gone just after the finish gave it
+/// back); if that did not answer, the finish is tried again directly, while the lease can still
+/// be ours.
 async fn finish(
     s: &RoundEnv<'_>,
     term: &Term,
@@ -228,9 +229,9 @@ async fn finish(
     passed_ms: Option<i64>,
 ) -> Result<SlotFinish> {
     let holder = term.holder().clone();
-    s.adapter.register_finish(&holder, instant_ms, passed_ms);
-    let _ = term.resign().await;
-    let mut result = s.adapter.take_finish(&holder);
+    let mut result = term
+        .resign_finishing(s.store.clone(), instant_ms, passed_ms)
+        .await;
     let t = term.timings();
     let mut attempts = 0;
     loop {
