@@ -126,6 +126,7 @@ mod partitions;
 mod permits;
 #[cfg(feature = "postgres")]
 mod postgres;
+mod shared;
 mod slots;
 #[cfg(feature = "sqlite")]
 mod sqlite;

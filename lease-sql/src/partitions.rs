@@ -242,57 +242,6 @@ macro_rules! group_conn {
     }};
 }
 
-/// The check of the partition or member table `$table` on its first use, once its columns
-/// `$have` were read from the catalog (none: the table does not exist). An absent table is
-/// created when DDL is on (and only then: an existing one is never sent a `CREATE TABLE`, which
-/// PostgreSQL would answer with a NOTICE), reported with its DDL when it is off; an existing one
-/// must have the columns the store needs. Then a write probe. Returns from the enclosing
-/// function on failure.
-macro_rules! check_group_table {
-    ($self:expr, $db:ty, $table:expr, $have:expr) => {{
-        let table: $crate::partitions::Table = $table;
-        let (name, create) = $self.table_of(table);
-        if !$have.is_empty() {
-            $self.check_columns(table, &$have)?;
-        } else if $self.inner.config.ddl == $crate::Ddl::None {
-            return Err($self.missing_group_table(table));
-        } else {
-            let op = format!("create the {}", table.what());
-            let created =
-                $crate::store::raw_conn!($self, &op, |c| { sqlx::query::<$db>(create).execute(c) });
-            match created {
-                Ok(_) => {}
-                // Another process created it at the same moment.
-                Err(e) if $crate::error::is_create_race(&e) => {}
-                Err(e) => return Err($self.group_err(e, op.as_str(), table)),
-            }
-        }
-        let probe = format!("UPDATE {name} SET expires_at_ms = expires_at_ms WHERE 1 = 0");
-        let probed = $crate::store::raw_conn!($self, "start-up check", |c| {
-            sqlx::query::<$db>(&probe).execute(c)
-        });
-        match probed {
-            Ok(_) => {}
-            Err(e) if $crate::error::is_missing_table(&e) => {
-                return Err($self.missing_group_table(table).with_source(e));
-            }
-            Err(e @ sqlx::Error::Database(_)) => {
-                return Err(lease_core::Error::new(
-                    lease_core::ErrorKind::Unavailable,
-                    format!(
-                        "cannot write the {} `{name}`: does the user lack the \
-                         privilege, or is the connection read-only?",
-                        table.what(),
-                    ),
-                )
-                .with_temporary(false)
-                .with_source(e));
-            }
-            Err(e) => return Err($self.group_err(e, "start-up check", table)),
-        }
-    }};
-}
-
 /// `group_table_ready` for `SqlStore<$db>`: the dialect brings `check_group_table`.
 macro_rules! group_tables_on_first_use {
     ($db:ty) => {
@@ -529,7 +478,6 @@ macro_rules! returning_partition_rows {
     };
 }
 
-pub(crate) use check_group_table;
 pub(crate) use group_conn;
 pub(crate) use group_tables_on_first_use;
 pub(crate) use partition_store;

@@ -19,8 +19,8 @@ use sqlx::MySql;
 use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlPool, MySqlPoolOptions};
 
 use crate::config::SqlConfig;
-use crate::partitions::{Table, check_group_table, group_conn};
-use crate::store::{ColumnInfo, SqlStore, check_lease_table, split_table, with_conn};
+use crate::partitions::{Table, group_conn};
+use crate::store::{ColumnInfo, SqlStore, split_table, with_conn};
 use crate::wire::schema::Dialect;
 
 /// The `name` column as information_schema describes it: type, width in characters, width in
@@ -278,7 +278,7 @@ impl SqlStore<MySql> {
     }
 
     async fn check_available(&self) -> Result<()> {
-        check_lease_table!(self, MySql);
+        self.check_lease_table().await?;
         let version: String = with_conn!(self, "start-up check", |c| {
             sqlx::query_scalar("SELECT CAST(VERSION() AS CHAR)").fetch_one(c)
         })?;
@@ -387,7 +387,7 @@ impl SqlStore<MySql> {
                 inexact,
             });
         }
-        check_group_table!(self, MySql, table, have);
+        self.check_group_columns(table, &have).await?;
         Ok(())
     }
 }

@@ -14,8 +14,8 @@ use sqlx::Postgres;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 
 use crate::config::SqlConfig;
-use crate::partitions::{Table, check_group_table, group_conn};
-use crate::store::{ColumnInfo, SqlStore, check_lease_table, split_table, with_conn};
+use crate::partitions::{Table, group_conn};
+use crate::store::{ColumnInfo, SqlStore, split_table, with_conn};
 use crate::wire::schema::Dialect;
 
 /// A lease store on PostgreSQL.
@@ -347,7 +347,7 @@ impl SqlStore<Postgres> {
     }
 
     async fn check_available(&self) -> Result<()> {
-        check_lease_table!(self, Postgres);
+        self.check_lease_table().await?;
         let table = self.inner.config.table.to_lowercase();
         let (schema, name) = split_table(&table);
         let width: Option<(String, Option<i32>)> =
@@ -385,7 +385,7 @@ impl SqlStore<Postgres> {
                 inexact: None,
             })
             .collect();
-        check_group_table!(self, Postgres, table, have);
+        self.check_group_columns(table, &have).await?;
         Ok(())
     }
 }

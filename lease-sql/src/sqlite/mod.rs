@@ -18,8 +18,8 @@ use sqlx::sqlite::{
 };
 
 use crate::config::SqlConfig;
-use crate::partitions::{Table, check_group_table, group_conn};
-use crate::store::{ColumnInfo, SqlStore, check_lease_table, split_table, with_conn};
+use crate::partitions::{Table, group_conn};
+use crate::store::{ColumnInfo, SqlStore, split_table, with_conn};
 use crate::wire::schema::Dialect;
 
 /// A lease store on SQLite: leases among the processes of one host that share a database file.
@@ -225,7 +225,7 @@ impl SqlStore<Sqlite> {
     }
 
     async fn check_available(&self) -> Result<()> {
-        check_lease_table!(self, Sqlite);
+        self.check_lease_table().await?;
         let (schema, name) = split_table(&self.inner.config.table);
         let schema = schema.unwrap_or("main");
         let column: Option<(String,)> = with_conn!(self, "start-up check", |c| sqlx::query_as(
@@ -260,7 +260,7 @@ impl SqlStore<Sqlite> {
                 inexact: None,
             })
             .collect();
-        check_group_table!(self, Sqlite, table, have);
+        self.check_group_columns(table, &have).await?;
         self.group_boot_clock(table).await
     }
 }
