@@ -242,26 +242,20 @@ macro_rules! group_conn {
     }};
 }
 
-/// `group_table_ready` for `SqlStore<$db>`: the dialect brings `check_group_table`.
-macro_rules! group_tables_on_first_use {
-    ($db:ty) => {
-        impl $crate::SqlStore<$db> {
-            /// Checks the partition or member table `table` (creating it when missing and DDL
-            /// is on) before the first operation on it, once per store: a store that serves
-            /// only leases never touches either table. Two processes creating it at once both
-            /// succeed. A failed check is not remembered: the next operation checks again.
-            pub(crate) async fn group_table_ready(
-                &self,
-                table: $crate::partitions::Table,
-            ) -> lease_core::Result<()> {
-                self.inner.group_tables[table.index()]
-                    .get_or_try_init(|| self.check_group_table(table))
-                    .await
-                    .map(drop)
-                    .map_err(|e| self.at_server(e))
-            }
-        }
-    };
+// `LeaseDriver` is crate-private; so is the method (the lint looks at the impl's type).
+#[allow(private_bounds)]
+impl<DB: crate::leases::LeaseDriver> SqlStore<DB> {
+    /// Checks the partition, member or permit table `table` (creating it when missing and DDL
+    /// is on) before the first operation on it, once per store: a store that serves only
+    /// leases never touches them. Two processes creating it at once both succeed. A failed
+    /// check is not remembered: the next operation checks again.
+    pub(crate) async fn group_table_ready(&self, table: Table) -> Result<()> {
+        self.inner.group_tables[table.index()]
+            .get_or_try_init(|| DB::check_group_table(self, table))
+            .await
+            .map(drop)
+            .map_err(|e| self.at_server(e))
+    }
 }
 
 /// `impl PartitionStore` for `SqlStore<$db>`. The dialect brings `acquire_row` (the epoch when
@@ -479,7 +473,6 @@ macro_rules! returning_partition_rows {
 }
 
 pub(crate) use group_conn;
-pub(crate) use group_tables_on_first_use;
 pub(crate) use partition_store;
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub(crate) use returning_partition_rows;

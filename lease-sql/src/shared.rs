@@ -4,12 +4,40 @@
 //! sqlx's bounds are stated once, on the impl below, and only each database's own code calls
 //! these methods, on its concrete type.
 
+use lease_core::layer::Operation;
 use lease_core::{Error, ErrorKind, Result};
 use sqlx::{ColumnIndex, Decode, Encode, Executor, IntoArguments, Type};
 
-use crate::partitions::Table;
-use crate::store::{SqlStore, lease_table_columns, raw_conn, split_table, with_conn};
+use crate::partitions::{Table, group_conn};
+use crate::store::{SqlStore, Token, lease_table_columns, raw_conn, split_table, with_conn};
 use crate::wire::conns::LeaseDb;
+
+/// How many rows a statement changed, as each database's sqlx driver reports it.
+#[cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
+pub(crate) trait RowsAffected {
+    fn rows_affected(&self) -> u64;
+}
+
+#[cfg(feature = "postgres")]
+impl RowsAffected for sqlx::postgres::PgQueryResult {
+    fn rows_affected(&self) -> u64 {
+        sqlx::postgres::PgQueryResult::rows_affected(self)
+    }
+}
+
+#[cfg(feature = "mysql")]
+impl RowsAffected for sqlx::mysql::MySqlQueryResult {
+    fn rows_affected(&self) -> u64 {
+        sqlx::mysql::MySqlQueryResult::rows_affected(self)
+    }
+}
+
+#[cfg(feature = "sqlite")]
+impl RowsAffected for sqlx::sqlite::SqliteQueryResult {
+    fn rows_affected(&self) -> u64 {
+        sqlx::sqlite::SqliteQueryResult::rows_affected(self)
+    }
+}
 
 // The methods are crate-private; the lint looks at the impl, whose type is public.
 #[allow(private_bounds)]
@@ -23,6 +51,7 @@ where
     for<'q> i64: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
     for<'r> String: Decode<'r, DB> + Type<DB>,
     usize: ColumnIndex<DB::Row>,
+    DB::QueryResult: RowsAffected,
 {
     /// Start-up checks every dialect runs first on its lease connections: the clock, the DDL,
     /// the lease table, a write probe.
@@ -147,5 +176,187 @@ where
             .with_source(e)),
             Err(e) => Err(self.group_err(e, "start-up check", table)),
         }
+    }
+
+    /// The verify of every database: the term and the time left, when the lease is the
+    /// holder's live.
+    pub(crate) async fn shared_verify_row(
+        &self,
+        name: &str,
+        hex: &str,
+    ) -> Result<Option<(i64, i64)>> {
+        with_conn!(self, Operation::Verify, |c| {
+            sqlx::query_as(&self.inner.stmts.verify)
+                .bind(name)
+                .bind(hex)
+                .fetch_optional(c)
+        })
+    }
+
+    /// The record of `name` on every database: its instance, term and time left.
+    pub(crate) async fn shared_get_row(&self, name: &str) -> Result<Option<(String, i64, i64)>> {
+        with_conn!(self, Operation::Get, |c| {
+            sqlx::query_as(&self.inner.stmts.get)
+                .bind(name)
+                .fetch_optional(c)
+        })
+    }
+
+    /// The verify inside the caller's transaction on every database: whether the lease is
+    /// still held under `token`. The database's clock for it, when it has no server's, is bound
+    /// after the other parameters.
+    pub(crate) async fn shared_verify_locked(
+        &self,
+        conn: &mut DB::Connection,
+        name: &str,
+        hex: &str,
+        token: Token,
+    ) -> std::result::Result<bool, sqlx::Error> {
+        let q = sqlx::query_as(&self.inner.stmts.verify_locking)
+            .bind(name)
+            .bind(hex)
+            .bind(token);
+        let q = match DB::verify_now() {
+            Some(now) => q.bind(now),
+            None => q,
+        };
+        let row: Option<(i64,)> = q.fetch_optional(&mut *conn).await?;
+        Ok(row.is_some())
+    }
+
+    /// The holder's live permit of `name` on every database: permit, term and time left.
+    pub(crate) async fn shared_verify_permit_row(
+        &self,
+        name: &str,
+        hex: &str,
+    ) -> Result<Option<(i64, i64, i64)>> {
+        let p = &self.inner.stmts.permits;
+        group_conn!(self, Operation::VerifyPermit, Table::Permits, |c| {
+            sqlx::query_as(&p.verify)
+                .bind(name)
+                .bind(hex)
+                .fetch_optional(c)
+        })
+    }
+
+    /// Every permit of `name` on every database: permit, instance, term and time left.
+    pub(crate) async fn shared_permit_rows(
+        &self,
+        name: &str,
+    ) -> Result<Vec<(i64, String, i64, i64)>> {
+        let p = &self.inner.stmts.permits;
+        group_conn!(self, Operation::Permits, Table::Permits, |c| {
+            sqlx::query_as(&p.list).bind(name).fetch_all(c)
+        })
+    }
+
+    /// PostgreSQL's and SQLite's claim: the new term, `None` when held.
+    #[cfg(any(feature = "postgres", feature = "sqlite"))]
+    pub(crate) async fn shared_claim_row(
+        &self,
+        name: &str,
+        hex: &str,
+        instance: &str,
+        ms: i64,
+    ) -> Result<Option<u64>> {
+        let row: Option<(i64,)> = match raw_conn!(write self, Operation::Claim, |c| {
+            sqlx::query_as(&self.inner.stmts.claim)
+                .bind(name)
+                .bind(hex)
+                .bind(instance)
+                .bind(ms)
+                .fetch_optional(c)
+        }) {
+            Ok(row) => row,
+            // The row is locked by a transaction (a verified one of the holder's): live, so
+            // held — answered at once, never waited out.
+            Err(e) if crate::error::is_lock_busy(&e) => None,
+            Err(e) => return Err(self.err(e, Operation::Claim)),
+        };
+        row.map(|(t,)| self.term_from(t)).transpose()
+    }
+
+    /// PostgreSQL's and SQLite's renewal: the term, `None` when the lease is not the holder's
+    /// live.
+    #[cfg(any(feature = "postgres", feature = "sqlite"))]
+    pub(crate) async fn shared_renew_row(
+        &self,
+        name: &str,
+        hex: &str,
+        ms: i64,
+    ) -> Result<Option<u64>> {
+        let row: Option<(i64,)> = with_conn!(write self, Operation::Renew, |c| {
+            sqlx::query_as(&self.inner.stmts.renew)
+                .bind(name)
+                .bind(hex)
+                .bind(ms)
+                .fetch_optional(c)
+        })?;
+        row.map(|(t,)| self.term_from(t)).transpose()
+    }
+
+    /// PostgreSQL's and SQLite's release: whether the holder's live lease ended.
+    #[cfg(any(feature = "postgres", feature = "sqlite"))]
+    pub(crate) async fn shared_release_row(&self, name: &str, hex: &str) -> Result<bool> {
+        let done = with_conn!(write self, Operation::Release, |c| {
+            sqlx::query(&self.inner.stmts.release)
+                .bind(name)
+                .bind(hex)
+                .execute(c)
+        })?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    /// PostgreSQL's and SQLite's forced release: whether a live lease ended.
+    #[cfg(any(feature = "postgres", feature = "sqlite"))]
+    pub(crate) async fn shared_force_release_row(&self, name: &str) -> Result<bool> {
+        let done = with_conn!(write self, Operation::ForceRelease, |c| {
+            sqlx::query(&self.inner.stmts.force_release)
+                .bind(name)
+                .execute(c)
+        })?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    /// PostgreSQL's and SQLite's permit renewal: the term, `None` when the permit is not the
+    /// holder's live.
+    #[cfg(any(feature = "postgres", feature = "sqlite"))]
+    pub(crate) async fn shared_renew_permit_row(
+        &self,
+        name: &str,
+        permit: u32,
+        hex: &str,
+        ms: i64,
+    ) -> Result<Option<i64>> {
+        let p = &self.inner.stmts.permits;
+        let row: Option<(i64,)> = group_conn!(write self, Operation::RenewPermit, Table::Permits, |c| {
+            sqlx::query_as(&p.renew)
+                .bind(name)
+                .bind(i64::from(permit))
+                .bind(hex)
+                .bind(ms)
+                .fetch_optional(c)
+        })?;
+        Ok(row.map(|(t,)| t))
+    }
+
+    /// PostgreSQL's and SQLite's permit release: whether the holder's live permit ended
+    /// (PostgreSQL with hints: the rows of the `pg_notify` sent, one per permit ended).
+    #[cfg(any(feature = "postgres", feature = "sqlite"))]
+    pub(crate) async fn shared_release_permit_row(
+        &self,
+        name: &str,
+        permit: u32,
+        hex: &str,
+    ) -> Result<bool> {
+        let p = &self.inner.stmts.permits;
+        let done = group_conn!(write self, Operation::ReleasePermit, Table::Permits, |c| {
+            sqlx::query(&p.release)
+                .bind(name)
+                .bind(i64::from(permit))
+                .bind(hex)
+                .execute(c)
+        })?;
+        Ok(done.rows_affected() > 0)
     }
 }

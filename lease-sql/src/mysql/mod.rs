@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use lease_core::{Error, ErrorKind, Result};
 use sqlx::MySql;
-use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlPool, MySqlPoolOptions};
+use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
 
 use crate::config::SqlConfig;
 use crate::partitions::{Table, group_conn};
@@ -416,11 +416,7 @@ impl SqlStore<MySql> {
     }
 }
 
-crate::leases::lease_store!(MySql);
-crate::leases::verify_guard!(MySql, MySqlConnection, begin);
 crate::partitions::partition_store!(MySql);
-crate::partitions::group_tables_on_first_use!(MySql);
-crate::permits::permit_store!(MySql);
 crate::membership::membership_store!(MySql);
 crate::slots::slot_store!(MySql);
 

@@ -7,15 +7,18 @@ mod permits;
 mod slots;
 mod statements;
 
+use std::future::Future;
 use std::str::FromStr;
 
+use lease_core::notify::{Topic, Wakeups};
 use lease_core::{Error, ErrorKind, Result};
 use sqlx::Postgres;
-use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 
 use crate::config::SqlConfig;
+use crate::leases::LeaseDriver;
 use crate::partitions::{Table, group_conn};
-use crate::store::{ColumnInfo, SqlStore, split_table, with_conn};
+use crate::store::{ColumnInfo, SqlStore, Token, split_table, with_conn};
 use crate::wire::schema::Dialect;
 
 /// A lease store on PostgreSQL.
@@ -398,14 +401,84 @@ fn parts(partitions: &[u32]) -> Vec<i64> {
     partitions.iter().map(|p| i64::from(*p)).collect()
 }
 
-crate::leases::lease_store!(Postgres);
-crate::leases::returning_writes!(Postgres);
-crate::leases::verify_guard!(Postgres, PgConnection, begin);
+impl LeaseDriver for Postgres {
+    fn check_available(store: &PostgresStore) -> impl Future<Output = Result<()>> + Send {
+        store.check_available()
+    }
+
+    fn check_group_table(
+        store: &PostgresStore,
+        table: Table,
+    ) -> impl Future<Output = Result<()>> + Send {
+        store.check_group_table(table)
+    }
+
+    fn watch(store: &PostgresStore, topic: &Topic) -> Wakeups {
+        store.watch(topic)
+    }
+
+    fn claim_row(
+        store: &PostgresStore,
+        name: &str,
+        hex: &str,
+        instance: &str,
+        ms: i64,
+    ) -> impl Future<Output = Result<Option<u64>>> + Send {
+        store.shared_claim_row(name, hex, instance, ms)
+    }
+
+    fn renew_row(
+        store: &PostgresStore,
+        name: &str,
+        hex: &str,
+        ms: i64,
+    ) -> impl Future<Output = Result<Option<u64>>> + Send {
+        store.shared_renew_row(name, hex, ms)
+    }
+
+    fn release_row(
+        store: &PostgresStore,
+        name: &str,
+        hex: &str,
+    ) -> impl Future<Output = Result<bool>> + Send {
+        store.shared_release_row(name, hex)
+    }
+
+    fn force_release_row(
+        store: &PostgresStore,
+        name: &str,
+    ) -> impl Future<Output = Result<bool>> + Send {
+        store.shared_force_release_row(name)
+    }
+
+    fn verify_row(
+        store: &PostgresStore,
+        name: &str,
+        hex: &str,
+    ) -> impl Future<Output = Result<Option<(i64, i64)>>> + Send {
+        store.shared_verify_row(name, hex)
+    }
+
+    fn get_row(
+        store: &PostgresStore,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<(String, i64, i64)>>> + Send {
+        store.shared_get_row(name)
+    }
+
+    fn verify_locked(
+        store: &PostgresStore,
+        conn: &mut Self::Connection,
+        name: &str,
+        hex: &str,
+        token: Token,
+    ) -> impl Future<Output = std::result::Result<bool, sqlx::Error>> + Send {
+        store.shared_verify_locked(conn, name, hex, token)
+    }
+}
+
 crate::partitions::partition_store!(Postgres);
-crate::partitions::group_tables_on_first_use!(Postgres);
 crate::partitions::returning_partition_rows!(Postgres, parts);
-crate::permits::permit_store!(Postgres);
-crate::permits::returning_permit_writes!(Postgres);
 crate::membership::membership_store!(Postgres);
 crate::membership::returning_member_rows!(Postgres);
 crate::slots::slot_store!(Postgres);

@@ -8,18 +8,19 @@ mod permits;
 mod slots;
 mod statements;
 
+use std::future::Future;
 use std::str::FromStr;
 use std::time::Duration;
 
+use lease_core::notify::{Topic, Wakeups};
 use lease_core::{Error, ErrorKind, Result};
 use sqlx::Sqlite;
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
-};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
 
 use crate::config::SqlConfig;
+use crate::leases::LeaseDriver;
 use crate::partitions::{Table, group_conn};
-use crate::store::{ColumnInfo, SqlStore, split_table, with_conn};
+use crate::store::{ColumnInfo, SqlStore, Token, split_table, with_conn};
 use crate::wire::schema::Dialect;
 
 /// A lease store on SQLite: leases among the processes of one host that share a database file.
@@ -278,14 +279,86 @@ fn parts(partitions: &[u32]) -> String {
     format!("[{}]", list.join(","))
 }
 
-crate::leases::lease_store!(Sqlite);
-crate::leases::returning_writes!(Sqlite);
-crate::leases::verify_guard!(Sqlite, SqliteConnection, begin_with, "BEGIN IMMEDIATE");
+impl LeaseDriver for Sqlite {
+    const BEGIN: Option<&'static str> = Some("BEGIN IMMEDIATE");
+
+    fn check_available(store: &SqliteStore) -> impl Future<Output = Result<()>> + Send {
+        store.check_available()
+    }
+
+    fn check_group_table(
+        store: &SqliteStore,
+        table: Table,
+    ) -> impl Future<Output = Result<()>> + Send {
+        store.check_group_table(table)
+    }
+
+    fn watch(store: &SqliteStore, topic: &Topic) -> Wakeups {
+        store.watch(topic)
+    }
+
+    fn claim_row(
+        store: &SqliteStore,
+        name: &str,
+        hex: &str,
+        instance: &str,
+        ms: i64,
+    ) -> impl Future<Output = Result<Option<u64>>> + Send {
+        store.shared_claim_row(name, hex, instance, ms)
+    }
+
+    fn renew_row(
+        store: &SqliteStore,
+        name: &str,
+        hex: &str,
+        ms: i64,
+    ) -> impl Future<Output = Result<Option<u64>>> + Send {
+        store.shared_renew_row(name, hex, ms)
+    }
+
+    fn release_row(
+        store: &SqliteStore,
+        name: &str,
+        hex: &str,
+    ) -> impl Future<Output = Result<bool>> + Send {
+        store.shared_release_row(name, hex)
+    }
+
+    fn force_release_row(
+        store: &SqliteStore,
+        name: &str,
+    ) -> impl Future<Output = Result<bool>> + Send {
+        store.shared_force_release_row(name)
+    }
+
+    fn verify_row(
+        store: &SqliteStore,
+        name: &str,
+        hex: &str,
+    ) -> impl Future<Output = Result<Option<(i64, i64)>>> + Send {
+        store.shared_verify_row(name, hex)
+    }
+
+    fn get_row(
+        store: &SqliteStore,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<(String, i64, i64)>>> + Send {
+        store.shared_get_row(name)
+    }
+
+    fn verify_locked(
+        store: &SqliteStore,
+        conn: &mut Self::Connection,
+        name: &str,
+        hex: &str,
+        token: Token,
+    ) -> impl Future<Output = std::result::Result<bool, sqlx::Error>> + Send {
+        store.shared_verify_locked(conn, name, hex, token)
+    }
+}
+
 crate::partitions::partition_store!(Sqlite);
-crate::partitions::group_tables_on_first_use!(Sqlite);
 crate::partitions::returning_partition_rows!(Sqlite, parts);
-crate::permits::permit_store!(Sqlite);
-crate::permits::returning_permit_writes!(Sqlite);
 crate::membership::membership_store!(Sqlite);
 crate::membership::returning_member_rows!(Sqlite);
 crate::slots::slot_store!(Sqlite);
