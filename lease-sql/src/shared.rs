@@ -359,4 +359,102 @@ where
         })?;
         Ok(done.rows_affected() > 0)
     }
+
+    /// PostgreSQL's and SQLite's acquire: the epoch when acquired or kept, `None` when another
+    /// owner holds it.
+    #[cfg(any(feature = "postgres", feature = "sqlite"))]
+    pub(crate) async fn shared_acquire_row(
+        &self,
+        group: &str,
+        partition: u32,
+        owner: &str,
+        ms: i64,
+    ) -> Result<Option<u64>> {
+        let g = &self.inner.stmts.groups;
+        let row: Option<(i64,)> = group_conn!(
+            write self,
+            Operation::AcquirePartition,
+            Table::Partitions,
+            |c| {
+                sqlx::query_as(&g.acquire)
+                    .bind(group)
+                    .bind(i64::from(partition))
+                    .bind(owner)
+                    .bind(ms)
+                    .fetch_optional(c)
+            }
+        )?;
+        row.map(|(epoch,)| self.epoch_from(epoch)).transpose()
+    }
+
+    /// PostgreSQL's and SQLite's renewal of a batch, `parts` its partitions as the database
+    /// binds them: every lease renewed gets the statement's one expiry, `ms` left.
+    #[cfg(any(feature = "postgres", feature = "sqlite"))]
+    pub(crate) async fn shared_renew_rows<P>(
+        &self,
+        group: &str,
+        parts: P,
+        owner: &str,
+        ms: i64,
+    ) -> Result<Vec<(i64, i64, i64)>>
+    where
+        P: for<'q> Encode<'q, DB> + Type<DB>,
+    {
+        let g = &self.inner.stmts.groups;
+        let rows: Vec<(i64, i64)> = group_conn!(
+            write self,
+            Operation::RenewPartitions,
+            Table::Partitions,
+            |c| {
+                sqlx::query_as(&g.renew)
+                    .bind(group)
+                    .bind(&parts)
+                    .bind(owner)
+                    .bind(ms)
+                    .fetch_all(c)
+            }
+        )?;
+        Ok(rows.into_iter().map(|(p, epoch)| (p, epoch, ms)).collect())
+    }
+
+    /// PostgreSQL's and SQLite's release of a batch (`parts` as for the renewal): how many
+    /// leases ended.
+    #[cfg(any(feature = "postgres", feature = "sqlite"))]
+    pub(crate) async fn shared_release_rows<P>(
+        &self,
+        group: &str,
+        parts: P,
+        owner: &str,
+    ) -> Result<u64>
+    where
+        P: for<'q> Encode<'q, DB> + Type<DB>,
+    {
+        let g = &self.inner.stmts.groups;
+        let done = group_conn!(
+            write self,
+            Operation::ReleasePartitions,
+            Table::Partitions,
+            |c| {
+                sqlx::query(&g.release)
+                    .bind(group)
+                    .bind(&parts)
+                    .bind(owner)
+                    .execute(c)
+            }
+        )?;
+        Ok(done.rows_affected())
+    }
+
+    /// PostgreSQL's and SQLite's owners: partition, owner, epoch and time left of each live
+    /// lease of `group`, by partition.
+    #[cfg(any(feature = "postgres", feature = "sqlite"))]
+    pub(crate) async fn shared_owner_rows(
+        &self,
+        group: &str,
+    ) -> Result<Vec<(i64, String, i64, i64)>> {
+        let g = &self.inner.stmts.groups;
+        group_conn!(self, Operation::Owners, Table::Partitions, |c| {
+            sqlx::query_as(&g.owners).bind(group).fetch_all(c)
+        })
+    }
 }

@@ -19,7 +19,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePo
 
 use crate::config::SqlConfig;
 use crate::leases::LeaseDriver;
-use crate::partitions::{Table, group_conn};
+use crate::partitions::{PartitionDriver, Table, group_conn};
 use crate::store::{ColumnInfo, SqlStore, Token, split_table, with_conn};
 use crate::wire::schema::Dialect;
 
@@ -357,8 +357,44 @@ impl LeaseDriver for Sqlite {
     }
 }
 
-crate::partitions::partition_store!(Sqlite);
-crate::partitions::returning_partition_rows!(Sqlite, parts);
+impl PartitionDriver for Sqlite {
+    fn acquire_row(
+        store: &SqliteStore,
+        group: &str,
+        partition: u32,
+        owner: &str,
+        ms: i64,
+    ) -> impl Future<Output = Result<Option<u64>>> + Send {
+        store.shared_acquire_row(group, partition, owner, ms)
+    }
+
+    fn renew_rows(
+        store: &SqliteStore,
+        group: &str,
+        partitions: &[u32],
+        owner: &str,
+        ms: i64,
+    ) -> impl Future<Output = Result<Vec<(i64, i64, i64)>>> + Send {
+        store.shared_renew_rows(group, parts(partitions), owner, ms)
+    }
+
+    fn release_rows(
+        store: &SqliteStore,
+        group: &str,
+        partitions: &[u32],
+        owner: &str,
+    ) -> impl Future<Output = Result<u64>> + Send {
+        store.shared_release_rows(group, parts(partitions), owner)
+    }
+
+    fn owner_rows(
+        store: &SqliteStore,
+        group: &str,
+    ) -> impl Future<Output = Result<Vec<(i64, String, i64, i64)>>> + Send {
+        store.shared_owner_rows(group)
+    }
+}
+
 crate::membership::membership_store!(Sqlite);
 crate::membership::returning_member_rows!(Sqlite);
 crate::slots::slot_store!(Sqlite);
