@@ -13,7 +13,6 @@ use crate::store::{SqlStore, Token, lease_table_columns, raw_conn, split_table, 
 use crate::wire::conns::LeaseDb;
 
 /// How many rows a statement changed, as each database's sqlx driver reports it.
-#[cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
 pub(crate) trait RowsAffected {
     fn rows_affected(&self) -> u64;
 }
@@ -455,6 +454,51 @@ where
         let g = &self.inner.stmts.groups;
         group_conn!(self, Operation::Owners, Table::Partitions, |c| {
             sqlx::query_as(&g.owners).bind(group).fetch_all(c)
+        })
+    }
+
+    /// The leave on every database: whether the member was live.
+    pub(crate) async fn shared_leave_row(&self, service: &str, node: &str) -> Result<bool> {
+        let g = &self.inner.stmts.groups;
+        let done = group_conn!(write self, Operation::Leave, Table::Members, |c| {
+            sqlx::query(&g.leave).bind(service).bind(node).execute(c)
+        })?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    /// PostgreSQL's and SQLite's heartbeat, `list` the groups one per line.
+    #[cfg(any(feature = "postgres", feature = "sqlite"))]
+    pub(crate) async fn shared_heartbeat_row(
+        &self,
+        service: &str,
+        node: &str,
+        address: &str,
+        list: &str,
+        ms: i64,
+    ) -> Result<()> {
+        let g = &self.inner.stmts.groups;
+        group_conn!(write self, Operation::Heartbeat, Table::Members, |c| {
+            sqlx::query(&g.heartbeat)
+                .bind(service)
+                .bind(node)
+                .bind(address)
+                .bind(list)
+                .bind(ms)
+                .execute(c)
+        })?;
+        Ok(())
+    }
+
+    /// PostgreSQL's and SQLite's members: node, address, group list and time left of each
+    /// live member of `service`, by node.
+    #[cfg(any(feature = "postgres", feature = "sqlite"))]
+    pub(crate) async fn shared_member_rows(
+        &self,
+        service: &str,
+    ) -> Result<Vec<(String, String, String, i64)>> {
+        let g = &self.inner.stmts.groups;
+        group_conn!(self, Operation::Members, Table::Members, |c| {
+            sqlx::query_as(&g.members).bind(service).fetch_all(c)
         })
     }
 }

@@ -12,6 +12,7 @@ use sqlx::{Database, Pool};
 
 use crate::config::SqlConfig;
 use crate::leases::LeaseDriver;
+use crate::membership::MemberDriver;
 use crate::partitions::PartitionDriver;
 use crate::permits::PermitDriver;
 use crate::wire::Statements;
@@ -172,7 +173,7 @@ impl<DB: Database> SqlStore<DB> {
 
 /// What one database brings to the store, in one part per store trait ([`LeaseDriver`] for
 /// the lease table, its start-up checks, hints and verified transactions; [`PartitionDriver`],
-/// [`PermitDriver`] for partitioned and counted leases): its statements run on its connections, its rows read, and the writes it does
+/// [`MemberDriver`], [`PermitDriver`] for partitioned leases, membership and counted leases): its statements run on its connections, its rows read, and the writes it does
 /// its own way (MySQL's through `LAST_INSERT_ID`, PostgreSQL's and SQLite's with `RETURNING`).
 /// Each database implements the parts in its folder (`postgres/`, `mysql/`, `sqlite/`) for its
 /// sqlx database type; one generic impl of each store trait on [`SqlStore`] holds what they
@@ -182,9 +183,12 @@ impl<DB: Database> SqlStore<DB> {
 /// [`Dialect`], the public enum that names the database: this holds the code that talks to
 /// it. Its methods return futures that are `Send` by their signatures, so the generic impls
 /// need no sqlx bounds: each database's impl is checked on its own concrete types.
-pub(crate) trait Driver: LeaseDriver + PartitionDriver + PermitDriver {}
+pub(crate) trait Driver:
+    LeaseDriver + PartitionDriver + MemberDriver + PermitDriver
+{
+}
 
-impl<DB: LeaseDriver + PartitionDriver + PermitDriver> Driver for DB {}
+impl<DB: LeaseDriver + PartitionDriver + MemberDriver + PermitDriver> Driver for DB {}
 
 pub(crate) fn ttl_ms(ttl: Duration) -> i64 {
     i64::try_from(lease_core::backend::ceil_millis(ttl)).unwrap_or(i64::MAX)

@@ -416,7 +416,6 @@ impl SqlStore<MySql> {
     }
 }
 
-crate::membership::membership_store!(MySql);
 crate::slots::slot_store!(MySql);
 
 #[cfg(test)]

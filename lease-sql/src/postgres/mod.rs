@@ -17,6 +17,7 @@ use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 
 use crate::config::SqlConfig;
 use crate::leases::LeaseDriver;
+use crate::membership::MemberDriver;
 use crate::partitions::{PartitionDriver, Table, group_conn};
 use crate::store::{ColumnInfo, SqlStore, Token, split_table, with_conn};
 use crate::wire::schema::Dialect;
@@ -515,7 +516,33 @@ impl PartitionDriver for Postgres {
     }
 }
 
-crate::membership::membership_store!(Postgres);
-crate::membership::returning_member_rows!(Postgres);
+impl MemberDriver for Postgres {
+    fn heartbeat_row(
+        store: &PostgresStore,
+        service: &str,
+        node: &str,
+        address: &str,
+        list: &str,
+        ms: i64,
+    ) -> impl Future<Output = Result<()>> + Send {
+        store.shared_heartbeat_row(service, node, address, list, ms)
+    }
+
+    fn member_rows(
+        store: &PostgresStore,
+        service: &str,
+    ) -> impl Future<Output = Result<Vec<(String, String, String, i64)>>> + Send {
+        store.shared_member_rows(service)
+    }
+
+    fn leave_row(
+        store: &PostgresStore,
+        service: &str,
+        node: &str,
+    ) -> impl Future<Output = Result<bool>> + Send {
+        store.shared_leave_row(service, node)
+    }
+}
+
 crate::slots::slot_store!(Postgres);
 crate::slots::returning_slot_writes!(Postgres);

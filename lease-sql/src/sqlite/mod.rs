@@ -19,6 +19,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePo
 
 use crate::config::SqlConfig;
 use crate::leases::LeaseDriver;
+use crate::membership::MemberDriver;
 use crate::partitions::{PartitionDriver, Table, group_conn};
 use crate::store::{ColumnInfo, SqlStore, Token, split_table, with_conn};
 use crate::wire::schema::Dialect;
@@ -395,7 +396,33 @@ impl PartitionDriver for Sqlite {
     }
 }
 
-crate::membership::membership_store!(Sqlite);
-crate::membership::returning_member_rows!(Sqlite);
+impl MemberDriver for Sqlite {
+    fn heartbeat_row(
+        store: &SqliteStore,
+        service: &str,
+        node: &str,
+        address: &str,
+        list: &str,
+        ms: i64,
+    ) -> impl Future<Output = Result<()>> + Send {
+        store.shared_heartbeat_row(service, node, address, list, ms)
+    }
+
+    fn member_rows(
+        store: &SqliteStore,
+        service: &str,
+    ) -> impl Future<Output = Result<Vec<(String, String, String, i64)>>> + Send {
+        store.shared_member_rows(service)
+    }
+
+    fn leave_row(
+        store: &SqliteStore,
+        service: &str,
+        node: &str,
+    ) -> impl Future<Output = Result<bool>> + Send {
+        store.shared_leave_row(service, node)
+    }
+}
+
 crate::slots::slot_store!(Sqlite);
 crate::slots::returning_slot_writes!(Sqlite);
