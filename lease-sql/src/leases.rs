@@ -93,10 +93,7 @@ pub(crate) trait LeaseDriver: LeaseDb {
 }
 
 #[lease_core::backend::async_trait]
-impl<DB: Driver> lease_core::LeaseStore for SqlStore<DB>
-where
-    SqlStore<DB>: lease_core::PartitionStore + lease_core::MembershipStore + lease_core::SlotStore,
-{
+impl<DB: Driver> lease_core::LeaseStore for SqlStore<DB> {
     fn backend(&self) -> &'static str {
         self.inner.dialect.as_str()
     }
@@ -257,10 +254,7 @@ where
 // `Driver` is crate-private: a store exists for the three databases of this crate only, each of
 // which implements it.
 #[allow(private_bounds)]
-impl<DB: Driver> SqlStore<DB>
-where
-    SqlStore<DB>: lease_core::PartitionStore + lease_core::MembershipStore + lease_core::SlotStore,
-{
+impl<DB: Driver> SqlStore<DB> {
     /// Opens a transaction on the application's pool and verifies, as its first
     /// statement, that `fence` (a [`Term`](lease_core::Term) or a
     /// [`Fence`](crate::Fence)) still holds the lease. The row is locked in share mode

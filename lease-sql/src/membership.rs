@@ -63,10 +63,7 @@ pub(crate) trait MemberDriver: crate::leases::LeaseDriver {
 }
 
 #[lease_core::backend::async_trait]
-impl<DB: Driver> lease_core::MembershipStore for SqlStore<DB>
-where
-    SqlStore<DB>: lease_core::SlotStore,
-{
+impl<DB: Driver> lease_core::MembershipStore for SqlStore<DB> {
     async fn heartbeat(
         &self,
         service: &str,

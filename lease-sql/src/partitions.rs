@@ -297,10 +297,7 @@ pub(crate) trait PartitionDriver: crate::leases::LeaseDriver {
 }
 
 #[lease_core::backend::async_trait]
-impl<DB: Driver> lease_core::PartitionStore for SqlStore<DB>
-where
-    SqlStore<DB>: lease_core::MembershipStore + lease_core::SlotStore,
-{
+impl<DB: Driver> lease_core::PartitionStore for SqlStore<DB> {
     async fn acquire_partition(
         &self,
         group: &str,

@@ -136,10 +136,7 @@ pub(crate) trait PermitDriver: LeaseDriver {
 /// the answer.
 // `Driver` is crate-private; these methods are too (the lint looks at the impl's type).
 #[allow(private_bounds)]
-impl<DB: Driver> SqlStore<DB>
-where
-    SqlStore<DB>: lease_core::PartitionStore + lease_core::MembershipStore + lease_core::SlotStore,
-{
+impl<DB: Driver> SqlStore<DB> {
     pub(crate) async fn claim_permit_op(
         &self,
         name: &str,

@@ -9,6 +9,9 @@ use lease_core::{Error, ErrorKind, Result};
 use sqlx::{ColumnIndex, Decode, Encode, Executor, IntoArguments, Type};
 
 use crate::partitions::{Table, group_conn};
+use crate::slots::ClaimRead;
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+use crate::slots::{Claim, Previous};
 use crate::store::{SqlStore, Token, lease_table_columns, raw_conn, split_table, with_conn};
 use crate::wire::conns::LeaseDb;
 
@@ -500,5 +503,74 @@ where
         group_conn!(self, Operation::Members, Table::Members, |c| {
             sqlx::query_as(&g.members).bind(service).fetch_all(c)
         })
+    }
+
+    /// The slot claim's read on every database: the server's clock, then the record.
+    pub(crate) async fn shared_claim_read(&self, name: &str) -> Result<ClaimRead> {
+        with_conn!(self, Operation::ClaimSlot, |c| {
+            sqlx::query_as(&self.inner.stmts.slots.read)
+                .bind(name)
+                .fetch_one(c)
+        })
+    }
+
+    /// The slot record of `name` on every database.
+    pub(crate) async fn shared_last_slot_row(
+        &self,
+        name: &str,
+    ) -> Result<Option<(Option<i64>, Option<i64>, Option<i64>)>> {
+        with_conn!(self, Operation::LastSlot, |c| {
+            sqlx::query_as(&self.inner.stmts.slots.last)
+                .bind(name)
+                .fetch_optional(c)
+        })
+    }
+
+    /// PostgreSQL's and SQLite's slot claim write: an insert for a new record, an update with
+    /// the term read compared otherwise.
+    #[cfg(any(feature = "postgres", feature = "sqlite"))]
+    pub(crate) async fn shared_claim_slot_row(
+        &self,
+        w: Claim<'_>,
+        previous: Option<Previous>,
+    ) -> Result<Option<u64>> {
+        let s = &self.inner.stmts.slots;
+        let row: Option<(i64,)> = match previous {
+            None => with_conn!(write self, Operation::ClaimSlot, |c| {
+                sqlx::query_as(&s.insert)
+                    .bind(w.name)
+                    .bind(w.hex)
+                    .bind(w.instance)
+                    .bind(w.ttl_ms)
+                    .bind(w.instant_ms)
+                    .fetch_optional(c)
+            })?,
+            Some(p) => with_conn!(write self, Operation::ClaimSlot, |c| {
+                sqlx::query_as(&s.update)
+                    .bind(w.name)
+                    .bind(w.hex)
+                    .bind(w.instance)
+                    .bind(w.ttl_ms)
+                    .bind(w.instant_ms)
+                    .bind(p.term)
+                    .fetch_optional(c)
+            })?,
+        };
+        row.map(|(t,)| self.term_from(t)).transpose()
+    }
+
+    /// PostgreSQL's and SQLite's rerun claim: the new term, `None` when not eligible.
+    #[cfg(any(feature = "postgres", feature = "sqlite"))]
+    pub(crate) async fn shared_rerun_row(&self, w: Claim<'_>) -> Result<Option<u64>> {
+        let row: Option<(i64,)> = with_conn!(write self, Operation::ClaimRerun, |c| {
+            sqlx::query_as(&self.inner.stmts.slots.rerun)
+                .bind(w.name)
+                .bind(w.hex)
+                .bind(w.instance)
+                .bind(w.ttl_ms)
+                .bind(w.instant_ms)
+                .fetch_optional(c)
+        })?;
+        row.map(|(t,)| self.term_from(t)).transpose()
     }
 }

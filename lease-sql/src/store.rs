@@ -15,6 +15,7 @@ use crate::leases::LeaseDriver;
 use crate::membership::MemberDriver;
 use crate::partitions::PartitionDriver;
 use crate::permits::PermitDriver;
+use crate::slots::SlotDriver;
 use crate::wire::Statements;
 use crate::wire::conns::Conns;
 use crate::wire::schema::Dialect;
@@ -173,7 +174,8 @@ impl<DB: Database> SqlStore<DB> {
 
 /// What one database brings to the store, in one part per store trait ([`LeaseDriver`] for
 /// the lease table, its start-up checks, hints and verified transactions; [`PartitionDriver`],
-/// [`MemberDriver`], [`PermitDriver`] for partitioned leases, membership and counted leases): its statements run on its connections, its rows read, and the writes it does
+/// [`MemberDriver`], [`PermitDriver`], [`SlotDriver`] for partitioned leases, membership,
+/// counted leases and scheduler slots): its statements run on its connections, its rows read, and the writes it does
 /// its own way (MySQL's through `LAST_INSERT_ID`, PostgreSQL's and SQLite's with `RETURNING`).
 /// Each database implements the parts in its folder (`postgres/`, `mysql/`, `sqlite/`) for its
 /// sqlx database type; one generic impl of each store trait on [`SqlStore`] holds what they
@@ -184,11 +186,14 @@ impl<DB: Database> SqlStore<DB> {
 /// it. Its methods return futures that are `Send` by their signatures, so the generic impls
 /// need no sqlx bounds: each database's impl is checked on its own concrete types.
 pub(crate) trait Driver:
-    LeaseDriver + PartitionDriver + MemberDriver + PermitDriver
+    LeaseDriver + PartitionDriver + MemberDriver + PermitDriver + SlotDriver
 {
 }
 
-impl<DB: LeaseDriver + PartitionDriver + MemberDriver + PermitDriver> Driver for DB {}
+impl<DB> Driver for DB where
+    DB: LeaseDriver + PartitionDriver + MemberDriver + PermitDriver + SlotDriver
+{
+}
 
 pub(crate) fn ttl_ms(ttl: Duration) -> i64 {
     i64::try_from(lease_core::backend::ceil_millis(ttl)).unwrap_or(i64::MAX)

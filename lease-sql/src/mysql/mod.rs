@@ -416,8 +416,6 @@ impl SqlStore<MySql> {
     }
 }
 
-crate::slots::slot_store!(MySql);
-
 #[cfg(test)]
 mod tests {
     use super::takes_nowait_claims;

@@ -543,6 +543,3 @@ impl MemberDriver for Postgres {
         store.shared_leave_row(service, node)
     }
 }
-
-crate::slots::slot_store!(Postgres);
-crate::slots::returning_slot_writes!(Postgres);

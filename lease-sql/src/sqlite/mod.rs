@@ -423,6 +423,3 @@ impl MemberDriver for Sqlite {
         store.shared_leave_row(service, node)
     }
 }
-
-crate::slots::slot_store!(Sqlite);
-crate::slots::returning_slot_writes!(Sqlite);
