@@ -243,6 +243,8 @@ macro_rules! group_conn {
     }};
 }
 
+pub(crate) use group_conn;
+
 // `LeaseDriver` is crate-private; so is the method (the lint looks at the impl's type).
 #[allow(private_bounds)]
 impl<DB: crate::leases::LeaseDriver> SqlStore<DB> {
@@ -394,4 +396,3 @@ impl<DB: Driver> lease_core::PartitionStore for SqlStore<DB> {
             .map_err(during)
     }
 }
-pub(crate) use group_conn;

@@ -1,17 +1,22 @@
 //! What more than one database runs the same way, written once over sqlx's generic types: the
-//! start-up checks of the tables every database shares.
+//! start-up checks of the tables, the reads every database shares (the same statement shape on
+//! each: `verify`, `get`, the verify inside a transaction, the permit reads, the slot claim's
+//! read and `last_slot`, and `leave`), and the writes PostgreSQL and SQLite share (both have
+//! `RETURNING`: the term or epoch comes back as a row; MySQL writes its own way, in `mysql/`).
 //!
-//! sqlx's bounds are stated once, on the impl below, and only each database's own code calls
-//! these methods, on its concrete type.
+//! sqlx's bounds are stated once, on the impl below, and only each database's drivers (see
+//! [`Driver`](crate::store::Driver)) call these methods, on their concrete types: the store
+//! impls that serve every database call the drivers, whose futures are `Send` by their
+//! signatures.
 
 use lease_core::layer::Operation;
 use lease_core::{Error, ErrorKind, Result};
 use sqlx::{ColumnIndex, Decode, Encode, Executor, IntoArguments, Type};
 
 use crate::partitions::{Table, group_conn};
-use crate::slots::ClaimRead;
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 use crate::slots::{Claim, Previous};
+use crate::slots::{ClaimRead, SlotRow};
 use crate::store::{SqlStore, Token, lease_table_columns, raw_conn, split_table, with_conn};
 use crate::wire::conns::LeaseDb;
 
@@ -515,10 +520,7 @@ where
     }
 
     /// The slot record of `name` on every database.
-    pub(crate) async fn shared_last_slot_row(
-        &self,
-        name: &str,
-    ) -> Result<Option<(Option<i64>, Option<i64>, Option<i64>)>> {
+    pub(crate) async fn shared_last_slot_row(&self, name: &str) -> Result<Option<SlotRow>> {
         with_conn!(self, Operation::LastSlot, |c| {
             sqlx::query_as(&self.inner.stmts.slots.last)
                 .bind(name)

@@ -41,6 +41,9 @@ use crate::store::{Driver, SqlStore, remaining, ttl_ms};
 /// `slot_ms` and `unfinished_slot_ms` (all `None` when there is no record).
 pub(crate) type ClaimRead = (i64, Option<i64>, Option<i64>, Option<i64>, Option<i64>);
 
+/// A record's `slot_ms`, `unfinished_slot_ms` and `rerun_slot_ms`, as `last_slot` reads them.
+pub(crate) type SlotRow = (Option<i64>, Option<i64>, Option<i64>);
+
 /// The record a claim writes over.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Previous {
@@ -92,7 +95,7 @@ pub(crate) fn claimed(term: u64, ttl_ms: i64, previous: Option<Previous>) -> Slo
     }
 }
 
-pub(crate) fn record(row: (Option<i64>, Option<i64>, Option<i64>)) -> SlotRecord {
+pub(crate) fn record(row: SlotRow) -> SlotRecord {
     SlotRecord {
         last_ms: row.0,
         unfinished_ms: row.1,
@@ -195,7 +198,7 @@ pub(crate) trait SlotDriver: crate::leases::LeaseDriver {
     fn last_slot_row(
         store: &SqlStore<Self>,
         name: &str,
-    ) -> impl Future<Output = Result<Option<(Option<i64>, Option<i64>, Option<i64>)>>> + Send;
+    ) -> impl Future<Output = Result<Option<SlotRow>>> + Send;
 }
 
 #[lease_core::backend::async_trait]

@@ -1,7 +1,8 @@
 //! MySQL and MariaDB: the store's constructors and start-up checks; its statements are in
-//! `statements.rs`, and its writes, which read the term back through `LAST_INSERT_ID` rather
-//! than `RETURNING`, in `leases.rs`, `partitions.rs`, `membership.rs` and `slots.rs`. The rest
-//! is the shared impls, invoked at the bottom.
+//! `statements.rs`, and its drivers ([`Driver`](crate::store::Driver)), whose writes read the
+//! term back through `LAST_INSERT_ID` rather than `RETURNING`, in `leases.rs`,
+//! `partitions.rs`, `membership.rs`, `permits.rs` and `slots.rs`; the reads every database
+//! shares are in `shared.rs`.
 
 mod leases;
 mod membership;

@@ -14,7 +14,7 @@ use super::leases::inserted;
 use lease_core::layer::Operation;
 
 use super::MySqlStore;
-use crate::slots::{Claim, ClaimRead, Finish, Previous, SlotDriver};
+use crate::slots::{Claim, ClaimRead, Finish, Previous, SlotDriver, SlotRow};
 use crate::store::{SqlStore, raw_conn, with_conn};
 use crate::wire::NAMES_MARKER;
 
@@ -157,7 +157,7 @@ impl SlotDriver for MySql {
     fn last_slot_row(
         store: &MySqlStore,
         name: &str,
-    ) -> impl Future<Output = Result<Option<(Option<i64>, Option<i64>, Option<i64>)>>> + Send {
+    ) -> impl Future<Output = Result<Option<SlotRow>>> + Send {
         store.shared_last_slot_row(name)
     }
 }

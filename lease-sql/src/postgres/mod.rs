@@ -1,6 +1,7 @@
 //! PostgreSQL: the store's constructors and start-up checks; its statements are in
-//! `statements.rs`, its slot finish in `slots.rs`, and the rest is the shared impls, invoked at
-//! the bottom.
+//! `statements.rs`, its counted claim in `permits.rs`, its slot finish in `slots.rs`. Its
+//! drivers ([`Driver`](crate::store::Driver)) are at the bottom and in those files; the writes
+//! it shares with SQLite and the reads every database shares are in `shared.rs`.
 
 mod hints;
 mod permits;

@@ -8,7 +8,7 @@ use lease_core::backend::SlotFinish;
 use sqlx::Postgres;
 
 use super::PostgresStore;
-use crate::slots::{Claim, ClaimRead, Finish, Previous, SlotDriver};
+use crate::slots::{Claim, ClaimRead, Finish, Previous, SlotDriver, SlotRow};
 use crate::store::with_conn;
 
 impl SlotDriver for Postgres {
@@ -74,7 +74,7 @@ impl SlotDriver for Postgres {
     fn last_slot_row(
         store: &PostgresStore,
         name: &str,
-    ) -> impl Future<Output = Result<Option<(Option<i64>, Option<i64>, Option<i64>)>>> + Send {
+    ) -> impl Future<Output = Result<Option<SlotRow>>> + Send {
         store.shared_last_slot_row(name)
     }
 }

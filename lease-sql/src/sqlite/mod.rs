@@ -1,6 +1,8 @@
 //! SQLite: the store's constructors and start-up checks; its statements are in
-//! `statements.rs`, its boot clock in `clock.rs`, its slot finish in `slots.rs`, and the rest is
-//! the shared impls, invoked at the bottom.
+//! `statements.rs`, its boot clock in `clock.rs`, its counted claim in `permits.rs`, its slot
+//! finish in `slots.rs`. Its drivers ([`Driver`](crate::store::Driver)) are at the bottom and in
+//! those files; the writes it shares with PostgreSQL and the reads every database shares are in
+//! `shared.rs`.
 
 mod clock;
 mod hints;
