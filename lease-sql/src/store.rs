@@ -381,6 +381,10 @@ where
 /// [`end_write`](crate::wire::conns::LeaseDb::end_write) (on SQLite, inside a `BEGIN
 /// IMMEDIATE` transaction whose clock is read once it holds the write lock), committed when
 /// it succeeds.
+///
+/// A macro rather than a method taking an async closure: rustc cannot prove `Send` the future
+/// of such a method, whose closure borrows the connection for any lifetime ("implementation of
+/// `Send` is not general enough"), and every store operation's future must be `Send`.
 macro_rules! raw_conn {
     (write $self:expr, $op:expr, |$c:ident| $body:expr) => {{
         match $self.inner.leases.get_write().await {
