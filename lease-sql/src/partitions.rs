@@ -6,21 +6,22 @@
 //! `statements.rs` and written out in the docs of [`PostgresStore`](crate::PostgresStore),
 //! [`MySqlStore`](crate::MySqlStore) and [`SqliteStore`](crate::SqliteStore).
 //!
-//! One impl for every dialect ([`partition_store`]): argument checks before any I/O (lease-core's
-//! `backend::check`, one per operation), an empty batch answered without I/O,
-//! the batch deduplicated; the statements are the dialect's (`acquire_row`, `renew_rows`,
-//! `release_rows`, `owner_rows`: PostgreSQL's and SQLite's from [`returning_partition_rows`],
-//! MySQL's in `mysql/partitions.rs`).
+//! One impl for every database: argument checks before any I/O (lease-core's `backend::check`,
+//! one per operation), an empty batch answered without I/O, the batch deduplicated; each
+//! database's [`PartitionDriver`] runs the statements (PostgreSQL's and SQLite's in
+//! `shared.rs`, MySQL's in `mysql/partitions.rs`).
 //!
 //! Every operation is one statement (MySQL's batch renewal: one `SET`, `UPDATE`, `SELECT`
 //! text-protocol request), one round trip on a warm connection of the store's own, expiry
 //! judged by the same server clock as the leases. A statement InnoDB or PostgreSQL picked as a
 //! deadlock victim was rolled back whole and is retried at once (up to three times).
 
+use std::future::Future;
+
 use lease_core::{Error, ErrorKind, PartitionLease, Result};
 use sqlx::Database;
 
-use crate::store::{SqlStore, Wanted, remaining};
+use crate::store::{Driver, SqlStore, Wanted, remaining};
 
 /// Which of the tables checked on first use an operation works on (the permit table of
 /// counted leases, `permits.rs`, is checked the same way).
@@ -242,296 +243,156 @@ macro_rules! group_conn {
     }};
 }
 
-/// The check of the partition or member table `$table` on its first use, once its columns
-/// `$have` were read from the catalog (none: the table does not exist). An absent table is
-/// created when DDL is on (and only then: an existing one is never sent a `CREATE TABLE`, which
-/// PostgreSQL would answer with a NOTICE), reported with its DDL when it is off; an existing one
-/// must have the columns the store needs. Then a write probe. Returns from the enclosing
-/// function on failure.
-macro_rules! check_group_table {
-    ($self:expr, $db:ty, $table:expr, $have:expr) => {{
-        let table: $crate::partitions::Table = $table;
-        let (name, create) = $self.table_of(table);
-        if !$have.is_empty() {
-            $self.check_columns(table, &$have)?;
-        } else if $self.inner.config.ddl == $crate::Ddl::None {
-            return Err($self.missing_group_table(table));
-        } else {
-            let op = format!("create the {}", table.what());
-            let created =
-                $crate::store::raw_conn!($self, &op, |c| { sqlx::query::<$db>(create).execute(c) });
-            match created {
-                Ok(_) => {}
-                // Another process created it at the same moment.
-                Err(e) if $crate::error::is_create_race(&e) => {}
-                Err(e) => return Err($self.group_err(e, op.as_str(), table)),
-            }
-        }
-        let probe = format!("UPDATE {name} SET expires_at_ms = expires_at_ms WHERE 1 = 0");
-        let probed = $crate::store::raw_conn!($self, "start-up check", |c| {
-            sqlx::query::<$db>(&probe).execute(c)
-        });
-        match probed {
-            Ok(_) => {}
-            Err(e) if $crate::error::is_missing_table(&e) => {
-                return Err($self.missing_group_table(table).with_source(e));
-            }
-            Err(e @ sqlx::Error::Database(_)) => {
-                return Err(lease_core::Error::new(
-                    lease_core::ErrorKind::Unavailable,
-                    format!(
-                        "cannot write the {} `{name}`: does the user lack the \
-                         privilege, or is the connection read-only?",
-                        table.what(),
-                    ),
-                )
-                .with_temporary(false)
-                .with_source(e));
-            }
-            Err(e) => return Err($self.group_err(e, "start-up check", table)),
-        }
-    }};
-}
-
-/// `group_table_ready` for `SqlStore<$db>`: the dialect brings `check_group_table`.
-macro_rules! group_tables_on_first_use {
-    ($db:ty) => {
-        impl $crate::SqlStore<$db> {
-            /// Checks the partition or member table `table` (creating it when missing and DDL
-            /// is on) before the first operation on it, once per store: a store that serves
-            /// only leases never touches either table. Two processes creating it at once both
-            /// succeed. A failed check is not remembered: the next operation checks again.
-            pub(crate) async fn group_table_ready(
-                &self,
-                table: $crate::partitions::Table,
-            ) -> lease_core::Result<()> {
-                self.inner.group_tables[table.index()]
-                    .get_or_try_init(|| self.check_group_table(table))
-                    .await
-                    .map(drop)
-                    .map_err(|e| self.at_server(e))
-            }
-        }
-    };
-}
-
-/// `impl PartitionStore` for `SqlStore<$db>`. The dialect brings `acquire_row` (the epoch when
-/// acquired or kept, `None` when another owner holds it), `renew_rows` (partition, epoch, time
-/// left of each lease renewed), `release_rows` (how many leases ended) and `owner_rows`
-/// (partition, owner, epoch, time left of each live lease, by partition).
-macro_rules! partition_store {
-    ($db:ty) => {
-        #[lease_core::backend::async_trait]
-        impl lease_core::PartitionStore for $crate::SqlStore<$db> {
-            async fn acquire_partition(
-                &self,
-                group: &str,
-                partition: u32,
-                owner: &str,
-                ttl: std::time::Duration,
-            ) -> lease_core::Result<Option<lease_core::PartitionLease>> {
-                lease_core::backend::check::acquire_partition(self, group, owner, ttl)?;
-                let ms = $crate::store::ttl_ms(ttl);
-                let during = |e: lease_core::Error| {
-                    e.during(lease_core::layer::Operation::AcquirePartition, group)
-                };
-                self.group_table_ready($crate::partitions::Table::Partitions)
-                    .await
-                    .map_err(during)?;
-                let epoch = self
-                    .acquire_row(group, partition, owner, ms)
-                    .await
-                    .map_err(during)?;
-                if epoch.is_some() {
-                    self.inner
-                        .hints
-                        .wrote(&lease_core::notify::Topic::group(group));
-                }
-                Ok(epoch.map(|epoch| lease_core::PartitionLease {
-                    partition,
-                    owner: owner.to_owned(),
-                    epoch,
-                    expires_in: $crate::store::remaining(ms),
-                }))
-            }
-
-            async fn renew_partitions(
-                &self,
-                group: &str,
-                partitions: &[u32],
-                owner: &str,
-                ttl: std::time::Duration,
-            ) -> lease_core::Result<Vec<lease_core::PartitionLease>> {
-                let batch = lease_core::backend::check::renew_partitions(
-                    self, group, partitions, owner, ttl,
-                )?;
-                if batch == lease_core::backend::check::Batch::Empty {
-                    return Ok(Vec::new());
-                }
-                let ms = $crate::store::ttl_ms(ttl);
-                let during = |e: lease_core::Error| {
-                    e.during(lease_core::layer::Operation::RenewPartitions, group)
-                };
-                self.group_table_ready($crate::partitions::Table::Partitions)
-                    .await
-                    .map_err(during)?;
-                let rows = self
-                    .renew_rows(group, &$crate::partitions::distinct(partitions), owner, ms)
-                    .await
-                    .map_err(during)?;
-                rows.into_iter()
-                    .map(|(p, epoch, left)| self.lease(p, owner.to_owned(), epoch, left))
-                    .collect::<lease_core::Result<_>>()
-                    .map_err(during)
-            }
-
-            async fn release_partitions(
-                &self,
-                group: &str,
-                partitions: &[u32],
-                owner: &str,
-            ) -> lease_core::Result<usize> {
-                let batch =
-                    lease_core::backend::check::release_partitions(self, group, partitions, owner)?;
-                if batch == lease_core::backend::check::Batch::Empty {
-                    return Ok(0);
-                }
-                let during = |e: lease_core::Error| {
-                    e.during(lease_core::layer::Operation::ReleasePartitions, group)
-                };
-                self.group_table_ready($crate::partitions::Table::Partitions)
-                    .await
-                    .map_err(during)?;
-                let ended = self
-                    .release_rows(group, &$crate::partitions::distinct(partitions), owner)
-                    .await
-                    .map_err(during)?;
-                if ended > 0 {
-                    self.inner
-                        .hints
-                        .wrote(&lease_core::notify::Topic::group(group));
-                }
-                Ok(usize::try_from(ended).unwrap_or(usize::MAX))
-            }
-
-            async fn owners(
-                &self,
-                group: &str,
-            ) -> lease_core::Result<Vec<lease_core::PartitionLease>> {
-                lease_core::backend::check::owners(self, group)?;
-                let during =
-                    |e: lease_core::Error| e.during(lease_core::layer::Operation::Owners, group);
-                self.group_table_ready($crate::partitions::Table::Partitions)
-                    .await
-                    .map_err(during)?;
-                let rows = self.owner_rows(group).await.map_err(during)?;
-                rows.into_iter()
-                    .map(|(p, owner, epoch, left)| self.lease(p, owner, epoch, left))
-                    .collect::<lease_core::Result<_>>()
-                    .map_err(during)
-            }
-        }
-    };
-}
-
-/// The partition statements of the dialects with `RETURNING` (PostgreSQL, SQLite), for
-/// [`partition_store`]. `$parts` turns a batch of partitions into the bound parameter.
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
-macro_rules! returning_partition_rows {
-    ($db:ty, $parts:path) => {
-        impl $crate::SqlStore<$db> {
-            async fn acquire_row(
-                &self,
-                group: &str,
-                partition: u32,
-                owner: &str,
-                ms: i64,
-            ) -> lease_core::Result<Option<u64>> {
-                let g = &self.inner.stmts.groups;
-                let row: Option<(i64,)> = $crate::partitions::group_conn!(
-                    write self,
-                    lease_core::layer::Operation::AcquirePartition,
-                    $crate::partitions::Table::Partitions,
-                    |c| {
-                        sqlx::query_as(&g.acquire)
-                            .bind(group)
-                            .bind(i64::from(partition))
-                            .bind(owner)
-                            .bind(ms)
-                            .fetch_optional(c)
-                    }
-                )?;
-                row.map(|(epoch,)| self.epoch_from(epoch)).transpose()
-            }
-
-            /// Every lease renewed gets the statement's one expiry: `ms` left.
-            async fn renew_rows(
-                &self,
-                group: &str,
-                partitions: &[u32],
-                owner: &str,
-                ms: i64,
-            ) -> lease_core::Result<Vec<(i64, i64, i64)>> {
-                let parts = $parts(partitions);
-                let g = &self.inner.stmts.groups;
-                let rows: Vec<(i64, i64)> = $crate::partitions::group_conn!(
-                    write self,
-                    lease_core::layer::Operation::RenewPartitions,
-                    $crate::partitions::Table::Partitions,
-                    |c| {
-                        sqlx::query_as(&g.renew)
-                            .bind(group)
-                            .bind(&parts)
-                            .bind(owner)
-                            .bind(ms)
-                            .fetch_all(c)
-                    }
-                )?;
-                Ok(rows.into_iter().map(|(p, epoch)| (p, epoch, ms)).collect())
-            }
-
-            async fn release_rows(
-                &self,
-                group: &str,
-                partitions: &[u32],
-                owner: &str,
-            ) -> lease_core::Result<u64> {
-                let parts = $parts(partitions);
-                let g = &self.inner.stmts.groups;
-                let done = $crate::partitions::group_conn!(
-                    write self,
-                    lease_core::layer::Operation::ReleasePartitions,
-                    $crate::partitions::Table::Partitions,
-                    |c| {
-                        sqlx::query(&g.release)
-                            .bind(group)
-                            .bind(&parts)
-                            .bind(owner)
-                            .execute(c)
-                    }
-                )?;
-                Ok(done.rows_affected())
-            }
-
-            async fn owner_rows(
-                &self,
-                group: &str,
-            ) -> lease_core::Result<Vec<(i64, String, i64, i64)>> {
-                let g = &self.inner.stmts.groups;
-                $crate::partitions::group_conn!(
-                    self,
-                    lease_core::layer::Operation::Owners,
-                    $crate::partitions::Table::Partitions,
-                    |c| { sqlx::query_as(&g.owners).bind(group).fetch_all(c) }
-                )
-            }
-        }
-    };
-}
-
-pub(crate) use check_group_table;
 pub(crate) use group_conn;
-pub(crate) use group_tables_on_first_use;
-pub(crate) use partition_store;
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
-pub(crate) use returning_partition_rows;
+
+// `LeaseDriver` is crate-private; so is the method (the lint looks at the impl's type).
+#[allow(private_bounds)]
+impl<DB: crate::leases::LeaseDriver> SqlStore<DB> {
+    /// Checks the partition, member or permit table `table` (creating it when missing and DDL
+    /// is on) before the first operation on it, once per store: a store that serves only
+    /// leases never touches them. Two processes creating it at once both succeed. A failed
+    /// check is not remembered: the next operation checks again.
+    pub(crate) async fn group_table_ready(&self, table: Table) -> Result<()> {
+        self.inner.group_tables[table.index()]
+            .get_or_try_init(|| DB::check_group_table(self, table))
+            .await
+            .map(drop)
+            .map_err(|e| self.at_server(e))
+    }
+}
+
+/// The partition table's part of a [`Driver`]: what a database runs for the partition
+/// operations (see [`LeaseDriver`](crate::leases::LeaseDriver) for what each returns).
+pub(crate) trait PartitionDriver: crate::leases::LeaseDriver {
+    /// The acquire: the epoch when acquired or kept, `None` when another owner holds it.
+    fn acquire_row(
+        store: &SqlStore<Self>,
+        group: &str,
+        partition: u32,
+        owner: &str,
+        ms: i64,
+    ) -> impl Future<Output = Result<Option<u64>>> + Send;
+
+    /// The renewal of a batch (sorted, each partition once): partition, epoch and time left of
+    /// each lease renewed.
+    fn renew_rows(
+        store: &SqlStore<Self>,
+        group: &str,
+        partitions: &[u32],
+        owner: &str,
+        ms: i64,
+    ) -> impl Future<Output = Result<Vec<(i64, i64, i64)>>> + Send;
+
+    /// The release of a batch (sorted, each partition once): how many leases ended.
+    fn release_rows(
+        store: &SqlStore<Self>,
+        group: &str,
+        partitions: &[u32],
+        owner: &str,
+    ) -> impl Future<Output = Result<u64>> + Send;
+
+    /// Partition, owner, epoch and time left of each live lease of `group`, by partition.
+    fn owner_rows(
+        store: &SqlStore<Self>,
+        group: &str,
+    ) -> impl Future<Output = Result<Vec<(i64, String, i64, i64)>>> + Send;
+}
+
+#[lease_core::backend::async_trait]
+impl<DB: Driver> lease_core::PartitionStore for SqlStore<DB> {
+    async fn acquire_partition(
+        &self,
+        group: &str,
+        partition: u32,
+        owner: &str,
+        ttl: std::time::Duration,
+    ) -> lease_core::Result<Option<lease_core::PartitionLease>> {
+        lease_core::backend::check::acquire_partition(self, group, owner, ttl)?;
+        let ms = crate::store::ttl_ms(ttl);
+        let during =
+            |e: lease_core::Error| e.during(lease_core::layer::Operation::AcquirePartition, group);
+        self.group_table_ready(crate::partitions::Table::Partitions)
+            .await
+            .map_err(during)?;
+        let epoch = DB::acquire_row(self, group, partition, owner, ms)
+            .await
+            .map_err(during)?;
+        if epoch.is_some() {
+            self.inner
+                .hints
+                .wrote(&lease_core::notify::Topic::group(group));
+        }
+        Ok(epoch.map(|epoch| lease_core::PartitionLease {
+            partition,
+            owner: owner.to_owned(),
+            epoch,
+            expires_in: crate::store::remaining(ms),
+        }))
+    }
+
+    async fn renew_partitions(
+        &self,
+        group: &str,
+        partitions: &[u32],
+        owner: &str,
+        ttl: std::time::Duration,
+    ) -> lease_core::Result<Vec<lease_core::PartitionLease>> {
+        let batch =
+            lease_core::backend::check::renew_partitions(self, group, partitions, owner, ttl)?;
+        if batch == lease_core::backend::check::Batch::Empty {
+            return Ok(Vec::new());
+        }
+        let ms = crate::store::ttl_ms(ttl);
+        let during =
+            |e: lease_core::Error| e.during(lease_core::layer::Operation::RenewPartitions, group);
+        self.group_table_ready(crate::partitions::Table::Partitions)
+            .await
+            .map_err(during)?;
+        let rows = DB::renew_rows(self, group, &distinct(partitions), owner, ms)
+            .await
+            .map_err(during)?;
+        rows.into_iter()
+            .map(|(p, epoch, left)| self.lease(p, owner.to_owned(), epoch, left))
+            .collect::<lease_core::Result<_>>()
+            .map_err(during)
+    }
+
+    async fn release_partitions(
+        &self,
+        group: &str,
+        partitions: &[u32],
+        owner: &str,
+    ) -> lease_core::Result<usize> {
+        let batch = lease_core::backend::check::release_partitions(self, group, partitions, owner)?;
+        if batch == lease_core::backend::check::Batch::Empty {
+            return Ok(0);
+        }
+        let during =
+            |e: lease_core::Error| e.during(lease_core::layer::Operation::ReleasePartitions, group);
+        self.group_table_ready(crate::partitions::Table::Partitions)
+            .await
+            .map_err(during)?;
+        let ended = DB::release_rows(self, group, &distinct(partitions), owner)
+            .await
+            .map_err(during)?;
+        if ended > 0 {
+            self.inner
+                .hints
+                .wrote(&lease_core::notify::Topic::group(group));
+        }
+        Ok(usize::try_from(ended).unwrap_or(usize::MAX))
+    }
+
+    async fn owners(&self, group: &str) -> lease_core::Result<Vec<lease_core::PartitionLease>> {
+        lease_core::backend::check::owners(self, group)?;
+        let during = |e: lease_core::Error| e.during(lease_core::layer::Operation::Owners, group);
+        self.group_table_ready(crate::partitions::Table::Partitions)
+            .await
+            .map_err(during)?;
+        let rows = DB::owner_rows(self, group).await.map_err(during)?;
+        rows.into_iter()
+            .map(|(p, owner, epoch, left)| self.lease(p, owner, epoch, left))
+            .collect::<lease_core::Result<_>>()
+            .map_err(during)
+    }
+}

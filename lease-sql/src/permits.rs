@@ -5,13 +5,13 @@
 //! across its permits. Its DDL is [`permits_schema_sql`](crate::permits_schema_sql); it is
 //! checked, and created when missing, on its first use, as the partition and member tables are.
 //!
-//! One impl for every dialect ([`permit_store`]): argument checks before any I/O (lease-core's
-//! `backend::check`), the grants, the hints, and the reads (`verify`, `list`, the same shape on
-//! every dialect); the writes are the dialect's: `claim_permit_row` (PostgreSQL: one statement,
-//! `postgres/permits.rs`; MySQL: one transaction sent as one request, `mysql/permits.rs`;
-//! SQLite: one transaction that decides with [`decide`], `sqlite/permits.rs`),
-//! `renew_permit_row` and `release_permit_row` (PostgreSQL's and SQLite's from
-//! [`returning_permit_writes`], MySQL's in `mysql/permits.rs`).
+//! One impl for every database: argument checks before any I/O (lease-core's `backend::check`),
+//! the grants, the hints; each database's [`PermitDriver`] runs the statements:
+//! `claim_permit_row` (PostgreSQL: one statement, `postgres/permits.rs`; MySQL: one transaction
+//! sent as one request, `mysql/permits.rs`; SQLite: one transaction that decides with
+//! [`decide`], `sqlite/permits.rs`), `renew_permit_row` and `release_permit_row` (PostgreSQL's
+//! and SQLite's in `shared.rs`, MySQL's in `mysql/permits.rs`), and the reads (`verify`,
+//! `list`, the same shape on every database, in `shared.rs`).
 //!
 //! Every claim of a name is serialized on the name's rows: the count of its live permits, the
 //! choice of the lowest free permit and the term one more than the counter are taken from the
@@ -19,7 +19,14 @@
 //! verify, list and release are one statement each, one round trip; release sends the same hint
 //! a lease's release sends (`Topic::lease(name)`).
 
-impl<DB: sqlx::Database> crate::SqlStore<DB> {
+use std::future::Future;
+
+use lease_core::Result;
+
+use crate::leases::LeaseDriver;
+use crate::store::{Driver, SqlStore};
+
+impl<DB: sqlx::Database> SqlStore<DB> {
     /// A permit index read from the permit table.
     pub(crate) fn permit_from(&self, v: i64) -> lease_core::Result<u32> {
         u32::try_from(v).map_err(|_| {
@@ -79,234 +86,190 @@ pub(crate) fn decide(rows: &[Seen], count: u32) -> Decision {
     }
 }
 
-/// The permit-operation bodies of `SqlStore<$db>`, called by [`lease_store`](crate::leases):
-/// argument checks, the permit table ready, the dialect's write, the hint, the answer. The
-/// dialect brings `claim_permit_row` (permit and term granted, `None` when full),
-/// `renew_permit_row` (the term, `None` when not live under the holder) and
-/// `release_permit_row` (whether a live permit ended).
-macro_rules! permit_store {
-    ($db:ty) => {
-        impl $crate::SqlStore<$db> {
-            pub(crate) async fn claim_permit_op(
-                &self,
-                name: &str,
-                count: u32,
-                holder: &lease_core::backend::HolderToken,
-                instance: &str,
-                ttl: std::time::Duration,
-            ) -> lease_core::Result<Option<lease_core::PermitGrant>> {
-                lease_core::backend::check::claim_permit(self, name, count, instance, ttl)?;
-                let ms = $crate::store::ttl_ms(ttl);
-                let during = |e: lease_core::Error| {
-                    e.during(lease_core::layer::Operation::ClaimPermit, name)
-                };
-                self.group_table_ready($crate::partitions::Table::Permits)
-                    .await
-                    .map_err(during)?;
-                let granted = self
-                    .claim_permit_row(name, count, &holder.to_hex(), instance, ms)
-                    .await
-                    .map_err(during)?;
-                let Some((permit, term)) = granted else {
-                    return Ok(None);
-                };
-                self.inner
-                    .hints
-                    .wrote(&lease_core::notify::Topic::lease(name));
-                Ok(Some(lease_core::PermitGrant {
-                    permit: self.permit_from(permit).map_err(during)?,
-                    grant: lease_core::backend::Grant {
-                        term: self.term_from(term).map_err(during)?,
-                        expires_in: $crate::store::remaining(ms),
-                    },
-                }))
-            }
+/// The permit table's part of a [`Driver`]: what a database runs for the permit operations
+/// (see [`LeaseDriver`] for what each returns).
+pub(crate) trait PermitDriver: LeaseDriver {
+    /// The claim: the permit and term granted, `None` when the name is full (or the claimant
+    /// holds a live permit of it already).
+    fn claim_permit_row(
+        store: &SqlStore<Self>,
+        name: &str,
+        count: u32,
+        hex: &str,
+        instance: &str,
+        ms: i64,
+    ) -> impl Future<Output = Result<Option<(i64, i64)>>> + Send;
 
-            pub(crate) async fn renew_permit_op(
-                &self,
-                name: &str,
-                permit: u32,
-                holder: &lease_core::backend::HolderToken,
-                ttl: std::time::Duration,
-            ) -> lease_core::Result<Option<lease_core::backend::Grant>> {
-                lease_core::backend::check::renew_permit(self, name, permit, ttl)?;
-                let ms = $crate::store::ttl_ms(ttl);
-                let during = |e: lease_core::Error| {
-                    e.during(lease_core::layer::Operation::RenewPermit, name)
-                };
-                self.group_table_ready($crate::partitions::Table::Permits)
-                    .await
-                    .map_err(during)?;
-                let term = self
-                    .renew_permit_row(name, permit, &holder.to_hex(), ms)
-                    .await
-                    .map_err(during)?;
-                term.map(|t| {
-                    Ok(lease_core::backend::Grant {
-                        term: self.term_from(t).map_err(during)?,
-                        expires_in: $crate::store::remaining(ms),
-                    })
-                })
-                .transpose()
-            }
+    /// The renewal: the term, `None` when the permit is not the holder's live.
+    fn renew_permit_row(
+        store: &SqlStore<Self>,
+        name: &str,
+        permit: u32,
+        hex: &str,
+        ms: i64,
+    ) -> impl Future<Output = Result<Option<i64>>> + Send;
 
-            pub(crate) async fn release_permit_op(
-                &self,
-                name: &str,
-                permit: u32,
-                holder: &lease_core::backend::HolderToken,
-            ) -> lease_core::Result<bool> {
-                lease_core::backend::check::permit(self, name, permit)?;
-                let during = |e: lease_core::Error| {
-                    e.during(lease_core::layer::Operation::ReleasePermit, name)
-                };
-                self.group_table_ready($crate::partitions::Table::Permits)
-                    .await
-                    .map_err(during)?;
-                let ended = self
-                    .release_permit_row(name, permit, &holder.to_hex())
-                    .await
-                    .map_err(during)?;
-                if ended {
-                    self.inner
-                        .hints
-                        .wrote(&lease_core::notify::Topic::lease(name));
-                }
-                Ok(ended)
-            }
+    /// The release: whether the holder's live permit ended.
+    fn release_permit_row(
+        store: &SqlStore<Self>,
+        name: &str,
+        permit: u32,
+        hex: &str,
+    ) -> impl Future<Output = Result<bool>> + Send;
 
-            pub(crate) async fn verify_permit_op(
-                &self,
-                name: &str,
-                holder: &lease_core::backend::HolderToken,
-            ) -> lease_core::Result<Option<lease_core::PermitGrant>> {
-                lease_core::backend::check::name(self, name)?;
-                let op = lease_core::layer::Operation::VerifyPermit;
-                let during = |e: lease_core::Error| e.during(op, name);
-                self.group_table_ready($crate::partitions::Table::Permits)
-                    .await
-                    .map_err(during)?;
-                let p = &self.inner.stmts.permits;
-                let row: Option<(i64, i64, i64)> = $crate::partitions::group_conn!(
-                    self,
-                    op,
-                    $crate::partitions::Table::Permits,
-                    |c| {
-                        sqlx::query_as(&p.verify)
-                            .bind(name)
-                            .bind(holder.to_hex())
-                            .fetch_optional(c)
-                    }
-                )
-                .map_err(during)?;
-                row.map(|(permit, term, left)| {
-                    Ok(lease_core::PermitGrant {
-                        permit: self.permit_from(permit).map_err(during)?,
-                        grant: lease_core::backend::Grant {
-                            term: self.term_from(term).map_err(during)?,
-                            expires_in: $crate::store::remaining(left),
-                        },
-                    })
-                })
-                .transpose()
-            }
+    /// The holder's live permit of `name`: permit, term and time left.
+    fn verify_permit_row(
+        store: &SqlStore<Self>,
+        name: &str,
+        hex: &str,
+    ) -> impl Future<Output = Result<Option<(i64, i64, i64)>>> + Send;
 
-            pub(crate) async fn list_permits_op(
-                &self,
-                name: &str,
-            ) -> lease_core::Result<Vec<lease_core::PermitInfo>> {
-                lease_core::backend::check::name(self, name)?;
-                let op = lease_core::layer::Operation::Permits;
-                let during = |e: lease_core::Error| e.during(op, name);
-                self.group_table_ready($crate::partitions::Table::Permits)
-                    .await
-                    .map_err(during)?;
-                let p = &self.inner.stmts.permits;
-                let rows: Vec<(i64, String, i64, i64)> = $crate::partitions::group_conn!(
-                    self,
-                    op,
-                    $crate::partitions::Table::Permits,
-                    |c| { sqlx::query_as(&p.list).bind(name).fetch_all(c) }
-                )
-                .map_err(during)?;
-                rows.into_iter()
-                    .map(|(permit, instance, term, left)| {
-                        Ok(lease_core::PermitInfo {
-                            permit: self.permit_from(permit)?,
-                            instance,
-                            term: self.term_from(term)?,
-                            live: left > 0,
-                            expires_in: $crate::store::remaining(left),
-                        })
-                    })
-                    .collect::<lease_core::Result<_>>()
-                    .map_err(during)
-            }
-        }
-    };
+    /// Every permit of `name`: permit, instance, term and time left, by permit.
+    fn permit_rows(
+        store: &SqlStore<Self>,
+        name: &str,
+    ) -> impl Future<Output = Result<Vec<(i64, String, i64, i64)>>> + Send;
 }
 
-/// The renewal and release of the dialects with `RETURNING` (PostgreSQL, SQLite), for
-/// [`permit_store`].
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
-macro_rules! returning_permit_writes {
-    ($db:ty) => {
-        impl $crate::SqlStore<$db> {
-            /// The term, `None` when the permit is not the holder's live.
-            async fn renew_permit_row(
-                &self,
-                name: &str,
-                permit: u32,
-                hex: &str,
-                ms: i64,
-            ) -> lease_core::Result<Option<i64>> {
-                let p = &self.inner.stmts.permits;
-                let row: Option<(i64,)> = $crate::partitions::group_conn!(
-                    write self,
-                    lease_core::layer::Operation::RenewPermit,
-                    $crate::partitions::Table::Permits,
-                    |c| {
-                        sqlx::query_as(&p.renew)
-                            .bind(name)
-                            .bind(i64::from(permit))
-                            .bind(hex)
-                            .bind(ms)
-                            .fetch_optional(c)
-                    }
-                )?;
-                Ok(row.map(|(t,)| t))
-            }
+/// The permit operations, called by the [`LeaseStore`](lease_core::LeaseStore) impl
+/// (`leases.rs`): argument checks, the permit table ready, the database's statement, the hint,
+/// the answer.
+// `Driver` is crate-private; these methods are too (the lint looks at the impl's type).
+#[allow(private_bounds)]
+impl<DB: Driver> SqlStore<DB> {
+    pub(crate) async fn claim_permit_op(
+        &self,
+        name: &str,
+        count: u32,
+        holder: &lease_core::backend::HolderToken,
+        instance: &str,
+        ttl: std::time::Duration,
+    ) -> lease_core::Result<Option<lease_core::PermitGrant>> {
+        lease_core::backend::check::claim_permit(self, name, count, instance, ttl)?;
+        let ms = crate::store::ttl_ms(ttl);
+        let during =
+            |e: lease_core::Error| e.during(lease_core::layer::Operation::ClaimPermit, name);
+        self.group_table_ready(crate::partitions::Table::Permits)
+            .await
+            .map_err(during)?;
+        let granted = DB::claim_permit_row(self, name, count, &holder.to_hex(), instance, ms)
+            .await
+            .map_err(during)?;
+        let Some((permit, term)) = granted else {
+            return Ok(None);
+        };
+        self.inner
+            .hints
+            .wrote(&lease_core::notify::Topic::lease(name));
+        Ok(Some(lease_core::PermitGrant {
+            permit: self.permit_from(permit).map_err(during)?,
+            grant: lease_core::backend::Grant {
+                term: self.term_from(term).map_err(during)?,
+                expires_in: crate::store::remaining(ms),
+            },
+        }))
+    }
 
-            /// Whether the holder's live permit ended (PostgreSQL with hints: the rows of the
-            /// `pg_notify` sent, one per permit ended).
-            async fn release_permit_row(
-                &self,
-                name: &str,
-                permit: u32,
-                hex: &str,
-            ) -> lease_core::Result<bool> {
-                let p = &self.inner.stmts.permits;
-                let done = $crate::partitions::group_conn!(
-                    write self,
-                    lease_core::layer::Operation::ReleasePermit,
-                    $crate::partitions::Table::Permits,
-                    |c| {
-                        sqlx::query(&p.release)
-                            .bind(name)
-                            .bind(i64::from(permit))
-                            .bind(hex)
-                            .execute(c)
-                    }
-                )?;
-                Ok(done.rows_affected() > 0)
-            }
+    pub(crate) async fn renew_permit_op(
+        &self,
+        name: &str,
+        permit: u32,
+        holder: &lease_core::backend::HolderToken,
+        ttl: std::time::Duration,
+    ) -> lease_core::Result<Option<lease_core::backend::Grant>> {
+        lease_core::backend::check::renew_permit(self, name, permit, ttl)?;
+        let ms = crate::store::ttl_ms(ttl);
+        let during =
+            |e: lease_core::Error| e.during(lease_core::layer::Operation::RenewPermit, name);
+        self.group_table_ready(crate::partitions::Table::Permits)
+            .await
+            .map_err(during)?;
+        let term = DB::renew_permit_row(self, name, permit, &holder.to_hex(), ms)
+            .await
+            .map_err(during)?;
+        term.map(|t| {
+            Ok(lease_core::backend::Grant {
+                term: self.term_from(t).map_err(during)?,
+                expires_in: crate::store::remaining(ms),
+            })
+        })
+        .transpose()
+    }
+
+    pub(crate) async fn release_permit_op(
+        &self,
+        name: &str,
+        permit: u32,
+        holder: &lease_core::backend::HolderToken,
+    ) -> lease_core::Result<bool> {
+        lease_core::backend::check::permit(self, name, permit)?;
+        let during =
+            |e: lease_core::Error| e.during(lease_core::layer::Operation::ReleasePermit, name);
+        self.group_table_ready(crate::partitions::Table::Permits)
+            .await
+            .map_err(during)?;
+        let ended = DB::release_permit_row(self, name, permit, &holder.to_hex())
+            .await
+            .map_err(during)?;
+        if ended {
+            self.inner
+                .hints
+                .wrote(&lease_core::notify::Topic::lease(name));
         }
-    };
-}
+        Ok(ended)
+    }
 
-pub(crate) use permit_store;
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
-pub(crate) use returning_permit_writes;
+    pub(crate) async fn verify_permit_op(
+        &self,
+        name: &str,
+        holder: &lease_core::backend::HolderToken,
+    ) -> lease_core::Result<Option<lease_core::PermitGrant>> {
+        lease_core::backend::check::name(self, name)?;
+        let op = lease_core::layer::Operation::VerifyPermit;
+        let during = |e: lease_core::Error| e.during(op, name);
+        self.group_table_ready(crate::partitions::Table::Permits)
+            .await
+            .map_err(during)?;
+        let row = DB::verify_permit_row(self, name, &holder.to_hex())
+            .await
+            .map_err(during)?;
+        row.map(|(permit, term, left)| {
+            Ok(lease_core::PermitGrant {
+                permit: self.permit_from(permit).map_err(during)?,
+                grant: lease_core::backend::Grant {
+                    term: self.term_from(term).map_err(during)?,
+                    expires_in: crate::store::remaining(left),
+                },
+            })
+        })
+        .transpose()
+    }
+
+    pub(crate) async fn list_permits_op(
+        &self,
+        name: &str,
+    ) -> lease_core::Result<Vec<lease_core::PermitInfo>> {
+        lease_core::backend::check::name(self, name)?;
+        let op = lease_core::layer::Operation::Permits;
+        let during = |e: lease_core::Error| e.during(op, name);
+        self.group_table_ready(crate::partitions::Table::Permits)
+            .await
+            .map_err(during)?;
+        let rows = DB::permit_rows(self, name).await.map_err(during)?;
+        rows.into_iter()
+            .map(|(permit, instance, term, left)| {
+                Ok(lease_core::PermitInfo {
+                    permit: self.permit_from(permit)?,
+                    instance,
+                    term: self.term_from(term)?,
+                    live: left > 0,
+                    expires_in: crate::store::remaining(left),
+                })
+            })
+            .collect::<lease_core::Result<_>>()
+            .map_err(during)
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -1,10 +1,10 @@
 //! Scheduler slots ([`lease_core::SlotStore`]) on the lease table's `slot_ms`,
 //! `unfinished_slot_ms` and `rerun_slot_ms` columns.
 //!
-//! One impl for every dialect ([`slot_store`]): the argument checks, the claim's read and its
-//! decision, the reads; the writes are the dialect's (`claim_slot_row`, `finish_in`,
-//! `unfinished_rows`, `rerun_row`: PostgreSQL's and SQLite's claim writes from
-//! [`returning_slot_writes`], the rest in each dialect's `slots.rs`).
+//! One impl for every database: the argument checks, the claim's decision, the answers; each
+//! database's [`SlotDriver`] runs the statements (the claim's read and `last_slot`, the same on
+//! every database, and PostgreSQL's and SQLite's claim writes in `shared.rs`; the rest in each
+//! database's `slots.rs`).
 //!
 //! Every statement runs on the store's own connections, one round trip each on a warm
 //! connection; the statements themselves are in each dialect's `statements.rs` and written out
@@ -29,15 +29,20 @@ use std::collections::HashMap;
 
 use std::time::Duration;
 
+use std::future::Future;
+
 use lease_core::LeaseStore;
 use lease_core::Result;
-use lease_core::backend::{SlotClaim, SlotRecord};
+use lease_core::backend::{SlotClaim, SlotFinish, SlotRecord};
 
-use crate::store::{remaining, ttl_ms};
+use crate::store::{Driver, SqlStore, remaining, ttl_ms};
 
 /// The claim's read: the server's clock, then the record's term, the time left on its lease,
 /// `slot_ms` and `unfinished_slot_ms` (all `None` when there is no record).
 pub(crate) type ClaimRead = (i64, Option<i64>, Option<i64>, Option<i64>, Option<i64>);
+
+/// A record's `slot_ms`, `unfinished_slot_ms` and `rerun_slot_ms`, as `last_slot` reads them.
+pub(crate) type SlotRow = (Option<i64>, Option<i64>, Option<i64>);
 
 /// The record a claim writes over.
 #[derive(Debug, Clone, Copy)]
@@ -90,7 +95,7 @@ pub(crate) fn claimed(term: u64, ttl_ms: i64, previous: Option<Previous>) -> Slo
     }
 }
 
-pub(crate) fn record(row: (Option<i64>, Option<i64>, Option<i64>)) -> SlotRecord {
+pub(crate) fn record(row: SlotRow) -> SlotRecord {
     SlotRecord {
         last_ms: row.0,
         unfinished_ms: row.1,
@@ -153,196 +158,149 @@ pub(crate) struct Finish<'a> {
     pub(crate) passed_ms: Option<i64>,
 }
 
-/// `impl SlotStore` for `SqlStore<$db>`. The dialect brings `claim_slot_row` (the claim's write
-/// after the read: the new term, `None` when another replica's write matched first),
-/// `finish_in`, `unfinished_rows` (name bytes and instant, in any order) and `rerun_row` (the
-/// new term, `None` when not eligible).
-macro_rules! slot_store {
-    ($db:ty) => {
-        #[lease_core::backend::async_trait]
-        impl lease_core::SlotStore for $crate::SqlStore<$db> {
-            async fn claim_slot(
-                &self,
-                name: &str,
-                holder: &lease_core::backend::HolderToken,
-                instance: &str,
-                ttl: std::time::Duration,
-                instant_ms: i64,
-            ) -> lease_core::Result<lease_core::backend::SlotClaim> {
-                let hex = holder.to_hex();
-                let claim =
-                    $crate::slots::Claim::checked(self, name, &hex, instance, ttl, instant_ms)?;
-                let read: $crate::slots::ClaimRead =
-                    $crate::store::with_conn!(self, lease_core::layer::Operation::ClaimSlot, |c| {
-                        sqlx::query_as(&self.inner.stmts.slots.read)
-                            .bind(name)
-                            .fetch_one(c)
-                    })
-                    .map_err(|e| e.during(lease_core::layer::Operation::ClaimSlot, name))?;
-                let previous = match $crate::slots::decide(read, instant_ms) {
-                    $crate::slots::Next::Answer(answer) => return Ok(answer),
-                    $crate::slots::Next::Write(previous) => previous,
-                };
-                let term = self
-                    .claim_slot_row(claim, previous)
-                    .await
-                    .map_err(|e| e.during(lease_core::layer::Operation::ClaimSlot, name))?;
-                Ok(match term {
-                    // Another replica's write matched first.
-                    None => lease_core::backend::SlotClaim::Held,
-                    Some(term) => {
-                        $crate::slots::wrote(&self.inner.hints, name);
-                        $crate::slots::claimed(term, claim.ttl_ms, previous)
-                    }
-                })
-            }
+/// The slot columns' part of a [`Driver`]: what a database runs for the scheduler's slot
+/// operations (see [`LeaseDriver`](crate::leases::LeaseDriver) for what each returns).
+pub(crate) trait SlotDriver: crate::leases::LeaseDriver {
+    /// The claim's read: the server's clock, then the record of `name`.
+    fn claim_read(
+        store: &SqlStore<Self>,
+        name: &str,
+    ) -> impl Future<Output = Result<ClaimRead>> + Send;
 
-            async fn finish_slot(
-                &self,
-                name: &str,
-                holder: &lease_core::backend::HolderToken,
-                instant_ms: i64,
-                passed_ms: Option<i64>,
-            ) -> lease_core::Result<lease_core::backend::SlotFinish> {
-                lease_core::backend::check::name(self, name)?;
-                let hex = holder.to_hex();
-                let finish = self
-                    .finish_in($crate::slots::Finish {
-                        name,
-                        hex: &hex,
-                        instant_ms,
-                        passed_ms,
-                    })
-                    .await
-                    .map_err(|e| e.during(lease_core::layer::Operation::FinishSlot, name))?;
-                if finish.released || finish.recorded || finish.passed_taken {
-                    $crate::slots::wrote(&self.inner.hints, name);
-                }
-                Ok(finish)
-            }
+    /// The claim's write after its read: the new term, `None` when another replica's write
+    /// matched first.
+    fn claim_slot_row(
+        store: &SqlStore<Self>,
+        w: Claim<'_>,
+        previous: Option<Previous>,
+    ) -> impl Future<Output = Result<Option<u64>>> + Send;
 
-            async fn unfinished(&self, names: &[String]) -> lease_core::Result<Vec<(String, i64)>> {
-                if lease_core::backend::check::unfinished(self, names)?
-                    == lease_core::backend::check::Batch::Empty
-                {
-                    return Ok(Vec::new());
-                }
-                let rows = self
-                    .unfinished_rows(names)
-                    .await
-                    .map_err(|e| e.during(lease_core::layer::Operation::Unfinished, ""))?;
-                Ok($crate::slots::in_order(names, rows))
-            }
+    /// The finish.
+    fn finish_in(
+        store: &SqlStore<Self>,
+        f: Finish<'_>,
+    ) -> impl Future<Output = Result<SlotFinish>> + Send;
 
-            async fn claim_rerun(
-                &self,
-                name: &str,
-                holder: &lease_core::backend::HolderToken,
-                instance: &str,
-                ttl: std::time::Duration,
-                instant_ms: i64,
-            ) -> lease_core::Result<Option<lease_core::backend::Grant>> {
-                let hex = holder.to_hex();
-                let claim =
-                    $crate::slots::Claim::checked(self, name, &hex, instance, ttl, instant_ms)?;
-                let term = self
-                    .rerun_row(claim)
-                    .await
-                    .map_err(|e| e.during(lease_core::layer::Operation::ClaimRerun, name))?;
-                if term.is_some() {
-                    $crate::slots::wrote(&self.inner.hints, name);
-                }
-                Ok(term.map(|term| lease_core::backend::Grant {
-                    term,
-                    expires_in: $crate::store::remaining(claim.ttl_ms),
-                }))
-            }
+    /// The names (as bytes) and unfinished instants of those of `names` whose instant may be
+    /// rerun, in any order.
+    fn unfinished_rows(
+        store: &SqlStore<Self>,
+        names: &[String],
+    ) -> impl Future<Output = Result<Vec<(Vec<u8>, i64)>>> + Send;
 
-            async fn last_slot(
-                &self,
-                name: &str,
-            ) -> lease_core::Result<Option<lease_core::backend::SlotRecord>> {
-                lease_core::backend::check::name(self, name)?;
-                let row: Option<(Option<i64>, Option<i64>, Option<i64>)> =
-                    $crate::store::with_conn!(self, lease_core::layer::Operation::LastSlot, |c| {
-                        sqlx::query_as(&self.inner.stmts.slots.last)
-                            .bind(name)
-                            .fetch_optional(c)
-                    })
-                    .map_err(|e| e.during(lease_core::layer::Operation::LastSlot, name))?;
-                Ok(row.map($crate::slots::record))
-            }
-        }
-    };
+    /// The rerun claim: the new term, `None` when not eligible.
+    fn rerun_row(
+        store: &SqlStore<Self>,
+        w: Claim<'_>,
+    ) -> impl Future<Output = Result<Option<u64>>> + Send;
+
+    /// The record of `name`: `slot_ms`, `unfinished_slot_ms`, `rerun_slot_ms`.
+    fn last_slot_row(
+        store: &SqlStore<Self>,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<SlotRow>>> + Send;
 }
 
-/// The claim writes of the dialects with `RETURNING` (PostgreSQL, SQLite), for [`slot_store`].
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
-macro_rules! returning_slot_writes {
-    ($db:ty) => {
-        impl $crate::SqlStore<$db> {
-            /// The claim's write: an insert for a new record, an update with the term read
-            /// compared otherwise.
-            async fn claim_slot_row(
-                &self,
-                w: $crate::slots::Claim<'_>,
-                previous: Option<$crate::slots::Previous>,
-            ) -> lease_core::Result<Option<u64>> {
-                let s = &self.inner.stmts.slots;
-                let row: Option<(i64,)> = match previous {
-                    None => $crate::store::with_conn!(
-                        write self,
-                        lease_core::layer::Operation::ClaimSlot,
-                        |c| {
-                            sqlx::query_as(&s.insert)
-                                .bind(w.name)
-                                .bind(w.hex)
-                                .bind(w.instance)
-                                .bind(w.ttl_ms)
-                                .bind(w.instant_ms)
-                                .fetch_optional(c)
-                        }
-                    )?,
-                    Some(p) => $crate::store::with_conn!(
-                        write self,
-                        lease_core::layer::Operation::ClaimSlot,
-                        |c| {
-                            sqlx::query_as(&s.update)
-                                .bind(w.name)
-                                .bind(w.hex)
-                                .bind(w.instance)
-                                .bind(w.ttl_ms)
-                                .bind(w.instant_ms)
-                                .bind(p.term)
-                                .fetch_optional(c)
-                        }
-                    )?,
-                };
-                row.map(|(t,)| self.term_from(t)).transpose()
+#[lease_core::backend::async_trait]
+impl<DB: Driver> lease_core::SlotStore for SqlStore<DB> {
+    async fn claim_slot(
+        &self,
+        name: &str,
+        holder: &lease_core::backend::HolderToken,
+        instance: &str,
+        ttl: std::time::Duration,
+        instant_ms: i64,
+    ) -> lease_core::Result<lease_core::backend::SlotClaim> {
+        let hex = holder.to_hex();
+        let claim = crate::slots::Claim::checked(self, name, &hex, instance, ttl, instant_ms)?;
+        let read = DB::claim_read(self, name)
+            .await
+            .map_err(|e| e.during(lease_core::layer::Operation::ClaimSlot, name))?;
+        let previous = match crate::slots::decide(read, instant_ms) {
+            crate::slots::Next::Answer(answer) => return Ok(answer),
+            crate::slots::Next::Write(previous) => previous,
+        };
+        let term = DB::claim_slot_row(self, claim, previous)
+            .await
+            .map_err(|e| e.during(lease_core::layer::Operation::ClaimSlot, name))?;
+        Ok(match term {
+            // Another replica's write matched first.
+            None => lease_core::backend::SlotClaim::Held,
+            Some(term) => {
+                crate::slots::wrote(&self.inner.hints, name);
+                crate::slots::claimed(term, claim.ttl_ms, previous)
             }
+        })
+    }
 
-            /// The rerun claim: the new term, `None` when not eligible.
-            async fn rerun_row(
-                &self,
-                w: $crate::slots::Claim<'_>,
-            ) -> lease_core::Result<Option<u64>> {
-                let row: Option<(i64,)> = $crate::store::with_conn!(
-                    write self,
-                    lease_core::layer::Operation::ClaimRerun,
-                    |c| sqlx::query_as(&self.inner.stmts.slots.rerun)
-                        .bind(w.name)
-                        .bind(w.hex)
-                        .bind(w.instance)
-                        .bind(w.ttl_ms)
-                        .bind(w.instant_ms)
-                        .fetch_optional(c)
-                )?;
-                row.map(|(t,)| self.term_from(t)).transpose()
-            }
+    async fn finish_slot(
+        &self,
+        name: &str,
+        holder: &lease_core::backend::HolderToken,
+        instant_ms: i64,
+        passed_ms: Option<i64>,
+    ) -> lease_core::Result<lease_core::backend::SlotFinish> {
+        lease_core::backend::check::name(self, name)?;
+        let hex = holder.to_hex();
+        let finish = DB::finish_in(
+            self,
+            crate::slots::Finish {
+                name,
+                hex: &hex,
+                instant_ms,
+                passed_ms,
+            },
+        )
+        .await
+        .map_err(|e| e.during(lease_core::layer::Operation::FinishSlot, name))?;
+        if finish.released || finish.recorded || finish.passed_taken {
+            crate::slots::wrote(&self.inner.hints, name);
         }
-    };
-}
+        Ok(finish)
+    }
 
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
-pub(crate) use returning_slot_writes;
-pub(crate) use slot_store;
+    async fn unfinished(&self, names: &[String]) -> lease_core::Result<Vec<(String, i64)>> {
+        if lease_core::backend::check::unfinished(self, names)?
+            == lease_core::backend::check::Batch::Empty
+        {
+            return Ok(Vec::new());
+        }
+        let rows = DB::unfinished_rows(self, names)
+            .await
+            .map_err(|e| e.during(lease_core::layer::Operation::Unfinished, ""))?;
+        Ok(crate::slots::in_order(names, rows))
+    }
+
+    async fn claim_rerun(
+        &self,
+        name: &str,
+        holder: &lease_core::backend::HolderToken,
+        instance: &str,
+        ttl: std::time::Duration,
+        instant_ms: i64,
+    ) -> lease_core::Result<Option<lease_core::backend::Grant>> {
+        let hex = holder.to_hex();
+        let claim = crate::slots::Claim::checked(self, name, &hex, instance, ttl, instant_ms)?;
+        let term = DB::rerun_row(self, claim)
+            .await
+            .map_err(|e| e.during(lease_core::layer::Operation::ClaimRerun, name))?;
+        if term.is_some() {
+            crate::slots::wrote(&self.inner.hints, name);
+        }
+        Ok(term.map(|term| lease_core::backend::Grant {
+            term,
+            expires_in: crate::store::remaining(claim.ttl_ms),
+        }))
+    }
+
+    async fn last_slot(
+        &self,
+        name: &str,
+    ) -> lease_core::Result<Option<lease_core::backend::SlotRecord>> {
+        lease_core::backend::check::name(self, name)?;
+        let row = DB::last_slot_row(self, name)
+            .await
+            .map_err(|e| e.during(lease_core::layer::Operation::LastSlot, name))?;
+        Ok(row.map(crate::slots::record))
+    }
+}

@@ -11,6 +11,11 @@ use lease_core::{Error, Result, Term};
 use sqlx::{Database, Pool};
 
 use crate::config::SqlConfig;
+use crate::leases::LeaseDriver;
+use crate::membership::MemberDriver;
+use crate::partitions::PartitionDriver;
+use crate::permits::PermitDriver;
+use crate::slots::SlotDriver;
 use crate::wire::Statements;
 use crate::wire::conns::Conns;
 use crate::wire::schema::Dialect;
@@ -165,6 +170,29 @@ impl<DB: Database> SqlStore<DB> {
             .filter(|t| *t > 0)
             .ok_or_else(|| crate::error::corrupt(&format!("term {v}"), &self.inner.server))
     }
+}
+
+/// What one database brings to the store, in one part per store trait ([`LeaseDriver`] for
+/// the lease table, its start-up checks, hints and verified transactions; [`PartitionDriver`],
+/// [`MemberDriver`], [`PermitDriver`], [`SlotDriver`] for partitioned leases, membership,
+/// counted leases and scheduler slots): its statements run on its connections, its rows read, and the writes it does
+/// its own way (MySQL's through `LAST_INSERT_ID`, PostgreSQL's and SQLite's with `RETURNING`).
+/// Each database implements the parts in its folder (`postgres/`, `mysql/`, `sqlite/`) for its
+/// sqlx database type; one generic impl of each store trait on [`SqlStore`] holds what they
+/// share: argument checks, answers, hints.
+///
+/// Named after sqlx's drivers, whose database types implement it, and not after the
+/// [`Dialect`], the public enum that names the database: this holds the code that talks to
+/// it. Its methods return futures that are `Send` by their signatures, so the generic impls
+/// need no sqlx bounds: each database's impl is checked on its own concrete types.
+pub(crate) trait Driver:
+    LeaseDriver + PartitionDriver + MemberDriver + PermitDriver + SlotDriver
+{
+}
+
+impl<DB> Driver for DB where
+    DB: LeaseDriver + PartitionDriver + MemberDriver + PermitDriver + SlotDriver
+{
 }
 
 pub(crate) fn ttl_ms(ttl: Duration) -> i64 {
@@ -353,6 +381,10 @@ where
 /// [`end_write`](crate::wire::conns::LeaseDb::end_write) (on SQLite, inside a `BEGIN
 /// IMMEDIATE` transaction whose clock is read once it holds the write lock), committed when
 /// it succeeds.
+///
+/// A macro rather than a method taking an async closure: rustc cannot prove `Send` the future
+/// of such a method, whose closure borrows the connection for any lifetime ("implementation of
+/// `Send` is not general enough"), and every store operation's future must be `Send`.
 macro_rules! raw_conn {
     (write $self:expr, $op:expr, |$c:ident| $body:expr) => {{
         match $self.inner.leases.get_write().await {
@@ -388,88 +420,6 @@ macro_rules! with_conn {
     ($self:expr, $op:expr, |$c:ident| $body:expr) => {{ $crate::store::raw_conn!($self, $op, |$c| $body).map_err(|e| $self.err(e, $op)) }};
 }
 
-/// Start-up checks every dialect runs first on its lease connections: the clock, the DDL, the
-/// lease table, a write probe. `$db` is the database type; returns from the enclosing function
-/// on failure.
-macro_rules! check_lease_table {
-    ($self:expr, $db:ty) => {{
-        let inner = &$self.inner;
-        let now: std::result::Result<i64, sqlx::Error> = $crate::store::raw_conn!(
-            $self,
-            "start-up check",
-            |c| sqlx::query_scalar::<$db, i64>(&inner.stmts.now).fetch_one(c)
-        );
-        match now {
-            Ok(_) => {}
-            Err(e @ sqlx::Error::Database(_)) => {
-                return Err(lease_core::Error::new(
-                    lease_core::ErrorKind::Unavailable,
-                    format!(
-                        "the database cannot tell its clock with `{}`; it cannot carry \
-                         leases (SQLite needs 3.42 or later for unixepoch('subsec'))",
-                        inner.stmts.now
-                    ),
-                )
-                .with_temporary(false)
-                .with_source(e));
-            }
-            Err(e) => return Err($self.err(e, "start-up check")),
-        }
-        // The catalog first: an existing table is never sent a `CREATE TABLE IF NOT EXISTS`
-        // (PostgreSQL would answer it with a NOTICE, logged at info by sqlx, on every start),
-        // and one of the name that is not a lease table is refused for what it is.
-        let (schema, bare) = $crate::store::split_table(&inner.config.table);
-        let have: Vec<String> = $crate::store::with_conn!($self, "start-up check", |c| {
-            sqlx::query_scalar::<$db, String>(inner.dialect.columns_sql())
-                .bind(bare)
-                .bind(schema)
-                .fetch_all(c)
-        })?;
-        if !have.is_empty() {
-            $crate::store::lease_table_columns($self, &have)?;
-        } else if inner.config.ddl == $crate::Ddl::None {
-            return Err($crate::error::missing_table(
-                &inner.config.table,
-                &inner.stmts.create,
-                &inner.server,
-            ));
-        } else {
-            let created = $crate::store::raw_conn!($self, "create the lease table", |c| {
-                sqlx::query::<$db>(&inner.stmts.create).execute(c)
-            });
-            match created {
-                Ok(_) => {}
-                // Another process created it at the same moment (PostgreSQL reports the race on
-                // its catalog as a unique violation).
-                Err(e) if $crate::error::is_create_race(&e) => {}
-                Err(e) => return Err($self.err(e, "create the lease table")),
-            }
-        }
-        let probe = format!("UPDATE {} SET term = term WHERE 1 = 0", inner.config.table);
-        let probed = $crate::store::raw_conn!($self, "start-up check", |c| {
-            sqlx::query::<$db>(&probe).execute(c)
-        });
-        if let Err(e) = probed {
-            if $crate::error::is_missing_table(&e) {
-                return Err($self.err(e, "start-up check"));
-            }
-            if matches!(e, sqlx::Error::Database(_)) {
-                return Err(lease_core::Error::new(
-                    lease_core::ErrorKind::Unavailable,
-                    format!(
-                        "cannot write the lease table `{}`: is the connection read-only?",
-                        inner.config.table
-                    ),
-                )
-                .with_temporary(false)
-                .with_source(e));
-            }
-            return Err($self.err(e, "start-up check"));
-        }
-    }};
-}
-
-pub(crate) use check_lease_table;
 pub(crate) use raw_conn;
 pub(crate) use with_conn;
 

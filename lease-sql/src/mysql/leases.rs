@@ -2,40 +2,45 @@
 //! through `LAST_INSERT_ID(expr)`, 0 when no row matched (see `statements.rs`). The rest of
 //! [`LeaseStore`](lease_core::LeaseStore) is shared, see `leases.rs`.
 
+use std::future::Future;
 use std::sync::atomic::Ordering;
 
 use lease_core::Result;
+use lease_core::notify::{Topic, Wakeups};
 use sqlx::MySql;
 use sqlx::mysql::{MySqlArguments, MySqlQueryResult};
 use sqlx::query::Query;
 
-use crate::store::{SqlStore, raw_conn, with_conn};
+use super::MySqlStore;
+use crate::leases::LeaseDriver;
+use crate::partitions::Table;
+use crate::store::{SqlStore, Token, raw_conn, with_conn};
 
 /// `LAST_INSERT_ID()` as a term or epoch: 0 means no row matched (or the lease was held).
 pub(super) fn inserted(last_insert_id: u64) -> Option<u64> {
     (last_insert_id != 0).then_some(last_insert_id)
 }
 
-impl SqlStore<MySql> {
+impl LeaseDriver for MySql {
     /// The claim: the new term, `None` when held. Retried at once after a deadlock (the
     /// statement was rolled back whole); on MariaDB a row locked by a verified transaction
     /// fails it at once (see [`Statements::claim_nowait`](crate::wire::Statements)), answered
     /// as held.
-    pub(super) async fn claim_row(
-        &self,
+    async fn claim_row(
+        store: &MySqlStore,
         name: &str,
         hex: &str,
         instance: &str,
         ms: i64,
     ) -> Result<Option<u64>> {
-        let stmt = if self.inner.nowait_claims.load(Ordering::Relaxed) {
-            &self.inner.stmts.claim_nowait
+        let stmt = if store.inner.nowait_claims.load(Ordering::Relaxed) {
+            &store.inner.stmts.claim_nowait
         } else {
-            &self.inner.stmts.claim
+            &store.inner.stmts.claim
         };
         let mut attempt = 0;
         let done = loop {
-            let r = raw_conn!(self, lease_core::layer::Operation::Claim, |c| {
+            let r = raw_conn!(store, lease_core::layer::Operation::Claim, |c| {
                 sqlx::query(stmt)
                     .bind(name)
                     .bind(hex)
@@ -56,42 +61,85 @@ impl SqlStore<MySql> {
                 // The row is locked by a transaction (a verified one of the holder's): live, so
                 // held. The statement was rolled back whole.
                 Err(e) if crate::error::is_lock_busy(&e) => return Ok(None),
-                r => break r.map_err(|e| self.err(e, lease_core::layer::Operation::Claim))?,
+                r => break r.map_err(|e| store.err(e, lease_core::layer::Operation::Claim))?,
             }
         };
         Ok(inserted(done.last_insert_id()))
     }
 
-    pub(super) async fn renew_row(&self, name: &str, hex: &str, ms: i64) -> Result<Option<u64>> {
-        let q = sqlx::query(&self.inner.stmts.renew)
+    async fn renew_row(store: &MySqlStore, name: &str, hex: &str, ms: i64) -> Result<Option<u64>> {
+        let q = sqlx::query(&store.inner.stmts.renew)
             .bind(ms)
             .bind(name)
             .bind(hex);
         Ok(inserted(
-            self.exec(lease_core::layer::Operation::Renew, q)
+            store
+                .exec(lease_core::layer::Operation::Renew, q)
                 .await?
                 .last_insert_id(),
         ))
     }
 
-    pub(super) async fn release_row(&self, name: &str, hex: &str) -> Result<bool> {
-        let q = sqlx::query(&self.inner.stmts.release).bind(name).bind(hex);
-        Ok(self
+    async fn release_row(store: &MySqlStore, name: &str, hex: &str) -> Result<bool> {
+        let q = sqlx::query(&store.inner.stmts.release).bind(name).bind(hex);
+        Ok(store
             .exec(lease_core::layer::Operation::Release, q)
             .await?
             .last_insert_id()
             > 0)
     }
 
-    pub(super) async fn force_release_row(&self, name: &str) -> Result<bool> {
-        let q = sqlx::query(&self.inner.stmts.force_release).bind(name);
-        Ok(self
+    async fn force_release_row(store: &MySqlStore, name: &str) -> Result<bool> {
+        let q = sqlx::query(&store.inner.stmts.force_release).bind(name);
+        Ok(store
             .exec(lease_core::layer::Operation::ForceRelease, q)
             .await?
             .last_insert_id()
             > 0)
     }
 
+    fn check_available(store: &MySqlStore) -> impl Future<Output = Result<()>> + Send {
+        store.check_available()
+    }
+
+    fn check_group_table(
+        store: &MySqlStore,
+        table: Table,
+    ) -> impl Future<Output = Result<()>> + Send {
+        store.check_group_table(table)
+    }
+
+    fn watch(store: &MySqlStore, topic: &Topic) -> Wakeups {
+        store.watch(topic)
+    }
+
+    fn verify_row(
+        store: &MySqlStore,
+        name: &str,
+        hex: &str,
+    ) -> impl Future<Output = Result<Option<(i64, i64)>>> + Send {
+        store.shared_verify_row(name, hex)
+    }
+
+    fn get_row(
+        store: &MySqlStore,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<(String, i64, i64)>>> + Send {
+        store.shared_get_row(name)
+    }
+
+    fn verify_locked(
+        store: &MySqlStore,
+        conn: &mut Self::Connection,
+        name: &str,
+        hex: &str,
+        token: Token,
+    ) -> impl Future<Output = std::result::Result<bool, sqlx::Error>> + Send {
+        store.shared_verify_locked(conn, name, hex, token)
+    }
+}
+
+impl SqlStore<MySql> {
     /// Runs one statement of `op` on a lease connection.
     async fn exec(
         &self,

@@ -2,31 +2,34 @@
 //! and the members are read as bytes (binary columns). The rest of
 //! [`MembershipStore`](lease_core::MembershipStore) is shared, see `membership.rs`.
 
+use std::future::Future;
+
 use lease_core::Result;
 use sqlx::MySql;
 
+use super::MySqlStore;
+use crate::membership::MemberDriver;
 use crate::partitions::{Table, group_conn};
-use crate::store::SqlStore;
 
 /// A member as read: node, address and group list as bytes (binary columns), time left.
 type MemberRow = (Vec<u8>, Vec<u8>, Vec<u8>, i64);
 
-impl SqlStore<MySql> {
+impl MemberDriver for MySql {
     /// One upsert, one round trip. MySQL has no `RETURNING`, but the answer is what was
     /// written: the expiry is `ttl` from the statement's own reading of the server's clock, so
     /// `expires_in` is `ttl` (reading the clock back would cost a second round trip and tell
     /// nothing more).
-    pub(super) async fn heartbeat_row(
-        &self,
+    async fn heartbeat_row(
+        store: &MySqlStore,
         service: &str,
         node: &str,
         address: &str,
         list: &str,
         ms: i64,
     ) -> Result<()> {
-        let g = &self.inner.stmts.groups;
+        let g = &store.inner.stmts.groups;
         group_conn!(
-            self,
+            store,
             lease_core::layer::Operation::Heartbeat,
             Table::Members,
             |c| {
@@ -45,24 +48,32 @@ impl SqlStore<MySql> {
         Ok(())
     }
 
-    pub(super) async fn member_rows(
-        &self,
+    async fn member_rows(
+        store: &MySqlStore,
         service: &str,
     ) -> Result<Vec<(String, String, String, i64)>> {
-        let g = &self.inner.stmts.groups;
+        let g = &store.inner.stmts.groups;
         let rows: Vec<MemberRow> = group_conn!(
-            self,
+            store,
             lease_core::layer::Operation::Members,
             Table::Members,
             |c| { sqlx::query_as(&g.members).bind(service).fetch_all(c) }
         )?;
         rows.into_iter()
             .map(|(node, address, groups, left)| {
-                let node = self.text_from(Table::Members, "node", node)?;
-                let address = self.text_from(Table::Members, "address", address)?;
-                let groups = self.text_from(Table::Members, "group_list", groups)?;
+                let node = store.text_from(Table::Members, "node", node)?;
+                let address = store.text_from(Table::Members, "address", address)?;
+                let groups = store.text_from(Table::Members, "group_list", groups)?;
                 Ok((node, address, groups, left))
             })
             .collect()
+    }
+
+    fn leave_row(
+        store: &MySqlStore,
+        service: &str,
+        node: &str,
+    ) -> impl Future<Output = Result<bool>> + Send {
+        store.shared_leave_row(service, node)
     }
 }

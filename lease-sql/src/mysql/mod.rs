@@ -1,7 +1,8 @@
 //! MySQL and MariaDB: the store's constructors and start-up checks; its statements are in
-//! `statements.rs`, and its writes, which read the term back through `LAST_INSERT_ID` rather
-//! than `RETURNING`, in `leases.rs`, `partitions.rs`, `membership.rs` and `slots.rs`. The rest
-//! is the shared impls, invoked at the bottom.
+//! `statements.rs`, and its drivers ([`Driver`](crate::store::Driver)), whose writes read the
+//! term back through `LAST_INSERT_ID` rather than `RETURNING`, in `leases.rs`,
+//! `partitions.rs`, `membership.rs`, `permits.rs` and `slots.rs`; the reads every database
+//! shares are in `shared.rs`.
 
 mod leases;
 mod membership;
@@ -16,11 +17,11 @@ use std::time::Duration;
 
 use lease_core::{Error, ErrorKind, Result};
 use sqlx::MySql;
-use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlPool, MySqlPoolOptions};
+use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
 
 use crate::config::SqlConfig;
-use crate::partitions::{Table, check_group_table, group_conn};
-use crate::store::{ColumnInfo, SqlStore, check_lease_table, split_table, with_conn};
+use crate::partitions::{Table, group_conn};
+use crate::store::{ColumnInfo, SqlStore, split_table, with_conn};
 use crate::wire::schema::Dialect;
 
 /// The `name` column as information_schema describes it: type, width in characters, width in
@@ -278,7 +279,7 @@ impl SqlStore<MySql> {
     }
 
     async fn check_available(&self) -> Result<()> {
-        check_lease_table!(self, MySql);
+        self.check_lease_table().await?;
         let version: String = with_conn!(self, "start-up check", |c| {
             sqlx::query_scalar("SELECT CAST(VERSION() AS CHAR)").fetch_one(c)
         })?;
@@ -387,7 +388,7 @@ impl SqlStore<MySql> {
                 inexact,
             });
         }
-        check_group_table!(self, MySql, table, have);
+        self.check_group_columns(table, &have).await?;
         Ok(())
     }
 }
@@ -415,14 +416,6 @@ impl SqlStore<MySql> {
         self.inner.hints.subscribe(topic)
     }
 }
-
-crate::leases::lease_store!(MySql);
-crate::leases::verify_guard!(MySql, MySqlConnection, begin);
-crate::partitions::partition_store!(MySql);
-crate::partitions::group_tables_on_first_use!(MySql);
-crate::permits::permit_store!(MySql);
-crate::membership::membership_store!(MySql);
-crate::slots::slot_store!(MySql);
 
 #[cfg(test)]
 mod tests {

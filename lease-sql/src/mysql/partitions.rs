@@ -8,9 +8,9 @@ use std::fmt::Write as _;
 use lease_core::Result;
 use sqlx::{MySql, Row};
 
+use super::MySqlStore;
 use super::leases::inserted;
-use crate::partitions::{Table, group_conn};
-use crate::store::SqlStore;
+use crate::partitions::{PartitionDriver, Table, group_conn};
 use crate::wire::{GROUP_MARKER, OWNER_MARKER, PARTITIONS_MARKER, TTL_MARKER};
 
 /// A string as a MySQL hex literal (`X'6a6f62'`): a binary string whatever the session's
@@ -58,18 +58,18 @@ pub(super) fn raw_execute<'a>(
     sqlx::Executor::execute(c, sqlx::raw_sql(sql))
 }
 
-impl SqlStore<MySql> {
+impl PartitionDriver for MySql {
     /// `LAST_INSERT_ID`: the epoch when acquired or kept, 0 when another owner holds it.
-    pub(super) async fn acquire_row(
-        &self,
+    async fn acquire_row(
+        store: &MySqlStore,
         group: &str,
         partition: u32,
         owner: &str,
         ms: i64,
     ) -> Result<Option<u64>> {
-        let g = &self.inner.stmts.groups;
+        let g = &store.inner.stmts.groups;
         let done = group_conn!(
-            self,
+            store,
             lease_core::layer::Operation::AcquirePartition,
             Table::Partitions,
             |c| {
@@ -94,23 +94,29 @@ impl SqlStore<MySql> {
     /// One request of three statements over the text protocol (one round trip): the batch is
     /// interpolated as integers and the group and owner as hex literals, so the request need
     /// not be prepared whatever the batch's size.
-    pub(super) async fn renew_rows(
-        &self,
+    async fn renew_rows(
+        store: &MySqlStore,
         group: &str,
         partitions: &[u32],
         owner: &str,
         ms: i64,
     ) -> Result<Vec<(i64, i64, i64)>> {
-        let sql = fill(&self.inner.stmts.groups.renew, group, owner, partitions, ms);
+        let sql = fill(
+            &store.inner.stmts.groups.renew,
+            group,
+            owner,
+            partitions,
+            ms,
+        );
         let op = lease_core::layer::Operation::RenewPartitions;
-        let rows = group_conn!(self, op, Table::Partitions, |c| { raw_rows(c, &sql) })?;
+        let rows = group_conn!(store, op, Table::Partitions, |c| { raw_rows(c, &sql) })?;
         rows.iter()
             .map(|row| {
                 let read = || -> std::result::Result<(u32, i64, i64), sqlx::Error> {
                     Ok((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?))
                 };
                 let (p, epoch, left) =
-                    read().map_err(|e| self.group_err(e, op, Table::Partitions))?;
+                    read().map_err(|e| store.group_err(e, op, Table::Partitions))?;
                 Ok((i64::from(p), epoch, left))
             })
             .collect()
@@ -119,21 +125,21 @@ impl SqlStore<MySql> {
     /// One `UPDATE` over the text protocol, as the renewal. Its affected rows are the leases it
     /// ended whatever the client's found-rows flag: it matches live leases only and moves each
     /// one's expiry back to now, so every row it matches, it changes.
-    pub(super) async fn release_rows(
-        &self,
+    async fn release_rows(
+        store: &MySqlStore,
         group: &str,
         partitions: &[u32],
         owner: &str,
     ) -> Result<u64> {
         let sql = fill(
-            &self.inner.stmts.groups.release,
+            &store.inner.stmts.groups.release,
             group,
             owner,
             partitions,
             0,
         );
         let done = group_conn!(
-            self,
+            store,
             lease_core::layer::Operation::ReleasePartitions,
             Table::Partitions,
             |c| { raw_execute(c, &sql) }
@@ -142,17 +148,17 @@ impl SqlStore<MySql> {
     }
 
     /// The owners, read as bytes (binary columns) and checked to be UTF-8.
-    pub(super) async fn owner_rows(&self, group: &str) -> Result<Vec<(i64, String, i64, i64)>> {
-        let g = &self.inner.stmts.groups;
+    async fn owner_rows(store: &MySqlStore, group: &str) -> Result<Vec<(i64, String, i64, i64)>> {
+        let g = &store.inner.stmts.groups;
         let rows: Vec<(u32, Vec<u8>, i64, i64)> = group_conn!(
-            self,
+            store,
             lease_core::layer::Operation::Owners,
             Table::Partitions,
             |c| { sqlx::query_as(&g.owners).bind(group).fetch_all(c) }
         )?;
         rows.into_iter()
             .map(|(p, owner, epoch, left)| {
-                let owner = self.text_from(Table::Partitions, "owner", owner)?;
+                let owner = store.text_from(Table::Partitions, "owner", owner)?;
                 Ok((i64::from(p), owner, epoch, left))
             })
             .collect()

@@ -3,13 +3,16 @@
 //! `LAST_INSERT_ID(term)`, 0 when no row matched (see `statements.rs`). The rest of the permit
 //! operations is shared, see `permits.rs`.
 
+use std::future::Future;
+
 use lease_core::Result;
 use sqlx::{MySql, Row};
 
+use super::MySqlStore;
 use super::leases::inserted;
 use super::partitions::{hex_literal, raw_execute, raw_rows};
 use crate::partitions::{Table, group_conn};
-use crate::store::SqlStore;
+use crate::permits::PermitDriver;
 use crate::wire::{COUNT_MARKER, HOLDER_MARKER, INSTANCE_MARKER, NAME_MARKER, TTL_MARKER};
 
 /// The claim's template filled in: the name, holder and instance as hex literals, the count and
@@ -35,13 +38,13 @@ async fn rolled_back(c: &mut sqlx::mysql::MySqlConnection, e: sqlx::Error) -> sq
     }
 }
 
-impl SqlStore<MySql> {
+impl PermitDriver for MySql {
     /// The permit and term granted, `None` when full: one transaction sent as one request (see
     /// `statements.rs`), so no lock is held across a round trip. Claims of a name queue on the
     /// counter row's lock, and the locking read sees the latest rows. A deadlock (InnoDB rolled
     /// the transaction back) is retried at once.
-    pub(super) async fn claim_permit_row(
-        &self,
+    async fn claim_permit_row(
+        store: &MySqlStore,
         name: &str,
         count: u32,
         hex: &str,
@@ -49,7 +52,7 @@ impl SqlStore<MySql> {
         ms: i64,
     ) -> Result<Option<(i64, i64)>> {
         let sql = fill(
-            &self.inner.stmts.permits.claim,
+            &store.inner.stmts.permits.claim,
             name,
             hex,
             instance,
@@ -58,7 +61,7 @@ impl SqlStore<MySql> {
         );
         let sql = &sql;
         let op = lease_core::layer::Operation::ClaimPermit;
-        let rows = group_conn!(self, op, Table::Permits, |c| async move {
+        let rows = group_conn!(store, op, Table::Permits, |c| async move {
             match raw_rows(&mut *c, sql).await {
                 Ok(rows) => Ok(rows),
                 Err(e) => Err(rolled_back(c, e).await),
@@ -73,21 +76,21 @@ impl SqlStore<MySql> {
         match rows.last().map(read).transpose() {
             Ok(Some((Some(permit), Some(term)))) => Ok(Some((permit, term))),
             Ok(_) => Ok(None),
-            Err(e) => Err(self.group_err(e, op, Table::Permits)),
+            Err(e) => Err(store.group_err(e, op, Table::Permits)),
         }
     }
 
     /// The term, `None` when the permit is not the holder's live.
-    pub(super) async fn renew_permit_row(
-        &self,
+    async fn renew_permit_row(
+        store: &MySqlStore,
         name: &str,
         permit: u32,
         hex: &str,
         ms: i64,
     ) -> Result<Option<i64>> {
-        let p = &self.inner.stmts.permits;
+        let p = &store.inner.stmts.permits;
         let done = group_conn!(
-            self,
+            store,
             lease_core::layer::Operation::RenewPermit,
             Table::Permits,
             |c| {
@@ -103,15 +106,15 @@ impl SqlStore<MySql> {
     }
 
     /// Whether the holder's live permit ended.
-    pub(super) async fn release_permit_row(
-        &self,
+    async fn release_permit_row(
+        store: &MySqlStore,
         name: &str,
         permit: u32,
         hex: &str,
     ) -> Result<bool> {
-        let p = &self.inner.stmts.permits;
+        let p = &store.inner.stmts.permits;
         let done = group_conn!(
-            self,
+            store,
             lease_core::layer::Operation::ReleasePermit,
             Table::Permits,
             |c| {
@@ -123,6 +126,21 @@ impl SqlStore<MySql> {
             }
         )?;
         Ok(inserted(done.last_insert_id()).is_some())
+    }
+
+    fn verify_permit_row(
+        store: &MySqlStore,
+        name: &str,
+        hex: &str,
+    ) -> impl Future<Output = Result<Option<(i64, i64, i64)>>> + Send {
+        store.shared_verify_permit_row(name, hex)
+    }
+
+    fn permit_rows(
+        store: &MySqlStore,
+        name: &str,
+    ) -> impl Future<Output = Result<Vec<(i64, String, i64, i64)>>> + Send {
+        store.shared_permit_rows(name)
     }
 }
 

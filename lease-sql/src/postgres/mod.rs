@@ -1,21 +1,26 @@
 //! PostgreSQL: the store's constructors and start-up checks; its statements are in
-//! `statements.rs`, its slot finish in `slots.rs`, and the rest is the shared impls, invoked at
-//! the bottom.
+//! `statements.rs`, its counted claim in `permits.rs`, its slot finish in `slots.rs`. Its
+//! drivers ([`Driver`](crate::store::Driver)) are at the bottom and in those files; the writes
+//! it shares with SQLite and the reads every database shares are in `shared.rs`.
 
 mod hints;
 mod permits;
 mod slots;
 mod statements;
 
+use std::future::Future;
 use std::str::FromStr;
 
+use lease_core::notify::{Topic, Wakeups};
 use lease_core::{Error, ErrorKind, Result};
 use sqlx::Postgres;
-use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 
 use crate::config::SqlConfig;
-use crate::partitions::{Table, check_group_table, group_conn};
-use crate::store::{ColumnInfo, SqlStore, check_lease_table, split_table, with_conn};
+use crate::leases::LeaseDriver;
+use crate::membership::MemberDriver;
+use crate::partitions::{PartitionDriver, Table, group_conn};
+use crate::store::{ColumnInfo, SqlStore, Token, split_table, with_conn};
 use crate::wire::schema::Dialect;
 
 /// A lease store on PostgreSQL.
@@ -347,7 +352,7 @@ impl SqlStore<Postgres> {
     }
 
     async fn check_available(&self) -> Result<()> {
-        check_lease_table!(self, Postgres);
+        self.check_lease_table().await?;
         let table = self.inner.config.table.to_lowercase();
         let (schema, name) = split_table(&table);
         let width: Option<(String, Option<i32>)> =
@@ -385,7 +390,7 @@ impl SqlStore<Postgres> {
                 inexact: None,
             })
             .collect();
-        check_group_table!(self, Postgres, table, have);
+        self.check_group_columns(table, &have).await?;
         Ok(())
     }
 }
@@ -398,15 +403,144 @@ fn parts(partitions: &[u32]) -> Vec<i64> {
     partitions.iter().map(|p| i64::from(*p)).collect()
 }
 
-crate::leases::lease_store!(Postgres);
-crate::leases::returning_writes!(Postgres);
-crate::leases::verify_guard!(Postgres, PgConnection, begin);
-crate::partitions::partition_store!(Postgres);
-crate::partitions::group_tables_on_first_use!(Postgres);
-crate::partitions::returning_partition_rows!(Postgres, parts);
-crate::permits::permit_store!(Postgres);
-crate::permits::returning_permit_writes!(Postgres);
-crate::membership::membership_store!(Postgres);
-crate::membership::returning_member_rows!(Postgres);
-crate::slots::slot_store!(Postgres);
-crate::slots::returning_slot_writes!(Postgres);
+impl LeaseDriver for Postgres {
+    fn check_available(store: &PostgresStore) -> impl Future<Output = Result<()>> + Send {
+        store.check_available()
+    }
+
+    fn check_group_table(
+        store: &PostgresStore,
+        table: Table,
+    ) -> impl Future<Output = Result<()>> + Send {
+        store.check_group_table(table)
+    }
+
+    fn watch(store: &PostgresStore, topic: &Topic) -> Wakeups {
+        store.watch(topic)
+    }
+
+    fn claim_row(
+        store: &PostgresStore,
+        name: &str,
+        hex: &str,
+        instance: &str,
+        ms: i64,
+    ) -> impl Future<Output = Result<Option<u64>>> + Send {
+        store.shared_claim_row(name, hex, instance, ms)
+    }
+
+    fn renew_row(
+        store: &PostgresStore,
+        name: &str,
+        hex: &str,
+        ms: i64,
+    ) -> impl Future<Output = Result<Option<u64>>> + Send {
+        store.shared_renew_row(name, hex, ms)
+    }
+
+    fn release_row(
+        store: &PostgresStore,
+        name: &str,
+        hex: &str,
+    ) -> impl Future<Output = Result<bool>> + Send {
+        store.shared_release_row(name, hex)
+    }
+
+    fn force_release_row(
+        store: &PostgresStore,
+        name: &str,
+    ) -> impl Future<Output = Result<bool>> + Send {
+        store.shared_force_release_row(name)
+    }
+
+    fn verify_row(
+        store: &PostgresStore,
+        name: &str,
+        hex: &str,
+    ) -> impl Future<Output = Result<Option<(i64, i64)>>> + Send {
+        store.shared_verify_row(name, hex)
+    }
+
+    fn get_row(
+        store: &PostgresStore,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<(String, i64, i64)>>> + Send {
+        store.shared_get_row(name)
+    }
+
+    fn verify_locked(
+        store: &PostgresStore,
+        conn: &mut Self::Connection,
+        name: &str,
+        hex: &str,
+        token: Token,
+    ) -> impl Future<Output = std::result::Result<bool, sqlx::Error>> + Send {
+        store.shared_verify_locked(conn, name, hex, token)
+    }
+}
+
+impl PartitionDriver for Postgres {
+    fn acquire_row(
+        store: &PostgresStore,
+        group: &str,
+        partition: u32,
+        owner: &str,
+        ms: i64,
+    ) -> impl Future<Output = Result<Option<u64>>> + Send {
+        store.shared_acquire_row(group, partition, owner, ms)
+    }
+
+    fn renew_rows(
+        store: &PostgresStore,
+        group: &str,
+        partitions: &[u32],
+        owner: &str,
+        ms: i64,
+    ) -> impl Future<Output = Result<Vec<(i64, i64, i64)>>> + Send {
+        store.shared_renew_rows(group, parts(partitions), owner, ms)
+    }
+
+    fn release_rows(
+        store: &PostgresStore,
+        group: &str,
+        partitions: &[u32],
+        owner: &str,
+    ) -> impl Future<Output = Result<u64>> + Send {
+        store.shared_release_rows(group, parts(partitions), owner)
+    }
+
+    fn owner_rows(
+        store: &PostgresStore,
+        group: &str,
+    ) -> impl Future<Output = Result<Vec<(i64, String, i64, i64)>>> + Send {
+        store.shared_owner_rows(group)
+    }
+}
+
+impl MemberDriver for Postgres {
+    fn heartbeat_row(
+        store: &PostgresStore,
+        service: &str,
+        node: &str,
+        address: &str,
+        list: &str,
+        ms: i64,
+    ) -> impl Future<Output = Result<()>> + Send {
+        store.shared_heartbeat_row(service, node, address, list, ms)
+    }
+
+    fn member_rows(
+        store: &PostgresStore,
+        service: &str,
+    ) -> impl Future<Output = Result<Vec<(String, String, String, i64)>>> + Send {
+        store.shared_member_rows(service)
+    }
+
+    fn leave_row(
+        store: &PostgresStore,
+        service: &str,
+        node: &str,
+    ) -> impl Future<Output = Result<bool>> + Send {
+        store.shared_leave_row(service, node)
+    }
+}

@@ -1,6 +1,8 @@
 //! SQLite: the store's constructors and start-up checks; its statements are in
-//! `statements.rs`, its boot clock in `clock.rs`, its slot finish in `slots.rs`, and the rest is
-//! the shared impls, invoked at the bottom.
+//! `statements.rs`, its boot clock in `clock.rs`, its counted claim in `permits.rs`, its slot
+//! finish in `slots.rs`. Its drivers ([`Driver`](crate::store::Driver)) are at the bottom and in
+//! those files; the writes it shares with PostgreSQL and the reads every database shares are in
+//! `shared.rs`.
 
 mod clock;
 mod hints;
@@ -8,18 +10,20 @@ mod permits;
 mod slots;
 mod statements;
 
+use std::future::Future;
 use std::str::FromStr;
 use std::time::Duration;
 
+use lease_core::notify::{Topic, Wakeups};
 use lease_core::{Error, ErrorKind, Result};
 use sqlx::Sqlite;
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
-};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
 
 use crate::config::SqlConfig;
-use crate::partitions::{Table, check_group_table, group_conn};
-use crate::store::{ColumnInfo, SqlStore, check_lease_table, split_table, with_conn};
+use crate::leases::LeaseDriver;
+use crate::membership::MemberDriver;
+use crate::partitions::{PartitionDriver, Table, group_conn};
+use crate::store::{ColumnInfo, SqlStore, Token, split_table, with_conn};
 use crate::wire::schema::Dialect;
 
 /// A lease store on SQLite: leases among the processes of one host that share a database file.
@@ -225,7 +229,7 @@ impl SqlStore<Sqlite> {
     }
 
     async fn check_available(&self) -> Result<()> {
-        check_lease_table!(self, Sqlite);
+        self.check_lease_table().await?;
         let (schema, name) = split_table(&self.inner.config.table);
         let schema = schema.unwrap_or("main");
         let column: Option<(String,)> = with_conn!(self, "start-up check", |c| sqlx::query_as(
@@ -260,7 +264,7 @@ impl SqlStore<Sqlite> {
                 inexact: None,
             })
             .collect();
-        check_group_table!(self, Sqlite, table, have);
+        self.check_group_columns(table, &have).await?;
         self.group_boot_clock(table).await
     }
 }
@@ -278,15 +282,146 @@ fn parts(partitions: &[u32]) -> String {
     format!("[{}]", list.join(","))
 }
 
-crate::leases::lease_store!(Sqlite);
-crate::leases::returning_writes!(Sqlite);
-crate::leases::verify_guard!(Sqlite, SqliteConnection, begin_with, "BEGIN IMMEDIATE");
-crate::partitions::partition_store!(Sqlite);
-crate::partitions::group_tables_on_first_use!(Sqlite);
-crate::partitions::returning_partition_rows!(Sqlite, parts);
-crate::permits::permit_store!(Sqlite);
-crate::permits::returning_permit_writes!(Sqlite);
-crate::membership::membership_store!(Sqlite);
-crate::membership::returning_member_rows!(Sqlite);
-crate::slots::slot_store!(Sqlite);
-crate::slots::returning_slot_writes!(Sqlite);
+impl LeaseDriver for Sqlite {
+    const BEGIN: Option<&'static str> = Some("BEGIN IMMEDIATE");
+
+    fn check_available(store: &SqliteStore) -> impl Future<Output = Result<()>> + Send {
+        store.check_available()
+    }
+
+    fn check_group_table(
+        store: &SqliteStore,
+        table: Table,
+    ) -> impl Future<Output = Result<()>> + Send {
+        store.check_group_table(table)
+    }
+
+    fn watch(store: &SqliteStore, topic: &Topic) -> Wakeups {
+        store.watch(topic)
+    }
+
+    fn claim_row(
+        store: &SqliteStore,
+        name: &str,
+        hex: &str,
+        instance: &str,
+        ms: i64,
+    ) -> impl Future<Output = Result<Option<u64>>> + Send {
+        store.shared_claim_row(name, hex, instance, ms)
+    }
+
+    fn renew_row(
+        store: &SqliteStore,
+        name: &str,
+        hex: &str,
+        ms: i64,
+    ) -> impl Future<Output = Result<Option<u64>>> + Send {
+        store.shared_renew_row(name, hex, ms)
+    }
+
+    fn release_row(
+        store: &SqliteStore,
+        name: &str,
+        hex: &str,
+    ) -> impl Future<Output = Result<bool>> + Send {
+        store.shared_release_row(name, hex)
+    }
+
+    fn force_release_row(
+        store: &SqliteStore,
+        name: &str,
+    ) -> impl Future<Output = Result<bool>> + Send {
+        store.shared_force_release_row(name)
+    }
+
+    fn verify_row(
+        store: &SqliteStore,
+        name: &str,
+        hex: &str,
+    ) -> impl Future<Output = Result<Option<(i64, i64)>>> + Send {
+        store.shared_verify_row(name, hex)
+    }
+
+    fn get_row(
+        store: &SqliteStore,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<(String, i64, i64)>>> + Send {
+        store.shared_get_row(name)
+    }
+
+    fn verify_locked(
+        store: &SqliteStore,
+        conn: &mut Self::Connection,
+        name: &str,
+        hex: &str,
+        token: Token,
+    ) -> impl Future<Output = std::result::Result<bool, sqlx::Error>> + Send {
+        store.shared_verify_locked(conn, name, hex, token)
+    }
+}
+
+impl PartitionDriver for Sqlite {
+    fn acquire_row(
+        store: &SqliteStore,
+        group: &str,
+        partition: u32,
+        owner: &str,
+        ms: i64,
+    ) -> impl Future<Output = Result<Option<u64>>> + Send {
+        store.shared_acquire_row(group, partition, owner, ms)
+    }
+
+    fn renew_rows(
+        store: &SqliteStore,
+        group: &str,
+        partitions: &[u32],
+        owner: &str,
+        ms: i64,
+    ) -> impl Future<Output = Result<Vec<(i64, i64, i64)>>> + Send {
+        store.shared_renew_rows(group, parts(partitions), owner, ms)
+    }
+
+    fn release_rows(
+        store: &SqliteStore,
+        group: &str,
+        partitions: &[u32],
+        owner: &str,
+    ) -> impl Future<Output = Result<u64>> + Send {
+        store.shared_release_rows(group, parts(partitions), owner)
+    }
+
+    fn owner_rows(
+        store: &SqliteStore,
+        group: &str,
+    ) -> impl Future<Output = Result<Vec<(i64, String, i64, i64)>>> + Send {
+        store.shared_owner_rows(group)
+    }
+}
+
+impl MemberDriver for Sqlite {
+    fn heartbeat_row(
+        store: &SqliteStore,
+        service: &str,
+        node: &str,
+        address: &str,
+        list: &str,
+        ms: i64,
+    ) -> impl Future<Output = Result<()>> + Send {
+        store.shared_heartbeat_row(service, node, address, list, ms)
+    }
+
+    fn member_rows(
+        store: &SqliteStore,
+        service: &str,
+    ) -> impl Future<Output = Result<Vec<(String, String, String, i64)>>> + Send {
+        store.shared_member_rows(service)
+    }
+
+    fn leave_row(
+        store: &SqliteStore,
+        service: &str,
+        node: &str,
+    ) -> impl Future<Output = Result<bool>> + Send {
+        store.shared_leave_row(service, node)
+    }
+}

@@ -2,14 +2,17 @@
 //! database, not round trips to a server). The rest of the permit operations is shared, see
 //! `permits.rs`.
 
+use std::future::Future;
+
 use lease_core::Result;
 use sqlx::Sqlite;
 
+use super::SqliteStore;
 use crate::partitions::{Table, group_conn};
+use crate::permits::PermitDriver;
 use crate::permits::{Decision, Seen, decide};
-use crate::store::SqlStore;
 
-impl SqlStore<Sqlite> {
+impl PermitDriver for Sqlite {
     /// The permit and term granted, `None` when full. A write (`group_conn!(write …)`): `BEGIN
     /// IMMEDIATE` takes the file's write lock first and the clock is read after it, so the
     /// claim reads the latest rows, no other write comes between its read and its writes, and
@@ -17,17 +20,17 @@ impl SqlStore<Sqlite> {
     /// row created when missing), `read` (every row of the name), [`decide`], the permit's
     /// write (`insert` or `take`) and the counter's (`count`), commit.
     /// A future dropped mid-way closes the connection, which rolls the transaction back.
-    pub(super) async fn claim_permit_row(
-        &self,
+    async fn claim_permit_row(
+        store: &SqliteStore,
         name: &str,
         count: u32,
         hex: &str,
         instance: &str,
         ms: i64,
     ) -> Result<Option<(i64, i64)>> {
-        let p = &self.inner.stmts.permits;
+        let p = &store.inner.stmts.permits;
         group_conn!(
-            write self,
+            write store,
             lease_core::layer::Operation::ClaimPermit,
             Table::Permits,
             |c| async move {
@@ -86,5 +89,39 @@ impl SqlStore<Sqlite> {
                 Ok::<_, sqlx::Error>(Some((permit, term)))
             }
         )
+    }
+
+    fn renew_permit_row(
+        store: &SqliteStore,
+        name: &str,
+        permit: u32,
+        hex: &str,
+        ms: i64,
+    ) -> impl Future<Output = Result<Option<i64>>> + Send {
+        store.shared_renew_permit_row(name, permit, hex, ms)
+    }
+
+    fn release_permit_row(
+        store: &SqliteStore,
+        name: &str,
+        permit: u32,
+        hex: &str,
+    ) -> impl Future<Output = Result<bool>> + Send {
+        store.shared_release_permit_row(name, permit, hex)
+    }
+
+    fn verify_permit_row(
+        store: &SqliteStore,
+        name: &str,
+        hex: &str,
+    ) -> impl Future<Output = Result<Option<(i64, i64, i64)>>> + Send {
+        store.shared_verify_permit_row(name, hex)
+    }
+
+    fn permit_rows(
+        store: &SqliteStore,
+        name: &str,
+    ) -> impl Future<Output = Result<Vec<(i64, String, i64, i64)>>> + Send {
+        store.shared_permit_rows(name)
     }
 }

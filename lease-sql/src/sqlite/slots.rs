@@ -1,22 +1,25 @@
 //! SQLite's slot finish and `unfinished` (the rest of [`SlotStore`](lease_core::SlotStore) is
 //! shared, see `slots.rs`).
 
+use std::future::Future;
+
 use lease_core::Result;
 use lease_core::backend::SlotFinish;
 use sqlx::Sqlite;
 
-use crate::slots::Finish;
-use crate::store::{SqlStore, with_conn};
+use super::SqliteStore;
+use crate::slots::{Claim, ClaimRead, Finish, Previous, SlotDriver, SlotRow};
+use crate::store::with_conn;
 
-impl SqlStore<Sqlite> {
+impl SlotDriver for Sqlite {
     /// The finish: SQLite's `RETURNING` sees only the new row, so the outcome is read and
     /// applied in one write (`with_conn!(write …)`: a `BEGIN IMMEDIATE` transaction, the write
     /// lock from its first statement and the clock read after it), on the embedded database. A
     /// future dropped mid-way closes the connection, which rolls the transaction back.
-    pub(super) async fn finish_in(&self, f: Finish<'_>) -> Result<SlotFinish> {
-        let s = &self.inner.stmts.slots;
+    async fn finish_in(store: &SqliteStore, f: Finish<'_>) -> Result<SlotFinish> {
+        let s = &store.inner.stmts.slots;
         with_conn!(
-            write self,
+            write store,
             lease_core::layer::Operation::FinishSlot,
             |c| async move {
                 let row: Option<(i64, i64, i64, i64)> = sqlx::query_as(&s.finish)
@@ -52,10 +55,10 @@ impl SqlStore<Sqlite> {
     }
 
     /// The unfinished instants of `names` (one JSON array parameter).
-    pub(super) async fn unfinished_rows(&self, names: &[String]) -> Result<Vec<(Vec<u8>, i64)>> {
+    async fn unfinished_rows(store: &SqliteStore, names: &[String]) -> Result<Vec<(Vec<u8>, i64)>> {
         let rows: Vec<(String, i64)> =
-            with_conn!(self, lease_core::layer::Operation::Unfinished, |c| {
-                sqlx::query_as(&self.inner.stmts.slots.unfinished)
+            with_conn!(store, lease_core::layer::Operation::Unfinished, |c| {
+                sqlx::query_as(&store.inner.stmts.slots.unfinished)
                     .bind(json_array(names))
                     .fetch_all(c)
             })?;
@@ -63,6 +66,34 @@ impl SqlStore<Sqlite> {
             .into_iter()
             .map(|(n, at)| (n.into_bytes(), at))
             .collect())
+    }
+    fn claim_read(
+        store: &SqliteStore,
+        name: &str,
+    ) -> impl Future<Output = Result<ClaimRead>> + Send {
+        store.shared_claim_read(name)
+    }
+
+    fn claim_slot_row(
+        store: &SqliteStore,
+        w: Claim<'_>,
+        previous: Option<Previous>,
+    ) -> impl Future<Output = Result<Option<u64>>> + Send {
+        store.shared_claim_slot_row(w, previous)
+    }
+
+    fn rerun_row(
+        store: &SqliteStore,
+        w: Claim<'_>,
+    ) -> impl Future<Output = Result<Option<u64>>> + Send {
+        store.shared_rerun_row(w)
+    }
+
+    fn last_slot_row(
+        store: &SqliteStore,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<SlotRow>>> + Send {
+        store.shared_last_slot_row(name)
     }
 }
 
