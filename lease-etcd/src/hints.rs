@@ -27,16 +27,15 @@
 //! stream fails. While it is lost the hints say so and waiters keep their polling pace; once
 //! it is back every waiter is woken.
 
-use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{Client, Event, EventType, WatchOptions};
+use lease_core::backend::Stamp;
 use lease_core::backend::listen::{Backoff, Link, Listener};
-use lease_core::backend::{Hub, Stamp};
 use lease_core::notify::Topic;
 use lease_core::{Error, Result};
 
+use crate::hint_state::PutsSeen;
 use crate::store::{EtcdStore, lock};
 use crate::wire::codec::decode_member;
 
@@ -45,42 +44,6 @@ pub(crate) const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 
 /// How many etcd leases [`PutsSeen`] remembers at most (then it forgets them all).
 const MAX_PUTS_SEEN: usize = 10_000;
-
-/// When this store's watch first saw a lease key put on each etcd lease: by etcd's order, after
-/// the lease was granted, so the lease's TTL as granted runs out before that moment plus the
-/// TTL, unless a keep-alive moved it later (see [`EtcdStore::time_left_of`]).
-pub(crate) type PutsSeen = Arc<std::sync::Mutex<HashMap<i64, Stamp>>>;
-
-/// The store's hints: the hub waiters subscribe to, and the watch feeding it.
-pub(crate) struct Hints {
-    hub: Hub,
-    watch: std::sync::Mutex<Watch>,
-    /// The first put of a lease key seen on each etcd lease.
-    pub(crate) puts_seen: PutsSeen,
-}
-
-struct Watch {
-    /// The client the watch runs on.
-    client: Client,
-    /// The running listener; `None` until the first wait.
-    listener: Option<Listener>,
-}
-
-impl Hints {
-    /// Hints watched through `client`, disconnected until the watch is in place.
-    pub(crate) fn new(client: Client) -> Hints {
-        let hub = Hub::new();
-        hub.set_connected(false);
-        Hints {
-            hub,
-            watch: std::sync::Mutex::new(Watch {
-                client,
-                listener: None,
-            }),
-            puts_seen: PutsSeen::default(),
-        }
-    }
-}
 
 impl EtcdStore {
     /// Runs this store's watch (its hints, see

@@ -248,17 +248,23 @@
 //!
 //! `config.rs` ([`EtcdConfig`]), `error.rs` (etcd-client errors as lease errors), `store.rs`
 //! ([`EtcdStore`]: connect, with_client, grants, keep-alives, reads and transactions),
-//! `leases.rs` (`LeaseStore`), `permits.rs` (its permit operations), `hints.rs` (the watch behind `changes`), `partitions.rs` (`PartitionStore`), `membership.rs`
+//! `known_leases.rs` (the memory of this store's own claims), `sessions.rs` (the owners'
+//! partition sessions), `hint_state.rs` (the hub and the watch's state the store holds),
+//! `leases.rs` (`LeaseStore`), `permits.rs` (its permit operations), `hints.rs` (the watch
+//! behind `changes`), `partitions.rs` (`PartitionStore`), `membership.rs`
 //! (`MembershipStore`), and `wire/` (`keys.rs`: names as etcd keys; `codec.rs`: the records
 //! as values). No `slots.rs`: etcd offers no scheduler slots here (see above).
 
 mod config;
 mod error;
+mod hint_state;
 mod hints;
+mod known_leases;
 mod leases;
 mod membership;
 mod partitions;
 mod permits;
+mod sessions;
 mod store;
 #[cfg(test)]
 mod tests;

@@ -24,12 +24,6 @@ use crate::wire::keys;
 /// How often an acquisition looks again when the key or the session changed under it.
 const MAX_TRIES: usize = 3;
 
-/// The owners' sessions: one etcd lease per (owner, TTL in whole seconds).
-#[derive(Debug, Default)]
-pub(crate) struct Sessions {
-    map: tokio::sync::Mutex<HashMap<(String, i64), i64>>,
-}
-
 impl EtcdStore {
     /// `owner`'s session for `ttl`: its etcd lease, and the TTL granted when this call granted
     /// it (then it needs no keep-alive now: its TTL started after the caller's stamp).

@@ -18,8 +18,9 @@ use lease_core::{Error, Result};
 
 use crate::config::EtcdConfig;
 use crate::error::{Site, lease_not_found};
-use crate::leases::KnownLeases;
-use crate::partitions::Sessions;
+use crate::hint_state::Hints;
+use crate::known_leases::KnownLeases;
+use crate::sessions::Sessions;
 
 /// How many keep-alive streams (one per etcd lease renewed) a store keeps open at most; past
 /// that a renewal opens a stream for its one exchange and closes it.
@@ -60,7 +61,7 @@ pub(crate) struct Inner {
     /// keys on: the next renewal keeps them alive together with its read.
     pub(crate) group_leases: Mutex<HashMap<(String, String), Vec<i64>>>,
     /// The hints waiters subscribe to and the watch that feeds them (see `hints.rs`).
-    pub(crate) hints: crate::hints::Hints,
+    pub(crate) hints: Hints,
     /// Tests only: how many of the next etcd leases granted are revoked at once, before the
     /// caller uses them (as a lease that ran out before the request hung on it landed).
     #[cfg(test)]
@@ -193,7 +194,7 @@ impl EtcdStore {
             .unwrap_or_else(|| "etcd".to_owned());
         let store = EtcdStore {
             inner: Arc::new(Inner {
-                hints: crate::hints::Hints::new(client.clone()),
+                hints: Hints::new(client.clone()),
                 client,
                 prefix: config.prefix,
                 op_timeout: config.op_timeout,

@@ -7,6 +7,7 @@ use lease_core::notify::{Topic, Wakeups};
 use lease_core::{Capabilities, LeaseInfo, LeaseStore, PermitGrant, PermitInfo, Result};
 use tokio::time::Instant;
 
+use crate::records::*;
 use crate::store::*;
 
 #[async_trait]

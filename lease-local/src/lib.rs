@@ -24,6 +24,7 @@ mod membership;
 mod partitions;
 mod permits;
 mod polling;
+mod records;
 mod slots;
 mod store;
 

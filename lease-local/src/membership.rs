@@ -9,6 +9,7 @@ use lease_core::notify::Topic;
 use lease_core::{Member, MembershipStore, Result};
 use tokio::time::Instant;
 
+use crate::records::*;
 use crate::store::*;
 
 #[async_trait]

@@ -1,7 +1,7 @@
-//! The counted leases of the in-memory store: per name, its permits and the greatest term ever
-//! issued across them (see [`lease_core::permits`] for the rules).
+//! The counted leases of the in-memory store: claiming, renewing, releasing, verifying and
+//! listing permits, kept per name as its permits and the greatest term ever issued across them
+//! (see [`lease_core::permits`] for the rules).
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use lease_core::backend::{Grant, HolderToken, check};
@@ -9,37 +9,8 @@ use lease_core::notify::Topic;
 use lease_core::{PermitGrant, PermitInfo, Result};
 use tokio::time::Instant;
 
-use crate::store::{MemoryStore, Until, left};
-
-/// One counted name.
-#[derive(Debug, Default)]
-pub(crate) struct Counted {
-    /// The greatest term issued for the name, across its permits.
-    term: u64,
-    /// Every permit ever claimed, by index.
-    permits: BTreeMap<u32, Permit>,
-}
-
-#[derive(Debug)]
-struct Permit {
-    holder: HolderToken,
-    instance: String,
-    term: u64,
-    until: Until,
-}
-
-impl Permit {
-    fn live(&self, now: Instant) -> bool {
-        !left(self.until, now).is_zero()
-    }
-
-    fn grant(&self, now: Instant) -> Grant {
-        Grant {
-            term: self.term,
-            expires_in: left(self.until, now),
-        }
-    }
-}
+use crate::records::{Permit, Until, left};
+use crate::store::MemoryStore;
 
 impl MemoryStore {
     pub(crate) fn claim_counted(

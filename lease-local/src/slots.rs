@@ -8,6 +8,7 @@ use lease_core::notify::Topic;
 use lease_core::{Result, SlotStore};
 use tokio::time::Instant;
 
+use crate::records::*;
 use crate::store::*;
 
 impl MemoryStore {

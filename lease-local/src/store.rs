@@ -1,51 +1,24 @@
-//! The in-memory store: its records, its clock and its constructors.
+//! The in-memory store: its state, its clock and its constructors.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use lease_core::PartitionLease;
-use lease_core::backend::{HolderToken, Hub, SlotRecord};
+use lease_core::backend::Hub;
 use lease_core::notify::Topic;
 use tokio::time::Instant;
 
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Until {
-    Never,
-    At(Instant),
-}
-
-#[derive(Debug)]
-pub(crate) struct Record {
-    pub(crate) holder: HolderToken,
-    pub(crate) instance: String,
-    pub(crate) term: u64,
-    pub(crate) until: Until,
-    pub(crate) slot: SlotRecord,
-}
-
-impl Record {
-    pub(crate) fn expires_in(&self, now: Instant) -> Duration {
-        match self.until {
-            Until::Never => Duration::MAX,
-            Until::At(at) => at.saturating_duration_since(now),
-        }
-    }
-
-    pub(crate) fn live(&self, now: Instant) -> bool {
-        !self.expires_in(now).is_zero()
-    }
-}
+use crate::records::{Counted, MemberRecord, PartitionRecord, Record, Until};
 
 #[derive(Debug, Default)]
 pub(crate) struct State {
     pub(crate) leases: HashMap<String, Record>,
     pub(crate) polled: HashMap<String, (Vec<u8>, Instant)>,
     /// Partition leases by (group, partition).
-    pub(crate) partitions: HashMap<(String, u32), crate::store::PartitionRecord>,
+    pub(crate) partitions: HashMap<(String, u32), PartitionRecord>,
     /// Member records by (service, node).
-    pub(crate) members: HashMap<(String, String), crate::store::MemberRecord>,
-    pub(crate) permits: HashMap<String, crate::permits::Counted>,
+    pub(crate) members: HashMap<(String, String), MemberRecord>,
+    pub(crate) permits: HashMap<String, Counted>,
 }
 
 /// An in-memory [`LeaseStore`](lease_core::LeaseStore) on tokio time: expiry is real, judged by
@@ -143,42 +116,6 @@ impl MemoryStore {
             Until::At(now + ttl)
         } else {
             Until::Never
-        }
-    }
-}
-
-#[derive(Debug)]
-pub(crate) struct PartitionRecord {
-    pub(crate) owner: String,
-    pub(crate) epoch: u64,
-    pub(crate) until: Until,
-}
-
-#[derive(Debug)]
-pub(crate) struct MemberRecord {
-    pub(crate) address: String,
-    pub(crate) groups: Vec<String>,
-    pub(crate) until: Until,
-}
-
-pub(crate) fn left(until: Until, now: Instant) -> Duration {
-    match until {
-        Until::Never => Duration::MAX,
-        Until::At(at) => at.saturating_duration_since(now),
-    }
-}
-
-impl PartitionRecord {
-    pub(crate) fn live(&self, now: Instant) -> bool {
-        !left(self.until, now).is_zero()
-    }
-
-    pub(crate) fn lease(&self, partition: u32, now: Instant) -> PartitionLease {
-        PartitionLease {
-            partition,
-            owner: self.owner.clone(),
-            epoch: self.epoch,
-            expires_in: left(self.until, now),
         }
     }
 }

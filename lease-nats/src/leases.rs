@@ -10,28 +10,13 @@ use lease_core::layer::Operation;
 use lease_core::{Capabilities, LeaseInfo, LeaseStore, PermitGrant, PermitInfo, Result};
 use tracing::debug;
 
+use crate::known_writes::Known;
 use crate::store::{MAX_TRIES, NatsStore, Seen};
 use crate::wire::codec::Record;
 use crate::wire::keys::{MAX_NAME_BYTES, encode_key};
 
 /// How many recent writes a store remembers (see "Round trips" in the crate docs).
 const MAX_KNOWN: usize = 4096;
-
-/// The last write this store object made per lease name.
-pub(crate) type KnownLeases = HashMap<String, Known>;
-
-/// A write this store made: the revision it got and what it wrote.
-#[derive(Debug, Clone)]
-pub(crate) struct Known {
-    holder: HolderToken,
-    revision: u64,
-    term: u64,
-    instance: String,
-    /// A job's lease (`job1`), claimed for a scheduler slot.
-    job: bool,
-    /// When the write was sent: the server stamped the message later than this.
-    sent_at: Instant,
-}
 
 impl NatsStore {
     /// Reads the key of `name`: one direct get.

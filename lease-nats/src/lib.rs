@@ -470,19 +470,25 @@
 //! # The crate's files
 //!
 //! `config.rs` ([`NatsConfig`]), `error.rs` (async-nats errors as lease errors), `store.rs`
-//! ([`NatsStore`]: connect, with_client, the bucket's checks, the requests every operation
-//! shares), `leases.rs` (`LeaseStore`), `permits.rs` (its permit operations),
-//! `partitions.rs` (`PartitionStore`), `membership.rs`
-//! (`MembershipStore`), `slots.rs` (`SlotStore`), and `wire/` (`keys.rs`: names as KV keys;
-//! `codec.rs`: the records as KV values).
+//! ([`NatsStore`]: connect, with_client, the requests every operation shares), `buckets.rs`
+//! (the buckets looked up, created and checked when the store opens), `server.rs` (the
+//! server's label in errors, the reconnect pause, the version check for replicated buckets),
+//! `known_writes.rs` (the memory of this store object's own last writes), `hints.rs` (the
+//! listener behind `changes`), `leases.rs` (`LeaseStore`), `permits.rs` (its permit
+//! operations), `partitions.rs` (`PartitionStore`), `membership.rs` (`MembershipStore`),
+//! `slots.rs` (`SlotStore`), and `wire/` (`keys.rs`: names as KV keys; `codec.rs`: the records
+//! as KV values).
 
+mod buckets;
 mod config;
 mod error;
 mod hints;
+mod known_writes;
 mod leases;
 mod membership;
 mod partitions;
 mod permits;
+mod server;
 mod slots;
 mod store;
 mod wire;

@@ -12,25 +12,13 @@ use lease_core::layer::Operation;
 use lease_core::{PartitionLease, PartitionStore, Result};
 use tracing::debug;
 
+use crate::known_writes::{KnownPartition, KnownPartitions};
 use crate::store::{MAX_TRIES, NatsStore, Seen, pipelined};
 use crate::wire::codec::PartitionRecord;
 use crate::wire::keys::{decode_partition, partition_key, partition_prefix};
 
 /// How many recent partition writes a store remembers: several of the largest batches.
 const MAX_KNOWN_PARTITIONS: usize = 4 * MAX_PARTITIONS_PER_CALL;
-
-/// The last write this store object made per `(group, partition)`.
-pub(crate) type KnownPartitions = HashMap<(String, u32), KnownPartition>;
-
-/// A partition write this store made: the owner, the revision it got, the epoch it carries.
-#[derive(Debug, Clone)]
-pub(crate) struct KnownPartition {
-    owner: String,
-    revision: u64,
-    epoch: u64,
-    /// When the write was sent: the server stamped the message later than this.
-    sent_at: Instant,
-}
 
 /// What the next step of an acquisition is.
 #[derive(Debug, Clone, Copy)]

@@ -361,6 +361,7 @@
 
 mod config;
 mod error;
+mod hint_state;
 mod hints;
 mod leases;
 mod membership;

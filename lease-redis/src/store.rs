@@ -14,7 +14,7 @@ use tokio::sync::OnceCell;
 
 use crate::config::{RedisConfig, TermScheme};
 use crate::error::{self, During};
-use crate::hints::Hints;
+use crate::hint_state::Hints;
 use crate::wire::keys::{changes_channel, record_key, replica_sync_channel};
 use crate::wire::scripts::SCRIPTS;
 
@@ -360,7 +360,7 @@ where
     /// 7's default for new ACL users) or without the command claims and releases all the same,
     /// but its changes reach no subscriber. Refused (any server error), the store logs a
     /// warning, once, and its hints say they are disconnected
-    /// ([`Hints::set_publishes`](crate::hints::Hints)), so its waiters keep their polling pace;
+    /// ([`Hints::set_publishes`](Hints)), so its waiters keep their polling pace;
     /// the check goes on. Only an error of the connection fails it — and, with
     /// [`RedisConfig::replica_acks`], a refused `PUBLISH` on `<prefix>replica-sync`: every
     /// operation's pipeline publishes there, and a refusal would fail each one after its script
