@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use lease_core::{Coordinator, ErrorKind, Target, Term};
+use lease::{Coordinator, ErrorKind, Target, Term};
 use rustix::process::Signal;
 
 use crate::duration::human;
@@ -57,7 +57,7 @@ pub(crate) async fn acquire(
     // more at its limit), so windows would cost claims; an idle waiter claims about once per
     // lease period (at the holder's expiry) or at a hint.
     let mut warned: Option<tokio::time::Instant> = None;
-    let failed = |e: &lease_core::Error| {
+    let failed = |e: &lease::Error| {
         let now = tokio::time::Instant::now();
         if warned.is_none_or(|at| now.duration_since(at) >= WARN_EVERY) {
             tracing::warn!(error = %e, "cannot claim '{name}' for now; retrying");
@@ -138,8 +138,8 @@ async fn held(coordinator: &Coordinator, target: &Target) -> CliError {
 mod tests {
     #![allow(clippy::unwrap_used)]
 
+    use lease::Timings;
     use lease_conformance::faulty;
-    use lease_core::Timings;
     use lease_local::MemoryStore;
 
     use super::*;

@@ -7,7 +7,7 @@
 
 use std::fmt;
 
-use lease_core::ErrorKind;
+use lease::ErrorKind;
 
 /// One of `lease`'s own exit codes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -152,12 +152,12 @@ impl CliError {
     }
 
     /// A store or engine error, with the exit code its kind calls for.
-    pub(crate) fn from_lease(e: &lease_core::Error) -> CliError {
+    pub(crate) fn from_lease(e: &lease::Error) -> CliError {
         CliError::new(Exit::for_kind(e.kind()), e.to_string())
     }
 
     /// A store or engine error with a given exit code.
-    pub(crate) fn lease_with(exit: Exit, e: &lease_core::Error) -> CliError {
+    pub(crate) fn lease_with(exit: Exit, e: &lease::Error) -> CliError {
         CliError::new(exit, e.to_string())
     }
 
@@ -173,8 +173,8 @@ impl CliError {
     }
 }
 
-impl From<lease_core::Error> for CliError {
-    fn from(e: lease_core::Error) -> CliError {
+impl From<lease::Error> for CliError {
+    fn from(e: lease::Error) -> CliError {
         CliError::from_lease(&e)
     }
 }

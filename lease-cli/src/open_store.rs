@@ -3,8 +3,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lease::{Backend, OpenOptions, Store, UrlError};
-use lease_core::{Capabilities, Error, ErrorKind, GroupStore, LeaseStore};
+use lease::{
+    Backend, Capabilities, Error, ErrorKind, GroupStore, LeaseStore, OpenOptions, Store, UrlError,
+};
 use tokio::time::Instant;
 
 use crate::exit::{CliError, Exit};
@@ -98,7 +99,7 @@ async fn open_sqlite(url: &StoreUrl, options: &OpenOptions) -> Result<Store, Cli
     loop {
         match lease::open(url.driver_url(), options).await {
             Ok(store) => return Ok(store),
-            Err(e) if is_sqlite_busy(&e) && Instant::now() < until => {
+            Err(e) if lease::is_sqlite_busy(&e) && Instant::now() < until => {
                 tracing::debug!(error = %e, "the SQLite file is locked; retrying");
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
@@ -117,20 +118,6 @@ async fn open_sqlite(url: &StoreUrl, options: &OpenOptions) -> Result<Store, Cli
             }
         }
     }
-}
-
-/// `true` when `e` comes from SQLite's "database is locked" or "busy".
-fn is_sqlite_busy(e: &Error) -> bool {
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        if let Some(sqlx::Error::Database(d)) = s.downcast_ref::<sqlx::Error>()
-            && matches!(d.code().as_deref(), Some("5") | Some("6"))
-        {
-            return true;
-        }
-        source = s.source();
-    }
-    false
 }
 
 /// The exit code and message for an error of [`lease::open`].

@@ -3,7 +3,7 @@
 use std::process::ExitStatus;
 use std::time::Duration;
 
-use lease_core::Term;
+use lease::Term;
 use rustix::process::{Pid, Signal};
 use tokio::time::{Instant, MissedTickBehavior};
 
@@ -27,7 +27,7 @@ pub(crate) enum Outcome {
     /// SIGKILL after the grace).
     Lost {
         /// Why the lease was lost.
-        error: lease_core::Error,
+        error: lease::Error,
         /// The last stop signal forwarded to CMD, if any.
         interrupted: Option<Signal>,
     },
@@ -156,12 +156,12 @@ pub(crate) async fn supervise(
             error: term
                 .check()
                 .err()
-                .unwrap_or_else(|| lease_core::Error::lost(term.name(), "lost")),
+                .unwrap_or_else(|| lease::Error::lost(term.name(), "lost")),
             interrupted,
         },
         Ended::Deadline => Outcome::Lost {
             error: term.check().err().unwrap_or_else(|| {
-                lease_core::Error::lost(
+                lease::Error::lost(
                     term.name(),
                     "CMD reached the local deadline lease had last confirmed \
                      (was lease stopped or starved?)",

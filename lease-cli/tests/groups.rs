@@ -8,7 +8,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use lease_core::GroupStore;
+use lease::GroupStore;
 
 /// What the records were written with, and what the binary must show.
 struct Written {
@@ -246,7 +246,7 @@ fn check_empty(url: &str) {
 fn members_and_owners_on<S, F>(connect: F, url: &str)
 where
     S: GroupStore + 'static,
-    F: std::future::Future<Output = lease_core::Result<S>>,
+    F: std::future::Future<Output = lease::Result<S>>,
 {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -265,7 +265,7 @@ where
 fn members_and_owners_on_sqlite() {
     let dir = TempDir::new("groups");
     let url = dir.sqlite();
-    let connect = lease_sql::SqliteStore::connect(&url, lease_sql::SqlConfig::default());
+    let connect = lease::sql::SqliteStore::connect(&url, lease::sql::SqlConfig::default());
     members_and_owners_on(connect, &url);
 }
 
@@ -274,7 +274,7 @@ fn members_and_owners_on_postgres() {
     let Some(url) = lease_conformance::env::server_url("postgres") else {
         return;
     };
-    let connect = lease_sql::PostgresStore::connect(&url, lease_sql::SqlConfig::default());
+    let connect = lease::sql::PostgresStore::connect(&url, lease::sql::SqlConfig::default());
     members_and_owners_on(connect, &url);
 }
 
@@ -283,7 +283,7 @@ fn members_and_owners_on_mysql() {
     let Some(url) = lease_conformance::env::server_url("mysql") else {
         return;
     };
-    let connect = lease_sql::MySqlStore::connect(&url, lease_sql::SqlConfig::default());
+    let connect = lease::sql::MySqlStore::connect(&url, lease::sql::SqlConfig::default());
     members_and_owners_on(connect, &url);
 }
 
@@ -292,10 +292,10 @@ fn members_and_owners_on_redis() {
     let Some(url) = lease_conformance::env::server_url("redis") else {
         return;
     };
-    let config = lease_redis::RedisConfig::new().allow_volatile(true);
+    let config = lease::redis::RedisConfig::new().allow_volatile(true);
     let sep = if url.contains('?') { '&' } else { '?' };
     let for_cli = format!("{url}{sep}allow_volatile=1");
-    members_and_owners_on(lease_redis::RedisStore::connect(&url, config), &for_cli);
+    members_and_owners_on(lease::redis::RedisStore::connect(&url, config), &for_cli);
 }
 
 #[test]
@@ -304,6 +304,6 @@ fn members_and_owners_on_nats() {
         return;
     };
     // The bucket `lease members`/`owners` read: the one for the default 15 s leases.
-    let config = lease_nats::NatsConfig::new(lease_core::Timings::default().lease());
-    members_and_owners_on(lease_nats::NatsStore::connect(&url, config), &url);
+    let config = lease::nats::NatsConfig::new(lease::Timings::default().lease());
+    members_and_owners_on(lease::nats::NatsStore::connect(&url, config), &url);
 }

@@ -147,9 +147,86 @@ pub fn check_url(url: &str, options: &OpenOptions) -> Result<Backend> {
     checked(url, options).map(|(target, _)| target.backend)
 }
 
+/// `true` when `e` comes from SQLite's "database is busy" or "database is locked": somewhere
+/// in its chain of [sources](std::error::Error::source) is a sqlx database error whose code is
+/// `5` (`SQLITE_BUSY`) or `6` (`SQLITE_LOCKED`). Another connection holds the file's lock (say,
+/// another process creating the same new file), so the same call may succeed once it lets go.
+///
+/// This asks the question of any error, the driver's type staying inside the facade: [`open`]
+/// on a `sqlite://` URL gives such an error when its busy timeout runs out. Any other error,
+/// from any backend, is `false`.
+///
+/// ```
+/// let e = lease::Error::unavailable("connection refused");
+/// assert!(!lease::is_sqlite_busy(&e));
+/// ```
+#[cfg(feature = "sqlite")]
+pub fn is_sqlite_busy(e: &Error) -> bool {
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        if let Some(sqlx::Error::Database(d)) = s.downcast_ref::<sqlx::Error>()
+            && matches!(d.code().as_deref(), Some("5") | Some("6"))
+        {
+            return true;
+        }
+        source = s.source();
+    }
+    false
+}
+
 fn checked(url: &str, options: &OpenOptions) -> Result<(url::Target, options::Resolved)> {
     let target = url::Target::parse(url)?;
     open::check_driver(&target)?;
     let resolved = options::Resolved::of(&target, options)?;
     Ok((target, resolved))
+}
+
+#[cfg(all(test, feature = "sqlite"))]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::time::Duration;
+
+    use sqlx::ConnectOptions;
+    use sqlx::sqlite::SqliteConnectOptions;
+
+    use super::*;
+
+    /// A write refused because another connection holds the file's lock is busy, also as the
+    /// source of another error; an error with no such cause is not.
+    #[tokio::test]
+    async fn a_locked_sqlite_file_is_busy() {
+        let file = std::env::temp_dir().join(format!("lease-busy-{}.db", std::process::id()));
+        let _ = std::fs::remove_file(&file);
+        let options = SqliteConnectOptions::new()
+            .filename(&file)
+            .create_if_missing(true)
+            .busy_timeout(Duration::ZERO);
+        let mut holder = options.connect().await.unwrap();
+        let mut other = options.connect().await.unwrap();
+        sqlx::query("CREATE TABLE t (x INTEGER)")
+            .execute(&mut holder)
+            .await
+            .unwrap();
+        sqlx::query("BEGIN EXCLUSIVE")
+            .execute(&mut holder)
+            .await
+            .unwrap();
+        let refused = sqlx::query("INSERT INTO t VALUES (1)")
+            .execute(&mut other)
+            .await
+            .unwrap_err();
+        let e = sql::classify(refused, "insert a row");
+        assert!(is_sqlite_busy(&e), "{e}");
+        let wrapped = Error::unavailable("open the store").with_source(e);
+        assert!(is_sqlite_busy(&wrapped), "{wrapped}");
+
+        assert!(!is_sqlite_busy(&sql::classify(
+            sqlx::Error::PoolTimedOut,
+            "insert a row"
+        )));
+        assert!(!is_sqlite_busy(&Error::unavailable("connection refused")));
+        drop((holder, other));
+        let _ = std::fs::remove_file(&file);
+    }
 }

@@ -13,9 +13,8 @@ pub(crate) mod watch;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lease_core::LeaseStoreExt;
-use lease_core::permits::MAX_PERMITS;
-use lease_core::{Coordinator, GroupStore, LeaseStore, Permits, Target, Timings};
+use lease::permits::MAX_PERMITS;
+use lease::{Coordinator, GroupStore, LeaseStore, LeaseStoreExt, Permits, Target, Timings};
 
 use crate::cli::HoldArgs;
 use crate::duration::{human, parse_duration};
@@ -56,7 +55,7 @@ impl Named {
     }
 
     /// A name error of lease-core (which speaks of a "lease name") about this kind of name.
-    fn bad(self, e: &lease_core::Error) -> CliError {
+    fn bad(self, e: &lease::Error) -> CliError {
         let text = e
             .to_string()
             .replace("lease name", &format!("{} name", self.word()));
@@ -66,7 +65,7 @@ impl Named {
 
 /// [`precheck_name`] for a name of `what`.
 pub(crate) fn precheck_name_of(what: Named, name: &str) -> Result<(), CliError> {
-    lease_core::backend::validate_name(name, usize::MAX).map_err(|e| what.bad(&e))
+    lease::backend::validate_name(name, usize::MAX).map_err(|e| what.bad(&e))
 }
 
 /// [`check_name`] for a name of `what`.
@@ -146,7 +145,7 @@ pub(crate) async fn prepare(
     precheck_name(name)?;
     let timings = timings(&hold.ttl)?;
     if let Some(instance) = &hold.instance {
-        lease_core::backend::validate_instance(instance)
+        lease::backend::validate_instance(instance)
             .map_err(|e| CliError::lease_with(Exit::BadName, &e))?;
     }
     let mut signals = StopSignals::install()?;
@@ -190,7 +189,7 @@ pub(crate) async fn open_for(
     for name in names {
         precheck_name(name)?;
     }
-    let store = open_store::open(url, lease_core::Timings::default().lease()).await?;
+    let store = open_store::open(url, lease::Timings::default().lease()).await?;
     for name in names {
         check_name(store.as_ref(), name)?;
     }
@@ -205,7 +204,7 @@ pub(crate) async fn open_group_for(
     name: &str,
 ) -> Result<Arc<dyn GroupStore>, CliError> {
     precheck_name_of(what, name)?;
-    let store = open_store::open_group(url, lease_core::Timings::default().lease()).await?;
+    let store = open_store::open_group(url, lease::Timings::default().lease()).await?;
     check_name_of(store.as_ref(), what, name)?;
     Ok(store)
 }

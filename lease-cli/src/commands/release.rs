@@ -2,7 +2,7 @@
 
 use std::io::Write;
 
-use lease_core::ErrorKind;
+use lease::ErrorKind;
 
 use crate::cli::ReleaseArgs;
 use crate::commands::open_for;

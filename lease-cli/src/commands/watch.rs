@@ -5,10 +5,10 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-use lease_core::clock::{Deadline, Stamp};
-use lease_core::notify::Topic;
-use lease_core::wait::{EXPIRY_MARGIN, Waiter, Wake};
-use lease_core::{HolderChange, LeaseStore, Observer, PermitInfo, Timings};
+use lease::clock::{Deadline, Stamp};
+use lease::notify::Topic;
+use lease::wait::{EXPIRY_MARGIN, Waiter, Wake};
+use lease::{HolderChange, LeaseStore, Observer, PermitInfo, Timings};
 use tokio::sync::mpsc;
 
 use crate::cli::WatchArgs;
@@ -131,7 +131,7 @@ pub(crate) async fn watch(url: &StoreUrl, args: WatchArgs) -> Result<u8, CliErro
 }
 
 /// A watch of the permits of one name: each permit's holder, compared read by read as
-/// [`lease_core::HolderWatch`] compares a plain lease's (changes between two reads are
+/// [`lease::HolderWatch`] compares a plain lease's (changes between two reads are
 /// coalesced; an end is `Released` before the holder's expiry as last read, `Expired` after
 /// it).
 ///
@@ -171,7 +171,7 @@ impl PermitWatch {
 
     /// The next change of a permit. Waits for as long as nothing changes; a failed read
     /// returns its error and the next call reads again (at the retry pace).
-    async fn next(&mut self) -> lease_core::Result<Event> {
+    async fn next(&mut self) -> lease::Result<Event> {
         loop {
             if let Some(event) = self.pending.pop_front() {
                 return Ok(event);
@@ -185,13 +185,13 @@ impl PermitWatch {
     /// Reads the permits, queues what changed since the last read and sets the next expiry
     /// to wake at; returns every permit as read. The first read queues each live permit as
     /// claimed.
-    async fn read(&mut self) -> lease_core::Result<Vec<PermitInfo>> {
+    async fn read(&mut self) -> lease::Result<Vec<PermitInfo>> {
         self.waiter.before_attempt();
         let t = self.timings;
         let read =
             match tokio::time::timeout(t.attempt_timeout(), self.store.permits(&self.name)).await {
                 Ok(r) => r,
-                Err(_) => Err(lease_core::Error::timeout(
+                Err(_) => Err(lease::Error::timeout(
                     format_args!("reading the permits of '{}'", self.name),
                     t.attempt_timeout(),
                 )),
