@@ -25,6 +25,7 @@ pub mod check;
 #[doc(hidden)]
 pub mod derive;
 pub mod listen;
+mod url_param;
 
 pub use crate::clock::Stamp;
 pub use crate::membership::{MAX_ADDRESS_BYTES, MAX_GROUPS_PER_MEMBER, MAX_NODE_ID_BYTES};
@@ -39,6 +40,7 @@ pub use crate::timings::{DRIFT_MARGIN_PERCENT, STORE_CLOCK_GRANULARITY};
 pub use crate::validate::{
     DEFAULT_MAX_NAME_BYTES, MAX_TTL, MIN_TTL, ceil_millis, validate_name, validate_ttl,
 };
+pub use url_param::{ParamError, UrlParam};
 
 /// Re-exported so stores can implement the traits without naming the crate themselves.
 pub use async_trait::async_trait;
