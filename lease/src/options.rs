@@ -173,6 +173,17 @@ fn agree<T: Clone + PartialEq + ToString>(
 impl Resolved {
     /// Agrees the URL's parameters with `options`. Only the URL's backend can have parameters
     /// set, so only its knobs can disagree.
+    #[cfg_attr(
+        not(any(
+            feature = "sqlite",
+            feature = "postgres",
+            feature = "mysql",
+            feature = "redis",
+            feature = "nats",
+            feature = "etcd"
+        )),
+        allow(unused_variables)
+    )]
     pub(crate) fn of(target: &Target, options: &OpenOptions) -> Result<Resolved, UrlError> {
         // A build with no backend that takes parameters sets nothing more.
         #[allow(unused_mut)]

@@ -323,7 +323,19 @@ pub(crate) struct Params {
 
 impl Params {
     /// Hands `param` to the backend crate that reads `backend`'s parameters: `Ok(true)` when
-    /// it took it, `Ok(false)` when the parameter is not one of its own.
+    /// it took it, `Ok(false)` when the parameter is not one of its own (always, in a build
+    /// whose backends take none).
+    #[cfg_attr(
+        not(any(
+            feature = "sqlite",
+            feature = "postgres",
+            feature = "mysql",
+            feature = "redis",
+            feature = "nats",
+            feature = "etcd"
+        )),
+        allow(unused_variables)
+    )]
     fn take(&mut self, backend: Backend, param: UrlParam<'_>) -> Result<bool, ParamError> {
         match backend {
             #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
@@ -348,6 +360,18 @@ pub(crate) struct Target {
     pub(crate) driver_url: String,
     /// The URL, redacted.
     pub(crate) shown: String,
+    /// Read by the backends that take parameters.
+    #[cfg_attr(
+        not(any(
+            feature = "sqlite",
+            feature = "postgres",
+            feature = "mysql",
+            feature = "redis",
+            feature = "nats",
+            feature = "etcd"
+        )),
+        allow(dead_code)
+    )]
     pub(crate) params: Params,
 }
 
