@@ -10,6 +10,9 @@
 //! driver errors carry their context as [`Error::during`](crate::Error::during) and
 //! [`Error::at_server`](crate::Error::at_server) attach it.
 //!
+//! A backend that reads parameters of a store URL's query reads them with [`UrlParam`]'s
+//! typed readers and refuses a bad value with a [`ParamError`].
+//!
 //! ```
 //! use std::time::Duration;
 //! use lease_core::backend::check;
