@@ -268,10 +268,12 @@ mod sessions;
 mod store;
 #[cfg(test)]
 mod tests;
+mod url_params;
 mod wire;
 
 pub use config::{DEFAULT_MAX_TXN_OPS, DEFAULT_OP_TIMEOUT, DEFAULT_PREFIX, EtcdConfig};
 pub use store::EtcdStore;
+pub use url_params::EtcdUrlParams;
 
 /// The etcd client crate this store is built on, for [`EtcdStore::with_client`].
 pub use etcd_client;

@@ -491,6 +491,7 @@ mod permits;
 mod server;
 mod slots;
 mod store;
+mod url_params;
 mod wire;
 
 pub use config::{
@@ -498,4 +499,5 @@ pub use config::{
     bucket_for_ttl, slot_bucket_for,
 };
 pub use store::NatsStore;
+pub use url_params::NatsUrlParams;
 pub use wire::keys::MAX_NAME_BYTES;

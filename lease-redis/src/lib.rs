@@ -371,6 +371,7 @@ mod permits;
 mod sentinel;
 mod slots;
 mod store;
+mod url_params;
 mod wire;
 
 pub use config::{
@@ -381,6 +382,7 @@ pub use error::{RedisResultExt, classify};
 #[cfg(feature = "sentinel")]
 pub use sentinel::SentinelConnection;
 pub use store::{MAX_NAME_BYTES, RedisStore};
+pub use url_params::RedisUrlParams;
 
 /// The `redis` crate this store is built on, re-exported so your connection's type matches.
 pub use redis;

@@ -131,6 +131,7 @@ mod slots;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 mod store;
+mod url_params;
 mod wire;
 
 pub use config::{
@@ -145,6 +146,7 @@ pub use postgres::PostgresStore;
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteStore;
 pub use store::{Fence, SqlStore, Token};
+pub use url_params::SqlUrlParams;
 pub use wire::schema::{
     Dialect, members_schema_sql, partitions_schema_sql, permits_schema_sql, schema_sql,
     sqlite_boot_clock_sql,

@@ -67,20 +67,7 @@ pub(crate) async fn connect(target: &Target, options: &Resolved) -> Result<Store
         )),
         #[cfg(feature = "redis")]
         Backend::Redis => {
-            use lease_redis::{RedisConfig, TermScheme};
-            let mut config = RedisConfig::new()
-                .allow_volatile(options.redis_allow_volatile)
-                .allow_fsync_everysec(options.redis_allow_fsync_everysec);
-            if let Some(clock_floor) = options.redis_clock_floor {
-                config = config.term_scheme(if clock_floor {
-                    TermScheme::ClockFloor
-                } else {
-                    TermScheme::Counter
-                });
-            }
-            if let Some(prefix) = &options.redis_key_prefix {
-                config = config.key_prefix(prefix.clone());
-            }
+            let mut config = options.redis.apply(lease_redis::RedisConfig::new());
             if let Some(bound) = options.op_timeout {
                 config = config.operation_timeout(Some(bound)).connect_timeout(bound);
             }
@@ -90,13 +77,12 @@ pub(crate) async fn connect(target: &Target, options: &Resolved) -> Result<Store
         }
         #[cfg(feature = "nats")]
         Backend::Nats => {
-            use lease_nats::{DEFAULT_TTL, NatsConfig, NatsStore, TtlMismatch};
-            let mut config = NatsConfig::new(options.lease.unwrap_or(DEFAULT_TTL));
+            use lease_nats::{DEFAULT_TTL, NatsConfig, NatsStore};
+            let mut config = options
+                .nats
+                .apply(NatsConfig::new(options.lease.unwrap_or(DEFAULT_TTL)));
             if let Some(bucket) = &options.nats_bucket {
                 config = config.bucket(bucket.clone());
-            }
-            if options.nats_adopt {
-                config = config.on_ttl_mismatch(TtlMismatch::Adopt);
             }
             if let Some(bound) = options.op_timeout {
                 config = config.op_timeout(bound);
@@ -116,10 +102,7 @@ pub(crate) async fn connect(target: &Target, options: &Resolved) -> Result<Store
         #[cfg(feature = "etcd")]
         Backend::Etcd => {
             use lease_etcd::{EtcdConfig, EtcdStore};
-            let mut config = EtcdConfig::new();
-            if let Some(prefix) = &options.etcd_prefix {
-                config = config.prefix(prefix.clone());
-            }
+            let mut config = options.etcd.apply(EtcdConfig::new());
             if let Some(bound) = options.op_timeout {
                 config = config.op_timeout(bound);
             }
@@ -137,14 +120,10 @@ pub(crate) async fn connect(target: &Target, options: &Resolved) -> Result<Store
     }
 }
 
-/// The SQL stores' configuration.
+/// The SQL stores' configuration: lease-sql's defaults with what the URL and options set.
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
 fn sql_config(options: &Resolved) -> Result<lease_sql::SqlConfig> {
-    let config = lease_sql::SqlConfig::default().hints(options.hints);
-    match &options.sql_table {
-        Some(table) => config.table(table),
-        None => Ok(config),
-    }
+    options.sql.apply(lease_sql::SqlConfig::default())
 }
 
 /// A Redis server refused as configured: say which URL parameters accept it.

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::url::{Params, Target, UrlError};
+use crate::url::{Target, UrlError};
 
 /// Settings for [`open`](crate::open) that a URL does not carry, or that code would rather
 /// set: a small builder, every knob unset by default (the backend's own default then holds).
@@ -113,28 +113,44 @@ impl OpenOptions {
     }
 }
 
-/// The options of one opening: the URL's parameters and the [`OpenOptions`], agreed.
+/// The options of one opening: the URL's parameters and the [`OpenOptions`], agreed. Each
+/// backend's part is its crate's own parameter type, holding the URL's values and the options'
+/// that agree with them; the backend crate then sets them on its config.
 #[derive(Debug, Clone, Default)]
 // Some knobs are read by backends a build may leave out.
 #[allow(dead_code)]
 pub(crate) struct Resolved {
     pub(crate) lease: Option<Duration>,
     pub(crate) op_timeout: Option<Duration>,
-    pub(crate) sql_table: Option<String>,
-    pub(crate) redis_key_prefix: Option<String>,
-    pub(crate) redis_allow_volatile: bool,
-    pub(crate) redis_allow_fsync_everysec: bool,
-    pub(crate) redis_clock_floor: Option<bool>,
+    /// SQL: the table and the hints switch.
+    #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
+    pub(crate) sql: lease_sql::SqlUrlParams,
+    /// Redis: the key prefix, the two server checks and the term scheme.
+    #[cfg(feature = "redis")]
+    pub(crate) redis: lease_redis::RedisUrlParams,
+    /// NATS: the bucket the URL names, taken whatever its max age.
+    #[cfg(feature = "nats")]
+    pub(crate) nats: lease_nats::NatsUrlParams,
+    /// NATS: the bucket the options name (when the URL names none), whose max age must be the
+    /// lease duration.
+    #[cfg(feature = "nats")]
     pub(crate) nats_bucket: Option<String>,
-    /// The bucket was named in the URL: take it whatever its max age.
-    pub(crate) nats_adopt: bool,
     /// etcd: the key prefix, from the URL's `prefix=`.
-    pub(crate) etcd_prefix: Option<String>,
-    /// SQL: store hints on (the default) or off.
-    pub(crate) hints: bool,
+    #[cfg(feature = "etcd")]
+    pub(crate) etcd: lease_etcd::EtcdUrlParams,
 }
 
 /// One knob set in the URL and maybe in the options: the URL's value when they agree.
+#[cfg_attr(
+    not(any(
+        feature = "sqlite",
+        feature = "postgres",
+        feature = "mysql",
+        feature = "redis",
+        feature = "nats"
+    )),
+    allow(dead_code)
+)]
 fn agree<T: Clone + PartialEq + ToString>(
     target: &Target,
     name: &str,
@@ -155,62 +171,107 @@ fn agree<T: Clone + PartialEq + ToString>(
 }
 
 impl Resolved {
-    /// Agrees the URL's parameters with `options`.
+    /// Agrees the URL's parameters with `options`. Only the URL's backend can have parameters
+    /// set, so only its knobs can disagree.
+    #[cfg_attr(
+        not(any(
+            feature = "sqlite",
+            feature = "postgres",
+            feature = "mysql",
+            feature = "redis",
+            feature = "nats",
+            feature = "etcd"
+        )),
+        allow(unused_variables)
+    )]
     pub(crate) fn of(target: &Target, options: &OpenOptions) -> Result<Resolved, UrlError> {
-        let Params {
-            table,
-            allow_volatile,
-            allow_fsync_everysec,
-            clock_floor,
-            key_prefix,
-            bucket,
-            prefix,
-            hints,
-        } = &target.params;
-        let text = |s: &String| s.clone();
-        let one = |b: &bool| if *b { "1" } else { "0" }.to_owned();
-        Ok(Resolved {
+        // A build with no backend that takes parameters sets nothing more.
+        #[allow(unused_mut)]
+        let mut resolved = Resolved {
             lease: options.lease,
             op_timeout: options.op_timeout,
-            sql_table: agree(target, "table", table, &options.sql_table, text)?,
-            redis_key_prefix: agree(
+            ..Resolved::default()
+        };
+        #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
+        {
+            let url = &target.params.sql;
+            let sql = &mut resolved.sql;
+            sql.table = agree(
+                target,
+                "table",
+                &url.table,
+                &options.sql_table,
+                String::clone,
+            )?;
+            sql.hints = agree(target, "hints", &url.hints, &options.hints, |b: &bool| {
+                if *b { "on" } else { "off" }.to_owned()
+            })?;
+        }
+        #[cfg(feature = "redis")]
+        {
+            use lease_redis::TermScheme;
+            let one = |b: &bool| if *b { "1" } else { "0" }.to_owned();
+            let url = &target.params.redis;
+            let redis = &mut resolved.redis;
+            redis.key_prefix = agree(
                 target,
                 "key_prefix",
-                key_prefix,
+                &url.key_prefix,
                 &options.redis_key_prefix,
-                text,
-            )?,
-            redis_allow_volatile: agree(
+                String::clone,
+            )?;
+            redis.allow_volatile = agree(
                 target,
                 "allow_volatile",
-                allow_volatile,
+                &url.allow_volatile,
                 &options.redis_allow_volatile,
                 one,
-            )?
-            .unwrap_or(false),
-            redis_allow_fsync_everysec: agree(
+            )?;
+            redis.allow_fsync_everysec = agree(
                 target,
                 "allow_fsync_everysec",
-                allow_fsync_everysec,
+                &url.allow_fsync_everysec,
                 &options.redis_allow_fsync_everysec,
                 one,
-            )?
-            .unwrap_or(false),
-            redis_clock_floor: agree(
+            )?;
+            // The options say `true` for clock-floor terms; the URL names the scheme.
+            let clock_floor = url.terms.map(|t| t == TermScheme::ClockFloor);
+            redis.terms = agree(
                 target,
                 "terms",
-                clock_floor,
+                &clock_floor,
                 &options.redis_clock_floor,
                 |b: &bool| if *b { "clock_floor" } else { "counter" }.to_owned(),
-            )?,
-            nats_bucket: agree(target, "bucket", bucket, &options.nats_bucket, text)?,
-            nats_adopt: bucket.is_some(),
-            etcd_prefix: prefix.clone(),
-            hints: agree(target, "hints", hints, &options.hints, |b: &bool| {
-                if *b { "on" } else { "off" }.to_owned()
-            })?
-            .unwrap_or(true),
-        })
+            )?
+            .map(|b| {
+                if b {
+                    TermScheme::ClockFloor
+                } else {
+                    TermScheme::Counter
+                }
+            });
+        }
+        #[cfg(feature = "nats")]
+        {
+            let url = &target.params.nats;
+            let bucket = agree(
+                target,
+                "bucket",
+                &url.bucket,
+                &options.nats_bucket,
+                String::clone,
+            )?;
+            if url.bucket.is_some() {
+                resolved.nats = url.clone();
+            } else {
+                resolved.nats_bucket = bucket;
+            }
+        }
+        #[cfg(feature = "etcd")]
+        {
+            resolved.etcd = target.params.etcd.clone();
+        }
+        Ok(resolved)
     }
 }
 
@@ -225,9 +286,9 @@ mod tests {
     fn the_url_and_the_options_must_agree() {
         let target = Target::parse("sqlite:///tmp/x.db?table=jobs").unwrap();
         let r = Resolved::of(&target, &OpenOptions::new()).unwrap();
-        assert_eq!(r.sql_table.as_deref(), Some("jobs"));
+        assert_eq!(r.sql.table.as_deref(), Some("jobs"));
         let r = Resolved::of(&target, &OpenOptions::new().sql_table("jobs")).unwrap();
-        assert_eq!(r.sql_table.as_deref(), Some("jobs"));
+        assert_eq!(r.sql.table.as_deref(), Some("jobs"));
         let e = Resolved::of(&target, &OpenOptions::new().sql_table("other")).unwrap_err();
         assert_eq!(
             e.to_string(),
@@ -236,27 +297,24 @@ mod tests {
         );
         let plain = Target::parse("sqlite:///tmp/x.db").unwrap();
         let r = Resolved::of(&plain, &OpenOptions::new().sql_table("other")).unwrap();
-        assert_eq!(r.sql_table.as_deref(), Some("other"));
+        assert_eq!(r.sql.table.as_deref(), Some("other"));
     }
 
     #[cfg(feature = "sqlite")]
     #[test]
     fn hints_default_on_and_agree() {
+        let hints = |target: &Target, options: OpenOptions| {
+            let r = Resolved::of(target, &options).unwrap();
+            let config = r.sql.apply(lease_sql::SqlConfig::default()).unwrap();
+            config.hints_enabled()
+        };
         let plain = Target::parse("sqlite:///tmp/x.db").unwrap();
-        assert!(Resolved::of(&plain, &OpenOptions::new()).unwrap().hints);
-        assert!(
-            !Resolved::of(&plain, &OpenOptions::new().hints(false))
-                .unwrap()
-                .hints
-        );
+        assert!(hints(&plain, OpenOptions::new()));
+        assert!(!hints(&plain, OpenOptions::new().hints(false)));
         let off = Target::parse("sqlite:///tmp/x.db?hints=off").unwrap();
         assert_eq!(off.driver_url, "sqlite:///tmp/x.db");
-        assert!(!Resolved::of(&off, &OpenOptions::new()).unwrap().hints);
-        assert!(
-            !Resolved::of(&off, &OpenOptions::new().hints(false))
-                .unwrap()
-                .hints
-        );
+        assert!(!hints(&off, OpenOptions::new()));
+        assert!(!hints(&off, OpenOptions::new().hints(false)));
         let e = Resolved::of(&off, &OpenOptions::new().hints(true)).unwrap_err();
         assert!(matches!(e, UrlError::Conflict { ref name, .. } if name == "hints"));
     }
@@ -268,7 +326,7 @@ mod tests {
         let e = Resolved::of(&target, &OpenOptions::new().redis_allow_volatile(false)).unwrap_err();
         assert!(matches!(e, UrlError::Conflict { ref name, .. } if name == "allow_volatile"));
         let r = Resolved::of(&target, &OpenOptions::new().redis_allow_volatile(true)).unwrap();
-        assert!(r.redis_allow_volatile);
-        assert!(!r.redis_allow_fsync_everysec);
+        assert_eq!(r.redis.allow_volatile, Some(true));
+        assert_eq!(r.redis.allow_fsync_everysec, None);
     }
 }

@@ -2,6 +2,7 @@
 
 use std::fmt;
 
+use lease_core::backend::{ParamError, UrlParam};
 use lease_core::redact::redact_url;
 use lease_core::{Error, ErrorKind};
 
@@ -137,17 +138,20 @@ impl Backend {
         }
     }
 
-    /// The query parameters `lease` itself reads for this backend, for messages.
+    /// The query parameters `lease` itself reads for this backend, for messages: the list of
+    /// the backend crate that reads them.
     fn parameters(self) -> &'static str {
         match self {
-            Backend::Sqlite | Backend::Postgres | Backend::MySql => "table=NAME, hints=on|off",
-            Backend::Redis => {
-                "allow_volatile=1, allow_fsync_everysec=1, terms=counter|clock_floor, \
-                 key_prefix=PREFIX"
-            }
-            Backend::Nats => "bucket=NAME",
-            Backend::Etcd => "prefix=PREFIX",
-            Backend::MongoDb | Backend::Memory => "none",
+            #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
+            Backend::Sqlite | Backend::Postgres | Backend::MySql => lease_sql::SqlUrlParams::NAMES,
+            #[cfg(feature = "redis")]
+            Backend::Redis => lease_redis::RedisUrlParams::NAMES,
+            #[cfg(feature = "nats")]
+            Backend::Nats => lease_nats::NatsUrlParams::NAMES,
+            #[cfg(feature = "etcd")]
+            Backend::Etcd => lease_etcd::EtcdUrlParams::NAMES,
+            // MongoDB and memory take none; a backend not compiled in never gets this far.
+            _ => "none",
         }
     }
 }
@@ -299,25 +303,52 @@ impl From<UrlError> for Error {
     }
 }
 
-/// `lease`'s own query parameters of a URL (taken out before the driver sees it).
+/// `lease`'s own query parameters of a URL (taken out before the driver sees it), as the
+/// backend crate that reads them holds them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Params {
-    /// SQL: `table=NAME`.
-    pub(crate) table: Option<String>,
-    /// Redis: `allow_volatile=1`.
-    pub(crate) allow_volatile: Option<bool>,
-    /// Redis: `allow_fsync_everysec=1`.
-    pub(crate) allow_fsync_everysec: Option<bool>,
-    /// Redis: `terms=clock_floor` (true) or `terms=counter` (false).
-    pub(crate) clock_floor: Option<bool>,
-    /// Redis: `key_prefix=PREFIX`.
-    pub(crate) key_prefix: Option<String>,
+    /// SQL: `table=NAME`, `hints=on|off`.
+    #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
+    pub(crate) sql: lease_sql::SqlUrlParams,
+    /// Redis: `allow_volatile`, `allow_fsync_everysec`, `terms`, `key_prefix`.
+    #[cfg(feature = "redis")]
+    pub(crate) redis: lease_redis::RedisUrlParams,
     /// NATS: `bucket=NAME`.
-    pub(crate) bucket: Option<String>,
+    #[cfg(feature = "nats")]
+    pub(crate) nats: lease_nats::NatsUrlParams,
     /// etcd: `prefix=PREFIX`.
-    pub(crate) prefix: Option<String>,
-    /// SQL: `hints=on|off`.
-    pub(crate) hints: Option<bool>,
+    #[cfg(feature = "etcd")]
+    pub(crate) etcd: lease_etcd::EtcdUrlParams,
+}
+
+impl Params {
+    /// Hands `param` to the backend crate that reads `backend`'s parameters: `Ok(true)` when
+    /// it took it, `Ok(false)` when the parameter is not one of its own (always, in a build
+    /// whose backends take none).
+    #[cfg_attr(
+        not(any(
+            feature = "sqlite",
+            feature = "postgres",
+            feature = "mysql",
+            feature = "redis",
+            feature = "nats",
+            feature = "etcd"
+        )),
+        allow(unused_variables)
+    )]
+    fn take(&mut self, backend: Backend, param: UrlParam<'_>) -> Result<bool, ParamError> {
+        match backend {
+            #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
+            Backend::Sqlite | Backend::Postgres | Backend::MySql => self.sql.take(param),
+            #[cfg(feature = "redis")]
+            Backend::Redis => self.redis.take(param),
+            #[cfg(feature = "nats")]
+            Backend::Nats => self.nats.take(param),
+            #[cfg(feature = "etcd")]
+            Backend::Etcd => self.etcd.take(param),
+            _ => Ok(false),
+        }
+    }
 }
 
 /// A URL parsed and checked, without I/O.
@@ -329,6 +360,18 @@ pub(crate) struct Target {
     pub(crate) driver_url: String,
     /// The URL, redacted.
     pub(crate) shown: String,
+    /// Read by the backends that take parameters.
+    #[cfg_attr(
+        not(any(
+            feature = "sqlite",
+            feature = "postgres",
+            feature = "mysql",
+            feature = "redis",
+            feature = "nats",
+            feature = "etcd"
+        )),
+        allow(dead_code)
+    )]
     pub(crate) params: Params,
 }
 
@@ -420,35 +463,9 @@ fn check_authority(rest: &str, backend: Backend, shown: &str) -> Result<(), UrlE
     Ok(())
 }
 
-/// A yes/no query parameter.
-fn flag(name: &str, value: &str, shown: &str) -> Result<bool, UrlError> {
-    match value {
-        "1" | "true" | "yes" | "" => Ok(true),
-        "0" | "false" | "no" => Ok(false),
-        _ => Err(UrlError::BadParameter {
-            url: shown.to_owned(),
-            name: name.to_owned(),
-            value: value.to_owned(),
-            expected: "1 or 0",
-        }),
-    }
-}
-
-/// A name-like query parameter: not empty.
-fn word(name: &str, value: &str, shown: &str) -> Result<String, UrlError> {
-    if value.is_empty() {
-        return Err(UrlError::BadParameter {
-            url: shown.to_owned(),
-            name: name.to_owned(),
-            value: String::new(),
-            expected: "a non-empty value",
-        });
-    }
-    Ok(value.to_owned())
-}
-
-/// Takes `lease`'s own parameters for `backend` out of the query of `url`. The rest is left
-/// for the driver, except where the driver takes none (NATS, etcd, memory): there it is refused.
+/// Takes `lease`'s own parameters for `backend` out of the query of `url`, pair by pair in
+/// the query's order (the backend crate reads each). The rest is left for the driver, except
+/// where the driver takes none (NATS, etcd, memory): there it is refused.
 fn take_params(url: &str, backend: Backend, shown: &str) -> Result<(String, Params), UrlError> {
     let mut params = Params::default();
     let Some((base, query)) = url.split_once('?') else {
@@ -456,59 +473,26 @@ fn take_params(url: &str, backend: Backend, shown: &str) -> Result<(String, Para
     };
     let mut kept = Vec::new();
     for pair in query.split('&').filter(|p| !p.is_empty()) {
-        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-        match (backend, name) {
-            (Backend::Sqlite | Backend::Postgres | Backend::MySql, "table") => {
-                params.table = Some(word(name, value, shown)?);
-            }
-            (Backend::Sqlite | Backend::Postgres | Backend::MySql, "hints") => {
-                params.hints = Some(match value {
-                    "on" | "1" | "true" => true,
-                    "off" | "0" | "false" => false,
-                    _ => {
-                        return Err(UrlError::BadParameter {
-                            url: shown.to_owned(),
-                            name: name.to_owned(),
-                            value: value.to_owned(),
-                            expected: "on or off",
-                        });
-                    }
-                });
-            }
-            (Backend::Redis, "allow_volatile") => {
-                params.allow_volatile = Some(flag(name, value, shown)?);
-            }
-            (Backend::Redis, "allow_fsync_everysec") => {
-                params.allow_fsync_everysec = Some(flag(name, value, shown)?);
-            }
-            (Backend::Redis, "terms") => {
-                params.clock_floor = Some(match value {
-                    "clock_floor" => true,
-                    "counter" => false,
-                    _ => {
-                        return Err(UrlError::BadParameter {
-                            url: shown.to_owned(),
-                            name: name.to_owned(),
-                            value: value.to_owned(),
-                            expected: "counter or clock_floor",
-                        });
-                    }
-                });
-            }
-            (Backend::Redis, "key_prefix") => {
-                params.key_prefix = Some(word(name, value, shown)?);
-            }
-            (Backend::Nats, "bucket") => params.bucket = Some(word(name, value, shown)?),
-            (Backend::Etcd, "prefix") => params.prefix = Some(word(name, value, shown)?),
-            (Backend::Nats | Backend::Etcd | Backend::Memory, _) => {
-                return Err(UrlError::UnknownParameter {
-                    url: shown.to_owned(),
-                    backend,
-                    name: name.to_owned(),
-                });
-            }
-            _ => kept.push(pair),
+        let param = UrlParam::parse(pair);
+        let taken = params
+            .take(backend, param)
+            .map_err(|e| UrlError::BadParameter {
+                url: shown.to_owned(),
+                name: e.name,
+                value: e.value,
+                expected: e.expected,
+            })?;
+        if taken {
+            continue;
         }
+        if matches!(backend, Backend::Nats | Backend::Etcd | Backend::Memory) {
+            return Err(UrlError::UnknownParameter {
+                url: shown.to_owned(),
+                backend,
+                name: param.name.to_owned(),
+            });
+        }
+        kept.push(pair);
     }
     let url = if kept.is_empty() {
         base.to_owned()
@@ -590,7 +574,7 @@ mod tests {
         let t = parse("sqlite::memory:").unwrap();
         assert_eq!(t.backend, Backend::Sqlite);
         let t = parse("sqlite:///tmp/x.db?table=jobs&mode=rwc").unwrap();
-        assert_eq!(t.params.table.as_deref(), Some("jobs"));
+        assert_eq!(t.params.sql.table.as_deref(), Some("jobs"));
         assert_eq!(t.driver_url, "sqlite:///tmp/x.db?mode=rwc");
         let e = parse("sqlite:///tmp/x.db?table=").unwrap_err();
         assert!(
@@ -598,10 +582,14 @@ mod tests {
             "{e}"
         );
         let t = parse("sqlite:///tmp/x.db?hints=off&mode=rwc").unwrap();
-        assert_eq!(t.params.hints, Some(false));
+        assert_eq!(t.params.sql.hints, Some(false));
         assert_eq!(t.driver_url, "sqlite:///tmp/x.db?mode=rwc");
         assert_eq!(
-            parse("sqlite:///tmp/x.db?hints=on").unwrap().params.hints,
+            parse("sqlite:///tmp/x.db?hints=on")
+                .unwrap()
+                .params
+                .sql
+                .hints,
             Some(true)
         );
         let e = parse("sqlite:///tmp/x.db?hints=maybe").unwrap_err();
@@ -624,11 +612,11 @@ mod tests {
     #[test]
     fn redis_options_are_taken_out() {
         let t = parse("redis://127.0.0.1:6379/0?allow_volatile=1&protocol=resp3").unwrap();
-        assert_eq!(t.params.allow_volatile, Some(true));
-        assert_eq!(t.params.allow_fsync_everysec, None);
+        assert_eq!(t.params.redis.allow_volatile, Some(true));
+        assert_eq!(t.params.redis.allow_fsync_everysec, None);
         assert_eq!(t.driver_url, "redis://127.0.0.1:6379/0?protocol=resp3");
         let t = parse("redis://127.0.0.1:6379/0?allow_fsync_everysec=1").unwrap();
-        assert_eq!(t.params.allow_fsync_everysec, Some(true));
+        assert_eq!(t.params.redis.allow_fsync_everysec, Some(true));
         assert_eq!(t.driver_url, "redis://127.0.0.1:6379/0");
         let e = parse("redis://127.0.0.1:6379/0?allow_fsync_everysec=2").unwrap_err();
         assert_eq!(
@@ -637,8 +625,11 @@ mod tests {
              takes 1 or 0, not '2'"
         );
         let t = parse("redis://h?terms=clock_floor&key_prefix=app:").unwrap();
-        assert_eq!(t.params.clock_floor, Some(true));
-        assert_eq!(t.params.key_prefix.as_deref(), Some("app:"));
+        assert_eq!(
+            t.params.redis.terms,
+            Some(lease_redis::TermScheme::ClockFloor)
+        );
+        assert_eq!(t.params.redis.key_prefix.as_deref(), Some("app:"));
         assert_eq!(t.driver_url, "redis://h");
         assert!(parse("redis://h?terms=random").is_err());
         assert!(parse("redis://[::1]:6379").is_ok());
@@ -648,7 +639,7 @@ mod tests {
     #[test]
     fn nats_takes_only_a_bucket() {
         let t = parse("nats://127.0.0.1:4222?bucket=jobs").unwrap();
-        assert_eq!(t.params.bucket.as_deref(), Some("jobs"));
+        assert_eq!(t.params.nats.bucket.as_deref(), Some("jobs"));
         assert_eq!(t.driver_url, "nats://127.0.0.1:4222");
         let e = parse("nats://user:s3cr3t@127.0.0.1:4222?colour=blue").unwrap_err();
         assert!(matches!(&e, UrlError::UnknownParameter { name, .. } if name == "colour"));

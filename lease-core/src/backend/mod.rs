@@ -10,6 +10,9 @@
 //! driver errors carry their context as [`Error::during`](crate::Error::during) and
 //! [`Error::at_server`](crate::Error::at_server) attach it.
 //!
+//! A backend that reads parameters of a store URL's query reads them with [`UrlParam`]'s
+//! typed readers and refuses a bad value with a [`ParamError`].
+//!
 //! ```
 //! use std::time::Duration;
 //! use lease_core::backend::check;
@@ -25,6 +28,7 @@ pub mod check;
 #[doc(hidden)]
 pub mod derive;
 pub mod listen;
+mod url_param;
 
 pub use crate::clock::Stamp;
 pub use crate::membership::{MAX_ADDRESS_BYTES, MAX_GROUPS_PER_MEMBER, MAX_NODE_ID_BYTES};
@@ -39,6 +43,7 @@ pub use crate::timings::{DRIFT_MARGIN_PERCENT, STORE_CLOCK_GRANULARITY};
 pub use crate::validate::{
     DEFAULT_MAX_NAME_BYTES, MAX_TTL, MIN_TTL, ceil_millis, validate_name, validate_ttl,
 };
+pub use url_param::{ParamError, UrlParam};
 
 /// Re-exported so stores can implement the traits without naming the crate themselves.
 pub use async_trait::async_trait;
