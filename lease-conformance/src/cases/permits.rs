@@ -743,9 +743,10 @@ const MIXED_RACE_MOST: Duration = Duration::from_secs(30);
 /// two steps, granted about 8 claims for 3 a second with 3 others live before its re-count).
 ///
 /// The check needs no view of the store's: terms are issued in the order the store granted
-/// them, so a holder with a smaller term was granted first, and one that had not sent its
-/// release when a holder for 3 learned of its grant — and was not held longer than a lease —
-/// was live when that grant was made.
+/// them (NATS: created the permits it then granted), so a holder with a smaller term was live
+/// in the store before the claim for 3 began, and one that had not sent its release when the
+/// holder for 3 learned of its grant — and was not held longer than a lease — was still live
+/// when that grant was decided.
 pub async fn claims_of_different_counts_keep_each_claims_limit(h: &Harness) {
     if !needs_permits(h, "claims_of_different_counts_keep_each_claims_limit") {
         return;
