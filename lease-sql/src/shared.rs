@@ -4,18 +4,33 @@
 //! read and `last_slot`, and `leave`), and the writes PostgreSQL and SQLite share (both have
 //! `RETURNING`: the term or epoch comes back as a row; MySQL writes its own way, in `mysql/`).
 //!
-//! sqlx's bounds are stated once, on the impl below, and only each database's drivers (see
-//! [`Driver`](crate::store::Driver)) call these methods, on their concrete types: the store
-//! impls that serve every database call the drivers, whose futures are `Send` by their
-//! signatures.
+//! Only the drivers (see [`Driver`](crate::store::Driver)) call these methods: MySQL's on its
+//! concrete type, and PostgreSQL's and SQLite's through the driver impls at the end of this
+//! file, written once over [`Returning`]. The store impls that serve every database call the
+//! drivers, whose futures are `Send` by their signatures.
 
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+use std::future::Future;
+
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+use lease_core::backend::SlotFinish;
 use lease_core::layer::Operation;
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+use lease_core::notify::{Topic, Wakeups};
 use lease_core::{Error, ErrorKind, Result};
 use sqlx::{ColumnIndex, Decode, Encode, Executor, IntoArguments, Type};
 
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+use crate::leases::LeaseDriver;
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+use crate::membership::MemberDriver;
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+use crate::partitions::PartitionDriver;
 use crate::partitions::{Table, group_conn};
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
-use crate::slots::{Claim, Previous};
+use crate::permits::PermitDriver;
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+use crate::slots::{Claim, Finish, Previous, SlotDriver};
 use crate::slots::{ClaimRead, SlotRow};
 use crate::store::{SqlStore, Token, lease_table_columns, raw_conn, split_table, with_conn};
 use crate::wire::conns::LeaseDb;
@@ -574,5 +589,357 @@ where
                 .fetch_optional(c)
         })?;
         row.map(|(t,)| self.term_from(t)).transpose()
+    }
+}
+
+/// A database that writes with `RETURNING` (PostgreSQL, SQLite): its driver parts are the
+/// impls below, which run the shared statements above, and it brings only what it does its
+/// own way: the statement that opens a verified transaction, how a batch of partitions is
+/// bound, the start-up checks, the hints, the counted claim and the slot finish. MySQL writes
+/// without `RETURNING`, so it does not implement this trait and implements the parts itself.
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+pub(crate) trait Returning: LeaseDb + Sized {
+    /// The statement that opens a verified transaction, when not sqlx's `BEGIN`.
+    const BEGIN: Option<&'static str> = None;
+
+    /// A batch of partitions as the database binds it, in one parameter.
+    type Parts: for<'q> Encode<'q, Self> + Type<Self> + Send + Sync;
+
+    /// The batch `partitions` as one parameter.
+    fn parts(partitions: &[u32]) -> Self::Parts;
+
+    /// The start-up checks of [`available`](lease_core::LeaseStore::available).
+    fn check_available(store: &SqlStore<Self>) -> impl Future<Output = Result<()>> + Send;
+
+    /// The check of the partition, member or permit table `table` on its first use.
+    fn check_group_table(
+        store: &SqlStore<Self>,
+        table: Table,
+    ) -> impl Future<Output = Result<()>> + Send;
+
+    /// The hints of `topic`.
+    fn watch(store: &SqlStore<Self>, topic: &Topic) -> Wakeups;
+
+    /// The counted claim: the permit and term granted, `None` when full.
+    fn claim_permit_row(
+        store: &SqlStore<Self>,
+        name: &str,
+        count: u32,
+        hex: &str,
+        instance: &str,
+        ms: i64,
+    ) -> impl Future<Output = Result<Option<(i64, i64)>>> + Send;
+
+    /// The slot finish.
+    fn finish_in(
+        store: &SqlStore<Self>,
+        f: Finish<'_>,
+    ) -> impl Future<Output = Result<SlotFinish>> + Send;
+
+    /// The names (as bytes) and unfinished instants of those of `names` whose instant may be
+    /// rerun.
+    fn unfinished_rows(
+        store: &SqlStore<Self>,
+        names: &[String],
+    ) -> impl Future<Output = Result<Vec<(Vec<u8>, i64)>>> + Send;
+}
+
+// The driver parts of every `Returning` database. Each impl repeats the bounds of the shared
+// methods' impl: Rust does not carry a trait's where-clauses to the code that uses the trait,
+// so they cannot be stated once on `Returning`.
+
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+impl<DB> LeaseDriver for DB
+where
+    DB: Returning,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<&'q str>: Encode<'q, DB>,
+    for<'q> i64: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
+    for<'r> String: Decode<'r, DB> + Type<DB>,
+    usize: ColumnIndex<DB::Row>,
+    DB::QueryResult: RowsAffected,
+{
+    const BEGIN: Option<&'static str> = <DB as Returning>::BEGIN;
+
+    fn check_available(store: &SqlStore<DB>) -> impl Future<Output = Result<()>> + Send {
+        <DB as Returning>::check_available(store)
+    }
+
+    fn check_group_table(
+        store: &SqlStore<DB>,
+        table: Table,
+    ) -> impl Future<Output = Result<()>> + Send {
+        <DB as Returning>::check_group_table(store, table)
+    }
+
+    fn watch(store: &SqlStore<DB>, topic: &Topic) -> Wakeups {
+        <DB as Returning>::watch(store, topic)
+    }
+
+    fn claim_row(
+        store: &SqlStore<DB>,
+        name: &str,
+        hex: &str,
+        instance: &str,
+        ms: i64,
+    ) -> impl Future<Output = Result<Option<u64>>> + Send {
+        store.shared_claim_row(name, hex, instance, ms)
+    }
+
+    fn renew_row(
+        store: &SqlStore<DB>,
+        name: &str,
+        hex: &str,
+        ms: i64,
+    ) -> impl Future<Output = Result<Option<u64>>> + Send {
+        store.shared_renew_row(name, hex, ms)
+    }
+
+    fn release_row(
+        store: &SqlStore<DB>,
+        name: &str,
+        hex: &str,
+    ) -> impl Future<Output = Result<bool>> + Send {
+        store.shared_release_row(name, hex)
+    }
+
+    fn force_release_row(
+        store: &SqlStore<DB>,
+        name: &str,
+    ) -> impl Future<Output = Result<bool>> + Send {
+        store.shared_force_release_row(name)
+    }
+
+    fn verify_row(
+        store: &SqlStore<DB>,
+        name: &str,
+        hex: &str,
+    ) -> impl Future<Output = Result<Option<(i64, i64)>>> + Send {
+        store.shared_verify_row(name, hex)
+    }
+
+    fn get_row(
+        store: &SqlStore<DB>,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<(String, i64, i64)>>> + Send {
+        store.shared_get_row(name)
+    }
+
+    fn verify_locked(
+        store: &SqlStore<DB>,
+        conn: &mut DB::Connection,
+        name: &str,
+        hex: &str,
+        token: Token,
+    ) -> impl Future<Output = std::result::Result<bool, sqlx::Error>> + Send {
+        store.shared_verify_locked(conn, name, hex, token)
+    }
+}
+
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+impl<DB> PartitionDriver for DB
+where
+    DB: Returning,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<&'q str>: Encode<'q, DB>,
+    for<'q> i64: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
+    for<'r> String: Decode<'r, DB> + Type<DB>,
+    usize: ColumnIndex<DB::Row>,
+    DB::QueryResult: RowsAffected,
+{
+    fn acquire_row(
+        store: &SqlStore<DB>,
+        group: &str,
+        partition: u32,
+        owner: &str,
+        ms: i64,
+    ) -> impl Future<Output = Result<Option<u64>>> + Send {
+        store.shared_acquire_row(group, partition, owner, ms)
+    }
+
+    fn renew_rows(
+        store: &SqlStore<DB>,
+        group: &str,
+        partitions: &[u32],
+        owner: &str,
+        ms: i64,
+    ) -> impl Future<Output = Result<Vec<(i64, i64, i64)>>> + Send {
+        store.shared_renew_rows(group, DB::parts(partitions), owner, ms)
+    }
+
+    fn release_rows(
+        store: &SqlStore<DB>,
+        group: &str,
+        partitions: &[u32],
+        owner: &str,
+    ) -> impl Future<Output = Result<u64>> + Send {
+        store.shared_release_rows(group, DB::parts(partitions), owner)
+    }
+
+    fn owner_rows(
+        store: &SqlStore<DB>,
+        group: &str,
+    ) -> impl Future<Output = Result<Vec<(i64, String, i64, i64)>>> + Send {
+        store.shared_owner_rows(group)
+    }
+}
+
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+impl<DB> MemberDriver for DB
+where
+    DB: Returning,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<&'q str>: Encode<'q, DB>,
+    for<'q> i64: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
+    for<'r> String: Decode<'r, DB> + Type<DB>,
+    usize: ColumnIndex<DB::Row>,
+    DB::QueryResult: RowsAffected,
+{
+    fn heartbeat_row(
+        store: &SqlStore<DB>,
+        service: &str,
+        node: &str,
+        address: &str,
+        list: &str,
+        ms: i64,
+    ) -> impl Future<Output = Result<()>> + Send {
+        store.shared_heartbeat_row(service, node, address, list, ms)
+    }
+
+    fn member_rows(
+        store: &SqlStore<DB>,
+        service: &str,
+    ) -> impl Future<Output = Result<Vec<(String, String, String, i64)>>> + Send {
+        store.shared_member_rows(service)
+    }
+
+    fn leave_row(
+        store: &SqlStore<DB>,
+        service: &str,
+        node: &str,
+    ) -> impl Future<Output = Result<bool>> + Send {
+        store.shared_leave_row(service, node)
+    }
+}
+
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+impl<DB> PermitDriver for DB
+where
+    DB: Returning,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<&'q str>: Encode<'q, DB>,
+    for<'q> i64: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
+    for<'r> String: Decode<'r, DB> + Type<DB>,
+    usize: ColumnIndex<DB::Row>,
+    DB::QueryResult: RowsAffected,
+{
+    fn claim_permit_row(
+        store: &SqlStore<DB>,
+        name: &str,
+        count: u32,
+        hex: &str,
+        instance: &str,
+        ms: i64,
+    ) -> impl Future<Output = Result<Option<(i64, i64)>>> + Send {
+        <DB as Returning>::claim_permit_row(store, name, count, hex, instance, ms)
+    }
+
+    fn renew_permit_row(
+        store: &SqlStore<DB>,
+        name: &str,
+        permit: u32,
+        hex: &str,
+        ms: i64,
+    ) -> impl Future<Output = Result<Option<i64>>> + Send {
+        store.shared_renew_permit_row(name, permit, hex, ms)
+    }
+
+    fn release_permit_row(
+        store: &SqlStore<DB>,
+        name: &str,
+        permit: u32,
+        hex: &str,
+    ) -> impl Future<Output = Result<bool>> + Send {
+        store.shared_release_permit_row(name, permit, hex)
+    }
+
+    fn verify_permit_row(
+        store: &SqlStore<DB>,
+        name: &str,
+        hex: &str,
+    ) -> impl Future<Output = Result<Option<(i64, i64, i64)>>> + Send {
+        store.shared_verify_permit_row(name, hex)
+    }
+
+    fn permit_rows(
+        store: &SqlStore<DB>,
+        name: &str,
+    ) -> impl Future<Output = Result<Vec<(i64, String, i64, i64)>>> + Send {
+        store.shared_permit_rows(name)
+    }
+}
+
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+impl<DB> SlotDriver for DB
+where
+    DB: Returning,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<&'q str>: Encode<'q, DB>,
+    for<'q> i64: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
+    for<'r> String: Decode<'r, DB> + Type<DB>,
+    usize: ColumnIndex<DB::Row>,
+    DB::QueryResult: RowsAffected,
+{
+    fn claim_read(
+        store: &SqlStore<DB>,
+        name: &str,
+    ) -> impl Future<Output = Result<ClaimRead>> + Send {
+        store.shared_claim_read(name)
+    }
+
+    fn claim_slot_row(
+        store: &SqlStore<DB>,
+        w: Claim<'_>,
+        previous: Option<Previous>,
+    ) -> impl Future<Output = Result<Option<u64>>> + Send {
+        store.shared_claim_slot_row(w, previous)
+    }
+
+    fn finish_in(
+        store: &SqlStore<DB>,
+        f: Finish<'_>,
+    ) -> impl Future<Output = Result<SlotFinish>> + Send {
+        <DB as Returning>::finish_in(store, f)
+    }
+
+    fn unfinished_rows(
+        store: &SqlStore<DB>,
+        names: &[String],
+    ) -> impl Future<Output = Result<Vec<(Vec<u8>, i64)>>> + Send {
+        <DB as Returning>::unfinished_rows(store, names)
+    }
+
+    fn rerun_row(
+        store: &SqlStore<DB>,
+        w: Claim<'_>,
+    ) -> impl Future<Output = Result<Option<u64>>> + Send {
+        store.shared_rerun_row(w)
+    }
+
+    fn last_slot_row(
+        store: &SqlStore<DB>,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<SlotRow>>> + Send {
+        store.shared_last_slot_row(name)
     }
 }

@@ -177,14 +177,15 @@ impl<DB: Database> SqlStore<DB> {
 /// [`MemberDriver`], [`PermitDriver`], [`SlotDriver`] for partitioned leases, membership,
 /// counted leases and scheduler slots): its statements run on its connections, its rows read, and the writes it does
 /// its own way (MySQL's through `LAST_INSERT_ID`, PostgreSQL's and SQLite's with `RETURNING`).
-/// Each database implements the parts in its folder (`postgres/`, `mysql/`, `sqlite/`) for its
-/// sqlx database type; one generic impl of each store trait on [`SqlStore`] holds what they
-/// share: argument checks, answers, hints.
+/// MySQL implements the parts in `mysql/` for its sqlx database type; PostgreSQL and SQLite,
+/// which share their statements, implement `Returning` (in `shared.rs`) in their folders and
+/// get the parts from the impls written once over it. One generic impl of each store trait on
+/// [`SqlStore`] holds what every database shares: argument checks, answers, hints.
 ///
 /// Named after sqlx's drivers, whose database types implement it, and not after the
 /// [`Dialect`], the public enum that names the database: this holds the code that talks to
-/// it. Its methods return futures that are `Send` by their signatures, so the generic impls
-/// need no sqlx bounds: each database's impl is checked on its own concrete types.
+/// it. Its methods return futures that are `Send` by their signatures, so the generic store
+/// impls need no sqlx bounds.
 pub(crate) trait Driver:
     LeaseDriver + PartitionDriver + MemberDriver + PermitDriver + SlotDriver
 {

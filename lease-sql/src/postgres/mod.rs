@@ -11,16 +11,17 @@ mod statements;
 use std::future::Future;
 use std::str::FromStr;
 
+use lease_core::backend::SlotFinish;
 use lease_core::notify::{Topic, Wakeups};
 use lease_core::{Error, ErrorKind, Result};
 use sqlx::Postgres;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 
 use crate::config::SqlConfig;
-use crate::leases::LeaseDriver;
-use crate::membership::MemberDriver;
-use crate::partitions::{PartitionDriver, Table, group_conn};
-use crate::store::{ColumnInfo, SqlStore, Token, split_table, with_conn};
+use crate::partitions::{Table, group_conn};
+use crate::shared::Returning;
+use crate::slots::Finish;
+use crate::store::{ColumnInfo, SqlStore, split_table, with_conn};
 use crate::wire::schema::Dialect;
 
 /// A lease store on PostgreSQL.
@@ -403,7 +404,13 @@ fn parts(partitions: &[u32]) -> Vec<i64> {
     partitions.iter().map(|p| i64::from(*p)).collect()
 }
 
-impl LeaseDriver for Postgres {
+impl Returning for Postgres {
+    type Parts = Vec<i64>;
+
+    fn parts(partitions: &[u32]) -> Vec<i64> {
+        parts(partitions)
+    }
+
     fn check_available(store: &PostgresStore) -> impl Future<Output = Result<()>> + Send {
         store.check_available()
     }
@@ -419,128 +426,28 @@ impl LeaseDriver for Postgres {
         store.watch(topic)
     }
 
-    fn claim_row(
+    fn claim_permit_row(
         store: &PostgresStore,
         name: &str,
+        count: u32,
         hex: &str,
         instance: &str,
         ms: i64,
-    ) -> impl Future<Output = Result<Option<u64>>> + Send {
-        store.shared_claim_row(name, hex, instance, ms)
-    }
-
-    fn renew_row(
-        store: &PostgresStore,
-        name: &str,
-        hex: &str,
-        ms: i64,
-    ) -> impl Future<Output = Result<Option<u64>>> + Send {
-        store.shared_renew_row(name, hex, ms)
-    }
-
-    fn release_row(
-        store: &PostgresStore,
-        name: &str,
-        hex: &str,
-    ) -> impl Future<Output = Result<bool>> + Send {
-        store.shared_release_row(name, hex)
-    }
-
-    fn force_release_row(
-        store: &PostgresStore,
-        name: &str,
-    ) -> impl Future<Output = Result<bool>> + Send {
-        store.shared_force_release_row(name)
-    }
-
-    fn verify_row(
-        store: &PostgresStore,
-        name: &str,
-        hex: &str,
     ) -> impl Future<Output = Result<Option<(i64, i64)>>> + Send {
-        store.shared_verify_row(name, hex)
+        permits::claim_permit_row(store, name, count, hex, instance, ms)
     }
 
-    fn get_row(
+    fn finish_in(
         store: &PostgresStore,
-        name: &str,
-    ) -> impl Future<Output = Result<Option<(String, i64, i64)>>> + Send {
-        store.shared_get_row(name)
+        f: Finish<'_>,
+    ) -> impl Future<Output = Result<SlotFinish>> + Send {
+        slots::finish_in(store, f)
     }
 
-    fn verify_locked(
+    fn unfinished_rows(
         store: &PostgresStore,
-        conn: &mut Self::Connection,
-        name: &str,
-        hex: &str,
-        token: Token,
-    ) -> impl Future<Output = std::result::Result<bool, sqlx::Error>> + Send {
-        store.shared_verify_locked(conn, name, hex, token)
-    }
-}
-
-impl PartitionDriver for Postgres {
-    fn acquire_row(
-        store: &PostgresStore,
-        group: &str,
-        partition: u32,
-        owner: &str,
-        ms: i64,
-    ) -> impl Future<Output = Result<Option<u64>>> + Send {
-        store.shared_acquire_row(group, partition, owner, ms)
-    }
-
-    fn renew_rows(
-        store: &PostgresStore,
-        group: &str,
-        partitions: &[u32],
-        owner: &str,
-        ms: i64,
-    ) -> impl Future<Output = Result<Vec<(i64, i64, i64)>>> + Send {
-        store.shared_renew_rows(group, parts(partitions), owner, ms)
-    }
-
-    fn release_rows(
-        store: &PostgresStore,
-        group: &str,
-        partitions: &[u32],
-        owner: &str,
-    ) -> impl Future<Output = Result<u64>> + Send {
-        store.shared_release_rows(group, parts(partitions), owner)
-    }
-
-    fn owner_rows(
-        store: &PostgresStore,
-        group: &str,
-    ) -> impl Future<Output = Result<Vec<(i64, String, i64, i64)>>> + Send {
-        store.shared_owner_rows(group)
-    }
-}
-
-impl MemberDriver for Postgres {
-    fn heartbeat_row(
-        store: &PostgresStore,
-        service: &str,
-        node: &str,
-        address: &str,
-        list: &str,
-        ms: i64,
-    ) -> impl Future<Output = Result<()>> + Send {
-        store.shared_heartbeat_row(service, node, address, list, ms)
-    }
-
-    fn member_rows(
-        store: &PostgresStore,
-        service: &str,
-    ) -> impl Future<Output = Result<Vec<(String, String, String, i64)>>> + Send {
-        store.shared_member_rows(service)
-    }
-
-    fn leave_row(
-        store: &PostgresStore,
-        service: &str,
-        node: &str,
-    ) -> impl Future<Output = Result<bool>> + Send {
-        store.shared_leave_row(service, node)
+        names: &[String],
+    ) -> impl Future<Output = Result<Vec<(Vec<u8>, i64)>>> + Send {
+        slots::unfinished_rows(store, names)
     }
 }

@@ -2,14 +2,10 @@
 //! [`PostgresStore`](crate::PostgresStore)), sent again when its snapshot was stale. The rest
 //! of the permit operations is shared, see `permits.rs`.
 
-use std::future::Future;
-
 use lease_core::Result;
-use sqlx::Postgres;
 
 use super::PostgresStore;
 use crate::partitions::{Table, group_conn};
-use crate::permits::PermitDriver;
 
 /// How many times a claim is sent whose snapshot a concurrent claim of the same name made
 /// stale. Each stale answer means another claim of the name was granted in between, so the
@@ -17,76 +13,40 @@ use crate::permits::PermitDriver;
 /// retries as after any full answer.
 const STALE_ATTEMPTS: u32 = 16;
 
-impl PermitDriver for Postgres {
-    /// The permit and term granted, `None` when full.
-    async fn claim_permit_row(
-        store: &PostgresStore,
-        name: &str,
-        count: u32,
-        hex: &str,
-        instance: &str,
-        ms: i64,
-    ) -> Result<Option<(i64, i64)>> {
-        let p = &store.inner.stmts.permits;
-        for _ in 0..STALE_ATTEMPTS {
-            let (permit, term, stale): (Option<i64>, Option<i64>, bool) = group_conn!(
-                store,
-                lease_core::layer::Operation::ClaimPermit,
-                Table::Permits,
-                |c| {
-                    sqlx::query_as(&p.claim)
-                        .bind(name)
-                        .bind(hex)
-                        .bind(instance)
-                        .bind(ms)
-                        .bind(i64::from(count))
-                        .fetch_one(c)
-                }
-            )?;
-            match (permit, term) {
-                (Some(permit), Some(term)) => return Ok(Some((permit, term))),
-                _ if stale => continue,
-                _ => return Ok(None),
+/// The permit and term granted, `None` when full.
+pub(super) async fn claim_permit_row(
+    store: &PostgresStore,
+    name: &str,
+    count: u32,
+    hex: &str,
+    instance: &str,
+    ms: i64,
+) -> Result<Option<(i64, i64)>> {
+    let p = &store.inner.stmts.permits;
+    for _ in 0..STALE_ATTEMPTS {
+        let (permit, term, stale): (Option<i64>, Option<i64>, bool) = group_conn!(
+            store,
+            lease_core::layer::Operation::ClaimPermit,
+            Table::Permits,
+            |c| {
+                sqlx::query_as(&p.claim)
+                    .bind(name)
+                    .bind(hex)
+                    .bind(instance)
+                    .bind(ms)
+                    .bind(i64::from(count))
+                    .fetch_one(c)
             }
+        )?;
+        match (permit, term) {
+            (Some(permit), Some(term)) => return Ok(Some((permit, term))),
+            _ if stale => continue,
+            _ => return Ok(None),
         }
-        tracing::debug!(
-            name,
-            "lease-sql: a counted claim lost every race; answered full"
-        );
-        Ok(None)
     }
-
-    fn renew_permit_row(
-        store: &PostgresStore,
-        name: &str,
-        permit: u32,
-        hex: &str,
-        ms: i64,
-    ) -> impl Future<Output = Result<Option<i64>>> + Send {
-        store.shared_renew_permit_row(name, permit, hex, ms)
-    }
-
-    fn release_permit_row(
-        store: &PostgresStore,
-        name: &str,
-        permit: u32,
-        hex: &str,
-    ) -> impl Future<Output = Result<bool>> + Send {
-        store.shared_release_permit_row(name, permit, hex)
-    }
-
-    fn verify_permit_row(
-        store: &PostgresStore,
-        name: &str,
-        hex: &str,
-    ) -> impl Future<Output = Result<Option<(i64, i64, i64)>>> + Send {
-        store.shared_verify_permit_row(name, hex)
-    }
-
-    fn permit_rows(
-        store: &PostgresStore,
-        name: &str,
-    ) -> impl Future<Output = Result<Vec<(i64, String, i64, i64)>>> + Send {
-        store.shared_permit_rows(name)
-    }
+    tracing::debug!(
+        name,
+        "lease-sql: a counted claim lost every race; answered full"
+    );
+    Ok(None)
 }
