@@ -13,10 +13,10 @@ use super::owners::Owners;
 use super::run::{Run, Start};
 use crate::backend::check;
 use crate::clock::Deadline;
-use crate::error::{Error, Result};
-use crate::membership::GroupStore;
-use crate::membership::MembershipStore;
-use crate::notify::Topic;
+use crate::store::error::{Error, Result};
+use crate::store::membership::GroupStore;
+use crate::store::membership::MembershipStore;
+use crate::store::notify::Topic;
 use crate::timings::Timings;
 
 /// The most partitions one group may have.

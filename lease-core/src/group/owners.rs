@@ -1,6 +1,6 @@
 //! A worker's owner ids, one per generation.
 
-use crate::partitions::owner_id;
+use crate::store::partitions::owner_id;
 
 /// The owner ids of one worker: one per generation, all sharing the prefix `node@` + 12 hex
 /// digits minted at start, and ending in the generation as 4 hex digits (so an owner id keeps

@@ -12,11 +12,11 @@ use super::assign::assign;
 use super::assignment::{AckBox, Assignment};
 use super::owners::Owners;
 use crate::clock::{Deadline, Stamp};
-use crate::error::{Error, Result};
-use crate::membership::GroupStore;
-use crate::membership::MembershipStore;
-use crate::notify::Wakeups;
-use crate::partitions::{MAX_PARTITIONS_PER_CALL, PartitionStore};
+use crate::store::error::{Error, Result};
+use crate::store::membership::GroupStore;
+use crate::store::membership::MembershipStore;
+use crate::store::notify::Wakeups;
+use crate::store::partitions::{MAX_PARTITIONS_PER_CALL, PartitionStore};
 use crate::telemetry;
 use crate::timings::Timings;
 
@@ -164,7 +164,7 @@ impl Run {
                     () = stop.cancelled() => return self.leave().await,
                     () = acks.notify.notified() => false,
                     () = wake.reached() => false,
-                    () = crate::wait::next_hint(&mut self.hints) => true,
+                    () = crate::engine::wait::next_hint(&mut self.hints) => true,
                 };
                 self.take_acks();
                 self.drop_lapsed();
@@ -173,7 +173,7 @@ impl Run {
                     // A partition was released or taken, or a member joined or left: tick now
                     // (after a small random jitter, so that one change does not make every
                     // worker of the group ask at the same instant). The tick's reads decide.
-                    let spread = Deadline::in_(crate::wait::hint_jitter(&self.timings));
+                    let spread = Deadline::in_(crate::engine::wait::hint_jitter(&self.timings));
                     tokio::select! {
                         () = stop.cancelled() => return self.leave().await,
                         () = spread.reached() => {}
