@@ -52,54 +52,41 @@
 //!   lower tokens.
 
 pub mod backend;
-mod campaign;
-mod capabilities;
 pub mod clock;
-mod context;
-mod coordinator;
-mod error;
+mod engine;
 pub mod group;
-pub mod layer;
-mod leadership;
-pub mod membership;
-pub mod notify;
-mod observer;
-mod operation;
-pub mod partitions;
-pub mod permits;
 mod polling;
-mod record;
 pub mod redact;
-mod run;
 pub mod scheduler;
-pub mod slots;
-mod step_down;
 mod store;
-mod store_ext;
 pub mod telemetry;
-mod term;
 mod timings;
-mod validate;
-pub mod wait;
 
-pub use capabilities::Capabilities;
+pub use engine::wait;
+pub use store::{layer, membership, notify, partitions, permits, slots};
+
 pub use clock::Deadline;
-pub use coordinator::{Coordinator, CoordinatorBuilder, OnWorkError};
-pub use error::{BoxError, Error, ErrorKind, Result};
+pub use engine::coordinator::{Coordinator, CoordinatorBuilder, OnWorkError};
+pub use engine::leadership::Leadership;
+pub use engine::observer::{HolderChange, HolderWatch, Observer};
+pub use engine::step_down::{FAIL_EXIT_CODE, FailAction, StepDownFailure, default_fail_action};
+pub use engine::term::Term;
 pub use group::{Assignment, GroupWorker, GroupWorkerBuilder, StopAck};
-pub use leadership::Leadership;
+#[doc(no_inline)]
 pub use membership::{GroupStore, Member, MembershipStore};
-pub use observer::{HolderChange, HolderWatch, Observer};
+#[doc(no_inline)]
 pub use partitions::{PartitionLease, PartitionStore};
+#[doc(no_inline)]
 pub use permits::{PermitGrant, PermitInfo, Permits, Target};
 pub use polling::{PollingLease, PollingLeaser, PollingState, PollingStore};
-pub use record::LeaseInfo;
 pub use scheduler::{CatchUp, Job, JobBuilder, Round, Schedule, Scheduler, SchedulerBuilder};
+#[doc(no_inline)]
 pub use slots::SlotStore;
-pub use step_down::{FAIL_EXIT_CODE, FailAction, StepDownFailure, default_fail_action};
-pub use store::LeaseStore;
-pub use store_ext::LeaseStoreExt;
-pub use term::Term;
+pub use store::capabilities::Capabilities;
+pub use store::error::{BoxError, Error, ErrorKind, Result};
+pub use store::lease_store::LeaseStore;
+pub use store::record::LeaseInfo;
+pub use store::store_ext::LeaseStoreExt;
 pub use timings::{Timings, TimingsBuilder};
 
 /// The README's examples, compiled as doc tests so they stay true.

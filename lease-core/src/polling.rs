@@ -16,8 +16,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use crate::clock::{Deadline, Stamp};
-use crate::error::{Error, Result};
-use crate::validate::{validate_name, validate_ttl};
+use crate::store::error::{Error, Result};
+use crate::store::validate::{validate_name, validate_ttl};
 
 /// The minimal store the polling leaser needs.
 #[async_trait]
@@ -96,7 +96,7 @@ impl PollingLeaser {
 
     /// Starts polling for `name` as `holder` (non-empty bytes that identify this holder).
     pub fn new_lease(&self, name: &str, holder: impl Into<Vec<u8>>) -> Result<PollingLease> {
-        validate_name(name, crate::validate::DEFAULT_MAX_NAME_BYTES)?;
+        validate_name(name, crate::store::validate::DEFAULT_MAX_NAME_BYTES)?;
         let holder = holder.into();
         if holder.is_empty() {
             return Err(Error::invalid_name("polling lease holder is empty"));

@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use crate::error::{Error, Result};
-use crate::validate::validate_ttl;
+use crate::store::error::{Error, Result};
+use crate::store::validate::validate_ttl;
 
 /// The share of the lease kept back for clock-rate drift between this process and the store,
 /// in percent: `deadline + grace + STORE_CLOCK_GRANULARITY ≤ lease − lease ×
@@ -259,7 +259,7 @@ impl TimingsBuilder {
         if t.retry.is_zero() {
             return Err(Error::invalid_timings("campaign retry must be positive"));
         }
-        if t.retry > crate::validate::MAX_TTL || t.jitter > crate::validate::MAX_TTL {
+        if t.retry > crate::store::validate::MAX_TTL || t.jitter > crate::store::validate::MAX_TTL {
             return Err(Error::invalid_timings(format!(
                 "campaign retry {:?} + jitter {:?} is absurd; keep each under a day",
                 t.retry, t.jitter

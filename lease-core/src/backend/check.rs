@@ -10,12 +10,12 @@
 
 use std::time::Duration;
 
-use crate::error::{Error, Result};
-use crate::membership::{MAX_ADDRESS_BYTES, MAX_GROUPS_PER_MEMBER, MAX_NODE_ID_BYTES};
-use crate::partitions::MAX_PARTITIONS_PER_CALL;
-use crate::record::{MAX_INSTANCE_BYTES, validate_instance};
-use crate::store::LeaseStore;
-use crate::store_ext::LeaseStoreExt;
+use crate::store::error::{Error, Result};
+use crate::store::lease_store::LeaseStore;
+use crate::store::membership::{MAX_ADDRESS_BYTES, MAX_GROUPS_PER_MEMBER, MAX_NODE_ID_BYTES};
+use crate::store::partitions::MAX_PARTITIONS_PER_CALL;
+use crate::store::record::{MAX_INSTANCE_BYTES, validate_instance};
+use crate::store::store_ext::LeaseStoreExt;
 
 /// What a batch check found: whether the operation has anything to send.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,7 +61,7 @@ pub fn claim_permit<S: LeaseStore + ?Sized>(
     ttl: Duration,
 ) -> Result<()> {
     claim(store, name, instance, ttl)?;
-    crate::permits::check_count(permits)
+    crate::store::permits::check_count(permits)
 }
 
 /// [`LeaseStore::renew_permit`]: the name, the permit index and the lease duration.
@@ -82,11 +82,11 @@ pub fn permit<S: LeaseStore + ?Sized>(store: &S, name: &str, permit: u32) -> Res
 }
 
 fn permit_index(permit: u32) -> Result<()> {
-    if permit >= crate::permits::MAX_PERMITS {
+    if permit >= crate::store::permits::MAX_PERMITS {
         return Err(Error::invalid_argument(format!(
             "permit {permit} does not exist: a counted lease has at most {} permits, \
              numbered from 0",
-            crate::permits::MAX_PERMITS
+            crate::store::permits::MAX_PERMITS
         )));
     }
     Ok(())

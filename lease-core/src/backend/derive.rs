@@ -9,9 +9,9 @@
 
 use std::marker::PhantomData;
 
-use crate::membership::MembershipStore;
-use crate::partitions::PartitionStore;
-use crate::slots::SlotStore;
+use crate::store::membership::MembershipStore;
+use crate::store::partitions::PartitionStore;
+use crate::store::slots::SlotStore;
 
 /// A type-level question: which store traits does `T` implement? Used by
 /// [`derived_capabilities!`](crate::derived_capabilities) only.

@@ -50,8 +50,8 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 
-use crate::error::{Error, Result};
-use crate::notify::Hub;
+use crate::store::error::{Error, Result};
+use crate::store::notify::Hub;
 
 /// The pauses between a listener's sessions: `first` after the first failure, doubling up to
 /// `max`, each with up to a quarter more at random (so listeners cut together do not come back
@@ -209,7 +209,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
-    use crate::notify::Topic;
+    use crate::store::notify::Topic;
     use std::sync::atomic::AtomicUsize;
     use tokio::sync::mpsc;
     use tokio::time::{Instant, timeout};

@@ -31,18 +31,22 @@ pub mod listen;
 mod url_param;
 
 pub use crate::clock::Stamp;
+#[doc(no_inline)]
 pub use crate::membership::{MAX_ADDRESS_BYTES, MAX_GROUPS_PER_MEMBER, MAX_NODE_ID_BYTES};
+#[doc(no_inline)]
 pub use crate::notify::Hub;
+#[doc(no_inline)]
 pub use crate::partitions::{
     BatchRenew, MAX_PARTITIONS_PER_CALL, OWNER_ID_SUFFIX_BYTES, owner_id, owner_node,
 };
-pub use crate::record::{Grant, HolderToken, MAX_INSTANCE_BYTES, validate_instance};
 pub use crate::redact::redact_url;
+#[doc(no_inline)]
 pub use crate::slots::{SlotClaim, SlotFinish, SlotRecord};
-pub use crate::timings::{DRIFT_MARGIN_PERCENT, STORE_CLOCK_GRANULARITY};
-pub use crate::validate::{
+pub use crate::store::record::{Grant, HolderToken, MAX_INSTANCE_BYTES, validate_instance};
+pub use crate::store::validate::{
     DEFAULT_MAX_NAME_BYTES, MAX_TTL, MIN_TTL, ceil_millis, validate_name, validate_ttl,
 };
+pub use crate::timings::{DRIFT_MARGIN_PERCENT, STORE_CLOCK_GRANULARITY};
 pub use url_param::{ParamError, UrlParam};
 
 /// Re-exported so stores can implement the traits without naming the crate themselves.

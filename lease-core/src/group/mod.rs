@@ -27,7 +27,7 @@
 //! - A partition is in at most one worker's published assignment at a time, as long as the
 //!   process is not paused for longer than the lease: a worker drops a partition from its
 //!   assignment when no renewal has succeeded within the local `deadline` of the start of the
-//!   last one that did, and with valid [`Timings`] that is at least `grace` before the store
+//!   last one that did, and with valid [`Timings`](crate::Timings) that is at least `grace` before the store
 //!   lets anyone else acquire it. Local deadlines are [`Deadline`](crate::clock::Deadline)s:
 //!   they count time the machine spent suspended, and fire at once on resume.
 //! - Every time a partition leaves the assignment — given up, lost at the deadline, or on
@@ -47,14 +47,14 @@
 //!
 //! # Sizing the timings
 //!
-//! One [`Timings`] drives both the partition leases and the membership records:
+//! One [`Timings`](crate::Timings) drives both the partition leases and the membership records:
 //!
 //! - `lease` is how long a crashed member's partitions stay unowned before the others take them
 //!   over (plus up to three ticks). Shorter means faster takeover and more store writes.
 //! - `renew_every` is the tick: one heartbeat, one member read and one batch renewal per tick
 //!   per member, whatever the number of partitions, plus one acquire per partition that
 //!   changes hands. A join or a graceful leave settles within three ticks.
-//! - `deadline`, `grace`: as for a single lease (see [`Timings`]); the consumer of the
+//! - `deadline`, `grace`: as for a single lease (see [`Timings`](crate::Timings)); the consumer of the
 //!   assignment must stop work on a partition within `grace` of its removal, and a hand-over
 //!   whose consumer does not acknowledge takes that long.
 //!
@@ -90,28 +90,11 @@
 //! ```
 
 mod assign;
-mod worker;
+mod assignment;
+mod handle;
+mod owners;
+mod run;
 
 pub use assign::{assign, score};
-pub use worker::{Assignment, GroupWorker, GroupWorkerBuilder, MAX_GROUP_PARTITIONS, StopAck};
-
-use crate::timings::Timings;
-
-impl GroupWorker {
-    /// How long the assignment takes to settle after a member joins or leaves gracefully, when
-    /// the store answers: every member sees the change within one tick, gives up what is no
-    /// longer its within the next, releases it once its consumer acknowledged the stop or the
-    /// grace has passed, and the new owner acquires it within the tick after — three ticks
-    /// plus the grace (`3 × renew_every + grace`), plus the time each tick's store operations
-    /// take. With consumers that acknowledge their stops at once, about three ticks.
-    pub fn settle_time(timings: &Timings) -> std::time::Duration {
-        timings.renew_every() * 3 + timings.grace()
-    }
-
-    /// How long the assignment takes to settle after a member crashes (or hangs, or loses the
-    /// store): its membership and its partition leases expire within `lease` of its last
-    /// successful tick, then the others settle as after a leave.
-    pub fn crash_settle_time(timings: &Timings) -> std::time::Duration {
-        timings.lease() + Self::settle_time(timings)
-    }
-}
+pub use assignment::{Assignment, StopAck};
+pub use handle::{GroupWorker, GroupWorkerBuilder, MAX_GROUP_PARTITIONS};

@@ -17,11 +17,11 @@ use super::job::{CatchUp, Job};
 use super::round::{RoundEnv, run_round};
 use super::schedule::Schedule;
 use super::telemetry;
-use crate::coordinator::{Coordinator, SlotAsk};
-use crate::error::{Error, ErrorKind, Result};
-use crate::notify::{Topic, Wakeups};
-use crate::slots::{SlotClaim, SlotRecord, SlotStore};
-use crate::term::Term;
+use crate::engine::coordinator::{Coordinator, SlotAsk};
+use crate::engine::term::Term;
+use crate::store::error::{Error, ErrorKind, Result};
+use crate::store::notify::{Topic, Wakeups};
+use crate::store::slots::{SlotClaim, SlotRecord, SlotStore};
 
 /// The longest single sleep while waiting for an instant: the wall clock is read again after
 /// it, so a step of the system clock delays a round by at most this much.
@@ -127,11 +127,13 @@ impl Inner {
             biased;
             _ = self.stopping.cancelled() => return false,
             _ = sleep(d) => false,
-            () = crate::wait::next_hint(hints) => true,
+            () = crate::engine::wait::next_hint(hints) => true,
         };
         if hinted {
             return self
-                .nap(crate::wait::hint_jitter(&self.coordinator.timings()))
+                .nap(crate::engine::wait::hint_jitter(
+                    &self.coordinator.timings(),
+                ))
                 .await;
         }
         true

@@ -11,8 +11,8 @@ use chrono_tz::Tz;
 use tokio_util::sync::WaitForCancellationFuture;
 
 use super::schedule::Schedule;
-use crate::error::{BoxError, Result};
-use crate::term::Term;
+use crate::engine::term::Term;
+use crate::store::error::{BoxError, Result};
 
 pub(crate) type WorkFuture = Pin<Box<dyn Future<Output = Result<(), BoxError>> + Send>>;
 pub(crate) type Work = Arc<dyn Fn(Round) -> WorkFuture + Send + Sync>;

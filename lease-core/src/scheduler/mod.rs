@@ -132,12 +132,12 @@ pub use job::{CatchUp, Job, JobBuilder, Round};
 pub use schedule::Schedule;
 
 use self::engine::{IDLE, Inner, RAN, RUNNING};
-use crate::coordinator::Coordinator;
-use crate::error::{Error, ErrorKind, Result};
-use crate::slots::SlotStore;
-use crate::step_down::{FailAction, StepDownFailure, default_fail_action};
-use crate::store::LeaseStore;
-use crate::store_ext::LeaseStoreExt;
+use crate::engine::coordinator::Coordinator;
+use crate::engine::step_down::{FailAction, StepDownFailure, default_fail_action};
+use crate::store::error::{Error, ErrorKind, Result};
+use crate::store::lease_store::LeaseStore;
+use crate::store::slots::SlotStore;
+use crate::store::store_ext::LeaseStoreExt;
 use crate::timings::Timings;
 
 /// Runs jobs on schedules so that each instant runs once across the cluster: see the [module

@@ -11,10 +11,10 @@ use super::clock::WallClock;
 use super::job::{Job, Round, WorkFuture};
 use super::schedule::Schedule;
 use super::telemetry;
-use crate::error::{BoxError, Error, Result};
-use crate::run::{Ended, RunGuard, panic_message, supervise};
-use crate::slots::{SlotFinish, SlotStore};
-use crate::term::Term;
+use crate::engine::run::{Ended, RunGuard, panic_message, supervise};
+use crate::engine::term::Term;
+use crate::store::error::{BoxError, Error, Result};
+use crate::store::slots::{SlotFinish, SlotStore};
 
 /// How the work ended.
 enum Verdict {

@@ -12,7 +12,7 @@ use chrono_tz::Tz;
 use croner::Cron;
 use croner::parser::{CronParser, Seconds};
 
-use crate::error::{Error, Result};
+use crate::store::error::{Error, Result};
 
 /// The instants a job runs at.
 ///

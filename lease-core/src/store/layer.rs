@@ -44,18 +44,18 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::capabilities::Capabilities;
-use crate::error::Result;
-use crate::membership::{Member, MembershipStore};
-use crate::notify::{Topic, Wakeups};
-use crate::partitions::{PartitionLease, PartitionStore};
-use crate::permits::{PermitGrant, PermitInfo};
 use crate::polling::PollingStore;
-use crate::record::{Grant, HolderToken, LeaseInfo};
-use crate::slots::{SlotClaim, SlotFinish, SlotRecord, SlotStore};
-use crate::store::LeaseStore;
+use crate::store::capabilities::Capabilities;
+use crate::store::error::Result;
+use crate::store::lease_store::LeaseStore;
+use crate::store::membership::{Member, MembershipStore};
+use crate::store::notify::{Topic, Wakeups};
+use crate::store::partitions::{PartitionLease, PartitionStore};
+use crate::store::permits::{PermitGrant, PermitInfo};
+use crate::store::record::{Grant, HolderToken, LeaseInfo};
+use crate::store::slots::{SlotClaim, SlotFinish, SlotRecord, SlotStore};
 
-pub use crate::operation::Operation;
+pub use crate::store::operation::Operation;
 
 /// What a hook learns of the operation it wraps.
 #[derive(Debug, Clone, Copy)]

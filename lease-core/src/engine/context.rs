@@ -8,9 +8,9 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::clock::Stamp;
-use crate::leadership::Board;
-use crate::step_down::FailAction;
-use crate::store::LeaseStore;
+use crate::engine::leadership::Board;
+use crate::engine::step_down::FailAction;
+use crate::store::lease_store::LeaseStore;
 use crate::timings::Timings;
 
 /// A coordinator's state that its terms use too: each term holds it, and reports to it when

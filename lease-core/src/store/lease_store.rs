@@ -9,11 +9,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::capabilities::Capabilities;
-use crate::error::{Error, Result};
-use crate::notify::{Topic, Wakeups};
-use crate::permits::{PermitGrant, PermitInfo};
-use crate::record::{Grant, HolderToken, LeaseInfo};
+use crate::store::capabilities::Capabilities;
+use crate::store::error::{Error, Result};
+use crate::store::notify::{Topic, Wakeups};
+use crate::store::permits::{PermitGrant, PermitInfo};
+use crate::store::record::{Grant, HolderToken, LeaseInfo};
 
 /// The backend contract: atomic lease operations, each one round trip to the store.
 ///

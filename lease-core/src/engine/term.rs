@@ -9,11 +9,11 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::clock::{Deadline, Stamp};
-use crate::context::CoordShared;
-use crate::error::{Error, ErrorKind, Result};
-use crate::record::{Grant, HolderToken};
-use crate::slots::{SlotFinish, SlotStore};
-use crate::store::LeaseStore;
+use crate::engine::context::CoordShared;
+use crate::store::error::{Error, ErrorKind, Result};
+use crate::store::lease_store::LeaseStore;
+use crate::store::record::{Grant, HolderToken};
+use crate::store::slots::{SlotFinish, SlotStore};
 use crate::telemetry::{self, LossCause};
 use crate::timings::Timings;
 

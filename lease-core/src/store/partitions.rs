@@ -26,11 +26,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::error::Result;
-use crate::record::HolderToken;
-use crate::store::LeaseStore;
+use crate::store::error::Result;
+use crate::store::lease_store::LeaseStore;
+use crate::store::record::HolderToken;
 
-pub use crate::capabilities::BatchRenew;
+pub use crate::store::capabilities::BatchRenew;
 
 /// How many bytes [`owner_id`] appends to a node id: `@` and 16 hex digits.
 pub const OWNER_ID_SUFFIX_BYTES: usize = 17;

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use tracing::error;
 
-use crate::error::Error;
+use crate::store::error::Error;
 
 /// The exit code of the default fail action (70, `EX_SOFTWARE`).
 pub const FAIL_EXIT_CODE: i32 = 70;

@@ -11,21 +11,21 @@ use tokio_util::task::TaskTracker;
 use tracing::{debug, error, info, warn};
 
 use crate::clock::{Deadline, Stamp};
-use crate::context::CoordShared;
-use crate::error::{BoxError, Error, ErrorKind, Result};
-use crate::leadership::{Board, Leadership};
-use crate::observer::Observer;
-use crate::permits::Target;
-use crate::record::{Grant, HolderToken, validate_instance};
-use crate::slots::{SlotClaim, SlotStore};
-use crate::step_down::{FailAction, StepDownFailure, default_fail_action};
-use crate::store::LeaseStore;
-use crate::store_ext::LeaseStoreExt;
+use crate::engine::context::CoordShared;
+use crate::engine::leadership::{Board, Leadership};
+use crate::engine::observer::Observer;
+use crate::engine::step_down::{FailAction, StepDownFailure, default_fail_action};
+use crate::engine::term::{Term, TermShared};
+use crate::engine::wait::{Holder, Seen};
+use crate::store::error::{BoxError, Error, ErrorKind, Result};
+use crate::store::lease_store::LeaseStore;
+use crate::store::permits::Target;
+use crate::store::record::{Grant, HolderToken, validate_instance};
+use crate::store::slots::{SlotClaim, SlotStore};
+use crate::store::store_ext::LeaseStoreExt;
+use crate::store::validate::MAX_TTL;
 use crate::telemetry;
-use crate::term::{Term, TermShared};
 use crate::timings::Timings;
-use crate::validate::MAX_TTL;
-use crate::wait::{Holder, Seen};
 
 /// What [`Coordinator::run_elected`] does when its work fails — returns an error or panics —
 /// while its term is live (a failure that turns out to be the term's loss is a loss, never

@@ -4,7 +4,7 @@ use std::error::Error as StdError;
 use std::fmt;
 use std::sync::Arc;
 
-use crate::operation::Operation;
+use crate::store::operation::Operation;
 
 /// A boxed error from a backend driver or from user work.
 pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;

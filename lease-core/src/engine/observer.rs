@@ -5,13 +5,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::clock::{Deadline, Stamp};
-use crate::error::Result;
-use crate::notify::Topic;
-use crate::record::LeaseInfo;
-use crate::store::LeaseStore;
-use crate::store_ext::LeaseStoreExt;
+use crate::engine::wait::Waiter;
+use crate::store::error::Result;
+use crate::store::lease_store::LeaseStore;
+use crate::store::notify::Topic;
+use crate::store::record::LeaseInfo;
+use crate::store::store_ext::LeaseStoreExt;
 use crate::timings::Timings;
-use crate::wait::Waiter;
 
 /// Tells who holds a name, by the store's clock, without claiming anything.
 ///

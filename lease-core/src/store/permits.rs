@@ -46,8 +46,8 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::error::{Error, Result};
-use crate::record::Grant;
+use crate::store::error::{Error, Result};
+use crate::store::record::Grant;
 
 /// The most permits a counted name may have: every claim counts the name's live permits, so
 /// the bound keeps that count one small read.

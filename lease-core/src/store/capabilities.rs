@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::validate::DEFAULT_MAX_NAME_BYTES;
+use crate::store::validate::DEFAULT_MAX_NAME_BYTES;
 
 /// What a store can do, so callers and the conformance suite choose what to use.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -10,10 +10,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::error::Result;
-use crate::partitions::{OWNER_ID_SUFFIX_BYTES, PartitionStore};
-use crate::record::MAX_INSTANCE_BYTES;
-use crate::store::LeaseStore;
+use crate::store::error::Result;
+use crate::store::lease_store::LeaseStore;
+use crate::store::partitions::{OWNER_ID_SUFFIX_BYTES, PartitionStore};
+use crate::store::record::MAX_INSTANCE_BYTES;
 
 /// The longest node id, in bytes: 111, so that the owner id a
 /// [`GroupWorker`](crate::GroupWorker) makes of it ([`owner_id`](crate::backend::owner_id): the node id,

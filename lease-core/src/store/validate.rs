@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::error::{Error, Result};
+use crate::store::error::{Error, Result};
 
 /// The longest name, in bytes, a store accepts unless it says otherwise.
 pub const DEFAULT_MAX_NAME_BYTES: usize = 255;

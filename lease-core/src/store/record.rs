@@ -4,8 +4,8 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::error::{Error, Result};
-use crate::validate::validate_name;
+use crate::store::error::{Error, Result};
+use crate::store::validate::validate_name;
 
 /// The longest instance label, in bytes, every store must keep.
 pub const MAX_INSTANCE_BYTES: usize = 128;

@@ -2,10 +2,10 @@
 
 use std::time::Duration;
 
-use crate::error::{Error, Result};
-use crate::layer::{Hook, Intercept};
-use crate::store::{LeaseStore, permits_unsupported};
-use crate::validate::{validate_name, validate_ttl};
+use crate::store::error::{Error, Result};
+use crate::store::layer::{Hook, Intercept};
+use crate::store::lease_store::{LeaseStore, permits_unsupported};
+use crate::store::validate::{validate_name, validate_ttl};
 
 /// Methods every store has, derived from [`LeaseStore`]'s own: no backend overrides them, so
 /// they live here, implemented once for every store (`dyn LeaseStore` included).

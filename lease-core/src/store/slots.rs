@@ -33,9 +33,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::error::Result;
-use crate::record::{Grant, HolderToken};
-use crate::store::LeaseStore;
+use crate::store::error::Result;
+use crate::store::lease_store::LeaseStore;
+use crate::store::record::{Grant, HolderToken};
 
 /// The slot instants kept in a job's record, in milliseconds since the Unix epoch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -6,14 +6,14 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 
 use crate::clock::Deadline;
-use crate::coordinator::Coordinator;
-use crate::error::{Error, ErrorKind, Result};
-use crate::notify::Topic;
-use crate::permits::Target;
-use crate::record::LeaseInfo;
-use crate::store_ext::LeaseStoreExt;
-use crate::term::Term;
-use crate::wait::{Holder, Seen, Waiter, Wake};
+use crate::engine::coordinator::Coordinator;
+use crate::engine::term::Term;
+use crate::engine::wait::{Holder, Seen, Waiter, Wake};
+use crate::store::error::{Error, ErrorKind, Result};
+use crate::store::notify::Topic;
+use crate::store::permits::Target;
+use crate::store::record::LeaseInfo;
+use crate::store::store_ext::LeaseStoreExt;
 
 impl Coordinator {
     /// Claims `name`, waiting up to `timeout` for it to be free.

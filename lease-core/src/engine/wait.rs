@@ -46,10 +46,10 @@ use tokio::time::timeout;
 use tracing::debug;
 
 use crate::clock::{Deadline, Stamp};
-use crate::error::{Error, Result};
-use crate::notify::{Topic, Wakeups};
-use crate::record::LeaseInfo;
-use crate::store::LeaseStore;
+use crate::store::error::{Error, Result};
+use crate::store::lease_store::LeaseStore;
+use crate::store::notify::{Topic, Wakeups};
+use crate::store::record::LeaseInfo;
 use crate::timings::{STORE_CLOCK_GRANULARITY, Timings};
 
 /// The most a waiter waits, at random, after a hint before it asks the store (less when the

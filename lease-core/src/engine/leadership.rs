@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use crate::clock::Stamp;
-use crate::record::LeaseInfo;
+use crate::store::record::LeaseInfo;
 
 /// One coordinator's view of one lease name: whether it holds it, under which term and since
 /// when; while it does not, who does, as its last campaign saw. Read it with

@@ -1,466 +1,24 @@
 //! The worker's task: heartbeat, watch members, renew, give up, acquire, publish.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{Notify, watch};
-use tokio::task::JoinHandle;
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::assign::assign;
-use crate::backend::check;
+use super::assignment::{AckBox, Assignment};
+use super::owners::Owners;
 use crate::clock::{Deadline, Stamp};
-use crate::error::{Error, Result};
-use crate::membership::GroupStore;
-use crate::membership::MembershipStore;
-use crate::notify::{Topic, Wakeups};
-use crate::partitions::{MAX_PARTITIONS_PER_CALL, PartitionStore, owner_id};
+use crate::store::error::{Error, Result};
+use crate::store::membership::GroupStore;
+use crate::store::membership::MembershipStore;
+use crate::store::notify::Wakeups;
+use crate::store::partitions::{MAX_PARTITIONS_PER_CALL, PartitionStore};
 use crate::telemetry;
 use crate::timings::Timings;
-
-/// The most partitions one group may have.
-pub const MAX_GROUP_PARTITIONS: u32 = 65_536;
-
-/// What a worker holds, as published on its watch channel.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Assignment {
-    /// The partitions this worker holds, each with its epoch (the fencing token).
-    pub partitions: BTreeMap<u32, u64>,
-    /// The live members serving the group, by node id, as last read (this node included).
-    pub members: Vec<String>,
-}
-
-impl Assignment {
-    /// `true` when this worker holds `partition`.
-    pub fn holds(&self, partition: u32) -> bool {
-        self.partitions.contains_key(&partition)
-    }
-
-    /// The epoch under which this worker holds `partition`.
-    pub fn epoch(&self, partition: u32) -> Option<u64> {
-        self.partitions.get(&partition).copied()
-    }
-}
-
-/// A handle for the consumer of a [`GroupWorker`]'s assignment to say it stopped working a
-/// partition; see [`GroupWorker::stop_acks`]. Cheap to clone, and usable from any thread.
-///
-/// When a partition leaves the assignment (given up to another member, lost, or because the
-/// worker leaves), the worker does not release it — so no one else can acquire it — until the
-/// consumer has called [`stopped`](StopAck::stopped) with its partition and epoch, or the
-/// timings' `grace` has passed since the removal was published, whichever comes first. A
-/// consumer that never acknowledges thus still gets the whole grace to stop; one that does makes
-/// hand-overs (and [`GroupWorker::leave`]) prompt.
-#[derive(Debug, Clone)]
-pub struct StopAck {
-    acks: Arc<AckBox>,
-    partitions: u32,
-}
-
-impl StopAck {
-    /// Says the consumer stopped working `partition` under `epoch` (the epoch it was published
-    /// with). Call it once the work has really stopped: the partition may be handed over at
-    /// once. An acknowledgement for a partition still in the assignment, or for another epoch
-    /// than the one it left under, is ignored.
-    pub fn stopped(&self, partition: u32, epoch: u64) {
-        if partition >= self.partitions {
-            return;
-        }
-        {
-            let mut stopped = self.acks.stopped.lock().unwrap_or_else(|p| p.into_inner());
-            let e = stopped.entry(partition).or_insert(epoch);
-            *e = (*e).max(epoch);
-        }
-        self.acks.notify.notify_one();
-    }
-}
-
-/// Builds and starts a [`GroupWorker`]; see [`GroupWorker::builder`].
-#[must_use = "a builder does nothing until `start` is awaited"]
-pub struct GroupWorkerBuilder {
-    store: Arc<dyn GroupStore>,
-    group: String,
-    partitions: u32,
-    service: Option<String>,
-    node: Option<String>,
-    address: String,
-    timings: Timings,
-}
-
-impl fmt::Debug for GroupWorkerBuilder {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("GroupWorkerBuilder")
-            .field("backend", &self.store.backend())
-            .field("group", &self.group)
-            .field("partitions", &self.partitions)
-            .field("service", &self.service)
-            .field("node", &self.node)
-            .finish_non_exhaustive()
-    }
-}
-
-impl GroupWorkerBuilder {
-    /// The service whose membership the worker heartbeats; defaults to the group's name.
-    pub fn service(mut self, service: impl Into<String>) -> Self {
-        self.service = Some(service.into());
-        self
-    }
-
-    /// This node's id among the members; stable across restarts so a restarted node gets back
-    /// the same share. Defaults to `node-` and 8 random hex digits.
-    pub fn node(mut self, node: impl Into<String>) -> Self {
-        self.node = Some(node.into());
-        self
-    }
-
-    /// Where this node answers, for the member record (free-form; empty by default).
-    pub fn address(mut self, address: impl Into<String>) -> Self {
-        self.address = address.into();
-        self
-    }
-
-    /// The timings: `lease` for the partition leases and the membership record, `renew_every`
-    /// as the tick, `deadline`, `attempt_timeout` and `grace` as for a lease.
-    pub fn timings(mut self, timings: Timings) -> Self {
-        self.timings = timings;
-        self
-    }
-
-    /// Checks everything, heartbeats once (so an unreachable store fails here), and starts the
-    /// worker's task on the current tokio runtime.
-    pub async fn start(self) -> Result<GroupWorker> {
-        crate::telemetry::describe_once();
-        let caps = self.store.capabilities();
-        if !caps.partitions || !caps.membership {
-            return Err(Error::unsupported(format!(
-                "the {} store has no {}; choose a store whose capabilities say `partitions` and \
-                 `membership`",
-                self.store.backend(),
-                if caps.partitions {
-                    "membership records"
-                } else {
-                    "partitioned leases"
-                }
-            )));
-        }
-        if self.partitions == 0 || self.partitions > MAX_GROUP_PARTITIONS {
-            return Err(Error::invalid_argument(format!(
-                "a group has 1 to {MAX_GROUP_PARTITIONS} partitions; asked for {}",
-                self.partitions
-            )));
-        }
-        let service = self.service.unwrap_or_else(|| self.group.clone());
-        let node = self.node.unwrap_or_else(|| {
-            let hex = crate::backend::HolderToken::mint().to_hex();
-            format!("node-{}", hex.get(..8).unwrap_or(&hex))
-        });
-        let owners = Arc::new(Owners::new(&node));
-        let owner = owners.current();
-        let lease = self.timings.lease();
-        let groups = vec![self.group.clone()];
-        let store = self.store;
-        check::heartbeat(&*store, &service, &node, &self.address, lease, &groups)?;
-        check::acquire_partition(&*store, &self.group, &owner, lease)?;
-        let attempt = Deadline::in_(self.timings.attempt_timeout());
-        tokio::select! {
-            biased;
-            first = store.heartbeat(&service, &node, &self.address, lease, &groups) => {
-                first?;
-            }
-            () = attempt.reached() => {
-                return Err(Error::timeout(
-                    format!("the first heartbeat of {node} in {service}"),
-                    self.timings.attempt_timeout(),
-                ));
-            }
-        }
-        let (tx, rx) = watch::channel(Assignment::default());
-        let stop = CancellationToken::new();
-        let acks = Arc::new(AckBox::default());
-        // Subscribed before the first tick, so no change after it is missed.
-        let hints = store.changes(&Topic::group(self.group.as_str()));
-        let run = Run {
-            store,
-            group: self.group.clone(),
-            service: service.clone(),
-            node: node.clone(),
-            address: self.address,
-            owner: Arc::from(owner.as_str()),
-            owners: Arc::clone(&owners),
-            partitions: self.partitions,
-            timings: self.timings,
-            groups,
-            held: BTreeMap::new(),
-            draining: BTreeMap::new(),
-            unsure: BTreeMap::new(),
-            strays: BTreeMap::new(),
-            view: None,
-            share: BTreeSet::new(),
-            acks: Arc::clone(&acks),
-            tx,
-            published: 0,
-            rebalancing: None,
-            waiting: BTreeSet::new(),
-            hints,
-        };
-        let task = tokio::spawn(run.run(stop.clone()));
-        info!(group = %self.group, %service, %node, %owner, "group worker started");
-        Ok(GroupWorker {
-            rx,
-            stop,
-            task: Some(task),
-            acks,
-            owners,
-            partitions: self.partitions,
-            group: self.group,
-            service,
-            node,
-        })
-    }
-}
-
-/// One node's part in spreading a group's partitions over the live members of a service; see
-/// the [module docs](crate::group).
-///
-/// Dropping the worker without [`leave`](GroupWorker::leave) stops it the same way, in the
-/// background.
-pub struct GroupWorker {
-    rx: watch::Receiver<Assignment>,
-    stop: CancellationToken,
-    task: Option<JoinHandle<Result<()>>>,
-    acks: Arc<AckBox>,
-    owners: Arc<Owners>,
-    partitions: u32,
-    group: String,
-    service: String,
-    node: String,
-}
-
-impl fmt::Debug for GroupWorker {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("GroupWorker")
-            .field("group", &self.group)
-            .field("service", &self.service)
-            .field("node", &self.node)
-            .field("owner", &self.owners.current())
-            .finish_non_exhaustive()
-    }
-}
-
-impl GroupWorker {
-    /// A worker for `partitions` partitions (numbered `0..partitions`) of `group` over `store`.
-    pub fn builder(
-        store: impl GroupStore,
-        group: impl Into<String>,
-        partitions: u32,
-    ) -> GroupWorkerBuilder {
-        Self::builder_arc(Arc::new(store), group, partitions)
-    }
-
-    /// As [`builder`](GroupWorker::builder), for a store already behind an `Arc`.
-    pub fn builder_arc(
-        store: Arc<dyn GroupStore>,
-        group: impl Into<String>,
-        partitions: u32,
-    ) -> GroupWorkerBuilder {
-        GroupWorkerBuilder {
-            store,
-            group: group.into(),
-            partitions,
-            service: None,
-            node: None,
-            address: String::new(),
-            timings: Timings::default(),
-        }
-    }
-
-    /// The watch channel of this worker's assignment. The value changes whenever a partition is
-    /// gained or lost or the member list changes; when a partition disappears, stop its work
-    /// within the timings' `grace`, and say so with [`stop_acks`](GroupWorker::stop_acks) so
-    /// that it is handed over at once. A partition that left is not released — nor acquired
-    /// again by this worker — before the acknowledgement or the end of the grace, and every
-    /// later holding of it, this worker's included, has a higher epoch.
-    ///
-    /// Do not hold a [`borrow`](watch::Receiver::borrow) across an `.await`: the worker's next
-    /// publication waits for it, and with it the renewals. Clone what you need out of it.
-    pub fn assignment(&self) -> watch::Receiver<Assignment> {
-        self.rx.clone()
-    }
-
-    /// A handle for the consumer to acknowledge that it stopped working a partition (see
-    /// [`StopAck`]); it stays usable while [`leave`](GroupWorker::leave) drains.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use lease_core::{GroupWorker, Timings};
-    /// use lease_local::MemoryStore;
-    ///
-    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-    /// # async fn main() -> lease_core::Result<()> {
-    /// let timings = Timings::from_lease(Duration::from_secs(3))?;
-    /// let worker = GroupWorker::builder(MemoryStore::new(), "orders", 4)
-    ///     .node("a")
-    ///     .timings(timings)
-    ///     .start()
-    ///     .await?;
-    /// let (mut rx, acks) = (worker.assignment(), worker.stop_acks());
-    /// let consumer = tokio::spawn(async move {
-    ///     let mut working = std::collections::BTreeMap::new();
-    ///     loop {
-    ///         let now = rx.borrow_and_update().partitions.clone();
-    ///         // Stop what left (or came back under another epoch), then say so.
-    ///         working.retain(|p, e| {
-    ///             let keep = now.get(p) == Some(e);
-    ///             if !keep {
-    ///                 // ... stop the work on partition p here ...
-    ///                 acks.stopped(*p, *e);
-    ///             }
-    ///             keep
-    ///         });
-    ///         for (p, e) in now {
-    ///             // ... start work on partition p, fenced with epoch e ...
-    ///             working.entry(p).or_insert(e);
-    ///         }
-    ///         if rx.changed().await.is_err() {
-    ///             break;
-    ///         }
-    ///     }
-    /// });
-    /// tokio::time::sleep(GroupWorker::settle_time(&timings)).await;
-    /// assert_eq!(worker.assignment().borrow().partitions.len(), 4);
-    /// let left = tokio::time::Instant::now();
-    /// worker.leave().await?; // returns as soon as the consumer acknowledged the four stops
-    /// assert!(left.elapsed() < timings.grace());
-    /// consumer.await.ok();
-    /// # Ok(()) }
-    /// ```
-    pub fn stop_acks(&self) -> StopAck {
-        StopAck {
-            acks: Arc::clone(&self.acks),
-            partitions: self.partitions,
-        }
-    }
-
-    /// Says the consumer stopped working `partition` under `epoch`: as
-    /// [`StopAck::stopped`] on [`stop_acks`](GroupWorker::stop_acks).
-    pub fn stopped(&self, partition: u32, epoch: u64) {
-        self.stop_acks().stopped(partition, epoch);
-    }
-
-    /// The group.
-    pub fn group(&self) -> &str {
-        &self.group
-    }
-
-    /// The service whose membership the worker heartbeats.
-    pub fn service(&self) -> &str {
-        &self.service
-    }
-
-    /// This node's id.
-    pub fn node(&self) -> &str {
-        &self.node
-    }
-
-    /// The owner id under which this worker acquires partitions now, as the partition leases
-    /// record it: `node@` and 16 hex digits, minted at start. It changes (the last digits count
-    /// up) after a release of unknown outcome, so that a release still on its way cannot end a
-    /// later holding; partitions acquired before keep their owner id. See
-    /// [`owns`](GroupWorker::owns).
-    pub fn owner(&self) -> String {
-        self.owners.current()
-    }
-
-    /// `true` when `owner` is one of this worker's owner ids (of any generation).
-    pub fn owns(&self, owner: &str) -> bool {
-        self.owners.owns(owner)
-    }
-
-    /// Leaves gracefully: the assignment becomes empty and the membership ends at once; each
-    /// partition is released as soon as the consumer acknowledged its stop
-    /// ([`stop_acks`](GroupWorker::stop_acks)) or the timings' `grace` has passed (renewed
-    /// until then), so the other members take over on their next ticks instead of waiting out
-    /// the lease. Returns once every partition is released: at once when the consumer
-    /// acknowledges, after the grace when it does not. An error says a release or the leave did
-    /// not reach the store (the others then wait for the lease to expire).
-    pub async fn leave(mut self) -> Result<()> {
-        self.stop.cancel();
-        match self.task.take() {
-            Some(task) => task
-                .await
-                .map_err(|e| Error::unavailable(format!("the group worker's task ended: {e}")))?,
-            None => Ok(()),
-        }
-    }
-}
-
-impl Drop for GroupWorker {
-    fn drop(&mut self) {
-        self.stop.cancel();
-    }
-}
-
-/// The owner ids of one worker: one per generation, all sharing the prefix `node@` + 12 hex
-/// digits minted at start, and ending in the generation as 4 hex digits (so an owner id keeps
-/// the shape of [`owner_id`]'s). A new generation starts whenever a release under the current
-/// one had no answer: such a release may still reach the store later, and must not end a
-/// later holding — so nothing is acquired again under an owner id it could still hit.
-#[derive(Debug)]
-pub(super) struct Owners {
-    prefix: String,
-    generation: std::sync::atomic::AtomicU32,
-}
-
-impl Owners {
-    fn new(node: &str) -> Owners {
-        let base = owner_id(node);
-        let prefix = base
-            .get(..base.len().saturating_sub(4))
-            .unwrap_or(&base)
-            .to_owned();
-        Owners {
-            prefix,
-            generation: std::sync::atomic::AtomicU32::new(0),
-        }
-    }
-
-    fn id(&self, generation: u32) -> String {
-        format!("{}{:04x}", self.prefix, generation.min(0xffff))
-    }
-
-    fn current(&self) -> String {
-        self.id(self.generation.load(std::sync::atomic::Ordering::SeqCst))
-    }
-
-    /// Moves to the next generation and returns its owner id.
-    fn next(&self) -> String {
-        let g = self
-            .generation
-            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        self.id(g.saturating_add(1))
-    }
-
-    fn owns(&self, owner: &str) -> bool {
-        owner.len() == self.prefix.len() + 4 && owner.starts_with(&self.prefix)
-    }
-}
-
-/// The consumer's acknowledgements, shared between the [`StopAck`] handles and the task.
-#[derive(Debug, Default)]
-pub(super) struct AckBox {
-    /// Per partition, the highest epoch acknowledged since the task last looked.
-    stopped: Mutex<BTreeMap<u32, u64>>,
-    notify: Notify,
-}
-
-impl AckBox {
-    fn take(&self) -> BTreeMap<u32, u64> {
-        std::mem::take(&mut *self.stopped.lock().unwrap_or_else(|p| p.into_inner()))
-    }
-}
 
 /// A partition in the published assignment.
 #[derive(Debug, Clone)]
@@ -501,7 +59,24 @@ impl Draining {
 /// An owner id, shared between the partitions held under it.
 type Owner = Arc<str>;
 
-struct Run {
+/// What a worker's task starts from: the builder's settings, once checked and heartbeated.
+pub(super) struct Start {
+    pub(super) store: Arc<dyn GroupStore>,
+    pub(super) group: String,
+    pub(super) service: String,
+    pub(super) node: String,
+    pub(super) address: String,
+    pub(super) owner: String,
+    pub(super) owners: Arc<Owners>,
+    pub(super) partitions: u32,
+    pub(super) timings: Timings,
+    pub(super) groups: Vec<String>,
+    pub(super) acks: Arc<AckBox>,
+    pub(super) tx: watch::Sender<Assignment>,
+    pub(super) hints: Option<Wakeups>,
+}
+
+pub(super) struct Run {
     store: Arc<dyn GroupStore>,
     group: String,
     service: String,
@@ -550,7 +125,34 @@ fn earliest(deadlines: impl Iterator<Item = Deadline>) -> Option<Deadline> {
 }
 
 impl Run {
-    async fn run(mut self, stop: CancellationToken) -> Result<()> {
+    pub(super) fn new(start: Start) -> Run {
+        Run {
+            store: start.store,
+            group: start.group,
+            service: start.service,
+            node: start.node,
+            address: start.address,
+            owner: Arc::from(start.owner.as_str()),
+            owners: start.owners,
+            partitions: start.partitions,
+            timings: start.timings,
+            groups: start.groups,
+            held: BTreeMap::new(),
+            draining: BTreeMap::new(),
+            unsure: BTreeMap::new(),
+            strays: BTreeMap::new(),
+            view: None,
+            share: BTreeSet::new(),
+            acks: start.acks,
+            tx: start.tx,
+            published: 0,
+            rebalancing: None,
+            waiting: BTreeSet::new(),
+            hints: start.hints,
+        }
+    }
+
+    pub(super) async fn run(mut self, stop: CancellationToken) -> Result<()> {
         let acks = Arc::clone(&self.acks);
         let mut next = Deadline::in_(Duration::ZERO);
         loop {
@@ -562,7 +164,7 @@ impl Run {
                     () = stop.cancelled() => return self.leave().await,
                     () = acks.notify.notified() => false,
                     () = wake.reached() => false,
-                    () = crate::wait::next_hint(&mut self.hints) => true,
+                    () = crate::engine::wait::next_hint(&mut self.hints) => true,
                 };
                 self.take_acks();
                 self.drop_lapsed();
@@ -571,7 +173,7 @@ impl Run {
                     // A partition was released or taken, or a member joined or left: tick now
                     // (after a small random jitter, so that one change does not make every
                     // worker of the group ask at the same instant). The tick's reads decide.
-                    let spread = Deadline::in_(crate::wait::hint_jitter(&self.timings));
+                    let spread = Deadline::in_(crate::engine::wait::hint_jitter(&self.timings));
                     tokio::select! {
                         () = stop.cancelled() => return self.leave().await,
                         () = spread.reached() => {}

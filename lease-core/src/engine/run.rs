@@ -9,10 +9,10 @@ use tokio::task::{AbortHandle, JoinError, JoinHandle};
 use tokio::time::timeout;
 use tracing::{debug, warn};
 
-use crate::error::{BoxError, Error, ErrorKind, Result};
-use crate::step_down::StepDownFailure;
+use crate::engine::step_down::StepDownFailure;
+use crate::engine::term::{Term, TermShared};
+use crate::store::error::{BoxError, Error, ErrorKind, Result};
 use crate::telemetry;
-use crate::term::{Term, TermShared};
 
 /// Marks a term as used by a run (so `Coordinator::close` leaves its release to the run) until
 /// dropped. Dropped while still armed — the run's future was dropped before its work returned —
