@@ -55,7 +55,6 @@ pub mod backend;
 pub mod clock;
 mod engine;
 pub mod group;
-mod polling;
 pub mod redact;
 pub mod scheduler;
 mod store;
@@ -78,13 +77,13 @@ pub use membership::{GroupStore, Member, MembershipStore};
 pub use partitions::{PartitionLease, PartitionStore};
 #[doc(no_inline)]
 pub use permits::{PermitGrant, PermitInfo, Permits, Target};
-pub use polling::{PollingLease, PollingLeaser, PollingState, PollingStore};
 pub use scheduler::{CatchUp, Job, JobBuilder, Round, Schedule, Scheduler, SchedulerBuilder};
 #[doc(no_inline)]
 pub use slots::SlotStore;
 pub use store::capabilities::Capabilities;
 pub use store::error::{BoxError, Error, ErrorKind, Result};
 pub use store::lease_store::LeaseStore;
+pub use store::polling::{PollingLease, PollingLeaser, PollingState, PollingStore};
 pub use store::record::LeaseInfo;
 pub use store::store_ext::LeaseStoreExt;
 pub use timings::{Timings, TimingsBuilder};

@@ -1,7 +1,7 @@
 //! The metrics of terms, campaigns and group workers, recorded through the `metrics` facade.
 //! Install any `metrics` recorder (e.g. `metrics-exporter-prometheus`) to collect them; without
-//! one they cost next to nothing. The scheduler's are in
-//! [`scheduler::telemetry`](crate::scheduler::telemetry).
+//! one they cost next to nothing. The scheduler's are defined here too and recorded by
+//! [`scheduler::telemetry`](crate::scheduler::telemetry), which re-exports them.
 //!
 //! [`METRICS`] lists every metric of the workspace — its name, kind, unit, labels and meaning —
 //! and is the one source of truth: [`describe`] gives each its HELP text and unit from it, and
@@ -23,8 +23,6 @@
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::Duration;
-
-use crate::scheduler::telemetry as sched;
 
 /// Gauge: 1 while this process holds the lease `name` in the store — from the claim until the
 /// release is answered or the term is lost — else 0.
@@ -73,6 +71,39 @@ pub const GROUP_HANDOVERS: &str = "lease_group_handovers_total";
 /// Histogram, seconds: from the tick at which a worker saw the member list change until it held
 /// exactly its share with nothing left draining, by `group`.
 pub const GROUP_REBALANCE_SECONDS: &str = "lease_group_rebalance_seconds";
+
+// The scheduler's (recorded by `scheduler::telemetry`, which re-exports them).
+
+/// Counter: rounds started on this replica, by `job` and `rerun`.
+pub const ROUNDS_STARTED: &str = "lease_scheduler_rounds_started_total";
+/// Counter: rounds that ran to their end and were recorded as finished (their work returned
+/// `Ok`, or failed while its lease was live), by `job` and `rerun`.
+pub const ROUNDS_FINISHED: &str = "lease_scheduler_rounds_finished_total";
+/// Counter: finished rounds whose work returned an error or panicked, by `job` and `rerun`.
+pub const ROUNDS_FAILED: &str = "lease_scheduler_rounds_failed_total";
+/// Counter: rounds cut short (lease lost, shutdown, work cancelled), left unfinished for their
+/// one rerun, by `job` and `rerun`.
+pub const ROUNDS_CUT_SHORT: &str = "lease_scheduler_rounds_cut_short_total";
+/// Counter: instants skipped because a round of this replica overran them (recorded in the
+/// store with the round's finish), by `job`.
+pub const INSTANTS_SKIPPED: &str = "lease_scheduler_instants_skipped_total";
+/// Counter: unfinished instants given up because a later instant was claimed before their
+/// rerun, as reported to this replica's claims, by `job`.
+pub const INSTANTS_SUPERSEDED: &str = "lease_scheduler_instants_superseded_total";
+/// Counter: reruns of unfinished instants claimed by this replica, by `job`.
+pub const RERUNS: &str = "lease_scheduler_reruns_total";
+/// Counter: instants this replica claimed late, by `job`: when they came, the job's lease was
+/// held by the round of an earlier instant, and that round ended without taking them along (it
+/// was cut short, e.g. its replica died with its lease still live), so they ran once that lease
+/// had ended.
+pub const INSTANTS_LATE: &str = "lease_scheduler_instants_late_total";
+/// Counter: instants that never ran and were not recorded as skipped, by `job`: the lease of a
+/// round held the job's name through them (and through a later instant too, which is claimed
+/// late instead), and the round ended without recording them — it was cut short (e.g. its
+/// replica died with its lease still live), or its lease was gone when it finished. Counted
+/// once cluster-wide: by the replica whose claim of a later instant superseded a round cut
+/// short, or by the replica whose round finished without recording its overrun.
+pub const INSTANTS_MISSED: &str = "lease_scheduler_instants_missed_total";
 
 /// What kind of metric a [`MetricDoc`] describes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -236,63 +267,63 @@ pub const METRICS: &[MetricDoc] = &[
         "time from a member-list change until the worker held exactly its share, nothing draining",
     ),
     doc(
-        sched::ROUNDS_STARTED,
+        ROUNDS_STARTED,
         Counter,
         COUNT,
         &["job", "rerun"],
         "scheduler rounds started (instants run)",
     ),
     doc(
-        sched::ROUNDS_FINISHED,
+        ROUNDS_FINISHED,
         Counter,
         COUNT,
         &["job", "rerun"],
         "scheduler rounds run to their end and recorded as finished",
     ),
     doc(
-        sched::ROUNDS_FAILED,
+        ROUNDS_FAILED,
         Counter,
         COUNT,
         &["job", "rerun"],
         "finished scheduler rounds whose work failed or panicked",
     ),
     doc(
-        sched::ROUNDS_CUT_SHORT,
+        ROUNDS_CUT_SHORT,
         Counter,
         COUNT,
         &["job", "rerun"],
         "scheduler rounds cut short (lease lost, shutdown), left for their one rerun",
     ),
     doc(
-        sched::RERUNS,
+        RERUNS,
         Counter,
         COUNT,
         &["job"],
         "reruns of unfinished instants claimed",
     ),
     doc(
-        sched::INSTANTS_SKIPPED,
+        INSTANTS_SKIPPED,
         Counter,
         COUNT,
         &["job"],
         "instants skipped because a round overran them",
     ),
     doc(
-        sched::INSTANTS_SUPERSEDED,
+        INSTANTS_SUPERSEDED,
         Counter,
         COUNT,
         &["job"],
         "unfinished instants given up because a later instant was claimed first",
     ),
     doc(
-        sched::INSTANTS_LATE,
+        INSTANTS_LATE,
         Counter,
         COUNT,
         &["job"],
         "instants claimed late, after a dead round's lease ended",
     ),
     doc(
-        sched::INSTANTS_MISSED,
+        INSTANTS_MISSED,
         Counter,
         COUNT,
         &["job"],

@@ -44,7 +44,6 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::polling::PollingStore;
 use crate::store::capabilities::Capabilities;
 use crate::store::error::Result;
 use crate::store::lease_store::LeaseStore;
@@ -52,6 +51,7 @@ use crate::store::membership::{Member, MembershipStore};
 use crate::store::notify::{Topic, Wakeups};
 use crate::store::partitions::{PartitionLease, PartitionStore};
 use crate::store::permits::{PermitGrant, PermitInfo};
+use crate::store::polling::PollingStore;
 use crate::store::record::{Grant, HolderToken, LeaseInfo};
 use crate::store::slots::{SlotClaim, SlotFinish, SlotRecord, SlotStore};
 

@@ -1,9 +1,9 @@
 //! The store contract: the store traits (`LeaseStore`, the optional partition, membership and
-//! slot stores, counted leases) with their records and capabilities, the operation names, the
-//! argument rules, the error type, a store's hints, and the layer mechanism.
+//! slot stores, counted leases, and the polling store) with their records and capabilities, the
+//! operation names, the argument rules, the error type, a store's hints, and the layer
+//! mechanism.
 //!
-//! Its files import from this folder only, but for `layer.rs`, which implements the polling
-//! store for `Intercept` (`crate::polling`). The engine, the group worker, the scheduler and
+//! Its files import from this folder (and the clock) only. The engine, the group worker, the scheduler and
 //! `backend` build on it.
 
 pub(crate) mod capabilities;
@@ -15,6 +15,7 @@ pub mod notify;
 mod operation;
 pub mod partitions;
 pub mod permits;
+pub(crate) mod polling;
 pub(crate) mod record;
 pub mod slots;
 pub(crate) mod store_ext;
