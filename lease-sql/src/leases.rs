@@ -1,25 +1,19 @@
-//! [`LeaseStore`](lease_core::LeaseStore) for every database, and verified transactions
-//! (`begin_verified`, `verify_in`).
-//!
-//! One impl for every database: the argument checks, the grants, the hints and the answers are
-//! here; each database's [`LeaseDriver`] runs the statements — PostgreSQL's and SQLite's writes
-//! (the term comes back with `RETURNING`) and every database's reads through `shared.rs`,
-//! MySQL's writes in `mysql/leases.rs` (through `LAST_INSERT_ID`).
+//! The lease table's part of a database's code, [`LeaseDriver`]: the statements of the lease
+//! operations, the start-up checks, the hints and the verified transactions. The parts of the
+//! partition, member, permit and slot tables extend it, and the
+//! [`LeaseStore`](lease_core::LeaseStore) impl that calls it is in `driver.rs`, with the
+//! `Driver` that sums the parts.
 
 use std::future::Future;
-use std::time::Duration;
 
-use lease_core::backend::{Grant, HolderToken};
-use lease_core::layer::Operation;
+use lease_core::Result;
 use lease_core::notify::{Topic, Wakeups};
-use lease_core::{Capabilities, LeaseInfo, PermitGrant, PermitInfo, Result};
-use sqlx::Transaction;
 
-use crate::store::{Driver, Fence, SqlStore, Token, remaining, ttl_ms};
+use crate::store::{SqlStore, Table, Token};
 use crate::wire::conns::LeaseDb;
 
-/// The lease table's part of a [`Driver`]: what a database runs for the lease operations, its
-/// start-up checks, its hints and its verified transactions. The row operations return their
+/// The lease table's part of the `Driver` (`driver.rs`): what a database runs for the lease
+/// operations, its start-up checks, its hints and its verified transactions. The row operations return their
 /// rows as read (the callers check and convert them) and their errors as lease errors, without
 /// the operation's context (the callers add it).
 pub(crate) trait LeaseDriver: LeaseDb {
@@ -33,7 +27,7 @@ pub(crate) trait LeaseDriver: LeaseDb {
     /// [`SqlStore::group_table_ready`]).
     fn check_group_table(
         store: &SqlStore<Self>,
-        table: crate::partitions::Table,
+        table: Table,
     ) -> impl Future<Output = Result<()>> + Send;
 
     /// The hints of `topic` (see each database's store docs).
@@ -91,223 +85,4 @@ pub(crate) trait LeaseDriver: LeaseDb {
         hex: &str,
         token: Token,
     ) -> impl Future<Output = std::result::Result<bool, sqlx::Error>> + Send;
-}
-
-#[lease_core::backend::async_trait]
-impl<DB: Driver> lease_core::LeaseStore for SqlStore<DB> {
-    fn backend(&self) -> &'static str {
-        self.inner.dialect.as_str()
-    }
-
-    /// Every SQL store verifies inside a transaction, can force a release and keeps
-    /// counted leases (see `permits.rs`); the store traits it implements (all of them)
-    /// are derived.
-    fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            verify_in_transaction: true,
-            force_release: true,
-            permits: true,
-            watch: self.inner.watch,
-            max_name_bytes: self.inner.config.max_name_bytes,
-            ..lease_core::derived_capabilities!(Self)
-        }
-    }
-
-    async fn available(&self) -> Result<()> {
-        DB::check_available(self)
-            .await
-            .map_err(|e| self.at_server(e).during(Operation::Available, ""))
-    }
-
-    async fn claim(
-        &self,
-        name: &str,
-        holder: &HolderToken,
-        instance: &str,
-        ttl: Duration,
-    ) -> Result<Option<Grant>> {
-        lease_core::backend::check::claim(self, name, instance, ttl)?;
-        let ms = ttl_ms(ttl);
-        let term = DB::claim_row(self, name, &holder.to_hex(), instance, ms)
-            .await
-            .map_err(|e| e.during(Operation::Claim, name))?;
-        if term.is_some() {
-            self.inner.hints.wrote(&Topic::lease(name));
-        }
-        Ok(term.map(|term| Grant {
-            term,
-            expires_in: remaining(ms),
-        }))
-    }
-
-    async fn renew(
-        &self,
-        name: &str,
-        holder: &HolderToken,
-        ttl: Duration,
-    ) -> Result<Option<Grant>> {
-        lease_core::backend::check::renew(self, name, ttl)?;
-        let ms = ttl_ms(ttl);
-        let term = DB::renew_row(self, name, &holder.to_hex(), ms)
-            .await
-            .map_err(|e| e.during(Operation::Renew, name))?;
-        Ok(term.map(|term| Grant {
-            term,
-            expires_in: remaining(ms),
-        }))
-    }
-
-    async fn release(&self, name: &str, holder: &HolderToken) -> Result<bool> {
-        lease_core::backend::check::name(self, name)?;
-        let ended = DB::release_row(self, name, &holder.to_hex())
-            .await
-            .map_err(|e| e.during(Operation::Release, name))?;
-        if ended {
-            self.inner.hints.wrote(&Topic::lease(name));
-        }
-        Ok(ended)
-    }
-
-    async fn verify(&self, name: &str, holder: &HolderToken) -> Result<Option<Grant>> {
-        lease_core::backend::check::name(self, name)?;
-        let during = |e: lease_core::Error| e.during(Operation::Verify, name);
-        let row = DB::verify_row(self, name, &holder.to_hex())
-            .await
-            .map_err(during)?;
-        row.map(|(t, left)| {
-            Ok(Grant {
-                term: self.term_from(t).map_err(during)?,
-                expires_in: remaining(left),
-            })
-        })
-        .transpose()
-    }
-
-    async fn get(&self, name: &str) -> Result<Option<LeaseInfo>> {
-        lease_core::backend::check::name(self, name)?;
-        let during = |e: lease_core::Error| e.during(Operation::Get, name);
-        let row = DB::get_row(self, name).await.map_err(during)?;
-        row.map(|(instance, t, left)| {
-            Ok(LeaseInfo {
-                name: name.to_owned(),
-                instance,
-                term: self.term_from(t).map_err(during)?,
-                live: left > 0,
-                expires_in: remaining(left),
-            })
-        })
-        .transpose()
-    }
-
-    async fn force_release(&self, name: &str) -> Result<bool> {
-        lease_core::backend::check::name(self, name)?;
-        let ended = DB::force_release_row(self, name)
-            .await
-            .map_err(|e| e.during(Operation::ForceRelease, name))?;
-        if ended {
-            self.inner.hints.wrote(&Topic::lease(name));
-        }
-        Ok(ended)
-    }
-
-    async fn claim_permit(
-        &self,
-        name: &str,
-        permits: u32,
-        holder: &HolderToken,
-        instance: &str,
-        ttl: Duration,
-    ) -> Result<Option<PermitGrant>> {
-        self.claim_permit_op(name, permits, holder, instance, ttl)
-            .await
-    }
-
-    async fn renew_permit(
-        &self,
-        name: &str,
-        permit: u32,
-        holder: &HolderToken,
-        ttl: Duration,
-    ) -> Result<Option<Grant>> {
-        self.renew_permit_op(name, permit, holder, ttl).await
-    }
-
-    async fn release_permit(&self, name: &str, permit: u32, holder: &HolderToken) -> Result<bool> {
-        self.release_permit_op(name, permit, holder).await
-    }
-
-    async fn verify_permit(&self, name: &str, holder: &HolderToken) -> Result<Option<PermitGrant>> {
-        self.verify_permit_op(name, holder).await
-    }
-
-    async fn permits(&self, name: &str) -> Result<Vec<PermitInfo>> {
-        self.list_permits_op(name).await
-    }
-
-    /// Always `Some`: what the hints cover is in each dialect's docs (PostgreSQL:
-    /// every process, through `LISTEN`; SQLite: every process on the file; MySQL: the
-    /// store itself only, never connected).
-    fn changes(&self, topic: &Topic) -> Option<Wakeups> {
-        Some(DB::watch(self, topic))
-    }
-}
-
-// `Driver` is crate-private: a store exists for the three databases of this crate only, each of
-// which implements it.
-#[allow(private_bounds)]
-impl<DB: Driver> SqlStore<DB> {
-    /// Opens a transaction on the application's pool and verifies, as its first
-    /// statement, that `fence` (a [`Term`](lease_core::Term) or a
-    /// [`Fence`](crate::Fence)) still holds the lease. The row is locked in share mode
-    /// until the transaction ends, so no other holder's claim can take effect before it
-    /// commits.
-    ///
-    /// When the lease is lost, the transaction is rolled back and `Lost` is returned:
-    /// not one business statement runs. A contender's claim that meets the lock answers
-    /// held at once on PostgreSQL and MariaDB (on MySQL it waits for the lock). Keep
-    /// such transactions short: the holder's own renewal of the name waits for the lock,
-    /// and on SQLite every write to the file does.
-    pub async fn begin_verified<'f>(
-        &self,
-        fence: impl Into<Fence<'f>>,
-    ) -> lease_core::Result<Transaction<'static, DB>> {
-        let fence = fence.into();
-        let begun = match DB::BEGIN {
-            Some(statement) => self.inner.app.begin_with(statement).await,
-            None => self.inner.app.begin().await,
-        };
-        let mut tx = begun.map_err(|e| self.err(e, "begin a verified transaction"))?;
-        match self.verify_in(&mut tx, fence).await {
-            Ok(()) => Ok(tx),
-            Err(e) => {
-                let _ = tx.rollback().await;
-                Err(e)
-            }
-        }
-    }
-
-    /// Verifies `fence` inside a transaction the caller opened; run it as the
-    /// transaction's first statement. `Lost` when the lease is no longer held under that
-    /// term; `Unsupported` for a term of a counted name (a permit), which this check
-    /// cannot see.
-    pub async fn verify_in<'f>(
-        &self,
-        conn: &mut DB::Connection,
-        fence: impl Into<Fence<'f>>,
-    ) -> lease_core::Result<()> {
-        let fence = fence.into();
-        lease_core::backend::check::name(self, fence.name)?;
-        if let Some(permit) = fence.permit {
-            return Err(crate::store::permit_not_verifiable(&fence, permit));
-        }
-        let hex = fence.holder.to_hex();
-        let held = DB::verify_locked(self, conn, fence.name, &hex, Token::new(fence.term)?)
-            .await
-            .map_err(|e| self.err(e, "verify in transaction"))?;
-        if held {
-            Ok(())
-        } else {
-            Err(crate::store::lost_in_transaction(&fence))
-        }
-    }
 }

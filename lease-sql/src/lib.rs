@@ -106,16 +106,18 @@
 //!
 //! ## Layout
 //!
-//! One impl of each store trait serves every dialect (`leases.rs`, `partitions.rs`,
-//! `membership.rs`, `slots.rs`: argument checks, answers); what differs per dialect is in its
+//! One impl of each store trait serves every dialect (`driver.rs` for `LeaseStore`,
+//! `partitions.rs`, `membership.rs`, `slots.rs`: argument checks, answers); what differs per
+//! dialect is in its
 //! folder, as sqlx's drivers are: `postgres/`, `mysql/`, `sqlite/` (each with its constructors
 //! and start-up checks in `mod.rs`, its statements in `statements.rs`, and the writes it does
 //! its own way — MySQL's through `LAST_INSERT_ID`, SQLite's boot clock). `store.rs` holds the
-//! store type and the start-up checks all share, `shared.rs` the statements more than one
+//! store type, what all the others share and the start-up checks, `shared.rs` the statements more than one
 //! dialect runs the same way, `wire/` the DDL, the statements PostgreSQL and SQLite share and
 //! the store's own connections, `error.rs` the classification of sqlx errors.
 
 mod config;
+mod driver;
 mod error;
 mod hints;
 mod leases;

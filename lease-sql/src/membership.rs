@@ -13,7 +13,8 @@ use std::future::Future;
 
 use lease_core::{Member, Result};
 
-use crate::store::{Driver, SqlStore, remaining};
+use crate::leases::LeaseDriver;
+use crate::store::{SqlStore, Table, remaining};
 
 /// A member record as read back.
 pub(crate) fn member(node: String, address: String, groups: &str, left: i64) -> Member {
@@ -35,9 +36,9 @@ pub(crate) fn written(node: &str, address: &str, groups: &[String], ttl_ms: i64)
     }
 }
 
-/// The member table's part of a [`Driver`]: what a database runs for the membership operations
-/// (see [`LeaseDriver`](crate::leases::LeaseDriver) for what each returns).
-pub(crate) trait MemberDriver: crate::leases::LeaseDriver {
+/// The member table's part of the `Driver` (`driver.rs`): what a database runs for the
+/// membership operations (see [`LeaseDriver`] for what each returns).
+pub(crate) trait MemberDriver: LeaseDriver {
     /// The heartbeat's upsert, `list` the groups one per line.
     fn heartbeat_row(
         store: &SqlStore<Self>,
@@ -63,7 +64,10 @@ pub(crate) trait MemberDriver: crate::leases::LeaseDriver {
 }
 
 #[lease_core::backend::async_trait]
-impl<DB: Driver> lease_core::MembershipStore for SqlStore<DB> {
+impl<DB: MemberDriver> lease_core::MembershipStore for SqlStore<DB>
+where
+    Self: lease_core::LeaseStore,
+{
     async fn heartbeat(
         &self,
         service: &str,
@@ -77,7 +81,7 @@ impl<DB: Driver> lease_core::MembershipStore for SqlStore<DB> {
         let list = lease_core::backend::encode_groups(groups);
         let during =
             |e: lease_core::Error| e.during(lease_core::layer::Operation::Heartbeat, service);
-        self.group_table_ready(crate::partitions::Table::Members)
+        self.group_table_ready(Table::Members)
             .await
             .map_err(during)?;
         DB::heartbeat_row(self, service, node, address, &list, ms)
@@ -90,7 +94,7 @@ impl<DB: Driver> lease_core::MembershipStore for SqlStore<DB> {
         lease_core::backend::check::members(self, service)?;
         let during =
             |e: lease_core::Error| e.during(lease_core::layer::Operation::Members, service);
-        self.group_table_ready(crate::partitions::Table::Members)
+        self.group_table_ready(Table::Members)
             .await
             .map_err(during)?;
         let rows = DB::member_rows(self, service).await.map_err(during)?;
@@ -107,7 +111,7 @@ impl<DB: Driver> lease_core::MembershipStore for SqlStore<DB> {
     /// changes it).
     async fn leave(&self, service: &str, node: &str) -> lease_core::Result<bool> {
         lease_core::backend::check::leave(self, service, node)?;
-        self.group_table_ready(crate::partitions::Table::Members)
+        self.group_table_ready(Table::Members)
             .await
             .map_err(|e| e.during(lease_core::layer::Operation::Leave, service))?;
         DB::leave_row(self, service, node)

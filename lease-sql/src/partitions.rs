@@ -21,35 +21,8 @@ use std::future::Future;
 use lease_core::{Error, ErrorKind, PartitionLease, Result};
 use sqlx::Database;
 
-use crate::store::{Driver, SqlStore, Wanted, remaining};
-
-/// Which of the tables checked on first use an operation works on (the permit table of
-/// counted leases, `permits.rs`, is checked the same way).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Table {
-    Partitions,
-    Members,
-    Permits,
-}
-
-impl Table {
-    /// Its place in [`Inner::group_tables`](crate::store::Inner).
-    pub(crate) fn index(self) -> usize {
-        match self {
-            Table::Partitions => 0,
-            Table::Members => 1,
-            Table::Permits => 2,
-        }
-    }
-
-    pub(crate) fn what(self) -> &'static str {
-        match self {
-            Table::Partitions => "partition table",
-            Table::Members => "member table",
-            Table::Permits => "permit table",
-        }
-    }
-}
+use crate::leases::LeaseDriver;
+use crate::store::{SqlStore, Table, Wanted, remaining};
 
 impl<DB: Database> SqlStore<DB> {
     /// The table's name and its `CREATE TABLE` statement.
@@ -247,7 +220,7 @@ pub(crate) use group_conn;
 
 // `LeaseDriver` is crate-private; so is the method (the lint looks at the impl's type).
 #[allow(private_bounds)]
-impl<DB: crate::leases::LeaseDriver> SqlStore<DB> {
+impl<DB: LeaseDriver> SqlStore<DB> {
     /// Checks the partition, member or permit table `table` (creating it when missing and DDL
     /// is on) before the first operation on it, once per store: a store that serves only
     /// leases never touches them. Two processes creating it at once both succeed. A failed
@@ -261,9 +234,9 @@ impl<DB: crate::leases::LeaseDriver> SqlStore<DB> {
     }
 }
 
-/// The partition table's part of a [`Driver`]: what a database runs for the partition
-/// operations (see [`LeaseDriver`](crate::leases::LeaseDriver) for what each returns).
-pub(crate) trait PartitionDriver: crate::leases::LeaseDriver {
+/// The partition table's part of the `Driver` (`driver.rs`): what a database runs for the
+/// partition operations (see [`LeaseDriver`] for what each returns).
+pub(crate) trait PartitionDriver: LeaseDriver {
     /// The acquire: the epoch when acquired or kept, `None` when another owner holds it.
     fn acquire_row(
         store: &SqlStore<Self>,
@@ -299,7 +272,10 @@ pub(crate) trait PartitionDriver: crate::leases::LeaseDriver {
 }
 
 #[lease_core::backend::async_trait]
-impl<DB: Driver> lease_core::PartitionStore for SqlStore<DB> {
+impl<DB: PartitionDriver> lease_core::PartitionStore for SqlStore<DB>
+where
+    Self: lease_core::LeaseStore,
+{
     async fn acquire_partition(
         &self,
         group: &str,
@@ -311,7 +287,7 @@ impl<DB: Driver> lease_core::PartitionStore for SqlStore<DB> {
         let ms = crate::store::ttl_ms(ttl);
         let during =
             |e: lease_core::Error| e.during(lease_core::layer::Operation::AcquirePartition, group);
-        self.group_table_ready(crate::partitions::Table::Partitions)
+        self.group_table_ready(Table::Partitions)
             .await
             .map_err(during)?;
         let epoch = DB::acquire_row(self, group, partition, owner, ms)
@@ -345,7 +321,7 @@ impl<DB: Driver> lease_core::PartitionStore for SqlStore<DB> {
         let ms = crate::store::ttl_ms(ttl);
         let during =
             |e: lease_core::Error| e.during(lease_core::layer::Operation::RenewPartitions, group);
-        self.group_table_ready(crate::partitions::Table::Partitions)
+        self.group_table_ready(Table::Partitions)
             .await
             .map_err(during)?;
         let rows = DB::renew_rows(self, group, &distinct(partitions), owner, ms)
@@ -369,7 +345,7 @@ impl<DB: Driver> lease_core::PartitionStore for SqlStore<DB> {
         }
         let during =
             |e: lease_core::Error| e.during(lease_core::layer::Operation::ReleasePartitions, group);
-        self.group_table_ready(crate::partitions::Table::Partitions)
+        self.group_table_ready(Table::Partitions)
             .await
             .map_err(during)?;
         let ended = DB::release_rows(self, group, &distinct(partitions), owner)
@@ -386,7 +362,7 @@ impl<DB: Driver> lease_core::PartitionStore for SqlStore<DB> {
     async fn owners(&self, group: &str) -> lease_core::Result<Vec<lease_core::PartitionLease>> {
         lease_core::backend::check::owners(self, group)?;
         let during = |e: lease_core::Error| e.during(lease_core::layer::Operation::Owners, group);
-        self.group_table_ready(crate::partitions::Table::Partitions)
+        self.group_table_ready(Table::Partitions)
             .await
             .map_err(during)?;
         let rows = DB::owner_rows(self, group).await.map_err(during)?;

@@ -24,14 +24,12 @@ use std::future::Future;
 use lease_core::Result;
 
 use crate::leases::LeaseDriver;
-use crate::store::{Driver, SqlStore};
+use crate::store::{SqlStore, Table};
 
 impl<DB: sqlx::Database> SqlStore<DB> {
     /// A permit index read from the permit table.
     pub(crate) fn permit_from(&self, v: i64) -> lease_core::Result<u32> {
-        u32::try_from(v).map_err(|_| {
-            self.corrupt_row(crate::partitions::Table::Permits, &format!("permit {v}"))
-        })
+        u32::try_from(v).map_err(|_| self.corrupt_row(Table::Permits, &format!("permit {v}")))
     }
 }
 
@@ -86,8 +84,8 @@ pub(crate) fn decide(rows: &[Seen], count: u32) -> Decision {
     }
 }
 
-/// The permit table's part of a [`Driver`]: what a database runs for the permit operations
-/// (see [`LeaseDriver`] for what each returns).
+/// The permit table's part of the `Driver` (`driver.rs`): what a database runs for the permit
+/// operations (see [`LeaseDriver`] for what each returns).
 pub(crate) trait PermitDriver: LeaseDriver {
     /// The claim: the permit and term granted, `None` when the name is full (or the claimant
     /// holds a live permit of it already).
@@ -132,11 +130,14 @@ pub(crate) trait PermitDriver: LeaseDriver {
 }
 
 /// The permit operations, called by the [`LeaseStore`](lease_core::LeaseStore) impl
-/// (`leases.rs`): argument checks, the permit table ready, the database's statement, the hint,
+/// (`driver.rs`): argument checks, the permit table ready, the database's statement, the hint,
 /// the answer.
-// `Driver` is crate-private; these methods are too (the lint looks at the impl's type).
+// `PermitDriver` is crate-private; these methods are too (the lint looks at the impl's type).
 #[allow(private_bounds)]
-impl<DB: Driver> SqlStore<DB> {
+impl<DB: PermitDriver> SqlStore<DB>
+where
+    Self: lease_core::LeaseStore,
+{
     pub(crate) async fn claim_permit_op(
         &self,
         name: &str,
@@ -149,7 +150,7 @@ impl<DB: Driver> SqlStore<DB> {
         let ms = crate::store::ttl_ms(ttl);
         let during =
             |e: lease_core::Error| e.during(lease_core::layer::Operation::ClaimPermit, name);
-        self.group_table_ready(crate::partitions::Table::Permits)
+        self.group_table_ready(Table::Permits)
             .await
             .map_err(during)?;
         let granted = DB::claim_permit_row(self, name, count, &holder.to_hex(), instance, ms)
@@ -181,7 +182,7 @@ impl<DB: Driver> SqlStore<DB> {
         let ms = crate::store::ttl_ms(ttl);
         let during =
             |e: lease_core::Error| e.during(lease_core::layer::Operation::RenewPermit, name);
-        self.group_table_ready(crate::partitions::Table::Permits)
+        self.group_table_ready(Table::Permits)
             .await
             .map_err(during)?;
         let term = DB::renew_permit_row(self, name, permit, &holder.to_hex(), ms)
@@ -205,7 +206,7 @@ impl<DB: Driver> SqlStore<DB> {
         lease_core::backend::check::permit(self, name, permit)?;
         let during =
             |e: lease_core::Error| e.during(lease_core::layer::Operation::ReleasePermit, name);
-        self.group_table_ready(crate::partitions::Table::Permits)
+        self.group_table_ready(Table::Permits)
             .await
             .map_err(during)?;
         let ended = DB::release_permit_row(self, name, permit, &holder.to_hex())
@@ -227,7 +228,7 @@ impl<DB: Driver> SqlStore<DB> {
         lease_core::backend::check::name(self, name)?;
         let op = lease_core::layer::Operation::VerifyPermit;
         let during = |e: lease_core::Error| e.during(op, name);
-        self.group_table_ready(crate::partitions::Table::Permits)
+        self.group_table_ready(Table::Permits)
             .await
             .map_err(during)?;
         let row = DB::verify_permit_row(self, name, &holder.to_hex())
@@ -252,7 +253,7 @@ impl<DB: Driver> SqlStore<DB> {
         lease_core::backend::check::name(self, name)?;
         let op = lease_core::layer::Operation::Permits;
         let during = |e: lease_core::Error| e.during(op, name);
-        self.group_table_ready(crate::partitions::Table::Permits)
+        self.group_table_ready(Table::Permits)
             .await
             .map_err(during)?;
         let rows = DB::permit_rows(self, name).await.map_err(during)?;

@@ -26,12 +26,13 @@ use crate::leases::LeaseDriver;
 use crate::membership::MemberDriver;
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 use crate::partitions::PartitionDriver;
-use crate::partitions::{Table, group_conn};
+use crate::partitions::group_conn;
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 use crate::permits::PermitDriver;
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 use crate::slots::{Claim, Finish, Previous, SlotDriver};
 use crate::slots::{ClaimRead, SlotRow};
+use crate::store::Table;
 use crate::store::{SqlStore, Token, lease_table_columns, raw_conn, split_table, with_conn};
 use crate::wire::conns::LeaseDb;
 

@@ -35,7 +35,8 @@ use lease_core::LeaseStore;
 use lease_core::Result;
 use lease_core::backend::{SlotClaim, SlotFinish, SlotRecord};
 
-use crate::store::{Driver, SqlStore, remaining, ttl_ms};
+use crate::leases::LeaseDriver;
+use crate::store::{SqlStore, remaining, ttl_ms};
 
 /// The claim's read: the server's clock, then the record's term, the time left on its lease,
 /// `slot_ms` and `unfinished_slot_ms` (all `None` when there is no record).
@@ -158,9 +159,9 @@ pub(crate) struct Finish<'a> {
     pub(crate) passed_ms: Option<i64>,
 }
 
-/// The slot columns' part of a [`Driver`]: what a database runs for the scheduler's slot
-/// operations (see [`LeaseDriver`](crate::leases::LeaseDriver) for what each returns).
-pub(crate) trait SlotDriver: crate::leases::LeaseDriver {
+/// The slot columns' part of the `Driver` (`driver.rs`): what a database runs for the
+/// scheduler's slot operations (see [`LeaseDriver`] for what each returns).
+pub(crate) trait SlotDriver: LeaseDriver {
     /// The claim's read: the server's clock, then the record of `name`.
     fn claim_read(
         store: &SqlStore<Self>,
@@ -202,7 +203,10 @@ pub(crate) trait SlotDriver: crate::leases::LeaseDriver {
 }
 
 #[lease_core::backend::async_trait]
-impl<DB: Driver> lease_core::SlotStore for SqlStore<DB> {
+impl<DB: SlotDriver> lease_core::SlotStore for SqlStore<DB>
+where
+    Self: lease_core::LeaseStore,
+{
     async fn claim_slot(
         &self,
         name: &str,

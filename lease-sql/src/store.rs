@@ -1,6 +1,8 @@
-//! The store type shared by the three dialects, the connection macros every operation runs
-//! through, and the start-up checks all dialects share (each dialect's `available()` runs them,
-//! then its own catalog checks).
+//! The store type shared by the three dialects and what every part of the store's code shares:
+//! the fence and token of verified writes, the group tables checked on first use ([`Table`]),
+//! the conversions of TTLs, the connection macros every operation runs through, and the
+//! start-up checks all dialects share (each dialect's `available()` runs them, then its own
+//! catalog checks). It imports none of the parts.
 
 use std::fmt;
 use std::sync::Arc;
@@ -11,11 +13,6 @@ use lease_core::{Error, Result, Term};
 use sqlx::{Database, Pool};
 
 use crate::config::SqlConfig;
-use crate::leases::LeaseDriver;
-use crate::membership::MemberDriver;
-use crate::partitions::PartitionDriver;
-use crate::permits::PermitDriver;
-use crate::slots::SlotDriver;
 use crate::wire::Statements;
 use crate::wire::conns::Conns;
 use crate::wire::schema::Dialect;
@@ -44,7 +41,7 @@ pub(crate) struct Inner<DB: Database> {
     #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
     pub(crate) nowait_claims: std::sync::atomic::AtomicBool,
     /// The partition, member and permit tables (by
-    /// [`Table::index`](crate::partitions::Table::index)), checked (and created when missing) on
+    /// [`Table::index`]), checked (and created when missing) on
     /// their first use, not at start-up.
     pub(crate) group_tables: [tokio::sync::OnceCell<()>; 3],
     /// The hints its writes, its listener or its poller notify (SQLite: shared by every store of
@@ -172,28 +169,32 @@ impl<DB: Database> SqlStore<DB> {
     }
 }
 
-/// What one database brings to the store, in one part per store trait ([`LeaseDriver`] for
-/// the lease table, its start-up checks, hints and verified transactions; [`PartitionDriver`],
-/// [`MemberDriver`], [`PermitDriver`], [`SlotDriver`] for partitioned leases, membership,
-/// counted leases and scheduler slots): its statements run on its connections, its rows read, and the writes it does
-/// its own way (MySQL's through `LAST_INSERT_ID`, PostgreSQL's and SQLite's with `RETURNING`).
-/// MySQL implements the parts in `mysql/` for its sqlx database type; PostgreSQL and SQLite,
-/// which share their statements, implement `Returning` (in `shared.rs`) in their folders and
-/// get the parts from the impls written once over it. One generic impl of each store trait on
-/// [`SqlStore`] holds what every database shares: argument checks, answers, hints.
-///
-/// Named after sqlx's drivers, whose database types implement it, and not after the
-/// [`Dialect`], the public enum that names the database: this holds the code that talks to
-/// it. Its methods return futures that are `Send` by their signatures, so the generic store
-/// impls need no sqlx bounds.
-pub(crate) trait Driver:
-    LeaseDriver + PartitionDriver + MemberDriver + PermitDriver + SlotDriver
-{
+/// Which of the tables checked on first use an operation works on (the permit table of
+/// counted leases, `permits.rs`, is checked the same way).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Table {
+    Partitions,
+    Members,
+    Permits,
 }
 
-impl<DB> Driver for DB where
-    DB: LeaseDriver + PartitionDriver + MemberDriver + PermitDriver + SlotDriver
-{
+impl Table {
+    /// Its place in [`Inner::group_tables`](Inner).
+    pub(crate) fn index(self) -> usize {
+        match self {
+            Table::Partitions => 0,
+            Table::Members => 1,
+            Table::Permits => 2,
+        }
+    }
+
+    pub(crate) fn what(self) -> &'static str {
+        match self {
+            Table::Partitions => "partition table",
+            Table::Members => "member table",
+            Table::Permits => "permit table",
+        }
+    }
 }
 
 pub(crate) fn ttl_ms(ttl: Duration) -> i64 {

@@ -3,8 +3,7 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use super::markdown::verdict;
-use super::{Report, fmt_dur};
+use super::{Report, fmt_dur, verdict};
 use crate::cli::Backend;
 use crate::handover::{Mode, quantile, secs};
 

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use lease_core::backend::BatchRenew;
 
-use super::{Report, fmt_dur, fmt_rate};
+use super::{Report, fmt_dur, fmt_rate, verdict};
 use crate::cli::Backend;
 use crate::peers::{Kind, SubjectId};
 use crate::stats::{Spread, Summary};
@@ -426,10 +426,6 @@ fn contention(r: &Report, s: &mut String) {
         );
     }
     s.push('\n');
-}
-
-pub(super) fn verdict(ok: bool) -> &'static str {
-    if ok { "met" } else { "**missed**" }
 }
 
 fn targets(r: &Report, s: &mut String) {

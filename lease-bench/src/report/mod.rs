@@ -121,6 +121,11 @@ pub(crate) fn fmt_rate(r: f64) -> String {
     out
 }
 
+/// A target's verdict in the report's tables: met, or missed (in bold).
+fn verdict(ok: bool) -> &'static str {
+    if ok { "met" } else { "**missed**" }
+}
+
 /// A duration in the unit that suits it.
 pub(crate) fn fmt_dur(d: Duration) -> String {
     let us = d.as_secs_f64() * 1e6;

@@ -13,7 +13,7 @@ use sqlx::query::Query;
 
 use super::MySqlStore;
 use crate::leases::LeaseDriver;
-use crate::partitions::Table;
+use crate::store::Table;
 use crate::store::{SqlStore, Token, raw_conn, with_conn};
 
 /// `LAST_INSERT_ID()` as a term or epoch: 0 means no row matched (or the lease was held).

@@ -9,7 +9,8 @@ use sqlx::MySql;
 
 use super::MySqlStore;
 use crate::membership::MemberDriver;
-use crate::partitions::{Table, group_conn};
+use crate::partitions::group_conn;
+use crate::store::Table;
 
 /// A member as read: node, address and group list as bytes (binary columns), time left.
 type MemberRow = (Vec<u8>, Vec<u8>, Vec<u8>, i64);

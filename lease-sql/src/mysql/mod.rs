@@ -20,7 +20,8 @@ use sqlx::MySql;
 use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
 
 use crate::config::SqlConfig;
-use crate::partitions::{Table, group_conn};
+use crate::partitions::group_conn;
+use crate::store::Table;
 use crate::store::{ColumnInfo, SqlStore, split_table, with_conn};
 use crate::wire::schema::Dialect;
 

@@ -10,7 +10,8 @@ use sqlx::{MySql, Row};
 
 use super::MySqlStore;
 use super::leases::inserted;
-use crate::partitions::{PartitionDriver, Table, group_conn};
+use crate::partitions::{PartitionDriver, group_conn};
+use crate::store::Table;
 use crate::wire::{GROUP_MARKER, OWNER_MARKER, PARTITIONS_MARKER, TTL_MARKER};
 
 /// A string as a MySQL hex literal (`X'6a6f62'`): a binary string whatever the session's

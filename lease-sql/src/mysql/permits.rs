@@ -11,8 +11,9 @@ use sqlx::{MySql, Row};
 use super::MySqlStore;
 use super::leases::inserted;
 use super::partitions::{hex_literal, raw_execute, raw_rows};
-use crate::partitions::{Table, group_conn};
+use crate::partitions::group_conn;
 use crate::permits::PermitDriver;
+use crate::store::Table;
 use crate::wire::{COUNT_MARKER, HOLDER_MARKER, INSTANCE_MARKER, NAME_MARKER, TTL_MARKER};
 
 /// The claim's template filled in: the name, holder and instance as hex literals, the count and

@@ -18,9 +18,10 @@ use sqlx::Postgres;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 
 use crate::config::SqlConfig;
-use crate::partitions::{Table, group_conn};
+use crate::partitions::group_conn;
 use crate::shared::Returning;
 use crate::slots::Finish;
+use crate::store::Table;
 use crate::store::{ColumnInfo, SqlStore, split_table, with_conn};
 use crate::wire::schema::Dialect;
 

@@ -5,7 +5,8 @@
 use lease_core::Result;
 
 use super::PostgresStore;
-use crate::partitions::{Table, group_conn};
+use crate::partitions::group_conn;
+use crate::store::Table;
 
 /// How many times a claim is sent whose snapshot a concurrent claim of the same name made
 /// stale. Each stale answer means another claim of the name was granted in between, so the

@@ -231,13 +231,13 @@ impl SqlStore<Sqlite> {
     /// boot clock have written it before they existed, its wall-clock expiries converted (live
     /// leases keep the time they had left). Both are idempotent: two processes may run them at
     /// once.
-    pub(super) async fn group_boot_clock(&self, table: crate::partitions::Table) -> Result<()> {
+    pub(super) async fn group_boot_clock(&self, table: crate::store::Table) -> Result<()> {
         let suffix = match table {
-            crate::partitions::Table::Partitions => crate::config::PARTITIONS_SUFFIX,
-            crate::partitions::Table::Members => crate::config::MEMBERS_SUFFIX,
+            crate::store::Table::Partitions => crate::config::PARTITIONS_SUFFIX,
+            crate::store::Table::Members => crate::config::MEMBERS_SUFFIX,
             // No lease-sql from before the boot clock knows the permit table: no process can
             // write it a wall-clock expiry, so it needs neither triggers nor a conversion.
-            crate::partitions::Table::Permits => return Ok(()),
+            crate::store::Table::Permits => return Ok(()),
         };
         if self.inner.config.ddl != crate::Ddl::Auto {
             return Ok(());

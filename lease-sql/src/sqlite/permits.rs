@@ -5,8 +5,9 @@
 use lease_core::Result;
 
 use super::SqliteStore;
-use crate::partitions::{Table, group_conn};
+use crate::partitions::group_conn;
 use crate::permits::{Decision, Seen, decide};
+use crate::store::Table;
 
 /// The permit and term granted, `None` when full. A write (`group_conn!(write …)`): `BEGIN
 /// IMMEDIATE` takes the file's write lock first and the clock is read after it, so the
