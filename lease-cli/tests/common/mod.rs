@@ -284,7 +284,7 @@ pub(crate) fn json_u64(json: &str, field: &str) -> Option<u64> {
 
 /// The log filter that makes `lease` say on stderr each time a claim finds the name held
 /// (lease-core's debug line "lease is held by another holder"), besides its usual warnings.
-pub(crate) const LOG_HELD: &str = "warn,lease_core::coordinator=debug";
+pub(crate) const LOG_HELD: &str = "warn,lease_core::engine::coordinator=debug";
 
 /// What `lease` logs (with [`LOG_HELD`]) when a claim of its finds the name held: from then on
 /// a `--wait` is waiting.
