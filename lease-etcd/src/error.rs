@@ -138,6 +138,22 @@ impl Site<'_> {
         )
     }
 
+    /// A key that moved onto another etcd lease `tries` times in a row while a listing asked
+    /// about its lease (a holder renewing faster than the listing reads): temporary, nothing
+    /// was written.
+    pub(crate) fn moving(&self, key: &[u8], tries: usize) -> Error {
+        self.attach(
+            Error::new(
+                ErrorKind::Backend,
+                self.say(format_args!(
+                    "the key {:?} moved onto another etcd lease {tries} times while it was                      read; try again",
+                    String::from_utf8_lossy(key)
+                )),
+            )
+            .with_temporary(true),
+        )
+    }
+
     /// An answer that lacks what every etcd answer carries.
     pub(crate) fn malformed(&self, what: &str) -> Error {
         self.attach(Error::new(

@@ -32,6 +32,28 @@ pub(crate) fn term_of(kv: &KeyValue) -> u64 {
 }
 
 impl EtcdStore {
+    /// The time left on the holding at `kv`, held by `holder`, for a read-back of it: its etcd
+    /// lease's, or, when that lease is gone because the key moved onto another meanwhile
+    /// ([`EtcdStore::live`]), the new lease's — if the key still holds the same holding
+    /// (`holder`'s, the same term). `None`: the holding is gone.
+    pub(crate) async fn held_time_left(
+        &self,
+        site: Site<'_>,
+        kv: &KeyValue,
+        holder: &HolderToken,
+    ) -> Result<Option<Duration>> {
+        if let Some(left) = self.time_left(site, kv.lease()).await? {
+            return Ok(Some(left));
+        }
+        Ok(self
+            .followed(site, kv.clone())
+            .await?
+            .filter(|(now, _)| {
+                held_by(now, holder) && now.create_revision() == kv.create_revision()
+            })
+            .map(|(_, left)| left))
+    }
+
     pub(crate) fn key(&self, name: &str) -> Vec<u8> {
         keys::lease(&self.inner.prefix, name)
     }
@@ -305,7 +327,7 @@ impl LeaseStore for EtcdStore {
                 lock(&self.inner.known).insert(name, holder, Held { term, ..held });
                 held.since.remaining(held.bound)
             }
-            None => match self.time_left(site, kv.lease()).await? {
+            None => match self.held_time_left(site, &kv, holder).await? {
                 Some(left) => left,
                 None => return Ok(None),
             },
@@ -319,12 +341,19 @@ impl LeaseStore for EtcdStore {
         let Some(kv) = self.get_key(site, &self.key(name)).await? else {
             return Ok(None);
         };
-        let value = Self::decode(site, &kv)?;
         let known = lock(&self.inner.known).by_lease(name, kv.lease());
-        let left = match known {
-            Some(held) => Some(held.since.remaining(held.bound)),
-            None => self.time_left_of(site, kv.lease()).await?,
+        let (kv, left) = match known {
+            Some(held) => (kv, Some(held.since.remaining(held.bound))),
+            None => match self.time_left_of(site, kv.lease()).await? {
+                Some(left) => (kv, Some(left)),
+                // Gone, or the key moved onto another etcd lease since it was read.
+                None => match self.followed(site, kv.clone()).await? {
+                    Some((now, left)) => (now, Some(left)),
+                    None => (kv, None),
+                },
+            },
         };
+        let value = Self::decode(site, &kv)?;
         Ok(Some(LeaseInfo {
             name: name.to_owned(),
             instance: value.instance,

@@ -58,30 +58,21 @@ impl MembershipStore for EtcdStore {
         let service_prefix = keys::members(&self.inner.prefix, service);
         let kvs = self.range(site, &service_prefix).await?;
         let mut found = Vec::new();
-        for kv in &kvs {
+        for (kv, expires_in) in self.live(site, kvs).await? {
             let Some(node) = keys::member_of(&service_prefix, kv.key()) else {
                 continue;
             };
             let Some((address, groups)) = decode_member(kv.value()) else {
                 return Err(site.foreign_value(kv.key()));
             };
-            found.push((node, address, groups, kv.lease()));
+            found.push(Member {
+                node,
+                address,
+                groups,
+                expires_in,
+            });
         }
-        let left = self
-            .times_left(site, found.iter().map(|(_, _, _, lease)| *lease))
-            .await?;
-        Ok(found
-            .into_iter()
-            .filter_map(|(node, address, groups, lease)| {
-                let expires_in = (*left.get(&lease)?)?;
-                Some(Member {
-                    node,
-                    address,
-                    groups,
-                    expires_in,
-                })
-            })
-            .collect())
+        Ok(found)
     }
 
     async fn leave(&self, service: &str, node: &str) -> Result<bool> {

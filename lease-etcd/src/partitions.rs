@@ -312,29 +312,20 @@ impl PartitionStore for EtcdStore {
         let group_prefix = keys::partitions(&self.inner.prefix, group);
         let kvs = self.range(site, &group_prefix).await?;
         let mut found = Vec::new();
-        for kv in &kvs {
+        for (kv, expires_in) in self.live(site, kvs).await? {
             let Some(partition) = keys::partition_of(&group_prefix, kv.key()) else {
                 continue;
             };
             let Some(owner) = decode_part(kv.value()) else {
                 return Err(site.foreign_value(kv.key()));
             };
-            found.push((partition, owner, kv.lease(), term_of(kv)));
+            found.push(PartitionLease {
+                partition,
+                owner,
+                epoch: term_of(&kv),
+                expires_in,
+            });
         }
-        let left = self
-            .times_left(site, found.iter().map(|&(_, _, lease, _)| lease))
-            .await?;
-        Ok(found
-            .into_iter()
-            .filter_map(|(partition, owner, lease, epoch)| {
-                let expires_in = (*left.get(&lease)?)?;
-                Some(PartitionLease {
-                    partition,
-                    owner,
-                    epoch,
-                    expires_in,
-                })
-            })
-            .collect())
+        Ok(found)
     }
 }

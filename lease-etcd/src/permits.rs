@@ -253,7 +253,7 @@ impl EtcdStore {
         let Some((permit, kv)) = permits.into_iter().find(|(_, kv)| held_by(kv, holder)) else {
             return Ok(None);
         };
-        let Some(left) = self.time_left(site, kv.lease()).await? else {
+        let Some(left) = self.held_time_left(site, kv, holder).await? else {
             return Ok(None);
         };
         Ok(Some(PermitGrant {
@@ -266,20 +266,19 @@ impl EtcdStore {
     }
 
     /// [`LeaseStore::permits`](lease_core::LeaseStore::permits): a range read, then
-    /// `LeaseTimeToLive` of every etcd lease found, together. etcd deletes a permit's key when
-    /// it is released or its TTL runs out, so every record listed is live.
+    /// `LeaseTimeToLive` of every etcd lease found, together ([`EtcdStore::live`], which
+    /// follows a key that moved onto another etcd lease meanwhile). etcd deletes a permit's key
+    /// when it is released or its TTL runs out, so every record listed is live.
     pub(crate) async fn list_counted(&self, name: &str) -> Result<Vec<PermitInfo>> {
         check::name(self, name)?;
         let site = self.site(Operation::Permits, name);
         let prefix = keys::permits(&self.inner.prefix, name);
         let snapshot = self.read_permits(site, &prefix).await?;
-        let permits = Self::permit_kvs(site, &prefix, &snapshot.kvs)?;
-        let left = self
-            .times_left(site, permits.iter().map(|(_, kv)| kv.lease()))
-            .await?;
-        let mut out = Vec::with_capacity(permits.len());
-        for (permit, kv) in permits {
-            let Some(Some(expires_in)) = left.get(&kv.lease()).copied() else {
+        // Every key under the prefix is a permit this store wrote.
+        Self::permit_kvs(site, &prefix, &snapshot.kvs)?;
+        let mut out = Vec::with_capacity(snapshot.kvs.len());
+        for (kv, expires_in) in self.live(site, snapshot.kvs).await? {
+            let Some(permit) = keys::partition_of(&prefix, kv.key()) else {
                 continue;
             };
             let value =
@@ -287,7 +286,7 @@ impl EtcdStore {
             out.push(PermitInfo {
                 permit,
                 instance: value.instance,
-                term: term_of(kv),
+                term: term_of(&kv),
                 live: true,
                 expires_in,
             });

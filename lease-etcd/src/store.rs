@@ -26,6 +26,10 @@ use crate::sessions::Sessions;
 /// that a renewal opens a stream for its one exchange and closes it.
 const MAX_KEEPERS: usize = 4096;
 
+/// How many etcd leases a listing follows one key onto ([`EtcdStore::live`]) before it answers
+/// a temporary error.
+pub(crate) const MOVED_TRIES: usize = 3;
+
 /// A lease store on etcd v3.
 ///
 /// One key per name under the configured prefix; each claim grants an etcd lease and attaches
@@ -435,6 +439,63 @@ impl EtcdStore {
             .zip(answers)
             .map(|(id, a)| a.map(|a| (id, a)))
             .collect()
+    }
+
+    /// The key-values of a listing that hang on a live etcd lease, each with the time left on
+    /// it, in the listing's order.
+    ///
+    /// A listing reads the keys, then asks about their etcd leases: between the two a key can
+    /// move onto another etcd lease (a heartbeat, a renewal onto a longer lease, a new partition
+    /// session) and the lease it was read on be revoked. "Gone" for the lease read then says
+    /// nothing about the key, which is live on its new lease. So a key whose lease answered
+    /// gone is read again, linearizably: absent, or still on that lease (etcd is deleting it
+    /// with its lease), it is left out; on another lease, that lease is asked about, and so on,
+    /// at most [`MOVED_TRIES`] times before a temporary error (never a listing without a live
+    /// key).
+    pub(crate) async fn live(
+        &self,
+        site: Site<'_>,
+        kvs: Vec<KeyValue>,
+    ) -> Result<Vec<(KeyValue, Duration)>> {
+        let left = self
+            .times_left(site, kvs.iter().map(KeyValue::lease))
+            .await?;
+        let mut out = Vec::with_capacity(kvs.len());
+        for kv in kvs {
+            match left.get(&kv.lease()).copied().flatten() {
+                Some(time) => out.push((kv, time)),
+                None if kv.lease() == 0 => {}
+                None => {
+                    if let Some(moved) = self.followed(site, kv).await? {
+                        out.push(moved);
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// A key read on an etcd lease that answered gone, followed onto the leases it moved to
+    /// ([`live`](Self::live)).
+    pub(crate) async fn followed(
+        &self,
+        site: Site<'_>,
+        kv: KeyValue,
+    ) -> Result<Option<(KeyValue, Duration)>> {
+        let mut gone = kv.lease();
+        for _ in 0..MOVED_TRIES {
+            let Some(now) = self.get_key(site, kv.key()).await? else {
+                return Ok(None);
+            };
+            if now.lease() == gone || now.lease() == 0 {
+                return Ok(None);
+            }
+            match self.time_left(site, now.lease()).await? {
+                Some(time) => return Ok(Some((now, time))),
+                None => gone = now.lease(),
+            }
+        }
+        Err(site.moving(kv.key(), MOVED_TRIES))
     }
 
     /// The key-value at `key`, by a linearizable read.

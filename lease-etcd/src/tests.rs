@@ -177,3 +177,111 @@ async fn a_renewal_whose_longer_etcd_lease_ended_before_the_move_landed_answers_
         .expect("the lease is still held");
     assert_eq!(renewed.term, grant.term);
 }
+
+/// Polls until etcd says lease `id` is gone (the old lease of a key that moved is revoked in
+/// the background).
+async fn until_gone(store: &EtcdStore, id: i64) {
+    let site = store.site(Operation::Members, "svc");
+    let since = Instant::now();
+    while store.time_left(site, id).await.unwrap().is_some() {
+        assert!(
+            since.elapsed() < Duration::from_secs(5),
+            "etcd lease {id} never ended"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A member read while its heartbeat moved it onto a new etcd lease (and the old one was
+/// revoked between the listing's range read and its question about the lease) is listed: the
+/// old lease's "gone" said nothing about the member. Before `live` followed moved keys, such a
+/// member was left out of `members` — a live node missing from the other workers' views, and
+/// the assignment came apart without a fault.
+#[tokio::test]
+async fn a_member_that_moved_onto_a_new_etcd_lease_while_it_was_listed_is_listed() {
+    use lease_core::MembershipStore;
+    let Some(store) = store().await else {
+        return;
+    };
+    let ttl = Duration::from_secs(5);
+    let groups = vec!["g".to_owned()];
+    store
+        .heartbeat("svc", "n1", "addr", ttl, &groups)
+        .await
+        .unwrap();
+    let site = store.site(Operation::Members, "svc");
+    let prefix = crate::wire::keys::members(&store.inner.prefix, "svc");
+    let read = store.range(site, &prefix).await.unwrap();
+    assert_eq!(read.len(), 1);
+    let old = read[0].lease();
+    // The next heartbeat: the key moves onto a new etcd lease, the old one is revoked.
+    store
+        .heartbeat("svc", "n1", "addr", ttl, &groups)
+        .await
+        .unwrap();
+    until_gone(&store, old).await;
+    let listed = store.live(site, read).await.unwrap();
+    assert_eq!(listed.len(), 1, "a live member that moved was left out");
+    assert_ne!(listed[0].0.lease(), old);
+    assert!(listed[0].1 > Duration::ZERO);
+
+    // A member that left is not followed anywhere.
+    let read = store.range(site, &prefix).await.unwrap();
+    store.leave("svc", "n1").await.unwrap();
+    until_gone(&store, read[0].lease()).await;
+    assert!(store.live(site, read).await.unwrap().is_empty());
+}
+
+/// A read-back of a holding whose key a renewal moved onto a longer etcd lease, after the old
+/// one was revoked, finds the holding — its holder's, its term — and nobody else's.
+#[tokio::test]
+async fn a_read_back_follows_a_holding_moved_onto_a_longer_etcd_lease() {
+    let Some(store) = store().await else {
+        return;
+    };
+    let holder = HolderToken::mint();
+    let grant = store
+        .claim("job", &holder, "a", Duration::from_secs(1))
+        .await
+        .unwrap()
+        .unwrap();
+    let site = store.site(Operation::Verify, "job");
+    let read = store
+        .get_key(site, &store.key("job"))
+        .await
+        .unwrap()
+        .unwrap();
+    let renewed = store
+        .renew("job", &holder, Duration::from_secs(10))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(renewed.term, grant.term);
+    let now = store
+        .get_key(site, &store.key("job"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_ne!(
+        now.lease(),
+        read.lease(),
+        "the renewal did not move the key"
+    );
+    until_gone(&store, read.lease()).await;
+    assert!(
+        store
+            .held_time_left(site, &read, &holder)
+            .await
+            .unwrap()
+            .is_some_and(|left| left > Duration::from_secs(1)),
+        "the moved holding was read back as gone"
+    );
+    assert_eq!(
+        store
+            .held_time_left(site, &read, &HolderToken::mint())
+            .await
+            .unwrap(),
+        None,
+        "another holder's read-back adopted the holding"
+    );
+}
