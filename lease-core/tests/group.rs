@@ -872,3 +872,30 @@ async fn a_graceful_leave_is_taken_over_at_the_hint() {
     b.leave().await.unwrap();
     audit.assert_clean();
 }
+
+/// A store slower than the tick still gets the share acquired: here each member read takes
+/// longer than `renew_every` (but less than the attempt timeout), so every tick's member read
+/// alone outlasts the tick. The acquires get a tick's time of their own after it, so the worker
+/// holds its share within the settle time plus the read, not never.
+#[tokio::test(start_paused = true)]
+async fn a_tick_longer_than_renew_every_still_acquires() {
+    let store = MemoryStore::new();
+    let audit = AssignmentAudit::new();
+    let t = Timings::from_lease(Duration::from_millis(1500)).unwrap();
+    let pause = t.renew_every() + t.renew_every() / 2;
+    assert!(pause < t.attempt_timeout());
+    let slow = store.clone().with_hook(SlowMembers {
+        pause,
+        reads: Arc::new(tokio::sync::watch::Sender::new(0)),
+    });
+    let a = GroupWorker::builder(slow, GROUP, N)
+        .node("a")
+        .timings(t)
+        .start()
+        .await
+        .unwrap();
+    audit.watch("a", a.assignment(), STEP);
+    settle(&[&a], GroupWorker::settle_time(&t) + pause, "a slow store").await;
+    a.leave().await.unwrap();
+    audit.assert_clean();
+}

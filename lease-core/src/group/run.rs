@@ -191,7 +191,7 @@ impl Run {
             }
             tokio::select! {
                 () = stop.cancelled() => return self.leave().await,
-                () = self.tick(next) => {}
+                () = self.tick() => {}
             }
         }
     }
@@ -235,7 +235,7 @@ impl Run {
         }
     }
 
-    async fn tick(&mut self, next: Deadline) {
+    async fn tick(&mut self) {
         let lease = self.timings.lease();
         let beat = self.store.heartbeat(
             &self.service,
@@ -300,7 +300,7 @@ impl Run {
         }
         let mine = self.share.clone();
         self.give_up(&mine).await;
-        self.acquire(&mine, next).await;
+        self.acquire(&mine).await;
         self.publish();
         self.check_settled();
     }
@@ -549,10 +549,12 @@ impl Run {
         }
     }
 
-    /// Acquires the partitions of this node's share it neither holds nor drains, until the
-    /// tick's time is up or the store fails. An acquire without an answer is read back by the
-    /// next renewal.
-    async fn acquire(&mut self, mine: &BTreeSet<u32>, next: Deadline) {
+    /// Acquires the partitions of this node's share it neither holds nor drains, one after
+    /// another, until one tick's time (`renew_every`) has passed since the first or the store
+    /// fails. That time counts from the first acquire, not from the tick's start, so a tick
+    /// whose heartbeat, member read and renewals outlast `renew_every` (a slow store) still
+    /// acquires. An acquire without an answer is read back by the next renewal.
+    async fn acquire(&mut self, mine: &BTreeSet<u32>) {
         let wanted: Vec<u32> = mine
             .iter()
             .filter(|p| {
@@ -567,8 +569,9 @@ impl Run {
         // A new holding's deadline is later than every held one: the earliest stays put until
         // something lapses.
         let mut cut = self.earliest_deadline();
+        let until = Deadline::in_(self.timings.renew_every());
         for p in wanted {
-            if next.has_passed() {
+            if until.has_passed() {
                 break;
             }
             if cut.is_some_and(|c| c.has_passed()) {
