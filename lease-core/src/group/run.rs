@@ -626,7 +626,7 @@ impl Run {
     /// Acquires the partitions of this node's share it neither holds nor drains, one after
     /// another, until one tick's time (`renew_every`) has passed since the first or the store
     /// fails. That time counts from the first acquire, not from the tick's start, so a tick
-    /// whose heartbeat, member read and renewals outlast `renew_every` (a slow store) still
+    /// whose member read, renewals and releases outlast `renew_every` (a slow store) still
     /// acquires. An acquire without an answer is read back by the next renewal.
     async fn acquire(&mut self, mine: &BTreeSet<u32>) {
         let wanted: Vec<u32> = mine
