@@ -872,3 +872,186 @@ async fn a_graceful_leave_is_taken_over_at_the_hint() {
     b.leave().await.unwrap();
     audit.assert_clean();
 }
+
+/// A store slower than the tick still gets the share acquired: here each member read takes
+/// longer than `renew_every` (but less than the attempt timeout), so every tick's member read
+/// alone outlasts the tick. The acquires get a tick's time of their own after it, so the worker
+/// holds its share within the settle time plus the read, not never.
+#[tokio::test(start_paused = true)]
+async fn a_tick_longer_than_renew_every_still_acquires() {
+    let store = MemoryStore::new();
+    let audit = AssignmentAudit::new();
+    let t = Timings::from_lease(Duration::from_millis(1500)).unwrap();
+    let pause = t.renew_every() + t.renew_every() / 2;
+    assert!(pause < t.attempt_timeout());
+    let slow = store.clone().with_hook(SlowMembers {
+        pause,
+        reads: Arc::new(tokio::sync::watch::Sender::new(0)),
+    });
+    let a = GroupWorker::builder(slow, GROUP, N)
+        .node("a")
+        .timings(t)
+        .start()
+        .await
+        .unwrap();
+    audit.watch("a", a.assignment(), STEP);
+    settle(&[&a], GroupWorker::settle_time(&t) + pause, "a slow store").await;
+    a.leave().await.unwrap();
+    audit.assert_clean();
+}
+
+/// Holds back the answers of heartbeats, member reads and acquires for `pause` after the store
+/// carried them out (a slow store), and records when each heartbeat reached the store.
+#[derive(Debug, Clone)]
+struct SlowAnswers {
+    pause: Duration,
+    beats: Arc<Mutex<Vec<Instant>>>,
+}
+
+impl Hook for SlowAnswers {
+    fn around<'a, T: Send + 'static>(&'a self, call: Call<'a>, op: Answer<'a, T>) -> Answer<'a, T> {
+        let beat = call.operation == Operation::Heartbeat;
+        if !beat
+            && !matches!(
+                call.operation,
+                Operation::Members | Operation::AcquirePartition
+            )
+        {
+            return op;
+        }
+        let (pause, beats) = (self.pause, Arc::clone(&self.beats));
+        Box::pin(async move {
+            let answer = op.await;
+            if beat {
+                beats.lock().unwrap().push(Instant::now());
+            }
+            sleep(pause).await;
+            answer
+        })
+    }
+}
+
+/// The member record is refreshed on a schedule of its own, whatever a tick takes. Here the
+/// heartbeat, the member read and each acquire answer just within the attempt timeout, so a
+/// tick that acquires lasts about three of those; the heartbeats still reach the store at most
+/// `renew_every + attempt_timeout` apart (here one slow answer apart), well within the member
+/// record's lifetime (`lease`).
+#[tokio::test(start_paused = true)]
+async fn heartbeats_keep_their_cadence_while_a_tick_is_slow() {
+    let store = MemoryStore::new();
+    let audit = AssignmentAudit::new();
+    let t = timings();
+    let pause = t.attempt_timeout() - Duration::from_millis(200);
+    let hook = SlowAnswers {
+        pause,
+        beats: Arc::default(),
+    };
+    let slow = store.clone().with_hook(hook.clone());
+    let a = GroupWorker::builder(slow, GROUP, N)
+        .node("a")
+        .timings(t)
+        .start()
+        .await
+        .unwrap();
+    audit.watch("a", a.assignment(), STEP);
+    sleep(t.lease() * 4).await;
+    let beats = hook.beats.lock().unwrap().clone();
+    let widest = beats.windows(2).map(|w| w[1] - w[0]).max().unwrap();
+    println!(
+        "{} heartbeats, at most {widest:?} apart; a holds {} partitions",
+        beats.len(),
+        a.assignment().borrow().partitions.len()
+    );
+    let bound = t.renew_every() + t.attempt_timeout();
+    assert!(
+        widest <= bound,
+        "{widest:?} between two heartbeats reaching the store (bound {bound:?}; the member \
+         record lives {:?})",
+        t.lease()
+    );
+    assert!(beats.len() >= 10, "{} heartbeats", beats.len());
+    a.leave().await.unwrap();
+    audit.assert_clean();
+}
+
+/// Delays each heartbeat by `pause` on its way to the store (a request in transit), counting
+/// those that began, and logs heartbeats and leaves in the order the store carried them out.
+#[derive(Debug, Clone)]
+struct LateBeats {
+    pause: Duration,
+    begun: Arc<tokio::sync::watch::Sender<u64>>,
+    log: Arc<Mutex<Vec<(Operation, Instant)>>>,
+}
+
+impl Hook for LateBeats {
+    fn around<'a, T: Send + 'static>(&'a self, call: Call<'a>, op: Answer<'a, T>) -> Answer<'a, T> {
+        let operation = call.operation;
+        let pause = match operation {
+            Operation::Heartbeat => self.pause,
+            Operation::Leave => Duration::ZERO,
+            _ => return op,
+        };
+        if operation == Operation::Heartbeat {
+            self.begun.send_modify(|n| *n += 1);
+        }
+        let log = Arc::clone(&self.log);
+        Box::pin(async move {
+            sleep(pause).await;
+            let answer = op.await;
+            log.lock().unwrap().push((operation, Instant::now()));
+            answer
+        })
+    }
+}
+
+/// A leave ends the membership only after the heartbeats stopped: a heartbeat on its way to the
+/// store when the leave is asked for gets there first (it is let finish), and none gets there
+/// after the leave, which would put the node back on the member list until its record expires.
+#[tokio::test(start_paused = true)]
+async fn no_heartbeat_reaches_the_store_after_the_leave() {
+    let store = MemoryStore::new();
+    let audit = AssignmentAudit::new();
+    let t = timings();
+    let hook = LateBeats {
+        pause: t.renew_every() / 2,
+        begun: Arc::new(tokio::sync::watch::Sender::new(0)),
+        log: Arc::default(),
+    };
+    let late = store.clone().with_hook(hook.clone());
+    let a = GroupWorker::builder(late, GROUP, N)
+        .node("a")
+        .timings(t)
+        .start()
+        .await
+        .unwrap();
+    audit.watch("a", a.assignment(), STEP);
+    settle(&[&a], GroupWorker::settle_time(&t), "start").await;
+    // Half-way through a heartbeat's way to the store.
+    let mut begun = hook.begun.subscribe();
+    begun.borrow_and_update();
+    begun.changed().await.unwrap();
+    sleep(hook.pause / 2).await;
+    let asked = Instant::now();
+    a.leave().await.unwrap();
+    // Anything still on its way has landed by now.
+    sleep(t.lease()).await;
+    let log = hook.log.lock().unwrap().clone();
+    let first_leave = log
+        .iter()
+        .position(|(op, _)| *op == Operation::Leave)
+        .expect("the leave reached the store");
+    assert!(
+        log[first_leave..]
+            .iter()
+            .all(|(op, _)| *op == Operation::Leave),
+        "a heartbeat reached the store after the leave: {log:?}"
+    );
+    assert!(
+        log[..first_leave]
+            .iter()
+            .any(|(op, at)| *op == Operation::Heartbeat && *at > asked),
+        "the heartbeat in flight at the leave was not let finish: {log:?}"
+    );
+    assert!(store.members(GROUP).await.unwrap().is_empty());
+    audit.assert_clean();
+}

@@ -12,7 +12,7 @@ use super::assignment::{AckBox, Assignment, StopAck};
 use super::owners::Owners;
 use super::run::{Run, Start};
 use crate::backend::check;
-use crate::clock::Deadline;
+use crate::clock::{Deadline, Stamp};
 use crate::store::error::{Error, Result};
 use crate::store::membership::GroupStore;
 use crate::store::membership::MembershipStore;
@@ -108,6 +108,7 @@ impl GroupWorkerBuilder {
         let store = self.store;
         check::heartbeat(&*store, &service, &node, &self.address, lease, &groups)?;
         check::acquire_partition(&*store, &self.group, &owner, lease)?;
+        let began = Stamp::now();
         let attempt = Deadline::in_(self.timings.attempt_timeout());
         tokio::select! {
             biased;
@@ -126,7 +127,7 @@ impl GroupWorkerBuilder {
         let acks = Arc::new(AckBox::default());
         // Subscribed before the first tick, so no change after it is missed.
         let hints = store.changes(&Topic::group(self.group.as_str()));
-        let run = Run::new(Start {
+        let (run, beats) = Run::new(Start {
             store,
             group: self.group.clone(),
             service: service.clone(),
@@ -140,8 +141,10 @@ impl GroupWorkerBuilder {
             acks: Arc::clone(&acks),
             tx,
             hints,
+            // The worker's heartbeats go on from this one, `renew_every` apart.
+            first_beat: began.deadline_after(self.timings.renew_every()),
         });
-        let task = tokio::spawn(run.run(stop.clone()));
+        let task = tokio::spawn(run.run(beats, stop.clone()));
         info!(group = %self.group, %service, %node, %owner, "group worker started");
         Ok(GroupWorker {
             rx,
@@ -351,7 +354,7 @@ impl GroupWorker {
 
     /// How long the assignment takes to settle after a member crashes (or hangs, or loses the
     /// store): its membership and its partition leases expire within `lease` of its last
-    /// successful tick, then the others settle as after a leave.
+    /// successful heartbeat and renewal, then the others settle as after a leave.
     pub fn crash_settle_time(timings: &Timings) -> std::time::Duration {
         timings.lease() + Self::settle_time(timings)
     }

@@ -1,23 +1,27 @@
 //! The group worker: a group's partitions spread over the live members of a service.
 //!
-//! A [`GroupWorker`] runs one node's part. On every tick (the timings' `renew_every`) it
+//! A [`GroupWorker`] runs one node's part. It heartbeats its membership of the service, serving
+//! the group, for the lease duration, every `renew_every` on a schedule of its own: a heartbeat
+//! does not wait for a tick, so a slow tick does not let the member record lapse (while the
+//! store answers, the record is refreshed at most `renew_every + attempt_timeout` apart). On
+//! every tick (the timings' `renew_every`, or longer when the store is slow) it
 //!
-//! 1. heartbeats its membership of the service, serving the group, for the lease duration;
-//! 2. reads the live members that serve the group (its own node always counts);
-//! 3. computes its fair share with rendezvous hashing ([`assign`](assign())) when the member list
+//! 1. reads the live members that serve the group (its own node always counts);
+//! 2. computes its fair share with rendezvous hashing ([`assign`](assign())) when the member list
 //!    changed: every member computes the same assignment from the same member list, and a join
 //!    or a leave moves few partitions;
-//! 4. renews every partition it holds in one batch ([`PartitionStore::renew_partitions`](crate::PartitionStore::renew_partitions)),
+//! 3. renews every partition it holds in one batch ([`PartitionStore::renew_partitions`](crate::PartitionStore::renew_partitions)),
 //!    with the partitions still draining and a read-back of any acquire whose answer was lost
 //!    (adopted when still its share, released otherwise);
-//! 5. gives up the partitions that are no longer its: it takes them out of its published
+//! 4. gives up the partitions that are no longer its: it takes them out of its published
 //!    [`Assignment`] and lets them **drain** — still renewed, so no one else can acquire them —
 //!    until the consumer says it stopped ([`StopAck`]) or the timings' `grace` has passed,
 //!    whichever comes first; then it releases them and the successor takes them on its next
 //!    tick;
-//! 6. acquires the partitions of its share it neither holds nor drains (those still held by
-//!    their previous owner are tried again next tick);
-//! 7. publishes its assignment (partition → epoch) on a watch channel when it changed.
+//! 5. acquires the partitions of its share it neither holds nor drains (those still held by
+//!    their previous owner are tried again next tick), until `renew_every` has passed since
+//!    the first of them;
+//! 6. publishes its assignment (partition → epoch) on a watch channel when it changed.
 //!
 //! Between ticks it wakes at every local deadline, at the end of every drain's grace, and at
 //! every acknowledgement.
@@ -51,9 +55,10 @@
 //!
 //! - `lease` is how long a crashed member's partitions stay unowned before the others take them
 //!   over (plus up to three ticks). Shorter means faster takeover and more store writes.
-//! - `renew_every` is the tick: one heartbeat, one member read and one batch renewal per tick
-//!   per member, whatever the number of partitions, plus one acquire per partition that
-//!   changes hands. A join or a graceful leave settles within three ticks.
+//! - `renew_every` is the tick and the heartbeat's period: one heartbeat, one member read and
+//!   one batch renewal per `renew_every` per member, whatever the number of partitions, plus
+//!   one acquire per partition that changes hands. A join or a graceful leave settles within
+//!   three ticks.
 //! - `deadline`, `grace`: as for a single lease (see [`Timings`](crate::Timings)); the consumer of the
 //!   assignment must stop work on a partition within `grace` of its removal, and a hand-over
 //!   whose consumer does not acknowledge takes that long.

@@ -1,4 +1,5 @@
-//! The worker's task: heartbeat, watch members, renew, give up, acquire, publish.
+//! The worker's task: heartbeats on a schedule of their own and, beside them, ticks that watch
+//! members, renew, give up, acquire and publish.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -74,6 +75,76 @@ pub(super) struct Start {
     pub(super) acks: Arc<AckBox>,
     pub(super) tx: watch::Sender<Assignment>,
     pub(super) hints: Option<Wakeups>,
+    /// When the task's first heartbeat is due: `renew_every` after the start of the builder's.
+    pub(super) first_beat: Deadline,
+}
+
+/// The membership heartbeats of a worker, on a schedule of their own: one every `renew_every`
+/// from the start of the one before, each bounded by the attempt timeout, whatever the ticks are
+/// doing. A heartbeat that outlasts `renew_every` is followed by the next one at once, never
+/// overlapped by it; so while the store answers within the attempt timeout, the member record
+/// is refreshed at most `renew_every + attempt_timeout` apart, well within its lifetime
+/// (`lease`). A failed heartbeat is retried at the next beat, not sooner.
+pub(super) struct Heartbeats {
+    store: Arc<dyn GroupStore>,
+    group: String,
+    service: String,
+    node: String,
+    address: String,
+    groups: Vec<String>,
+    timings: Timings,
+    first: Deadline,
+}
+
+impl Heartbeats {
+    fn new(start: &Start) -> Heartbeats {
+        Heartbeats {
+            store: Arc::clone(&start.store),
+            group: start.group.clone(),
+            service: start.service.clone(),
+            node: start.node.clone(),
+            address: start.address.clone(),
+            groups: start.groups.clone(),
+            timings: start.timings,
+            first: start.first_beat,
+        }
+    }
+
+    /// Heartbeats until `stop`. A heartbeat under way when `stop` comes is let finish (or given
+    /// up at its attempt timeout) before this returns, so that a leave after it is not undone by
+    /// the heartbeat landing later — except one given up whose request still reaches the store.
+    async fn run(self, stop: &CancellationToken) {
+        let mut due = self.first;
+        loop {
+            tokio::select! {
+                biased;
+                () = stop.cancelled() => return,
+                () = due.reached() => {}
+            }
+            due = Deadline::in_(self.timings.renew_every());
+            self.beat().await;
+        }
+    }
+
+    async fn beat(&self) {
+        let attempt = self.timings.attempt_timeout();
+        let cut = Deadline::in_(attempt);
+        let op = self.store.heartbeat(
+            &self.service,
+            &self.node,
+            &self.address,
+            self.timings.lease(),
+            &self.groups,
+        );
+        let answer = tokio::select! {
+            biased;
+            r = op => r,
+            () = cut.reached() => Err(Error::timeout("heartbeat", attempt)),
+        };
+        if let Err(e) = answer {
+            warn!(group = %self.group, node = %self.node, error = %e, "heartbeat failed; retrying at the next beat");
+        }
+    }
 }
 
 pub(super) struct Run {
@@ -81,13 +152,11 @@ pub(super) struct Run {
     group: String,
     service: String,
     node: String,
-    address: String,
     /// The current generation's owner id: new acquires use it.
     owner: Owner,
     owners: Arc<Owners>,
     partitions: u32,
     timings: Timings,
-    groups: Vec<String>,
     held: BTreeMap<u32, Held>,
     draining: BTreeMap<u32, Draining>,
     /// Partitions whose acquire had no answer, with the owner id tried: read back by the next
@@ -125,18 +194,18 @@ fn earliest(deadlines: impl Iterator<Item = Deadline>) -> Option<Deadline> {
 }
 
 impl Run {
-    pub(super) fn new(start: Start) -> Run {
-        Run {
+    /// The worker's task and its heartbeats, from the builder's settings.
+    pub(super) fn new(start: Start) -> (Run, Heartbeats) {
+        let beats = Heartbeats::new(&start);
+        let run = Run {
             store: start.store,
             group: start.group,
             service: start.service,
             node: start.node,
-            address: start.address,
             owner: Arc::from(start.owner.as_str()),
             owners: start.owners,
             partitions: start.partitions,
             timings: start.timings,
-            groups: start.groups,
             held: BTreeMap::new(),
             draining: BTreeMap::new(),
             unsure: BTreeMap::new(),
@@ -149,10 +218,27 @@ impl Run {
             rebalancing: None,
             waiting: BTreeSet::new(),
             hints: start.hints,
-        }
+        };
+        (run, beats)
     }
 
-    pub(super) async fn run(mut self, stop: CancellationToken) -> Result<()> {
+    /// Runs the worker until `stop`, then leaves. The heartbeats run beside the ticks in this
+    /// task, so a slow tick does not delay them. On `stop` the assignment is emptied at once;
+    /// the membership ends only once the heartbeats have stopped and the one under way, if any,
+    /// finished or was given up at its attempt timeout, so that a heartbeat the store answers
+    /// never lands after the leave. That wait is the remaining time of one heartbeat at most.
+    /// A heartbeat given up may still land late: [`Run::leave`] ends the membership once more
+    /// at its end.
+    pub(super) async fn run(mut self, beats: Heartbeats, stop: CancellationToken) -> Result<()> {
+        tokio::join!(beats.run(&stop), async {
+            self.ticks(&stop).await;
+            self.withdraw();
+        });
+        self.leave().await
+    }
+
+    /// Ticks until `stop`: every `renew_every`, and at once (after a jitter) on a hint.
+    async fn ticks(&mut self, stop: &CancellationToken) {
         let acks = Arc::clone(&self.acks);
         let mut next = Deadline::in_(Duration::ZERO);
         loop {
@@ -161,7 +247,7 @@ impl Run {
             while !next.has_passed() {
                 let wake = self.next_wake().map_or(next, |w| w.min(next));
                 let hinted = tokio::select! {
-                    () = stop.cancelled() => return self.leave().await,
+                    () = stop.cancelled() => return,
                     () = acks.notify.notified() => false,
                     () = wake.reached() => false,
                     () = crate::engine::wait::next_hint(&mut self.hints) => true,
@@ -175,7 +261,7 @@ impl Run {
                     // worker of the group ask at the same instant). The tick's reads decide.
                     let spread = Deadline::in_(crate::engine::wait::hint_jitter(&self.timings));
                     tokio::select! {
-                        () = stop.cancelled() => return self.leave().await,
+                        () = stop.cancelled() => return,
                         () = spread.reached() => {}
                     }
                     break;
@@ -190,8 +276,8 @@ impl Run {
                 h.mark_seen();
             }
             tokio::select! {
-                () = stop.cancelled() => return self.leave().await,
-                () = self.tick(next) => {}
+                () = stop.cancelled() => return,
+                () = self.tick() => {}
             }
         }
     }
@@ -235,22 +321,10 @@ impl Run {
         }
     }
 
-    async fn tick(&mut self, next: Deadline) {
-        let lease = self.timings.lease();
-        let beat = self.store.heartbeat(
-            &self.service,
-            &self.node,
-            &self.address,
-            lease,
-            &self.groups,
-        );
-        if let Err(e) = self
-            .bounded("heartbeat", self.earliest_deadline(), beat)
-            .await
-        {
-            warn!(group = %self.group, node = %self.node, error = %e, "heartbeat failed; retrying next tick");
-        }
-        self.drop_lapsed();
+    /// One tick: read the members, renew, release what is due, give up, acquire, publish. The
+    /// heartbeat is not part of it (see [`Heartbeats`]): a tick may take longer than
+    /// `renew_every` on a slow store without the member record lapsing.
+    async fn tick(&mut self) {
         let members = self
             .bounded(
                 "members",
@@ -300,7 +374,7 @@ impl Run {
         }
         let mine = self.share.clone();
         self.give_up(&mine).await;
-        self.acquire(&mine, next).await;
+        self.acquire(&mine).await;
         self.publish();
         self.check_settled();
     }
@@ -549,10 +623,12 @@ impl Run {
         }
     }
 
-    /// Acquires the partitions of this node's share it neither holds nor drains, until the
-    /// tick's time is up or the store fails. An acquire without an answer is read back by the
-    /// next renewal.
-    async fn acquire(&mut self, mine: &BTreeSet<u32>, next: Deadline) {
+    /// Acquires the partitions of this node's share it neither holds nor drains, one after
+    /// another, until one tick's time (`renew_every`) has passed since the first or the store
+    /// fails. That time counts from the first acquire, not from the tick's start, so a tick
+    /// whose member read, renewals and releases outlast `renew_every` (a slow store) still
+    /// acquires. An acquire without an answer is read back by the next renewal.
+    async fn acquire(&mut self, mine: &BTreeSet<u32>) {
         let wanted: Vec<u32> = mine
             .iter()
             .filter(|p| {
@@ -567,8 +643,9 @@ impl Run {
         // A new holding's deadline is later than every held one: the earliest stays put until
         // something lapses.
         let mut cut = self.earliest_deadline();
+        let until = Deadline::in_(self.timings.renew_every());
         for p in wanted {
-            if next.has_passed() {
+            if until.has_passed() {
                 break;
             }
             if cut.is_some_and(|c| c.has_passed()) {
@@ -640,10 +717,9 @@ impl Run {
         });
     }
 
-    /// The graceful leave: an empty assignment and the membership ended at once; the partitions
-    /// drain (renewed) until their consumer acknowledged each stop or the grace has passed; then
-    /// every partition number of the group is released for this owner.
-    async fn leave(mut self) -> Result<()> {
+    /// The first step of the graceful leave, at `stop`: an empty assignment at once, every held
+    /// partition taken into the drain.
+    fn withdraw(&mut self) {
         telemetry::group_handed_over(&self.group, "leave", self.held.len());
         for (p, h) in std::mem::take(&mut self.held) {
             self.retire(p, h.epoch, h.owner, Some(h.deadline));
@@ -651,6 +727,14 @@ impl Run {
         self.view = None;
         self.share.clear();
         self.publish();
+    }
+
+    /// The rest of the graceful leave, once [`withdraw`](Run::withdraw) has emptied the
+    /// assignment and the heartbeats have stopped (never before: see [`Run::run`]): the
+    /// membership ended at once; the partitions drain (renewed) until their consumer
+    /// acknowledged each stop or the grace has passed; then every partition number of the group
+    /// is released for this owner.
+    async fn leave(mut self) -> Result<()> {
         let mut first_error = None;
         // The others rebalance while this node drains: they acquire as soon as it releases.
         let op = MembershipStore::leave(&*self.store, &self.service, &self.node);
@@ -698,9 +782,9 @@ impl Run {
                 }
             }
         }
-        // End the membership once more: a heartbeat of the tick that the leave cut short may
-        // have reached the store after the first leave (a dropped future's statement can still
-        // run) and put this node back on the member list until its record expires.
+        // End the membership once more: a heartbeat given up at its attempt timeout may have
+        // reached the store after the first leave (a dropped future's request can still land)
+        // and put this node back on the member list until its record expires.
         let op = MembershipStore::leave(&*self.store, &self.service, &self.node);
         if let Err(e) = self.bounded("leave", None, op).await {
             warn!(group = %self.group, node = %self.node, error = %e, "leave failed; the membership ends when its record expires");
