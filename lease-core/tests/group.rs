@@ -760,34 +760,6 @@ async fn a_late_release_does_not_end_a_later_holding() {
     audit.assert_clean();
 }
 
-/// Holds back each `members` answer for a while after the store read it, and counts the reads
-/// that started.
-#[derive(Debug, Clone)]
-struct SlowMembers {
-    pause: Duration,
-    reads: Arc<tokio::sync::watch::Sender<u64>>,
-}
-
-impl lease_core::layer::Hook for SlowMembers {
-    fn around<'a, T: Send + 'static>(
-        &'a self,
-        call: lease_core::layer::Call<'a>,
-        op: lease_core::layer::Answer<'a, T>,
-    ) -> lease_core::layer::Answer<'a, T> {
-        if call.operation != lease_core::layer::Operation::Members {
-            return op;
-        }
-        let pause = self.pause;
-        let reads = self.reads.clone();
-        Box::pin(async move {
-            let answer = op.await;
-            reads.send_modify(|n| *n += 1);
-            sleep(pause).await;
-            answer
-        })
-    }
-}
-
 /// A leave hinted while a worker's tick is under way (its member list read before the leave)
 /// wakes the worker for another tick at once: the hint is not taken as covered by the tick that
 /// read too early.
@@ -805,11 +777,8 @@ async fn a_leave_hinted_during_a_tick_is_not_lost() {
             .await
             .unwrap()
     }
-    let reads = Arc::new(tokio::sync::watch::Sender::new(0u64));
-    let slow = store.clone().with_hook(SlowMembers {
-        pause: Duration::from_secs(1),
-        reads: reads.clone(),
-    });
+    let hook = SlowAnswers::new(Duration::from_secs(1), &[Operation::Members]);
+    let slow = store.clone().with_hook(hook.clone());
     let a = start(store.clone(), "a", t).await;
     let b = start(slow, "b", t).await;
     audit.watch("a", a.assignment(), STEP);
@@ -822,7 +791,7 @@ async fn a_leave_hinted_during_a_tick_is_not_lost() {
     audit.consume("a", a.assignment(), plan);
     settle(&[&a, &b], GroupWorker::settle_time(&t), "start").await;
     // Right after b's tick read the members (a still one of them), a leaves.
-    let mut seen = reads.subscribe();
+    let mut seen = hook.done.subscribe();
     seen.borrow_and_update();
     seen.changed().await.unwrap();
     let left = Instant::now();
@@ -884,10 +853,9 @@ async fn a_tick_longer_than_renew_every_still_acquires() {
     let t = Timings::from_lease(Duration::from_millis(1500)).unwrap();
     let pause = t.renew_every() + t.renew_every() / 2;
     assert!(pause < t.attempt_timeout());
-    let slow = store.clone().with_hook(SlowMembers {
-        pause,
-        reads: Arc::new(tokio::sync::watch::Sender::new(0)),
-    });
+    let slow = store
+        .clone()
+        .with_hook(SlowAnswers::new(pause, &[Operation::Members]));
     let a = GroupWorker::builder(slow, GROUP, N)
         .node("a")
         .timings(t)
@@ -900,31 +868,35 @@ async fn a_tick_longer_than_renew_every_still_acquires() {
     audit.assert_clean();
 }
 
-/// Holds back the answers of heartbeats, member reads and acquires for `pause` after the store
-/// carried them out (a slow store), and records when each heartbeat reached the store.
+/// Holds back the answers of the `slow` operations for `pause` after the store carried them out
+/// (a slow store), and logs which of them the store carried out, and when.
 #[derive(Debug, Clone)]
 struct SlowAnswers {
     pause: Duration,
-    beats: Arc<Mutex<Vec<Instant>>>,
+    slow: &'static [Operation],
+    done: Arc<tokio::sync::watch::Sender<Vec<(Operation, Instant)>>>,
+}
+
+impl SlowAnswers {
+    fn new(pause: Duration, slow: &'static [Operation]) -> SlowAnswers {
+        SlowAnswers {
+            pause,
+            slow,
+            done: Arc::new(tokio::sync::watch::Sender::new(Vec::new())),
+        }
+    }
 }
 
 impl Hook for SlowAnswers {
     fn around<'a, T: Send + 'static>(&'a self, call: Call<'a>, op: Answer<'a, T>) -> Answer<'a, T> {
-        let beat = call.operation == Operation::Heartbeat;
-        if !beat
-            && !matches!(
-                call.operation,
-                Operation::Members | Operation::AcquirePartition
-            )
-        {
+        let operation = call.operation;
+        if !self.slow.contains(&operation) {
             return op;
         }
-        let (pause, beats) = (self.pause, Arc::clone(&self.beats));
+        let (pause, done) = (self.pause, Arc::clone(&self.done));
         Box::pin(async move {
             let answer = op.await;
-            if beat {
-                beats.lock().unwrap().push(Instant::now());
-            }
+            done.send_modify(|d| d.push((operation, Instant::now())));
             sleep(pause).await;
             answer
         })
@@ -942,10 +914,14 @@ async fn heartbeats_keep_their_cadence_while_a_tick_is_slow() {
     let audit = AssignmentAudit::new();
     let t = timings();
     let pause = t.attempt_timeout() - Duration::from_millis(200);
-    let hook = SlowAnswers {
+    let hook = SlowAnswers::new(
         pause,
-        beats: Arc::default(),
-    };
+        &[
+            Operation::Heartbeat,
+            Operation::Members,
+            Operation::AcquirePartition,
+        ],
+    );
     let slow = store.clone().with_hook(hook.clone());
     let a = GroupWorker::builder(slow, GROUP, N)
         .node("a")
@@ -955,7 +931,13 @@ async fn heartbeats_keep_their_cadence_while_a_tick_is_slow() {
         .unwrap();
     audit.watch("a", a.assignment(), STEP);
     sleep(t.lease() * 4).await;
-    let beats = hook.beats.lock().unwrap().clone();
+    let beats: Vec<Instant> = hook
+        .done
+        .borrow()
+        .iter()
+        .filter(|(op, _)| *op == Operation::Heartbeat)
+        .map(|(_, at)| *at)
+        .collect();
     let widest = beats.windows(2).map(|w| w[1] - w[0]).max().unwrap();
     println!(
         "{} heartbeats, at most {widest:?} apart; a holds {} partitions",
