@@ -46,7 +46,7 @@ impl EtcdStore {
             return Ok(Some(left));
         }
         Ok(self
-            .followed(site, kv.clone())
+            .followed(site, kv)
             .await?
             .filter(|(now, _)| {
                 held_by(now, holder) && now.create_revision() == kv.create_revision()
@@ -347,7 +347,7 @@ impl LeaseStore for EtcdStore {
             None => match self.time_left_of(site, kv.lease()).await? {
                 Some(left) => (kv, Some(left)),
                 // Gone, or the key moved onto another etcd lease since it was read.
-                None => match self.followed(site, kv.clone()).await? {
+                None => match self.followed(site, &kv).await? {
                     Some((now, left)) => (now, Some(left)),
                     None => (kv, None),
                 },

@@ -466,7 +466,7 @@ impl EtcdStore {
                 Some(time) => out.push((kv, time)),
                 None if kv.lease() == 0 => {}
                 None => {
-                    if let Some(moved) = self.followed(site, kv).await? {
+                    if let Some(moved) = self.followed(site, &kv).await? {
                         out.push(moved);
                     }
                 }
@@ -480,7 +480,7 @@ impl EtcdStore {
     pub(crate) async fn followed(
         &self,
         site: Site<'_>,
-        kv: KeyValue,
+        kv: &KeyValue,
     ) -> Result<Option<(KeyValue, Duration)>> {
         let mut gone = kv.lease();
         for _ in 0..MOVED_TRIES {
