@@ -9,7 +9,8 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use lease::redact::redact_url as redact;
 use lease_conformance::FaultProxy;
-use lease_core::{GroupStore, LeaseStore};
+use lease_conformance::GroupStore;
+use lease_core::LeaseStore;
 use lease_sql::SqlConfig;
 
 use crate::cli::{Args, Backend};

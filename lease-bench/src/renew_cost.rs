@@ -15,8 +15,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
 use futures::{StreamExt, TryStreamExt, stream};
+use lease_conformance::GroupStore;
 use lease_core::{
-    GroupStore, LeaseStore,
+    LeaseStore,
     backend::{BatchRenew, HolderToken, owner_id},
 };
 

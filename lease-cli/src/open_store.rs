@@ -3,9 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lease::{
-    Backend, Capabilities, Error, ErrorKind, GroupStore, LeaseStore, OpenOptions, Store, UrlError,
-};
+use lease::{Backend, Capabilities, Error, ErrorKind, LeaseStore, OpenOptions, Store, UrlError};
 use tokio::time::Instant;
 
 use crate::exit::{CliError, Exit};
@@ -27,17 +25,14 @@ const SQLITE_BUSY_FOR: Duration = Duration::from_secs(5);
 /// `lease` is the lease duration the store will be used with: a NATS store keeps every lease for
 /// its bucket's max age, so it opens the bucket for that duration.
 pub(crate) async fn open(url: &StoreUrl, lease: Duration) -> Result<Arc<dyn LeaseStore>, CliError> {
-    // Every store is a group store; as a lease store it is the same object, upcast.
+    // As a lease store it is the same object, upcast.
     let store: Arc<dyn LeaseStore> = connect(url, lease).await?;
     Ok(store)
 }
 
 /// Connects to the store `url` names, as [`open`] does, for its partition leases and membership
 /// records: a store whose capabilities lack either gives [`Exit::StoreRefused`].
-pub(crate) async fn open_group(
-    url: &StoreUrl,
-    lease: Duration,
-) -> Result<Arc<dyn GroupStore>, CliError> {
+pub(crate) async fn open_group(url: &StoreUrl, lease: Duration) -> Result<Arc<Store>, CliError> {
     let store = connect(url, lease).await?;
     require_groups(url, &store.capabilities())?;
     Ok(store)
@@ -65,10 +60,10 @@ fn require_groups(url: &StoreUrl, caps: &Capabilities) -> Result<(), CliError> {
     ))
 }
 
-/// Connects to the store `url` names (see [`open`]) through [`lease::open`], as a
-/// [`GroupStore`]: every store of [`lease::Store`] implements leases, partitions and
-/// membership, so the callers upcast the one object to the trait they need.
-async fn connect(url: &StoreUrl, lease: Duration) -> Result<Arc<dyn GroupStore>, CliError> {
+/// Connects to the store `url` names (see [`open`]) through [`lease::open`]: a
+/// [`lease::Store`] implements leases, partitions and membership, so the callers use the one
+/// object as the trait they need.
+async fn connect(url: &StoreUrl, lease: Duration) -> Result<Arc<Store>, CliError> {
     if let Some(file) = url.default_file()
         && let Some(dir) = file.parent()
     {

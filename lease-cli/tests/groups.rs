@@ -8,7 +8,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use lease::GroupStore;
+use lease_conformance::GroupStore;
 
 /// What the records were written with, and what the binary must show.
 struct Written {

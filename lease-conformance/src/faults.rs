@@ -402,7 +402,8 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
-    use lease_core::{ErrorKind, GroupStore, LeaseStore, PartitionStore, PollingStore, SlotStore};
+    use crate::GroupStore;
+    use lease_core::{ErrorKind, LeaseStore, PartitionStore, PollingStore, SlotStore};
     use lease_local::MemoryStore;
 
     fn stores_of_every_kind<S: LeaseStore + SlotStore + GroupStore + PollingStore>(_: &S) {}

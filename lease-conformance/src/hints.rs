@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use lease_core::backend::{HolderToken, SlotClaim};
 use lease_core::notify::{Topic, Wakeups};
-use lease_core::{LeaseStore, MembershipStore, PartitionStore, SlotStore};
+use lease_core::{LeaseStore, LeaseStoreExt, MembershipStore, PartitionStore, SlotStore};
 
 /// The bound a hint must arrive within.
 pub const HINT_BOUND: Duration = Duration::from_millis(250);

@@ -50,7 +50,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lease_core::{
-    Capabilities, Coordinator, GroupStore, LeaseStore, SlotStore, StepDownFailure, Timings,
+    Capabilities, Coordinator, LeaseStore, MembershipStore, PartitionStore, SlotStore,
+    StepDownFailure, Timings,
 };
 
 pub use audit::{AssignmentAudit, ConsumerPlan, assignments_settled};
@@ -112,6 +113,15 @@ pub struct FaultPath {
     /// The switch.
     pub switch: Arc<dyn FaultSwitch>,
 }
+
+/// A store with both partitions and membership, called on one handle: what the group cases
+/// hold (and the soak, the benchmarks and the backends' own tests). Every type that implements
+/// both traits implements it. A [`GroupWorker`](lease_core::GroupWorker) needs no such handle:
+/// it takes any store and reaches both through
+/// [`LeaseStore::partition_store`] and [`LeaseStore::membership_store`].
+pub trait GroupStore: PartitionStore + MembershipStore {}
+
+impl<S: PartitionStore + MembershipStore + ?Sized> GroupStore for S {}
 
 /// What a case gets: the store under test and how to test it.
 #[derive(Clone)]
@@ -268,7 +278,7 @@ impl Harness {
         timings: Timings,
     ) -> Coordinator {
         let failures = self.failures.clone();
-        let built = Coordinator::builder_arc(store)
+        let built = Coordinator::builder(store)
             .instance(instance)
             .timings(timings)
             // The cases' work asserts: a failed assertion must end `run_elected` with the

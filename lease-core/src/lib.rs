@@ -72,11 +72,11 @@ pub use engine::step_down::{FAIL_EXIT_CODE, FailAction, StepDownFailure, default
 pub use engine::term::Term;
 pub use group::{Assignment, GroupWorker, GroupWorkerBuilder, StopAck};
 #[doc(no_inline)]
-pub use membership::{GroupStore, Member, MembershipStore};
+pub use membership::{Member, MembershipStore};
 #[doc(no_inline)]
 pub use partitions::{PartitionLease, PartitionStore};
 #[doc(no_inline)]
-pub use permits::{PermitGrant, PermitInfo, Permits, Target};
+pub use permits::{PermitGrant, PermitInfo, PermitStore, Permits, Target};
 pub use scheduler::{CatchUp, Job, JobBuilder, Round, Schedule, Scheduler, SchedulerBuilder};
 #[doc(no_inline)]
 pub use slots::SlotStore;

@@ -9,7 +9,7 @@ use std::time::Duration;
 use lease_conformance::{AssignmentAudit, ConsumerPlan, FaultMode, assignments_settled, faulty};
 use lease_core::layer::{Answer, Call, Hook, Intercept, Operation};
 use lease_core::{
-    Assignment, ErrorKind, GroupStore, GroupWorker, LeaseStoreExt, MembershipStore, PartitionStore,
+    Assignment, ErrorKind, GroupWorker, LeaseStore, LeaseStoreExt, MembershipStore, PartitionStore,
     Timings,
 };
 use lease_local::MemoryStore;
@@ -23,7 +23,7 @@ fn timings() -> Timings {
     Timings::default()
 }
 
-async fn worker(store: impl GroupStore, node: &str, audit: &AssignmentAudit) -> GroupWorker {
+async fn worker(store: impl LeaseStore, node: &str, audit: &AssignmentAudit) -> GroupWorker {
     let w = GroupWorker::builder(store, GROUP, N)
         .node(node)
         .address(format!("{node}:7000"))
@@ -296,7 +296,7 @@ async fn bad_settings_are_refused_at_start() {
 /// `audit`: it goes on working a removed partition for `stop_after`, then acknowledges the
 /// stop when `ack`.
 async fn consumed(
-    store: impl GroupStore,
+    store: impl LeaseStore,
     node: &str,
     n: u32,
     audit: &AssignmentAudit,
@@ -769,7 +769,7 @@ async fn a_leave_hinted_during_a_tick_is_not_lost() {
     let audit = AssignmentAudit::new();
     // A long lease, so that the next tick (renew_every, 8 s) is far from a prompt one.
     let t = Timings::from_lease(Duration::from_secs(60)).unwrap();
-    async fn start(store: impl GroupStore, node: &str, t: Timings) -> GroupWorker {
+    async fn start(store: impl LeaseStore, node: &str, t: Timings) -> GroupWorker {
         GroupWorker::builder(store, GROUP, N)
             .node(node)
             .timings(t)

@@ -24,7 +24,7 @@ fn timings() -> Timings {
 }
 
 fn coordinator(store: Arc<dyn LeaseStore>, instance: &str) -> Coordinator {
-    Coordinator::builder_arc(store)
+    Coordinator::builder(store)
         .instance(instance)
         .timings(timings())
         .build()
@@ -468,7 +468,7 @@ async fn a_waiter_behind_a_longer_lease_asks_once_a_lease_when_hints_say_connect
     let silent = faulty(MemoryStore::new());
     silent.hook().set_hint_mode(silent_hints());
     // The holder's lease is four of the waiter's: the waiter reads an expiry 60 s away.
-    let long = Coordinator::builder_arc(Arc::new(silent.inner().clone()))
+    let long = Coordinator::builder(Arc::new(silent.inner().clone()))
         .instance("a")
         .timings(Timings::from_lease(60 * S).unwrap())
         .build()

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use lease_conformance::{FaultMode, faulty};
 use lease_core::wait::{EXPIRY_MARGIN, HINT_JITTER};
-use lease_core::{Coordinator, ErrorKind, LeaseStore, Permits, Term, Timings};
+use lease_core::{Coordinator, ErrorKind, LeaseStore, LeaseStoreExt, Permits, Term, Timings};
 use lease_local::MemoryStore;
 use tokio::time::{Instant, sleep};
 
@@ -23,7 +23,7 @@ fn timings() -> Timings {
 }
 
 fn coordinator(store: Arc<dyn LeaseStore>, instance: &str) -> Coordinator {
-    Coordinator::builder_arc(store)
+    Coordinator::builder(store)
         .instance(instance)
         .timings(timings())
         .fail_action(|_| {})

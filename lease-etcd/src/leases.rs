@@ -6,7 +6,7 @@ use etcd_client::{Compare, CompareOp, DeleteOptions, KeyValue, PutOptions, Txn, 
 use lease_core::backend::{BatchRenew, Grant, HolderToken, Stamp, async_trait, check};
 use lease_core::layer::Operation;
 use lease_core::{
-    Capabilities, LeaseInfo, LeaseStore, PermitGrant, PermitInfo, Result, derived_capabilities,
+    Capabilities, LeaseInfo, LeaseStore, MembershipStore, PartitionStore, PermitStore, Result,
 };
 
 use crate::error::{Site, lease_not_found};
@@ -122,7 +122,6 @@ impl LeaseStore for EtcdStore {
             keeps_ended_records: false,
             force_release: true,
             // A key per permit (see `permits.rs`).
-            permits: true,
             // A range read of the group, then the keep-alives of the owner's etcd leases it
             // found (sent with the read when this store renewed the group before): at most two
             // exchanges one after the other, plus at most one that HTTP/2's control frames
@@ -130,8 +129,20 @@ impl LeaseStore for EtcdStore {
             batch_renew: BatchRenew::Fixed { round_trips: 3 },
             // A watch on the prefix (see `hints.rs`).
             watch: true,
-            ..derived_capabilities!(Self)
+            ..lease_core::backend::derived_capabilities(self)
         }
+    }
+
+    fn permit_store(&self) -> Option<&dyn PermitStore> {
+        Some(self)
+    }
+
+    fn partition_store(&self) -> Option<&dyn PartitionStore> {
+        Some(self)
+    }
+
+    fn membership_store(&self) -> Option<&dyn MembershipStore> {
+        Some(self)
     }
 
     async fn available(&self) -> Result<()> {
@@ -382,46 +393,6 @@ impl LeaseStore for EtcdStore {
             self.revoke(site, prev.lease()).await?;
         }
         Ok(true)
-    }
-
-    /// A range read with the `LeaseGrant`, then one transaction (see the crate docs, *Counted
-    /// leases*).
-    async fn claim_permit(
-        &self,
-        name: &str,
-        permits: u32,
-        holder: &HolderToken,
-        instance: &str,
-        ttl: Duration,
-    ) -> Result<Option<PermitGrant>> {
-        self.claim_counted(name, permits, holder, instance, ttl)
-            .await
-    }
-
-    /// A read of the permit's key, then a keep-alive of its etcd lease.
-    async fn renew_permit(
-        &self,
-        name: &str,
-        permit: u32,
-        holder: &HolderToken,
-        ttl: Duration,
-    ) -> Result<Option<Grant>> {
-        self.renew_counted(name, permit, holder, ttl).await
-    }
-
-    /// A read of the permit's key, then a transaction deleting it.
-    async fn release_permit(&self, name: &str, permit: u32, holder: &HolderToken) -> Result<bool> {
-        self.release_counted(name, permit, holder).await
-    }
-
-    /// A range read of the name's permits, then `LeaseTimeToLive`.
-    async fn verify_permit(&self, name: &str, holder: &HolderToken) -> Result<Option<PermitGrant>> {
-        self.verify_counted(name, holder).await
-    }
-
-    /// A range read of the name's permits, then `LeaseTimeToLive` of each, together.
-    async fn permits(&self, name: &str) -> Result<Vec<PermitInfo>> {
-        self.list_counted(name).await
     }
 
     /// Hints from a watch on the store's prefix (see the crate docs, *Hints*): claims, releases

@@ -10,9 +10,10 @@ use std::time::Duration;
 use etcd_client::{
     Compare, CompareOp, GetOptions, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse, TxnResponse,
 };
+use lease_core::backend::async_trait;
 use lease_core::backend::{Grant, HolderToken, Stamp, check};
 use lease_core::layer::Operation;
-use lease_core::{PermitGrant, PermitInfo, Result};
+use lease_core::{PermitGrant, PermitInfo, PermitStore, Result};
 
 use crate::error::{Site, lease_not_found};
 use crate::leases::{held_by, term_of};
@@ -67,7 +68,23 @@ impl EtcdStore {
             .collect()
     }
 
-    /// [`LeaseStore::claim_permit`](lease_core::LeaseStore::claim_permit).
+    /// The permit key `permit` of `name` when `holder` holds it live.
+    async fn own_permit(
+        &self,
+        site: Site<'_>,
+        key: &[u8],
+        holder: &HolderToken,
+    ) -> Result<Option<KeyValue>> {
+        Ok(self
+            .get_key(site, key)
+            .await?
+            .filter(|kv| kv.lease() != 0 && held_by(kv, holder)))
+    }
+}
+
+#[async_trait]
+impl PermitStore for EtcdStore {
+    /// [`PermitStore::claim_permit`](lease_core::PermitStore::claim_permit).
     ///
     /// A range read of the name's permits (sent together with the `LeaseGrant` for the claim's
     /// etcd lease), then `Txn(if mod_revision(every permit key) < read revision + 1 and
@@ -75,7 +92,7 @@ impl EtcdStore {
     /// else range read)`: the count and the take are one transaction, since any permit created
     /// or changed after the read fails the comparison. A failed transaction carries the new
     /// read, and the claim decides again on it.
-    pub(crate) async fn claim_counted(
+    async fn claim_permit(
         &self,
         name: &str,
         permits: u32,
@@ -160,23 +177,10 @@ impl EtcdStore {
         Err(site.racing(MAX_CLAIM_TRIES))
     }
 
-    /// The permit key `permit` of `name` when `holder` holds it live.
-    async fn own_permit(
-        &self,
-        site: Site<'_>,
-        key: &[u8],
-        holder: &HolderToken,
-    ) -> Result<Option<KeyValue>> {
-        Ok(self
-            .get_key(site, key)
-            .await?
-            .filter(|kv| kv.lease() != 0 && held_by(kv, holder)))
-    }
-
-    /// [`LeaseStore::renew_permit`](lease_core::LeaseStore::renew_permit): a read of the
+    /// [`PermitStore::renew_permit`](lease_core::PermitStore::renew_permit): a read of the
     /// permit's key, then a keep-alive of its etcd lease (and, when the server's TTL is shorter
     /// than `ttl`, a move onto a longer one, the key and its create revision kept).
-    pub(crate) async fn renew_counted(
+    async fn renew_permit(
         &self,
         name: &str,
         permit: u32,
@@ -204,15 +208,10 @@ impl EtcdStore {
         }))
     }
 
-    /// [`LeaseStore::release_permit`](lease_core::LeaseStore::release_permit): a read of the
+    /// [`PermitStore::release_permit`](lease_core::PermitStore::release_permit): a read of the
     /// permit's key, then `Txn(if mod_revision(key) == the one read then delete(key))`; the
     /// etcd lease is revoked in the background.
-    pub(crate) async fn release_counted(
-        &self,
-        name: &str,
-        permit: u32,
-        holder: &HolderToken,
-    ) -> Result<bool> {
+    async fn release_permit(&self, name: &str, permit: u32, holder: &HolderToken) -> Result<bool> {
         check::permit(self, name, permit)?;
         let site = self.site(Operation::ReleasePermit, name);
         let key = keys::permit(&self.inner.prefix, name, permit);
@@ -237,14 +236,10 @@ impl EtcdStore {
         Ok(resp.succeeded())
     }
 
-    /// [`LeaseStore::verify_permit`](lease_core::LeaseStore::verify_permit): a range read of
+    /// [`PermitStore::verify_permit`](lease_core::PermitStore::verify_permit): a range read of
     /// the name's permits, then `LeaseTimeToLive` of the holder's etcd lease (the server's time
     /// left, whole seconds rounded down).
-    pub(crate) async fn verify_counted(
-        &self,
-        name: &str,
-        holder: &HolderToken,
-    ) -> Result<Option<PermitGrant>> {
+    async fn verify_permit(&self, name: &str, holder: &HolderToken) -> Result<Option<PermitGrant>> {
         check::name(self, name)?;
         let site = self.site(Operation::VerifyPermit, name);
         let prefix = keys::permits(&self.inner.prefix, name);
@@ -265,11 +260,11 @@ impl EtcdStore {
         }))
     }
 
-    /// [`LeaseStore::permits`](lease_core::LeaseStore::permits): a range read, then
-    /// `LeaseTimeToLive` of every etcd lease found, together ([`EtcdStore::live`], which
-    /// follows a key that moved onto another etcd lease meanwhile). etcd deletes a permit's key
-    /// when it is released or its TTL runs out, so every record listed is live.
-    pub(crate) async fn list_counted(&self, name: &str) -> Result<Vec<PermitInfo>> {
+    /// [`PermitStore::permits`](lease_core::PermitStore::permits): a range read, then
+    /// `LeaseTimeToLive` of every etcd lease found, together, following a key that moved onto
+    /// another etcd lease meanwhile (`EtcdStore::live`). etcd deletes a permit's key when it is
+    /// released or its TTL runs out, so every record listed is live.
+    async fn permits(&self, name: &str) -> Result<Vec<PermitInfo>> {
         check::name(self, name)?;
         let site = self.site(Operation::Permits, name);
         let prefix = keys::permits(&self.inner.prefix, name);

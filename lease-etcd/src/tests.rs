@@ -9,6 +9,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use lease_conformance::env;
+use lease_core::PermitStore;
 use lease_core::backend::{HolderToken, Stamp};
 use lease_core::layer::Operation;
 use lease_core::{Coordinator, LeaseStore, Timings};

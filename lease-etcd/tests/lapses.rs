@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use futures::future::join_all;
 use lease_conformance::env;
+use lease_core::PermitStore;
 use lease_core::backend::{HolderToken, owner_id};
 use lease_core::{LeaseStore, PartitionStore};
 use lease_etcd::etcd_client::GetOptions;

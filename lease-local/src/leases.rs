@@ -4,7 +4,10 @@ use std::time::Duration;
 
 use lease_core::backend::{Grant, HolderToken, SlotRecord, async_trait, check};
 use lease_core::notify::{Topic, Wakeups};
-use lease_core::{Capabilities, LeaseInfo, LeaseStore, PermitGrant, PermitInfo, Result};
+use lease_core::{
+    Capabilities, LeaseInfo, LeaseStore, MembershipStore, PartitionStore, PermitStore, Result,
+    SlotStore,
+};
 use tokio::time::Instant;
 
 use crate::records::*;
@@ -21,9 +24,24 @@ impl LeaseStore for MemoryStore {
             expiry: self.expiry,
             force_release: true,
             watch: true,
-            permits: true,
-            ..lease_core::derived_capabilities!(Self)
+            ..lease_core::backend::derived_capabilities(self)
         }
+    }
+
+    fn permit_store(&self) -> Option<&dyn PermitStore> {
+        Some(self)
+    }
+
+    fn partition_store(&self) -> Option<&dyn PartitionStore> {
+        Some(self)
+    }
+
+    fn membership_store(&self) -> Option<&dyn MembershipStore> {
+        Some(self)
+    }
+
+    fn slot_store(&self) -> Option<&dyn SlotStore> {
+        Some(self)
     }
 
     async fn claim(
@@ -133,39 +151,6 @@ impl LeaseStore for MemoryStore {
             }
             _ => Ok(false),
         }
-    }
-
-    async fn claim_permit(
-        &self,
-        name: &str,
-        permits: u32,
-        holder: &HolderToken,
-        instance: &str,
-        ttl: Duration,
-    ) -> Result<Option<PermitGrant>> {
-        self.claim_counted(name, permits, holder, instance, ttl)
-    }
-
-    async fn renew_permit(
-        &self,
-        name: &str,
-        permit: u32,
-        holder: &HolderToken,
-        ttl: Duration,
-    ) -> Result<Option<Grant>> {
-        self.renew_counted(name, permit, holder, ttl)
-    }
-
-    async fn release_permit(&self, name: &str, permit: u32, holder: &HolderToken) -> Result<bool> {
-        self.release_counted(name, permit, holder)
-    }
-
-    async fn verify_permit(&self, name: &str, holder: &HolderToken) -> Result<Option<PermitGrant>> {
-        self.verify_counted(name, holder)
-    }
-
-    async fn permits(&self, name: &str) -> Result<Vec<PermitInfo>> {
-        self.list_counted(name)
     }
 
     fn changes(&self, topic: &Topic) -> Option<Wakeups> {

@@ -4,16 +4,18 @@
 
 use std::time::Duration;
 
+use lease_core::backend::async_trait;
 use lease_core::backend::{Grant, HolderToken, check};
 use lease_core::notify::Topic;
-use lease_core::{PermitGrant, PermitInfo, Result};
+use lease_core::{PermitGrant, PermitInfo, PermitStore, Result};
 use tokio::time::Instant;
 
 use crate::records::{Permit, Until, left};
 use crate::store::MemoryStore;
 
-impl MemoryStore {
-    pub(crate) fn claim_counted(
+#[async_trait]
+impl PermitStore for MemoryStore {
+    async fn claim_permit(
         &self,
         name: &str,
         count: u32,
@@ -53,7 +55,7 @@ impl MemoryStore {
         }))
     }
 
-    pub(crate) fn renew_counted(
+    async fn renew_permit(
         &self,
         name: &str,
         index: u32,
@@ -75,12 +77,7 @@ impl MemoryStore {
         }))
     }
 
-    pub(crate) fn release_counted(
-        &self,
-        name: &str,
-        index: u32,
-        holder: &HolderToken,
-    ) -> Result<bool> {
+    async fn release_permit(&self, name: &str, index: u32, holder: &HolderToken) -> Result<bool> {
         check::permit(self, name, index)?;
         let now = Instant::now();
         let mut st = self.lock();
@@ -98,11 +95,7 @@ impl MemoryStore {
         Ok(true)
     }
 
-    pub(crate) fn verify_counted(
-        &self,
-        name: &str,
-        holder: &HolderToken,
-    ) -> Result<Option<PermitGrant>> {
+    async fn verify_permit(&self, name: &str, holder: &HolderToken) -> Result<Option<PermitGrant>> {
         check::name(self, name)?;
         let now = Instant::now();
         let st = self.lock();
@@ -117,7 +110,7 @@ impl MemoryStore {
         }))
     }
 
-    pub(crate) fn list_counted(&self, name: &str) -> Result<Vec<PermitInfo>> {
+    async fn permits(&self, name: &str) -> Result<Vec<PermitInfo>> {
         check::name(self, name)?;
         let now = Instant::now();
         let st = self.lock();

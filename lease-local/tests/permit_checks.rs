@@ -11,8 +11,8 @@ use lease_conformance::{ChaosConfig, FaultMode, Harness, HintMode, cases, faulty
 use lease_core::backend::{Grant, HolderToken, async_trait};
 use lease_core::notify::{Topic, Wakeups};
 use lease_core::{
-    Capabilities, Coordinator, LeaseInfo, LeaseStore, PermitGrant, PermitInfo, Permits, Result,
-    Timings,
+    Capabilities, Coordinator, LeaseInfo, LeaseStore, PermitGrant, PermitInfo, PermitStore,
+    Permits, Result, Timings,
 };
 use lease_local::MemoryStore;
 
@@ -39,6 +39,11 @@ struct Broken {
 }
 
 impl Broken {
+    /// The inner store's counted leases.
+    fn counted(&self) -> &dyn PermitStore {
+        &self.inner
+    }
+
     fn counts_below_n() -> Broken {
         Broken {
             inner: MemoryStore::new(),
@@ -57,7 +62,7 @@ impl Broken {
     async fn per_permit(&self, name: &str, permit: u32, term: u64) -> u64 {
         match self.breakage {
             Breakage::TermPerPermit => {
-                let all = self.inner.permits(name).await.unwrap_or_default();
+                let all = self.counted().permits(name).await.unwrap_or_default();
                 // Grants so far on lower permits, taken off: permits 0 and 1 both start at 1.
                 let lower: u64 = all.iter().filter(|p| p.permit < permit).map(|_| 1).sum();
                 term.saturating_sub(lower).max(1)
@@ -78,6 +83,9 @@ impl LeaseStore for Broken {
             consecutive_terms: false,
             ..self.inner.capabilities()
         }
+    }
+    fn permit_store(&self) -> Option<&dyn PermitStore> {
+        Some(self)
     }
     async fn claim(
         &self,
@@ -105,6 +113,13 @@ impl LeaseStore for Broken {
     async fn get(&self, name: &str) -> Result<Option<LeaseInfo>> {
         self.inner.get(name).await
     }
+    fn changes(&self, topic: &Topic) -> Option<Wakeups> {
+        self.inner.changes(topic)
+    }
+}
+
+#[async_trait]
+impl PermitStore for Broken {
     async fn claim_permit(
         &self,
         name: &str,
@@ -117,7 +132,7 @@ impl LeaseStore for Broken {
             Breakage::OneTooMany => permits + 1,
             Breakage::CountsBelowN => {
                 let above = self
-                    .inner
+                    .counted()
                     .permits(name)
                     .await?
                     .iter()
@@ -128,7 +143,7 @@ impl LeaseStore for Broken {
             _ => permits,
         };
         let Some(mut g) = self
-            .inner
+            .counted()
             .claim_permit(name, asked, holder, instance, ttl)
             .await?
         else {
@@ -136,7 +151,9 @@ impl LeaseStore for Broken {
         };
         if matches!(self.breakage, Breakage::CountsBelowN) && g.permit >= permits {
             // Never above the asked N: taken back, as if that permit had not been free.
-            self.inner.release_permit(name, g.permit, holder).await?;
+            self.counted()
+                .release_permit(name, g.permit, holder)
+                .await?;
             return Ok(None);
         }
         g.grant.term = self.per_permit(name, g.permit, g.grant.term).await;
@@ -149,22 +166,19 @@ impl LeaseStore for Broken {
         holder: &HolderToken,
         ttl: Duration,
     ) -> Result<Option<Grant>> {
-        self.inner.renew_permit(name, permit, holder, ttl).await
+        self.counted().renew_permit(name, permit, holder, ttl).await
     }
     async fn release_permit(&self, name: &str, permit: u32, holder: &HolderToken) -> Result<bool> {
-        self.inner.release_permit(name, permit, holder).await
+        self.counted().release_permit(name, permit, holder).await
     }
     async fn verify_permit(&self, name: &str, holder: &HolderToken) -> Result<Option<PermitGrant>> {
         match self.breakage {
             Breakage::BlindReadBack => Ok(None),
-            _ => self.inner.verify_permit(name, holder).await,
+            _ => self.counted().verify_permit(name, holder).await,
         }
     }
     async fn permits(&self, name: &str) -> Result<Vec<PermitInfo>> {
-        self.inner.permits(name).await
-    }
-    fn changes(&self, topic: &Topic) -> Option<Wakeups> {
-        self.inner.changes(topic)
+        self.counted().permits(name).await
     }
 }
 
@@ -280,7 +294,7 @@ fn timings() -> Timings {
 }
 
 fn coordinator(store: Arc<dyn LeaseStore>, who: &str) -> Coordinator {
-    Coordinator::builder_arc(store)
+    Coordinator::builder(store)
         .instance(who)
         .timings(timings())
         .build()

@@ -7,7 +7,10 @@ use std::time::Duration;
 
 use lease_core::backend::{BatchRenew, Grant, HolderToken, async_trait, check};
 use lease_core::layer::Operation;
-use lease_core::{Capabilities, LeaseInfo, LeaseStore, PermitGrant, PermitInfo, Result};
+use lease_core::{
+    Capabilities, LeaseInfo, LeaseStore, MembershipStore, PartitionStore, PermitStore, Result,
+    SlotStore,
+};
 use mongodb::options::ReturnDocument;
 
 use crate::error::is_duplicate_id;
@@ -24,14 +27,29 @@ impl LeaseStore for MongoStore {
         Capabilities {
             force_release: true,
             // One document per counted name (see `permits.rs`).
-            permits: true,
             max_name_bytes: MAX_NAME_BYTES,
             // The multi-document `update`, then the `aggregate` that reads back the documents
             // carrying this renewal's id: two round trips however many partitions.
             batch_renew: BatchRenew::Fixed { round_trips: 2 },
-            // Slots, partitions and membership: from the traits this store implements.
-            ..lease_core::derived_capabilities!(Self)
+            // Counted leases, slots, partitions and membership: from the accessors.
+            ..lease_core::backend::derived_capabilities(self)
         }
+    }
+
+    fn permit_store(&self) -> Option<&dyn PermitStore> {
+        Some(self)
+    }
+
+    fn partition_store(&self) -> Option<&dyn PartitionStore> {
+        Some(self)
+    }
+
+    fn membership_store(&self) -> Option<&dyn MembershipStore> {
+        Some(self)
+    }
+
+    fn slot_store(&self) -> Option<&dyn SlotStore> {
+        Some(self)
     }
 
     /// Checks that the server answers and runs MongoDB 4.2 or newer; under [`Ddl::Auto`](crate::Ddl::Auto)
@@ -154,44 +172,5 @@ impl LeaseStore for MongoStore {
             )
             .await?;
         Ok(doc.is_some())
-    }
-
-    /// One `findAndModify` upsert (see the crate's README, *Counted leases*).
-    async fn claim_permit(
-        &self,
-        name: &str,
-        permits: u32,
-        holder: &HolderToken,
-        instance: &str,
-        ttl: Duration,
-    ) -> Result<Option<PermitGrant>> {
-        self.claim_counted(name, permits, holder, instance, ttl)
-            .await
-    }
-
-    /// One `findAndModify`.
-    async fn renew_permit(
-        &self,
-        name: &str,
-        permit: u32,
-        holder: &HolderToken,
-        ttl: Duration,
-    ) -> Result<Option<Grant>> {
-        self.renew_counted(name, permit, holder, ttl).await
-    }
-
-    /// One `findAndModify`.
-    async fn release_permit(&self, name: &str, permit: u32, holder: &HolderToken) -> Result<bool> {
-        self.release_counted(name, permit, holder).await
-    }
-
-    /// One `aggregate`.
-    async fn verify_permit(&self, name: &str, holder: &HolderToken) -> Result<Option<PermitGrant>> {
-        self.verify_counted(name, holder).await
-    }
-
-    /// One `aggregate`.
-    async fn permits(&self, name: &str) -> Result<Vec<PermitInfo>> {
-        self.list_counted(name).await
     }
 }

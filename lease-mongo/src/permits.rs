@@ -7,9 +7,10 @@
 use std::future::IntoFuture;
 use std::time::Duration;
 
+use lease_core::backend::async_trait;
 use lease_core::backend::{Grant, HolderToken, check};
 use lease_core::layer::Operation;
-use lease_core::{PermitGrant, PermitInfo, Result};
+use lease_core::{PermitGrant, PermitInfo, PermitStore, Result};
 use mongodb::options::ReturnDocument;
 
 use crate::error::is_duplicate_id;
@@ -17,11 +18,26 @@ use crate::store::{MongoStore, ttl_millis};
 use crate::wire;
 
 impl MongoStore {
-    /// [`LeaseStore::claim_permit`](lease_core::LeaseStore::claim_permit): one
+    /// Every permit of `name` with the time left by the server's clock: one `aggregate`.
+    async fn read_counted(&self, op: Operation, name: &str) -> Result<Vec<wire::PermitDoc>> {
+        check::name(self, name)?;
+        match self
+            .read_one(op, name, wire::permits_pipeline(name))
+            .await?
+        {
+            Some(doc) => wire::permits_from_reply(&doc),
+            None => Ok(Vec::new()),
+        }
+    }
+}
+
+#[async_trait]
+impl PermitStore for MongoStore {
+    /// [`PermitStore::claim_permit`](lease_core::PermitStore::claim_permit): one
     /// `findAndModify` upsert whose update pipeline counts the live permits and takes the
     /// lowest free one in the same step; won when the document after it carries this call's
     /// fresh `op_id`.
-    pub(crate) async fn claim_counted(
+    async fn claim_permit(
         &self,
         name: &str,
         permits: u32,
@@ -66,9 +82,9 @@ impl MongoStore {
         }
     }
 
-    /// [`LeaseStore::renew_permit`](lease_core::LeaseStore::renew_permit): one
+    /// [`PermitStore::renew_permit`](lease_core::PermitStore::renew_permit): one
     /// `findAndModify`; renewed when the document after it carries this call's `op_id`.
-    pub(crate) async fn renew_counted(
+    async fn renew_permit(
         &self,
         name: &str,
         permit: u32,
@@ -93,14 +109,9 @@ impl MongoStore {
         }))
     }
 
-    /// [`LeaseStore::release_permit`](lease_core::LeaseStore::release_permit): one
+    /// [`PermitStore::release_permit`](lease_core::PermitStore::release_permit): one
     /// `findAndModify`; `true` when the document after it carries this call's `op_id`.
-    pub(crate) async fn release_counted(
-        &self,
-        name: &str,
-        permit: u32,
-        holder: &HolderToken,
-    ) -> Result<bool> {
+    async fn release_permit(&self, name: &str, permit: u32, holder: &HolderToken) -> Result<bool> {
         check::permit(self, name, permit)?;
         let op_id = HolderToken::mint().to_hex();
         let doc = self
@@ -118,24 +129,8 @@ impl MongoStore {
         }
     }
 
-    /// Every permit of `name` with the time left by the server's clock: one `aggregate`.
-    async fn read_counted(&self, op: Operation, name: &str) -> Result<Vec<wire::PermitDoc>> {
-        check::name(self, name)?;
-        match self
-            .read_one(op, name, wire::permits_pipeline(name))
-            .await?
-        {
-            Some(doc) => wire::permits_from_reply(&doc),
-            None => Ok(Vec::new()),
-        }
-    }
-
-    /// [`LeaseStore::verify_permit`](lease_core::LeaseStore::verify_permit): one `aggregate`.
-    pub(crate) async fn verify_counted(
-        &self,
-        name: &str,
-        holder: &HolderToken,
-    ) -> Result<Option<PermitGrant>> {
+    /// [`PermitStore::verify_permit`](lease_core::PermitStore::verify_permit): one `aggregate`.
+    async fn verify_permit(&self, name: &str, holder: &HolderToken) -> Result<Option<PermitGrant>> {
         let holder = holder.to_hex();
         let permits = self.read_counted(Operation::VerifyPermit, name).await?;
         Ok(permits.into_iter().find_map(|p| {
@@ -150,9 +145,9 @@ impl MongoStore {
         }))
     }
 
-    /// [`LeaseStore::permits`](lease_core::LeaseStore::permits): one `aggregate`; released
+    /// [`PermitStore::permits`](lease_core::PermitStore::permits): one `aggregate`; released
     /// and expired permits are listed too, with their last term.
-    pub(crate) async fn list_counted(&self, name: &str) -> Result<Vec<PermitInfo>> {
+    async fn permits(&self, name: &str) -> Result<Vec<PermitInfo>> {
         let permits = self.read_counted(Operation::Permits, name).await?;
         Ok(permits
             .into_iter()

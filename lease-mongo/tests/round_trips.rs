@@ -15,6 +15,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use lease_conformance::FaultProxy;
+use lease_core::PermitStore;
 use lease_core::{
     LeaseStore, MembershipStore, PartitionStore, SlotStore,
     backend::{BatchRenew, HolderToken, SlotClaim},

@@ -7,7 +7,10 @@ use std::time::{Duration, Instant};
 
 use lease_core::backend::{BatchRenew, Grant, HolderToken, async_trait, check};
 use lease_core::layer::Operation;
-use lease_core::{Capabilities, LeaseInfo, LeaseStore, PermitGrant, PermitInfo, Result};
+use lease_core::{
+    Capabilities, LeaseInfo, LeaseStore, MembershipStore, PartitionStore, PermitStore, Result,
+    SlotStore,
+};
 use tracing::debug;
 
 use crate::known_writes::Known;
@@ -194,15 +197,30 @@ impl LeaseStore for NatsStore {
             watch: true,
             force_release: true,
             // A key per permit (see the crate docs, *Counted leases*).
-            permits: true,
             max_name_bytes: MAX_NAME_BYTES,
             // No multi-key operation: one compare-and-set per partition, all sent before any
             // answer is awaited.
             batch_renew: BatchRenew::Pipelined,
             fixed_ttl: Some(self.inner.ttl),
-            // Partitions, membership and slots: derived from the trait impls.
-            ..lease_core::derived_capabilities!(Self)
+            // Counted leases, partitions, membership and slots: derived from the accessors.
+            ..lease_core::backend::derived_capabilities(self)
         }
+    }
+
+    fn permit_store(&self) -> Option<&dyn PermitStore> {
+        Some(self)
+    }
+
+    fn partition_store(&self) -> Option<&dyn PartitionStore> {
+        Some(self)
+    }
+
+    fn membership_store(&self) -> Option<&dyn MembershipStore> {
+        Some(self)
+    }
+
+    fn slot_store(&self) -> Option<&dyn SlotStore> {
+        Some(self)
     }
 
     /// Checks that the bucket answers and can still carry this store's leases (one message
@@ -394,58 +412,6 @@ impl LeaseStore for NatsStore {
             }
         }
         Err(self.racing(Operation::ForceRelease, name))
-    }
-
-    /// A scan (one `STREAM.INFO`, one burst of direct gets) and a create per permit tried;
-    /// see the crate docs, *Counted leases*.
-    async fn claim_permit(
-        &self,
-        name: &str,
-        permits: u32,
-        holder: &HolderToken,
-        instance: &str,
-        ttl: Duration,
-    ) -> Result<Option<PermitGrant>> {
-        self.claim_counted(name, permits, holder, instance, ttl)
-            .await
-    }
-
-    /// Two round trips: a direct get, an update at its revision.
-    async fn renew_permit(
-        &self,
-        name: &str,
-        permit: u32,
-        holder: &HolderToken,
-        ttl: Duration,
-    ) -> Result<Option<Grant>> {
-        self.renew_counted(name, permit, holder, ttl).await
-    }
-
-    /// Two round trips: a direct get, a purge up to its revision.
-    async fn release_permit(&self, name: &str, permit: u32, holder: &HolderToken) -> Result<bool> {
-        self.release_counted(name, permit, holder).await
-    }
-
-    /// A scan: one `STREAM.INFO`, one burst of direct gets.
-    async fn verify_permit(&self, name: &str, holder: &HolderToken) -> Result<Option<PermitGrant>> {
-        self.verify_counted(name, holder).await
-    }
-
-    /// A scan (one `STREAM.INFO`, one burst of direct gets), the re-count a claim makes after
-    /// its create, then an update of the permit at the revision read: three round trips when
-    /// the permit is adopted.
-    async fn read_back_permit(
-        &self,
-        name: &str,
-        permits: u32,
-        holder: &HolderToken,
-    ) -> Result<Option<PermitGrant>> {
-        self.read_back_counted(name, permits, holder).await
-    }
-
-    /// A scan: one `STREAM.INFO`, one burst of direct gets.
-    async fn permits(&self, name: &str) -> Result<Vec<PermitInfo>> {
-        self.list_counted(name).await
     }
 
     /// Hints from the bucket's KV watch and the release subject (see the crate docs,

@@ -9,9 +9,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
+use lease_core::backend::async_trait;
 use lease_core::backend::{Grant, HolderToken, check};
 use lease_core::layer::Operation;
-use lease_core::{PermitGrant, PermitInfo, Result};
+use lease_core::{PermitGrant, PermitInfo, PermitStore, Result};
 use tracing::debug;
 
 use crate::store::{MAX_TRIES, NatsStore, Seen, pipelined};
@@ -66,13 +67,38 @@ impl NatsStore {
         Ok(out)
     }
 
-    /// [`LeaseStore::claim_permit`](lease_core::LeaseStore::claim_permit): a scan, then a
+    /// After the create of permit `own` for a claim with count `permits`: whether `permits` or
+    /// more *other* permits are live, so that the claim must not be granted. The scan before
+    /// the create counted them, but a claim with a larger count may have created a permit at
+    /// or above `permits` since (the keys below `permits` have one holder each, so only those
+    /// above can make the count too many): one listing, then — only when the name has a key at
+    /// or above `permits` — the reads of the others.
+    async fn outnumbered(&self, name: &str, permits: u32, own: u32) -> Result<bool> {
+        const OP: Operation = Operation::ClaimPermit;
+        let listed = self.list_permits(OP, name).await?;
+        if listed.iter().all(|&p| p < permits) {
+            return Ok(false);
+        }
+        let others: Vec<u32> = listed.into_iter().filter(|&p| p != own).collect();
+        let live = self
+            .read_permits(OP, name, &others)
+            .await?
+            .iter()
+            .filter(|(_, seen)| matches!(seen, Seen::Live { .. }))
+            .count();
+        Ok(live >= usize::try_from(permits).unwrap_or(usize::MAX))
+    }
+}
+
+#[async_trait]
+impl PermitStore for NatsStore {
+    /// [`PermitStore::claim_permit`](lease_core::PermitStore::claim_permit): a scan, then a
     /// create of the lowest free permit below `permits`; a create that finds the key taken
     /// counts that permit live and tries the next free one, so one scan bounds the claim. After
-    /// the create, a re-count ([`outnumbered`](Self::outnumbered)): a claim with a larger count
+    /// the create, a re-count (`outnumbered`): a claim with a larger count
     /// may have created a permit at or above `permits` since the scan, and then the permit is
     /// taken back and the claim answers full.
-    pub(crate) async fn claim_counted(
+    async fn claim_permit(
         &self,
         name: &str,
         permits: u32,
@@ -123,7 +149,7 @@ impl NatsStore {
                             // purge that fails answers full, and the permit expires at its
                             // TTL under a token nobody uses. A claim cut short here (by the
                             // operation timeout, or by its caller's) has an unknown outcome
-                            // and is read back: `read_back_counted` counts again and adopts
+                            // and is read back: `read_back_permit` counts again and adopts
                             // only through an update at the revision it read, so a purge
                             // still on its way either removed the permit first (nothing to
                             // adopt) or finds its message superseded.
@@ -156,31 +182,9 @@ impl NatsStore {
         self.bounded(OP, name, claiming).await?
     }
 
-    /// After the create of permit `own` for a claim with count `permits`: whether `permits` or
-    /// more *other* permits are live, so that the claim must not be granted. The scan before
-    /// the create counted them, but a claim with a larger count may have created a permit at
-    /// or above `permits` since (the keys below `permits` have one holder each, so only those
-    /// above can make the count too many): one listing, then — only when the name has a key at
-    /// or above `permits` — the reads of the others.
-    async fn outnumbered(&self, name: &str, permits: u32, own: u32) -> Result<bool> {
-        const OP: Operation = Operation::ClaimPermit;
-        let listed = self.list_permits(OP, name).await?;
-        if listed.iter().all(|&p| p < permits) {
-            return Ok(false);
-        }
-        let others: Vec<u32> = listed.into_iter().filter(|&p| p != own).collect();
-        let live = self
-            .read_permits(OP, name, &others)
-            .await?
-            .iter()
-            .filter(|(_, seen)| matches!(seen, Seen::Live { .. }))
-            .count();
-        Ok(live >= usize::try_from(permits).unwrap_or(usize::MAX))
-    }
-
-    /// [`LeaseStore::renew_permit`](lease_core::LeaseStore::renew_permit): a direct get, then
+    /// [`PermitStore::renew_permit`](lease_core::PermitStore::renew_permit): a direct get, then
     /// an update at the revision read, the term copied into the value.
-    pub(crate) async fn renew_counted(
+    async fn renew_permit(
         &self,
         name: &str,
         permit: u32,
@@ -215,15 +219,10 @@ impl NatsStore {
         Err(self.racing(OP, name))
     }
 
-    /// [`LeaseStore::release_permit`](lease_core::LeaseStore::release_permit): a direct get,
+    /// [`PermitStore::release_permit`](lease_core::PermitStore::release_permit): a direct get,
     /// then a purge of the key up to the revision read (a compare-and-set that leaves no
     /// marker), which hints the release.
-    pub(crate) async fn release_counted(
-        &self,
-        name: &str,
-        permit: u32,
-        holder: &HolderToken,
-    ) -> Result<bool> {
+    async fn release_permit(&self, name: &str, permit: u32, holder: &HolderToken) -> Result<bool> {
         const OP: Operation = Operation::ReleasePermit;
         check::permit(self, name, permit)?;
         let key = permit_key(name, permit);
@@ -242,14 +241,10 @@ impl NatsStore {
         Err(self.racing(OP, name))
     }
 
-    /// [`LeaseStore::verify_permit`](lease_core::LeaseStore::verify_permit): a scan, the live
+    /// [`PermitStore::verify_permit`](lease_core::PermitStore::verify_permit): a scan, the live
     /// permit under `holder` found by its token. Time left is estimated from the server's
     /// timestamp, clamped to the lease duration.
-    pub(crate) async fn verify_counted(
-        &self,
-        name: &str,
-        holder: &HolderToken,
-    ) -> Result<Option<PermitGrant>> {
+    async fn verify_permit(&self, name: &str, holder: &HolderToken) -> Result<Option<PermitGrant>> {
         const OP: Operation = Operation::VerifyPermit;
         check::name(self, name)?;
         let scanned = self
@@ -271,9 +266,9 @@ impl NatsStore {
         }))
     }
 
-    /// [`LeaseStore::read_back_permit`](lease_core::LeaseStore::read_back_permit): the
+    /// [`PermitStore::read_back_permit`](lease_core::PermitStore::read_back_permit): the
     /// read-back after a claim for `permits` whose outcome is unknown. That claim may have
-    /// ended after its create and before its re-count ([`outnumbered`](Self::outnumbered)) — its
+    /// ended after its create and before its re-count (`outnumbered`) — its
     /// create's answer lost, or the claim cut by a timeout — or while it took its permit back.
     /// So the permit found under `holder` is adopted only as a claim grants one:
     ///
@@ -286,7 +281,7 @@ impl NatsStore {
     ///   never the adopted permit.
     ///
     /// Three round trips (the scan's two, the update) when the permit is adopted.
-    pub(crate) async fn read_back_counted(
+    async fn read_back_permit(
         &self,
         name: &str,
         permits: u32,
@@ -348,9 +343,9 @@ impl NatsStore {
         self.bounded(OP, name, reading).await?
     }
 
-    /// [`LeaseStore::permits`](lease_core::LeaseStore::permits): a scan. The server removes a
+    /// [`PermitStore::permits`](lease_core::PermitStore::permits): a scan. The server removes a
     /// permit's key when it expires and a release purges it, so every record listed is live.
-    pub(crate) async fn list_counted(&self, name: &str) -> Result<Vec<PermitInfo>> {
+    async fn permits(&self, name: &str) -> Result<Vec<PermitInfo>> {
         const OP: Operation = Operation::Permits;
         check::name(self, name)?;
         let scanned = self

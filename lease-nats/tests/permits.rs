@@ -10,6 +10,7 @@ use std::time::Duration;
 use async_nats::jetstream;
 use lease_conformance::env;
 use lease_core::LeaseStore;
+use lease_core::PermitStore;
 use lease_core::backend::HolderToken;
 use lease_nats::{NatsConfig, NatsStore};
 

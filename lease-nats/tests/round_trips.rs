@@ -24,6 +24,7 @@ use futures::StreamExt;
 
 use async_nats::jetstream;
 use lease_conformance::{FaultProxy, env};
+use lease_core::PermitStore;
 use lease_core::{
     LeaseStore, MembershipStore, PartitionStore, SlotStore,
     backend::{HolderToken, SlotClaim},

@@ -8,7 +8,8 @@ use lease_core::backend::{Grant, HolderToken, async_trait, ceil_millis, check};
 use lease_core::layer::Operation;
 use lease_core::notify::{Topic, Wakeups};
 use lease_core::{
-    Capabilities, LeaseInfo, LeaseStore, LeaseStoreExt, PermitGrant, PermitInfo, Result,
+    Capabilities, LeaseInfo, LeaseStore, LeaseStoreExt, MembershipStore, PartitionStore,
+    PermitStore, Result, SlotStore,
 };
 use redis::aio::ConnectionLike;
 
@@ -112,12 +113,27 @@ where
             // with gaps.
             consecutive_terms: self.config().get_term_scheme() == TermScheme::Counter,
             force_release: true,
-            permits: true,
             // Hints cover other processes only with a subscriber connection.
             watch: self.listens(),
             max_name_bytes: MAX_NAME_BYTES,
-            ..lease_core::derived_capabilities!(Self)
+            ..lease_core::backend::derived_capabilities(self)
         }
+    }
+
+    fn permit_store(&self) -> Option<&dyn PermitStore> {
+        Some(self)
+    }
+
+    fn partition_store(&self) -> Option<&dyn PartitionStore> {
+        Some(self)
+    }
+
+    fn membership_store(&self) -> Option<&dyn MembershipStore> {
+        Some(self)
+    }
+
+    fn slot_store(&self) -> Option<&dyn SlotStore> {
+        Some(self)
     }
 
     /// Checks, in a few round trips: the server answers `TIME`; every script loads (`SCRIPT
@@ -274,45 +290,6 @@ where
             self.changed(&Topic::lease(name));
         }
         Ok(n == 1)
-    }
-
-    /// One round trip (`claim_permit.lua`; see the crate documentation, *Counted leases*).
-    async fn claim_permit(
-        &self,
-        name: &str,
-        permits: u32,
-        holder: &HolderToken,
-        instance: &str,
-        ttl: Duration,
-    ) -> Result<Option<PermitGrant>> {
-        self.claim_counted(name, permits, holder, instance, ttl)
-            .await
-    }
-
-    /// One round trip (`renew_permit.lua`).
-    async fn renew_permit(
-        &self,
-        name: &str,
-        permit: u32,
-        holder: &HolderToken,
-        ttl: Duration,
-    ) -> Result<Option<Grant>> {
-        self.renew_counted(name, permit, holder, ttl).await
-    }
-
-    /// One round trip (`release_permit.lua`).
-    async fn release_permit(&self, name: &str, permit: u32, holder: &HolderToken) -> Result<bool> {
-        self.release_counted(name, permit, holder).await
-    }
-
-    /// One round trip (`verify_permit.lua`).
-    async fn verify_permit(&self, name: &str, holder: &HolderToken) -> Result<Option<PermitGrant>> {
-        self.verify_counted(name, holder).await
-    }
-
-    /// One round trip (`permits.lua`).
-    async fn permits(&self, name: &str) -> Result<Vec<PermitInfo>> {
-        self.list_counted(name).await
     }
 
     /// Hints for `topic` (see the crate documentation, *Hints*): from every process while the

@@ -7,10 +7,11 @@
 
 use std::time::Duration;
 
+use lease_core::backend::async_trait;
 use lease_core::backend::{Grant, HolderToken, ceil_millis, check};
 use lease_core::layer::Operation;
 use lease_core::notify::Topic;
-use lease_core::{PermitGrant, PermitInfo, Result};
+use lease_core::{PermitGrant, PermitInfo, PermitStore, Result};
 use redis::aio::ConnectionLike;
 
 use crate::error::During;
@@ -30,10 +31,16 @@ where
     fn permits_key_of(&self, name: &str) -> String {
         permits_key(self.config().get_key_prefix(), name)
     }
+}
 
-    /// [`LeaseStore::claim_permit`](lease_core::LeaseStore::claim_permit): `claim_permit.lua`,
+#[async_trait]
+impl<C> PermitStore for RedisStore<C>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    /// [`PermitStore::claim_permit`](lease_core::PermitStore::claim_permit): `claim_permit.lua`,
     /// one round trip, after the start-up check (it hands out a term).
-    pub(crate) async fn claim_counted(
+    async fn claim_permit(
         &self,
         name: &str,
         permits: u32,
@@ -73,8 +80,8 @@ where
         }))
     }
 
-    /// [`LeaseStore::renew_permit`](lease_core::LeaseStore::renew_permit): `renew_permit.lua`.
-    pub(crate) async fn renew_counted(
+    /// [`PermitStore::renew_permit`](lease_core::PermitStore::renew_permit): `renew_permit.lua`.
+    async fn renew_permit(
         &self,
         name: &str,
         permit: u32,
@@ -100,14 +107,9 @@ where
         Ok(reply.map(grant))
     }
 
-    /// [`LeaseStore::release_permit`](lease_core::LeaseStore::release_permit):
+    /// [`PermitStore::release_permit`](lease_core::PermitStore::release_permit):
     /// `release_permit.lua`, which publishes the hint when it ended a live permit.
-    pub(crate) async fn release_counted(
-        &self,
-        name: &str,
-        permit: u32,
-        holder: &HolderToken,
-    ) -> Result<bool> {
+    async fn release_permit(&self, name: &str, permit: u32, holder: &HolderToken) -> Result<bool> {
         check::permit(self, name, permit)?;
         let key = self.permits_key_of(name);
         let holder = HolderHex::new(holder);
@@ -129,13 +131,9 @@ where
         Ok(n == 1)
     }
 
-    /// [`LeaseStore::verify_permit`](lease_core::LeaseStore::verify_permit):
+    /// [`PermitStore::verify_permit`](lease_core::PermitStore::verify_permit):
     /// `verify_permit.lua`, which writes nothing.
-    pub(crate) async fn verify_counted(
-        &self,
-        name: &str,
-        holder: &HolderToken,
-    ) -> Result<Option<PermitGrant>> {
+    async fn verify_permit(&self, name: &str, holder: &HolderToken) -> Result<Option<PermitGrant>> {
         check::name(self, name)?;
         let key = self.permits_key_of(name);
         let holder = HolderHex::new(holder);
@@ -157,9 +155,9 @@ where
         }))
     }
 
-    /// [`LeaseStore::permits`](lease_core::LeaseStore::permits): `permits.lua`, which writes
+    /// [`PermitStore::permits`](lease_core::PermitStore::permits): `permits.lua`, which writes
     /// nothing; sorted by permit here.
-    pub(crate) async fn list_counted(&self, name: &str) -> Result<Vec<PermitInfo>> {
+    async fn permits(&self, name: &str) -> Result<Vec<PermitInfo>> {
         check::name(self, name)?;
         let key = self.permits_key_of(name);
         let rows: Vec<PermitRow> = self

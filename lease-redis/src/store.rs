@@ -35,8 +35,7 @@ pub const MAX_NAME_BYTES: usize = 1024;
 /// Each operation is one `EVALSHA` (one round trip); only the first use of a script on a server
 /// that has not cached it costs a second (`NOSCRIPT`, then `EVAL`). It also implements
 /// [`lease_core::SlotStore`]: `unfinished` pipelines one `EVALSHA` per name (one round trip on
-/// one server); and [`lease_core::PartitionStore`] and [`lease_core::MembershipStore`] (so
-/// [`lease_core::GroupStore`]), one `EVALSHA` per operation however many partitions a renewal
+/// one server); and [`lease_core::PartitionStore`] and [`lease_core::MembershipStore`], one `EVALSHA` per operation however many partitions a renewal
 /// names. See the crate documentation for the data layout, the scheduler slots, partitions and
 /// membership, the durability of terms and epochs, and the clean-up policy.
 #[derive(Clone)]

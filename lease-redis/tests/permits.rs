@@ -10,6 +10,7 @@ mod common;
 use std::time::Duration;
 
 use lease_core::LeaseStore;
+use lease_core::PermitStore;
 use lease_core::backend::HolderToken;
 
 #[tokio::test]

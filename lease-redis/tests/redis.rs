@@ -8,6 +8,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use lease_conformance::FaultMode;
+use lease_core::PermitStore;
 use lease_core::notify::Topic;
 use lease_core::{ErrorKind, LeaseStore, backend::HolderToken};
 use lease_redis::redis::aio::{ConnectionManager, MultiplexedConnection};

@@ -14,6 +14,7 @@ mod common;
 use std::collections::HashMap;
 use std::time::Duration;
 
+use lease_core::PermitStore;
 use lease_core::{
     LeaseStore, MembershipStore, PartitionStore, SlotStore,
     backend::{HolderToken, SlotClaim},

@@ -31,8 +31,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lease_conformance::FaultProxy;
+use lease_conformance::GroupStore;
 use lease_conformance::proxy::FaultMode;
-use lease_core::{GroupStore, Timings};
+use lease_core::Timings;
 use tokio::sync::watch;
 use tokio::time::Instant;
 

@@ -459,7 +459,7 @@ fn coordinator(
     record: &Record,
 ) -> lease_core::Result<Coordinator> {
     let failures = Arc::clone(&record.step_down_failures);
-    Coordinator::builder_arc(store)
+    Coordinator::builder(store)
         .instance(label)
         .timings(timings)
         .fail_action(move |f| {
@@ -684,7 +684,7 @@ impl ZombieContender {
         let store = Arc::new(Pause::wrap(store));
         // The fail action records instead of exiting: a zombie's is expected, any other (a
         // term of the zombie contender that was not taken as a zombie) a step-down failure.
-        let coordinator = Coordinator::builder_arc(store.clone())
+        let coordinator = Coordinator::builder(store.clone())
             .instance(ZOMBIE)
             .timings(timings)
             .fail_action(move |f| {

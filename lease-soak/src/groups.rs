@@ -20,8 +20,9 @@ use std::collections::{BTreeSet, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use lease_conformance::GroupStore;
 use lease_conformance::{AssignmentAudit, ConsumerPlan, assignments_settled};
-use lease_core::{Assignment, GroupStore, GroupWorker, MembershipStore, PartitionStore, Timings};
+use lease_core::{Assignment, GroupWorker, MembershipStore, PartitionStore, Timings};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep, sleep_until, timeout};
@@ -160,7 +161,7 @@ impl GroupRun {
             return Ok(());
         };
         let worker =
-            GroupWorker::builder_arc(Arc::clone(&slot.store), self.group.clone(), self.partitions)
+            GroupWorker::builder(Arc::clone(&slot.store), self.group.clone(), self.partitions)
                 .node(slot.node.clone())
                 .address(format!("{}.soak:7000", slot.node))
                 .timings(self.timings)

@@ -188,7 +188,7 @@ impl Claimer {
         let count = COUNTS[index % COUNTS.len()];
         let label = format!("mixed-{index}-of-{count}");
         let pool = Permits::new(name, count)?;
-        let coordinator = Coordinator::builder_arc(store)
+        let coordinator = Coordinator::builder(store)
             .instance(&label)
             .timings(timings)
             .build()?;

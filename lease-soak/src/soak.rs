@@ -7,8 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lease_conformance::FaultProxy;
+use lease_conformance::GroupStore;
 use lease_conformance::faulty;
-use lease_core::{GroupStore, LeaseStore, Timings};
+use lease_core::{LeaseStore, Timings};
 use lease_local::MemoryStore;
 use tokio::sync::watch;
 use tokio::time::Instant;

@@ -14,11 +14,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use lease_conformance::{ChaosConfig, ChaosCounts, FaultMode, FaultProxy, FaultyStore};
+use lease_conformance::{ChaosConfig, ChaosCounts, FaultMode, FaultProxy, FaultyStore, GroupStore};
 use lease_core::layer::{Answer, Call, Hook, Intercept, Operation, answer_as, peek};
 use lease_core::{
-    Capabilities, Error, GroupStore, LeaseInfo, LeaseStore, Member, MembershipStore,
-    PartitionLease, PartitionStore, Result,
+    Capabilities, Error, LeaseInfo, LeaseStore, Member, MembershipStore, PartitionLease,
+    PartitionStore, PermitStore, Result,
     backend::{Grant, HolderToken, async_trait},
 };
 use lease_sql::{SqlConfig, SqliteStore};
@@ -316,7 +316,12 @@ impl Reopenable {
         Ok(Reopenable {
             url: url.to_owned(),
             backend: store.backend(),
-            caps: store.capabilities(),
+            // The store's own, but without slots: this forwarder keeps no slot operations (its
+            // `slot_store()` answers `None`).
+            caps: Capabilities {
+                slots: false,
+                ..store.capabilities()
+            },
             current: Mutex::new(Some(Arc::new(store))),
         })
     }
@@ -361,6 +366,22 @@ impl LeaseStore for Reopenable {
         self.caps.clone()
     }
 
+    fn permit_store(&self) -> Option<&dyn PermitStore> {
+        Some(self)
+    }
+
+    fn partition_store(&self) -> Option<&dyn PartitionStore> {
+        Some(self)
+    }
+
+    fn membership_store(&self) -> Option<&dyn MembershipStore> {
+        Some(self)
+    }
+
+    fn slot_store(&self) -> Option<&dyn lease_core::SlotStore> {
+        None
+    }
+
     async fn available(&self) -> Result<()> {
         self.store()?.available().await
     }
@@ -400,6 +421,14 @@ impl LeaseStore for Reopenable {
         self.store()?.force_release(name).await
     }
 
+    fn changes(&self, topic: &lease_core::notify::Topic) -> Option<lease_core::notify::Wakeups> {
+        self.store().ok()?.changes(topic)
+    }
+}
+
+#[deny(clippy::missing_trait_methods)]
+#[async_trait]
+impl PermitStore for Reopenable {
     async fn claim_permit(
         &self,
         name: &str,
@@ -446,10 +475,6 @@ impl LeaseStore for Reopenable {
 
     async fn permits(&self, name: &str) -> Result<Vec<lease_core::PermitInfo>> {
         self.store()?.permits(name).await
-    }
-
-    fn changes(&self, topic: &lease_core::notify::Topic) -> Option<lease_core::notify::Wakeups> {
-        self.store().ok()?.changes(topic)
     }
 }
 
@@ -589,7 +614,17 @@ mod tests {
 
         let reopenable = Reopenable::open(&url).await.unwrap();
         assert_eq!(reopenable.backend(), store.backend());
-        assert_eq!(reopenable.capabilities(), store.capabilities());
+        // The store's capabilities, but for slots: this forwarder keeps no slot operations, and
+        // says so (its accessor and its flag agree).
+        assert_eq!(
+            reopenable.capabilities(),
+            Capabilities {
+                slots: false,
+                ..store.capabilities()
+            }
+        );
+        assert!(store.capabilities().slots);
+        assert!(reopenable.slot_store().is_none());
         reopenable.available().await.unwrap();
         // force_release reaches the store (it was lost before).
         let holder = HolderToken::mint();

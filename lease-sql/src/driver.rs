@@ -13,7 +13,7 @@ use std::time::Duration;
 use lease_core::backend::{Grant, HolderToken};
 use lease_core::layer::Operation;
 use lease_core::notify::{Topic, Wakeups};
-use lease_core::{Capabilities, LeaseInfo, PermitGrant, PermitInfo, Result};
+use lease_core::{Capabilities, LeaseInfo, Result};
 use sqlx::Transaction;
 
 use crate::leases::LeaseDriver;
@@ -55,18 +55,33 @@ impl<DB: Driver> lease_core::LeaseStore for SqlStore<DB> {
         self.inner.dialect.as_str()
     }
 
-    /// Every SQL store verifies inside a transaction, can force a release and keeps
-    /// counted leases (see `permits.rs`); the store traits it implements (all of them)
-    /// are derived.
+    /// Every SQL store verifies inside a transaction and can force a release; its counted
+    /// leases (see `permits.rs`), partitions, membership and slots are derived from its
+    /// accessors (it has all of them).
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             verify_in_transaction: true,
             force_release: true,
-            permits: true,
             watch: self.inner.watch,
             max_name_bytes: self.inner.config.max_name_bytes,
-            ..lease_core::derived_capabilities!(Self)
+            ..lease_core::backend::derived_capabilities(self)
         }
+    }
+
+    fn permit_store(&self) -> Option<&dyn lease_core::PermitStore> {
+        Some(self)
+    }
+
+    fn partition_store(&self) -> Option<&dyn lease_core::PartitionStore> {
+        Some(self)
+    }
+
+    fn membership_store(&self) -> Option<&dyn lease_core::MembershipStore> {
+        Some(self)
+    }
+
+    fn slot_store(&self) -> Option<&dyn lease_core::SlotStore> {
+        Some(self)
     }
 
     async fn available(&self) -> Result<()> {
@@ -164,40 +179,6 @@ impl<DB: Driver> lease_core::LeaseStore for SqlStore<DB> {
             self.inner.hints.wrote(&Topic::lease(name));
         }
         Ok(ended)
-    }
-
-    async fn claim_permit(
-        &self,
-        name: &str,
-        permits: u32,
-        holder: &HolderToken,
-        instance: &str,
-        ttl: Duration,
-    ) -> Result<Option<PermitGrant>> {
-        self.claim_permit_op(name, permits, holder, instance, ttl)
-            .await
-    }
-
-    async fn renew_permit(
-        &self,
-        name: &str,
-        permit: u32,
-        holder: &HolderToken,
-        ttl: Duration,
-    ) -> Result<Option<Grant>> {
-        self.renew_permit_op(name, permit, holder, ttl).await
-    }
-
-    async fn release_permit(&self, name: &str, permit: u32, holder: &HolderToken) -> Result<bool> {
-        self.release_permit_op(name, permit, holder).await
-    }
-
-    async fn verify_permit(&self, name: &str, holder: &HolderToken) -> Result<Option<PermitGrant>> {
-        self.verify_permit_op(name, holder).await
-    }
-
-    async fn permits(&self, name: &str) -> Result<Vec<PermitInfo>> {
-        self.list_permits_op(name).await
     }
 
     /// Always `Some`: what the hints cover is in each dialect's docs (PostgreSQL:

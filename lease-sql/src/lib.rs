@@ -90,7 +90,7 @@
 //! size included.
 
 //!
-//! Counted leases ([`LeaseStore::claim_permit`](lease_core::LeaseStore::claim_permit) and the
+//! Counted leases ([`PermitStore::claim_permit`](lease_core::PermitStore::claim_permit) and the
 //! other permit operations, `capabilities().permits`; the rules are
 //! [`lease_core::permits`]'s) live in a table of their own, `<table>_permits`
 //! ([`permits_schema_sql`], migration `0004`), checked and created on first use as the

@@ -1,4 +1,4 @@
-//! Counted leases ([`LeaseStore::claim_permit`](lease_core::LeaseStore::claim_permit) and the
+//! Counted leases ([`PermitStore::claim_permit`](lease_core::PermitStore::claim_permit) and the
 //! other permit operations; the rules are in [`lease_core::permits`]) on a table of their own,
 //! named after the lease table: `<table>_permits`, one row per `(name, permit_no)`, and per name
 //! one counter row (`permit_no = -1`) whose term is the greatest ever issued for the name
@@ -21,7 +21,8 @@
 
 use std::future::Future;
 
-use lease_core::Result;
+use lease_core::backend::async_trait;
+use lease_core::{PermitStore, Result};
 
 use crate::leases::LeaseDriver;
 use crate::store::{SqlStore, Table};
@@ -134,11 +135,12 @@ pub(crate) trait PermitDriver: LeaseDriver {
 /// the answer.
 // `PermitDriver` is crate-private; these methods are too (the lint looks at the impl's type).
 #[allow(private_bounds)]
-impl<DB: PermitDriver> SqlStore<DB>
+#[async_trait]
+impl<DB: PermitDriver> PermitStore for SqlStore<DB>
 where
     Self: lease_core::LeaseStore,
 {
-    pub(crate) async fn claim_permit_op(
+    async fn claim_permit(
         &self,
         name: &str,
         count: u32,
@@ -171,7 +173,7 @@ where
         }))
     }
 
-    pub(crate) async fn renew_permit_op(
+    async fn renew_permit(
         &self,
         name: &str,
         permit: u32,
@@ -197,7 +199,7 @@ where
         .transpose()
     }
 
-    pub(crate) async fn release_permit_op(
+    async fn release_permit(
         &self,
         name: &str,
         permit: u32,
@@ -220,7 +222,7 @@ where
         Ok(ended)
     }
 
-    pub(crate) async fn verify_permit_op(
+    async fn verify_permit(
         &self,
         name: &str,
         holder: &lease_core::backend::HolderToken,
@@ -246,10 +248,7 @@ where
         .transpose()
     }
 
-    pub(crate) async fn list_permits_op(
-        &self,
-        name: &str,
-    ) -> lease_core::Result<Vec<lease_core::PermitInfo>> {
+    async fn permits(&self, name: &str) -> lease_core::Result<Vec<lease_core::PermitInfo>> {
         lease_core::backend::check::name(self, name)?;
         let op = lease_core::layer::Operation::Permits;
         let during = |e: lease_core::Error| e.during(op, name);

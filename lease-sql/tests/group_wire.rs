@@ -10,9 +10,9 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lease_conformance::FaultProxy;
+use lease_conformance::{FaultProxy, GroupStore};
 use lease_core::{
-    GroupStore, PartitionStore,
+    PartitionStore,
     backend::{
         MAX_ADDRESS_BYTES, MAX_GROUPS_PER_MEMBER, MAX_INSTANCE_BYTES, MAX_NODE_ID_BYTES,
         MAX_PARTITIONS_PER_CALL,

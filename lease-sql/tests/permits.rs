@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use lease_conformance::{FaultProxy, env};
 use lease_core::LeaseStore;
+use lease_core::LeaseStoreExt;
 use lease_core::backend::HolderToken;
 use lease_core::notify::{Topic, Wakeups};
 use lease_sql::{MySqlStore, PostgresStore, SqlConfig, SqliteStore};

@@ -13,8 +13,10 @@ use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use lease_conformance::GroupStore;
 use lease_conformance::env::server_url;
-use lease_core::{Coordinator, ErrorKind, GroupStore};
+use lease_core::LeaseStoreExt;
+use lease_core::{Coordinator, ErrorKind};
 use lease_sql::{MySqlStore, PostgresStore, SqlConfig, SqlResultExt, SqliteStore, Token};
 use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
 use sqlx::postgres::{PgPool, PgPoolOptions};

@@ -10,6 +10,7 @@ mod support;
 use std::str::FromStr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use lease_core::PermitStore;
 use lease_core::{LeaseStore, PartitionStore, backend::HolderToken};
 use lease_sql::{
     Ddl, Dialect, SqlConfig, SqliteStore, members_schema_sql, partitions_schema_sql, schema_sql,

@@ -9,9 +9,8 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lease_core::{
-    ErrorKind, GroupStore, LeaseStore, MembershipStore, PartitionStore, backend::HolderToken,
-};
+use lease_conformance::GroupStore;
+use lease_core::{ErrorKind, LeaseStore, MembershipStore, PartitionStore, backend::HolderToken};
 use lease_sql::{
     Ddl, Dialect, MySqlStore, PostgresStore, SqlConfig, SqliteStore, members_schema_sql,
     partitions_schema_sql, schema_sql,

@@ -156,6 +156,22 @@ impl LeaseStore for Store {
         each!(self, s => s.capabilities())
     }
 
+    fn permit_store(&self) -> Option<&dyn lease_core::PermitStore> {
+        each!(self, s => s.permit_store())
+    }
+
+    fn partition_store(&self) -> Option<&dyn PartitionStore> {
+        each!(self, s => s.partition_store())
+    }
+
+    fn membership_store(&self) -> Option<&dyn MembershipStore> {
+        each!(self, s => s.membership_store())
+    }
+
+    fn slot_store(&self) -> Option<&dyn SlotStore> {
+        each!(self, s => s.slot_store())
+    }
+
     async fn available(&self) -> Result<()> {
         each!(self, s => s.available().await)
     }
@@ -193,52 +209,6 @@ impl LeaseStore for Store {
 
     async fn force_release(&self, name: &str) -> Result<bool> {
         each!(self, s => s.force_release(name).await)
-    }
-
-    async fn claim_permit(
-        &self,
-        name: &str,
-        permits: u32,
-        holder: &HolderToken,
-        instance: &str,
-        ttl: Duration,
-    ) -> Result<Option<lease_core::PermitGrant>> {
-        each!(self, s => s.claim_permit(name, permits, holder, instance, ttl).await)
-    }
-
-    async fn renew_permit(
-        &self,
-        name: &str,
-        permit: u32,
-        holder: &HolderToken,
-        ttl: Duration,
-    ) -> Result<Option<Grant>> {
-        each!(self, s => s.renew_permit(name, permit, holder, ttl).await)
-    }
-
-    async fn release_permit(&self, name: &str, permit: u32, holder: &HolderToken) -> Result<bool> {
-        each!(self, s => s.release_permit(name, permit, holder).await)
-    }
-
-    async fn verify_permit(
-        &self,
-        name: &str,
-        holder: &HolderToken,
-    ) -> Result<Option<lease_core::PermitGrant>> {
-        each!(self, s => s.verify_permit(name, holder).await)
-    }
-
-    async fn read_back_permit(
-        &self,
-        name: &str,
-        permits: u32,
-        holder: &HolderToken,
-    ) -> Result<Option<lease_core::PermitGrant>> {
-        each!(self, s => s.read_back_permit(name, permits, holder).await)
-    }
-
-    async fn permits(&self, name: &str) -> Result<Vec<lease_core::PermitInfo>> {
-        each!(self, s => s.permits(name).await)
     }
 
     fn changes(&self, topic: &lease_core::notify::Topic) -> Option<lease_core::notify::Wakeups> {

@@ -96,7 +96,7 @@ pub(crate) fn coordinator(
     instance: &str,
     timings: Timings,
 ) -> Result<Coordinator> {
-    Coordinator::builder_arc(store)
+    Coordinator::builder(store)
         .instance(instance)
         .timings(timings)
         .fail_action(|failure| {

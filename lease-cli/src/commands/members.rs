@@ -1,6 +1,6 @@
 //! `lease members SERVICE [--json]`: the live members of a service, by the store's clock.
 
-use lease::Member;
+use lease::{Member, MembershipStore};
 
 use crate::cli::MembersArgs;
 use crate::commands::output::{self, json_string, printable};

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lease::permits::MAX_PERMITS;
-use lease::{Coordinator, GroupStore, LeaseStore, LeaseStoreExt, Permits, Target, Timings};
+use lease::{Coordinator, LeaseStore, LeaseStoreExt, Permits, Store, Target, Timings};
 
 use crate::cli::HoldArgs;
 use crate::duration::{human, parse_duration};
@@ -154,7 +154,7 @@ pub(crate) async fn prepare(
         sig = signals.recv() => return Err(interrupted(sig, "while opening the store")),
     };
     check_name(store.as_ref(), name)?;
-    let mut builder = Coordinator::builder_arc(store)
+    let mut builder = Coordinator::builder(store)
         .timings(timings)
         // `lease` stops CMD itself on loss; the engine's own fail action is never reached.
         .fail_action(|failure| {
@@ -196,13 +196,13 @@ pub(crate) async fn open_for(
     Ok(store)
 }
 
-/// Opens the store for `members` and `owners` as a [`GroupStore`] and checks `name` (a name of
+/// Opens the store for `members` and `owners` and checks `name` (a name of
 /// `what`) before and after.
 pub(crate) async fn open_group_for(
     url: &StoreUrl,
     what: Named,
     name: &str,
-) -> Result<Arc<dyn GroupStore>, CliError> {
+) -> Result<Arc<Store>, CliError> {
     precheck_name_of(what, name)?;
     let store = open_store::open_group(url, lease::Timings::default().lease()).await?;
     check_name_of(store.as_ref(), what, name)?;

@@ -1,6 +1,6 @@
 //! `lease owners GROUP [--json]`: the live partition leases of a group, by the store's clock.
 
-use lease::PartitionLease;
+use lease::{PartitionLease, PartitionStore};
 
 use crate::cli::OwnersArgs;
 use crate::commands::output::{self, json_string, printable};

@@ -8,7 +8,7 @@ use std::time::Duration;
 use lease::clock::{Deadline, Stamp};
 use lease::notify::Topic;
 use lease::wait::{EXPIRY_MARGIN, Waiter, Wake};
-use lease::{HolderChange, LeaseStore, Observer, PermitInfo, Timings};
+use lease::{HolderChange, LeaseStore, LeaseStoreExt, Observer, PermitInfo, Timings};
 use tokio::sync::mpsc;
 
 use crate::cli::WatchArgs;
@@ -135,10 +135,10 @@ pub(crate) async fn watch(url: &StoreUrl, args: WatchArgs) -> Result<u8, CliErro
 /// coalesced; an end is `Released` before the holder's expiry as last read, `Expired` after
 /// it).
 ///
-/// It reads the permits ([`LeaseStore::permits`], bounded by the attempt timeout) at a hint
-/// of the name's topic (every store hints permit claims and releases there), at the first
-/// expiry of a live permit as last read, at the retry pace while hints may be missing or a
-/// read failed, and at least once per lease of its timings whatever the hints say.
+/// It reads the permits ([`PermitStore::permits`](lease::PermitStore::permits), bounded by the
+/// attempt timeout) at a hint of the name's topic (every store hints permit claims and releases
+/// there), at the first expiry of a live permit as last read, at the retry pace while hints may be
+/// missing or a read failed, and at least once per lease of its timings whatever the hints say.
 struct PermitWatch {
     store: Arc<dyn LeaseStore>,
     name: String,

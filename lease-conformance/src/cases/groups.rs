@@ -10,12 +10,12 @@ use std::time::Duration;
 
 use crate::audit::{AssignmentAudit, assignments_settled};
 use lease_core::{
-    Assignment, ErrorKind, GroupStore, GroupWorker, PartitionLease,
+    Assignment, ErrorKind, GroupWorker, PartitionLease,
     backend::{BatchRenew, MAX_PARTITIONS_PER_CALL},
 };
 use tokio::time::sleep;
 
-use crate::Harness;
+use crate::{GroupStore, Harness};
 
 pub(crate) fn groups(h: &Harness, case: &str) -> Option<Arc<dyn GroupStore>> {
     let caps = h.caps();
@@ -721,7 +721,7 @@ pub async fn three_nodes_rebalance_without_overlap(h: &Harness) {
             // a few leases at most. Any other error fails it.
             let given_up = tokio::time::Instant::now() + t.lease() * 4;
             let w = loop {
-                match GroupWorker::builder_arc(store.clone(), group.clone(), N)
+                match GroupWorker::builder(store.clone(), group.clone(), N)
                     .node(node)
                     .address(format!("{node}.example:7000"))
                     .timings(t)

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use lease_core::backend::HolderToken;
 use lease_core::permits::MAX_PERMITS;
-use lease_core::{ErrorKind, LeaseStore, PermitGrant, Permits};
+use lease_core::{ErrorKind, LeaseStore, LeaseStoreExt, PermitGrant, Permits};
 use tokio::time::{Instant, sleep};
 
 use super::{WAKE_BOUND, assert_first_term, assert_next_term, mint, needs_expiry};

@@ -393,7 +393,7 @@ pub async fn scheduled_rounds_start_once_across_replicas(h: &Harness) {
         let starts = starts.clone();
         let who = format!("replica-{r}");
         let seen = who.clone();
-        let scheduler = Scheduler::builder_arc(s.clone())
+        let scheduler = Scheduler::builder(s.clone())
             .instance(who)
             .timings(h.timings)
             .job(

@@ -17,7 +17,7 @@ fn same_answer(a: &Result<()>, b: &Result<()>) -> bool {
 }
 
 /// Asserts that `wrapper` reports `h.store`'s backend name, capabilities and `available()`
-/// answer (`truth`).
+/// answer (`truth`), and that its capability accessors answer as its capability flags say.
 async fn assert_tells_the_truth(
     h: &Harness,
     what: &str,
@@ -34,6 +34,19 @@ async fn assert_tells_the_truth(
         wrapper.capabilities(),
         h.caps(),
         "{}: {what} reports other capabilities than the store it wraps",
+        h.backend()
+    );
+    let caps = wrapper.capabilities();
+    assert_eq!(
+        (
+            wrapper.permit_store().is_some(),
+            wrapper.partition_store().is_some(),
+            wrapper.membership_store().is_some(),
+            wrapper.slot_store().is_some(),
+        ),
+        (caps.permits, caps.partitions, caps.membership, caps.slots),
+        "{}: {what}'s capability accessors (permits, partitions, membership, slots) disagree \
+         with its capabilities",
         h.backend()
     );
     let answer = wrapper.available().await;

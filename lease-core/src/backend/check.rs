@@ -51,8 +51,8 @@ pub fn claim<S: LeaseStore + ?Sized>(
     validate_instance(instance)
 }
 
-/// [`LeaseStore::claim_permit`]: the name, the permit count, the instance label and the lease
-/// duration.
+/// [`PermitStore::claim_permit`](crate::PermitStore::claim_permit): the name, the permit count, the
+/// instance label and the lease duration.
 pub fn claim_permit<S: LeaseStore + ?Sized>(
     store: &S,
     name: &str,
@@ -64,7 +64,8 @@ pub fn claim_permit<S: LeaseStore + ?Sized>(
     crate::store::permits::check_count(permits)
 }
 
-/// [`LeaseStore::renew_permit`]: the name, the permit index and the lease duration.
+/// [`PermitStore::renew_permit`](crate::PermitStore::renew_permit): the name, the permit index and
+/// the lease duration.
 pub fn renew_permit<S: LeaseStore + ?Sized>(
     store: &S,
     name: &str,
@@ -75,7 +76,8 @@ pub fn renew_permit<S: LeaseStore + ?Sized>(
     permit_index(permit)
 }
 
-/// [`LeaseStore::release_permit`]: the name and the permit index.
+/// [`PermitStore::release_permit`](crate::PermitStore::release_permit): the name and the permit
+/// index.
 pub fn permit<S: LeaseStore + ?Sized>(store: &S, name: &str, permit: u32) -> Result<()> {
     store.validate_name(name)?;
     permit_index(permit)
@@ -99,7 +101,8 @@ pub fn renew<S: LeaseStore + ?Sized>(store: &S, name: &str, ttl: Duration) -> Re
 }
 
 /// The operations that take a name alone: [`LeaseStore::release`], `verify`, `get`,
-/// `force_release`, `verify_permit`, `permits`, [`SlotStore::finish_slot`](crate::SlotStore::finish_slot) and
+/// `force_release`, `verify_permit`, `permits`,
+/// [`SlotStore::finish_slot`](crate::SlotStore::finish_slot) and
 /// [`SlotStore::last_slot`](crate::SlotStore::last_slot).
 pub fn name<S: LeaseStore + ?Sized>(store: &S, name: &str) -> Result<()> {
     store.validate_name(name)

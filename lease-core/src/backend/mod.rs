@@ -2,9 +2,10 @@
 //! build with (the crate root).
 //!
 //! A backend implements the store traits of the root ([`LeaseStore`](crate::LeaseStore) and,
-//! where it can, [`PartitionStore`](crate::PartitionStore),
-//! [`MembershipStore`](crate::MembershipStore), [`SlotStore`](crate::SlotStore)) with the types
-//! here: the [`HolderToken`] and [`Grant`] of the lease protocol, the slot outcomes, the
+//! where it can, [`PermitStore`](crate::PermitStore), [`PartitionStore`](crate::PartitionStore),
+//! [`MembershipStore`](crate::MembershipStore), [`SlotStore`](crate::SlotStore), answering
+//! each one's accessor with `Some(self)` and taking its capability flags from
+//! [`derived_capabilities`]) with the types here: the [`HolderToken`] and [`Grant`] of the lease protocol, the slot outcomes, the
 //! boot-clock [`Stamp`]. Each operation starts with its one argument check from [`check`], so
 //! every backend refuses the same inputs with the same messages and does no I/O for them; its
 //! driver errors carry their context as [`Error::during`](crate::Error::during) and
@@ -25,8 +26,6 @@
 //! ```
 
 pub mod check;
-#[doc(hidden)]
-pub mod derive;
 pub mod listen;
 mod url_param;
 
@@ -51,6 +50,38 @@ pub use url_param::{ParamError, UrlParam};
 
 /// Re-exported so stores can implement the traits without naming the crate themselves.
 pub use async_trait::async_trait;
+
+/// [`Capabilities`](crate::Capabilities) at their defaults, with the four capability flags —
+/// [`permits`](crate::Capabilities::permits), [`partitions`](crate::Capabilities::partitions),
+/// [`membership`](crate::Capabilities::membership), [`slots`](crate::Capabilities::slots) —
+/// derived from `store`'s accessors
+/// ([`LeaseStore::permit_store`](crate::LeaseStore::permit_store) and the others): the one place they are
+/// set, so a store's flags cannot disagree with what it does. A store writes the rest of its
+/// capabilities and `..derived_capabilities(self)`, and never sets those four by hand.
+///
+/// ```
+/// use lease_core::LeaseStore;
+/// use lease_core::backend::derived_capabilities;
+/// use lease_local::MemoryStore;
+///
+/// let store = MemoryStore::new();
+/// let caps = derived_capabilities(&store);
+/// assert!(caps.permits && caps.partitions && caps.membership && caps.slots);
+/// let own = store.capabilities();
+/// assert_eq!(
+///     (own.permits, own.partitions, own.membership, own.slots),
+///     (caps.permits, caps.partitions, caps.membership, caps.slots),
+/// );
+/// ```
+pub fn derived_capabilities<S: crate::LeaseStore + ?Sized>(store: &S) -> crate::Capabilities {
+    crate::Capabilities {
+        permits: store.permit_store().is_some(),
+        partitions: store.partition_store().is_some(),
+        membership: store.membership_store().is_some(),
+        slots: store.slot_store().is_some(),
+        ..crate::Capabilities::default()
+    }
+}
 
 /// Groups as one text value, for stores that keep text: one group per line (names hold no
 /// control characters, so a line feed never occurs inside one).

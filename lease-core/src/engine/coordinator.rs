@@ -18,10 +18,10 @@ use crate::engine::step_down::{FailAction, StepDownFailure, default_fail_action}
 use crate::engine::term::{Term, TermShared};
 use crate::engine::wait::{Holder, Seen};
 use crate::store::error::{BoxError, Error, ErrorKind, Result};
-use crate::store::lease_store::LeaseStore;
+use crate::store::lease_store::{LeaseStore, permits_of, shared, slots_of};
 use crate::store::permits::Target;
 use crate::store::record::{Grant, HolderToken, validate_instance};
-use crate::store::slots::{SlotClaim, SlotStore};
+use crate::store::slots::SlotClaim;
 use crate::store::store_ext::LeaseStoreExt;
 use crate::store::validate::MAX_TTL;
 use crate::telemetry;
@@ -107,14 +107,10 @@ enum Claim<'a> {
     /// (`claim_permit`, read back with `read_back_permit`).
     Target(&'a Target),
     /// An instant of a scheduler job (`claim_slot`) or its rerun (`claim_rerun`), on the
-    /// coordinator's own store seen as a slot store. Read back with `verify`, as a name: the
+    /// coordinator's own store, through its slots. Read back with `verify`, as a name: the
     /// holder token is new, so a lease found under it was granted by this claim, which the
     /// store makes only when the slot rules allow it.
-    Slot {
-        store: &'a dyn SlotStore,
-        name: &'a str,
-        ask: SlotAsk,
-    },
+    Slot { name: &'a str, ask: SlotAsk },
 }
 
 impl Claim<'_> {
@@ -271,15 +267,11 @@ fn default_instance() -> String {
 }
 
 impl Coordinator {
-    /// A builder over `store`.
+    /// A builder over `store`: the store itself, or a shared one (an `Arc<dyn LeaseStore>` is
+    /// taken as it is, not wrapped again; `Arc<S>` is a store too).
     pub fn builder(store: impl LeaseStore) -> CoordinatorBuilder {
-        Self::builder_arc(Arc::new(store))
-    }
-
-    /// A builder over a shared store.
-    pub fn builder_arc(store: Arc<dyn LeaseStore>) -> CoordinatorBuilder {
         CoordinatorBuilder {
-            store,
+            store: shared(store),
             instance: None,
             timings: Timings::default(),
             fail_action: Arc::new(default_fail_action),
@@ -358,7 +350,7 @@ impl Coordinator {
     /// The claim is bounded by the attempt timeout. When its outcome is unknown (a timeout, a
     /// connection dropped after the request was sent), the coordinator reads back with
     /// `verify` under the same holder token and adopts the claim if it took effect (a permit
-    /// claim with [`read_back_permit`](crate::LeaseStore::read_back_permit), which adopts a
+    /// claim with [`read_back_permit`](crate::PermitStore::read_back_permit), which adopts a
     /// permit only if the claim's count was checked for it). If that too
     /// fails, the error is returned; a claim that lands later holds the name until its TTL
     /// passes, but nobody acts under it, and its holder token is never used again.
@@ -378,7 +370,7 @@ impl Coordinator {
     /// Claims an instant of the scheduler's job `name`, or its rerun, as `ask` says, once: the
     /// same attempt as [`try_acquire`](Coordinator::try_acquire)'s (bounded by the attempt
     /// timeout, read back with `verify` when its outcome is unknown, the term adopted and
-    /// registered for `close`). `store` is this coordinator's own store, as a slot store.
+    /// registered for `close`), on this coordinator's own store, through its slots.
     ///
     /// Returns the term, or the error (`Held` when the store did not grant the claim, `Closed`
     /// after `close`), and beside it the store's answer to `claim_slot`: `None` for a rerun
@@ -386,15 +378,10 @@ impl Coordinator {
     /// read-back reports no superseded instant).
     pub(crate) async fn claim_slot(
         &self,
-        store: &dyn SlotStore,
         name: &str,
         ask: SlotAsk,
     ) -> (Result<Term>, Option<SlotClaim>) {
-        debug_assert!(
-            std::ptr::addr_eq(std::ptr::from_ref(store), Arc::as_ptr(&self.shared.store)),
-            "slots are claimed on the coordinator's own store"
-        );
-        self.claim_attempt(Claim::Slot { store, name, ask }).await
+        self.claim_attempt(Claim::Slot { name, ask }).await
     }
 
     /// One attempt of `claim`: claim once, read back an unknown outcome, adopt what was won.
@@ -424,7 +411,7 @@ impl Coordinator {
                         None,
                     )),
                     Some(n) => Ok((
-                        store
+                        permits_of(&**store)?
                             .claim_permit(name, n, &holder, instance, ttl)
                             .await?
                             .map(|g| (Some(g.permit), g.grant)),
@@ -432,11 +419,10 @@ impl Coordinator {
                     )),
                 },
                 Claim::Slot {
-                    store,
                     ask: SlotAsk::Instant(instant_ms),
                     ..
                 } => {
-                    let answer = store
+                    let answer = slots_of(&**store)?
                         .claim_slot(name, &holder, instance, ttl, instant_ms)
                         .await?;
                     let won = match answer {
@@ -446,11 +432,10 @@ impl Coordinator {
                     Ok((won, Some(answer)))
                 }
                 Claim::Slot {
-                    store,
                     ask: SlotAsk::Rerun(instant_ms),
                     ..
                 } => Ok((
-                    store
+                    slots_of(&**store)?
                         .claim_rerun(name, &holder, instance, ttl, instant_ms)
                         .await?
                         .map(|g| (None, g)),
@@ -493,7 +478,7 @@ impl Coordinator {
         let verify = async {
             match claim.permits() {
                 None => Ok(store.verify(name, holder).await?.map(|g| (None, g))),
-                Some(n) => Ok(store
+                Some(n) => Ok(permits_of(&**store)?
                     .read_back_permit(name, n, holder)
                     .await?
                     .map(|g| (Some(g.permit), g.grant))),

@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::clock::{Deadline, Stamp};
 use crate::engine::wait::Waiter;
 use crate::store::error::Result;
-use crate::store::lease_store::LeaseStore;
+use crate::store::lease_store::{LeaseStore, shared};
 use crate::store::notify::Topic;
 use crate::store::record::LeaseInfo;
 use crate::store::store_ext::LeaseStoreExt;
@@ -33,11 +33,10 @@ impl Observer {
     /// An observer over `store`, taken as [`Coordinator::builder`](crate::Coordinator::builder)
     /// takes it: the store itself, or a shared one (`Arc<S>` is a store too).
     pub fn new(store: impl LeaseStore) -> Observer {
-        Self::from_arc(Arc::new(store))
+        Self::from_arc(shared(store))
     }
 
-    /// An observer over a shared store, as
-    /// [`Coordinator::builder_arc`](crate::Coordinator::builder_arc) takes it.
+    /// An observer over a shared store; [`new`](Observer::new) takes one too.
     pub fn from_arc(store: Arc<dyn LeaseStore>) -> Observer {
         Observer {
             store,

@@ -12,8 +12,9 @@ use crate::clock::{Deadline, Stamp};
 use crate::engine::context::CoordShared;
 use crate::store::error::{Error, ErrorKind, Result};
 use crate::store::lease_store::LeaseStore;
+use crate::store::lease_store::{permits_of, slots_of};
 use crate::store::record::{Grant, HolderToken};
-use crate::store::slots::{SlotFinish, SlotStore};
+use crate::store::slots::SlotFinish;
 use crate::telemetry::{self, LossCause};
 use crate::timings::Timings;
 
@@ -57,12 +58,11 @@ impl Drop for TermHandle {
 enum Ending {
     /// `release` (or `release_permit`, for a permit).
     Release,
-    /// `finish_slot` on the term's own store, seen as a slot store: records a scheduler round
-    /// as run to its end and gives the name back. Performed in place of the release, after the
+    /// `finish_slot` on the term's own store, through its slots: records a scheduler round as
+    /// run to its end and gives the name back. Performed in place of the release, after the
     /// last renewal, so no renewal can race the finish and find the lease gone just after the
     /// finish gave it back.
     FinishSlot {
-        store: Arc<dyn SlotStore>,
         instant_ms: i64,
         passed_ms: Option<i64>,
     },
@@ -118,7 +118,7 @@ impl TermShared {
         match self.permit {
             None => self.store.renew(&self.name, &self.holder, ttl).await,
             Some(p) => {
-                self.store
+                permits_of(&*self.store)?
                     .renew_permit(&self.name, p, &self.holder, ttl)
                     .await
             }
@@ -130,8 +130,7 @@ impl TermShared {
     pub(crate) async fn verify(&self) -> Result<Option<Grant>> {
         match self.permit {
             None => self.store.verify(&self.name, &self.holder).await,
-            Some(p) => Ok(self
-                .store
+            Some(p) => Ok(permits_of(&*self.store)?
                 .verify_permit(&self.name, &self.holder)
                 .await?
                 .filter(|g| g.permit == p && g.grant.term == self.token)
@@ -144,20 +143,28 @@ impl TermShared {
     async fn release(&self) -> Result<bool> {
         let ending = std::mem::replace(&mut self.status().ending, Ending::Release);
         if let Ending::FinishSlot {
-            store,
             instant_ms,
             passed_ms,
         } = ending
         {
-            let result = store
-                .finish_slot(&self.name, &self.holder, instant_ms, passed_ms)
-                .await;
+            let result = match slots_of(&*self.store) {
+                Ok(slots) => {
+                    slots
+                        .finish_slot(&self.name, &self.holder, instant_ms, passed_ms)
+                        .await
+                }
+                Err(e) => Err(e),
+            };
             self.status().finish = Some(result.clone());
             return result.map(|f| f.released);
         }
         match self.permit {
             None => self.store.release(&self.name, &self.holder).await,
-            Some(p) => self.store.release_permit(&self.name, p, &self.holder).await,
+            Some(p) => {
+                permits_of(&*self.store)?
+                    .release_permit(&self.name, p, &self.holder)
+                    .await
+            }
         }
     }
 
@@ -432,23 +439,17 @@ impl Term {
     }
 
     /// Resigns with `finish_slot` in place of the release: the keeper stops renewing, then
-    /// records the scheduler round of `instant_ms` as run to its end on `store` (this term's
-    /// own store) and gives the name back. Returns the finish's answer; `None` when the keeper
+    /// records the scheduler round of `instant_ms` as run to its end on this term's own store
+    /// and gives the name back. Returns the finish's answer; `None` when the keeper
     /// performed no finish (its release had begun already, or the store had said the lease
     /// is gone) or the finish did not answer within the attempt timeout.
     pub(crate) async fn resign_finishing(
         &self,
-        store: Arc<dyn SlotStore>,
         instant_ms: i64,
         passed_ms: Option<i64>,
     ) -> Option<Result<SlotFinish>> {
         let shared = self.shared();
-        debug_assert!(
-            std::ptr::addr_eq(Arc::as_ptr(&store), Arc::as_ptr(&shared.store)),
-            "a round is finished on the store its term was claimed on"
-        );
         shared.status().ending = Ending::FinishSlot {
-            store,
             instant_ms,
             passed_ms,
         };

@@ -47,7 +47,7 @@ use tracing::debug;
 
 use crate::clock::{Deadline, Stamp};
 use crate::store::error::{Error, Result};
-use crate::store::lease_store::LeaseStore;
+use crate::store::lease_store::{LeaseStore, permits_of};
 use crate::store::notify::{Topic, Wakeups};
 use crate::store::record::LeaseInfo;
 use crate::timings::{STORE_CLOCK_GRANULARITY, Timings};
@@ -165,8 +165,9 @@ impl Waiter {
     }
 
     /// This waiter, for one of `permits` permits of its name: after a "held" answer it reads
-    /// the name's permits ([`LeaseStore::permits`], one round trip) and sleeps until the first
-    /// of them expires; a read that finds fewer than `permits` live sees the name free.
+    /// the name's permits ([`PermitStore::permits`](crate::PermitStore::permits), one round trip)
+    /// and sleeps until the first of them expires; a read that finds fewer than `permits` live sees
+    /// the name free.
     pub fn counted(mut self, permits: u32) -> Waiter {
         self.permits = Some(permits);
         self
@@ -236,7 +237,7 @@ impl Waiter {
         let Some(count) = self.permits else {
             return self.store.get(name).await;
         };
-        let permits = self.store.permits(name).await?;
+        let permits = permits_of(&*self.store)?.permits(name).await?;
         let live: Vec<_> = permits.into_iter().filter(|p| p.live).collect();
         if live.len() < usize::try_from(count).unwrap_or(usize::MAX) {
             return Ok(None);

@@ -14,8 +14,7 @@ use super::run::{Run, Start};
 use crate::backend::check;
 use crate::clock::{Deadline, Stamp};
 use crate::store::error::{Error, Result};
-use crate::store::membership::GroupStore;
-use crate::store::membership::MembershipStore;
+use crate::store::lease_store::{LeaseStore, membership_of, shared};
 use crate::store::notify::Topic;
 use crate::timings::Timings;
 
@@ -25,7 +24,7 @@ pub const MAX_GROUP_PARTITIONS: u32 = 65_536;
 /// Builds and starts a [`GroupWorker`]; see [`GroupWorker::builder`].
 #[must_use = "a builder does nothing until `start` is awaited"]
 pub struct GroupWorkerBuilder {
-    store: Arc<dyn GroupStore>,
+    store: Arc<dyn LeaseStore>,
     group: String,
     partitions: u32,
     service: Option<String>,
@@ -75,19 +74,27 @@ impl GroupWorkerBuilder {
 
     /// Checks everything, heartbeats once (so an unreachable store fails here), and starts the
     /// worker's task on the current tokio runtime.
+    ///
+    /// Fails with [`Unsupported`](crate::ErrorKind::Unsupported) when the store has no
+    /// partitioned leases or no membership records (its
+    /// [`partition_store`](LeaseStore::partition_store) or
+    /// [`membership_store`](LeaseStore::membership_store) answers `None`), naming which.
     pub async fn start(self) -> Result<GroupWorker> {
         crate::telemetry::describe_once();
-        let caps = self.store.capabilities();
-        if !caps.partitions || !caps.membership {
+        let lacks = match (
+            self.store.partition_store().is_some(),
+            self.store.membership_store().is_some(),
+        ) {
+            (true, true) => None,
+            (false, true) => Some("partitioned leases"),
+            (true, false) => Some("membership records"),
+            (false, false) => Some("partitioned leases and no membership records"),
+        };
+        if let Some(lacks) = lacks {
             return Err(Error::unsupported(format!(
-                "the {} store has no {}; choose a store whose capabilities say `partitions` and \
-                 `membership`",
+                "the {} store has no {lacks}, which a group worker needs; choose a store whose \
+                 capabilities say `partitions` and `membership`",
                 self.store.backend(),
-                if caps.partitions {
-                    "membership records"
-                } else {
-                    "partitioned leases"
-                }
             )));
         }
         if self.partitions == 0 || self.partitions > MAX_GROUP_PARTITIONS {
@@ -112,7 +119,11 @@ impl GroupWorkerBuilder {
         let attempt = Deadline::in_(self.timings.attempt_timeout());
         tokio::select! {
             biased;
-            first = store.heartbeat(&service, &node, &self.address, lease, &groups) => {
+            first = async {
+                membership_of(&*store)?
+                    .heartbeat(&service, &node, &self.address, lease, &groups)
+                    .await
+            } => {
                 first?;
             }
             () = attempt.reached() => {
@@ -189,23 +200,17 @@ impl fmt::Debug for GroupWorker {
 }
 
 impl GroupWorker {
-    /// A worker for `partitions` partitions (numbered `0..partitions`) of `group` over `store`.
+    /// A worker for `partitions` partitions (numbered `0..partitions`) of `group` over `store`:
+    /// the store itself, or a shared one (an `Arc<dyn LeaseStore>` is taken as it is; `Arc<S>`
+    /// is a store too). The store must have partitioned leases and membership records:
+    /// [`start`](GroupWorkerBuilder::start) refuses one without.
     pub fn builder(
-        store: impl GroupStore,
-        group: impl Into<String>,
-        partitions: u32,
-    ) -> GroupWorkerBuilder {
-        Self::builder_arc(Arc::new(store), group, partitions)
-    }
-
-    /// As [`builder`](GroupWorker::builder), for a store already behind an `Arc`.
-    pub fn builder_arc(
-        store: Arc<dyn GroupStore>,
+        store: impl LeaseStore,
         group: impl Into<String>,
         partitions: u32,
     ) -> GroupWorkerBuilder {
         GroupWorkerBuilder {
-            store,
+            store: shared(store),
             group: group.into(),
             partitions,
             service: None,

@@ -14,10 +14,9 @@ use super::assignment::{AckBox, Assignment};
 use super::owners::Owners;
 use crate::clock::{Deadline, Stamp};
 use crate::store::error::{Error, Result};
-use crate::store::membership::GroupStore;
-use crate::store::membership::MembershipStore;
+use crate::store::lease_store::{LeaseStore, membership_of, partitions_of};
 use crate::store::notify::Wakeups;
-use crate::store::partitions::{MAX_PARTITIONS_PER_CALL, PartitionStore};
+use crate::store::partitions::MAX_PARTITIONS_PER_CALL;
 use crate::telemetry;
 use crate::timings::Timings;
 
@@ -62,7 +61,7 @@ type Owner = Arc<str>;
 
 /// What a worker's task starts from: the builder's settings, once checked and heartbeated.
 pub(super) struct Start {
-    pub(super) store: Arc<dyn GroupStore>,
+    pub(super) store: Arc<dyn LeaseStore>,
     pub(super) group: String,
     pub(super) service: String,
     pub(super) node: String,
@@ -86,7 +85,7 @@ pub(super) struct Start {
 /// is refreshed at most `renew_every + attempt_timeout` apart, well within its lifetime
 /// (`lease`). A failed heartbeat is retried at the next beat, not sooner.
 pub(super) struct Heartbeats {
-    store: Arc<dyn GroupStore>,
+    store: Arc<dyn LeaseStore>,
     group: String,
     service: String,
     node: String,
@@ -129,13 +128,17 @@ impl Heartbeats {
     async fn beat(&self) {
         let attempt = self.timings.attempt_timeout();
         let cut = Deadline::in_(attempt);
-        let op = self.store.heartbeat(
-            &self.service,
-            &self.node,
-            &self.address,
-            self.timings.lease(),
-            &self.groups,
-        );
+        let op = async {
+            membership_of(&*self.store)?
+                .heartbeat(
+                    &self.service,
+                    &self.node,
+                    &self.address,
+                    self.timings.lease(),
+                    &self.groups,
+                )
+                .await
+        };
         let answer = tokio::select! {
             biased;
             r = op => r,
@@ -148,7 +151,7 @@ impl Heartbeats {
 }
 
 pub(super) struct Run {
-    store: Arc<dyn GroupStore>,
+    store: Arc<dyn LeaseStore>,
     group: String,
     service: String,
     node: String,
@@ -326,11 +329,9 @@ impl Run {
     /// `renew_every` on a slow store without the member record lapsing.
     async fn tick(&mut self) {
         let members = self
-            .bounded(
-                "members",
-                self.earliest_deadline(),
-                self.store.members(&self.service),
-            )
+            .bounded("members", self.earliest_deadline(), async {
+                membership_of(&*self.store)?.members(&self.service).await
+            })
             .await;
         self.drop_lapsed();
         let view = match members {
@@ -418,9 +419,12 @@ impl Run {
             for chunk in keys.chunks(MAX_PARTITIONS_PER_CALL) {
                 self.drop_lapsed();
                 let started = Stamp::now();
-                let op =
-                    self.store
-                        .renew_partitions(&self.group, chunk, &owner, self.timings.lease());
+                let lease = self.timings.lease();
+                let op = async {
+                    partitions_of(&*self.store)?
+                        .renew_partitions(&self.group, chunk, &owner, lease)
+                        .await
+                };
                 match self.bounded("renewal", self.earliest_deadline(), op).await {
                     Ok(leases) => {
                         let answered: BTreeMap<u32, u64> = leases
@@ -555,7 +559,11 @@ impl Run {
         for (owner, parts) in due {
             for chunk in parts.chunks(MAX_PARTITIONS_PER_CALL) {
                 self.drop_lapsed();
-                let op = self.store.release_partitions(&self.group, chunk, &owner);
+                let op = async {
+                    partitions_of(&*self.store)?
+                        .release_partitions(&self.group, chunk, &owner)
+                        .await
+                };
                 match self.bounded("release", self.earliest_deadline(), op).await {
                     Ok(_) => {
                         for p in chunk {
@@ -611,7 +619,11 @@ impl Run {
         }
         for (owner, parts) in strays {
             for chunk in parts.chunks(MAX_PARTITIONS_PER_CALL) {
-                let op = self.store.release_partitions(&self.group, chunk, &owner);
+                let op = async {
+                    partitions_of(&*self.store)?
+                        .release_partitions(&self.group, chunk, &owner)
+                        .await
+                };
                 if let Err(e) = self.bounded("release", self.earliest_deadline(), op).await {
                     warn!(group = %self.group, node = %self.node, error = %e, "release failed; reading the partitions back next tick");
                     self.unanswered_release(&owner);
@@ -658,9 +670,12 @@ impl Run {
             if self.unsure.get(&p).is_some_and(|o| *o != owner) {
                 continue;
             }
-            let op = self
-                .store
-                .acquire_partition(&self.group, p, &owner, self.timings.lease());
+            let lease = self.timings.lease();
+            let op = async {
+                partitions_of(&*self.store)?
+                    .acquire_partition(&self.group, p, &owner, lease)
+                    .await
+            };
             match self.bounded("acquire", cut, op).await {
                 Ok(Some(lease)) => {
                     self.unsure.remove(&p);
@@ -737,7 +752,11 @@ impl Run {
     async fn leave(mut self) -> Result<()> {
         let mut first_error = None;
         // The others rebalance while this node drains: they acquire as soon as it releases.
-        let op = MembershipStore::leave(&*self.store, &self.service, &self.node);
+        let op = async {
+            membership_of(&*self.store)?
+                .leave(&self.service, &self.node)
+                .await
+        };
         if let Err(e) = self.bounded("leave", None, op).await {
             warn!(group = %self.group, node = %self.node, error = %e, "leave failed; the membership ends when its record expires");
             first_error.get_or_insert(e);
@@ -775,7 +794,11 @@ impl Run {
         let all: Vec<u32> = (0..self.partitions).collect();
         for owner in owners {
             for chunk in all.chunks(MAX_PARTITIONS_PER_CALL) {
-                let op = self.store.release_partitions(&self.group, chunk, &owner);
+                let op = async {
+                    partitions_of(&*self.store)?
+                        .release_partitions(&self.group, chunk, &owner)
+                        .await
+                };
                 if let Err(e) = self.bounded("release", None, op).await {
                     warn!(group = %self.group, node = %self.node, error = %e, "release on leave failed; the partitions pass on when their leases expire");
                     first_error.get_or_insert(e);
@@ -785,7 +808,11 @@ impl Run {
         // End the membership once more: a heartbeat given up at its attempt timeout may have
         // reached the store after the first leave (a dropped future's request can still land)
         // and put this node back on the member list until its record expires.
-        let op = MembershipStore::leave(&*self.store, &self.service, &self.node);
+        let op = async {
+            membership_of(&*self.store)?
+                .leave(&self.service, &self.node)
+                .await
+        };
         if let Err(e) = self.bounded("leave", None, op).await {
             warn!(group = %self.group, node = %self.node, error = %e, "leave failed; the membership ends when its record expires");
             first_error.get_or_insert(e);

@@ -20,8 +20,9 @@ use super::telemetry;
 use crate::engine::coordinator::{Coordinator, SlotAsk};
 use crate::engine::term::Term;
 use crate::store::error::{Error, ErrorKind, Result};
+use crate::store::lease_store::{LeaseStore, slots_of};
 use crate::store::notify::{Topic, Wakeups};
-use crate::store::slots::{SlotClaim, SlotRecord, SlotStore};
+use crate::store::slots::{SlotClaim, SlotRecord};
 
 /// The longest single sleep while waiting for an instant: the wall clock is read again after
 /// it, so a step of the system clock delays a round by at most this much.
@@ -41,8 +42,8 @@ pub(crate) const RUNNING: u8 = 1;
 pub(crate) const RAN: u8 = 2;
 
 pub(crate) struct Inner {
-    /// The store; the coordinator runs on the same one.
-    pub(crate) store: Arc<dyn SlotStore>,
+    /// The store, which has slots (checked at `build`); the coordinator runs on the same one.
+    pub(crate) store: Arc<dyn LeaseStore>,
     pub(crate) coordinator: Coordinator,
     pub(crate) jobs: Vec<Job>,
     pub(crate) clock: Arc<dyn WallClock>,
@@ -79,9 +80,19 @@ enum Claimed {
 }
 
 impl Inner {
+    /// The store's record of job `name`.
+    async fn last_slot(&self, name: &str) -> Result<Option<SlotRecord>> {
+        slots_of(&*self.store)?.last_slot(name).await
+    }
+
+    /// The store's unfinished rounds among the jobs `names`.
+    async fn unfinished(&self, names: &[String]) -> Result<Vec<(String, i64)>> {
+        slots_of(&*self.store)?.unfinished(names).await
+    }
+
     /// Claims `name` as `ask` says, through the coordinator's claim of a slot.
     async fn claim(&self, name: &str, ask: SlotAsk) -> Claimed {
-        let (outcome, answer) = self.coordinator.claim_slot(&*self.store, name, ask).await;
+        let (outcome, answer) = self.coordinator.claim_slot(name, ask).await;
         match outcome {
             Ok(term) => {
                 let superseded_ms = match answer {
@@ -106,7 +117,7 @@ impl Inner {
     /// What a round needs of the scheduler.
     fn round_env(&self) -> RoundEnv<'_> {
         RoundEnv {
-            store: &self.store,
+            store: &*self.store,
             clock: &*self.clock,
         }
     }
@@ -232,7 +243,7 @@ enum HeldBy {
 /// retry pause.
 async fn held_by(s: &Inner, name: &str, instant_ms: i64) -> HeldBy {
     let t = s.coordinator.timings();
-    let last_ms = match timeout(t.attempt_timeout(), s.store.last_slot(name)).await {
+    let last_ms = match timeout(t.attempt_timeout(), s.last_slot(name)).await {
         Ok(Ok(record)) => record.and_then(|r| r.last_ms),
         Ok(Err(e)) => {
             debug!(job = name, error = %e, "reading the job's record after a held claim failed");
@@ -276,7 +287,7 @@ async fn first_instant(s: &Inner, job: &Job) -> Result<Option<i64>> {
         if s.stopping.is_cancelled() {
             return Ok(None);
         }
-        match timeout(t.attempt_timeout(), s.store.last_slot(&job.name)).await {
+        match timeout(t.attempt_timeout(), s.last_slot(&job.name)).await {
             Ok(Ok(record)) => break record,
             Ok(Err(e)) if fatal(&e) => return Err(e),
             Ok(Err(e)) => {
@@ -446,7 +457,7 @@ pub(crate) async fn rerun_loop(s: Arc<Inner>) -> Result<()> {
             _ = sleep_until(next_poll) => {}
         }
         next_poll = Instant::now() + s.rerun_pause();
-        let found = match timeout(t.attempt_timeout(), s.store.unfinished(&names)).await {
+        let found = match timeout(t.attempt_timeout(), s.unfinished(&names)).await {
             Ok(Ok(found)) => found,
             Ok(Err(e)) if fatal(&e) => return Err(e),
             Ok(Err(e)) => {

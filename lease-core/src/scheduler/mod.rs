@@ -1,41 +1,42 @@
 //! The cluster scheduler: each instant of a job runs once across the cluster.
 //!
-//! Every replica of a service builds the same [`Scheduler`] over one store that implements
-//! [`SlotStore`] and runs it. For each [`Job`] and each instant of its [`Schedule`]:
+//! Every replica of a service builds the same [`Scheduler`] over one store with scheduler slots
+//! (a [`SlotStore`](crate::SlotStore), reached through [`LeaseStore::slot_store`]) and runs it.
+//! For each [`Job`] and each instant of its [`Schedule`]:
 //!
 //! 1. At the instant (by the scheduler's [`WallClock`]), every replica claims it with
-//!    [`SlotStore::claim_slot`]. The store decides, by its own clock: one replica wins and holds
-//!    the job's lease for the round; the others leave the instant to it (`Taken`: this
-//!    instant or a later one is on record, or `Held` by the round of this instant). A replica
-//!    whose clock runs fast is told `Early`, waits the difference and asks again. When the
-//!    lease is `Held` by the round of an **earlier** instant, the replica claims again once
-//!    that lease has ended (it asks the store when): a round still running takes the instant
-//!    along when it finishes (an overrun, step 3), so the claim finds it taken; a round cut
-//!    short with its lease still live (its replica died) does not, and once its lease has
-//!    expired the instant either runs **late**, once, logged and counted
-//!    ([`telemetry::INSTANTS_LATE`]; its claim supersedes the round cut short), or — when
-//!    that round's rerun is claimed first — is taken along as skipped by the rerun's finish.
-//!    When the next instant comes first, the replica moves on to it; the instants a dead
-//!    round's lease held the job through are then counted as **missed**
-//!    ([`telemetry::INSTANTS_MISSED`]) by the claim that supersedes that round, or taken along
-//!    as skipped by its rerun. No instant is passed over without a record or a count.
+//!    [`SlotStore::claim_slot`](crate::SlotStore::claim_slot). The store decides, by its own clock:
+//!    one replica wins and holds the job's lease for the round; the others leave the instant to it
+//!    (`Taken`: this instant or a later one is on record, or `Held` by the round of this instant).
+//!    A replica whose clock runs fast is told `Early`, waits the difference and asks again. When
+//!    the lease is `Held` by the round of an **earlier** instant, the replica claims again once
+//!    that lease has ended (it asks the store when): a round still running takes the instant along
+//!    when it finishes (an overrun, step 3), so the claim finds it taken; a round cut short with
+//!    its lease still live (its replica died) does not, and once its lease has expired the instant
+//!    either runs **late**, once, logged and counted ([`telemetry::INSTANTS_LATE`]; its claim
+//!    supersedes the round cut short), or — when that round's rerun is claimed first — is taken
+//!    along as skipped by the rerun's finish. When the next instant comes first, the replica moves
+//!    on to it; the instants a dead round's lease held the job through are then counted as
+//!    **missed** ([`telemetry::INSTANTS_MISSED`]) by the claim that supersedes that round, or taken
+//!    along as skipped by its rerun. No instant is passed over without a record or a count.
 //! 2. The winner runs the job's work under the lease with [`Term::run`](crate::Term::run)'s
 //!    rules: the lease is renewed meanwhile, until the work returns, whether or not the work
 //!    keeps its [`Round`]; once it is lost, [`Round::done`] fires and the work has the
 //!    step-down grace to return, then the fail action runs.
-//! 3. When the work returns, [`SlotStore::finish_slot`] records the round as run to its end
-//!    and gives the lease back, taking along `passed`: the last instant of the schedule that has
-//!    come by then. Instants a round **overran** are thereby skipped cluster-wide, recorded,
-//!    logged and counted ([`telemetry::INSTANTS_SKIPPED`]). When the finish cannot take them
-//!    along (the lease was gone by then, or the store's clock has not reached them), the latest
-//!    of them is claimed next, late, and those before it are counted as missed.
+//! 3. When the work returns, [`SlotStore::finish_slot`](crate::SlotStore::finish_slot) records the
+//!    round as run to its end and gives the lease back, taking along `passed`: the last instant of
+//!    the schedule that has come by then. Instants a round **overran** are thereby skipped
+//!    cluster-wide, recorded, logged and counted ([`telemetry::INSTANTS_SKIPPED`]). When the finish
+//!    cannot take them along (the lease was gone by then, or the store's clock has not reached
+//!    them), the latest of them is claimed next, late, and those before it are counted as missed.
 //!
-//! **A round cut short** — the process died, the scheduler shut down, the lease was lost — is
-//! left unfinished. Every replica looks for unfinished rounds of all its jobs in one call
-//! ([`SlotStore::unfinished`], every [`rerun_check`](SchedulerBuilder::rerun_check)) and claims
-//! them with [`SlotStore::claim_rerun`]: the round runs again **once**, on whichever replica
-//! finds it first, with [`Round::is_rerun`] set. A rerun cut short again stays unfinished for
-//! good, and when a later instant is claimed before the rerun, the unfinished one is
+//! **A round cut short** — the process died, the scheduler shut down, the lease was lost — is left
+//! unfinished. Every replica looks for unfinished rounds of all its jobs in one call
+//! ([`SlotStore::unfinished`](crate::SlotStore::unfinished), every
+//! [`rerun_check`](SchedulerBuilder::rerun_check)) and claims them with
+//! [`SlotStore::claim_rerun`](crate::SlotStore::claim_rerun): the round runs again **once**, on
+//! whichever replica finds it first, with [`Round::is_rerun`] set. A rerun cut short again stays
+//! unfinished for good, and when a later instant is claimed before the rerun, the unfinished one is
 //! **superseded**: logged and counted, never run.
 //!
 //! **Catch-up** at start-up is per job ([`CatchUp`]): skip the instants missed while no replica
@@ -135,8 +136,7 @@ use self::engine::{IDLE, Inner, RAN, RUNNING};
 use crate::engine::coordinator::Coordinator;
 use crate::engine::step_down::{FailAction, StepDownFailure, default_fail_action};
 use crate::store::error::{Error, ErrorKind, Result};
-use crate::store::lease_store::LeaseStore;
-use crate::store::slots::SlotStore;
+use crate::store::lease_store::{LeaseStore, shared};
 use crate::store::store_ext::LeaseStoreExt;
 use crate::timings::Timings;
 
@@ -153,7 +153,7 @@ pub struct Scheduler {
 /// Builds a [`Scheduler`].
 #[must_use = "a builder does nothing until `build`"]
 pub struct SchedulerBuilder {
-    store: Arc<dyn SlotStore>,
+    store: Arc<dyn LeaseStore>,
     instance: Option<String>,
     timings: Timings,
     fail_action: FailAction,
@@ -163,15 +163,12 @@ pub struct SchedulerBuilder {
 }
 
 impl Scheduler {
-    /// A builder over `store` (any [`SlotStore`]; an `Arc` of one too).
-    pub fn builder(store: impl SlotStore) -> SchedulerBuilder {
-        Scheduler::builder_arc(Arc::new(store))
-    }
-
-    /// A builder over a shared store.
-    pub fn builder_arc(store: Arc<dyn SlotStore>) -> SchedulerBuilder {
+    /// A builder over `store`: the store itself, or a shared one (an `Arc<dyn LeaseStore>` is
+    /// taken as it is; `Arc<S>` is a store too). The store must have scheduler slots
+    /// ([`LeaseStore::slot_store`]): [`build`](SchedulerBuilder::build) refuses one without.
+    pub fn builder(store: impl LeaseStore) -> SchedulerBuilder {
         SchedulerBuilder {
-            store,
+            store: shared(store),
             instance: None,
             timings: Timings::default(),
             fail_action: Arc::new(default_fail_action),
@@ -281,7 +278,7 @@ impl Scheduler {
     }
 
     /// The store.
-    pub fn store(&self) -> &Arc<dyn SlotStore> {
+    pub fn store(&self) -> &Arc<dyn LeaseStore> {
         &self.inner.store
     }
 }
@@ -363,13 +360,14 @@ impl SchedulerBuilder {
 
     /// Checks the store, the instance label, the timings and the job names, and builds.
     ///
-    /// Fails with [`Unsupported`](ErrorKind::Unsupported) when the store has no slots
-    /// (`capabilities().slots`), [`InvalidName`](ErrorKind::InvalidName) for a job name the
+    /// Fails with [`Unsupported`](ErrorKind::Unsupported) when the store has no scheduler slots
+    /// ([`LeaseStore::slot_store`] answers `None`), [`InvalidName`](ErrorKind::InvalidName) for a job name the
     /// store cannot hold or one given twice, and as [`Coordinator`]'s builder otherwise.
     pub fn build(self) -> Result<Scheduler> {
-        if !self.store.capabilities().slots {
+        if self.store.slot_store().is_none() {
             return Err(Error::unsupported(format!(
-                "the {} store has no scheduler slots",
+                "the {} store has no scheduler slots, which the scheduler needs; choose a store \
+                 whose capabilities say `slots`",
                 self.store.backend()
             )));
         }
@@ -385,9 +383,8 @@ impl SchedulerBuilder {
         }
         // The coordinator runs on the store itself; slot claims and finishes take their own
         // path through it (`Coordinator::claim_slot`, `Term::resign_finishing`).
-        let lease_store: Arc<dyn LeaseStore> = self.store.clone();
         let fail_action = self.fail_action;
-        let mut coordinator = Coordinator::builder_arc(lease_store)
+        let mut coordinator = Coordinator::builder(Arc::clone(&self.store))
             .timings(self.timings)
             .fail_action(move |failure| fail_action(failure));
         if let Some(instance) = self.instance {

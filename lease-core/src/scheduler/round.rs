@@ -1,7 +1,6 @@
 //! Running one round under its term, with `run`'s step-down rules, then finishing it.
 
 use std::panic::AssertUnwindSafe;
-use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::{Instant, sleep, timeout};
@@ -14,7 +13,8 @@ use super::telemetry;
 use crate::engine::run::{Ended, RunGuard, panic_message, supervise};
 use crate::engine::term::Term;
 use crate::store::error::{BoxError, Error, Result};
-use crate::store::slots::{SlotFinish, SlotStore};
+use crate::store::lease_store::{LeaseStore, slots_of};
+use crate::store::slots::SlotFinish;
 
 /// How the work ended.
 enum Verdict {
@@ -30,7 +30,7 @@ enum Verdict {
 /// What a round needs of its scheduler: the store that records its finish (the one its term
 /// was claimed on), and the wall clock its overrun is read from.
 pub(crate) struct RoundEnv<'a> {
-    pub(crate) store: &'a Arc<dyn SlotStore>,
+    pub(crate) store: &'a dyn LeaseStore,
     pub(crate) clock: &'a dyn WallClock,
 }
 
@@ -229,9 +229,7 @@ async fn finish(
     passed_ms: Option<i64>,
 ) -> Result<SlotFinish> {
     let holder = term.holder().clone();
-    let mut result = term
-        .resign_finishing(s.store.clone(), instant_ms, passed_ms)
-        .await;
+    let mut result = term.resign_finishing(instant_ms, passed_ms).await;
     let t = term.timings();
     let mut attempts = 0;
     loop {
@@ -251,10 +249,11 @@ async fn finish(
         attempts += 1;
         let name = term.name();
         result = Some(
-            match timeout(
-                t.attempt_timeout(),
-                s.store.finish_slot(name, &holder, instant_ms, passed_ms),
-            )
+            match timeout(t.attempt_timeout(), async {
+                slots_of(s.store)?
+                    .finish_slot(name, &holder, instant_ms, passed_ms)
+                    .await
+            })
             .await
             {
                 Ok(r) => r,

@@ -24,17 +24,23 @@ pub struct Capabilities {
     /// The store pushes hints of changes ([`LeaseStore::changes`](crate::LeaseStore::changes)
     /// answers `Some`), so waiters wake when a name is released instead of at their next retry.
     pub watch: bool,
-    /// Partitioned leases are supported.
+    /// Partitioned leases are supported:
+    /// [`LeaseStore::partition_store`](crate::LeaseStore::partition_store) answers `Some`
+    /// (derived from it by [`derived_capabilities`](crate::backend::derived_capabilities)).
     pub partitions: bool,
-    /// Membership records are supported.
+    /// Membership records are supported:
+    /// [`LeaseStore::membership_store`](crate::LeaseStore::membership_store) answers `Some`
+    /// (derived from it).
     pub membership: bool,
-    /// Scheduler slots are supported.
+    /// Scheduler slots are supported: [`LeaseStore::slot_store`](crate::LeaseStore::slot_store)
+    /// answers `Some` (derived from it).
     pub slots: bool,
     /// [`LeaseStore::force_release`](crate::LeaseStore::force_release) is supported.
     pub force_release: bool,
     /// Counted leases are supported:
-    /// [`LeaseStore::claim_permit`](crate::LeaseStore::claim_permit) and the other permit
-    /// operations (see [`permits`](crate::permits)).
+    /// [`LeaseStore::permit_store`](crate::LeaseStore::permit_store) answers `Some`, with
+    /// [`PermitStore::claim_permit`](crate::PermitStore::claim_permit) and the other permit
+    /// operations (see [`permits`](crate::permits); derived from the accessor).
     pub permits: bool,
     /// The longest name, in bytes.
     pub max_name_bytes: usize,

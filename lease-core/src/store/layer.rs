@@ -1,14 +1,17 @@
 //! Layers: behaviour wrapped once around every operation of a store, instead of a wrapper that
 //! forwards each method by hand.
 //!
-//! An [`Intercept<S, H>`](Intercept) is a store that implements every store trait `S`
-//! implements — [`LeaseStore`], [`PartitionStore`], [`MembershipStore`], [`SlotStore`] and
-//! [`PollingStore`] — by running the [`Hook`] `H` around each of `S`'s operations. The hook sees
-//! which operation runs ([`Call`]) and the inner store's answer as a future it may await, delay,
-//! cut short, replace or never start. Everything that is not an operation — the backend's name,
-//! its [`Capabilities`] — is the inner store's, so a wrapper cannot claim to be what its store is
-//! not, and a method added to a store trait is forwarded here (each impl is
-//! `#[deny(clippy::missing_trait_methods)]`) or the workspace does not build.
+//! An [`Intercept<S, H>`](Intercept) is a store that runs the [`Hook`] `H` around each of
+//! `S`'s operations: those of [`LeaseStore`], of the capability traits ([`PermitStore`],
+//! [`PartitionStore`], [`MembershipStore`], [`SlotStore`]) and of [`PollingStore`]. It answers
+//! each capability accessor ([`LeaseStore::permit_store`] and the others) with itself exactly
+//! when `S` answers with its own, so an operation reached through the accessor runs through
+//! the hook too. The hook sees which operation runs ([`Call`]) and the inner store's answer as a
+//! future it may await, delay, cut short, replace or never start. Everything that is not an
+//! operation — the backend's name, its [`Capabilities`] — is the inner store's, so a wrapper
+//! cannot claim to be what its store is not, and a method added to a store trait is forwarded
+//! here (each impl is `#[deny(clippy::missing_trait_methods)]`) or the workspace does not
+//! build.
 //!
 //! ```
 //! use std::sync::atomic::{AtomicU64, Ordering};
@@ -46,11 +49,11 @@ use async_trait::async_trait;
 
 use crate::store::capabilities::Capabilities;
 use crate::store::error::Result;
-use crate::store::lease_store::LeaseStore;
+use crate::store::lease_store::{LeaseStore, membership_of, partitions_of, permits_of, slots_of};
 use crate::store::membership::{Member, MembershipStore};
 use crate::store::notify::{Topic, Wakeups};
 use crate::store::partitions::{PartitionLease, PartitionStore};
-use crate::store::permits::{PermitGrant, PermitInfo};
+use crate::store::permits::{PermitGrant, PermitInfo, PermitStore};
 use crate::store::polling::PollingStore;
 use crate::store::record::{Grant, HolderToken, LeaseInfo};
 use crate::store::slots::{SlotClaim, SlotFinish, SlotRecord, SlotStore};
@@ -139,7 +142,8 @@ pub fn peek<T: 'static, U: 'static>(answer: &T) -> Option<&U> {
 
 /// A store wrapped in a [`Hook`]: every operation of `S` runs through `H::around`.
 ///
-/// It implements each store trait that `S` implements, and reports `S`'s backend name and
+/// It reaches a capability of `S` (counted leases, partitions, membership, slots) through
+/// `S`'s accessor, answers that accessor as `S` does, and reports `S`'s backend name and
 /// capabilities unchanged.
 #[derive(Debug, Clone)]
 pub struct Intercept<S, H> {
@@ -178,6 +182,26 @@ impl<S: LeaseStore, H: Hook> LeaseStore for Intercept<S, H> {
 
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
+    }
+
+    fn permit_store(&self) -> Option<&dyn PermitStore> {
+        self.inner.permit_store().map(|_| self as &dyn PermitStore)
+    }
+
+    fn partition_store(&self) -> Option<&dyn PartitionStore> {
+        self.inner
+            .partition_store()
+            .map(|_| self as &dyn PartitionStore)
+    }
+
+    fn membership_store(&self) -> Option<&dyn MembershipStore> {
+        self.inner
+            .membership_store()
+            .map(|_| self as &dyn MembershipStore)
+    }
+
+    fn slot_store(&self) -> Option<&dyn SlotStore> {
+        self.inner.slot_store().map(|_| self as &dyn SlotStore)
     }
 
     async fn available(&self) -> Result<()> {
@@ -233,6 +257,18 @@ impl<S: LeaseStore, H: Hook> LeaseStore for Intercept<S, H> {
         self.hook.around(call, Box::pin(op)).await
     }
 
+    fn changes(&self, topic: &Topic) -> Option<Wakeups> {
+        self.hook.changes(topic, self.inner.changes(topic))
+    }
+}
+
+/// The permit operations of an `Intercept`: the inner store's (its
+/// [`permit_store`](LeaseStore::permit_store)), each run through the hook. Reached through
+/// [`LeaseStore::permit_store`] only when the inner store has counted leases; called on a store
+/// without them, each answers `Unsupported`.
+#[deny(clippy::missing_trait_methods)]
+#[async_trait]
+impl<S: LeaseStore, H: Hook> PermitStore for Intercept<S, H> {
     async fn claim_permit(
         &self,
         name: &str,
@@ -244,9 +280,7 @@ impl<S: LeaseStore, H: Hook> LeaseStore for Intercept<S, H> {
         let call = Call::new(Operation::ClaimPermit, name)
             .who(instance)
             .ttl(ttl);
-        let op = self
-            .inner
-            .claim_permit(name, permits, holder, instance, ttl);
+        let op = permits_of(&self.inner)?.claim_permit(name, permits, holder, instance, ttl);
         self.hook.around(call, Box::pin(op)).await
     }
 
@@ -258,19 +292,19 @@ impl<S: LeaseStore, H: Hook> LeaseStore for Intercept<S, H> {
         ttl: Duration,
     ) -> Result<Option<Grant>> {
         let call = Call::new(Operation::RenewPermit, name).ttl(ttl);
-        let op = self.inner.renew_permit(name, permit, holder, ttl);
+        let op = permits_of(&self.inner)?.renew_permit(name, permit, holder, ttl);
         self.hook.around(call, Box::pin(op)).await
     }
 
     async fn release_permit(&self, name: &str, permit: u32, holder: &HolderToken) -> Result<bool> {
         let call = Call::new(Operation::ReleasePermit, name);
-        let op = self.inner.release_permit(name, permit, holder);
+        let op = permits_of(&self.inner)?.release_permit(name, permit, holder);
         self.hook.around(call, Box::pin(op)).await
     }
 
     async fn verify_permit(&self, name: &str, holder: &HolderToken) -> Result<Option<PermitGrant>> {
         let call = Call::new(Operation::VerifyPermit, name);
-        let op = self.inner.verify_permit(name, holder);
+        let op = permits_of(&self.inner)?.verify_permit(name, holder);
         self.hook.around(call, Box::pin(op)).await
     }
 
@@ -281,25 +315,21 @@ impl<S: LeaseStore, H: Hook> LeaseStore for Intercept<S, H> {
         holder: &HolderToken,
     ) -> Result<Option<PermitGrant>> {
         let call = Call::new(Operation::ReadBackPermit, name);
-        let op = self.inner.read_back_permit(name, permits, holder);
+        let op = permits_of(&self.inner)?.read_back_permit(name, permits, holder);
         self.hook.around(call, Box::pin(op)).await
     }
 
     async fn permits(&self, name: &str) -> Result<Vec<PermitInfo>> {
         let call = Call::new(Operation::Permits, name);
         self.hook
-            .around(call, Box::pin(self.inner.permits(name)))
+            .around(call, Box::pin(permits_of(&self.inner)?.permits(name)))
             .await
-    }
-
-    fn changes(&self, topic: &Topic) -> Option<Wakeups> {
-        self.hook.changes(topic, self.inner.changes(topic))
     }
 }
 
 #[deny(clippy::missing_trait_methods)]
 #[async_trait]
-impl<S: PartitionStore, H: Hook> PartitionStore for Intercept<S, H> {
+impl<S: LeaseStore, H: Hook> PartitionStore for Intercept<S, H> {
     async fn acquire_partition(
         &self,
         group: &str,
@@ -312,7 +342,7 @@ impl<S: PartitionStore, H: Hook> PartitionStore for Intercept<S, H> {
             .who(owner)
             .ttl(ttl)
             .partitions(&one);
-        let op = self.inner.acquire_partition(group, partition, owner, ttl);
+        let op = partitions_of(&self.inner)?.acquire_partition(group, partition, owner, ttl);
         self.hook.around(call, Box::pin(op)).await
     }
 
@@ -327,7 +357,7 @@ impl<S: PartitionStore, H: Hook> PartitionStore for Intercept<S, H> {
             .who(owner)
             .ttl(ttl)
             .partitions(partitions);
-        let op = self.inner.renew_partitions(group, partitions, owner, ttl);
+        let op = partitions_of(&self.inner)?.renew_partitions(group, partitions, owner, ttl);
         self.hook.around(call, Box::pin(op)).await
     }
 
@@ -340,21 +370,21 @@ impl<S: PartitionStore, H: Hook> PartitionStore for Intercept<S, H> {
         let call = Call::new(Operation::ReleasePartitions, group)
             .who(owner)
             .partitions(partitions);
-        let op = self.inner.release_partitions(group, partitions, owner);
+        let op = partitions_of(&self.inner)?.release_partitions(group, partitions, owner);
         self.hook.around(call, Box::pin(op)).await
     }
 
     async fn owners(&self, group: &str) -> Result<Vec<PartitionLease>> {
         let call = Call::new(Operation::Owners, group);
         self.hook
-            .around(call, Box::pin(self.inner.owners(group)))
+            .around(call, Box::pin(partitions_of(&self.inner)?.owners(group)))
             .await
     }
 }
 
 #[deny(clippy::missing_trait_methods)]
 #[async_trait]
-impl<S: MembershipStore, H: Hook> MembershipStore for Intercept<S, H> {
+impl<S: LeaseStore, H: Hook> MembershipStore for Intercept<S, H> {
     async fn heartbeat(
         &self,
         service: &str,
@@ -364,27 +394,27 @@ impl<S: MembershipStore, H: Hook> MembershipStore for Intercept<S, H> {
         groups: &[String],
     ) -> Result<Member> {
         let call = Call::new(Operation::Heartbeat, service).who(node).ttl(ttl);
-        let op = self.inner.heartbeat(service, node, address, ttl, groups);
+        let op = membership_of(&self.inner)?.heartbeat(service, node, address, ttl, groups);
         self.hook.around(call, Box::pin(op)).await
     }
 
     async fn members(&self, service: &str) -> Result<Vec<Member>> {
         let call = Call::new(Operation::Members, service);
         self.hook
-            .around(call, Box::pin(self.inner.members(service)))
+            .around(call, Box::pin(membership_of(&self.inner)?.members(service)))
             .await
     }
 
     async fn leave(&self, service: &str, node: &str) -> Result<bool> {
         let call = Call::new(Operation::Leave, service).who(node);
-        let op = self.inner.leave(service, node);
+        let op = membership_of(&self.inner)?.leave(service, node);
         self.hook.around(call, Box::pin(op)).await
     }
 }
 
 #[deny(clippy::missing_trait_methods)]
 #[async_trait]
-impl<S: SlotStore, H: Hook> SlotStore for Intercept<S, H> {
+impl<S: LeaseStore, H: Hook> SlotStore for Intercept<S, H> {
     async fn claim_slot(
         &self,
         name: &str,
@@ -394,9 +424,7 @@ impl<S: SlotStore, H: Hook> SlotStore for Intercept<S, H> {
         instant_ms: i64,
     ) -> Result<SlotClaim> {
         let call = Call::new(Operation::ClaimSlot, name).who(instance).ttl(ttl);
-        let op = self
-            .inner
-            .claim_slot(name, holder, instance, ttl, instant_ms);
+        let op = slots_of(&self.inner)?.claim_slot(name, holder, instance, ttl, instant_ms);
         self.hook.around(call, Box::pin(op)).await
     }
 
@@ -408,7 +436,7 @@ impl<S: SlotStore, H: Hook> SlotStore for Intercept<S, H> {
         passed_ms: Option<i64>,
     ) -> Result<SlotFinish> {
         let call = Call::new(Operation::FinishSlot, name);
-        let op = self.inner.finish_slot(name, holder, instant_ms, passed_ms);
+        let op = slots_of(&self.inner)?.finish_slot(name, holder, instant_ms, passed_ms);
         self.hook.around(call, Box::pin(op)).await
     }
 
@@ -416,7 +444,7 @@ impl<S: SlotStore, H: Hook> SlotStore for Intercept<S, H> {
         let first = names.first().map_or("", String::as_str);
         let call = Call::new(Operation::Unfinished, first);
         self.hook
-            .around(call, Box::pin(self.inner.unfinished(names)))
+            .around(call, Box::pin(slots_of(&self.inner)?.unfinished(names)))
             .await
     }
 
@@ -431,16 +459,14 @@ impl<S: SlotStore, H: Hook> SlotStore for Intercept<S, H> {
         let call = Call::new(Operation::ClaimRerun, name)
             .who(instance)
             .ttl(ttl);
-        let op = self
-            .inner
-            .claim_rerun(name, holder, instance, ttl, instant_ms);
+        let op = slots_of(&self.inner)?.claim_rerun(name, holder, instance, ttl, instant_ms);
         self.hook.around(call, Box::pin(op)).await
     }
 
     async fn last_slot(&self, name: &str) -> Result<Option<SlotRecord>> {
         let call = Call::new(Operation::LastSlot, name);
         self.hook
-            .around(call, Box::pin(self.inner.last_slot(name)))
+            .around(call, Box::pin(slots_of(&self.inner)?.last_slot(name)))
             .await
     }
 }

@@ -3,6 +3,7 @@
 //! Every backend implements [`LeaseStore`]; [`Coordinator`](crate::Coordinator), the keeper,
 //! `run` and `run_elected` are written once over it.
 
+use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,9 +12,12 @@ use async_trait::async_trait;
 
 use crate::store::capabilities::Capabilities;
 use crate::store::error::{Error, Result};
+use crate::store::membership::MembershipStore;
 use crate::store::notify::{Topic, Wakeups};
-use crate::store::permits::{PermitGrant, PermitInfo};
+use crate::store::partitions::PartitionStore;
+use crate::store::permits::PermitStore;
 use crate::store::record::{Grant, HolderToken, LeaseInfo};
+use crate::store::slots::SlotStore;
 
 /// The backend contract: atomic lease operations, each one round trip to the store.
 ///
@@ -95,78 +99,32 @@ pub trait LeaseStore: Send + Sync + fmt::Debug + 'static {
         )))
     }
 
-    /// Claims one permit of the counted name `name` for `holder`, when fewer than `permits`
-    /// of its permits are live by the store's clock: the lowest free permit below `permits`,
-    /// with a term one more than the greatest ever issued for the name across its permits.
-    /// `None` when the name is full, or when `holder` already holds a live permit of it. The
-    /// count and the claim are one atomic step (see [`permits`](crate::permits) for every
-    /// rule). Unsupported unless [`Capabilities::permits`].
-    async fn claim_permit(
-        &self,
-        name: &str,
-        permits: u32,
-        holder: &HolderToken,
-        instance: &str,
-        ttl: Duration,
-    ) -> Result<Option<PermitGrant>> {
-        let _ = (name, permits, holder, instance, ttl);
-        Err(permits_unsupported(self.backend()))
+    /// Counted leases, when this store has them: `Some(self)` from a store that implements
+    /// [`PermitStore`]; `None` (the default) otherwise.
+    /// [`Capabilities::permits`] is derived from this answer.
+    fn permit_store(&self) -> Option<&dyn PermitStore> {
+        None
     }
 
-    /// Extends the live permit `permit` of `name` that `holder` holds, keeping its term, as
-    /// [`renew`](LeaseStore::renew) does a lease. `None` when it is not live under `holder`.
-    async fn renew_permit(
-        &self,
-        name: &str,
-        permit: u32,
-        holder: &HolderToken,
-        ttl: Duration,
-    ) -> Result<Option<Grant>> {
-        let _ = (name, permit, holder, ttl);
-        Err(permits_unsupported(self.backend()))
+    /// Partitioned leases, when this store has them: `Some(self)` from a store that
+    /// implements [`PartitionStore`]; `None` (the default) otherwise.
+    /// [`Capabilities::partitions`] is derived from this answer.
+    fn partition_store(&self) -> Option<&dyn PartitionStore> {
+        None
     }
 
-    /// Ends the live permit `permit` of `name` that `holder` holds, keeping the name's term
-    /// sequence. `true` when this call ended a live permit.
-    async fn release_permit(&self, name: &str, permit: u32, holder: &HolderToken) -> Result<bool> {
-        let _ = (name, permit, holder);
-        Err(permits_unsupported(self.backend()))
+    /// Membership records, when this store has them: `Some(self)` from a store that
+    /// implements [`MembershipStore`]; `None` (the default) otherwise.
+    /// [`Capabilities::membership`] is derived from this answer.
+    fn membership_store(&self) -> Option<&dyn MembershipStore> {
+        None
     }
 
-    /// The live permit of `name` that `holder` holds, found by the token alone; `None` when it
-    /// holds none. A term checks with it that it still holds its permit; the read-back after a
-    /// claim whose outcome is unknown goes through
-    /// [`read_back_permit`](LeaseStore::read_back_permit).
-    async fn verify_permit(&self, name: &str, holder: &HolderToken) -> Result<Option<PermitGrant>> {
-        let _ = (name, holder);
-        Err(permits_unsupported(self.backend()))
-    }
-
-    /// The read-back after a [`claim_permit`](LeaseStore::claim_permit) of one of `permits`
-    /// permits of `name` whose outcome is unknown (its answer was lost, or it timed out): the
-    /// live permit `holder` holds when that claim took effect *and* the claim's "at most
-    /// `permits`" rule was checked for it; `None` otherwise. The coordinator adopts what it
-    /// returns, so a permit this answers must be one nothing can still take back.
-    ///
-    /// The default is [`verify_permit`](LeaseStore::verify_permit), which is right for a store
-    /// whose claim counts the live permits and takes one in a single atomic step: a permit
-    /// found under the claim's token was counted when it was taken. A store that counts and
-    /// takes in separate steps (NATS) counts again here.
-    async fn read_back_permit(
-        &self,
-        name: &str,
-        permits: u32,
-        holder: &HolderToken,
-    ) -> Result<Option<PermitGrant>> {
-        let _ = permits;
-        self.verify_permit(name, holder).await
-    }
-
-    /// Every permit record of `name`, live or not, by permit index; empty when the name was
-    /// never claimed counted.
-    async fn permits(&self, name: &str) -> Result<Vec<PermitInfo>> {
-        let _ = name;
-        Err(permits_unsupported(self.backend()))
+    /// Scheduler slots, when this store has them: `Some(self)` from a store that implements
+    /// [`SlotStore`]; `None` (the default) otherwise. [`Capabilities::slots`] is derived from
+    /// this answer.
+    fn slot_store(&self) -> Option<&dyn SlotStore> {
+        None
     }
 
     /// Hints that `topic` may change hands, when this store can push them (see
@@ -186,6 +144,52 @@ pub(crate) fn permits_unsupported(backend: &str) -> Error {
     ))
 }
 
+/// The error of an operation of a capability the store does not have (`what`: "partitioned
+/// leases", "membership records", "scheduler slots").
+pub(crate) fn lacks(backend: &str, what: &str) -> Error {
+    Error::unsupported(format!("the {backend} store has no {what}"))
+}
+
+/// `store` behind an `Arc<dyn LeaseStore>`, for the builders that take any store: an
+/// `Arc<dyn LeaseStore>` is taken as it is, so a shared store is not wrapped a second time
+/// (which would add a pointer hop to every operation).
+pub(crate) fn shared<S: LeaseStore>(store: S) -> Arc<dyn LeaseStore> {
+    let mut store = Some(store);
+    let any: &mut dyn Any = &mut store;
+    let given = any
+        .downcast_mut::<Option<Arc<dyn LeaseStore>>>()
+        .and_then(Option::take);
+    match (given, store) {
+        (Some(arc), _) => arc,
+        (None, Some(store)) => Arc::new(store),
+        (None, None) => unreachable!("the store is taken only when it is an Arc<dyn LeaseStore>"),
+    }
+}
+
+/// `store`'s counted leases, or the `Unsupported` error of a store without them.
+pub(crate) fn permits_of<S: LeaseStore + ?Sized>(store: &S) -> Result<&dyn PermitStore> {
+    let found = store.permit_store();
+    found.ok_or_else(|| permits_unsupported(store.backend()))
+}
+
+/// `store`'s partitioned leases, or `Unsupported`.
+pub(crate) fn partitions_of<S: LeaseStore + ?Sized>(store: &S) -> Result<&dyn PartitionStore> {
+    let found = store.partition_store();
+    found.ok_or_else(|| lacks(store.backend(), "partitioned leases"))
+}
+
+/// `store`'s membership records, or `Unsupported`.
+pub(crate) fn membership_of<S: LeaseStore + ?Sized>(store: &S) -> Result<&dyn MembershipStore> {
+    let found = store.membership_store();
+    found.ok_or_else(|| lacks(store.backend(), "membership records"))
+}
+
+/// `store`'s scheduler slots, or `Unsupported`.
+pub(crate) fn slots_of<S: LeaseStore + ?Sized>(store: &S) -> Result<&dyn SlotStore> {
+    let found = store.slot_store();
+    found.ok_or_else(|| lacks(store.backend(), "scheduler slots"))
+}
+
 macro_rules! forward_lease_store {
     ($($ptr:ty),*) => {$(
         #[deny(clippy::missing_trait_methods)]
@@ -196,6 +200,18 @@ macro_rules! forward_lease_store {
             }
             fn capabilities(&self) -> Capabilities {
                 (**self).capabilities()
+            }
+            fn permit_store(&self) -> Option<&dyn PermitStore> {
+                (**self).permit_store()
+            }
+            fn partition_store(&self) -> Option<&dyn PartitionStore> {
+                (**self).partition_store()
+            }
+            fn membership_store(&self) -> Option<&dyn MembershipStore> {
+                (**self).membership_store()
+            }
+            fn slot_store(&self) -> Option<&dyn SlotStore> {
+                (**self).slot_store()
             }
             async fn available(&self) -> Result<()> {
                 (**self).available().await
@@ -228,51 +244,6 @@ macro_rules! forward_lease_store {
             }
             async fn force_release(&self, name: &str) -> Result<bool> {
                 (**self).force_release(name).await
-            }
-            async fn claim_permit(
-                &self,
-                name: &str,
-                permits: u32,
-                holder: &HolderToken,
-                instance: &str,
-                ttl: Duration,
-            ) -> Result<Option<PermitGrant>> {
-                (**self).claim_permit(name, permits, holder, instance, ttl).await
-            }
-            async fn renew_permit(
-                &self,
-                name: &str,
-                permit: u32,
-                holder: &HolderToken,
-                ttl: Duration,
-            ) -> Result<Option<Grant>> {
-                (**self).renew_permit(name, permit, holder, ttl).await
-            }
-            async fn release_permit(
-                &self,
-                name: &str,
-                permit: u32,
-                holder: &HolderToken,
-            ) -> Result<bool> {
-                (**self).release_permit(name, permit, holder).await
-            }
-            async fn verify_permit(
-                &self,
-                name: &str,
-                holder: &HolderToken,
-            ) -> Result<Option<PermitGrant>> {
-                (**self).verify_permit(name, holder).await
-            }
-            async fn read_back_permit(
-                &self,
-                name: &str,
-                permits: u32,
-                holder: &HolderToken,
-            ) -> Result<Option<PermitGrant>> {
-                (**self).read_back_permit(name, permits, holder).await
-            }
-            async fn permits(&self, name: &str) -> Result<Vec<PermitInfo>> {
-                (**self).permits(name).await
             }
             fn changes(&self, topic: &Topic) -> Option<Wakeups> {
                 (**self).changes(topic)

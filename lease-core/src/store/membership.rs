@@ -12,7 +12,7 @@ use async_trait::async_trait;
 
 use crate::store::error::Result;
 use crate::store::lease_store::LeaseStore;
-use crate::store::partitions::{OWNER_ID_SUFFIX_BYTES, PartitionStore};
+use crate::store::partitions::OWNER_ID_SUFFIX_BYTES;
 use crate::store::record::MAX_INSTANCE_BYTES;
 
 /// The longest node id, in bytes: 111, so that the owner id a
@@ -95,9 +95,3 @@ macro_rules! forward_membership_store {
 }
 
 forward_membership_store!(std::sync::Arc<S>, Box<S>);
-
-/// A store with both partitions and membership: what a [`GroupWorker`](crate::GroupWorker)
-/// needs. Every type that implements both traits implements this one.
-pub trait GroupStore: PartitionStore + MembershipStore {}
-
-impl<S: PartitionStore + MembershipStore + ?Sized> GroupStore for S {}

@@ -48,17 +48,17 @@ pub enum Operation {
     PollAcquire,
     /// [`PollingStore::release`](crate::PollingStore::release).
     PollRelease,
-    /// [`LeaseStore::claim_permit`](crate::LeaseStore::claim_permit).
+    /// [`PermitStore::claim_permit`](crate::PermitStore::claim_permit).
     ClaimPermit,
-    /// [`LeaseStore::renew_permit`](crate::LeaseStore::renew_permit).
+    /// [`PermitStore::renew_permit`](crate::PermitStore::renew_permit).
     RenewPermit,
-    /// [`LeaseStore::release_permit`](crate::LeaseStore::release_permit).
+    /// [`PermitStore::release_permit`](crate::PermitStore::release_permit).
     ReleasePermit,
-    /// [`LeaseStore::verify_permit`](crate::LeaseStore::verify_permit).
+    /// [`PermitStore::verify_permit`](crate::PermitStore::verify_permit).
     VerifyPermit,
-    /// [`LeaseStore::read_back_permit`](crate::LeaseStore::read_back_permit).
+    /// [`PermitStore::read_back_permit`](crate::PermitStore::read_back_permit).
     ReadBackPermit,
-    /// [`LeaseStore::permits`](crate::LeaseStore::permits).
+    /// [`PermitStore::permits`](crate::PermitStore::permits).
     Permits,
 }
 

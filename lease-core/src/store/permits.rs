@@ -18,7 +18,7 @@
 //! - **No holder twice.** A claim under a holder token that already holds a live permit of
 //!   the name is answered "full" (`None`); the coordinator mints a token per claim, and after
 //!   an unknown outcome reads back with
-//!   [`read_back_permit`](crate::LeaseStore::read_back_permit), which finds the permit by token
+//!   [`read_back_permit`](crate::PermitStore::read_back_permit), which finds the permit by token
 //!   (and adopts it only if the claim's count was checked for it), so one acquire never ends
 //!   up with two permits.
 //! - **A plain lease and a counted name do not mix.** The permits of a name are kept apart
@@ -46,8 +46,10 @@
 use std::fmt;
 use std::time::Duration;
 
+use async_trait::async_trait;
+
 use crate::store::error::{Error, Result};
-use crate::store::record::Grant;
+use crate::store::record::{Grant, HolderToken};
 
 /// The most permits a counted name may have: every claim counts the name's live permits, so
 /// the bound keeps that count one small read.
@@ -200,6 +202,78 @@ pub struct PermitInfo {
     pub live: bool,
     /// Time left by the store's clock; zero when not live.
     pub expires_in: Duration,
+}
+
+/// Counted leases: the permit operations of a store that has them, reached through
+/// [`LeaseStore::permit_store`](crate::LeaseStore::permit_store).
+///
+/// A store implements it when it can keep counted names, and answers `Some(self)` from
+/// `permit_store`; [`Capabilities::permits`](crate::Capabilities::permits) is derived from
+/// that answer. Every rule of the [module docs](self) holds for every implementation.
+///
+/// Unlike the other capability traits it has no [`LeaseStore`](crate::LeaseStore) supertrait:
+/// [`LeaseStoreExt`](crate::LeaseStoreExt) offers every store conveniences of the same names
+/// (through the accessor), so a `&dyn PermitStore` has exactly one method of each name.
+#[async_trait]
+pub trait PermitStore: Send + Sync {
+    /// Claims one permit of the counted name `name` for `holder`, when fewer than `permits`
+    /// of its permits are live by the store's clock: the lowest free permit below `permits`,
+    /// with a term one more than the greatest ever issued for the name across its permits.
+    /// `None` when the name is full, or when `holder` already holds a live permit of it. The
+    /// count and the claim are one atomic step (see the [module docs](self) for every rule).
+    async fn claim_permit(
+        &self,
+        name: &str,
+        permits: u32,
+        holder: &HolderToken,
+        instance: &str,
+        ttl: Duration,
+    ) -> Result<Option<PermitGrant>>;
+
+    /// Extends the live permit `permit` of `name` that `holder` holds, keeping its term, as
+    /// [`renew`](crate::LeaseStore::renew) does a lease. `None` when it is not live under
+    /// `holder`.
+    async fn renew_permit(
+        &self,
+        name: &str,
+        permit: u32,
+        holder: &HolderToken,
+        ttl: Duration,
+    ) -> Result<Option<Grant>>;
+
+    /// Ends the live permit `permit` of `name` that `holder` holds, keeping the name's term
+    /// sequence. `true` when this call ended a live permit.
+    async fn release_permit(&self, name: &str, permit: u32, holder: &HolderToken) -> Result<bool>;
+
+    /// The live permit of `name` that `holder` holds, found by the token alone; `None` when it
+    /// holds none. A term checks with it that it still holds its permit; the read-back after a
+    /// claim whose outcome is unknown goes through
+    /// [`read_back_permit`](PermitStore::read_back_permit).
+    async fn verify_permit(&self, name: &str, holder: &HolderToken) -> Result<Option<PermitGrant>>;
+
+    /// The read-back after a [`claim_permit`](PermitStore::claim_permit) of one of `permits`
+    /// permits of `name` whose outcome is unknown (its answer was lost, or it timed out): the
+    /// live permit `holder` holds when that claim took effect *and* the claim's "at most
+    /// `permits`" rule was checked for it; `None` otherwise. The coordinator adopts what it
+    /// returns, so a permit this answers must be one nothing can still take back.
+    ///
+    /// The default is [`verify_permit`](PermitStore::verify_permit), which is right for a
+    /// store whose claim counts the live permits and takes one in a single atomic step: a
+    /// permit found under the claim's token was counted when it was taken. A store that counts
+    /// and takes in separate steps (NATS) counts again here.
+    async fn read_back_permit(
+        &self,
+        name: &str,
+        permits: u32,
+        holder: &HolderToken,
+    ) -> Result<Option<PermitGrant>> {
+        let _ = permits;
+        self.verify_permit(name, holder).await
+    }
+
+    /// Every permit record of `name`, live or not, by permit index; empty when the name was
+    /// never claimed counted.
+    async fn permits(&self, name: &str) -> Result<Vec<PermitInfo>>;
 }
 
 #[cfg(test)]

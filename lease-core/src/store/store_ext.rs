@@ -2,13 +2,24 @@
 
 use std::time::Duration;
 
+use async_trait::async_trait;
+
 use crate::store::error::{Error, Result};
 use crate::store::layer::{Hook, Intercept};
-use crate::store::lease_store::{LeaseStore, permits_unsupported};
+use crate::store::lease_store::{LeaseStore, permits_of, permits_unsupported};
+use crate::store::permits::{PermitGrant, PermitInfo};
+use crate::store::record::{Grant, HolderToken};
 use crate::store::validate::{validate_name, validate_ttl};
 
 /// Methods every store has, derived from [`LeaseStore`]'s own: no backend overrides them, so
 /// they live here, implemented once for every store (`dyn LeaseStore` included).
+///
+/// The counted-lease operations are here as conveniences over
+/// [`permit_store`](LeaseStore::permit_store): each calls the store's
+/// [`PermitStore`](crate::PermitStore) method of the same name, or answers `Unsupported` on a
+/// store without counted leases. (On a concrete store type that implements `PermitStore`,
+/// import one of the two traits, not both: the names would be ambiguous.)
+#[async_trait]
 pub trait LeaseStoreExt: LeaseStore {
     /// Refuses a name this store cannot hold: empty, longer than the store's
     /// [`max_name_bytes`](crate::Capabilities::max_name_bytes), or holding a control character;
@@ -34,6 +45,72 @@ pub trait LeaseStoreExt: LeaseStore {
     /// The error of a permit operation on a store without counted leases.
     fn permits_unsupported(&self) -> Error {
         permits_unsupported(self.backend())
+    }
+
+    /// [`PermitStore::claim_permit`](crate::PermitStore::claim_permit) through
+    /// [`permit_store`](LeaseStore::permit_store); `Unsupported` on a store without counted
+    /// leases.
+    async fn claim_permit(
+        &self,
+        name: &str,
+        permits: u32,
+        holder: &HolderToken,
+        instance: &str,
+        ttl: Duration,
+    ) -> Result<Option<PermitGrant>> {
+        permits_of(self)?
+            .claim_permit(name, permits, holder, instance, ttl)
+            .await
+    }
+
+    /// [`PermitStore::renew_permit`](crate::PermitStore::renew_permit) through
+    /// [`permit_store`](LeaseStore::permit_store); `Unsupported` on a store without counted
+    /// leases.
+    async fn renew_permit(
+        &self,
+        name: &str,
+        permit: u32,
+        holder: &HolderToken,
+        ttl: Duration,
+    ) -> Result<Option<Grant>> {
+        permits_of(self)?
+            .renew_permit(name, permit, holder, ttl)
+            .await
+    }
+
+    /// [`PermitStore::release_permit`](crate::PermitStore::release_permit) through
+    /// [`permit_store`](LeaseStore::permit_store); `Unsupported` on a store without counted
+    /// leases.
+    async fn release_permit(&self, name: &str, permit: u32, holder: &HolderToken) -> Result<bool> {
+        permits_of(self)?.release_permit(name, permit, holder).await
+    }
+
+    /// [`PermitStore::verify_permit`](crate::PermitStore::verify_permit) through
+    /// [`permit_store`](LeaseStore::permit_store); `Unsupported` on a store without counted
+    /// leases.
+    async fn verify_permit(&self, name: &str, holder: &HolderToken) -> Result<Option<PermitGrant>> {
+        permits_of(self)?.verify_permit(name, holder).await
+    }
+
+    /// [`PermitStore::read_back_permit`](crate::PermitStore::read_back_permit) through
+    /// [`permit_store`](LeaseStore::permit_store); `Unsupported` on a store without counted
+    /// leases.
+    async fn read_back_permit(
+        &self,
+        name: &str,
+        permits: u32,
+        holder: &HolderToken,
+    ) -> Result<Option<PermitGrant>> {
+        permits_of(self)?
+            .read_back_permit(name, permits, holder)
+            .await
+    }
+
+    /// [`PermitStore::permits`](crate::PermitStore::permits) through
+    /// [`permit_store`](LeaseStore::permit_store); `Unsupported` on a store without counted
+    /// leases.
+    async fn permits(&self, name: &str) -> Result<Vec<PermitInfo>> {
+        permits_of(self)?.permits(name).await
     }
 
     /// This store with `hook` run around every operation (see [`crate::layer`]).

@@ -180,7 +180,7 @@ type MySqlColumn = (
 /// the statement's own clock reading: one round trip, no read-back. The writes are retried at
 /// once after a deadlock, as the claim is.
 ///
-/// Counted leases ([`LeaseStore::claim_permit`](lease_core::LeaseStore::claim_permit) and the
+/// Counted leases ([`PermitStore::claim_permit`](lease_core::PermitStore::claim_permit) and the
 /// other permit operations), on the table `leases_permits` (see
 /// [`permits_schema_sql`](crate::permits_schema_sql)): one row per permit, and per name a
 /// counter row (`permit_no = -1`) holding the greatest term the name ever issued. Every

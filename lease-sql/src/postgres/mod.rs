@@ -169,7 +169,7 @@ use crate::wire::schema::Dialect;
 ///  WHERE m.service = $1 AND m.node = $2 AND m.expires_at_ms > n.now;
 /// ```
 ///
-/// Counted leases ([`LeaseStore::claim_permit`](lease_core::LeaseStore::claim_permit) and the
+/// Counted leases ([`PermitStore::claim_permit`](lease_core::PermitStore::claim_permit) and the
 /// other permit operations), on the table `leases_permits` (see
 /// [`permits_schema_sql`](crate::permits_schema_sql)): one row per permit, and per name a
 /// counter row (`permit_no = -1`) holding the greatest term the name ever issued. Every
