@@ -1037,3 +1037,74 @@ async fn no_heartbeat_reaches_the_store_after_the_leave() {
     assert!(store.members(GROUP).await.unwrap().is_empty());
     audit.assert_clean();
 }
+
+/// Carries out each leave and partition release, then answers the first `unconfirmed` leaves
+/// and the first `unconfirmed` releases with a temporary error, as Redis with `replica_acks` answers a write the primary applied but
+/// no replica acknowledged in time.
+#[derive(Debug, Clone)]
+struct Unconfirmed {
+    unconfirmed: usize,
+    answered: Arc<Mutex<Vec<Operation>>>,
+}
+
+impl Hook for Unconfirmed {
+    fn around<'a, T: Send + 'static>(&'a self, call: Call<'a>, op: Answer<'a, T>) -> Answer<'a, T> {
+        let operation = call.operation;
+        if !matches!(operation, Operation::Leave | Operation::ReleasePartitions) {
+            return op;
+        }
+        let answered = Arc::clone(&self.answered);
+        let unconfirmed = self.unconfirmed;
+        Box::pin(async move {
+            let answer = op.await;
+            let mut log = answered.lock().unwrap();
+            log.push(operation);
+            if log.iter().filter(|o| **o == operation).count() <= unconfirmed {
+                return Err(lease_core::Error::unavailable(
+                    "injected: applied, but no replica acknowledged it in time",
+                ));
+            }
+            answer
+        })
+    }
+}
+
+/// Leaves through a store that answers the first `unconfirmed` leaves and releases each with a
+/// temporary error after carrying them out; returns the leave's answer and what the store
+/// holds afterwards (members, partition owners).
+async fn leave_unconfirmed(unconfirmed: usize) -> (lease_core::Result<()>, usize, usize) {
+    let store = MemoryStore::new();
+    let audit = AssignmentAudit::new();
+    let hook = Unconfirmed {
+        unconfirmed,
+        answered: Arc::default(),
+    };
+    let a = worker(store.clone().with_hook(hook.clone()), "a", &audit).await;
+    settle(&[&a], GroupWorker::settle_time(&timings()), "start").await;
+    let answer = a.leave().await;
+    audit.assert_clean();
+    let members = store.members(GROUP).await.unwrap().len();
+    let owners = store.owners(GROUP).await.unwrap().len();
+    (answer, members, owners)
+}
+
+/// A leave and releases the store carried out but did not confirm at first (an answer that
+/// says "not acknowledged by the replicas") are tried again, and the leave answers `Ok` once
+/// the store confirmed the end state: no membership, nothing held.
+#[tokio::test(start_paused = true)]
+async fn a_graceful_leave_the_store_confirms_on_a_later_try_succeeds() {
+    // Unconfirmed: the first leave and the last leave's first try; a release's first two tries.
+    let (answer, members, owners) = leave_unconfirmed(2).await;
+    answer.expect("every step was confirmed on a later try");
+    assert_eq!((members, owners), (0, 0));
+}
+
+/// A store that never confirms: the leave says so (its steps took effect all the same).
+#[tokio::test(start_paused = true)]
+async fn a_graceful_leave_the_store_never_confirms_is_an_error() {
+    let (answer, members, owners) = leave_unconfirmed(usize::MAX).await;
+    let e = answer.expect_err("no step was confirmed");
+    assert!(e.is_temporary(), "{e}");
+    assert!(e.message().contains("no replica acknowledged"), "{e}");
+    assert_eq!((members, owners), (0, 0));
+}

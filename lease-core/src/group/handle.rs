@@ -327,8 +327,10 @@ impl GroupWorker {
     /// ([`stop_acks`](GroupWorker::stop_acks)) or the timings' `grace` has passed (renewed
     /// until then), so the other members take over on their next ticks instead of waiting out
     /// the lease. Returns once every partition is released: at once when the consumer
-    /// acknowledges, after the grace when it does not. An error says a release or the leave did
-    /// not reach the store (the others then wait for the lease to expire).
+    /// acknowledges, after the grace when it does not. A release or the end of the membership
+    /// that fails with a temporary error is tried again (each is idempotent), a few times; an
+    /// error says the store did not confirm one of them within those tries (what it left
+    /// behind then expires with its lease, and the others wait for that).
     pub async fn leave(mut self) -> Result<()> {
         self.stop.cancel();
         match self.task.take() {

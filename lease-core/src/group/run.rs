@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::assign::assign;
 use super::assignment::{AckBox, Assignment};
@@ -19,6 +19,9 @@ use crate::store::notify::Wakeups;
 use crate::store::partitions::MAX_PARTITIONS_PER_CALL;
 use crate::telemetry;
 use crate::timings::Timings;
+
+/// How many times a step of the graceful leave is tried while it fails with a temporary error.
+const LEAVE_TRIES: u32 = 3;
 
 /// A partition in the published assignment.
 #[derive(Debug, Clone)]
@@ -321,6 +324,30 @@ impl Run {
             biased;
             r = op => r,
             () = cut.reached() => Err(Error::timeout(what, bound)),
+        }
+    }
+
+    /// A step of the leave, `op()` within the attempt timeout, tried again while it fails with
+    /// a temporary error, up to [`LEAVE_TRIES`] tries `renew_every / 2` apart (bounded: a few
+    /// attempt timeouts). Only for idempotent steps: a try whose answer was lost may have taken
+    /// effect.
+    async fn confirmed<T, F, Fut>(&self, what: &str, mut op: F) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
+        let mut tries = 1;
+        loop {
+            match self.bounded(what, None, op()).await {
+                Err(e) if e.is_temporary() && tries < LEAVE_TRIES => {
+                    debug!(group = %self.group, node = %self.node, error = %e, tries, "{what} on leave failed; trying again");
+                    tries += 1;
+                    Deadline::in_(self.timings.renew_every() / 2)
+                        .reached()
+                        .await;
+                }
+                answer => return answer,
+            }
         }
     }
 
@@ -749,17 +776,24 @@ impl Run {
     /// membership ended at once; the partitions drain (renewed) until their consumer
     /// acknowledged each stop or the grace has passed; then every partition number of the group
     /// is released for this owner.
+    ///
+    /// Its answer tells whether the store confirmed the end state: no membership and nothing
+    /// held. Every step is idempotent, so a step that fails with a temporary error is tried
+    /// again (up to [`LEAVE_TRIES`] times in all), and the first leave's outcome is decided by
+    /// the last one (a store that confirms replication, Redis with `replica_acks`, confirms with
+    /// a later write every earlier one). An error means the store did not confirm some step:
+    /// what it left behind expires with its record.
     async fn leave(mut self) -> Result<()> {
         let mut first_error = None;
-        // The others rebalance while this node drains: they acquire as soon as it releases.
+        // The others rebalance while this node drains: they acquire as soon as it releases. Its
+        // failure is not the leave's: the last leave below decides whether the membership ended.
         let op = async {
             membership_of(&*self.store)?
                 .leave(&self.service, &self.node)
                 .await
         };
         if let Err(e) = self.bounded("leave", None, op).await {
-            warn!(group = %self.group, node = %self.node, error = %e, "leave failed; the membership ends when its record expires");
-            first_error.get_or_insert(e);
+            debug!(group = %self.group, node = %self.node, error = %e, "leave failed; tried again once the partitions are released");
         }
         if !self.draining.is_empty() {
             info!(group = %self.group, node = %self.node, partitions = self.draining.len(), "leaving: the partitions are released once the consumer acknowledges each stop or the grace passes");
@@ -794,12 +828,12 @@ impl Run {
         let all: Vec<u32> = (0..self.partitions).collect();
         for owner in owners {
             for chunk in all.chunks(MAX_PARTITIONS_PER_CALL) {
-                let op = async {
+                let op = || async {
                     partitions_of(&*self.store)?
                         .release_partitions(&self.group, chunk, &owner)
                         .await
                 };
-                if let Err(e) = self.bounded("release", None, op).await {
+                if let Err(e) = self.confirmed("release", op).await {
                     warn!(group = %self.group, node = %self.node, error = %e, "release on leave failed; the partitions pass on when their leases expire");
                     first_error.get_or_insert(e);
                 }
@@ -808,12 +842,12 @@ impl Run {
         // End the membership once more: a heartbeat given up at its attempt timeout may have
         // reached the store after the first leave (a dropped future's request can still land)
         // and put this node back on the member list until its record expires.
-        let op = async {
+        let op = || async {
             membership_of(&*self.store)?
                 .leave(&self.service, &self.node)
                 .await
         };
-        if let Err(e) = self.bounded("leave", None, op).await {
+        if let Err(e) = self.confirmed("leave", op).await {
             warn!(group = %self.group, node = %self.node, error = %e, "leave failed; the membership ends when its record expires");
             first_error.get_or_insert(e);
         }
