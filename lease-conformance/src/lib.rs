@@ -119,9 +119,17 @@ pub struct FaultPath {
 /// both traits implements it. A [`GroupWorker`](lease_core::GroupWorker) needs no such handle:
 /// it takes any store and reaches both through
 /// [`LeaseStore::partition_store`] and [`LeaseStore::membership_store`].
-pub trait GroupStore: PartitionStore + MembershipStore {}
+pub trait GroupStore: LeaseStore + PartitionStore + MembershipStore {}
 
-impl<S: PartitionStore + MembershipStore + ?Sized> GroupStore for S {}
+impl<S: LeaseStore + PartitionStore + MembershipStore + ?Sized> GroupStore for S {}
+
+/// A store with scheduler slots, called on one handle: what the slot cases hold. Every type
+/// that implements [`LeaseStore`] and [`SlotStore`] implements it. A
+/// [`Scheduler`](lease_core::Scheduler) needs no such handle: it takes any store and reaches
+/// the slots through [`LeaseStore::slot_store`].
+pub trait SchedulerStore: LeaseStore + SlotStore {}
+
+impl<S: LeaseStore + SlotStore + ?Sized> SchedulerStore for S {}
 
 /// What a case gets: the store under test and how to test it.
 #[derive(Clone)]
@@ -131,7 +139,7 @@ pub struct Harness {
     /// The same database through a fault switch, when the backend provides one.
     pub faults: Option<FaultPath>,
     /// The store's slot operations, when it has them (see [`Harness::with_slots`]).
-    pub slots: Option<Arc<dyn SlotStore>>,
+    pub slots: Option<Arc<dyn SchedulerStore>>,
     /// The store's partition and membership operations, when it has them (see
     /// [`Harness::with_groups`]).
     pub groups: Option<Arc<dyn GroupStore>>,
@@ -207,7 +215,7 @@ impl Harness {
     }
 
     /// Adds the store's slot operations (the same store as [`Harness::store`]).
-    pub fn with_slots(mut self, slots: Arc<dyn SlotStore>) -> Self {
+    pub fn with_slots(mut self, slots: Arc<dyn SchedulerStore>) -> Self {
         self.slots = Some(slots);
         self
     }

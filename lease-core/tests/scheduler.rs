@@ -195,7 +195,7 @@ struct Failures(Arc<Mutex<Vec<StepDownFailure>>>);
 /// The builder every test's scheduler starts from: instance `who`, default timings, `clock`,
 /// the fail actions recorded in `failures`, `jobs`.
 fn builder(
-    store: impl SlotStore,
+    store: impl LeaseStore + SlotStore,
     clock: TokioClock,
     who: &str,
     failures: &Failures,
@@ -211,7 +211,7 @@ fn builder(
 }
 
 fn scheduler(
-    store: impl SlotStore,
+    store: impl LeaseStore + SlotStore,
     clock: TokioClock,
     who: &str,
     failures: &Failures,
@@ -224,7 +224,7 @@ fn scheduler(
 /// the job loop alone, where a rerun of a round cut short would race the loop for the job's
 /// lease (both are right; the test could not tell which it sees).
 fn scheduler_without_reruns(
-    store: impl SlotStore,
+    store: impl LeaseStore + SlotStore,
     clock: TokioClock,
     who: &str,
     failures: &Failures,

@@ -7,7 +7,7 @@ mod support;
 
 use std::time::Duration;
 
-use lease_conformance::FaultProxy;
+use lease_conformance::{FaultProxy, SchedulerStore};
 use lease_core::{
     SlotStore,
     backend::{HolderToken, SlotClaim, SlotFinish, SlotRecord},
@@ -41,7 +41,7 @@ async fn claimed(s: &dyn SlotStore, name: &str, who: &HolderToken, at: i64) {
 /// One round of every slot statement on `name`: a claim of a new record, a finish, a claim
 /// over the record, the round cut short (force release), `unfinished`, the rerun, its finish.
 async fn round(
-    s: &dyn SlotStore,
+    s: &dyn SchedulerStore,
     proxy: &FaultProxy,
     name: &str,
     all: &[String],
@@ -99,7 +99,7 @@ async fn round(
     counts
 }
 
-async fn count<S: SlotStore>(s: &S, proxy: &FaultProxy) -> Vec<(&'static str, u64)> {
+async fn count<S: SchedulerStore>(s: &S, proxy: &FaultProxy) -> Vec<(&'static str, u64)> {
     let all = names("slot-rt");
     let now = server_now(s, &all[2]).await;
     // Warm up: every statement prepared once on the store's one lease connection.
@@ -148,7 +148,7 @@ fn finish(recorded: bool, passed_taken: bool, released: bool) -> SlotFinish {
 
 /// The finish's outcome where nothing or only part of the row changes, as the memory store
 /// answers it.
-async fn finish_corners(s: &dyn SlotStore) {
+async fn finish_corners(s: &dyn SchedulerStore) {
     let [x, y, z] = names("slot-corner");
     let now = server_now(s, &z).await;
     let (a, b) = (HolderToken::mint(), HolderToken::mint());

@@ -11,9 +11,9 @@ use lease_core::{
 };
 use tokio::time::sleep;
 
-use crate::Harness;
+use crate::{Harness, SchedulerStore};
 
-fn slots(h: &Harness, case: &str) -> Option<Arc<dyn SlotStore>> {
+fn slots(h: &Harness, case: &str) -> Option<Arc<dyn SchedulerStore>> {
     match (&h.slots, h.caps().slots) {
         (Some(s), true) => Some(s.clone()),
         (None, true) => panic!(
@@ -33,7 +33,7 @@ fn slots(h: &Harness, case: &str) -> Option<Arc<dyn SlotStore>> {
 }
 
 /// The slot store, when the case can cut a round short by letting its lease expire.
-fn slots_expiring(h: &Harness, case: &str) -> Option<Arc<dyn SlotStore>> {
+fn slots_expiring(h: &Harness, case: &str) -> Option<Arc<dyn SchedulerStore>> {
     if !h.caps().expiry {
         h.not_applicable(
             case,

@@ -11,7 +11,6 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::store::error::Result;
-use crate::store::lease_store::LeaseStore;
 use crate::store::partitions::OWNER_ID_SUFFIX_BYTES;
 use crate::store::record::MAX_INSTANCE_BYTES;
 
@@ -47,10 +46,10 @@ impl Member {
 }
 
 /// Membership records. Implemented by stores whose
-/// [`capabilities`](LeaseStore::capabilities) say `membership: true`; see the [module
+/// [`capabilities`](crate::LeaseStore::capabilities) say `membership: true`; see the [module
 /// docs](crate::membership).
 #[async_trait]
-pub trait MembershipStore: LeaseStore {
+pub trait MembershipStore: Send + Sync {
     /// Records `node` as a live member of `service` for `ttl` from now by the store's clock,
     /// answering at `address` and serving `groups` (replacing what an earlier heartbeat said).
     async fn heartbeat(

@@ -17,7 +17,7 @@
 //! - **Release** ([`PartitionStore::release_partitions`]) ends the owner's live leases at once and keeps
 //!   the records, so the epoch continues.
 //! - **Owners** ([`PartitionStore::owners`]) lists a group's live leases.
-//! - Every expiry is judged by the store's clock, as for [`LeaseStore`].
+//! - Every expiry is judged by the store's clock, as for [`LeaseStore`](crate::LeaseStore).
 //!
 //! The [`GroupWorker`](crate::GroupWorker) spreads a group's partitions over the live members
 //! of a service ([`MembershipStore`](crate::MembershipStore)) with these operations.
@@ -27,7 +27,6 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::store::error::Result;
-use crate::store::lease_store::LeaseStore;
 use crate::store::record::HolderToken;
 
 pub use crate::store::capabilities::BatchRenew;
@@ -80,14 +79,14 @@ pub fn owner_node(owner: &str) -> &str {
 }
 
 /// Partitioned lease operations. Implemented by stores whose
-/// [`capabilities`](LeaseStore::capabilities) say `partitions: true`; see the [module
+/// [`capabilities`](crate::LeaseStore::capabilities) say `partitions: true`; see the [module
 /// docs](crate::partitions) for the rules.
 ///
-/// Cancel safety: as for [`LeaseStore`]. An acquire whose outcome is unknown can simply be
+/// Cancel safety: as for [`LeaseStore`](crate::LeaseStore). An acquire whose outcome is unknown can simply be
 /// repeated by the same owner (it keeps the epoch when the first one took effect); an unknown
 /// renewal is retried; release may be repeated.
 #[async_trait]
-pub trait PartitionStore: LeaseStore {
+pub trait PartitionStore: Send + Sync {
     /// Acquires `partition` of `group` for `owner` for `ttl`, if the lease is free (never held,
     /// released or expired by the store's clock) or already `owner`'s. `None` when another owner
     /// holds it live.

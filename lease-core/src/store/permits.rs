@@ -211,9 +211,10 @@ pub struct PermitInfo {
 /// `permit_store`; [`Capabilities::permits`](crate::Capabilities::permits) is derived from
 /// that answer. Every rule of the [module docs](self) holds for every implementation.
 ///
-/// Unlike the other capability traits it has no [`LeaseStore`](crate::LeaseStore) supertrait:
-/// [`LeaseStoreExt`](crate::LeaseStoreExt) offers every store conveniences of the same names
-/// (through the accessor), so a `&dyn PermitStore` has exactly one method of each name.
+/// Like the other capability traits it has no [`LeaseStore`](crate::LeaseStore) supertrait,
+/// which matters most here: [`LeaseStoreExt`](crate::LeaseStoreExt) offers every store
+/// conveniences of the same names (through the accessor), so a `&dyn PermitStore` has exactly
+/// one method of each name.
 #[async_trait]
 pub trait PermitStore: Send + Sync {
     /// Claims one permit of the counted name `name` for `holder`, when fewer than `permits`

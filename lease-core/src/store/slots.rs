@@ -34,7 +34,6 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::store::error::Result;
-use crate::store::lease_store::LeaseStore;
 use crate::store::record::{Grant, HolderToken};
 
 /// The slot instants kept in a job's record, in milliseconds since the Unix epoch.
@@ -85,13 +84,13 @@ pub struct SlotFinish {
 }
 
 /// Slot operations on a lease store. Implemented by stores whose
-/// [`capabilities`](LeaseStore::capabilities) say `slots: true`; see the [module
+/// [`capabilities`](crate::LeaseStore::capabilities) say `slots: true`; see the [module
 /// docs](crate::slots) for the rules.
 ///
-/// Cancel safety: as for [`LeaseStore`]. A claim whose outcome is unknown can be read back with
-/// [`LeaseStore::verify`] under the same holder token.
+/// Cancel safety: as for [`LeaseStore`](crate::LeaseStore). A claim whose outcome is unknown can be read back with
+/// [`LeaseStore::verify`](crate::LeaseStore::verify) under the same holder token.
 #[async_trait]
-pub trait SlotStore: LeaseStore {
+pub trait SlotStore: Send + Sync {
     /// Claims `instant_ms` of job `name` for `holder` with a lease of `ttl`.
     async fn claim_slot(
         &self,
