@@ -46,7 +46,29 @@ pub(crate) async fn connect(
         url
     };
     let options = lease::OpenOptions::new().lease(lease).op_timeout(attempt);
-    Ok(Arc::new(lease::open(url, &options).await?))
+    let store = lease::open(url, &options).await?;
+    group_store(&store).ok_or_else(|| {
+        lease::Error::unsupported(format!(
+            "the {} store has no partitions or no membership",
+            store.backend()
+        ))
+    })
+}
+
+/// The backend's own store behind `store`, which keeps leases, partitions and membership (the
+/// facade's `Store` reaches partitions and membership through its accessors; the soak calls
+/// them on one handle).
+fn group_store(store: &lease::Store) -> Option<Arc<dyn GroupStore>> {
+    fn own<T: GroupStore + LeaseStore>(store: &lease::Store) -> Option<Arc<dyn GroupStore>> {
+        let own: Arc<dyn GroupStore> = store.downcast_arc::<T>()?;
+        Some(own)
+    }
+    own::<lease::sql::SqliteStore>(store)
+        .or_else(|| own::<lease::sql::PostgresStore>(store))
+        .or_else(|| own::<lease::sql::MySqlStore>(store))
+        .or_else(|| own::<lease::redis::RedisStore>(store))
+        .or_else(|| own::<lease::nats::NatsStore>(store))
+        .or_else(|| own::<lease::memory::MemoryStore>(store))
 }
 
 /// Connects to a server that is (re)starting until it accepts a store, for up to
