@@ -7,11 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
+use lease::LeaseStore;
 use lease::redact::redact_url as redact;
+use lease::sql::SqlConfig;
 use lease_conformance::FaultProxy;
 use lease_conformance::GroupStore;
-use lease_core::LeaseStore;
-use lease_sql::SqlConfig;
 
 use crate::cli::{Args, Backend};
 

@@ -14,14 +14,14 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use lease_conformance::{ChaosConfig, ChaosCounts, FaultMode, FaultProxy, FaultyStore, GroupStore};
-use lease_core::layer::{Answer, Call, Hook, Intercept, Operation, answer_as, peek};
-use lease_core::{
+use lease::layer::{Answer, Call, Hook, Intercept, Operation, answer_as, peek};
+use lease::sql::{SqlConfig, SqliteStore};
+use lease::{
     Capabilities, Error, LeaseInfo, LeaseStore, Member, MembershipStore, PartitionLease,
     PartitionStore, PermitStore, Result,
     backend::{Grant, HolderToken, async_trait},
 };
-use lease_sql::{SqlConfig, SqliteStore};
+use lease_conformance::{ChaosConfig, ChaosCounts, FaultMode, FaultProxy, FaultyStore, GroupStore};
 
 use crate::cli::BackendKind;
 use crate::schedule::Mode;
@@ -400,7 +400,7 @@ impl LeaseStore for Reopenable {
         Some(self)
     }
 
-    fn slot_store(&self) -> Option<&dyn lease_core::SlotStore> {
+    fn slot_store(&self) -> Option<&dyn lease::SlotStore> {
         None
     }
 
@@ -443,7 +443,7 @@ impl LeaseStore for Reopenable {
         self.store()?.force_release(name).await
     }
 
-    fn changes(&self, topic: &lease_core::notify::Topic) -> Option<lease_core::notify::Wakeups> {
+    fn changes(&self, topic: &lease::notify::Topic) -> Option<lease::notify::Wakeups> {
         self.store().ok()?.changes(topic)
     }
 }
@@ -458,7 +458,7 @@ impl PermitStore for Reopenable {
         holder: &HolderToken,
         instance: &str,
         ttl: Duration,
-    ) -> Result<Option<lease_core::PermitGrant>> {
+    ) -> Result<Option<lease::PermitGrant>> {
         self.store()?
             .claim_permit(name, permits, holder, instance, ttl)
             .await
@@ -482,7 +482,7 @@ impl PermitStore for Reopenable {
         &self,
         name: &str,
         holder: &HolderToken,
-    ) -> Result<Option<lease_core::PermitGrant>> {
+    ) -> Result<Option<lease::PermitGrant>> {
         self.store()?.verify_permit(name, holder).await
     }
 
@@ -491,11 +491,11 @@ impl PermitStore for Reopenable {
         name: &str,
         permits: u32,
         holder: &HolderToken,
-    ) -> Result<Option<lease_core::PermitGrant>> {
+    ) -> Result<Option<lease::PermitGrant>> {
         self.store()?.read_back_permit(name, permits, holder).await
     }
 
-    async fn permits(&self, name: &str) -> Result<Vec<lease_core::PermitInfo>> {
+    async fn permits(&self, name: &str) -> Result<Vec<lease::PermitInfo>> {
         self.store()?.permits(name).await
     }
 }
@@ -574,7 +574,7 @@ mod tests {
 
     use super::*;
     use crate::contenders::Pause;
-    use lease_local::MemoryStore;
+    use lease::memory::MemoryStore;
 
     /// The same answer, for `available()`: both Ok, or both failing with the same kind.
     fn same(a: &Result<()>, b: &Result<()>) -> bool {
@@ -662,7 +662,7 @@ mod tests {
         // Closed for the restart, it is unavailable; reopened, available again.
         reopenable.close().await;
         let closed = reopenable.available().await;
-        assert!(closed.is_err_and(|e| e.is(lease_core::ErrorKind::Unavailable)));
+        assert!(closed.is_err_and(|e| e.is(lease::ErrorKind::Unavailable)));
         reopenable.reopen().await.unwrap();
         reopenable.available().await.unwrap();
     }

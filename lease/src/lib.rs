@@ -36,6 +36,7 @@
 //! | `postgres` | `postgres://`, `postgresql://` | lease-sql, [`sql`] |
 //! | `mysql` | `mysql://`, `mariadb://` | lease-sql, [`sql`] |
 //! | `redis` | `redis://`, `rediss://` | lease-redis, `redis` |
+//! | `redis-sentinel` | (Redis through Sentinel: `redis::SentinelConnection`) | lease-redis, `redis` |
 //! | `nats` | `nats://` | lease-nats, `nats` |
 //! | `mongodb` | `mongodb://`, `mongodb+srv://` | lease-mongo, `mongodb` |
 //! | `etcd` | `etcd://host:2379[,host:2379…]` (plain HTTP/2 endpoints) | lease-etcd, `etcd` |
