@@ -64,7 +64,7 @@ impl Store {
         self.backend
     }
 
-    /// The backend's own store, when it is a `T` (e.g. [`sql::SqliteStore`](crate::sql) for a
+    /// The backend's own store, when it is a `T` (e.g. `lease::sql::SqliteStore` for a
     /// `sqlite://` URL, or the store a [registered scheme](crate::register_scheme)'s opener
     /// made); `None` for any other type.
     pub fn downcast_ref<T: LeaseStore>(&self) -> Option<&T> {
