@@ -7,11 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
+use lease::LeaseStore;
 use lease::redact::redact_url as redact;
+use lease::sql::SqlConfig;
 use lease_conformance::FaultProxy;
 use lease_conformance::GroupStore;
-use lease_core::LeaseStore;
-use lease_sql::SqlConfig;
 
 use crate::cli::{Args, Backend};
 
@@ -165,7 +165,31 @@ pub(crate) async fn open_group_store(
         .await
         .map_err(|_| anyhow::anyhow!("no answer within {OPEN_TIMEOUT:?}"))?
         .with_context(|| format!("opening the {} store at {}", backend.label(), redact(url)))?;
-    Ok(Arc::new(store))
+    group_store(&store).with_context(|| {
+        format!(
+            "the {} store at {} has no partitions or no membership",
+            backend.label(),
+            redact(url)
+        )
+    })
+}
+
+/// The backend's own store behind `store`, which keeps leases, partitions and membership (the
+/// facade's `Store` reaches partitions and membership through its accessors; the benchmark
+/// calls them on one handle).
+fn group_store(store: &lease::Store) -> Option<Arc<dyn GroupStore>> {
+    fn own<T: GroupStore + LeaseStore>(store: &lease::Store) -> Option<Arc<dyn GroupStore>> {
+        let own: Arc<dyn GroupStore> = store.downcast_arc::<T>()?;
+        Some(own)
+    }
+    own::<lease::sql::SqliteStore>(store)
+        .or_else(|| own::<lease::sql::PostgresStore>(store))
+        .or_else(|| own::<lease::sql::MySqlStore>(store))
+        .or_else(|| own::<lease::redis::RedisStore>(store))
+        .or_else(|| own::<lease::nats::NatsStore>(store))
+        .or_else(|| own::<lease::mongodb::MongoStore>(store))
+        .or_else(|| own::<lease::etcd::EtcdStore>(store))
+        .or_else(|| own::<lease::memory::MemoryStore>(store))
 }
 
 /// The SQL stores' configuration: the benchmark's own table (its partition table is

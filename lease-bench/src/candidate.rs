@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
-use lease_core::{Coordinator, LeaseStore, Term, Timings};
+use lease::{Coordinator, LeaseStore, Term, Timings};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
@@ -15,7 +15,7 @@ use crate::peers::library::coordinator;
 /// A coordinator campaigning for one name with `run_elected`.
 pub(crate) struct Candidate {
     coordinator: Coordinator,
-    task: JoinHandle<lease_core::Result<()>>,
+    task: JoinHandle<lease::Result<()>>,
 }
 
 impl Candidate {

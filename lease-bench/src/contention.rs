@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
-use lease_core::{Coordinator, LeaseStore, Term, Timings};
+use lease::{Coordinator, LeaseStore, Term, Timings};
 
 use crate::backends::{Env, TTL, open_store};
 use crate::cli::{Args, Backend};

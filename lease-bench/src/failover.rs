@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use lease_core::{LeaseStore, Timings};
+use lease::{LeaseStore, Timings};
 
 use crate::backends::{Env, open_store};
 use crate::candidate::Successor;

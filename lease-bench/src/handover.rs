@@ -26,9 +26,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
-use lease_core::layer::{Answer, Call, Hook, Intercept};
-use lease_core::notify::{Topic, Wakeups};
-use lease_core::{LeaseStore, Timings};
+use lease::layer::{Answer, Call, Hook, Intercept};
+use lease::notify::{Topic, Wakeups};
+use lease::{LeaseStore, Timings};
 use tokio::sync::mpsc;
 
 use crate::backends::{Env, TTL, open_store};
@@ -340,7 +340,7 @@ struct Crash {
 async fn read(
     store: &Arc<dyn LeaseStore>,
     name: &str,
-) -> Result<(Instant, Option<lease_core::LeaseInfo>)> {
+) -> Result<(Instant, Option<lease::LeaseInfo>)> {
     let asked = Instant::now();
     let info = store.get(name).await.context("reading the lease")?;
     Ok((asked + asked.elapsed() / 2, info))

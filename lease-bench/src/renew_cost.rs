@@ -15,11 +15,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
 use futures::{StreamExt, TryStreamExt, stream};
-use lease_conformance::GroupStore;
-use lease_core::{
+use lease::{
     LeaseStore,
     backend::{BatchRenew, HolderToken, owner_id},
 };
+use lease_conformance::GroupStore;
 
 use crate::backends::{self, Env, TTL, open_group_store, open_store};
 use crate::cli::{Args, Backend};

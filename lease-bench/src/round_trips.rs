@@ -4,7 +4,7 @@
 //! acquire+release cycle for every cycle subject, peers included.
 
 use anyhow::{Result, ensure};
-use lease_core::backend::HolderToken;
+use lease::backend::HolderToken;
 
 use crate::backends::{self, Env, TTL, open_store};
 use crate::cli::Backend;

@@ -5,9 +5,9 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
-use lease_core::backend::Grant;
-use lease_core::layer::{Answer, Call, Hook, Intercept, Operation, peek};
-use lease_core::{Error, LeaseStore};
+use lease::backend::Grant;
+use lease::layer::{Answer, Call, Hook, Intercept, Operation, peek};
+use lease::{Error, LeaseStore};
 
 /// Counts of the operations that reached a [`CountingStore`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -159,10 +159,10 @@ mod tests {
 
     use std::time::Duration;
 
-    use lease_core::ErrorKind;
-    use lease_core::backend::HolderToken;
-    use lease_local::MemoryStore;
-    use lease_sql::{SqlConfig, SqliteStore};
+    use lease::ErrorKind;
+    use lease::backend::HolderToken;
+    use lease::memory::MemoryStore;
+    use lease::sql::{SqlConfig, SqliteStore};
 
     use super::*;
 

@@ -25,9 +25,8 @@ const SQLITE_BUSY_FOR: Duration = Duration::from_secs(5);
 /// `lease` is the lease duration the store will be used with: a NATS store keeps every lease for
 /// its bucket's max age, so it opens the bucket for that duration.
 pub(crate) async fn open(url: &StoreUrl, lease: Duration) -> Result<Arc<dyn LeaseStore>, CliError> {
-    // As a lease store it is the same object, upcast.
-    let store: Arc<dyn LeaseStore> = connect(url, lease).await?;
-    Ok(store)
+    // As a lease store it is the backend's store itself.
+    Ok(connect(url, lease).await?.into())
 }
 
 /// Connects to the store `url` names, as [`open`] does, for its partition leases and membership
@@ -35,7 +34,7 @@ pub(crate) async fn open(url: &StoreUrl, lease: Duration) -> Result<Arc<dyn Leas
 pub(crate) async fn open_group(url: &StoreUrl, lease: Duration) -> Result<Arc<Store>, CliError> {
     let store = connect(url, lease).await?;
     require_groups(url, &store.capabilities())?;
-    Ok(store)
+    Ok(Arc::new(store))
 }
 
 /// Refuses a store that keeps no partition leases or no membership records.
@@ -61,9 +60,9 @@ fn require_groups(url: &StoreUrl, caps: &Capabilities) -> Result<(), CliError> {
 }
 
 /// Connects to the store `url` names (see [`open`]) through [`lease::open`]: a
-/// [`lease::Store`] implements leases, partitions and membership, so the callers use the one
-/// object as the trait they need.
-async fn connect(url: &StoreUrl, lease: Duration) -> Result<Arc<Store>, CliError> {
+/// [`lease::Store`] carries leases and reaches partitions and membership through its accessors,
+/// so the callers use the one object for what they need.
+async fn connect(url: &StoreUrl, lease: Duration) -> Result<Store, CliError> {
     if let Some(file) = url.default_file()
         && let Some(dir) = file.parent()
     {
@@ -85,7 +84,7 @@ async fn connect(url: &StoreUrl, lease: Duration) -> Result<Arc<Store>, CliError
             .await
             .map_err(|e| connect_error(url, &e))?,
     };
-    Ok(Arc::new(store))
+    Ok(store)
 }
 
 /// Opens a SQLite store, waiting while another process holds the new file locked.

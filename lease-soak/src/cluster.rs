@@ -30,10 +30,10 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
+use lease::Timings;
 use lease_conformance::FaultProxy;
 use lease_conformance::GroupStore;
 use lease_conformance::proxy::FaultMode;
-use lease_core::Timings;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -146,33 +146,35 @@ impl Cluster {
         url: &str,
         lease: Duration,
         attempt: Duration,
-    ) -> lease_core::Result<Arc<dyn GroupStore>> {
+    ) -> lease::Result<Arc<dyn GroupStore>> {
         match self.kind {
             ClusterKind::Etcd => {
-                let config = lease_etcd::EtcdConfig::new()
+                let config = lease::etcd::EtcdConfig::new()
                     .prefix(PREFIX)
                     .op_timeout(attempt);
-                Ok(Arc::new(lease_etcd::EtcdStore::connect(url, config).await?))
+                Ok(Arc::new(
+                    lease::etcd::EtcdStore::connect(url, config).await?,
+                ))
             }
             ClusterKind::Nats => {
-                let config = lease_nats::NatsConfig::new(lease)
+                let config = lease::nats::NatsConfig::new(lease)
                     .replicas(3)
                     .op_timeout(attempt);
                 let client = nats_client(url, attempt).await?;
                 Ok(Arc::new(
-                    lease_nats::NatsStore::with_client(client, config).await?,
+                    lease::nats::NatsStore::with_client(client, config).await?,
                 ))
             }
             ClusterKind::Redis => {
                 // The remedy for asynchronous replication (lease-redis's README, "Failover"):
                 // every answer is on a replica, so a failover repeats no term.
-                let config = lease_redis::RedisConfig::new()
+                let config = lease::redis::RedisConfig::new()
                     .key_prefix("lease-soak:")
                     .operation_timeout(Some(attempt))
                     .replica_acks(1, attempt / 2);
-                let conn = lease_redis::SentinelConnection::from_url(url, &config)?;
-                let store = lease_redis::RedisStore::with_client(conn, config)?;
-                lease_core::LeaseStore::available(&store).await?;
+                let conn = lease::redis::SentinelConnection::from_url(url, &config)?;
+                let store = lease::redis::RedisStore::with_client(conn, config)?;
+                lease::LeaseStore::available(&store).await?;
                 Ok(Arc::new(store))
             }
         }
@@ -375,7 +377,7 @@ impl Proxies {
 /// A NATS client on every server of `url` (`nats://host:port,host:port,…`): it reconnects to
 /// them only, never to the servers the cluster advertises (which would go around the fault
 /// proxies), with a pause of at most 500 ms between attempts, as `NatsStore::connect` does.
-async fn nats_client(url: &str, attempt: Duration) -> lease_core::Result<async_nats::Client> {
+async fn nats_client(url: &str, attempt: Duration) -> lease::Result<async_nats::Client> {
     let servers: Vec<String> = url
         .trim_start_matches("nats://")
         .split(',')
@@ -394,10 +396,10 @@ async fn nats_client(url: &str, attempt: Duration) -> lease_core::Result<async_n
         .connect(servers.as_slice());
     match tokio::time::timeout(attempt, connecting).await {
         Ok(Ok(client)) => Ok(client),
-        Ok(Err(e)) => Err(lease_core::Error::unavailable(format!(
+        Ok(Err(e)) => Err(lease::Error::unavailable(format!(
             "cannot connect to NATS at {url}: {e}"
         ))),
-        Err(_) => Err(lease_core::Error::unavailable(format!(
+        Err(_) => Err(lease::Error::unavailable(format!(
             "cannot connect to NATS at {url}: no answer within {attempt:?}"
         ))),
     }

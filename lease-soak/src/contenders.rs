@@ -32,10 +32,10 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use lease::layer::{Answer, Call, Hook, Intercept, Operation};
+use lease::{Coordinator, ErrorKind, LeaseStore, Permits, Term, Timings};
 use lease_conformance::History;
 use lease_conformance::history::Section;
-use lease_core::layer::{Answer, Call, Hook, Intercept, Operation};
-use lease_core::{Coordinator, ErrorKind, LeaseStore, Permits, Term, Timings};
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -457,7 +457,7 @@ fn coordinator(
     store: Arc<dyn LeaseStore>,
     timings: Timings,
     record: &Record,
-) -> lease_core::Result<Coordinator> {
+) -> lease::Result<Coordinator> {
     let failures = Arc::clone(&record.step_down_failures);
     Coordinator::builder(store)
         .instance(label)
@@ -475,7 +475,7 @@ fn coordinator(
 pub(crate) struct Contender {
     label: String,
     coordinator: Coordinator,
-    task: JoinHandle<lease_core::Result<()>>,
+    task: JoinHandle<lease::Result<()>>,
 }
 
 impl Contender {
@@ -487,7 +487,7 @@ impl Contender {
         name: &str,
         seed: u64,
         record: &Record,
-    ) -> lease_core::Result<Contender> {
+    ) -> lease::Result<Contender> {
         let label = format!("contender-{index}");
         let coordinator = coordinator(&label, store, timings, record)?;
         let c = coordinator.clone();
@@ -542,7 +542,7 @@ pub(crate) struct Counted {
 
 impl Counted {
     /// An empty record for `name` with [`PERMITS`] permits.
-    pub(crate) fn new(name: &str) -> lease_core::Result<Counted> {
+    pub(crate) fn new(name: &str) -> lease::Result<Counted> {
         Ok(Counted {
             pool: Permits::new(name, PERMITS)?,
             history: History::with_limit(PERMITS as usize),
@@ -560,7 +560,7 @@ impl Contender {
         seed: u64,
         counted: &Counted,
         record: &Record,
-    ) -> lease_core::Result<Contender> {
+    ) -> lease::Result<Contender> {
         let label = format!("counted-{index}");
         let coordinator = coordinator(&label, store, timings, record)?;
         let c = coordinator.clone();
@@ -678,7 +678,7 @@ impl ZombieContender {
         timings: Timings,
         name: &str,
         record: &Record,
-    ) -> lease_core::Result<ZombieContender> {
+    ) -> lease::Result<ZombieContender> {
         let failures = Arc::clone(&record.step_down_failures);
         let zombies = Arc::clone(&record.zombies);
         let store = Arc::new(Pause::wrap(store));

@@ -7,7 +7,7 @@
 //! change) for a partition held by two workers at once or under an epoch lower than one already
 //! seen. Each worker also has a simulated consumer that records when it starts and stops working
 //! each partition, and under which epoch: half of them stop soon after a partition leaves and
-//! acknowledge the stop ([`StopAck`](lease_core::StopAck)), the others go on working for half
+//! acknowledge the stop ([`StopAck`](lease::StopAck)), the others go on working for half
 //! the grace and never acknowledge. The audit fails on two consumers working one partition at
 //! once, and on a holding whose epoch is not above every earlier holding's of that partition. Once every fault and event is over (and the server is back), and every live worker's
 //! store answers again (a client may still be waiting between reconnection attempts), the
@@ -20,9 +20,9 @@ use std::collections::{BTreeSet, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use lease::{Assignment, GroupWorker, MembershipStore, PartitionStore, Timings};
 use lease_conformance::GroupStore;
 use lease_conformance::{AssignmentAudit, ConsumerPlan, assignments_settled};
-use lease_core::{Assignment, GroupWorker, MembershipStore, PartitionStore, Timings};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep, sleep_until, timeout};
@@ -156,7 +156,7 @@ struct GroupRun {
 
 impl GroupRun {
     /// Starts the worker of slot `i` (a new incarnation) and puts it under watch.
-    async fn start(&mut self, i: usize) -> lease_core::Result<()> {
+    async fn start(&mut self, i: usize) -> lease::Result<()> {
         let Some(slot) = self.slots.get_mut(i) else {
             return Ok(());
         };
@@ -348,7 +348,7 @@ impl GroupRun {
     /// and every audit watcher end.
     async fn leave_all(&mut self) {
         let check_store = self.a_live_store();
-        let leaving: Vec<(String, JoinHandle<lease_core::Result<()>>)> = self
+        let leaving: Vec<(String, JoinHandle<lease::Result<()>>)> = self
             .slots
             .iter_mut()
             .filter_map(|s| {

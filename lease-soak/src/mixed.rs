@@ -24,11 +24,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use lease::{Coordinator, ErrorKind, LeaseStore, Permits, Timings};
 use lease_conformance::History;
 use lease_conformance::chaos::WHOLE;
 use lease_conformance::history::{CountedGrants, CountedGrantsReport, HistoryReport};
 use lease_conformance::{ChaosConfig, ChaosCounts};
-use lease_core::{Coordinator, ErrorKind, LeaseStore, Permits, Timings};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -184,7 +184,7 @@ impl Claimer {
         (name, seed): (&str, u64),
         mixed: &Mixed,
         end: Instant,
-    ) -> lease_core::Result<Claimer> {
+    ) -> lease::Result<Claimer> {
         let count = COUNTS[index % COUNTS.len()];
         let label = format!("mixed-{index}-of-{count}");
         let pool = Permits::new(name, count)?;

@@ -510,8 +510,8 @@ mod tests {
             let (leaver, leave_at, rejoin_at) = s.leave;
             let (crasher, crash_at) = s.crash;
             assert_ne!(leaver, crasher);
-            let timings = lease_core::Timings::from_lease(LEASE).unwrap();
-            let settle = lease_core::GroupWorker::settle_time(&timings);
+            let timings = lease::Timings::from_lease(LEASE).unwrap();
+            let settle = lease::GroupWorker::settle_time(&timings);
             assert!(leave_at + settle <= rejoin_at, "seed {seed}");
             assert!(
                 rejoin_at < Duration::from_secs(8),

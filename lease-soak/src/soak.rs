@@ -6,11 +6,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use lease::memory::MemoryStore;
+use lease::{LeaseStore, Timings};
 use lease_conformance::FaultProxy;
 use lease_conformance::GroupStore;
 use lease_conformance::faulty;
-use lease_core::{LeaseStore, Timings};
-use lease_local::MemoryStore;
 use tokio::sync::watch;
 use tokio::time::Instant;
 

@@ -14,14 +14,14 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use lease_conformance::{ChaosConfig, ChaosCounts, FaultMode, FaultProxy, FaultyStore, GroupStore};
-use lease_core::layer::{Answer, Call, Hook, Intercept, Operation, answer_as, peek};
-use lease_core::{
+use lease::layer::{Answer, Call, Hook, Intercept, Operation, answer_as, peek};
+use lease::sql::{SqlConfig, SqliteStore};
+use lease::{
     Capabilities, Error, LeaseInfo, LeaseStore, Member, MembershipStore, PartitionLease,
     PartitionStore, PermitStore, Result,
     backend::{Grant, HolderToken, async_trait},
 };
-use lease_sql::{SqlConfig, SqliteStore};
+use lease_conformance::{ChaosConfig, ChaosCounts, FaultMode, FaultProxy, FaultyStore, GroupStore};
 
 use crate::cli::BackendKind;
 use crate::schedule::Mode;
@@ -46,7 +46,29 @@ pub(crate) async fn connect(
         url
     };
     let options = lease::OpenOptions::new().lease(lease).op_timeout(attempt);
-    Ok(Arc::new(lease::open(url, &options).await?))
+    let store = lease::open(url, &options).await?;
+    group_store(&store).ok_or_else(|| {
+        lease::Error::unsupported(format!(
+            "the {} store has no partitions or no membership",
+            store.backend()
+        ))
+    })
+}
+
+/// The backend's own store behind `store`, which keeps leases, partitions and membership (the
+/// facade's `Store` reaches partitions and membership through its accessors; the soak calls
+/// them on one handle).
+fn group_store(store: &lease::Store) -> Option<Arc<dyn GroupStore>> {
+    fn own<T: GroupStore + LeaseStore>(store: &lease::Store) -> Option<Arc<dyn GroupStore>> {
+        let own: Arc<dyn GroupStore> = store.downcast_arc::<T>()?;
+        Some(own)
+    }
+    own::<lease::sql::SqliteStore>(store)
+        .or_else(|| own::<lease::sql::PostgresStore>(store))
+        .or_else(|| own::<lease::sql::MySqlStore>(store))
+        .or_else(|| own::<lease::redis::RedisStore>(store))
+        .or_else(|| own::<lease::nats::NatsStore>(store))
+        .or_else(|| own::<lease::memory::MemoryStore>(store))
 }
 
 /// Connects to a server that is (re)starting until it accepts a store, for up to
@@ -378,7 +400,7 @@ impl LeaseStore for Reopenable {
         Some(self)
     }
 
-    fn slot_store(&self) -> Option<&dyn lease_core::SlotStore> {
+    fn slot_store(&self) -> Option<&dyn lease::SlotStore> {
         None
     }
 
@@ -421,7 +443,7 @@ impl LeaseStore for Reopenable {
         self.store()?.force_release(name).await
     }
 
-    fn changes(&self, topic: &lease_core::notify::Topic) -> Option<lease_core::notify::Wakeups> {
+    fn changes(&self, topic: &lease::notify::Topic) -> Option<lease::notify::Wakeups> {
         self.store().ok()?.changes(topic)
     }
 }
@@ -436,7 +458,7 @@ impl PermitStore for Reopenable {
         holder: &HolderToken,
         instance: &str,
         ttl: Duration,
-    ) -> Result<Option<lease_core::PermitGrant>> {
+    ) -> Result<Option<lease::PermitGrant>> {
         self.store()?
             .claim_permit(name, permits, holder, instance, ttl)
             .await
@@ -460,7 +482,7 @@ impl PermitStore for Reopenable {
         &self,
         name: &str,
         holder: &HolderToken,
-    ) -> Result<Option<lease_core::PermitGrant>> {
+    ) -> Result<Option<lease::PermitGrant>> {
         self.store()?.verify_permit(name, holder).await
     }
 
@@ -469,11 +491,11 @@ impl PermitStore for Reopenable {
         name: &str,
         permits: u32,
         holder: &HolderToken,
-    ) -> Result<Option<lease_core::PermitGrant>> {
+    ) -> Result<Option<lease::PermitGrant>> {
         self.store()?.read_back_permit(name, permits, holder).await
     }
 
-    async fn permits(&self, name: &str) -> Result<Vec<lease_core::PermitInfo>> {
+    async fn permits(&self, name: &str) -> Result<Vec<lease::PermitInfo>> {
         self.store()?.permits(name).await
     }
 }
@@ -552,7 +574,7 @@ mod tests {
 
     use super::*;
     use crate::contenders::Pause;
-    use lease_local::MemoryStore;
+    use lease::memory::MemoryStore;
 
     /// The same answer, for `available()`: both Ok, or both failing with the same kind.
     fn same(a: &Result<()>, b: &Result<()>) -> bool {
@@ -640,7 +662,7 @@ mod tests {
         // Closed for the restart, it is unavailable; reopened, available again.
         reopenable.close().await;
         let closed = reopenable.available().await;
-        assert!(closed.is_err_and(|e| e.is(lease_core::ErrorKind::Unavailable)));
+        assert!(closed.is_err_and(|e| e.is(lease::ErrorKind::Unavailable)));
         reopenable.reopen().await.unwrap();
         reopenable.available().await.unwrap();
     }

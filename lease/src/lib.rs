@@ -23,8 +23,10 @@
 //! ```
 //!
 //! The [`Coordinator`] also offers `run` and `run_elected`; a [`GroupWorker`] shares
-//! partitions among the members of a service. [`Store`] implements every store trait, so the
-//! same value serves both.
+//! partitions among the members of a service. [`Store`] is a [`LeaseStore`] that reaches its
+//! backend's partitions, membership, counted leases and slots through the accessors, so the
+//! same value serves both. A store of your own is reached by URL once its scheme is registered
+//! ([`register_scheme`]).
 //!
 //! # Backends and features
 //!
@@ -34,6 +36,7 @@
 //! | `postgres` | `postgres://`, `postgresql://` | lease-sql, [`sql`] |
 //! | `mysql` | `mysql://`, `mariadb://` | lease-sql, [`sql`] |
 //! | `redis` | `redis://`, `rediss://` | lease-redis, `redis` |
+//! | `redis-sentinel` | (Redis through Sentinel: `redis::SentinelConnection`) | lease-redis, `redis` |
 //! | `nats` | `nats://` | lease-nats, `nats` |
 //! | `mongodb` | `mongodb://`, `mongodb+srv://` | lease-mongo, `mongodb` |
 //! | `etcd` | `etcd://host:2379[,host:2379…]` (plain HTTP/2 endpoints) | lease-etcd, `etcd` |
@@ -67,10 +70,12 @@ pub use lease_core::*;
 
 mod open;
 mod options;
+mod registry;
 mod store;
 mod url;
 
 pub use options::OpenOptions;
+pub use registry::{RegisterError, register_scheme};
 pub use store::Store;
 pub use url::{Backend, UrlError};
 

@@ -48,21 +48,24 @@ pub(crate) fn check_driver(target: &Target) -> std::result::Result<(), UrlError>
 
 /// Opens the store `target` names with `options`, and checks it with
 /// [`available`](LeaseStore::available) (the SQL, NATS, MongoDB and etcd constructors run that
-/// check themselves: NATS's `connect` checks the bucket as `available` does, etcd's makes the
+/// check themselves, and so does a registered scheme's opener: NATS's `connect` checks the bucket as `available` does, etcd's makes the
 /// same linearizable read).
 pub(crate) async fn connect(target: &Target, options: &Resolved) -> Result<Store> {
     let url = target.driver_url.as_str();
     match target.backend {
         #[cfg(feature = "sqlite")]
-        Backend::Sqlite => Ok(Store::Sqlite(
+        Backend::Sqlite => Ok(Store::new(
+            target.backend,
             lease_sql::SqliteStore::connect(url, sql_config(options)?).await?,
         )),
         #[cfg(feature = "postgres")]
-        Backend::Postgres => Ok(Store::Postgres(
+        Backend::Postgres => Ok(Store::new(
+            target.backend,
             lease_sql::PostgresStore::connect(url, sql_config(options)?).await?,
         )),
         #[cfg(feature = "mysql")]
-        Backend::MySql => Ok(Store::MySql(
+        Backend::MySql => Ok(Store::new(
+            target.backend,
             lease_sql::MySqlStore::connect(url, sql_config(options)?).await?,
         )),
         #[cfg(feature = "redis")]
@@ -73,7 +76,7 @@ pub(crate) async fn connect(target: &Target, options: &Resolved) -> Result<Store
             }
             let store = lease_redis::RedisStore::connect(url, config).await?;
             store.available().await.map_err(redis_hint)?;
-            Ok(Store::Redis(store))
+            Ok(Store::new(target.backend, store))
         }
         #[cfg(feature = "nats")]
         Backend::Nats => {
@@ -87,7 +90,10 @@ pub(crate) async fn connect(target: &Target, options: &Resolved) -> Result<Store
             if let Some(bound) = options.op_timeout {
                 config = config.op_timeout(bound);
             }
-            Ok(Store::Nats(NatsStore::connect(url, config).await?))
+            Ok(Store::new(
+                target.backend,
+                NatsStore::connect(url, config).await?,
+            ))
         }
         #[cfg(feature = "mongodb")]
         Backend::MongoDb => {
@@ -97,7 +103,10 @@ pub(crate) async fn connect(target: &Target, options: &Resolved) -> Result<Store
             if let Some(bound) = options.op_timeout {
                 config = config.op_timeout(bound);
             }
-            Ok(Store::MongoDb(MongoStore::connect(url, config).await?))
+            Ok(Store::new(
+                target.backend,
+                MongoStore::connect(url, config).await?,
+            ))
         }
         #[cfg(feature = "etcd")]
         Backend::Etcd => {
@@ -106,10 +115,16 @@ pub(crate) async fn connect(target: &Target, options: &Resolved) -> Result<Store
             if let Some(bound) = options.op_timeout {
                 config = config.op_timeout(bound);
             }
-            Ok(Store::Etcd(EtcdStore::connect(url, config).await?))
+            Ok(Store::new(
+                target.backend,
+                EtcdStore::connect(url, config).await?,
+            ))
         }
         #[cfg(feature = "memory")]
-        Backend::Memory => Ok(Store::Memory(lease_local::MemoryStore::new())),
+        Backend::Memory => Ok(Store::new(target.backend, lease_local::MemoryStore::new())),
+        Backend::Registered(scheme) => {
+            crate::registry::open(scheme, target.driver_url.clone()).await
+        }
         // `Target::parse` refuses the backends not compiled in.
         #[allow(unreachable_patterns)]
         other => Err(UrlError::NotCompiled {

@@ -6,7 +6,10 @@ use lease_core::backend::{ParamError, UrlParam};
 use lease_core::redact::redact_url;
 use lease_core::{Error, ErrorKind};
 
-/// The backends [`open`](crate::open) knows, whether this build compiled them in or not.
+use crate::registry;
+
+/// The backends [`open`](crate::open) knows: the built-in ones, whether this build compiled
+/// them in or not, and the schemes [registered](crate::register_scheme) at run time.
 ///
 /// ```
 /// use lease::Backend;
@@ -34,6 +37,9 @@ pub enum Backend {
     Etcd,
     /// `memory://`: a new in-process store for each call (lease-local; feature `memory`).
     Memory,
+    /// A scheme [registered](crate::register_scheme) at run time, as it was registered: a
+    /// store of its registrant's own.
+    Registered(&'static str),
 }
 
 /// Every scheme and the backend it names.
@@ -53,7 +59,7 @@ const SCHEMES: [(&str, Backend); 12] = [
 ];
 
 impl Backend {
-    /// Every backend, in the order of the schemes' list.
+    /// Every built-in backend, in the order of the schemes' list.
     pub const ALL: [Backend; 8] = [
         Backend::Sqlite,
         Backend::Postgres,
@@ -65,9 +71,14 @@ impl Backend {
         Backend::Memory,
     ];
 
-    /// The backend a URL scheme names (any case), compiled in or not; `None` for a scheme no
-    /// backend takes.
+    /// The backend a URL scheme names (any case): a built-in one, compiled in or not, or a
+    /// registered one; `None` for a scheme no backend takes.
     pub fn from_scheme(scheme: &str) -> Option<Backend> {
+        Backend::built_in(scheme).or_else(|| registry::find(scheme).map(Backend::Registered))
+    }
+
+    /// The built-in backend a URL scheme names (any case), compiled in or not.
+    pub(crate) fn built_in(scheme: &str) -> Option<Backend> {
         SCHEMES
             .iter()
             .find(|(s, _)| s.eq_ignore_ascii_case(scheme))
@@ -76,15 +87,22 @@ impl Backend {
 
     /// The schemes that name this backend.
     pub fn schemes(self) -> impl Iterator<Item = &'static str> {
+        let registered = match self {
+            Backend::Registered(scheme) => Some(scheme),
+            _ => None,
+        };
         SCHEMES
             .iter()
             .filter(move |(_, b)| *b == self)
             .map(|&(s, _)| s)
+            .chain(registered)
     }
 
-    /// The cargo feature of crate `lease` that compiles this backend in.
+    /// The cargo feature of crate `lease` that compiles this backend in; for a registered
+    /// scheme, which no feature compiles in, the scheme.
     pub fn feature(self) -> &'static str {
         match self {
+            Backend::Registered(scheme) => scheme,
             Backend::Sqlite => "sqlite",
             Backend::Postgres => "postgres",
             Backend::MySql => "mysql",
@@ -96,9 +114,10 @@ impl Backend {
         }
     }
 
-    /// `true` when this build has the backend (its feature is on).
+    /// `true` when this build has the backend (its feature is on, or it is registered).
     pub fn is_compiled(self) -> bool {
         match self {
+            Backend::Registered(_) => true,
             Backend::Sqlite => cfg!(feature = "sqlite"),
             Backend::Postgres => cfg!(feature = "postgres"),
             Backend::MySql => cfg!(feature = "mysql"),
@@ -121,6 +140,7 @@ impl Backend {
             Backend::MongoDb => "MongoDB",
             Backend::Etcd => "etcd",
             Backend::Memory => "memory",
+            Backend::Registered(scheme) => scheme,
         }
     }
 
@@ -135,6 +155,7 @@ impl Backend {
             Backend::MongoDb => "mongodb://user:password@host:27017/database",
             Backend::Etcd => "etcd://host:2379[,host:2379]",
             Backend::Memory => "memory://",
+            Backend::Registered(scheme) => scheme,
         }
     }
 
@@ -150,7 +171,8 @@ impl Backend {
             Backend::Nats => lease_nats::NatsUrlParams::NAMES,
             #[cfg(feature = "etcd")]
             Backend::Etcd => lease_etcd::EtcdUrlParams::NAMES,
-            // MongoDB and memory take none; a backend not compiled in never gets this far.
+            // MongoDB, memory and registered stores take none (a registered store's opener
+            // reads its URL whole); a backend not compiled in never gets this far.
             _ => "none",
         }
     }
@@ -249,7 +271,9 @@ impl fmt::Display for UrlError {
                 let compiled: Vec<String> = SCHEMES
                     .iter()
                     .filter(|(_, b)| b.is_compiled())
-                    .map(|(s, _)| format!("{s}://"))
+                    .map(|(s, _)| *s)
+                    .chain(registry::schemes())
+                    .map(|s| format!("{s}://"))
                     .collect();
                 if compiled.is_empty() {
                     f.write_str(
@@ -395,10 +419,19 @@ impl Target {
                 backend,
             });
         }
+        if let Backend::Registered(_) = backend {
+            // Its opener judges the URL, whole.
+            return Ok(Target {
+                backend,
+                driver_url: raw.to_owned(),
+                shown,
+                params: Params::default(),
+            });
+        }
         let mut driver_url = raw.to_owned();
         if let Some(rest) = rest {
             match backend {
-                Backend::Sqlite => {}
+                Backend::Sqlite | Backend::Registered(_) => {}
                 Backend::Memory => {
                     let host = rest.split(['?', '#']).next().unwrap_or_default();
                     if !host.is_empty() {

@@ -7,21 +7,27 @@ use std::sync::Arc;
 
 use lease_conformance::Harness;
 
-/// A harness on one store `url` opens, for its leases, slots and groups.
+/// A harness on one store `url` opens, for its leases, slots and groups. The facade's store
+/// reaches slots and groups through its accessors, which answer with the backend's own store
+/// (`T`): the harness takes that store for them.
 #[allow(dead_code)]
-async fn harness(url: &str) -> Option<Harness> {
-    let store = Arc::new(lease::open(url, &lease::OpenOptions::new()).await.unwrap());
+async fn harness<T>(url: &str) -> Option<Harness>
+where
+    T: lease::LeaseStore + lease::SlotStore + lease::PartitionStore + lease::MembershipStore,
+{
+    let store = lease::open(url, &lease::OpenOptions::new()).await.unwrap();
+    let own = store.downcast_arc::<T>().expect("the backend's own store");
     Some(
-        Harness::new(store.clone())
-            .with_slots(store.clone())
-            .with_groups(store, None),
+        Harness::new(Arc::new(store))
+            .with_slots(own.clone())
+            .with_groups(own, None),
     )
 }
 
 #[cfg(feature = "memory")]
 mod memory {
     async fn setup() -> Option<lease_conformance::Harness> {
-        super::harness("memory://").await
+        super::harness::<lease::memory::MemoryStore>("memory://").await
     }
 
     lease_conformance::conformance_suite!(setup);
@@ -41,7 +47,7 @@ mod sqlite {
             N.fetch_add(1, Ordering::Relaxed)
         ));
         let _ = std::fs::remove_file(&file);
-        super::harness(&format!("sqlite://{}", file.display())).await
+        super::harness::<lease::sql::SqliteStore>(&format!("sqlite://{}", file.display())).await
     }
 
     lease_conformance::conformance_suite!(setup);

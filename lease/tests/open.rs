@@ -24,7 +24,7 @@ fn unique(what: &str) -> String {
 
 /// The checks every opened store must pass; `own` is the backend's store opened directly.
 async fn check(store: &Store, backend: Backend, own: &dyn LeaseStore) {
-    assert_eq!(store.kind(), backend);
+    assert_eq!(store.url_backend(), backend);
     assert_eq!(store.backend(), own.backend());
     let caps = store.capabilities();
     assert_eq!(caps, own.capabilities(), "{backend}");
@@ -58,15 +58,27 @@ async fn check(store: &Store, backend: Backend, own: &dyn LeaseStore) {
 
     let group = unique("group");
     let owner = format!("node-a@{:016x}", 7);
-    if caps.partitions {
-        let p = store
+    assert_eq!(
+        store.partition_store().is_some(),
+        caps.partitions,
+        "{backend}"
+    );
+    assert_eq!(
+        store.membership_store().is_some(),
+        caps.membership,
+        "{backend}"
+    );
+    assert_eq!(store.slot_store().is_some(), caps.slots, "{backend}");
+    assert_eq!(store.permit_store().is_some(), caps.permits, "{backend}");
+    if let Some(partitions) = store.partition_store() {
+        let p = partitions
             .acquire_partition(&group, 0, &owner, ttl)
             .await
             .unwrap();
         assert!(p.is_some());
-        assert_eq!(store.owners(&group).await.unwrap().len(), 1);
+        assert_eq!(partitions.owners(&group).await.unwrap().len(), 1);
         assert_eq!(
-            store
+            partitions
                 .renew_partitions(&group, &[0], &owner, ttl)
                 .await
                 .unwrap()
@@ -74,32 +86,37 @@ async fn check(store: &Store, backend: Backend, own: &dyn LeaseStore) {
             1
         );
         assert_eq!(
-            store
+            partitions
                 .release_partitions(&group, &[0], &owner)
                 .await
                 .unwrap(),
             1
         );
     }
-    if caps.membership {
+    if let Some(membership) = store.membership_store() {
         let service = unique("svc");
-        store
+        membership
             .heartbeat(&service, "node-a", "10.0.0.1:80", ttl, &[])
             .await
             .unwrap();
-        assert_eq!(store.members(&service).await.unwrap().len(), 1);
-        assert!(store.leave(&service, "node-a").await.unwrap());
+        assert_eq!(membership.members(&service).await.unwrap().len(), 1);
+        assert!(membership.leave(&service, "node-a").await.unwrap());
     }
     if backend == Backend::Etcd {
         // etcd keeps no scheduler slots (its API has no server clock to judge an instant by):
-        // the facade answers Unsupported, as its capabilities say.
+        // the facade's store has no slot store, as its capabilities say, and a scheduler on it
+        // is refused with Unsupported.
         assert!(!caps.slots, "{backend}");
-        let e = store.last_slot(&unique("job")).await.unwrap_err();
+        assert!(store.slot_store().is_none(), "{backend}");
+        let e = lease::Scheduler::builder(store.clone())
+            .build()
+            .unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Unsupported, "{e}");
     } else {
         // Every other backend keeps scheduler slots (NATS in its slot bucket).
         assert!(caps.slots, "{backend}");
-        assert_eq!(store.last_slot(&unique("job")).await.unwrap(), None);
+        let slots = store.slot_store().expect("a store with slots");
+        assert_eq!(slots.last_slot(&unique("job")).await.unwrap(), None);
     }
 }
 
@@ -147,7 +164,7 @@ async fn a_url_parameter_and_an_option_must_agree() {
     let store = lease::open(&url, &OpenOptions::new().sql_table("facade_jobs"))
         .await
         .unwrap();
-    let Store::Sqlite(sqlite) = &store else {
+    let Some(sqlite) = store.downcast_ref::<lease::sql::SqliteStore>() else {
         panic!("{store:?}")
     };
     assert_eq!(sqlite.config().table_name(), "facade_jobs");
@@ -175,7 +192,7 @@ async fn sql_hints_can_be_turned_off() {
         ),
     ] {
         let store = lease::open(&url, &options).await.unwrap();
-        let Store::Sqlite(sqlite) = &store else {
+        let Some(sqlite) = store.downcast_ref::<lease::sql::SqliteStore>() else {
             panic!("{store:?}")
         };
         assert_eq!(sqlite.config().hints_enabled(), on, "{url} {options:?}");
@@ -235,7 +252,7 @@ async fn postgres() {
         .await
         .unwrap();
     check(&store, Backend::Postgres, &own).await;
-    let Store::Postgres(pg) = &store else {
+    let Some(pg) = store.downcast_ref::<lease::sql::PostgresStore>() else {
         panic!("{store:?}")
     };
     assert!(pg.config().hints_enabled());
@@ -243,7 +260,7 @@ async fn postgres() {
     let off = lease::open(&format!("{url}{sep}hints=off"), &OpenOptions::new())
         .await
         .unwrap();
-    let Store::Postgres(pg) = &off else {
+    let Some(pg) = off.downcast_ref::<lease::sql::PostgresStore>() else {
         panic!("{off:?}")
     };
     assert!(
@@ -285,7 +302,7 @@ async fn redis() {
     // Whether the test server keeps its records or not, the facade answers as lease-redis does:
     // refused (with the parameters that accept it named) or opened.
     match lease::open(&url, &OpenOptions::new()).await {
-        Ok(store) => assert_eq!(store.kind(), Backend::Redis),
+        Ok(store) => assert_eq!(store.url_backend(), Backend::Redis),
         Err(e) => {
             assert_eq!(e.kind(), ErrorKind::Unsupported, "{e}");
             assert!(e.message().contains("?allow_volatile=1"), "{e}");

@@ -9,7 +9,7 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::routing::get;
 use lease::sql::{SqlResultExt, SqliteStore, Token};
-use lease::{Coordinator, Leadership, OpenOptions, Store, Term, Timings};
+use lease::{Coordinator, Leadership, OpenOptions, Term, Timings};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tokio::sync::watch;
 use tokio::time::MissedTickBehavior;
@@ -41,7 +41,7 @@ pub(crate) async fn serve(args: Args) -> Result<()> {
     let store = lease::open(&args.store(), &OpenOptions::new().lease(lease))
         .await
         .context("opening the store")?;
-    let Store::Sqlite(sqlite) = store else {
+    let Some(sqlite) = store.downcast_ref::<SqliteStore>().cloned() else {
         bail!("this example keeps its business table in SQLite: give --store sqlite://PATH");
     };
     prepare(&sqlite).await?;

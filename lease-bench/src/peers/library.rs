@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result, ensure};
 use futures::future::BoxFuture;
-use lease_core::{Coordinator, LeaseStore, Timings, backend::HolderToken};
+use lease::{Coordinator, LeaseStore, Timings, backend::HolderToken};
 
 use super::{INSTANCE, Subject};
 use crate::backends::{TTL, open_store};
@@ -30,11 +30,11 @@ impl StoreCycle {
     /// lease-redis's store with `operation_timeout(None)`: neither the store nor its
     /// `ConnectionManager` wraps a request in a timer.
     pub(crate) async fn redis_without_timeouts(url: &str, name: String) -> Result<StoreCycle> {
-        let config = lease_redis::RedisConfig::new()
+        let config = lease::redis::RedisConfig::new()
             .allow_volatile(true)
             .key_prefix(crate::backends::REDIS_PREFIX)
             .operation_timeout(None);
-        let store = lease_redis::RedisStore::connect(url, config).await?;
+        let store = lease::redis::RedisStore::connect(url, config).await?;
         store.available().await?;
         Ok(StoreCycle {
             store: Arc::new(store),

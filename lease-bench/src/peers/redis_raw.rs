@@ -3,8 +3,8 @@
 
 use anyhow::{Context, Result, ensure};
 use futures::future::BoxFuture;
-use lease_core::backend::HolderToken;
-use lease_redis::RedisConfig;
+use lease::backend::HolderToken;
+use lease::redis::RedisConfig;
 use redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
 
 use super::{INSTANCE, Subject};

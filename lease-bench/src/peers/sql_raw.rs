@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
 use futures::future::BoxFuture;
-use lease_core::backend::HolderToken;
-use lease_sql::{Dialect, schema_sql};
+use lease::backend::HolderToken;
+use lease::sql::{Dialect, schema_sql};
 use sqlx::mysql::MySqlConnection;
 use sqlx::postgres::PgConnection;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqliteJournalMode};

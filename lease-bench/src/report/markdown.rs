@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use lease_core::backend::BatchRenew;
+use lease::backend::BatchRenew;
 
 use super::{Report, fmt_dur, fmt_rate, verdict};
 use crate::cli::Backend;
@@ -299,7 +299,7 @@ fn renew(r: &Report, s: &mut String) {
 
 /// The renew period of the default timings (the group worker's).
 fn renew_period() -> Duration {
-    lease_core::Timings::default().renew_every()
+    lease::Timings::default().renew_every()
 }
 
 fn mode(m: Option<BatchRenew>) -> String {
@@ -520,7 +520,7 @@ fn targets(r: &Report, s: &mut String) {
         let Some(p99) = x.batch.and_then(|b| b.p99) else {
             continue;
         };
-        if x.k != lease_core::backend::MAX_PARTITIONS_PER_CALL || x.error.is_some() {
+        if x.k != lease::backend::MAX_PARTITIONS_PER_CALL || x.error.is_some() {
             continue;
         }
         let _ = writeln!(

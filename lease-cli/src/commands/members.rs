@@ -1,6 +1,6 @@
 //! `lease members SERVICE [--json]`: the live members of a service, by the store's clock.
 
-use lease::{Member, MembershipStore};
+use lease::{LeaseStore, Member};
 
 use crate::cli::MembersArgs;
 use crate::commands::output::{self, json_string, printable};
@@ -13,7 +13,15 @@ use crate::store_url::StoreUrl;
 /// Runs the `members` subcommand: one store read ([`lease::MembershipStore::members`]).
 pub(crate) async fn members(url: &StoreUrl, args: MembersArgs) -> Result<u8, CliError> {
     let store = open_group_for(url, Named::Service, &args.service).await?;
-    let mut members = store.members(&args.service).await?;
+    // `open_group_for` refused a store without it.
+    let Some(records) = store.membership_store() else {
+        return Err(lease::Error::unsupported(format!(
+            "the {} store keeps no membership records",
+            store.backend()
+        ))
+        .into());
+    };
+    let mut members = records.members(&args.service).await?;
     // The contract's order already; kept whatever a store does, as the help documents it.
     members.sort_by(|a, b| a.node.cmp(&b.node));
     let text = if args.json {

@@ -1,6 +1,6 @@
 //! `lease owners GROUP [--json]`: the live partition leases of a group, by the store's clock.
 
-use lease::{PartitionLease, PartitionStore};
+use lease::{LeaseStore, PartitionLease};
 
 use crate::cli::OwnersArgs;
 use crate::commands::output::{self, json_string, printable};
@@ -13,7 +13,15 @@ use crate::store_url::StoreUrl;
 /// Runs the `owners` subcommand: one store read ([`lease::PartitionStore::owners`]).
 pub(crate) async fn owners(url: &StoreUrl, args: OwnersArgs) -> Result<u8, CliError> {
     let store = open_group_for(url, Named::Group, &args.group).await?;
-    let mut leases = store.owners(&args.group).await?;
+    // `open_group_for` refused a store without it.
+    let Some(records) = store.partition_store() else {
+        return Err(lease::Error::unsupported(format!(
+            "the {} store keeps no partition leases",
+            store.backend()
+        ))
+        .into());
+    };
+    let mut leases = records.owners(&args.group).await?;
     // The contract's order already; kept whatever a store does, as the help documents it.
     leases.sort_by_key(|l| l.partition);
     let text = if args.json {
