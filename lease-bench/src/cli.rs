@@ -221,11 +221,11 @@ impl Args {
             "--held values must be 1 to 100000"
         );
         anyhow::ensure!(
-            self.partitions
-                .iter()
-                .all(|n| (1..=lease_core::backend::MAX_PARTITIONS_PER_CALL).contains(n)),
+            self.partitions.iter().all(|n| (1
+                ..=lease_core::backend::partitions::MAX_PARTITIONS_PER_CALL)
+                .contains(n)),
             "--partitions values must be 1 to {} (the most one renew_partitions call takes)",
-            lease_core::backend::MAX_PARTITIONS_PER_CALL
+            lease_core::backend::partitions::MAX_PARTITIONS_PER_CALL
         );
         anyhow::ensure!(
             (5..=10_000).contains(&self.partition_rounds),

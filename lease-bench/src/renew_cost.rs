@@ -18,7 +18,10 @@ use futures::{StreamExt, TryStreamExt, stream};
 use lease_conformance::GroupStore;
 use lease_core::{
     LeaseStore,
-    backend::{BatchRenew, HolderToken, owner_id},
+    backend::{
+        HolderToken,
+        partitions::{BatchRenew, owner_id},
+    },
 };
 
 use crate::backends::{self, Env, TTL, open_group_store, open_store};

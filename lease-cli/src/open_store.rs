@@ -3,7 +3,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lease::{Backend, Capabilities, Error, ErrorKind, LeaseStore, OpenOptions, Store, UrlError};
+use lease::{
+    Backend, Error, ErrorKind, LeaseStore, OpenOptions, Store, UrlError, backend::Capabilities,
+};
 use tokio::time::Instant;
 
 use crate::exit::{CliError, Exit};

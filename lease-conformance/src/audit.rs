@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use lease_core::{Assignment, StopAck};
+use lease_core::{Assignment, group::StopAck};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 

@@ -29,9 +29,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use std::time::Duration;
 
-use lease_core::backend::Hub;
+use lease_core::backend::notify::Hub;
+use lease_core::backend::notify::{Topic, Wakeups};
 use lease_core::layer::{Answer, Call, Hook, Intercept, Operation};
-use lease_core::notify::{Topic, Wakeups};
 use lease_core::{Error, Result};
 use tokio::sync::watch;
 
@@ -403,7 +403,10 @@ mod tests {
 
     use super::*;
     use crate::GroupStore;
-    use lease_core::{ErrorKind, LeaseStore, PartitionStore, PollingStore, SlotStore};
+    use lease_core::{
+        ErrorKind, LeaseStore,
+        backend::{partitions::PartitionStore, polling::PollingStore, slots::SlotStore},
+    };
     use lease_local::MemoryStore;
 
     fn stores_of_every_kind<S: LeaseStore + SlotStore + GroupStore + PollingStore>(_: &S) {}

@@ -1,4 +1,4 @@
-//! Checks of a store's hints across stores (see `lease_core::notify`), shared by the backends'
+//! Checks of a store's hints across stores (see `lease_core::backend::notify`), shared by the backends'
 //! `tests/hints.rs`: a claim and a release by *another* store — as another process would make
 //! them — wake a waiter within [`HINT_BOUND`]; a renewal, a refused claim and a release that
 //! ended nothing wake nobody; another name's waiter is never woken
@@ -29,9 +29,14 @@
 
 use std::time::{Duration, Instant};
 
-use lease_core::backend::{HolderToken, SlotClaim};
-use lease_core::notify::{Topic, Wakeups};
-use lease_core::{LeaseStore, LeaseStoreExt, MembershipStore, PartitionStore, SlotStore};
+use lease_core::backend::notify::{Topic, Wakeups};
+use lease_core::backend::{HolderToken, slots::SlotClaim};
+use lease_core::{
+    LeaseStore,
+    backend::{
+        LeaseStoreExt, membership::MembershipStore, partitions::PartitionStore, slots::SlotStore,
+    },
+};
 
 /// The bound a hint must arrive within.
 pub const HINT_BOUND: Duration = Duration::from_millis(250);

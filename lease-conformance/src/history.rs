@@ -13,7 +13,7 @@
 //!   holder reusing that term, or anyone entering with a lower term, is a
 //!   violation.
 //!
-//! A counted name (at most N holders, see `lease_core::permits`) gets the same checker with
+//! A counted name (at most N holders, see `lease_core::backend::permits`) gets the same checker with
 //! a limit, [`History::with_limit`]: a section may start while fewer than N are open, and a
 //! term is never entered by two holders. Terms of concurrent holders need not come in order
 //! (a holder granted earlier may enter its section later), so "going back" is not judged

@@ -5,11 +5,14 @@
 use std::future::IntoFuture;
 use std::time::Duration;
 
-use lease_core::backend::{BatchRenew, Grant, HolderToken, async_trait, check};
+use lease_core::backend::{Grant, HolderToken, async_trait, check, partitions::BatchRenew};
 use lease_core::layer::Operation;
 use lease_core::{
-    Capabilities, LeaseInfo, LeaseStore, MembershipStore, PartitionStore, PermitStore, Result,
-    SlotStore,
+    LeaseStore, Result,
+    backend::{
+        Capabilities, LeaseInfo, membership::MembershipStore, partitions::PartitionStore,
+        permits::PermitStore, slots::SlotStore,
+    },
 };
 use mongodb::options::ReturnDocument;
 

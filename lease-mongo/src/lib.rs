@@ -83,7 +83,7 @@
 //! - **Time left** is always the server's: claim and renew set `expires_at` = `$$NOW` + TTL and
 //!   report the TTL; verify and get compute `expires_at − $$NOW` in the aggregation.
 //!
-//! - **Scheduler slots** ([`SlotStore`](lease_core::SlotStore)) keep their instants on the
+//! - **Scheduler slots** ([`SlotStore`](lease_core::backend::slots::SlotStore)) keep their instants on the
 //!   same document as numbers (milliseconds since the Unix epoch), compared with `$$NOW` in
 //!   milliseconds (`{$toLong: "$$NOW"}`):
 //!   - *claim slot* reads, then writes with the term compared (two round trips; one when the
@@ -109,7 +109,7 @@
 //!     `rerun_ms` ≠ instant, free by `$$NOW`); *unfinished* one `aggregate` over
 //!     `_id: {$in: names}`; *last slot* one `find`.
 //!
-//! - **Partition leases** ([`PartitionStore`](lease_core::PartitionStore)) are one document
+//! - **Partition leases** ([`PartitionStore`](lease_core::backend::partitions::PartitionStore)) are one document
 //!   per `(group, partition)` in their own collection (default `<lease collection>_partitions`):
 //!   `{_id: {g: group, p: partition}, owner, epoch, expires_at, renewal_id}`.
 //!   - *acquire* is one `findAndModify` upsert on `{_id: {g, p}}` (again no `$expr` in the
@@ -127,14 +127,14 @@
 //!     nothing was renewed.
 //!   - *release* is one `update` of many documents setting `expires_at` to 1970 (document and
 //!     epoch kept); *owners* one `aggregate`.
-//! - **Membership records** ([`MembershipStore`](lease_core::MembershipStore)) are one document
+//! - **Membership records** ([`MembershipStore`](lease_core::backend::membership::MembershipStore)) are one document
 //!   per `(service, node)` (default collection `<lease collection>_members`):
 //!   `{_id: {s: service, n: node}, address, groups: [..], expires_at}`. *Heartbeat* is one
 //!   `findAndModify` upsert replacing address, groups and expiry (`$$NOW` + TTL); *members*
 //!   one `aggregate` of the live records by `$$NOW`, sorted by node id (byte order);
 //!   *leave* one `update` setting `expires_at` to 1970 where live.
 //! - **Counted leases** (the permit operations of [`LeaseStore`](lease_core::LeaseStore),
-//!   `permits: true`, the rules of [`lease_core::permits`]) are one document per counted name
+//!   `permits: true`, the rules of [`lease_core::backend::permits`]) are one document per counted name
 //!   in the lease collection, `{_id: {c: name}, epoch, permits: [{p, holder, instance, epoch,
 //!   expires_at, op_id}, ..]}`, apart from the name's lease document (a string `_id`).
 //!   *claim permit* is one `findAndModify` upsert whose update pipeline counts the permits

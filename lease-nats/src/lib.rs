@@ -26,7 +26,7 @@
 //! and the bucket from `LEASE_NATS_TTL_MS` and `LEASE_NATS_BUCKET` (and the slot bucket from
 //! `LEASE_NATS_SLOT_BUCKET`).
 //!
-//! Scheduler slots ([`SlotStore`](lease_core::SlotStore)) keep their records in a second
+//! Scheduler slots ([`SlotStore`](lease_core::backend::slots::SlotStore)) keep their records in a second
 //! bucket with no max age ([`slot_bucket_for`], e.g. `leases_15000ms_slots`), created at connect
 //! like the lease bucket; see [Scheduler slots](#scheduler-slots). Hints for waiters come from a
 //! KV watch (see [Hints](#hints)); every capability is listed in [Capabilities](#capabilities).
@@ -91,7 +91,7 @@
 //!
 //! Max age applies to a whole bucket, and per-message TTLs need a newer server than 2.9, so a
 //! store keeps every lease for exactly its bucket's max age. It reports that duration in
-//! [`Capabilities::fixed_ttl`](lease_core::Capabilities::fixed_ttl) and refuses any other with
+//! [`Capabilities::fixed_ttl`](lease_core::backend::Capabilities::fixed_ttl) and refuses any other with
 //! `InvalidTimings`, before any I/O. For several durations, open one store per duration:
 //! [`NatsConfig::new`] names the bucket after the duration ([`bucket_for_ttl`], e.g.
 //! `leases_15000ms`), so processes that use the same duration share a bucket and the others do
@@ -181,7 +181,7 @@
 //!
 //! # Partitions
 //!
-//! [`PartitionStore`](lease_core::PartitionStore): one key per `(group, partition)` in the same
+//! [`PartitionStore`](lease_core::backend::partitions::PartitionStore): one key per `(group, partition)` in the same
 //! bucket, `part.<group escaped>.<partition>`, value `part1;<epoch>;<owner>`. A lease key is a
 //! single subject token, these are three, so they never collide; the group is escaped as lease
 //! names are. A key that exists is a live lease; the bucket's max age expires it by the
@@ -210,7 +210,7 @@
 //! | `owners` | one `$JS.API.STREAM.INFO` with the subject filter `$KV.<bucket>.part.<group>.>` (the keys, no values; one more request per 100,000 keys), then a direct get per key, pipelined | 2 bursts; 1 when the group has no key |
 //!
 //! NATS has no multi-key write, so a batch renewal is **pipelined**
-//! ([`BatchRenew::Pipelined`](lease_core::backend::BatchRenew::Pipelined)), not one round trip: each
+//! ([`BatchRenew::Pipelined`](lease_core::backend::partitions::BatchRenew::Pipelined)), not one round trip: each
 //! partition's update is its own compare-and-set, atomic on its own, and the partitions of one
 //! call may be renewed or found lost independently. How many round trips a burst costs on the
 //! wire depends on how the client's writes and the server's answers interleave; measured
@@ -235,7 +235,7 @@
 //! # Counted leases
 //!
 //! The permit operations of [`LeaseStore`](lease_core::LeaseStore) (capability `permits: true`,
-//! the rules of [`lease_core::permits`]): one key per permit of a counted name in the same
+//! the rules of [`lease_core::backend::permits`]): one key per permit of a counted name in the same
 //! bucket, `permit.<name escaped>.<permit>`, apart from the name's lease key (three subject
 //! tokens, like partition keys), value a lease record `lease1;<holder>;<term>;<instance>`. A key
 //! that exists is a live permit; the bucket's max age expires it by the server's clock, so
@@ -300,7 +300,7 @@
 //!
 //! # Membership
 //!
-//! [`MembershipStore`](lease_core::MembershipStore): one key per `(service, node)`,
+//! [`MembershipStore`](lease_core::backend::membership::MembershipStore): one key per `(service, node)`,
 //! `member.<service escaped>.<node escaped>`, value `member1`, the address and the groups on
 //! separate lines. A heartbeat is one unconditional put (it replaces the record and starts its
 //! age again: 1 round trip); the bucket's max age expires a member that stops heartbeating, so
@@ -311,7 +311,7 @@
 //!
 //! # Scheduler slots
 //!
-//! [`SlotStore`](lease_core::SlotStore), with the rules of [`lease_core::slots`]. A job's name is
+//! [`SlotStore`](lease_core::backend::slots::SlotStore), with the rules of [`lease_core::backend::slots`]. A job's name is
 //! a lease name; its lease lives in the lease bucket like any other (expired by the max age),
 //! and its **slot record** in the slot bucket ([`NatsConfig::slot_bucket_name`]), a KV bucket
 //! with **no max age**, so the record outlives every lease: one key per job (the name escaped

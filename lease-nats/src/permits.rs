@@ -1,4 +1,4 @@
-//! Counted leases on the lease bucket (see [`lease_core::permits`] for the rules): one key per
+//! Counted leases on the lease bucket (see [`lease_core::backend::permits`] for the rules): one key per
 //! permit, `permit.<name escaped>.<index>`, apart from the name's lease key, its value a lease
 //! record (`lease1;<holder>;<term>;<instance>`), expired by the bucket's max age like a lease.
 //! The term is the stream sequence of the message that created the permit, so terms strictly
@@ -12,7 +12,10 @@ use std::time::Instant;
 use lease_core::backend::async_trait;
 use lease_core::backend::{Grant, HolderToken, check};
 use lease_core::layer::Operation;
-use lease_core::{PermitGrant, PermitInfo, PermitStore, Result};
+use lease_core::{
+    Result,
+    backend::permits::{PermitGrant, PermitInfo, PermitStore},
+};
 use tracing::debug;
 
 use crate::store::{MAX_TRIES, NatsStore, Seen, pipelined};
@@ -92,7 +95,7 @@ impl NatsStore {
 
 #[async_trait]
 impl PermitStore for NatsStore {
-    /// [`PermitStore::claim_permit`](lease_core::PermitStore::claim_permit): a scan, then a
+    /// [`PermitStore::claim_permit`](lease_core::backend::permits::PermitStore::claim_permit): a scan, then a
     /// create of the lowest free permit below `permits`; a create that finds the key taken
     /// counts that permit live and tries the next free one, so one scan bounds the claim. After
     /// the create, a re-count (`outnumbered`): a claim with a larger count
@@ -182,7 +185,7 @@ impl PermitStore for NatsStore {
         self.bounded(OP, name, claiming).await?
     }
 
-    /// [`PermitStore::renew_permit`](lease_core::PermitStore::renew_permit): a direct get, then
+    /// [`PermitStore::renew_permit`](lease_core::backend::permits::PermitStore::renew_permit): a direct get, then
     /// an update at the revision read, the term copied into the value.
     async fn renew_permit(
         &self,
@@ -219,7 +222,7 @@ impl PermitStore for NatsStore {
         Err(self.racing(OP, name))
     }
 
-    /// [`PermitStore::release_permit`](lease_core::PermitStore::release_permit): a direct get,
+    /// [`PermitStore::release_permit`](lease_core::backend::permits::PermitStore::release_permit): a direct get,
     /// then a purge of the key up to the revision read (a compare-and-set that leaves no
     /// marker), which hints the release.
     async fn release_permit(&self, name: &str, permit: u32, holder: &HolderToken) -> Result<bool> {
@@ -241,7 +244,7 @@ impl PermitStore for NatsStore {
         Err(self.racing(OP, name))
     }
 
-    /// [`PermitStore::verify_permit`](lease_core::PermitStore::verify_permit): a scan, the live
+    /// [`PermitStore::verify_permit`](lease_core::backend::permits::PermitStore::verify_permit): a scan, the live
     /// permit under `holder` found by its token. Time left is estimated from the server's
     /// timestamp, clamped to the lease duration.
     async fn verify_permit(&self, name: &str, holder: &HolderToken) -> Result<Option<PermitGrant>> {
@@ -266,7 +269,7 @@ impl PermitStore for NatsStore {
         }))
     }
 
-    /// [`PermitStore::read_back_permit`](lease_core::PermitStore::read_back_permit): the
+    /// [`PermitStore::read_back_permit`](lease_core::backend::permits::PermitStore::read_back_permit): the
     /// read-back after a claim for `permits` whose outcome is unknown. That claim may have
     /// ended after its create and before its re-count (`outnumbered`) — its
     /// create's answer lost, or the claim cut by a timeout — or while it took its permit back.
@@ -343,7 +346,7 @@ impl PermitStore for NatsStore {
         self.bounded(OP, name, reading).await?
     }
 
-    /// [`PermitStore::permits`](lease_core::PermitStore::permits): a scan. The server removes a
+    /// [`PermitStore::permits`](lease_core::backend::permits::PermitStore::permits): a scan. The server removes a
     /// permit's key when it expires and a release purges it, so every record listed is live.
     async fn permits(&self, name: &str) -> Result<Vec<PermitInfo>> {
         const OP: Operation = Operation::Permits;

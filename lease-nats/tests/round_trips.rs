@@ -24,10 +24,15 @@ use futures::StreamExt;
 
 use async_nats::jetstream;
 use lease_conformance::{FaultProxy, env};
-use lease_core::PermitStore;
+use lease_core::backend::permits::PermitStore;
 use lease_core::{
-    LeaseStore, MembershipStore, PartitionStore, SlotStore,
-    backend::{HolderToken, SlotClaim},
+    LeaseStore,
+    backend::{
+        HolderToken,
+        membership::MembershipStore,
+        partitions::PartitionStore,
+        slots::{SlotClaim, SlotStore},
+    },
 };
 use lease_nats::{NatsConfig, NatsStore};
 
@@ -167,7 +172,7 @@ async fn each_operation_costs_what_the_docs_say() {
     for s in [&store, &other, &third] {
         s.get("warm").await.unwrap();
         let mut w = s
-            .changes(&lease_core::notify::Topic::lease("warm"))
+            .changes(&lease_core::backend::notify::Topic::lease("warm"))
             .unwrap();
         let until = std::time::Instant::now() + Duration::from_secs(5);
         while !w.is_connected() {

@@ -4,12 +4,15 @@
 
 use std::time::Duration;
 
+use lease_core::backend::notify::{Topic, Wakeups};
 use lease_core::backend::{Grant, HolderToken, async_trait, ceil_millis, check};
 use lease_core::layer::Operation;
-use lease_core::notify::{Topic, Wakeups};
 use lease_core::{
-    Capabilities, LeaseInfo, LeaseStore, LeaseStoreExt, MembershipStore, PartitionStore,
-    PermitStore, Result, SlotStore,
+    LeaseStore, Result,
+    backend::{
+        Capabilities, LeaseInfo, LeaseStoreExt, membership::MembershipStore,
+        partitions::PartitionStore, permits::PermitStore, slots::SlotStore,
+    },
 };
 use redis::aio::ConnectionLike;
 

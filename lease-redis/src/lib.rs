@@ -58,8 +58,8 @@
 //!
 //! # Scheduler slots
 //!
-//! [`RedisStore`] implements [`lease_core::SlotStore`] (capability `slots: true`) with the rules
-//! of the [`lease_core::slots`] module. A job's name is a lease name; its instants (ms since the
+//! [`RedisStore`] implements [`lease_core::backend::slots::SlotStore`] (capability `slots: true`) with the rules
+//! of the [`lease_core::backend::slots`] module. A job's name is a lease name; its instants (ms since the
 //! Unix epoch) are three more fields of the same hash: `slot_ms` (last), `unfinished_ms` and
 //! `rerun_ms`, each absent until first set. One Lua script per operation, all in
 //! `src/wire/scripts/`, each reading "now" from `TIME` (except `last_slot`, which judges nothing):
@@ -76,7 +76,7 @@
 //! several replicas that read the same row only one write matches. A Lua script runs
 //! atomically, so here the read and the write are **one script, one round trip**, and nothing
 //! can change the record between them: the first claim to run wins, the others find the lease
-//! live and get [`SlotClaim::Held`](lease_core::backend::SlotClaim::Held). `claim_slot` and `claim_rerun`
+//! live and get [`SlotClaim::Held`](lease_core::backend::slots::SlotClaim::Held). `claim_slot` and `claim_rerun`
 //! make terms as `claim` does ([`TermScheme`] included), so slot rounds are fenced like any
 //! lease.
 //!
@@ -99,8 +99,8 @@
 //!
 //! # Partitions
 //!
-//! [`RedisStore`] implements [`lease_core::PartitionStore`] (capability `partitions: true`) with
-//! the rules of the [`lease_core::partitions`] module. A group's partition leases are **one
+//! [`RedisStore`] implements [`lease_core::backend::partitions::PartitionStore`] (capability `partitions: true`) with
+//! the rules of the [`lease_core::backend::partitions`] module. A group's partition leases are **one
 //! hash**, `<prefix>{<group>}:partitions`, with one field per partition: the field is the
 //! partition number in decimal, its value `<epoch> <expires_at_ms> <owner>` (server time, Unix
 //! milliseconds; the owner last, so it may hold spaces), e.g. `7 1732890000123 node-a@0f3c…`.
@@ -114,7 +114,7 @@
 //! | `owners` | `HGETALL`, keep the live ones (sorted by partition in the store) | 1 |
 //!
 //! A renewal or release sends every partition number as an argument of one `EVALSHA` on the
-//! group's one key ([`BatchRenew::Fixed`](lease_core::backend::BatchRenew::Fixed) with one round trip; two
+//! group's one key ([`BatchRenew::Fixed`](lease_core::backend::partitions::BatchRenew::Fixed) with one round trip; two
 //! only when the server had not cached the script). The script reads and checks every record
 //! first (`HMGET` in chunks of 1,000, Lua's `unpack` limit being about 8,000 values) and only
 //! then writes (`HSET` in chunks), so a malformed record fails the whole call and changes
@@ -140,7 +140,7 @@
 //!
 //! # Membership
 //!
-//! [`RedisStore`] implements [`lease_core::MembershipStore`] (capability `membership: true`).
+//! [`RedisStore`] implements [`lease_core::backend::membership::MembershipStore`] (capability `membership: true`).
 //! A service's members are **two keys under the service's hash tag**:
 //!
 //! - `<prefix>{<service>}:members`, a hash: node id → `<address>\n<groups>` (the groups one per
@@ -167,7 +167,7 @@
 //! # Counted leases
 //!
 //! [`RedisStore`] implements the permit operations of [`lease_core::LeaseStore`] (capability
-//! `permits: true`) with the rules of the [`lease_core::permits`] module. A counted name's
+//! `permits: true`) with the rules of the [`lease_core::backend::permits`] module. A counted name's
 //! permits are one hash, `<prefix>{<name>}:permits`, apart from the name's lease record (so
 //! holding a name plainly and by permit are two things): the field `term` holds the greatest
 //! term issued for the name across its permits, and one field per permit, its index in decimal,
@@ -183,7 +183,7 @@
 //! | `permits` | every permit record, live or not (writes nothing) | 1 |
 //!
 //! Counting and taking are one script, so racing claims never grant the (N+1)-th; a claim reads
-//! the whole hash, at most [`MAX_PERMITS`](lease_core::permits::MAX_PERMITS) fields and the
+//! the whole hash, at most [`MAX_PERMITS`](lease_core::backend::permits::MAX_PERMITS) fields and the
 //! term. The hash never carries a key TTL: its terms are exactly as durable as lease records
 //! (see *Durability*). `claim_permit` and `release_permit` publish `permits <key>` when they
 //! change hands, which wakes the name's waiters (see *Hints*).
@@ -205,7 +205,7 @@
 //! ([`RedisStore::connect`] opens it from the URL; a store built with
 //! [`RedisStore::with_client`] needs [`RedisStore::with_listener`] and a `redis::Client`,
 //! otherwise its hints cover only its own operations and say so with
-//! [`Wakeups::is_connected`](lease_core::notify::Wakeups::is_connected) `false`).
+//! [`Wakeups::is_connected`](lease_core::backend::notify::Wakeups::is_connected) `false`).
 //!
 //! Guarantees and limits: **a hint decides nothing** — a woken waiter claims through the
 //! scripts as usual. Pub/sub is at-most-once: a hint published while the subscriber is
@@ -260,7 +260,7 @@
 //! ([`RedisConfig::validate`]). For example `orders{eu}` is stored at `lease:{orders%7Beu%7D}`,
 //! and a group of that name at `lease:{orders%7Beu%7D}:partitions`. All the keys of a group, or
 //! of a service, share its tag, so every partition and membership script is one slot.
-//! The one operation on many names, [`SlotStore::unfinished`](lease_core::SlotStore::unfinished),
+//! The one operation on many names, [`SlotStore::unfinished`](lease_core::backend::slots::SlotStore::unfinished),
 //! sends one single-key script per name (see *Scheduler slots*).
 //!
 //! Names, groups and services are at most [`MAX_NAME_BYTES`] (1024) bytes, checked with the

@@ -1,4 +1,4 @@
-//! Counted leases on Redis (see [`lease_core::permits`] for the rules): a name's permits are
+//! Counted leases on Redis (see [`lease_core::backend::permits`] for the rules): a name's permits are
 //! one hash, `<prefix>{<name>}:permits`, apart from its lease record, with the field `term`
 //! (the greatest term issued for the name across its permits) and one field per permit. Each
 //! operation is one Lua script, one round trip (`src/wire/scripts/*_permit.lua`,
@@ -8,10 +8,13 @@
 use std::time::Duration;
 
 use lease_core::backend::async_trait;
+use lease_core::backend::notify::Topic;
 use lease_core::backend::{Grant, HolderToken, ceil_millis, check};
 use lease_core::layer::Operation;
-use lease_core::notify::Topic;
-use lease_core::{PermitGrant, PermitInfo, PermitStore, Result};
+use lease_core::{
+    Result,
+    backend::permits::{PermitGrant, PermitInfo, PermitStore},
+};
 use redis::aio::ConnectionLike;
 
 use crate::error::During;
@@ -38,7 +41,7 @@ impl<C> PermitStore for RedisStore<C>
 where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
-    /// [`PermitStore::claim_permit`](lease_core::PermitStore::claim_permit): `claim_permit.lua`,
+    /// [`PermitStore::claim_permit`](lease_core::backend::permits::PermitStore::claim_permit): `claim_permit.lua`,
     /// one round trip, after the start-up check (it hands out a term).
     async fn claim_permit(
         &self,
@@ -80,7 +83,7 @@ where
         }))
     }
 
-    /// [`PermitStore::renew_permit`](lease_core::PermitStore::renew_permit): `renew_permit.lua`.
+    /// [`PermitStore::renew_permit`](lease_core::backend::permits::PermitStore::renew_permit): `renew_permit.lua`.
     async fn renew_permit(
         &self,
         name: &str,
@@ -107,7 +110,7 @@ where
         Ok(reply.map(grant))
     }
 
-    /// [`PermitStore::release_permit`](lease_core::PermitStore::release_permit):
+    /// [`PermitStore::release_permit`](lease_core::backend::permits::PermitStore::release_permit):
     /// `release_permit.lua`, which publishes the hint when it ended a live permit.
     async fn release_permit(&self, name: &str, permit: u32, holder: &HolderToken) -> Result<bool> {
         check::permit(self, name, permit)?;
@@ -131,7 +134,7 @@ where
         Ok(n == 1)
     }
 
-    /// [`PermitStore::verify_permit`](lease_core::PermitStore::verify_permit):
+    /// [`PermitStore::verify_permit`](lease_core::backend::permits::PermitStore::verify_permit):
     /// `verify_permit.lua`, which writes nothing.
     async fn verify_permit(&self, name: &str, holder: &HolderToken) -> Result<Option<PermitGrant>> {
         check::name(self, name)?;
@@ -155,7 +158,7 @@ where
         }))
     }
 
-    /// [`PermitStore::permits`](lease_core::PermitStore::permits): `permits.lua`, which writes
+    /// [`PermitStore::permits`](lease_core::backend::permits::PermitStore::permits): `permits.lua`, which writes
     /// nothing; sorted by permit here.
     async fn permits(&self, name: &str) -> Result<Vec<PermitInfo>> {
         check::name(self, name)?;

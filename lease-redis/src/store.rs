@@ -8,7 +8,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use lease_core::{Error, LeaseStoreExt, Result};
+use lease_core::{Error, Result, backend::LeaseStoreExt};
 use redis::aio::{ConnectionLike, ConnectionManager};
 use tokio::sync::OnceCell;
 
@@ -34,8 +34,8 @@ pub const MAX_NAME_BYTES: usize = 1024;
 ///
 /// Each operation is one `EVALSHA` (one round trip); only the first use of a script on a server
 /// that has not cached it costs a second (`NOSCRIPT`, then `EVAL`). It also implements
-/// [`lease_core::SlotStore`]: `unfinished` pipelines one `EVALSHA` per name (one round trip on
-/// one server); and [`lease_core::PartitionStore`] and [`lease_core::MembershipStore`], one `EVALSHA` per operation however many partitions a renewal
+/// [`lease_core::backend::slots::SlotStore`]: `unfinished` pipelines one `EVALSHA` per name (one round trip on
+/// one server); and [`lease_core::backend::partitions::PartitionStore`] and [`lease_core::backend::membership::MembershipStore`], one `EVALSHA` per operation however many partitions a renewal
 /// names. See the crate documentation for the data layout, the scheduler slots, partitions and
 /// membership, the durability of terms and epochs, and the clean-up policy.
 #[derive(Clone)]

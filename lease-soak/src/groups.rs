@@ -7,7 +7,7 @@
 //! change) for a partition held by two workers at once or under an epoch lower than one already
 //! seen. Each worker also has a simulated consumer that records when it starts and stops working
 //! each partition, and under which epoch: half of them stop soon after a partition leaves and
-//! acknowledge the stop ([`StopAck`](lease_core::StopAck)), the others go on working for half
+//! acknowledge the stop ([`StopAck`](lease_core::group::StopAck)), the others go on working for half
 //! the grace and never acknowledge. The audit fails on two consumers working one partition at
 //! once, and on a holding whose epoch is not above every earlier holding's of that partition. Once every fault and event is over (and the server is back), and every live worker's
 //! store answers again (a client may still be waiting between reconnection attempts), the
@@ -22,7 +22,10 @@ use std::time::Duration;
 
 use lease_conformance::GroupStore;
 use lease_conformance::{AssignmentAudit, ConsumerPlan, assignments_settled};
-use lease_core::{Assignment, GroupWorker, MembershipStore, PartitionStore, Timings};
+use lease_core::{
+    Assignment, GroupWorker, Timings,
+    backend::{membership::MembershipStore, partitions::PartitionStore},
+};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep, sleep_until, timeout};

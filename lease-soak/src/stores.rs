@@ -17,9 +17,13 @@ use std::time::{Duration, Instant};
 use lease_conformance::{ChaosConfig, ChaosCounts, FaultMode, FaultProxy, FaultyStore, GroupStore};
 use lease_core::layer::{Answer, Call, Hook, Intercept, Operation, answer_as, peek};
 use lease_core::{
-    Capabilities, Error, LeaseInfo, LeaseStore, Member, MembershipStore, PartitionLease,
-    PartitionStore, PermitStore, Result,
-    backend::{Grant, HolderToken, async_trait},
+    Error, LeaseStore, Result,
+    backend::{
+        Capabilities, Grant, HolderToken, LeaseInfo, async_trait,
+        membership::{Member, MembershipStore},
+        partitions::{PartitionLease, PartitionStore},
+        permits::PermitStore,
+    },
 };
 use lease_sql::{SqlConfig, SqliteStore};
 
@@ -378,7 +382,7 @@ impl LeaseStore for Reopenable {
         Some(self)
     }
 
-    fn slot_store(&self) -> Option<&dyn lease_core::SlotStore> {
+    fn slot_store(&self) -> Option<&dyn lease_core::backend::slots::SlotStore> {
         None
     }
 
@@ -421,7 +425,10 @@ impl LeaseStore for Reopenable {
         self.store()?.force_release(name).await
     }
 
-    fn changes(&self, topic: &lease_core::notify::Topic) -> Option<lease_core::notify::Wakeups> {
+    fn changes(
+        &self,
+        topic: &lease_core::backend::notify::Topic,
+    ) -> Option<lease_core::backend::notify::Wakeups> {
         self.store().ok()?.changes(topic)
     }
 }
@@ -436,7 +443,7 @@ impl PermitStore for Reopenable {
         holder: &HolderToken,
         instance: &str,
         ttl: Duration,
-    ) -> Result<Option<lease_core::PermitGrant>> {
+    ) -> Result<Option<lease_core::backend::permits::PermitGrant>> {
         self.store()?
             .claim_permit(name, permits, holder, instance, ttl)
             .await
@@ -460,7 +467,7 @@ impl PermitStore for Reopenable {
         &self,
         name: &str,
         holder: &HolderToken,
-    ) -> Result<Option<lease_core::PermitGrant>> {
+    ) -> Result<Option<lease_core::backend::permits::PermitGrant>> {
         self.store()?.verify_permit(name, holder).await
     }
 
@@ -469,11 +476,11 @@ impl PermitStore for Reopenable {
         name: &str,
         permits: u32,
         holder: &HolderToken,
-    ) -> Result<Option<lease_core::PermitGrant>> {
+    ) -> Result<Option<lease_core::backend::permits::PermitGrant>> {
         self.store()?.read_back_permit(name, permits, holder).await
     }
 
-    async fn permits(&self, name: &str) -> Result<Vec<lease_core::PermitInfo>> {
+    async fn permits(&self, name: &str) -> Result<Vec<lease_core::backend::permits::PermitInfo>> {
         self.store()?.permits(name).await
     }
 }

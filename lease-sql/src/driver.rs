@@ -10,10 +10,13 @@
 
 use std::time::Duration;
 
+use lease_core::backend::notify::{Topic, Wakeups};
 use lease_core::backend::{Grant, HolderToken};
 use lease_core::layer::Operation;
-use lease_core::notify::{Topic, Wakeups};
-use lease_core::{Capabilities, LeaseInfo, Result};
+use lease_core::{
+    Result,
+    backend::{Capabilities, LeaseInfo},
+};
 use sqlx::Transaction;
 
 use crate::leases::LeaseDriver;
@@ -68,19 +71,19 @@ impl<DB: Driver> lease_core::LeaseStore for SqlStore<DB> {
         }
     }
 
-    fn permit_store(&self) -> Option<&dyn lease_core::PermitStore> {
+    fn permit_store(&self) -> Option<&dyn lease_core::backend::permits::PermitStore> {
         Some(self)
     }
 
-    fn partition_store(&self) -> Option<&dyn lease_core::PartitionStore> {
+    fn partition_store(&self) -> Option<&dyn lease_core::backend::partitions::PartitionStore> {
         Some(self)
     }
 
-    fn membership_store(&self) -> Option<&dyn lease_core::MembershipStore> {
+    fn membership_store(&self) -> Option<&dyn lease_core::backend::membership::MembershipStore> {
         Some(self)
     }
 
-    fn slot_store(&self) -> Option<&dyn lease_core::SlotStore> {
+    fn slot_store(&self) -> Option<&dyn lease_core::backend::slots::SlotStore> {
         Some(self)
     }
 

@@ -7,7 +7,7 @@
 use std::future::Future;
 
 use lease_core::Result;
-use lease_core::notify::{Topic, Wakeups};
+use lease_core::backend::notify::{Topic, Wakeups};
 
 use crate::store::{SqlStore, Table, Token};
 use crate::wire::conns::LeaseDb;

@@ -79,8 +79,8 @@
 //! The table's DDL is [`schema_sql`]; the same SQL ships as migrations under `migrations/` for
 //! those who manage their own schema.
 //!
-//! Partitioned leases ([`PartitionStore`](lease_core::PartitionStore)) and membership
-//! ([`MembershipStore`](lease_core::MembershipStore)) live in two more tables named after the
+//! Partitioned leases ([`PartitionStore`](lease_core::backend::partitions::PartitionStore)) and membership
+//! ([`MembershipStore`](lease_core::backend::membership::MembershipStore)) live in two more tables named after the
 //! lease table, `<table>_partitions` and `<table>_members` ([`partitions_schema_sql`],
 //! [`members_schema_sql`], migration `0002`), each checked — and created when missing, unless
 //! [`Ddl::None`] — as the lease table is, but on the first operation that uses it: a store that
@@ -90,9 +90,9 @@
 //! size included.
 
 //!
-//! Counted leases ([`PermitStore::claim_permit`](lease_core::PermitStore::claim_permit) and the
+//! Counted leases ([`PermitStore::claim_permit`](lease_core::backend::permits::PermitStore::claim_permit) and the
 //! other permit operations, `capabilities().permits`; the rules are
-//! [`lease_core::permits`]'s) live in a table of their own, `<table>_permits`
+//! [`lease_core::backend::permits`]'s) live in a table of their own, `<table>_permits`
 //! ([`permits_schema_sql`], migration `0004`), checked and created on first use as the
 //! partition and member tables are: a row per permit and a counter row per name. A claim is one
 //! statement on PostgreSQL, one transaction sent as one request on MySQL and MariaDB, one
@@ -100,8 +100,8 @@
 //! store's docs).
 //!
 //! Every store implements [`LeaseStore`](lease_core::LeaseStore),
-//! [`PartitionStore`](lease_core::PartitionStore),
-//! [`MembershipStore`](lease_core::MembershipStore) and [`SlotStore`](lease_core::SlotStore);
+//! [`PartitionStore`](lease_core::backend::partitions::PartitionStore),
+//! [`MembershipStore`](lease_core::backend::membership::MembershipStore) and [`SlotStore`](lease_core::backend::slots::SlotStore);
 //! no operation is missing on any dialect.
 //!
 //! ## Layout

@@ -8,9 +8,9 @@ mod support;
 use std::time::Duration;
 
 use lease_conformance::FaultProxy;
-use lease_core::{
-    SlotStore,
-    backend::{HolderToken, SlotClaim, SlotFinish, SlotRecord},
+use lease_core::backend::{
+    HolderToken,
+    slots::{SlotClaim, SlotFinish, SlotRecord, SlotStore},
 };
 use lease_sql::SqlConfig;
 

@@ -17,10 +17,18 @@
 
 use std::time::Duration;
 
-use lease_core::backend::{Grant, HolderToken, SlotClaim, SlotFinish, SlotRecord, async_trait};
+use lease_core::backend::{
+    Grant, HolderToken, async_trait,
+    slots::{SlotClaim, SlotFinish, SlotRecord},
+};
 use lease_core::{
-    Capabilities, LeaseInfo, LeaseStore, Member, MembershipStore, PartitionLease, PartitionStore,
-    Result, SlotStore,
+    LeaseStore, Result,
+    backend::{
+        Capabilities, LeaseInfo,
+        membership::{Member, MembershipStore},
+        partitions::{PartitionLease, PartitionStore},
+        slots::SlotStore,
+    },
 };
 
 use crate::Backend;
@@ -156,7 +164,7 @@ impl LeaseStore for Store {
         each!(self, s => s.capabilities())
     }
 
-    fn permit_store(&self) -> Option<&dyn lease_core::PermitStore> {
+    fn permit_store(&self) -> Option<&dyn lease_core::backend::permits::PermitStore> {
         each!(self, s => s.permit_store())
     }
 
@@ -211,7 +219,10 @@ impl LeaseStore for Store {
         each!(self, s => s.force_release(name).await)
     }
 
-    fn changes(&self, topic: &lease_core::notify::Topic) -> Option<lease_core::notify::Wakeups> {
+    fn changes(
+        &self,
+        topic: &lease_core::backend::notify::Topic,
+    ) -> Option<lease_core::backend::notify::Wakeups> {
         each!(self, s => s.changes(topic))
     }
 }

@@ -1,6 +1,6 @@
 //! `lease members SERVICE [--json]`: the live members of a service, by the store's clock.
 
-use lease::{Member, MembershipStore};
+use lease::backend::membership::{Member, MembershipStore};
 
 use crate::cli::MembersArgs;
 use crate::commands::output::{self, json_string, printable};
@@ -10,7 +10,7 @@ use crate::exit::CliError;
 use crate::redact::eprintln_scrubbed;
 use crate::store_url::StoreUrl;
 
-/// Runs the `members` subcommand: one store read ([`lease::MembershipStore::members`]).
+/// Runs the `members` subcommand: one store read ([`lease::backend::membership::MembershipStore::members`]).
 pub(crate) async fn members(url: &StoreUrl, args: MembersArgs) -> Result<u8, CliError> {
     let store = open_group_for(url, Named::Service, &args.service).await?;
     let mut members = store.members(&args.service).await?;

@@ -1,6 +1,6 @@
 //! `lease owners GROUP [--json]`: the live partition leases of a group, by the store's clock.
 
-use lease::{PartitionLease, PartitionStore};
+use lease::backend::partitions::{PartitionLease, PartitionStore};
 
 use crate::cli::OwnersArgs;
 use crate::commands::output::{self, json_string, printable};
@@ -10,7 +10,7 @@ use crate::exit::CliError;
 use crate::redact::eprintln_scrubbed;
 use crate::store_url::StoreUrl;
 
-/// Runs the `owners` subcommand: one store read ([`lease::PartitionStore::owners`]).
+/// Runs the `owners` subcommand: one store read ([`lease::backend::partitions::PartitionStore::owners`]).
 pub(crate) async fn owners(url: &StoreUrl, args: OwnersArgs) -> Result<u8, CliError> {
     let store = open_group_for(url, Named::Group, &args.group).await?;
     let mut leases = store.owners(&args.group).await?;

@@ -72,7 +72,7 @@ fn assert_first_term(h: &Harness, term: u64, what: &str) {
 
 /// Asserts what `get` says of a lease that ended with `term`: not live, the term kept (or, on a
 /// store whose server removes ended records, no record at all).
-fn assert_ended(h: &Harness, info: Option<lease_core::LeaseInfo>, term: u64) {
+fn assert_ended(h: &Harness, info: Option<lease_core::backend::LeaseInfo>, term: u64) {
     match info {
         Some(info) => {
             assert!(!info.live && info.expires_in.is_zero(), "{info:?}");

@@ -1,4 +1,4 @@
-//! Counted leases (see `lease_core::permits`): at most N live holders of a name, the lowest
+//! Counted leases (see `lease_core::backend::permits`): at most N live holders of a name, the lowest
 //! free permit, one strictly increasing token sequence per name across its permits, expiry by
 //! the store's clock, no second permit for one acquirer after an unknown outcome, typed bad
 //! input, and a changed N applying to new claims only.
@@ -12,8 +12,11 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use lease_core::backend::HolderToken;
-use lease_core::permits::MAX_PERMITS;
-use lease_core::{ErrorKind, LeaseStore, LeaseStoreExt, PermitGrant, Permits};
+use lease_core::backend::permits::MAX_PERMITS;
+use lease_core::{
+    ErrorKind, LeaseStore, Permits,
+    backend::{LeaseStoreExt, permits::PermitGrant},
+};
 use tokio::time::{Instant, sleep};
 
 use super::{WAKE_BOUND, assert_first_term, assert_next_term, mint, needs_expiry};

@@ -19,10 +19,10 @@ use crate::engine::term::{Term, TermShared};
 use crate::engine::wait::{Holder, Seen};
 use crate::store::error::{BoxError, Error, ErrorKind, Result};
 use crate::store::lease_store::{LeaseStore, permits_of, shared, slots_of};
-use crate::store::permits::Target;
 use crate::store::record::{Grant, HolderToken, validate_instance};
 use crate::store::slots::SlotClaim;
 use crate::store::store_ext::LeaseStoreExt;
+use crate::store::target::Target;
 use crate::store::validate::MAX_TTL;
 use crate::telemetry;
 use crate::timings::Timings;
@@ -199,7 +199,7 @@ impl CoordinatorBuilder {
 
     /// What to do when work under a lost lease does not return within the step-down grace
     /// (default: log, then end the process with exit code
-    /// [`FAIL_EXIT_CODE`](crate::FAIL_EXIT_CODE)). Tests record it instead.
+    /// [`FAIL_EXIT_CODE`](crate::coordinator::FAIL_EXIT_CODE)). Tests record it instead.
     pub fn fail_action(
         mut self,
         action: impl Fn(&StepDownFailure) + Send + Sync + 'static,
@@ -350,7 +350,7 @@ impl Coordinator {
     /// The claim is bounded by the attempt timeout. When its outcome is unknown (a timeout, a
     /// connection dropped after the request was sent), the coordinator reads back with
     /// `verify` under the same holder token and adopts the claim if it took effect (a permit
-    /// claim with [`read_back_permit`](crate::PermitStore::read_back_permit), which adopts a
+    /// claim with [`read_back_permit`](crate::backend::permits::PermitStore::read_back_permit), which adopts a
     /// permit only if the claim's count was checked for it). If that too
     /// fails, the error is returned; a claim that lands later holds the name until its TTL
     /// passes, but nobody acts under it, and its holder token is never used again.
@@ -560,7 +560,7 @@ impl Coordinator {
     /// It campaigns as [`acquire`](Coordinator::acquire) does: a claim, then, while someone
     /// else holds the name, a wait until the holder's lease runs out by the store's clock, a
     /// store's hint (a release wakes it within milliseconds on stores that say `watch`), or —
-    /// where hints may be missing — the retry pace; see [`wait`](crate::wait). When it wins, it
+    /// where hints may be missing — the retry pace; see [`wait`](crate::backend::wait). When it wins, it
     /// runs `f` as [`Term::run`] does (own task, cancellation through the term's
     /// [`done`](Term::done), step-down grace on loss), resigns when `f` returns, and campaigns
     /// again after a pause of [`retry`](Timings::retry) plus jitter (so a candidate that just

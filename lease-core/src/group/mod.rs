@@ -10,7 +10,7 @@
 //! 2. computes its fair share with rendezvous hashing ([`assign`](assign())) when the member list
 //!    changed: every member computes the same assignment from the same member list, and a join
 //!    or a leave moves few partitions;
-//! 3. renews every partition it holds in one batch ([`PartitionStore::renew_partitions`](crate::PartitionStore::renew_partitions)),
+//! 3. renews every partition it holds in one batch ([`PartitionStore::renew_partitions`](crate::backend::partitions::PartitionStore::renew_partitions)),
 //!    with the partitions still draining and a read-back of any acquire whose answer was lost
 //!    (adopted when still its share, released otherwise);
 //! 4. gives up the partitions that are no longer its: it takes them out of its published
@@ -95,11 +95,11 @@
 //! ```
 
 mod assign;
-mod assignment;
-mod handle;
+pub(crate) mod assignment;
+pub(crate) mod handle;
 mod owners;
 mod run;
 
 pub use assign::{assign, score};
-pub use assignment::{Assignment, StopAck};
-pub use handle::{GroupWorker, GroupWorkerBuilder, MAX_GROUP_PARTITIONS};
+pub use assignment::StopAck;
+pub use handle::{GroupWorkerBuilder, MAX_GROUP_PARTITIONS};

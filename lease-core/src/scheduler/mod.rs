@@ -1,11 +1,11 @@
 //! The cluster scheduler: each instant of a job runs once across the cluster.
 //!
 //! Every replica of a service builds the same [`Scheduler`] over one store with scheduler slots
-//! (a [`SlotStore`](crate::SlotStore), reached through [`LeaseStore::slot_store`]) and runs it.
+//! (a [`SlotStore`](crate::backend::slots::SlotStore), reached through [`LeaseStore::slot_store`]) and runs it.
 //! For each [`Job`] and each instant of its [`Schedule`]:
 //!
 //! 1. At the instant (by the scheduler's [`WallClock`]), every replica claims it with
-//!    [`SlotStore::claim_slot`](crate::SlotStore::claim_slot). The store decides, by its own clock:
+//!    [`SlotStore::claim_slot`](crate::backend::slots::SlotStore::claim_slot). The store decides, by its own clock:
 //!    one replica wins and holds the job's lease for the round; the others leave the instant to it
 //!    (`Taken`: this instant or a later one is on record, or `Held` by the round of this instant).
 //!    A replica whose clock runs fast is told `Early`, waits the difference and asks again. When
@@ -23,7 +23,7 @@
 //!    rules: the lease is renewed meanwhile, until the work returns, whether or not the work
 //!    keeps its [`Round`]; once it is lost, [`Round::done`] fires and the work has the
 //!    step-down grace to return, then the fail action runs.
-//! 3. When the work returns, [`SlotStore::finish_slot`](crate::SlotStore::finish_slot) records the
+//! 3. When the work returns, [`SlotStore::finish_slot`](crate::backend::slots::SlotStore::finish_slot) records the
 //!    round as run to its end and gives the lease back, taking along `passed`: the last instant of
 //!    the schedule that has come by then. Instants a round **overran** are thereby skipped
 //!    cluster-wide, recorded, logged and counted ([`telemetry::INSTANTS_SKIPPED`]). When the finish
@@ -32,9 +32,9 @@
 //!
 //! **A round cut short** — the process died, the scheduler shut down, the lease was lost — is left
 //! unfinished. Every replica looks for unfinished rounds of all its jobs in one call
-//! ([`SlotStore::unfinished`](crate::SlotStore::unfinished), every
+//! ([`SlotStore::unfinished`](crate::backend::slots::SlotStore::unfinished), every
 //! [`rerun_check`](SchedulerBuilder::rerun_check)) and claims them with
-//! [`SlotStore::claim_rerun`](crate::SlotStore::claim_rerun): the round runs again **once**, on
+//! [`SlotStore::claim_rerun`](crate::backend::slots::SlotStore::claim_rerun): the round runs again **once**, on
 //! whichever replica finds it first, with [`Round::is_rerun`] set. A rerun cut short again stays
 //! unfinished for good, and when a later instant is claimed before the rerun, the unfinished one is
 //! **superseded**: logged and counted, never run.
@@ -109,9 +109,9 @@
 
 mod clock;
 mod engine;
-mod job;
+pub(crate) mod job;
 mod round;
-mod schedule;
+pub(crate) mod schedule;
 pub mod telemetry;
 
 use std::collections::HashSet;
@@ -129,8 +129,8 @@ pub use chrono;
 pub use chrono_tz;
 pub use chrono_tz::Tz;
 pub use clock::{SystemClock, TokioClock, WallClock};
-pub use job::{CatchUp, Job, JobBuilder, Round};
-pub use schedule::Schedule;
+pub(crate) use job::Job;
+pub use job::{CatchUp, JobBuilder, Round};
 
 use self::engine::{IDLE, Inner, RAN, RUNNING};
 use crate::engine::coordinator::Coordinator;

@@ -16,7 +16,7 @@ use crate::store::partitions::OWNER_ID_SUFFIX_BYTES;
 use crate::store::record::MAX_INSTANCE_BYTES;
 
 /// The longest node id, in bytes: 111, so that the owner id a
-/// [`GroupWorker`](crate::GroupWorker) makes of it ([`owner_id`](crate::backend::owner_id): the node id,
+/// [`GroupWorker`](crate::GroupWorker) makes of it ([`owner_id`](crate::backend::partitions::owner_id): the node id,
 /// `@` and 16 hex digits) fits the [`MAX_INSTANCE_BYTES`] of an owner.
 pub const MAX_NODE_ID_BYTES: usize = MAX_INSTANCE_BYTES - OWNER_ID_SUFFIX_BYTES;
 
@@ -48,7 +48,7 @@ impl Member {
 
 /// Membership records. Implemented by stores whose
 /// [`capabilities`](LeaseStore::capabilities) say `membership: true`; see the [module
-/// docs](crate::membership).
+/// docs](crate::backend::membership).
 #[async_trait]
 pub trait MembershipStore: LeaseStore {
     /// Records `node` as a live member of `service` for `ttl` from now by the store's clock,

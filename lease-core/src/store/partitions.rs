@@ -20,7 +20,7 @@
 //! - Every expiry is judged by the store's clock, as for [`LeaseStore`].
 //!
 //! The [`GroupWorker`](crate::GroupWorker) spreads a group's partitions over the live members
-//! of a service ([`MembershipStore`](crate::MembershipStore)) with these operations.
+//! of a service ([`MembershipStore`](crate::backend::membership::MembershipStore)) with these operations.
 
 use std::time::Duration;
 
@@ -55,15 +55,15 @@ pub struct PartitionLease {
 /// process is a new owner.
 ///
 /// ```
-/// let a = lease_core::backend::owner_id("node-a");
-/// let b = lease_core::backend::owner_id("node-a");
+/// let a = lease_core::backend::partitions::owner_id("node-a");
+/// let b = lease_core::backend::partitions::owner_id("node-a");
 /// assert!(a.starts_with("node-a@"));
 /// assert_ne!(a, b);
 /// ```
 ///
 /// The owner id is [`OWNER_ID_SUFFIX_BYTES`] longer than the node id, and an owner is at most
 /// [`MAX_INSTANCE_BYTES`](crate::backend::MAX_INSTANCE_BYTES) bytes, hence
-/// [`MAX_NODE_ID_BYTES`](crate::backend::MAX_NODE_ID_BYTES).
+/// [`MAX_NODE_ID_BYTES`](crate::backend::membership::MAX_NODE_ID_BYTES).
 pub fn owner_id(node: &str) -> String {
     let hex = HolderToken::mint().to_hex();
     format!("{node}@{}", hex.get(..16).unwrap_or(&hex))
@@ -72,8 +72,8 @@ pub fn owner_id(node: &str) -> String {
 /// The node part of an owner id made by [`owner_id`]: everything before the last `@`.
 ///
 /// ```
-/// assert_eq!(lease_core::partitions::owner_node("node-a@0123456789abcdef"), "node-a");
-/// assert_eq!(lease_core::partitions::owner_node("plain"), "plain");
+/// assert_eq!(lease_core::backend::partitions::owner_node("node-a@0123456789abcdef"), "node-a");
+/// assert_eq!(lease_core::backend::partitions::owner_node("plain"), "plain");
 /// ```
 pub fn owner_node(owner: &str) -> &str {
     owner.rsplit_once('@').map_or(owner, |(node, _)| node)
@@ -81,7 +81,7 @@ pub fn owner_node(owner: &str) -> &str {
 
 /// Partitioned lease operations. Implemented by stores whose
 /// [`capabilities`](LeaseStore::capabilities) say `partitions: true`; see the [module
-/// docs](crate::partitions) for the rules.
+/// docs](crate::backend::partitions) for the rules.
 ///
 /// Cancel safety: as for [`LeaseStore`]. An acquire whose outcome is unknown can simply be
 /// repeated by the same owner (it keeps the epoch when the first one took effect); an unknown

@@ -191,8 +191,8 @@ impl SlotValue {
     }
 
     /// The three instants, as the slot API reports them.
-    pub(crate) fn instants(&self) -> lease_core::backend::SlotRecord {
-        lease_core::backend::SlotRecord {
+    pub(crate) fn instants(&self) -> lease_core::backend::slots::SlotRecord {
+        lease_core::backend::slots::SlotRecord {
             last_ms: self.last_ms,
             unfinished_ms: self.unfinished_ms,
             rerun_ms: self.rerun_ms,

@@ -11,8 +11,8 @@ mod statements;
 use std::future::Future;
 use std::str::FromStr;
 
-use lease_core::backend::SlotFinish;
-use lease_core::notify::{Topic, Wakeups};
+use lease_core::backend::notify::{Topic, Wakeups};
+use lease_core::backend::slots::SlotFinish;
 use lease_core::{Error, ErrorKind, Result};
 use sqlx::Postgres;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
@@ -38,7 +38,7 @@ use crate::wire::schema::Dialect;
 /// connection answers (`SELECT 1`, 5 s to answer: a connection that died silently is found
 /// within 10 s) and reconnects with backoff (0.1 s doubling to 5 s); while it is down the hints
 /// say so
-/// ([`Wakeups::is_connected`](lease_core::notify::Wakeups::is_connected) is `false`) and
+/// ([`Wakeups::is_connected`](lease_core::backend::notify::Wakeups::is_connected) is `false`) and
 /// waiters keep their polling pace; once it listens again every waiter is woken. It ends when
 /// the store is dropped. A lost listener never delays a lease operation. Limits: behind
 /// PgBouncer in transaction or statement mode `LISTEN` does not work — turn hints off there;
@@ -73,7 +73,7 @@ use crate::wire::schema::Dialect;
 ///    AND expires_at_ms > :now FOR SHARE;
 /// ```
 ///
-/// Scheduler slots ([`SlotStore`](lease_core::SlotStore)), on the same row:
+/// Scheduler slots ([`SlotStore`](lease_core::backend::slots::SlotStore)), on the same row:
 ///
 /// ```sql
 /// -- claim_slot ($5: the instant): a read, then one write with the term read compared
@@ -121,8 +121,8 @@ use crate::wire::schema::Dialect;
 ///
 /// `claim_slot` is two round trips; every other slot operation one.
 ///
-/// Partitioned leases ([`PartitionStore`](lease_core::PartitionStore)) and membership
-/// ([`MembershipStore`](lease_core::MembershipStore)), on the tables `leases_partitions` and
+/// Partitioned leases ([`PartitionStore`](lease_core::backend::partitions::PartitionStore)) and membership
+/// ([`MembershipStore`](lease_core::backend::membership::MembershipStore)), on the tables `leases_partitions` and
 /// `leases_members` (named after the lease table, see
 /// [`partitions_schema_sql`](crate::partitions_schema_sql)). Every operation is one statement,
 /// one round trip; `clock_timestamp()` moves during a statement, so each statement reads it once:
@@ -169,7 +169,7 @@ use crate::wire::schema::Dialect;
 ///  WHERE m.service = $1 AND m.node = $2 AND m.expires_at_ms > n.now;
 /// ```
 ///
-/// Counted leases ([`PermitStore::claim_permit`](lease_core::PermitStore::claim_permit) and the
+/// Counted leases ([`PermitStore::claim_permit`](lease_core::backend::permits::PermitStore::claim_permit) and the
 /// other permit operations), on the table `leases_permits` (see
 /// [`permits_schema_sql`](crate::permits_schema_sql)): one row per permit, and per name a
 /// counter row (`permit_no = -1`) holding the greatest term the name ever issued. Every
@@ -290,7 +290,10 @@ impl SqlStore<Postgres> {
     }
 
     /// The hints of `topic`, the listener started on the first call (see the type's docs).
-    fn watch(&self, topic: &lease_core::notify::Topic) -> lease_core::notify::Wakeups {
+    fn watch(
+        &self,
+        topic: &lease_core::backend::notify::Topic,
+    ) -> lease_core::backend::notify::Wakeups {
         let wakeups = self.inner.hints.subscribe(topic);
         if self.inner.watch {
             self.inner.hints.ensure_listener(|hub| {

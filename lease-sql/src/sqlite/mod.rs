@@ -14,8 +14,8 @@ use std::future::Future;
 use std::str::FromStr;
 use std::time::Duration;
 
-use lease_core::backend::SlotFinish;
-use lease_core::notify::{Topic, Wakeups};
+use lease_core::backend::notify::{Topic, Wakeups};
+use lease_core::backend::slots::SlotFinish;
 use lease_core::{Error, ErrorKind, Result};
 use sqlx::Sqlite;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
@@ -50,7 +50,7 @@ use crate::wire::schema::Dialect;
 /// the wait. Verified transactions start with `BEGIN IMMEDIATE`, so they
 /// hold the write lock from their first statement and no claim can slip in before they commit.
 ///
-/// Scheduler slots ([`SlotStore`](lease_core::SlotStore)) use PostgreSQL's statements too, but
+/// Scheduler slots ([`SlotStore`](lease_core::backend::slots::SlotStore)) use PostgreSQL's statements too, but
 /// for two. `unfinished` takes the names as one JSON array:
 /// `… WHERE name IN (SELECT value FROM json_each(?1)) AND …`. And the finish must read its
 /// outcome from the row as it was, which SQLite's `RETURNING` (the new row only) cannot give, so
@@ -158,7 +158,10 @@ impl SqlStore<Sqlite> {
     }
 
     /// The hints of `topic`, the poller started on the first call (see the type's docs).
-    fn watch(&self, topic: &lease_core::notify::Topic) -> lease_core::notify::Wakeups {
+    fn watch(
+        &self,
+        topic: &lease_core::backend::notify::Topic,
+    ) -> lease_core::backend::notify::Wakeups {
         let wakeups = self.inner.hints.subscribe(topic);
         if self.inner.watch {
             let weak = std::sync::Arc::downgrade(&self.inner.hints);
