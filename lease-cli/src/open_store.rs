@@ -96,7 +96,7 @@ async fn open_sqlite(url: &StoreUrl, options: &OpenOptions) -> Result<Store, Cli
     loop {
         match lease::open(url.driver_url(), options).await {
             Ok(store) => return Ok(store),
-            Err(e) if lease::is_sqlite_busy(&e) && Instant::now() < until => {
+            Err(e) if lease::sql::is_sqlite_busy(&e) && Instant::now() < until => {
                 tracing::debug!(error = %e, "the SQLite file is locked; retrying");
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
