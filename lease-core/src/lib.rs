@@ -5,13 +5,15 @@
 //! so a downstream system can refuse a stale holder. This crate holds the parts written once for
 //! every backend: the store contract ([`LeaseStore`]), the [`Coordinator`] that claims and
 //! keeps terms, [`Term::run`] and [`Coordinator::run_elected`], the [`Observer`], the
-//! [`Timings`] and their safety rules, and the [`PollingLeaser`]. Backends live in their own
+//! [`Timings`] and their safety rules, and the
+//! [`PollingLeaser`](backend::polling::PollingLeaser). Backends live in their own
 //! crates (`lease-local`, `lease-sql`, …) and provide a store.
 //!
 //! A **counted lease** ([`Permits`]) lets at most N processes hold a name at once, each with a
 //! permit and a token of its own from one strictly increasing sequence per name: pass a
 //! `Permits` wherever a name is taken (`try_acquire`, `acquire`, `run`, `run_elected`), on a
-//! store whose [`Capabilities::permits`] is true. The rules are in [`permits`].
+//! store whose [`Capabilities::permits`](backend::Capabilities::permits) is true. The rules are in
+//! [`backend::permits`].
 //!
 //! ```
 //! use std::time::Duration;
@@ -78,7 +80,7 @@ pub use store::target::Permits;
 pub use timings::Timings;
 
 /// What comes with a [`Coordinator`], a [`Term`] and an [`Observer`]: the builders, what a
-/// coordinator claims ([`Target`]: a name or one permit of a counted name), what to do when
+/// coordinator claims ([`Target`](coordinator::Target): a name or one permit of a counted name), what to do when
 /// work fails or a step-down cannot finish, and the watch an observer hands out.
 pub mod coordinator {
     pub use crate::engine::coordinator::{CoordinatorBuilder, OnWorkError};

@@ -6,7 +6,7 @@
 //! [`MembershipStore`](crate::backend::membership::MembershipStore), [`SlotStore`](crate::backend::slots::SlotStore), answering
 //! each one's accessor with `Some(self)` and taking its capability flags from
 //! [`derived_capabilities`]) with the types here: the [`HolderToken`] and [`Grant`] of the lease protocol, the slot outcomes, the
-//! boot-clock [`Stamp`]. Each operation starts with its one argument check from [`check`], so
+//! boot-clock [`Stamp`](clock::Stamp). Each operation starts with its one argument check from [`check`], so
 //! every backend refuses the same inputs with the same messages and does no I/O for them; its
 //! driver errors carry their context as [`Error::during`](crate::Error::during) and
 //! [`Error::at_server`](crate::Error::at_server) attach it.
@@ -26,7 +26,6 @@
 //! ```
 
 pub mod check;
-#[path = "../clock.rs"]
 pub mod clock;
 pub mod listen;
 mod url_param;
@@ -49,7 +48,7 @@ pub use url_param::{ParamError, UrlParam};
 /// Re-exported so stores can implement the traits without naming the crate themselves.
 pub use async_trait::async_trait;
 
-/// [`Capabilities`](Capabilities) at their defaults, with the four capability flags —
+/// [`Capabilities`] at their defaults, with the four capability flags —
 /// [`permits`](Capabilities::permits), [`partitions`](Capabilities::partitions),
 /// [`membership`](Capabilities::membership), [`slots`](Capabilities::slots) —
 /// derived from `store`'s accessors

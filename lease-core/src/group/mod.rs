@@ -1,6 +1,6 @@
 //! The group worker: a group's partitions spread over the live members of a service.
 //!
-//! A [`GroupWorker`] runs one node's part. It heartbeats its membership of the service, serving
+//! A [`GroupWorker`](crate::GroupWorker) runs one node's part. It heartbeats its membership of the service, serving
 //! the group, for the lease duration, every `renew_every` on a schedule of its own: a heartbeat
 //! does not wait for a tick, so a slow tick does not let the member record lapse (while the
 //! store answers, the record is refreshed at most `renew_every + attempt_timeout` apart). On
@@ -14,7 +14,7 @@
 //!    with the partitions still draining and a read-back of any acquire whose answer was lost
 //!    (adopted when still its share, released otherwise);
 //! 4. gives up the partitions that are no longer its: it takes them out of its published
-//!    [`Assignment`] and lets them **drain** — still renewed, so no one else can acquire them —
+//!    [`Assignment`](crate::Assignment) and lets them **drain** — still renewed, so no one else can acquire them —
 //!    until the consumer says it stopped ([`StopAck`]) or the timings' `grace` has passed,
 //!    whichever comes first; then it releases them and the successor takes them on its next
 //!    tick;
@@ -35,7 +35,7 @@
 //!   lets anyone else acquire it. Local deadlines are [`Deadline`](crate::clock::Deadline)s:
 //!   they count time the machine spent suspended, and fire at once on resume.
 //! - Every time a partition leaves the assignment — given up, lost at the deadline, or on
-//!   [`leave`](GroupWorker::leave) — its consumer has `grace` to stop before anyone, this
+//!   [`leave`](crate::GroupWorker::leave) — its consumer has `grace` to stop before anyone, this
 //!   worker included, holds it again: a given-up partition is released only once the consumer
 //!   acknowledged the stop or the grace has passed, and a lost one is not acquired again by
 //!   this worker before then. A consumer that never acknowledges still gets the grace; one that
@@ -46,8 +46,8 @@
 //!   whatever the work writes, and let that refuse lower epochs — the only protection against
 //!   a process that was paused past its lease.
 //! - After a member joins or leaves gracefully, the assignment settles within
-//!   [`GroupWorker::settle_time`]; after a member crashes, within
-//!   [`GroupWorker::crash_settle_time`]. Both assume the store answers.
+//!   [`GroupWorker::settle_time`](crate::GroupWorker::settle_time); after a member crashes, within
+//!   [`GroupWorker::crash_settle_time`](crate::GroupWorker::crash_settle_time). Both assume the store answers.
 //!
 //! # Sizing the timings
 //!

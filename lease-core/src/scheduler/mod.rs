@@ -2,7 +2,7 @@
 //!
 //! Every replica of a service builds the same [`Scheduler`] over one store with scheduler slots
 //! (a [`SlotStore`](crate::backend::slots::SlotStore), reached through [`LeaseStore::slot_store`]) and runs it.
-//! For each [`Job`] and each instant of its [`Schedule`]:
+//! For each [`Job`] and each instant of its [`Schedule`](crate::Schedule):
 //!
 //! 1. At the instant (by the scheduler's [`WallClock`]), every replica claims it with
 //!    [`SlotStore::claim_slot`](crate::backend::slots::SlotStore::claim_slot). The store decides, by its own clock:
@@ -101,7 +101,7 @@
 //!
 //! Instants are milliseconds since the Unix epoch; the store compares them with its own clock.
 //! Cron expressions are read in a named IANA time zone; how daylight-saving changes are handled
-//! (skipped and repeated local times) is in [`Schedule`]'s docs. Intervals are aligned to the
+//! (skipped and repeated local times) is in [`Schedule`](crate::Schedule)'s docs. Intervals are aligned to the
 //! Unix epoch, so all replicas compute the same instants.
 //!
 //! The scheduler reads the time from a [`WallClock`]: the [`SystemClock`] by default; a
