@@ -71,7 +71,7 @@ pub use engine::observer::Observer;
 pub use engine::term::Term;
 pub use group::assignment::Assignment;
 pub use group::handle::GroupWorker;
-pub use scheduler::Scheduler;
+pub use scheduler::handle::Scheduler;
 pub use scheduler::job::Job;
 pub use scheduler::schedule::Schedule;
 pub use store::error::{Error, ErrorKind, Result};

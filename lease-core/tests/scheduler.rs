@@ -17,8 +17,8 @@ use lease_core::{
     coordinator::StepDownFailure,
 };
 use lease_core::{
-    Job,
-    scheduler::{CatchUp, JobBuilder, Round, Scheduler, SchedulerBuilder, TokioClock, WallClock},
+    Job, Scheduler,
+    scheduler::{CatchUp, JobBuilder, Round, SchedulerBuilder, TokioClock, WallClock},
 };
 use lease_local::MemoryStore;
 use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};

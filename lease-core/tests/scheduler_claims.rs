@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use lease_core::layer::{Answer, Call, Hook, Operation};
 use lease_core::{
-    Job,
-    scheduler::{Round, Scheduler, TokioClock, WallClock},
+    Job, Scheduler,
+    scheduler::{Round, TokioClock, WallClock},
 };
 use lease_core::{
     Timings,

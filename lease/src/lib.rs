@@ -103,14 +103,15 @@ pub use url::{Backend, UrlError};
 pub mod sql {
     pub use lease_sql::*;
 
-    /// `true` when `e` comes from SQLite's "database is busy" or "database is locked": somewhere
-    /// in its chain of [sources](std::error::Error::source) is a sqlx database error whose code is
-    /// `5` (`SQLITE_BUSY`) or `6` (`SQLITE_LOCKED`). Another connection holds the file's lock (say,
-    /// another process creating the same new file), so the same call may succeed once it lets go.
+    /// `true` when `e` comes from SQLite's "database is busy" or "database is locked":
+    /// somewhere in its chain of [sources](std::error::Error::source) is a sqlx database error
+    /// whose code is `5` (`SQLITE_BUSY`) or `6` (`SQLITE_LOCKED`). Another connection holds the
+    /// file's lock (say, another process creating the same new file), so the same call may
+    /// succeed once it lets go.
     ///
-    /// This asks the question of any error, the driver's type staying inside the facade: [`open`](crate::open)
-    /// on a `sqlite://` URL gives such an error when its busy timeout runs out. Any other error,
-    /// from any backend, is `false`.
+    /// This asks the question of any error, the driver's type staying inside the facade:
+    /// [`open`](crate::open) on a `sqlite://` URL gives such an error when its busy timeout runs
+    /// out. Any other error, from any backend, is `false`.
     ///
     /// ```
     /// let e = lease::Error::unavailable("connection refused");
@@ -246,7 +247,9 @@ mod tests {
             sqlx::Error::PoolTimedOut,
             "insert a row"
         )));
-        assert!(!sql::is_sqlite_busy(&Error::unavailable("connection refused")));
+        assert!(!sql::is_sqlite_busy(&Error::unavailable(
+            "connection refused"
+        )));
         drop((holder, other));
         let _ = std::fs::remove_file(&file);
     }
