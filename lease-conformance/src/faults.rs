@@ -77,7 +77,8 @@ pub enum FaultMode {
     Chaos(ChaosConfig),
 }
 
-/// What a [`Faults`] hook does to the store's hints ([`LeaseStore::changes`](lease_core::LeaseStore::changes)).
+/// What a [`Faults`] hook does to the store's hints
+/// ([`LeaseStore::changes`](lease_core::LeaseStore::changes)).
 ///
 /// Every subscription taken through the hook is relayed by a task of its own, which applies
 /// the mode current when each hint arrives, so switching the mode affects subscriptions
@@ -143,10 +144,10 @@ struct Shared {
 /// any time, and counts the operations.
 ///
 /// The store-wide mode ([`set_mode`](Faults::set_mode)) applies to every operation, including
-/// `available()`; the claim mode ([`set_claim_mode`](Faults::set_claim_mode)) applies, after
-/// it, to the operations that take a lease: `claim`, `acquire_partition`, `claim_permit` and
-/// the polling `try_acquire`. Clones share the modes and the counters, so a test keeps one to switch the
-/// store it handed away.
+/// `available()`; the claim mode ([`set_claim_mode`](Faults::set_claim_mode)) applies, after it, to
+/// the operations that take a lease: `claim`, `acquire_partition`, `claim_permit` and the polling
+/// `try_acquire`. Clones share the modes and the counters, so a test keeps one to switch the store
+/// it handed away.
 #[derive(Debug, Clone)]
 pub struct Faults {
     shared: Arc<Shared>,

@@ -80,8 +80,8 @@ pub use store::target::Permits;
 pub use timings::Timings;
 
 /// What comes with a [`Coordinator`], a [`Term`] and an [`Observer`]: the builders, what a
-/// coordinator claims ([`Target`](coordinator::Target): a name or one permit of a counted name), what to do when
-/// work fails or a step-down cannot finish, and the watch an observer hands out.
+/// coordinator claims ([`Target`](coordinator::Target): a name or one permit of a counted name),
+/// what to do when work fails or a step-down cannot finish, and the watch an observer hands out.
 pub mod coordinator {
     pub use crate::engine::coordinator::{CoordinatorBuilder, OnWorkError};
     pub use crate::engine::observer::{HolderChange, HolderWatch};

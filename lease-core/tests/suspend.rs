@@ -1,6 +1,6 @@
 //! A machine suspend, simulated in paused time by jumping the boot clock
-//! (`lease_core::backend::clock::testing::suspend`): a term whose deadline passed while the machine slept
-//! ends at once on resume — `is_live()`, and the `lost()` / `done()` events the CLI and the
+//! (`lease_core::backend::clock::testing::suspend`): a term whose deadline passed while the machine
+//! slept ends at once on resume — `is_live()`, and the `lost()` / `done()` events the CLI and the
 //! work wait on — not when the keeper's tokio timer, which does not count a suspend, next fires.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]

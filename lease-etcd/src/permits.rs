@@ -180,9 +180,9 @@ impl PermitStore for EtcdStore {
         Err(site.racing(MAX_CLAIM_TRIES))
     }
 
-    /// [`PermitStore::renew_permit`](lease_core::backend::permits::PermitStore::renew_permit): a read of the
-    /// permit's key, then a keep-alive of its etcd lease (and, when the server's TTL is shorter
-    /// than `ttl`, a move onto a longer one, the key and its create revision kept).
+    /// [`PermitStore::renew_permit`](lease_core::backend::permits::PermitStore::renew_permit): a
+    /// read of the permit's key, then a keep-alive of its etcd lease (and, when the server's TTL is
+    /// shorter than `ttl`, a move onto a longer one, the key and its create revision kept).
     async fn renew_permit(
         &self,
         name: &str,
@@ -211,9 +211,9 @@ impl PermitStore for EtcdStore {
         }))
     }
 
-    /// [`PermitStore::release_permit`](lease_core::backend::permits::PermitStore::release_permit): a read of the
-    /// permit's key, then `Txn(if mod_revision(key) == the one read then delete(key))`; the
-    /// etcd lease is revoked in the background.
+    /// [`PermitStore::release_permit`](lease_core::backend::permits::PermitStore::release_permit):
+    /// a read of the permit's key, then `Txn(if mod_revision(key) == the one read then
+    /// delete(key))`; the etcd lease is revoked in the background.
     async fn release_permit(&self, name: &str, permit: u32, holder: &HolderToken) -> Result<bool> {
         check::permit(self, name, permit)?;
         let site = self.site(Operation::ReleasePermit, name);
@@ -239,9 +239,9 @@ impl PermitStore for EtcdStore {
         Ok(resp.succeeded())
     }
 
-    /// [`PermitStore::verify_permit`](lease_core::backend::permits::PermitStore::verify_permit): a range read of
-    /// the name's permits, then `LeaseTimeToLive` of the holder's etcd lease (the server's time
-    /// left, whole seconds rounded down).
+    /// [`PermitStore::verify_permit`](lease_core::backend::permits::PermitStore::verify_permit): a
+    /// range read of the name's permits, then `LeaseTimeToLive` of the holder's etcd lease (the
+    /// server's time left, whole seconds rounded down).
     async fn verify_permit(&self, name: &str, holder: &HolderToken) -> Result<Option<PermitGrant>> {
         check::name(self, name)?;
         let site = self.site(Operation::VerifyPermit, name);
@@ -263,8 +263,8 @@ impl PermitStore for EtcdStore {
         }))
     }
 
-    /// [`PermitStore::permits`](lease_core::backend::permits::PermitStore::permits): a range read, then
-    /// `LeaseTimeToLive` of every etcd lease found, together, following a key that moved onto
+    /// [`PermitStore::permits`](lease_core::backend::permits::PermitStore::permits): a range read,
+    /// then `LeaseTimeToLive` of every etcd lease found, together, following a key that moved onto
     /// another etcd lease meanwhile (`EtcdStore::live`). etcd deletes a permit's key when it is
     /// released or its TTL runs out, so every record listed is live.
     async fn permits(&self, name: &str) -> Result<Vec<PermitInfo>> {

@@ -55,12 +55,12 @@ impl LeaseStore for MongoStore {
         Some(self)
     }
 
-    /// Checks that the server answers and runs MongoDB 4.2 or newer; under [`Ddl::Auto`](crate::Ddl::Auto)
-    /// creates the three collections and the two indexes when missing
-    /// ([`ensure_schema`](MongoStore::ensure_schema)); checks that none of the three
-    /// collections is a view and that each compares names byte for byte (simple collation);
-    /// and that majority reads are served. A few commands (eight under [`Ddl::Auto`](crate::Ddl::Auto), three
-    /// under [`Ddl::None`](crate::Ddl::None)), at start-up only.
+    /// Checks that the server answers and runs MongoDB 4.2 or newer; under
+    /// [`Ddl::Auto`](crate::Ddl::Auto) creates the three collections and the two indexes when
+    /// missing ([`ensure_schema`](MongoStore::ensure_schema)); checks that none of the three
+    /// collections is a view and that each compares names byte for byte (simple collation); and
+    /// that majority reads are served. A few commands (eight under [`Ddl::Auto`](crate::Ddl::Auto),
+    /// three under [`Ddl::None`](crate::Ddl::None)), at start-up only.
     async fn available(&self) -> Result<()> {
         self.check_available().await
     }

@@ -112,8 +112,8 @@ impl PermitStore for MongoStore {
         }))
     }
 
-    /// [`PermitStore::release_permit`](lease_core::backend::permits::PermitStore::release_permit): one
-    /// `findAndModify`; `true` when the document after it carries this call's `op_id`.
+    /// [`PermitStore::release_permit`](lease_core::backend::permits::PermitStore::release_permit):
+    /// one `findAndModify`; `true` when the document after it carries this call's `op_id`.
     async fn release_permit(&self, name: &str, permit: u32, holder: &HolderToken) -> Result<bool> {
         check::permit(self, name, permit)?;
         let op_id = HolderToken::mint().to_hex();
@@ -132,7 +132,8 @@ impl PermitStore for MongoStore {
         }
     }
 
-    /// [`PermitStore::verify_permit`](lease_core::backend::permits::PermitStore::verify_permit): one `aggregate`.
+    /// [`PermitStore::verify_permit`](lease_core::backend::permits::PermitStore::verify_permit):
+    /// one `aggregate`.
     async fn verify_permit(&self, name: &str, holder: &HolderToken) -> Result<Option<PermitGrant>> {
         let holder = holder.to_hex();
         let permits = self.read_counted(Operation::VerifyPermit, name).await?;
@@ -148,8 +149,8 @@ impl PermitStore for MongoStore {
         }))
     }
 
-    /// [`PermitStore::permits`](lease_core::backend::permits::PermitStore::permits): one `aggregate`; released
-    /// and expired permits are listed too, with their last term.
+    /// [`PermitStore::permits`](lease_core::backend::permits::PermitStore::permits): one
+    /// `aggregate`; released and expired permits are listed too, with their last term.
     async fn permits(&self, name: &str) -> Result<Vec<PermitInfo>> {
         let permits = self.read_counted(Operation::Permits, name).await?;
         Ok(permits

@@ -664,11 +664,11 @@ async fn groups_cost_what_the_docs_say(
     store.leave("svc", "n1").await.unwrap();
 }
 
-/// Counted leases: a scan is one `STREAM.INFO` (an API request) and one burst of direct gets
-/// (none when the name has no permit key); a claim adds one create; renew and release read the
-/// permit's key, then update or purge it; the read-back of a claim adds an update to a scan. A burst of two gets is one exchange on the wire or
-/// two, as the answers interleave with the requests (see the crate docs, *Partitions*): the
-/// round trips of a scan over two keys are asserted as 2 or 3.
+/// Counted leases: a scan is one `STREAM.INFO` (an API request) and one burst of direct gets (none
+/// when the name has no permit key); a claim adds one create; renew and release read the permit's
+/// key, then update or purge it; the read-back of a claim adds an update to a scan. A burst of two
+/// gets is one exchange on the wire or two, as the answers interleave with the requests (see the
+/// crate docs, *Partitions*): the round trips of a scan over two keys are asserted as 2 or 3.
 async fn permits_cost_what_the_docs_say(proxy: &FaultProxy, server: &Server, store: &NatsStore) {
     let (a, b, c) = (
         HolderToken::mint(),

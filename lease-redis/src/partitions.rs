@@ -110,8 +110,8 @@ where
     }
 
     /// One round trip (`renew_partitions.lua`), whatever the number of partitions (up to
-    /// [`MAX_PARTITIONS_PER_CALL`](lease_core::backend::partitions::MAX_PARTITIONS_PER_CALL)); none for an empty
-    /// slice.
+    /// [`MAX_PARTITIONS_PER_CALL`](lease_core::backend::partitions::MAX_PARTITIONS_PER_CALL)); none
+    /// for an empty slice.
     async fn renew_partitions(
         &self,
         group: &str,

@@ -1,9 +1,8 @@
-//! Counted leases on Redis (see [`lease_core::backend::permits`] for the rules): a name's permits are
-//! one hash, `<prefix>{<name>}:permits`, apart from its lease record, with the field `term`
+//! Counted leases on Redis (see [`lease_core::backend::permits`] for the rules): a name's permits
+//! are one hash, `<prefix>{<name>}:permits`, apart from its lease record, with the field `term`
 //! (the greatest term issued for the name across its permits) and one field per permit. Each
-//! operation is one Lua script, one round trip (`src/wire/scripts/*_permit.lua`,
-//! `permits.lua`), judging time by the server's `TIME`; `replica_acks` applies as to every
-//! write.
+//! operation is one Lua script, one round trip (`src/wire/scripts/*_permit.lua`, `permits.lua`),
+//! judging time by the server's `TIME`; `replica_acks` applies as to every write.
 
 use std::time::Duration;
 
@@ -41,8 +40,8 @@ impl<C> PermitStore for RedisStore<C>
 where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
-    /// [`PermitStore::claim_permit`](lease_core::backend::permits::PermitStore::claim_permit): `claim_permit.lua`,
-    /// one round trip, after the start-up check (it hands out a term).
+    /// [`PermitStore::claim_permit`](lease_core::backend::permits::PermitStore::claim_permit):
+    /// `claim_permit.lua`, one round trip, after the start-up check (it hands out a term).
     async fn claim_permit(
         &self,
         name: &str,
@@ -83,7 +82,8 @@ where
         }))
     }
 
-    /// [`PermitStore::renew_permit`](lease_core::backend::permits::PermitStore::renew_permit): `renew_permit.lua`.
+    /// [`PermitStore::renew_permit`](lease_core::backend::permits::PermitStore::renew_permit):
+    /// `renew_permit.lua`.
     async fn renew_permit(
         &self,
         name: &str,
@@ -158,8 +158,8 @@ where
         }))
     }
 
-    /// [`PermitStore::permits`](lease_core::backend::permits::PermitStore::permits): `permits.lua`, which writes
-    /// nothing; sorted by permit here.
+    /// [`PermitStore::permits`](lease_core::backend::permits::PermitStore::permits): `permits.lua`,
+    /// which writes nothing; sorted by permit here.
     async fn permits(&self, name: &str) -> Result<Vec<PermitInfo>> {
         check::name(self, name)?;
         let key = self.permits_key_of(name);

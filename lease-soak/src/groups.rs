@@ -7,14 +7,15 @@
 //! change) for a partition held by two workers at once or under an epoch lower than one already
 //! seen. Each worker also has a simulated consumer that records when it starts and stops working
 //! each partition, and under which epoch: half of them stop soon after a partition leaves and
-//! acknowledge the stop ([`StopAck`](lease_core::group::StopAck)), the others go on working for half
-//! the grace and never acknowledge. The audit fails on two consumers working one partition at
-//! once, and on a holding whose epoch is not above every earlier holding's of that partition. Once every fault and event is over (and the server is back), and every live worker's
-//! store answers again (a client may still be waiting between reconnection attempts), the
-//! assignment must settle — every partition held by exactly one live worker, fair shares —
-//! within [`GroupWorker::crash_settle_time`] plus a second, stay settled for a lease, and agree
-//! with the store's [`owners`](PartitionStore::owners); then every worker leaves and the store
-//! must hold no live partition lease and no live member.
+//! acknowledge the stop ([`StopAck`](lease_core::group::StopAck)), the others go on working for
+//! half the grace and never acknowledge. The audit fails on two consumers working one partition at
+//! once, and on a holding whose epoch is not above every earlier holding's of that partition. Once
+//! every fault and event is over (and the server is back), and every live worker's store answers
+//! again (a client may still be waiting between reconnection attempts), the assignment must settle
+//! — every partition held by exactly one live worker, fair shares — within
+//! [`GroupWorker::crash_settle_time`] plus a second, stay settled for a lease, and agree with the
+//! store's [`owners`](PartitionStore::owners); then every worker leaves and the store must hold no
+//! live partition lease and no live member.
 
 use std::collections::{BTreeSet, HashSet};
 use std::sync::{Arc, Mutex};

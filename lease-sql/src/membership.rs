@@ -1,6 +1,6 @@
-//! Membership ([`lease_core::backend::membership::MembershipStore`]) on a table of its own, named after the lease
-//! table: `<table>_members`, one row per `(service, node)` (its start-up checks and errors are
-//! shared with the partition table, in `partitions.rs`).
+//! Membership ([`lease_core::backend::membership::MembershipStore`]) on a table of its own, named
+//! after the lease table: `<table>_members`, one row per `(service, node)` (its start-up checks and
+//! errors are shared with the partition table, in `partitions.rs`).
 //!
 //! One impl for every database: argument checks before any I/O (lease-core's `backend::check`,
 //! one per operation); each database's [`MemberDriver`] runs the statements (PostgreSQL's and

@@ -1,7 +1,7 @@
-//! Partitioned leases ([`lease_core::backend::partitions::PartitionStore`]) on a table of their own, named after the
-//! lease table: `<table>_partitions`, one row per `(group_name, partition_no)`; and what the
-//! partition and member tables share (their start-up checks, errors, the deadlock retry).
-//! Their DDL is [`partitions_schema_sql`](crate::partitions_schema_sql) and
+//! Partitioned leases ([`lease_core::backend::partitions::PartitionStore`]) on a table of their
+//! own, named after the lease table: `<table>_partitions`, one row per `(group_name,
+//! partition_no)`; and what the partition and member tables share (their start-up checks, errors,
+//! the deadlock retry). Their DDL is [`partitions_schema_sql`](crate::partitions_schema_sql) and
 //! [`members_schema_sql`](crate::members_schema_sql); the statements are in each dialect's
 //! `statements.rs` and written out in the docs of [`PostgresStore`](crate::PostgresStore),
 //! [`MySqlStore`](crate::MySqlStore) and [`SqliteStore`](crate::SqliteStore).

@@ -1,9 +1,10 @@
-//! Counted leases ([`PermitStore::claim_permit`](lease_core::backend::permits::PermitStore::claim_permit) and the
-//! other permit operations; the rules are in [`lease_core::backend::permits`]) on a table of their own,
-//! named after the lease table: `<table>_permits`, one row per `(name, permit_no)`, and per name
-//! one counter row (`permit_no = -1`) whose term is the greatest ever issued for the name
-//! across its permits. Its DDL is [`permits_schema_sql`](crate::permits_schema_sql); it is
-//! checked, and created when missing, on its first use, as the partition and member tables are.
+//! Counted leases
+//! ([`PermitStore::claim_permit`](lease_core::backend::permits::PermitStore::claim_permit) and the
+//! other permit operations; the rules are in [`lease_core::backend::permits`]) on a table of their
+//! own, named after the lease table: `<table>_permits`, one row per `(name, permit_no)`, and per
+//! name one counter row (`permit_no = -1`) whose term is the greatest ever issued for the name
+//! across its permits. Its DDL is [`permits_schema_sql`](crate::permits_schema_sql); it is checked,
+//! and created when missing, on its first use, as the partition and member tables are.
 //!
 //! One impl for every database: argument checks before any I/O (lease-core's `backend::check`),
 //! the grants, the hints; each database's [`PermitDriver`] runs the statements:
@@ -59,10 +60,10 @@ pub(crate) enum Decision {
     },
 }
 
-/// The rules of [`lease_core::backend::permits`] over the rows of one name (PostgreSQL's and MySQL's
-/// claims say the same in SQL, see their statements): fewer than `count` live and
-/// none the claimant's, then the lowest free permit below `count`, with a term one more than
-/// the greatest the name ever issued (the counter's, or a permit's should it be greater).
+/// The rules of [`lease_core::backend::permits`] over the rows of one name (PostgreSQL's and
+/// MySQL's claims say the same in SQL, see their statements): fewer than `count` live and none the
+/// claimant's, then the lowest free permit below `count`, with a term one more than the greatest
+/// the name ever issued (the counter's, or a permit's should it be greater).
 #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
 pub(crate) fn decide(rows: &[Seen], count: u32) -> Decision {
     let live = |s: &&Seen| s.permit >= 0 && s.left > 0;

@@ -10,7 +10,8 @@ use crate::exit::CliError;
 use crate::redact::eprintln_scrubbed;
 use crate::store_url::StoreUrl;
 
-/// Runs the `members` subcommand: one store read ([`lease::backend::membership::MembershipStore::members`]).
+/// Runs the `members` subcommand: one store read
+/// ([`lease::backend::membership::MembershipStore::members`]).
 pub(crate) async fn members(url: &StoreUrl, args: MembersArgs) -> Result<u8, CliError> {
     let store = open_group_for(url, Named::Service, &args.service).await?;
     let mut members = store.members(&args.service).await?;

@@ -10,7 +10,8 @@ use crate::exit::CliError;
 use crate::redact::eprintln_scrubbed;
 use crate::store_url::StoreUrl;
 
-/// Runs the `owners` subcommand: one store read ([`lease::backend::partitions::PartitionStore::owners`]).
+/// Runs the `owners` subcommand: one store read
+/// ([`lease::backend::partitions::PartitionStore::owners`]).
 pub(crate) async fn owners(url: &StoreUrl, args: OwnersArgs) -> Result<u8, CliError> {
     let store = open_group_for(url, Named::Group, &args.group).await?;
     let mut leases = store.owners(&args.group).await?;

@@ -139,10 +139,11 @@ pub(crate) async fn watch(url: &StoreUrl, args: WatchArgs) -> Result<u8, CliErro
 /// coalesced; an end is `Released` before the holder's expiry as last read, `Expired` after
 /// it).
 ///
-/// It reads the permits ([`PermitStore::permits`](lease::backend::permits::PermitStore::permits), bounded by the
-/// attempt timeout) at a hint of the name's topic (every store hints permit claims and releases
-/// there), at the first expiry of a live permit as last read, at the retry pace while hints may be
-/// missing or a read failed, and at least once per lease of its timings whatever the hints say.
+/// It reads the permits ([`PermitStore::permits`](lease::backend::permits::PermitStore::permits),
+/// bounded by the attempt timeout) at a hint of the name's topic (every store hints permit claims
+/// and releases there), at the first expiry of a live permit as last read, at the retry pace while
+/// hints may be missing or a read failed, and at least once per lease of its timings whatever the
+/// hints say.
 struct PermitWatch {
     store: Arc<dyn LeaseStore>,
     name: String,

@@ -1,5 +1,6 @@
-//! The cases. Each is a plain `pub async fn(&Harness)`; [`conformance_suite!`](crate::conformance_suite)
-//! runs every one as its own test. They panic with a message that says what the store got wrong.
+//! The cases. Each is a plain `pub async fn(&Harness)`;
+//! [`conformance_suite!`](crate::conformance_suite) runs every one as its own test. They panic with
+//! a message that says what the store got wrong.
 
 // Test support: a failed expectation panics, which is how a case reports it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]

@@ -1,12 +1,14 @@
 //! The implementer's module: what a backend needs to build a store, apart from what users
 //! build with (the crate root).
 //!
-//! A backend implements the store traits of the root ([`LeaseStore`](crate::LeaseStore) and,
-//! where it can, [`PermitStore`](crate::backend::permits::PermitStore), [`PartitionStore`](crate::backend::partitions::PartitionStore),
-//! [`MembershipStore`](crate::backend::membership::MembershipStore), [`SlotStore`](crate::backend::slots::SlotStore), answering
-//! each one's accessor with `Some(self)` and taking its capability flags from
-//! [`derived_capabilities`]) with the types here: the [`HolderToken`] and [`Grant`] of the lease protocol, the slot outcomes, the
-//! boot-clock [`Stamp`](clock::Stamp). Each operation starts with its one argument check from [`check`], so
+//! A backend implements the store traits of the root ([`LeaseStore`](crate::LeaseStore) and, where
+//! it can, [`PermitStore`](crate::backend::permits::PermitStore),
+//! [`PartitionStore`](crate::backend::partitions::PartitionStore),
+//! [`MembershipStore`](crate::backend::membership::MembershipStore),
+//! [`SlotStore`](crate::backend::slots::SlotStore), answering each one's accessor with `Some(self)`
+//! and taking its capability flags from [`derived_capabilities`]) with the types here: the
+//! [`HolderToken`] and [`Grant`] of the lease protocol, the slot outcomes, the boot-clock
+//! [`Stamp`](clock::Stamp). Each operation starts with its one argument check from [`check`], so
 //! every backend refuses the same inputs with the same messages and does no I/O for them; its
 //! driver errors carry their context as [`Error::during`](crate::Error::during) and
 //! [`Error::at_server`](crate::Error::at_server) attach it.
@@ -50,11 +52,11 @@ pub use async_trait::async_trait;
 
 /// [`Capabilities`] at their defaults, with the four capability flags —
 /// [`permits`](Capabilities::permits), [`partitions`](Capabilities::partitions),
-/// [`membership`](Capabilities::membership), [`slots`](Capabilities::slots) —
-/// derived from `store`'s accessors
-/// ([`LeaseStore::permit_store`](crate::LeaseStore::permit_store) and the others): the one place they are
-/// set, so a store's flags cannot disagree with what it does. A store writes the rest of its
-/// capabilities and `..derived_capabilities(self)`, and never sets those four by hand.
+/// [`membership`](Capabilities::membership), [`slots`](Capabilities::slots) — derived from
+/// `store`'s accessors ([`LeaseStore::permit_store`](crate::LeaseStore::permit_store) and the
+/// others): the one place they are set, so a store's flags cannot disagree with what it does. A
+/// store writes the rest of its capabilities and `..derived_capabilities(self)`, and never sets
+/// those four by hand.
 ///
 /// ```
 /// use lease_core::LeaseStore;

@@ -164,10 +164,10 @@ impl Waiter {
         }
     }
 
-    /// This waiter, for one of `permits` permits of its name: after a "held" answer it reads
-    /// the name's permits ([`PermitStore::permits`](crate::backend::permits::PermitStore::permits), one round trip)
-    /// and sleeps until the first of them expires; a read that finds fewer than `permits` live sees
-    /// the name free.
+    /// This waiter, for one of `permits` permits of its name: after a "held" answer it reads the
+    /// name's permits ([`PermitStore::permits`](crate::backend::permits::PermitStore::permits), one
+    /// round trip) and sleeps until the first of them expires; a read that finds fewer than
+    /// `permits` live sees the name free.
     pub fn counted(mut self, permits: u32) -> Waiter {
         self.permits = Some(permits);
         self

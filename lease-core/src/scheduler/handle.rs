@@ -67,11 +67,11 @@ impl Scheduler {
     /// have been stopped. A scheduler runs once: a second call returns a
     /// [`Closed`](ErrorKind::Closed) error.
     ///
-    /// If this future is dropped, the rounds in flight are told to stop (their terms end as
-    /// closed) and stay unfinished: they run again once elsewhere. Each round's lease is
-    /// renewed until its work returns — whether or not the work kept its [`Round`] — and
-    /// released only then, so no replica reruns a round while its work still runs. (Work that
-    /// never returns therefore holds its job's name for as long as the process lives.)
+    /// If this future is dropped, the rounds in flight are told to stop (their terms end as closed)
+    /// and stay unfinished: they run again once elsewhere. Each round's lease is renewed until its
+    /// work returns — whether or not the work kept its [`Round`](super::Round) — and released only
+    /// then, so no replica reruns a round while its work still runs. (Work that never returns
+    /// therefore holds its job's name for as long as the process lives.)
     pub async fn run(&self) -> Result<()> {
         let inner = &self.inner;
         if inner
@@ -119,12 +119,12 @@ impl Scheduler {
     }
 
     /// Stops the scheduler: no new instant is claimed; every round in flight is told to stop
-    /// ([`Round::done`] fires) and gets up to the step-down grace to return, its lease renewed
-    /// meanwhile; rounds that return are finished (a round whose work returns `Ok` counts as
-    /// run to its end; one that gives up is left for its rerun elsewhere). Then waits for every
-    /// job's loop to end; [`run`](Scheduler::run) then returns as soon as it is polled (so
-    /// `select! { r = &mut run => …, _ = signal => { s.shutdown().await?; run.await? } }` works
-    /// on one task).
+    /// ([`Round::done`](super::Round::done) fires) and gets up to the step-down grace to return,
+    /// its lease renewed meanwhile; rounds that return are finished (a round whose work returns
+    /// `Ok` counts as run to its end; one that gives up is left for its rerun elsewhere). Then
+    /// waits for every job's loop to end; [`run`](Scheduler::run) then returns as soon as it is
+    /// polled (so `select! { r = &mut run => …, _ = signal => { s.shutdown().await?; run.await? }
+    /// }` works on one task).
     ///
     /// Returns a [`Timeout`](ErrorKind::Timeout) error when some work has not returned within
     /// the grace: its lease stays held until it does, and `run` returns after it.
@@ -212,7 +212,7 @@ impl SchedulerBuilder {
     }
 
     /// The wall clock that says when an instant has come (default: [`SystemClock`]; in
-    /// paused-time tests a [`TokioClock`]).
+    /// paused-time tests a [`TokioClock`](super::TokioClock)).
     pub fn clock(mut self, clock: impl WallClock) -> Self {
         self.clock = Arc::new(clock);
         self
@@ -241,8 +241,9 @@ impl SchedulerBuilder {
     /// Checks the store, the instance label, the timings and the job names, and builds.
     ///
     /// Fails with [`Unsupported`](ErrorKind::Unsupported) when the store has no scheduler slots
-    /// ([`LeaseStore::slot_store`] answers `None`), [`InvalidName`](ErrorKind::InvalidName) for a job name the
-    /// store cannot hold or one given twice, and as [`Coordinator`]'s builder otherwise.
+    /// ([`LeaseStore::slot_store`] answers `None`), [`InvalidName`](ErrorKind::InvalidName) for a
+    /// job name the store cannot hold or one given twice, and as [`Coordinator`]'s builder
+    /// otherwise.
     pub fn build(self) -> Result<Scheduler> {
         if self.store.slot_store().is_none() {
             return Err(Error::unsupported(format!(

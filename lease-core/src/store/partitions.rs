@@ -3,24 +3,25 @@
 //! One record per `(group, partition)` keeps the **owner**, the **epoch** and the expiry. The
 //! rules, the same on every backend (those of the MongoDB lease store):
 //!
-//! - **Acquire** ([`PartitionStore::acquire_partition`]) admits only an expired (or released, or never
-//!   seen) lease, or the acquirer's own. The epoch is kept when the acquirer still holds the
+//! - **Acquire** ([`PartitionStore::acquire_partition`]) admits only an expired (or released, or
+//!   never seen) lease, or the acquirer's own. The epoch is kept when the acquirer still holds the
 //!   lease live, and goes up by one otherwise — so the epoch is a fencing token: it strictly
 //!   increases every time the partition changes hands, and every time an owner comes back to a
 //!   partition after letting it lapse.
 //! - The **owner** names one process incarnation, not a node: a node id plus an id minted at
 //!   each start ([`owner_id`]). A restarted node is thus never taken for its stalled
 //!   predecessor: it waits for the old incarnation's leases to expire, and gets a new epoch.
-//! - **Renew** ([`PartitionStore::renew_partitions`]) extends, to one expiry, every live lease the owner
-//!   holds among the partitions named, in a fixed number of round trips however many there are
-//!   (see [`BatchRenew`]). A lapsed lease is never revived: it is missing from the answer.
-//! - **Release** ([`PartitionStore::release_partitions`]) ends the owner's live leases at once and keeps
-//!   the records, so the epoch continues.
+//! - **Renew** ([`PartitionStore::renew_partitions`]) extends, to one expiry, every live lease the
+//!   owner holds among the partitions named, in a fixed number of round trips however many there
+//!   are (see [`BatchRenew`]). A lapsed lease is never revived: it is missing from the answer.
+//! - **Release** ([`PartitionStore::release_partitions`]) ends the owner's live leases at once and
+//!   keeps the records, so the epoch continues.
 //! - **Owners** ([`PartitionStore::owners`]) lists a group's live leases.
 //! - Every expiry is judged by the store's clock, as for [`LeaseStore`].
 //!
-//! The [`GroupWorker`](crate::GroupWorker) spreads a group's partitions over the live members
-//! of a service ([`MembershipStore`](crate::backend::membership::MembershipStore)) with these operations.
+//! The [`GroupWorker`](crate::GroupWorker) spreads a group's partitions over the live members of a
+//! service ([`MembershipStore`](crate::backend::membership::MembershipStore)) with these
+//! operations.
 
 use std::time::Duration;
 
@@ -35,7 +36,8 @@ pub use crate::store::capabilities::BatchRenew;
 /// How many bytes [`owner_id`] appends to a node id: `@` and 16 hex digits.
 pub const OWNER_ID_SUFFIX_BYTES: usize = 17;
 
-/// The most partitions one [`PartitionStore::renew_partitions`] or [`PartitionStore::release_partitions`] call takes.
+/// The most partitions one [`PartitionStore::renew_partitions`] or
+/// [`PartitionStore::release_partitions`] call takes.
 pub const MAX_PARTITIONS_PER_CALL: usize = 10_000;
 
 /// One partition lease as the store answered.

@@ -15,12 +15,12 @@
 //! - **Changing N** applies to new claims only: nobody is revoked. Lowered from 5 to 3 with 5
 //!   holders, the 5 keep their permits until they end, and no claim is granted until fewer
 //!   than 3 are live. Raised, new claims take the free permits up to the new N.
-//! - **No holder twice.** A claim under a holder token that already holds a live permit of
-//!   the name is answered "full" (`None`); the coordinator mints a token per claim, and after
-//!   an unknown outcome reads back with
-//!   [`read_back_permit`](crate::backend::permits::PermitStore::read_back_permit), which finds the permit by token
-//!   (and adopts it only if the claim's count was checked for it), so one acquire never ends
-//!   up with two permits.
+//! - **No holder twice.** A claim under a holder token that already holds a live permit of the name
+//!   is answered "full" (`None`); the coordinator mints a token per claim, and after an unknown
+//!   outcome reads back with
+//!   [`read_back_permit`](crate::backend::permits::PermitStore::read_back_permit), which finds the
+//!   permit by token (and adopts it only if the claim's count was checked for it), so one acquire
+//!   never ends up with two permits.
 //! - **A plain lease and a counted name do not mix.** The permits of a name are kept apart
 //!   from its plain lease (`claim`), so holding `"import"` plainly and by permit are two
 //!   different things; use one or the other for a name.
@@ -101,8 +101,8 @@ pub struct PermitInfo {
 /// that answer. Every rule of the [module docs](self) holds for every implementation.
 ///
 /// Unlike the other capability traits it has no [`LeaseStore`](crate::LeaseStore) supertrait:
-/// [`LeaseStoreExt`](crate::backend::LeaseStoreExt) offers every store conveniences of the same names
-/// (through the accessor), so a `&dyn PermitStore` has exactly one method of each name.
+/// [`LeaseStoreExt`](crate::backend::LeaseStoreExt) offers every store conveniences of the same
+/// names (through the accessor), so a `&dyn PermitStore` has exactly one method of each name.
 #[async_trait]
 pub trait PermitStore: Send + Sync {
     /// Claims one permit of the counted name `name` for `holder`, when fewer than `permits`

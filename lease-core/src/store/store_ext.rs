@@ -16,21 +16,21 @@ use crate::store::validate::{validate_name, validate_ttl};
 ///
 /// The counted-lease operations are here as conveniences over
 /// [`permit_store`](LeaseStore::permit_store): each calls the store's
-/// [`PermitStore`](crate::backend::permits::PermitStore) method of the same name, or answers `Unsupported` on a
-/// store without counted leases. (On a concrete store type that implements `PermitStore`,
-/// import one of the two traits, not both: the names would be ambiguous.)
+/// [`PermitStore`](crate::backend::permits::PermitStore) method of the same name, or answers
+/// `Unsupported` on a store without counted leases. (On a concrete store type that implements
+/// `PermitStore`, import one of the two traits, not both: the names would be ambiguous.)
 #[async_trait]
 pub trait LeaseStoreExt: LeaseStore {
     /// Refuses a name this store cannot hold: empty, longer than the store's
-    /// [`max_name_bytes`](crate::backend::Capabilities::max_name_bytes), or holding a control character;
-    /// no I/O.
+    /// [`max_name_bytes`](crate::backend::Capabilities::max_name_bytes), or holding a control
+    /// character; no I/O.
     fn validate_name(&self, name: &str) -> Result<()> {
         validate_name(name, self.capabilities().max_name_bytes)
     }
 
     /// Refuses a lease duration this store cannot keep: outside
-    /// [`MIN_TTL`](crate::backend::MIN_TTL)..=[`MAX_TTL`](crate::backend::MAX_TTL), or other
-    /// than the store's [`fixed_ttl`](crate::backend::Capabilities::fixed_ttl) where it has one; no I/O.
+    /// [`MIN_TTL`](crate::backend::MIN_TTL)..=[`MAX_TTL`](crate::backend::MAX_TTL), or other than
+    /// the store's [`fixed_ttl`](crate::backend::Capabilities::fixed_ttl) where it has one; no I/O.
     fn validate_ttl(&self, ttl: Duration) -> Result<()> {
         validate_ttl(ttl)?;
         match self.capabilities().fixed_ttl {
@@ -78,8 +78,8 @@ pub trait LeaseStoreExt: LeaseStore {
             .await
     }
 
-    /// [`PermitStore::release_permit`](crate::backend::permits::PermitStore::release_permit) through
-    /// [`permit_store`](LeaseStore::permit_store); `Unsupported` on a store without counted
+    /// [`PermitStore::release_permit`](crate::backend::permits::PermitStore::release_permit)
+    /// through [`permit_store`](LeaseStore::permit_store); `Unsupported` on a store without counted
     /// leases.
     async fn release_permit(&self, name: &str, permit: u32, holder: &HolderToken) -> Result<bool> {
         permits_of(self)?.release_permit(name, permit, holder).await
@@ -92,8 +92,8 @@ pub trait LeaseStoreExt: LeaseStore {
         permits_of(self)?.verify_permit(name, holder).await
     }
 
-    /// [`PermitStore::read_back_permit`](crate::backend::permits::PermitStore::read_back_permit) through
-    /// [`permit_store`](LeaseStore::permit_store); `Unsupported` on a store without counted
+    /// [`PermitStore::read_back_permit`](crate::backend::permits::PermitStore::read_back_permit)
+    /// through [`permit_store`](LeaseStore::permit_store); `Unsupported` on a store without counted
     /// leases.
     async fn read_back_permit(
         &self,

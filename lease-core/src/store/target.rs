@@ -5,8 +5,8 @@ use std::fmt;
 use crate::store::error::Result;
 use crate::store::permits::check_count;
 
-/// A counted name: at most [`count`](Permits::count) holders of [`name`](Permits::name) at
-/// once. Pass it wherever a name is taken ([`Coordinator::try_acquire`](crate::Coordinator::try_acquire),
+/// A counted name: at most [`count`](Permits::count) holders of [`name`](Permits::name) at once.
+/// Pass it wherever a name is taken ([`Coordinator::try_acquire`](crate::Coordinator::try_acquire),
 /// [`acquire`](crate::Coordinator::acquire), [`run`](crate::Coordinator::run),
 /// [`run_elected`](crate::Coordinator::run_elected)) to hold one permit instead of the name.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -20,8 +20,9 @@ impl Permits {
     ///
     /// # Errors
     ///
-    /// `InvalidArgument` when `count` is 0 or more than [`MAX_PERMITS`](crate::backend::permits::MAX_PERMITS). The name is checked
-    /// against the store when it is used (each store has its own longest name).
+    /// `InvalidArgument` when `count` is 0 or more than
+    /// [`MAX_PERMITS`](crate::backend::permits::MAX_PERMITS). The name is checked against the store
+    /// when it is used (each store has its own longest name).
     pub fn new(name: impl Into<String>, count: u32) -> Result<Permits> {
         check_count(count)?;
         Ok(Permits {

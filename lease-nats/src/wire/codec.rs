@@ -15,8 +15,8 @@
 //! - A partition: `part1;<epoch>;<owner>` — an epoch of `0` means "the stream sequence of this
 //!   very message", as for a lease's term.
 //! - A member: `member1`, a line feed, the address, a line feed, and the groups one per line
-//!   ([`lease_core::backend::encode_groups`]). Addresses and groups hold no control characters, so the
-//!   line feeds are unambiguous.
+//!   ([`lease_core::backend::encode_groups`]). Addresses and groups hold no control characters, so
+//!   the line feeds are unambiguous.
 
 use bytes::Bytes;
 use lease_core::backend::HolderToken;

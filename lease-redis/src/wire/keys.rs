@@ -118,11 +118,11 @@ pub(crate) fn replica_sync_channel(prefix: &str) -> String {
     format!("{prefix}replica-sync")
 }
 
-/// The topics a hint names: its payload is `<kind> <key>` (`scripts/notify.lua`), the kind
-/// `lease` (a lease record changed hands), `slots` (a job's record: its slots, and its lease
-/// with them), `group` (a group's partitions changed hands) or `permits` (a counted name's
-/// permits changed hands: the name's lease topic, which permit waiters watch). Nothing for a payload this
-/// store did not write.
+/// The topics a hint names: its payload is `<kind> <key>` (`scripts/notify.lua`), the kind `lease`
+/// (a lease record changed hands), `slots` (a job's record: its slots, and its lease with them),
+/// `group` (a group's partitions changed hands) or `permits` (a counted name's permits changed
+/// hands: the name's lease topic, which permit waiters watch). Nothing for a payload this store did
+/// not write.
 pub(crate) fn hinted_topics(
     prefix: &str,
     payload: &[u8],
