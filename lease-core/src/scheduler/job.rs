@@ -44,7 +44,8 @@ pub enum CatchUp {
 ///
 /// ```
 /// use std::time::Duration;
-/// use lease_core::scheduler::{CatchUp, Job, Round, Tz};
+/// use lease_core::Job;
+/// use lease_core::scheduler::{CatchUp, Round, Tz};
 ///
 /// let report = Job::cron("daily-report", "0 30 2 * * *", Tz::Europe__Berlin)?
 ///     .catch_up(CatchUp::RunLatestOnce)

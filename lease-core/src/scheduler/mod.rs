@@ -56,7 +56,8 @@
 //! use std::sync::atomic::{AtomicUsize, Ordering};
 //! use std::time::Duration;
 //!
-//! use lease_core::scheduler::{CatchUp, Job, Round, Scheduler, TokioClock, Tz};
+//! use lease_core::{Job, Scheduler};
+//! use lease_core::scheduler::{CatchUp, Round, TokioClock, Tz};
 //! use lease_core::Timings;
 //! use lease_local::MemoryStore;
 //!
