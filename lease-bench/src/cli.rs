@@ -223,9 +223,9 @@ impl Args {
         anyhow::ensure!(
             self.partitions
                 .iter()
-                .all(|n| (1..=lease::backend::MAX_PARTITIONS_PER_CALL).contains(n)),
+                .all(|n| (1..=lease::backend::partitions::MAX_PARTITIONS_PER_CALL).contains(n)),
             "--partitions values must be 1 to {} (the most one renew_partitions call takes)",
-            lease::backend::MAX_PARTITIONS_PER_CALL
+            lease::backend::partitions::MAX_PARTITIONS_PER_CALL
         );
         anyhow::ensure!(
             (5..=10_000).contains(&self.partition_rounds),

@@ -26,8 +26,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
+use lease::backend::notify::{Topic, Wakeups};
 use lease::layer::{Answer, Call, Hook, Intercept};
-use lease::notify::{Topic, Wakeups};
 use lease::{LeaseStore, Timings};
 use tokio::sync::mpsc;
 
@@ -340,7 +340,7 @@ struct Crash {
 async fn read(
     store: &Arc<dyn LeaseStore>,
     name: &str,
-) -> Result<(Instant, Option<lease::LeaseInfo>)> {
+) -> Result<(Instant, Option<lease::backend::LeaseInfo>)> {
     let asked = Instant::now();
     let info = store.get(name).await.context("reading the lease")?;
     Ok((asked + asked.elapsed() / 2, info))

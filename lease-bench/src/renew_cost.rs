@@ -17,7 +17,10 @@ use anyhow::{Context, Result, ensure};
 use futures::{StreamExt, TryStreamExt, stream};
 use lease::{
     LeaseStore,
-    backend::{BatchRenew, HolderToken, owner_id},
+    backend::{
+        HolderToken,
+        partitions::{BatchRenew, owner_id},
+    },
 };
 use lease_conformance::GroupStore;
 

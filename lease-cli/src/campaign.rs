@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use lease::{Coordinator, ErrorKind, LeaseStoreExt, Target, Term};
+use lease::{Coordinator, ErrorKind, Term, backend::LeaseStoreExt, coordinator::Target};
 use rustix::process::Signal;
 
 use crate::duration::human;

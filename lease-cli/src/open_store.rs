@@ -3,7 +3,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lease::{Backend, Capabilities, Error, ErrorKind, LeaseStore, OpenOptions, Store, UrlError};
+use lease::{
+    Backend, Error, ErrorKind, LeaseStore, OpenOptions, Store, UrlError, backend::Capabilities,
+};
 use tokio::time::Instant;
 
 use crate::exit::{CliError, Exit};
@@ -93,7 +95,7 @@ async fn open_sqlite(url: &StoreUrl, options: &OpenOptions) -> Result<Store, Cli
     loop {
         match lease::open(url.driver_url(), options).await {
             Ok(store) => return Ok(store),
-            Err(e) if lease::is_sqlite_busy(&e) && Instant::now() < until => {
+            Err(e) if lease::sql::is_sqlite_busy(&e) && Instant::now() < until => {
                 tracing::debug!(error = %e, "the SQLite file is locked; retrying");
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }

@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use lease_core::{Assignment, StopAck};
+use lease_core::{Assignment, group::StopAck};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -13,7 +13,8 @@ use tokio::task::JoinHandle;
 ///
 /// ```
 /// use std::collections::BTreeMap;
-/// use lease_core::{Assignment, StopAck};
+/// use lease_core::Assignment;
+/// use lease_core::group::StopAck;
 /// use lease_conformance::assignments_settled;
 ///
 /// let holds = |ps: &[u32]| Assignment { partitions: ps.iter().map(|&p| (p, 1)).collect(), members: vec![] };
@@ -66,7 +67,8 @@ const MAX_VIOLATIONS: usize = 20;
 ///
 /// ```
 /// use std::collections::BTreeMap;
-/// use lease_core::{Assignment, StopAck};
+/// use lease_core::Assignment;
+/// use lease_core::group::StopAck;
 /// use lease_conformance::AssignmentAudit;
 ///
 /// let audit = AssignmentAudit::new();

@@ -29,9 +29,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use std::time::Duration;
 
-use lease_core::backend::Hub;
+use lease_core::backend::notify::Hub;
+use lease_core::backend::notify::{Topic, Wakeups};
 use lease_core::layer::{Answer, Call, Hook, Intercept, Operation};
-use lease_core::notify::{Topic, Wakeups};
 use lease_core::{Error, Result};
 use tokio::sync::watch;
 
@@ -77,7 +77,8 @@ pub enum FaultMode {
     Chaos(ChaosConfig),
 }
 
-/// What a [`Faults`] hook does to the store's hints ([`LeaseStore::changes`](lease_core::LeaseStore::changes)).
+/// What a [`Faults`] hook does to the store's hints
+/// ([`LeaseStore::changes`](lease_core::LeaseStore::changes)).
 ///
 /// Every subscription taken through the hook is relayed by a task of its own, which applies
 /// the mode current when each hint arrives, so switching the mode affects subscriptions
@@ -143,10 +144,10 @@ struct Shared {
 /// any time, and counts the operations.
 ///
 /// The store-wide mode ([`set_mode`](Faults::set_mode)) applies to every operation, including
-/// `available()`; the claim mode ([`set_claim_mode`](Faults::set_claim_mode)) applies, after
-/// it, to the operations that take a lease: `claim`, `acquire_partition`, `claim_permit` and
-/// the polling `try_acquire`. Clones share the modes and the counters, so a test keeps one to switch the
-/// store it handed away.
+/// `available()`; the claim mode ([`set_claim_mode`](Faults::set_claim_mode)) applies, after it, to
+/// the operations that take a lease: `claim`, `acquire_partition`, `claim_permit` and the polling
+/// `try_acquire`. Clones share the modes and the counters, so a test keeps one to switch the store
+/// it handed away.
 #[derive(Debug, Clone)]
 pub struct Faults {
     shared: Arc<Shared>,
@@ -403,7 +404,10 @@ mod tests {
 
     use super::*;
     use crate::GroupStore;
-    use lease_core::{ErrorKind, LeaseStore, PartitionStore, PollingStore, SlotStore};
+    use lease_core::{
+        ErrorKind, LeaseStore,
+        backend::{partitions::PartitionStore, polling::PollingStore, slots::SlotStore},
+    };
     use lease_local::MemoryStore;
 
     fn stores_of_every_kind<S: LeaseStore + SlotStore + GroupStore + PollingStore>(_: &S) {}

@@ -1,11 +1,11 @@
-//! Checks of a store's hints across stores (see `lease_core::notify`), shared by the backends'
-//! `tests/hints.rs`: a claim and a release by *another* store — as another process would make
-//! them — wake a waiter within [`HINT_BOUND`]; a renewal, a refused claim and a release that
+//! Checks of a store's hints across stores (see `lease_core::backend::notify`), shared by the
+//! backends' `tests/hints.rs`: a claim and a release by *another* store — as another process would
+//! make them — wake a waiter within [`HINT_BOUND`]; a renewal, a refused claim and a release that
 //! ended nothing wake nobody; another name's waiter is never woken
 //! ([`another_store_wakes_a_waiter`]). The same holds for a counted name's permits
 //! ([`another_store_wakes_a_permit_waiter`]), a group's partitions
-//! ([`partition_changes_wake_the_group`]) and members ([`member_changes_wake_the_group`]), and
-//! a scheduled job's slots ([`slot_changes_wake_the_slots_topic`]).
+//! ([`partition_changes_wake_the_group`]) and members ([`member_changes_wake_the_group`]), and a
+//! scheduled job's slots ([`slot_changes_wake_the_slots_topic`]).
 //!
 //! Hints are hints: these checks bound their latency and their noise, never a safety decision
 //! (the conformance cases in [`cases`](crate::cases) check that a waiter claims as usual).
@@ -29,9 +29,14 @@
 
 use std::time::{Duration, Instant};
 
-use lease_core::backend::{HolderToken, SlotClaim};
-use lease_core::notify::{Topic, Wakeups};
-use lease_core::{LeaseStore, LeaseStoreExt, MembershipStore, PartitionStore, SlotStore};
+use lease_core::backend::notify::{Topic, Wakeups};
+use lease_core::backend::{HolderToken, slots::SlotClaim};
+use lease_core::{
+    LeaseStore,
+    backend::{
+        LeaseStoreExt, membership::MembershipStore, partitions::PartitionStore, slots::SlotStore,
+    },
+};
 
 /// The bound a hint must arrive within.
 pub const HINT_BOUND: Duration = Duration::from_millis(250);

@@ -13,11 +13,11 @@
 //!   holder reusing that term, or anyone entering with a lower term, is a
 //!   violation.
 //!
-//! A counted name (at most N holders, see `lease_core::permits`) gets the same checker with
-//! a limit, [`History::with_limit`]: a section may start while fewer than N are open, and a
-//! term is never entered by two holders. Terms of concurrent holders need not come in order
-//! (a holder granted earlier may enter its section later), so "going back" is not judged
-//! there; the store-level cases check that every grant's token is above all earlier ones.
+//! A counted name (at most N holders, see `lease_core::backend::permits`) gets the same checker
+//! with a limit, [`History::with_limit`]: a section may start while fewer than N are open, and a
+//! term is never entered by two holders. Terms of concurrent holders need not come in order (a
+//! holder granted earlier may enter its section later), so "going back" is not judged there; the
+//! store-level cases check that every grant's token is above all earlier ones.
 //!
 //! A counted name claimed with different counts (claims of 3 and of 5 on one name) is judged
 //! per grant by [`CountedGrants`]: a claim of N granted while N or more others were live, by

@@ -50,8 +50,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lease_core::{
-    Capabilities, Coordinator, LeaseStore, MembershipStore, PartitionStore, SlotStore,
-    StepDownFailure, Timings,
+    Coordinator, LeaseStore, Timings,
+    backend::{
+        Capabilities, membership::MembershipStore, partitions::PartitionStore, slots::SlotStore,
+    },
+    coordinator::StepDownFailure,
 };
 
 pub use audit::{AssignmentAudit, ConsumerPlan, assignments_settled};
@@ -291,7 +294,7 @@ impl Harness {
             .timings(timings)
             // The cases' work asserts: a failed assertion must end `run_elected` with the
             // panic, not be restarted (the default).
-            .on_work_error(lease_core::OnWorkError::Return)
+            .on_work_error(lease_core::coordinator::OnWorkError::Return)
             .fail_action(move |f| {
                 failures
                     .lock()

@@ -5,13 +5,15 @@
 //! so a downstream system can refuse a stale holder. This crate holds the parts written once for
 //! every backend: the store contract ([`LeaseStore`]), the [`Coordinator`] that claims and
 //! keeps terms, [`Term::run`] and [`Coordinator::run_elected`], the [`Observer`], the
-//! [`Timings`] and their safety rules, and the [`PollingLeaser`]. Backends live in their own
+//! [`Timings`] and their safety rules, and the
+//! [`PollingLeaser`](backend::polling::PollingLeaser). Backends live in their own
 //! crates (`lease-local`, `lease-sql`, …) and provide a store.
 //!
 //! A **counted lease** ([`Permits`]) lets at most N processes hold a name at once, each with a
 //! permit and a token of its own from one strictly increasing sequence per name: pass a
 //! `Permits` wherever a name is taken (`try_acquire`, `acquire`, `run`, `run_elected`), on a
-//! store whose [`Capabilities::permits`] is true. The rules are in [`permits`].
+//! store whose [`Capabilities::permits`](backend::Capabilities::permits) is true. The rules are in
+//! [`backend::permits`].
 //!
 //! ```
 //! use std::time::Duration;
@@ -52,7 +54,6 @@
 //!   lower tokens.
 
 pub mod backend;
-pub mod clock;
 mod engine;
 pub mod group;
 pub mod redact;
@@ -61,32 +62,35 @@ mod store;
 pub mod telemetry;
 mod timings;
 
-pub use engine::wait;
-pub use store::{layer, membership, notify, partitions, permits, slots};
+pub(crate) use backend::clock;
+pub use store::layer;
 
-pub use clock::Deadline;
-pub use engine::coordinator::{Coordinator, CoordinatorBuilder, OnWorkError};
+pub use engine::coordinator::Coordinator;
 pub use engine::leadership::Leadership;
-pub use engine::observer::{HolderChange, HolderWatch, Observer};
-pub use engine::step_down::{FAIL_EXIT_CODE, FailAction, StepDownFailure, default_fail_action};
+pub use engine::observer::Observer;
 pub use engine::term::Term;
-pub use group::{Assignment, GroupWorker, GroupWorkerBuilder, StopAck};
-#[doc(no_inline)]
-pub use membership::{Member, MembershipStore};
-#[doc(no_inline)]
-pub use partitions::{PartitionLease, PartitionStore};
-#[doc(no_inline)]
-pub use permits::{PermitGrant, PermitInfo, PermitStore, Permits, Target};
-pub use scheduler::{CatchUp, Job, JobBuilder, Round, Schedule, Scheduler, SchedulerBuilder};
-#[doc(no_inline)]
-pub use slots::SlotStore;
-pub use store::capabilities::Capabilities;
-pub use store::error::{BoxError, Error, ErrorKind, Result};
+pub use group::assignment::Assignment;
+pub use group::handle::GroupWorker;
+pub use scheduler::handle::Scheduler;
+pub use scheduler::job::Job;
+pub use scheduler::schedule::Schedule;
+pub use store::error::{Error, ErrorKind, Result};
 pub use store::lease_store::LeaseStore;
-pub use store::polling::{PollingLease, PollingLeaser, PollingState, PollingStore};
-pub use store::record::LeaseInfo;
-pub use store::store_ext::LeaseStoreExt;
-pub use timings::{Timings, TimingsBuilder};
+pub use store::target::Permits;
+pub use timings::Timings;
+
+/// What comes with a [`Coordinator`], a [`Term`] and an [`Observer`]: the builders, what a
+/// coordinator claims ([`Target`](coordinator::Target): a name or one permit of a counted name),
+/// what to do when work fails or a step-down cannot finish, and the watch an observer hands out.
+pub mod coordinator {
+    pub use crate::engine::coordinator::{CoordinatorBuilder, OnWorkError};
+    pub use crate::engine::observer::{HolderChange, HolderWatch};
+    pub use crate::engine::step_down::{
+        FAIL_EXIT_CODE, FailAction, StepDownFailure, default_fail_action,
+    };
+    pub use crate::store::target::Target;
+    pub use crate::timings::TimingsBuilder;
+}
 
 /// The README's examples, compiled as doc tests so they stay true.
 #[cfg(doctest)]

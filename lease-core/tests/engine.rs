@@ -6,7 +6,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lease_conformance::{FaultMode, FaultyStore, HintMode, faulty};
-use lease_core::{Coordinator, ErrorKind, LeaseStore, OnWorkError, StepDownFailure, Timings};
+use lease_core::{
+    Coordinator, ErrorKind, LeaseStore, Timings,
+    coordinator::{OnWorkError, StepDownFailure},
+};
 use lease_local::MemoryStore;
 use tokio::time::{Instant, advance, sleep};
 
@@ -552,7 +555,7 @@ async fn local_terms_never_expire() {
 #[tokio::test(start_paused = true)]
 async fn polling_leaser_hands_over_on_close() {
     let store = MemoryStore::new();
-    let leaser = lease_core::PollingLeaser::new(store, 3 * S, S).unwrap();
+    let leaser = lease_core::backend::polling::PollingLeaser::new(store, 3 * S, S).unwrap();
     let a = leaser.new_lease("job", b"a".to_vec()).unwrap();
     sleep(Duration::from_millis(10)).await;
     let b = leaser.new_lease("job", b"b".to_vec()).unwrap();
@@ -566,5 +569,7 @@ async fn polling_leaser_hands_over_on_close() {
     a.close().await;
     changes.wait_for(|s| s.held).await.unwrap();
     assert!(b.is_held());
-    assert!(lease_core::PollingLeaser::new(MemoryStore::new(), 3 * S, 2 * S).is_err());
+    assert!(
+        lease_core::backend::polling::PollingLeaser::new(MemoryStore::new(), 3 * S, 2 * S).is_err()
+    );
 }

@@ -9,8 +9,8 @@ use std::time::Duration;
 use lease_conformance::{AssignmentAudit, ConsumerPlan, FaultMode, assignments_settled, faulty};
 use lease_core::layer::{Answer, Call, Hook, Intercept, Operation};
 use lease_core::{
-    Assignment, ErrorKind, GroupWorker, LeaseStore, LeaseStoreExt, MembershipStore, PartitionStore,
-    Timings,
+    Assignment, ErrorKind, GroupWorker, LeaseStore, Timings,
+    backend::{LeaseStoreExt, membership::MembershipStore, partitions::PartitionStore},
 };
 use lease_local::MemoryStore;
 use tokio::time::{Instant, sleep};
@@ -661,7 +661,7 @@ async fn a_stalled_chunk_does_not_keep_another_chunks_partitions_past_their_dead
 /// later under higher epochs.
 #[tokio::test(start_paused = true)]
 async fn a_suspend_past_the_deadline_unpublishes_at_once_on_resume() {
-    use lease_core::clock::testing;
+    use lease_core::backend::clock::testing;
     if !testing::can_suspend() {
         eprintln!("no boot clock on this platform: nothing to test");
         return;
@@ -835,7 +835,7 @@ async fn a_graceful_leave_is_taken_over_at_the_hint() {
     let took = left.elapsed();
     println!("b took a's partitions {took:?} after a's leave began");
     assert!(
-        took <= lease_core::wait::HINT_JITTER + Duration::from_millis(5),
+        took <= lease_core::backend::wait::HINT_JITTER + Duration::from_millis(5),
         "{took:?}: not woken by the leave's hint"
     );
     b.leave().await.unwrap();

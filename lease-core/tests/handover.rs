@@ -9,10 +9,12 @@ use std::time::Duration;
 
 use lease_conformance::{FaultMode, HintMode, faulty};
 use lease_core::backend::Grant;
+use lease_core::backend::wait::HINT_JITTER;
 use lease_core::layer::{Answer, Call, Hook, Operation, answer_as};
-use lease_core::wait::HINT_JITTER;
 use lease_core::{
-    Coordinator, ErrorKind, HolderChange, LeaseInfo, LeaseStore, LeaseStoreExt, Term, Timings,
+    Coordinator, ErrorKind, LeaseStore, Term, Timings,
+    backend::{LeaseInfo, LeaseStoreExt},
+    coordinator::HolderChange,
 };
 use lease_local::MemoryStore;
 use tokio::time::{Instant, sleep};
@@ -113,7 +115,7 @@ async fn a_crashed_holder_is_succeeded_at_its_expiry_and_not_before() {
     );
     let late = at - expiry;
     assert!(
-        late <= lease_core::wait::EXPIRY_MARGIN + HINT_JITTER,
+        late <= lease_core::backend::wait::EXPIRY_MARGIN + HINT_JITTER,
         "successor {late:?} after the expiry"
     );
     t1.lost().await;
@@ -409,7 +411,7 @@ async fn a_watch_of_a_free_name_reads_once_a_lease_when_hints_say_connected_but_
         .unwrap();
     assert!(
         silent
-            .changes(&lease_core::notify::Topic::lease("job"))
+            .changes(&lease_core::backend::notify::Topic::lease("job"))
             .unwrap()
             .is_connected(),
         "the silenced link must say connected"
@@ -424,7 +426,7 @@ async fn a_watch_of_a_free_name_reads_once_a_lease_when_hints_say_connected_but_
     let t1 = a.try_acquire("job").await.unwrap();
     // No hint reaches the watch: it sees the claim at its next read, at most one lease (with
     // the expiry margin and hint jitter) after the first.
-    let longest = timings().lease() + lease_core::wait::EXPIRY_MARGIN + HINT_JITTER;
+    let longest = timings().lease() + lease_core::backend::wait::EXPIRY_MARGIN + HINT_JITTER;
     let (change, at) = tokio::time::timeout(10 * timings().lease(), next)
         .await
         .expect("the watch never reported the claim: it waits for a hint alone")
@@ -486,7 +488,7 @@ async fn a_waiter_behind_a_longer_lease_asks_once_a_lease_when_hints_say_connect
     t2.unwrap();
     let took = at - started;
     eprintln!("the waiter won {took:?} after it began, the holder's release at 5s unhinted");
-    let longest = timings().lease() + lease_core::wait::EXPIRY_MARGIN + HINT_JITTER;
+    let longest = timings().lease() + lease_core::backend::wait::EXPIRY_MARGIN + HINT_JITTER;
     assert!(
         took <= longest,
         "the waiter claimed {took:?} after it began: more than one lease without asking the \

@@ -4,8 +4,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use lease_core::{
-    ErrorKind, GroupWorker, MembershipStore,
-    backend::{MAX_INSTANCE_BYTES, check, owner_id},
+    ErrorKind, GroupWorker,
+    backend::{MAX_INSTANCE_BYTES, check, membership::MembershipStore, partitions::owner_id},
 };
 use lease_local::MemoryStore;
 

@@ -11,8 +11,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use lease_conformance::{FaultMode, faulty};
-use lease_core::wait::{EXPIRY_MARGIN, HINT_JITTER};
-use lease_core::{Coordinator, ErrorKind, LeaseStore, LeaseStoreExt, Permits, Term, Timings};
+use lease_core::backend::wait::{EXPIRY_MARGIN, HINT_JITTER};
+use lease_core::{
+    Coordinator, ErrorKind, LeaseStore, Permits, Term, Timings, backend::LeaseStoreExt,
+};
 use lease_local::MemoryStore;
 use tokio::time::{Instant, sleep};
 

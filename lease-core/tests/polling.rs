@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use lease_conformance::{FaultMode, faulty};
-use lease_core::{PollingLeaser, PollingStore};
+use lease_core::backend::polling::{PollingLeaser, PollingStore};
 use lease_local::MemoryStore;
 use tokio::time::{Instant, sleep_until};
 

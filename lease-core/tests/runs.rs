@@ -11,7 +11,9 @@ use std::time::Duration;
 use lease_conformance::capture::MetricsCapture;
 use lease_conformance::{FaultMode, FaultyStore, faulty};
 use lease_core::{
-    Coordinator, Error, ErrorKind, LeaseStore, OnWorkError, StepDownFailure, Term, telemetry,
+    Coordinator, Error, ErrorKind, LeaseStore, Term,
+    coordinator::{OnWorkError, StepDownFailure},
+    telemetry,
 };
 use lease_local::MemoryStore;
 use tokio::sync::Notify;
@@ -380,7 +382,7 @@ async fn run_elected_campaigns_again_when_the_work_learns_of_the_loss_first() {
                         assert!(verified.is_none());
                         let lost = Error::lost("job", "the lease is not held (verify)");
                         Err(match learns {
-                            Learns::LostError => Box::new(lost) as lease_core::BoxError,
+                            Learns::LostError => Box::new(lost) as lease_core::backend::BoxError,
                             Learns::WrappedLost => Box::new(AppError(Box::new(lost))),
                             Learns::PlainError => {
                                 Box::new(std::io::Error::other("the fenced write failed"))

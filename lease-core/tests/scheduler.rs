@@ -11,12 +11,14 @@ use std::time::Duration;
 
 use lease_core::layer::{Answer, Call, Hook, Intercept};
 use lease_core::scheduler::telemetry;
-use lease_core::scheduler::{
-    CatchUp, Job, JobBuilder, Round, Scheduler, SchedulerBuilder, TokioClock, WallClock,
+use lease_core::{
+    ErrorKind, LeaseStore, Result, Timings,
+    backend::{HolderToken, LeaseStoreExt, slots::SlotStore},
+    coordinator::StepDownFailure,
 };
 use lease_core::{
-    ErrorKind, LeaseStore, LeaseStoreExt, Result, SlotStore, StepDownFailure, Timings,
-    backend::HolderToken,
+    Job, Scheduler,
+    scheduler::{CatchUp, JobBuilder, Round, SchedulerBuilder, TokioClock, WallClock},
 };
 use lease_local::MemoryStore;
 use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};

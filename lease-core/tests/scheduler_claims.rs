@@ -10,8 +10,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lease_core::layer::{Answer, Call, Hook, Operation};
-use lease_core::scheduler::{Job, Round, Scheduler, TokioClock, WallClock};
-use lease_core::{LeaseStoreExt, SlotStore, Timings};
+use lease_core::{
+    Job, Scheduler,
+    scheduler::{Round, TokioClock, WallClock},
+};
+use lease_core::{
+    Timings,
+    backend::{LeaseStoreExt, slots::SlotStore},
+};
 use lease_local::MemoryStore;
 use tokio::time::sleep;
 

@@ -1,6 +1,6 @@
 //! A machine suspend, simulated in paused time by jumping the boot clock
-//! (`lease_core::clock::testing::suspend`): a term whose deadline passed while the machine slept
-//! ends at once on resume — `is_live()`, and the `lost()` / `done()` events the CLI and the
+//! (`lease_core::backend::clock::testing::suspend`): a term whose deadline passed while the machine
+//! slept ends at once on resume — `is_live()`, and the `lost()` / `done()` events the CLI and the
 //! work wait on — not when the keeper's tokio timer, which does not count a suspend, next fires.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use lease_conformance::{FaultMode, FaultyStore, faulty};
-use lease_core::clock::testing;
+use lease_core::backend::clock::testing;
 use lease_core::{Coordinator, ErrorKind, Timings};
 use lease_local::MemoryStore;
 use tokio::time::{Instant, sleep, timeout};

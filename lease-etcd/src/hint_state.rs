@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use etcd_client::Client;
 use lease_core::backend::listen::Listener;
-use lease_core::backend::{Hub, Stamp};
+use lease_core::backend::{clock::Stamp, notify::Hub};
 
 /// When this store's watch first saw a lease key put on each etcd lease: by etcd's order, after
 /// the lease was granted, so the lease's TTL as granted runs out before that moment plus the

@@ -30,9 +30,9 @@
 use std::time::Duration;
 
 use etcd_client::{Client, Event, EventType, WatchOptions};
-use lease_core::backend::Stamp;
+use lease_core::backend::clock::Stamp;
 use lease_core::backend::listen::{Backoff, Link, Listener};
-use lease_core::notify::Topic;
+use lease_core::backend::notify::Topic;
 use lease_core::{Error, Result};
 
 use crate::hint_state::PutsSeen;
@@ -62,7 +62,7 @@ impl EtcdStore {
     }
 
     /// The hints of `topic`, the watch started on the first call.
-    pub(crate) fn watch(&self, topic: &Topic) -> lease_core::notify::Wakeups {
+    pub(crate) fn watch(&self, topic: &Topic) -> lease_core::backend::notify::Wakeups {
         let hints = &self.inner.hints;
         {
             let mut watch = lock(&hints.watch);

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use lease_core::backend::{HolderToken, Stamp};
+use lease_core::backend::{HolderToken, clock::Stamp};
 
 /// How many claims a store remembers at most; past that it forgets those whose local time ran
 /// out, then all (a forgotten claim costs a read on its next renewal or release, nothing else).

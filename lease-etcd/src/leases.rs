@@ -3,10 +3,16 @@
 use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, DeleteOptions, KeyValue, PutOptions, Txn, TxnOp};
-use lease_core::backend::{BatchRenew, Grant, HolderToken, Stamp, async_trait, check};
+use lease_core::backend::{
+    Grant, HolderToken, async_trait, check, clock::Stamp, partitions::BatchRenew,
+};
 use lease_core::layer::Operation;
 use lease_core::{
-    Capabilities, LeaseInfo, LeaseStore, MembershipStore, PartitionStore, PermitStore, Result,
+    LeaseStore, Result,
+    backend::{
+        Capabilities, LeaseInfo, membership::MembershipStore, partitions::PartitionStore,
+        permits::PermitStore,
+    },
 };
 
 use crate::error::{Site, lease_not_found};
@@ -397,7 +403,10 @@ impl LeaseStore for EtcdStore {
 
     /// Hints from a watch on the store's prefix (see the crate docs, *Hints*): claims, releases
     /// and expiries by any process.
-    fn changes(&self, topic: &lease_core::notify::Topic) -> Option<lease_core::notify::Wakeups> {
+    fn changes(
+        &self,
+        topic: &lease_core::backend::notify::Topic,
+    ) -> Option<lease_core::backend::notify::Wakeups> {
         Some(self.watch(topic))
     }
 }

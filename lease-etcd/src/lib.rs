@@ -18,9 +18,9 @@
 //! `EtcdStore::with_client(client, config)`. [`EtcdConfig::from_env`] reads the key prefix
 //! and the operation timeout from `LEASE_ETCD_PREFIX` and `LEASE_ETCD_OP_TIMEOUT_MS`.
 //!
-//! What this backend lacks: scheduler slots ([`SlotStore`](lease_core::SlotStore)) — a slot
-//! claim refuses an instant that is still in the future *by the server's clock*, and etcd's
-//! API has no wall clock to read; see [Capabilities](#capabilities).
+//! What this backend lacks: scheduler slots ([`SlotStore`](lease_core::backend::slots::SlotStore))
+//! — a slot claim refuses an instant that is still in the future *by the server's clock*, and
+//! etcd's API has no wall clock to read; see [Capabilities](#capabilities).
 //!
 //! # The protocol
 //!
@@ -132,9 +132,10 @@
 //!
 //! # Partitions
 //!
-//! [`PartitionStore`](lease_core::PartitionStore): one key per `(group, partition)`,
-//! `<prefix>p/<group>\0<partition, 10 digits>`, value `part1;<owner>`. A group is closed by a
-//! NUL byte (no name holds one), so group `a`'s keys never share a prefix with group `a/b`'s.
+//! [`PartitionStore`](lease_core::backend::partitions::PartitionStore): one key per `(group,
+//! partition)`, `<prefix>p/<group>\0<partition, 10 digits>`, value `part1;<owner>`. A group is
+//! closed by a NUL byte (no name holds one), so group `a`'s keys never share a prefix with group
+//! `a/b`'s.
 //!
 //! Each owner gets one etcd lease per TTL from a store object, its **session** (as etcd's own
 //! `concurrency.Session`), and every partition it acquires hangs on it. The epoch is the key's
@@ -171,7 +172,7 @@
 //! # Counted leases
 //!
 //! The permit operations of [`LeaseStore`](lease_core::LeaseStore) (capability `permits: true`,
-//! the rules of [`lease_core::permits`]): one key per permit of a counted name,
+//! the rules of [`lease_core::backend::permits`]): one key per permit of a counted name,
 //! `<prefix>c/<name>\0<permit, 10 digits>`, apart from the name's lease key, value
 //! `lease1;<holder>;<instance>`, each hung on an etcd lease granted for its claim, so etcd
 //! deletes it when the TTL runs out by the server's clock (and released permits are deleted):
@@ -202,20 +203,20 @@
 //!
 //! # Membership
 //!
-//! [`MembershipStore`](lease_core::MembershipStore): one key per `(service, node)`,
-//! `<prefix>m/<service>\0<node>`, value `member1`, the address and the groups on separate
-//! lines. A heartbeat grants an etcd lease and puts the record on it (2 round trips), then
-//! revokes the previous record's etcd lease in the background. `members` is a range read and a
+//! [`MembershipStore`](lease_core::backend::membership::MembershipStore): one key per `(service,
+//! node)`, `<prefix>m/<service>\0<node>`, value `member1`, the address and the groups on separate
+//! lines. A heartbeat grants an etcd lease and puts the record on it (2 round trips), then revokes
+//! the previous record's etcd lease in the background. `members` is a range read and a
 //! `LeaseTimeToLive` per member, together (2 round trips); `leave` deletes the key (1).
 //!
 //! # Capabilities
 //!
-//! Leases with expiry, fencing (`consecutive_terms: false`, `keeps_ended_records: false`) and
-//! force release; counted leases (permits); partitions and membership (batch renewal in at most 2 exchanges one after the
-//! other; declared as `BatchRenew::Fixed { round_trips: 3 }`, since HTTP/2's control frames —
-//! the PING acknowledgements gRPC servers ask for, window updates — can add one more on the
-//! wire, where the suite's proxy counts them: 1–3 measured for 10 and 1,000 partitions). No scheduler
-//! slots (see above). Watch: hints from an etcd watch (below).
+//! Leases with expiry, fencing (`consecutive_terms: false`, `keeps_ended_records: false`) and force
+//! release; counted leases (permits); partitions and membership (batch renewal in at most 2
+//! exchanges one after the other; declared as `BatchRenew::Fixed { round_trips: 3 }`, since
+//! HTTP/2's control frames — the PING acknowledgements gRPC servers ask for, window updates — can
+//! add one more on the wire, where the suite's proxy counts them: 1–3 measured for 10 and 1,000
+//! partitions). No scheduler slots (see above). Watch: hints from an etcd watch (below).
 //!
 //! # Hints
 //!

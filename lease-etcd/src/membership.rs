@@ -4,9 +4,12 @@
 use std::time::Duration;
 
 use etcd_client::{DeleteOptions, PutOptions};
-use lease_core::backend::{Stamp, async_trait, check};
+use lease_core::backend::{async_trait, check, clock::Stamp};
 use lease_core::layer::Operation;
-use lease_core::{Member, MembershipStore, Result};
+use lease_core::{
+    Result,
+    backend::membership::{Member, MembershipStore},
+};
 
 use crate::store::EtcdStore;
 use crate::wire::codec::{decode_member, encode_member};

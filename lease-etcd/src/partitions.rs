@@ -11,9 +11,12 @@ use std::time::Duration;
 use etcd_client::{Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse};
 use futures::future::join_all;
 use lease_core::backend::check::Batch;
-use lease_core::backend::{Stamp, async_trait, check};
+use lease_core::backend::{async_trait, check, clock::Stamp};
 use lease_core::layer::Operation;
-use lease_core::{Error, PartitionLease, PartitionStore, Result};
+use lease_core::{
+    Error, Result,
+    backend::partitions::{PartitionLease, PartitionStore},
+};
 
 use crate::error::{Site, lease_not_found};
 use crate::leases::term_of;

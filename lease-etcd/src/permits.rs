@@ -1,4 +1,4 @@
-//! Counted leases on etcd (see [`lease_core::permits`] for the rules): one key per permit,
+//! Counted leases on etcd (see [`lease_core::backend::permits`] for the rules): one key per permit,
 //! `<prefix>c/<name>\0<permit, 10 digits>`, apart from the name's lease key, each hung on an
 //! etcd lease granted for its claim, so etcd deletes it when the TTL runs out by the server's
 //! clock. The term is the permit key's create revision: the cluster's revision at the claim,
@@ -11,9 +11,12 @@ use etcd_client::{
     Compare, CompareOp, GetOptions, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse, TxnResponse,
 };
 use lease_core::backend::async_trait;
-use lease_core::backend::{Grant, HolderToken, Stamp, check};
+use lease_core::backend::{Grant, HolderToken, check, clock::Stamp};
 use lease_core::layer::Operation;
-use lease_core::{PermitGrant, PermitInfo, PermitStore, Result};
+use lease_core::{
+    Result,
+    backend::permits::{PermitGrant, PermitInfo, PermitStore},
+};
 
 use crate::error::{Site, lease_not_found};
 use crate::leases::{held_by, term_of};
@@ -84,7 +87,7 @@ impl EtcdStore {
 
 #[async_trait]
 impl PermitStore for EtcdStore {
-    /// [`PermitStore::claim_permit`](lease_core::PermitStore::claim_permit).
+    /// [`PermitStore::claim_permit`](lease_core::backend::permits::PermitStore::claim_permit).
     ///
     /// A range read of the name's permits (sent together with the `LeaseGrant` for the claim's
     /// etcd lease), then `Txn(if mod_revision(every permit key) < read revision + 1 and
@@ -177,9 +180,9 @@ impl PermitStore for EtcdStore {
         Err(site.racing(MAX_CLAIM_TRIES))
     }
 
-    /// [`PermitStore::renew_permit`](lease_core::PermitStore::renew_permit): a read of the
-    /// permit's key, then a keep-alive of its etcd lease (and, when the server's TTL is shorter
-    /// than `ttl`, a move onto a longer one, the key and its create revision kept).
+    /// [`PermitStore::renew_permit`](lease_core::backend::permits::PermitStore::renew_permit): a
+    /// read of the permit's key, then a keep-alive of its etcd lease (and, when the server's TTL is
+    /// shorter than `ttl`, a move onto a longer one, the key and its create revision kept).
     async fn renew_permit(
         &self,
         name: &str,
@@ -208,9 +211,9 @@ impl PermitStore for EtcdStore {
         }))
     }
 
-    /// [`PermitStore::release_permit`](lease_core::PermitStore::release_permit): a read of the
-    /// permit's key, then `Txn(if mod_revision(key) == the one read then delete(key))`; the
-    /// etcd lease is revoked in the background.
+    /// [`PermitStore::release_permit`](lease_core::backend::permits::PermitStore::release_permit):
+    /// a read of the permit's key, then `Txn(if mod_revision(key) == the one read then
+    /// delete(key))`; the etcd lease is revoked in the background.
     async fn release_permit(&self, name: &str, permit: u32, holder: &HolderToken) -> Result<bool> {
         check::permit(self, name, permit)?;
         let site = self.site(Operation::ReleasePermit, name);
@@ -236,9 +239,9 @@ impl PermitStore for EtcdStore {
         Ok(resp.succeeded())
     }
 
-    /// [`PermitStore::verify_permit`](lease_core::PermitStore::verify_permit): a range read of
-    /// the name's permits, then `LeaseTimeToLive` of the holder's etcd lease (the server's time
-    /// left, whole seconds rounded down).
+    /// [`PermitStore::verify_permit`](lease_core::backend::permits::PermitStore::verify_permit): a
+    /// range read of the name's permits, then `LeaseTimeToLive` of the holder's etcd lease (the
+    /// server's time left, whole seconds rounded down).
     async fn verify_permit(&self, name: &str, holder: &HolderToken) -> Result<Option<PermitGrant>> {
         check::name(self, name)?;
         let site = self.site(Operation::VerifyPermit, name);
@@ -260,8 +263,8 @@ impl PermitStore for EtcdStore {
         }))
     }
 
-    /// [`PermitStore::permits`](lease_core::PermitStore::permits): a range read, then
-    /// `LeaseTimeToLive` of every etcd lease found, together, following a key that moved onto
+    /// [`PermitStore::permits`](lease_core::backend::permits::PermitStore::permits): a range read,
+    /// then `LeaseTimeToLive` of every etcd lease found, together, following a key that moved onto
     /// another etcd lease meanwhile (`EtcdStore::live`). etcd deletes a permit's key when it is
     /// released or its TTL runs out, so every record listed is live.
     async fn permits(&self, name: &str) -> Result<Vec<PermitInfo>> {

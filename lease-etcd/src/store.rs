@@ -12,7 +12,7 @@ use etcd_client::{
     Client, ConnectOptions, GetOptions, KeyValue, LeaseKeepAliveStream, LeaseKeeper, Txn,
     TxnResponse,
 };
-use lease_core::backend::Stamp;
+use lease_core::backend::clock::Stamp;
 use lease_core::layer::Operation;
 use lease_core::{Error, Result};
 

@@ -9,8 +9,8 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use lease_conformance::env;
-use lease_core::PermitStore;
-use lease_core::backend::{HolderToken, Stamp};
+use lease_core::backend::permits::PermitStore;
+use lease_core::backend::{HolderToken, clock::Stamp};
 use lease_core::layer::Operation;
 use lease_core::{Coordinator, LeaseStore, Timings};
 
@@ -200,7 +200,7 @@ async fn until_gone(store: &EtcdStore, id: i64) {
 /// the assignment came apart without a fault.
 #[tokio::test]
 async fn a_member_that_moved_onto_a_new_etcd_lease_while_it_was_listed_is_listed() {
-    use lease_core::MembershipStore;
+    use lease_core::backend::membership::MembershipStore;
     let Some(store) = store().await else {
         return;
     };

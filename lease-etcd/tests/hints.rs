@@ -11,7 +11,7 @@ use lease_conformance::hints::{self, HINT_BOUND, QUIET, connected, woken_within}
 use lease_conformance::{FaultMode, FaultProxy, env};
 use lease_core::LeaseStore;
 use lease_core::backend::HolderToken;
-use lease_core::notify::Topic;
+use lease_core::backend::notify::Topic;
 use lease_etcd::{EtcdConfig, EtcdStore};
 
 const TTL: Duration = Duration::from_secs(30);

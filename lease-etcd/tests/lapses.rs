@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 
 use futures::future::join_all;
 use lease_conformance::env;
-use lease_core::PermitStore;
-use lease_core::backend::{HolderToken, owner_id};
-use lease_core::{LeaseStore, PartitionStore};
+use lease_core::backend::permits::PermitStore;
+use lease_core::backend::{HolderToken, partitions::owner_id};
+use lease_core::{LeaseStore, backend::partitions::PartitionStore};
 use lease_etcd::etcd_client::GetOptions;
 use lease_etcd::{EtcdConfig, EtcdStore};
 

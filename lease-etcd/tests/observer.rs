@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use lease_conformance::env;
 use lease_conformance::hints::{HINT_BOUND, connected, woken_within};
 use lease_core::backend::HolderToken;
-use lease_core::notify::Topic;
-use lease_core::{Coordinator, HolderChange, LeaseStore, Timings};
+use lease_core::backend::notify::Topic;
+use lease_core::{Coordinator, LeaseStore, Timings, coordinator::HolderChange};
 use lease_etcd::{EtcdConfig, EtcdStore};
 
 /// The holder's TTL (etcd keeps 3 s).

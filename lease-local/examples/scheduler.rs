@@ -14,7 +14,7 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use lease_core::scheduler::{Job, Round, Scheduler};
+use lease_core::{Job, Scheduler, scheduler::Round};
 use lease_core::{Result, Timings};
 use lease_local::MemoryStore;
 

@@ -2,11 +2,14 @@
 
 use std::time::Duration;
 
-use lease_core::backend::{Grant, HolderToken, SlotRecord, async_trait, check};
-use lease_core::notify::{Topic, Wakeups};
+use lease_core::backend::notify::{Topic, Wakeups};
+use lease_core::backend::{Grant, HolderToken, async_trait, check, slots::SlotRecord};
 use lease_core::{
-    Capabilities, LeaseInfo, LeaseStore, MembershipStore, PartitionStore, PermitStore, Result,
-    SlotStore,
+    LeaseStore, Result,
+    backend::{
+        Capabilities, LeaseInfo, membership::MembershipStore, partitions::PartitionStore,
+        permits::PermitStore, slots::SlotStore,
+    },
 };
 use tokio::time::Instant;
 

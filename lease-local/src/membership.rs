@@ -5,8 +5,11 @@ use std::time::Duration;
 
 use lease_core::backend::async_trait;
 use lease_core::backend::check;
-use lease_core::notify::Topic;
-use lease_core::{Member, MembershipStore, Result};
+use lease_core::backend::notify::Topic;
+use lease_core::{
+    Result,
+    backend::membership::{Member, MembershipStore},
+};
 use tokio::time::Instant;
 
 use crate::records::*;

@@ -1,13 +1,16 @@
 //! The counted leases of the in-memory store: claiming, renewing, releasing, verifying and
 //! listing permits, kept per name as its permits and the greatest term ever issued across them
-//! (see [`lease_core::permits`] for the rules).
+//! (see [`lease_core::backend::permits`] for the rules).
 
 use std::time::Duration;
 
 use lease_core::backend::async_trait;
+use lease_core::backend::notify::Topic;
 use lease_core::backend::{Grant, HolderToken, check};
-use lease_core::notify::Topic;
-use lease_core::{PermitGrant, PermitInfo, PermitStore, Result};
+use lease_core::{
+    Result,
+    backend::permits::{PermitGrant, PermitInfo, PermitStore},
+};
 use tokio::time::Instant;
 
 use crate::records::{Permit, Until, left};

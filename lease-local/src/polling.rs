@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use lease_core::backend::async_trait;
-use lease_core::{PollingStore, Result};
+use lease_core::{Result, backend::polling::PollingStore};
 use tokio::time::Instant;
 
 use crate::store::*;

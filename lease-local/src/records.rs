@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use lease_core::PartitionLease;
-use lease_core::backend::{Grant, HolderToken, SlotRecord};
+use lease_core::backend::partitions::PartitionLease;
+use lease_core::backend::{Grant, HolderToken, slots::SlotRecord};
 use tokio::time::Instant;
 
 #[derive(Debug, Clone, Copy)]

@@ -3,9 +3,12 @@
 use std::time::Duration;
 
 use lease_core::backend::check::{self, Batch};
-use lease_core::backend::{Grant, HolderToken, SlotClaim, SlotFinish, SlotRecord, async_trait};
-use lease_core::notify::Topic;
-use lease_core::{Result, SlotStore};
+use lease_core::backend::notify::Topic;
+use lease_core::backend::{
+    Grant, HolderToken, async_trait,
+    slots::{SlotClaim, SlotFinish, SlotRecord},
+};
+use lease_core::{Result, backend::slots::SlotStore};
 use tokio::time::Instant;
 
 use crate::records::*;

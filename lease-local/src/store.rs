@@ -4,8 +4,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use lease_core::backend::Hub;
-use lease_core::notify::Topic;
+use lease_core::backend::notify::Hub;
+use lease_core::backend::notify::Topic;
 use tokio::time::Instant;
 
 use crate::records::{Counted, MemberRecord, PartitionRecord, Record, Until};

@@ -8,9 +8,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use lease_conformance::{Harness, HintMode, cases, faulty, panic_of};
-use lease_core::LeaseInfo;
-use lease_core::LeaseStoreExt;
 use lease_core::backend::Grant;
+use lease_core::backend::LeaseInfo;
+use lease_core::backend::LeaseStoreExt;
 use lease_core::layer::{Answer, Call, Hook, Operation, answer_as, peek};
 use lease_local::MemoryStore;
 

@@ -8,11 +8,14 @@ use std::time::{Duration, Instant};
 
 use lease_conformance::history::{CountedGrants, CountedGrantsReport};
 use lease_conformance::{ChaosConfig, FaultMode, Harness, HintMode, cases, faulty, panic_of};
+use lease_core::backend::notify::{Topic, Wakeups};
 use lease_core::backend::{Grant, HolderToken, async_trait};
-use lease_core::notify::{Topic, Wakeups};
 use lease_core::{
-    Capabilities, Coordinator, LeaseInfo, LeaseStore, PermitGrant, PermitInfo, PermitStore,
-    Permits, Result, Timings,
+    Coordinator, LeaseStore, Permits, Result, Timings,
+    backend::{
+        Capabilities, LeaseInfo,
+        permits::{PermitGrant, PermitInfo, PermitStore},
+    },
 };
 use lease_local::MemoryStore;
 

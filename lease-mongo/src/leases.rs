@@ -5,11 +5,14 @@
 use std::future::IntoFuture;
 use std::time::Duration;
 
-use lease_core::backend::{BatchRenew, Grant, HolderToken, async_trait, check};
+use lease_core::backend::{Grant, HolderToken, async_trait, check, partitions::BatchRenew};
 use lease_core::layer::Operation;
 use lease_core::{
-    Capabilities, LeaseInfo, LeaseStore, MembershipStore, PartitionStore, PermitStore, Result,
-    SlotStore,
+    LeaseStore, Result,
+    backend::{
+        Capabilities, LeaseInfo, membership::MembershipStore, partitions::PartitionStore,
+        permits::PermitStore, slots::SlotStore,
+    },
 };
 use mongodb::options::ReturnDocument;
 
@@ -52,12 +55,12 @@ impl LeaseStore for MongoStore {
         Some(self)
     }
 
-    /// Checks that the server answers and runs MongoDB 4.2 or newer; under [`Ddl::Auto`](crate::Ddl::Auto)
-    /// creates the three collections and the two indexes when missing
-    /// ([`ensure_schema`](MongoStore::ensure_schema)); checks that none of the three
-    /// collections is a view and that each compares names byte for byte (simple collation);
-    /// and that majority reads are served. A few commands (eight under [`Ddl::Auto`](crate::Ddl::Auto), three
-    /// under [`Ddl::None`](crate::Ddl::None)), at start-up only.
+    /// Checks that the server answers and runs MongoDB 4.2 or newer; under
+    /// [`Ddl::Auto`](crate::Ddl::Auto) creates the three collections and the two indexes when
+    /// missing ([`ensure_schema`](MongoStore::ensure_schema)); checks that none of the three
+    /// collections is a view and that each compares names byte for byte (simple collation); and
+    /// that majority reads are served. A few commands (eight under [`Ddl::Auto`](crate::Ddl::Auto),
+    /// three under [`Ddl::None`](crate::Ddl::None)), at start-up only.
     async fn available(&self) -> Result<()> {
         self.check_available().await
     }

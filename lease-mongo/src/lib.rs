@@ -83,68 +83,63 @@
 //! - **Time left** is always the server's: claim and renew set `expires_at` = `$$NOW` + TTL and
 //!   report the TTL; verify and get compute `expires_at − $$NOW` in the aggregation.
 //!
-//! - **Scheduler slots** ([`SlotStore`](lease_core::SlotStore)) keep their instants on the
-//!   same document as numbers (milliseconds since the Unix epoch), compared with `$$NOW` in
-//!   milliseconds (`{$toLong: "$$NOW"}`):
-//!   - *claim slot* reads, then writes with the term compared (two round trips; one when the
-//!     read refuses). The read is an `aggregate` whose `$facet` answers even for a name with
-//!     no document, with `now_ms` = `$$NOW` and the record's `epoch`, `slot_ms`,
-//!     `unfinished_ms` and liveness; it decides held, taken or early in the contract's order.
-//!     The write is a `findAndModify` whose filter pins `epoch` to the term read and, with
-//!     `$expr`, checks again that the lease is free, `slot_ms` before the instant and the
-//!     instant not after `$$NOW`; it sets holder, instance, `epoch` + 1, `expires_at` =
-//!     `$$NOW` + TTL, `slot_ms` = `unfinished_ms` = instant, and returns the document
-//!     *before* the update: a document back means the write applied (the filter is the
-//!     condition), its `unfinished_ms` is the superseded instant and its `epoch` + 1 the
-//!     term; nothing back means another replica's claim matched first (held). For a name with
-//!     no document yet the write is an upsert on `{_id, epoch: {$exists: false}}` (no `$expr`:
-//!     error 224), and a competitor's insert makes it collide on `_id` (E11000: held).
-//!   - *finish slot* is one `findAndModify` whose single `$set` stage applies each rule under
-//!     `$cond` (held by `$$NOW`; recorded when `slot_ms` is the instant; `passed` taken when
-//!     held, recorded and not after `$$NOW`), releases by setting `expires_at` to 1970 when
-//!     held, and writes `last_finish: {id, recorded, passed_taken, released}` with a fresh
-//!     random `id` when anything applied: the document after the update carries this call's
-//!     id exactly when it changed it.
-//!   - *claim rerun* is one `findAndModify` (filter `unfinished_ms` = `slot_ms` = instant,
-//!     `rerun_ms` ≠ instant, free by `$$NOW`); *unfinished* one `aggregate` over
-//!     `_id: {$in: names}`; *last slot* one `find`.
+//! - **Scheduler slots** ([`SlotStore`](lease_core::backend::slots::SlotStore)) keep their instants
+//!   on the same document as numbers (milliseconds since the Unix epoch), compared with `$$NOW` in
+//!   milliseconds (`{$toLong: "$$NOW"}`): - *claim slot* reads, then writes with the term compared
+//!   (two round trips; one when the read refuses). The read is an `aggregate` whose `$facet`
+//!   answers even for a name with no document, with `now_ms` = `$$NOW` and the record's `epoch`,
+//!   `slot_ms`, `unfinished_ms` and liveness; it decides held, taken or early in the contract's
+//!   order. The write is a `findAndModify` whose filter pins `epoch` to the term read and, with
+//!   `$expr`, checks again that the lease is free, `slot_ms` before the instant and the instant not
+//!   after `$$NOW`; it sets holder, instance, `epoch` + 1, `expires_at` = `$$NOW` + TTL, `slot_ms`
+//!   = `unfinished_ms` = instant, and returns the document *before* the update: a document back
+//!   means the write applied (the filter is the condition), its `unfinished_ms` is the superseded
+//!   instant and its `epoch` + 1 the term; nothing back means another replica's claim matched first
+//!   (held). For a name with no document yet the write is an upsert on `{_id, epoch: {$exists:
+//!   false}}` (no `$expr`: error 224), and a competitor's insert makes it collide on `_id` (E11000:
+//!   held). - *finish slot* is one `findAndModify` whose single `$set` stage applies each rule
+//!   under `$cond` (held by `$$NOW`; recorded when `slot_ms` is the instant; `passed` taken when
+//!   held, recorded and not after `$$NOW`), releases by setting `expires_at` to 1970 when held, and
+//!   writes `last_finish: {id, recorded, passed_taken, released}` with a fresh random `id` when
+//!   anything applied: the document after the update carries this call's id exactly when it changed
+//!   it. - *claim rerun* is one `findAndModify` (filter `unfinished_ms` = `slot_ms` = instant,
+//!   `rerun_ms` ≠ instant, free by `$$NOW`); *unfinished* one `aggregate` over `_id: {$in: names}`;
+//!   *last slot* one `find`.
 //!
-//! - **Partition leases** ([`PartitionStore`](lease_core::PartitionStore)) are one document
-//!   per `(group, partition)` in their own collection (default `<lease collection>_partitions`):
-//!   `{_id: {g: group, p: partition}, owner, epoch, expires_at, renewal_id}`.
-//!   - *acquire* is one `findAndModify` upsert on `{_id: {g, p}}` (again no `$expr` in the
-//!     filter: error 224) whose pipeline admits the document only when it is expired by
-//!     `$$NOW` (or released, or new) or already the acquirer's: it then sets the owner, the
-//!     expiry `$$NOW` + TTL and the epoch, kept when the acquirer still held it live and + 1
-//!     otherwise (1 for a new document); any other document is left as it was. Acquired when
-//!     the document after the update names the acquirer; a duplicate `_id` (two inserts
-//!     racing) means held.
-//!   - *renew* is an `update` of many documents (filter: `_id` among the batch, the owner,
-//!     live by `$$NOW`; pipeline: expiry `$$NOW` + TTL and a fresh random `renewal_id`), then
-//!     an `aggregate` reading back the documents carrying that `renewal_id` with the time left
-//!     computed by the server, in one causally consistent session: **two round trips**
-//!     however many partitions (`capabilities().batch_renew` is `Fixed { round_trips: 2 }`), one when
-//!     nothing was renewed.
-//!   - *release* is one `update` of many documents setting `expires_at` to 1970 (document and
-//!     epoch kept); *owners* one `aggregate`.
-//! - **Membership records** ([`MembershipStore`](lease_core::MembershipStore)) are one document
-//!   per `(service, node)` (default collection `<lease collection>_members`):
+//! - **Partition leases** ([`PartitionStore`](lease_core::backend::partitions::PartitionStore)) are
+//!   one document per `(group, partition)` in their own collection (default `<lease
+//!   collection>_partitions`): `{_id: {g: group, p: partition}, owner, epoch, expires_at,
+//!   renewal_id}`. - *acquire* is one `findAndModify` upsert on `{_id: {g, p}}` (again no `$expr`
+//!   in the filter: error 224) whose pipeline admits the document only when it is expired by
+//!   `$$NOW` (or released, or new) or already the acquirer's: it then sets the owner, the expiry
+//!   `$$NOW` + TTL and the epoch, kept when the acquirer still held it live and + 1 otherwise (1
+//!   for a new document); any other document is left as it was. Acquired when the document after
+//!   the update names the acquirer; a duplicate `_id` (two inserts racing) means held. - *renew* is
+//!   an `update` of many documents (filter: `_id` among the batch, the owner, live by `$$NOW`;
+//!   pipeline: expiry `$$NOW` + TTL and a fresh random `renewal_id`), then an `aggregate` reading
+//!   back the documents carrying that `renewal_id` with the time left computed by the server, in
+//!   one causally consistent session: **two round trips** however many partitions
+//!   (`capabilities().batch_renew` is `Fixed { round_trips: 2 }`), one when nothing was renewed. -
+//!   *release* is one `update` of many documents setting `expires_at` to 1970 (document and epoch
+//!   kept); *owners* one `aggregate`.
+//! - **Membership records** ([`MembershipStore`](lease_core::backend::membership::MembershipStore))
+//!   are one document per `(service, node)` (default collection `<lease collection>_members`):
 //!   `{_id: {s: service, n: node}, address, groups: [..], expires_at}`. *Heartbeat* is one
-//!   `findAndModify` upsert replacing address, groups and expiry (`$$NOW` + TTL); *members*
-//!   one `aggregate` of the live records by `$$NOW`, sorted by node id (byte order);
-//!   *leave* one `update` setting `expires_at` to 1970 where live.
-//! - **Counted leases** (the permit operations of [`LeaseStore`](lease_core::LeaseStore),
-//!   `permits: true`, the rules of [`lease_core::permits`]) are one document per counted name
-//!   in the lease collection, `{_id: {c: name}, epoch, permits: [{p, holder, instance, epoch,
-//!   expires_at, op_id}, ..]}`, apart from the name's lease document (a string `_id`).
-//!   *claim permit* is one `findAndModify` upsert whose update pipeline counts the permits
-//!   live by `$$NOW`, and when fewer than N are live and none under this holder, raises the
-//!   name's `epoch` by one and writes the lowest free permit below N with it: counting and
-//!   taking are one atomic update; the call won when the document after it carries its fresh
-//!   `op_id`. *renew* and *release* are one `findAndModify` each (the permit's expiry `$$NOW` +
-//!   TTL, or 1970, where it is live under the holder; element and term kept); *verify* and
-//!   *permits* one `aggregate` (time left by `$$NOW`). One round trip each; the name's `epoch`
-//!   never goes back, so tokens strictly increase per name across all its permits.
+//!   `findAndModify` upsert replacing address, groups and expiry (`$$NOW` + TTL); *members* one
+//!   `aggregate` of the live records by `$$NOW`, sorted by node id (byte order); *leave* one
+//!   `update` setting `expires_at` to 1970 where live.
+//! - **Counted leases** (the permit operations of [`LeaseStore`](lease_core::LeaseStore), `permits:
+//!   true`, the rules of [`lease_core::backend::permits`]) are one document per counted name in the
+//!   lease collection, `{_id: {c: name}, epoch, permits: [{p, holder, instance, epoch, expires_at,
+//!   op_id}, ..]}`, apart from the name's lease document (a string `_id`). *claim permit* is one
+//!   `findAndModify` upsert whose update pipeline counts the permits live by `$$NOW`, and when
+//!   fewer than N are live and none under this holder, raises the name's `epoch` by one and writes
+//!   the lowest free permit below N with it: counting and taking are one atomic update; the call
+//!   won when the document after it carries its fresh `op_id`. *renew* and *release* are one
+//!   `findAndModify` each (the permit's expiry `$$NOW` + TTL, or 1970, where it is live under the
+//!   holder; element and term kept); *verify* and *permits* one `aggregate` (time left by `$$NOW`).
+//!   One round trip each; the name's `epoch` never goes back, so tokens strictly increase per name
+//!   across all its permits.
 //! - Under [`Ddl::Auto`] the store creates the partition index `{"_id.g": 1, "_id.p": 1}`
 //!   and the membership index `{"_id.s": 1, "_id.n": 1}` (for `owners` and `members`);
 //!   renew and release go through the `_id` index.
@@ -183,12 +178,12 @@
 //! # The crate's files
 //!
 //! `config.rs` ([`MongoConfig`]), `error.rs` (driver errors as lease errors), `store.rs`
-//! ([`MongoStore`]: connect, with_client, the start-up check, the command helpers),
-//! `leases.rs` (`LeaseStore`), `permits.rs` (its permit operations), `slots.rs` (`SlotStore`), `partitions.rs` (`PartitionStore`),
-//! `membership.rs` (`MembershipStore`), and `wire/` (the documents each of them sends and how
-//! the replies are read: `leases.rs`, `permits.rs`, `slots.rs`, `partitions.rs`,
-//! `membership.rs`, and
-//! `schema.rs` for the start-up check and the indexes; tested offline in `wire/tests/`).
+//! ([`MongoStore`]: connect, with_client, the start-up check, the command helpers), `leases.rs`
+//! (`LeaseStore`), `permits.rs` (its permit operations), `slots.rs` (`SlotStore`), `partitions.rs`
+//! (`PartitionStore`), `membership.rs` (`MembershipStore`), and `wire/` (the documents each of them
+//! sends and how the replies are read: `leases.rs`, `permits.rs`, `slots.rs`, `partitions.rs`,
+//! `membership.rs`, and `schema.rs` for the start-up check and the indexes; tested offline in
+//! `wire/tests/`).
 
 mod config;
 mod error;

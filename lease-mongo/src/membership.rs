@@ -6,7 +6,10 @@ use std::time::Duration;
 
 use lease_core::backend::{async_trait, check};
 use lease_core::layer::Operation;
-use lease_core::{Member, MembershipStore, Result};
+use lease_core::{
+    Result,
+    backend::membership::{Member, MembershipStore},
+};
 use mongodb::bson::Document;
 use mongodb::options::ReturnDocument;
 

@@ -8,7 +8,10 @@ use std::time::Duration;
 use futures::TryStreamExt;
 use lease_core::backend::{HolderToken, async_trait, check};
 use lease_core::layer::Operation;
-use lease_core::{PartitionLease, PartitionStore, Result};
+use lease_core::{
+    Result,
+    backend::partitions::{PartitionLease, PartitionStore},
+};
 use mongodb::bson::Document;
 use mongodb::options::ReturnDocument;
 

@@ -1,4 +1,4 @@
-//! Counted leases on MongoDB (see [`lease_core::permits`] for the rules): one document per
+//! Counted leases on MongoDB (see [`lease_core::backend::permits`] for the rules): one document per
 //! counted name in the lease collection, `_id: {c: <name>}`, apart from the name's lease
 //! document, holding the name's greatest term and an array of its permits; every operation is
 //! one command on the primary, every "now" the server's `$$NOW`. The documents are in
@@ -10,7 +10,10 @@ use std::time::Duration;
 use lease_core::backend::async_trait;
 use lease_core::backend::{Grant, HolderToken, check};
 use lease_core::layer::Operation;
-use lease_core::{PermitGrant, PermitInfo, PermitStore, Result};
+use lease_core::{
+    Result,
+    backend::permits::{PermitGrant, PermitInfo, PermitStore},
+};
 use mongodb::options::ReturnDocument;
 
 use crate::error::is_duplicate_id;
@@ -33,7 +36,7 @@ impl MongoStore {
 
 #[async_trait]
 impl PermitStore for MongoStore {
-    /// [`PermitStore::claim_permit`](lease_core::PermitStore::claim_permit): one
+    /// [`PermitStore::claim_permit`](lease_core::backend::permits::PermitStore::claim_permit): one
     /// `findAndModify` upsert whose update pipeline counts the live permits and takes the
     /// lowest free one in the same step; won when the document after it carries this call's
     /// fresh `op_id`.
@@ -82,7 +85,7 @@ impl PermitStore for MongoStore {
         }
     }
 
-    /// [`PermitStore::renew_permit`](lease_core::PermitStore::renew_permit): one
+    /// [`PermitStore::renew_permit`](lease_core::backend::permits::PermitStore::renew_permit): one
     /// `findAndModify`; renewed when the document after it carries this call's `op_id`.
     async fn renew_permit(
         &self,
@@ -109,8 +112,8 @@ impl PermitStore for MongoStore {
         }))
     }
 
-    /// [`PermitStore::release_permit`](lease_core::PermitStore::release_permit): one
-    /// `findAndModify`; `true` when the document after it carries this call's `op_id`.
+    /// [`PermitStore::release_permit`](lease_core::backend::permits::PermitStore::release_permit):
+    /// one `findAndModify`; `true` when the document after it carries this call's `op_id`.
     async fn release_permit(&self, name: &str, permit: u32, holder: &HolderToken) -> Result<bool> {
         check::permit(self, name, permit)?;
         let op_id = HolderToken::mint().to_hex();
@@ -129,7 +132,8 @@ impl PermitStore for MongoStore {
         }
     }
 
-    /// [`PermitStore::verify_permit`](lease_core::PermitStore::verify_permit): one `aggregate`.
+    /// [`PermitStore::verify_permit`](lease_core::backend::permits::PermitStore::verify_permit):
+    /// one `aggregate`.
     async fn verify_permit(&self, name: &str, holder: &HolderToken) -> Result<Option<PermitGrant>> {
         let holder = holder.to_hex();
         let permits = self.read_counted(Operation::VerifyPermit, name).await?;
@@ -145,8 +149,8 @@ impl PermitStore for MongoStore {
         }))
     }
 
-    /// [`PermitStore::permits`](lease_core::PermitStore::permits): one `aggregate`; released
-    /// and expired permits are listed too, with their last term.
+    /// [`PermitStore::permits`](lease_core::backend::permits::PermitStore::permits): one
+    /// `aggregate`; released and expired permits are listed too, with their last term.
     async fn permits(&self, name: &str) -> Result<Vec<PermitInfo>> {
         let permits = self.read_counted(Operation::Permits, name).await?;
         Ok(permits

@@ -6,10 +6,11 @@ use std::time::Duration;
 
 use futures::TryStreamExt;
 use lease_core::backend::{
-    Grant, HolderToken, SlotClaim, SlotFinish, SlotRecord, async_trait, check,
+    Grant, HolderToken, async_trait, check,
+    slots::{SlotClaim, SlotFinish, SlotRecord},
 };
 use lease_core::layer::Operation;
-use lease_core::{Error, Result, SlotStore};
+use lease_core::{Error, Result, backend::slots::SlotStore};
 use mongodb::bson::Document;
 use mongodb::options::ReturnDocument;
 

@@ -1,6 +1,7 @@
 //! [`MongoStore`]: the store struct, how it is made ([`MongoStore::connect`],
-//! [`MongoStore::with_client`]), its start-up check ([`available`](lease_core::LeaseStore::available)),
-//! and the command helpers every operation shares.
+//! [`MongoStore::with_client`]), its start-up check
+//! ([`available`](lease_core::LeaseStore::available)), and the command helpers every operation
+//! shares.
 
 use std::fmt;
 use std::future::{Future, IntoFuture};
@@ -53,10 +54,10 @@ pub(crate) const READ_BATCH: u32 = 1_000_000;
 /// | verify | `aggregate` `verify_pipeline` |
 /// | get | `aggregate` `get_pipeline` |
 ///
-/// Partition leases and membership records live in two more collections; their commands are
-/// listed on the store's [`PartitionStore`](lease_core::PartitionStore) and
-/// [`MembershipStore`](lease_core::MembershipStore) implementations (a batch renewal of
-/// partitions takes two round trips, every other operation one).
+/// Partition leases and membership records live in two more collections; their commands are listed
+/// on the store's [`PartitionStore`](lease_core::backend::partitions::PartitionStore) and
+/// [`MembershipStore`](lease_core::backend::membership::MembershipStore) implementations (a batch
+/// renewal of partitions takes two round trips, every other operation one).
 ///
 /// Writes use write concern `{w: "majority", j: true}`, so an acknowledged claim survives a
 /// failover and a crash; reads use read concern `majority` on the primary. Every call is
@@ -69,9 +70,9 @@ pub struct MongoStore {
     client: Client,
     /// Leases ([`LeaseStore`](lease_core::LeaseStore)) and their scheduler slots.
     pub(crate) leases: Collection<Document>,
-    /// Partition leases ([`PartitionStore`](lease_core::PartitionStore)).
+    /// Partition leases ([`PartitionStore`](lease_core::backend::partitions::PartitionStore)).
     pub(crate) partitions: Collection<Document>,
-    /// Membership records ([`MembershipStore`](lease_core::MembershipStore)).
+    /// Membership records ([`MembershipStore`](lease_core::backend::membership::MembershipStore)).
     pub(crate) members: Collection<Document>,
     config: Arc<MongoConfig>,
     /// Set once the start-up check ([`LeaseStore::available`]) has passed; shared by clones.

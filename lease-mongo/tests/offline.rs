@@ -7,11 +7,16 @@
 
 use std::time::{Duration, Instant};
 
-use lease_core::LeaseStoreExt;
+use lease_core::backend::LeaseStoreExt;
 use lease_core::layer::Operation;
 use lease_core::{
-    ErrorKind, LeaseStore, MembershipStore, PartitionStore, SlotStore,
-    backend::{BatchRenew, HolderToken},
+    ErrorKind, LeaseStore,
+    backend::{
+        HolderToken,
+        membership::MembershipStore,
+        partitions::{BatchRenew, PartitionStore},
+        slots::SlotStore,
+    },
 };
 use lease_mongo::{MAX_NAME_BYTES, MongoConfig, MongoStore};
 use mongodb::Client;
@@ -247,7 +252,7 @@ async fn bad_names_instances_and_ttls_are_refused_before_any_io() {
             assert_eq!(e.kind(), ErrorKind::InvalidName, "{bad:?}: {e}");
         }
     }
-    let huge = vec![0_u32; lease_core::backend::MAX_PARTITIONS_PER_CALL + 1];
+    let huge = vec![0_u32; lease_core::backend::partitions::MAX_PARTITIONS_PER_CALL + 1];
     let e = store
         .renew_partitions("g", &huge, "o", ttl)
         .await

@@ -15,10 +15,15 @@ use std::future::Future;
 use std::time::Duration;
 
 use lease_conformance::FaultProxy;
-use lease_core::PermitStore;
+use lease_core::backend::permits::PermitStore;
 use lease_core::{
-    LeaseStore, MembershipStore, PartitionStore, SlotStore,
-    backend::{BatchRenew, HolderToken, SlotClaim},
+    LeaseStore,
+    backend::{
+        HolderToken,
+        membership::MembershipStore,
+        partitions::{BatchRenew, PartitionStore},
+        slots::{SlotClaim, SlotStore},
+    },
 };
 use lease_mongo::MongoStore;
 use lease_mongo::mongodb::bson::{Bson, doc};

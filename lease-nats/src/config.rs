@@ -53,8 +53,8 @@ pub enum TtlMismatch {
     #[default]
     Refuse,
     /// Take the bucket's max age as the store's lease duration. The store then reports that
-    /// duration in [`Capabilities::fixed_ttl`](lease_core::Capabilities::fixed_ttl), refuses every
-    /// other one, and a coordinator must be built with timings for it (see
+    /// duration in [`Capabilities::fixed_ttl`](lease_core::backend::Capabilities::fixed_ttl),
+    /// refuses every other one, and a coordinator must be built with timings for it (see
     /// [`NatsStore::timings`](crate::NatsStore::timings)).
     Adopt,
 }

@@ -26,9 +26,9 @@ use std::time::Duration;
 use async_nats::connection::State;
 use async_nats::jetstream::kv::{self, Operation as KvOperation};
 use futures::StreamExt;
-use lease_core::backend::Hub;
 use lease_core::backend::listen::{Backoff, Link, Listener};
-use lease_core::notify::Topic;
+use lease_core::backend::notify::Hub;
+use lease_core::backend::notify::Topic;
 use lease_core::{Error, Result};
 
 use crate::wire::codec::{PartitionRecord, Record};

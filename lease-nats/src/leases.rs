@@ -5,11 +5,14 @@ use std::collections::HashMap;
 use std::sync::MutexGuard;
 use std::time::{Duration, Instant};
 
-use lease_core::backend::{BatchRenew, Grant, HolderToken, async_trait, check};
+use lease_core::backend::{Grant, HolderToken, async_trait, check, partitions::BatchRenew};
 use lease_core::layer::Operation;
 use lease_core::{
-    Capabilities, LeaseInfo, LeaseStore, MembershipStore, PartitionStore, PermitStore, Result,
-    SlotStore,
+    LeaseStore, Result,
+    backend::{
+        Capabilities, LeaseInfo, membership::MembershipStore, partitions::PartitionStore,
+        permits::PermitStore, slots::SlotStore,
+    },
 };
 use tracing::debug;
 
@@ -417,7 +420,10 @@ impl LeaseStore for NatsStore {
     /// Hints from the bucket's KV watch and the release subject (see the crate docs,
     /// *Hints*): claims and releases by any store on the bucket; renewals and expiries wake
     /// nobody.
-    fn changes(&self, topic: &lease_core::notify::Topic) -> Option<lease_core::notify::Wakeups> {
+    fn changes(
+        &self,
+        topic: &lease_core::backend::notify::Topic,
+    ) -> Option<lease_core::backend::notify::Wakeups> {
         Some(self.inner.hub.subscribe(topic))
     }
 }

@@ -26,10 +26,11 @@
 //! and the bucket from `LEASE_NATS_TTL_MS` and `LEASE_NATS_BUCKET` (and the slot bucket from
 //! `LEASE_NATS_SLOT_BUCKET`).
 //!
-//! Scheduler slots ([`SlotStore`](lease_core::SlotStore)) keep their records in a second
-//! bucket with no max age ([`slot_bucket_for`], e.g. `leases_15000ms_slots`), created at connect
-//! like the lease bucket; see [Scheduler slots](#scheduler-slots). Hints for waiters come from a
-//! KV watch (see [Hints](#hints)); every capability is listed in [Capabilities](#capabilities).
+//! Scheduler slots ([`SlotStore`](lease_core::backend::slots::SlotStore)) keep their records in a
+//! second bucket with no max age ([`slot_bucket_for`], e.g. `leases_15000ms_slots`), created at
+//! connect like the lease bucket; see [Scheduler slots](#scheduler-slots). Hints for waiters come
+//! from a KV watch (see [Hints](#hints)); every capability is listed in
+//! [Capabilities](#capabilities).
 //!
 //! # The protocol
 //!
@@ -89,21 +90,22 @@
 //!
 //! # One lease duration per bucket
 //!
-//! Max age applies to a whole bucket, and per-message TTLs need a newer server than 2.9, so a
-//! store keeps every lease for exactly its bucket's max age. It reports that duration in
-//! [`Capabilities::fixed_ttl`](lease_core::Capabilities::fixed_ttl) and refuses any other with
-//! `InvalidTimings`, before any I/O. For several durations, open one store per duration:
+//! Max age applies to a whole bucket, and per-message TTLs need a newer server than 2.9, so a store
+//! keeps every lease for exactly its bucket's max age. It reports that duration in
+//! [`Capabilities::fixed_ttl`](lease_core::backend::Capabilities::fixed_ttl) and refuses any other
+//! with `InvalidTimings`, before any I/O. For several durations, open one store per duration:
 //! [`NatsConfig::new`] names the bucket after the duration ([`bucket_for_ttl`], e.g.
-//! `leases_15000ms`), so processes that use the same duration share a bucket and the others do
-//! not collide.
+//! `leases_15000ms`), so processes that use the same duration share a bucket and the others do not
+//! collide.
 //!
 //! **When the bucket's max age and the lease duration differ** (the bucket exists, made with
-//! another max age): [`NatsStore::connect`] and [`NatsStore::with_client`] refuse by default with `InvalidTimings` naming both
-//! durations ([`TtlMismatch::Refuse`]). A max age shorter than the coordinator's lease would let
-//! the server hand the name to someone else while the holder still believes it holds it; a
-//! longer one makes every take-over after a crash slower than the timings promise. With
-//! [`TtlMismatch::Adopt`], the store takes the bucket's max age as its lease duration instead;
-//! build the coordinator with [`NatsStore::timings`] (as in the example above), since a coordinator whose lease differs from the store's fixed TTL is refused.
+//! another max age): [`NatsStore::connect`] and [`NatsStore::with_client`] refuse by default with
+//! `InvalidTimings` naming both durations ([`TtlMismatch::Refuse`]). A max age shorter than the
+//! coordinator's lease would let the server hand the name to someone else while the holder still
+//! believes it holds it; a longer one makes every take-over after a crash slower than the timings
+//! promise. With [`TtlMismatch::Adopt`], the store takes the bucket's max age as its lease duration
+//! instead; build the coordinator with [`NatsStore::timings`] (as in the example above), since a
+//! coordinator whose lease differs from the store's fixed TTL is refused.
 //!
 //! # The fencing token
 //!
@@ -181,12 +183,13 @@
 //!
 //! # Partitions
 //!
-//! [`PartitionStore`](lease_core::PartitionStore): one key per `(group, partition)` in the same
-//! bucket, `part.<group escaped>.<partition>`, value `part1;<epoch>;<owner>`. A lease key is a
-//! single subject token, these are three, so they never collide; the group is escaped as lease
-//! names are. A key that exists is a live lease; the bucket's max age expires it by the
-//! server's clock, as it does a lease — so partition leases have the store's one fixed duration
-//! too, and any other TTL is refused with `InvalidTimings` before any I/O.
+//! [`PartitionStore`](lease_core::backend::partitions::PartitionStore): one key per `(group,
+//! partition)` in the same bucket, `part.<group escaped>.<partition>`, value
+//! `part1;<epoch>;<owner>`. A lease key is a single subject token, these are three, so they never
+//! collide; the group is escaped as lease names are. A key that exists is a live lease; the
+//! bucket's max age expires it by the server's clock, as it does a lease — so partition leases have
+//! the store's one fixed duration too, and any other TTL is refused with `InvalidTimings` before
+//! any I/O.
 //!
 //! **The epoch is a stream sequence**, like a lease's term. An acquisition that changes hands
 //! (a free, released or expired partition, or the owner coming back after its lease lapsed) is
@@ -210,18 +213,18 @@
 //! | `owners` | one `$JS.API.STREAM.INFO` with the subject filter `$KV.<bucket>.part.<group>.>` (the keys, no values; one more request per 100,000 keys), then a direct get per key, pipelined | 2 bursts; 1 when the group has no key |
 //!
 //! NATS has no multi-key write, so a batch renewal is **pipelined**
-//! ([`BatchRenew::Pipelined`](lease_core::backend::BatchRenew::Pipelined)), not one round trip: each
-//! partition's update is its own compare-and-set, atomic on its own, and the partitions of one
-//! call may be renewed or found lost independently. How many round trips a burst costs on the
-//! wire depends on how the client's writes and the server's answers interleave; measured
-//! through a proxy on loopback, 100 updates took 1–21 and 1,000 renewals through a store object
-//! that had to read first (2,000 requests) 80–110 — never one per partition. Renewals and
+//! ([`BatchRenew::Pipelined`](lease_core::backend::partitions::BatchRenew::Pipelined)), not one
+//! round trip: each partition's update is its own compare-and-set, atomic on its own, and the
+//! partitions of one call may be renewed or found lost independently. How many round trips a burst
+//! costs on the wire depends on how the client's writes and the server's answers interleave;
+//! measured through a proxy on loopback, 100 updates took 1–21 and 1,000 renewals through a store
+//! object that had to read first (2,000 requests) 80–110 — never one per partition. Renewals and
 //! releases compare-and-set against the revision this store object remembers from its own last
-//! write (the last 40,000 partitions); when the key changed since (another store object renewed
-//! it, it expired, someone else took it), the write misses, the partition is read and written
-//! again if it is still the owner's live lease. A renewal never revives an expired lease: the
-//! server removed the message it compares against. `expires_in` of a renewal is measured from
-//! the start of the call, one expiry for the whole batch, never overstated.
+//! write (the last 40,000 partitions); when the key changed since (another store object renewed it,
+//! it expired, someone else took it), the write misses, the partition is read and written again if
+//! it is still the owner's live lease. A renewal never revives an expired lease: the server removed
+//! the message it compares against. `expires_in` of a renewal is measured from the start of the
+//! call, one expiry for the whole batch, never overstated.
 //!
 //! A batch touches every partition named, so a batch's cost grows with its size (a request per
 //! partition, at most 10,000 per call), sent in bursts of at most 1,000 requests, one burst
@@ -235,7 +238,7 @@
 //! # Counted leases
 //!
 //! The permit operations of [`LeaseStore`](lease_core::LeaseStore) (capability `permits: true`,
-//! the rules of [`lease_core::permits`]): one key per permit of a counted name in the same
+//! the rules of [`lease_core::backend::permits`]): one key per permit of a counted name in the same
 //! bucket, `permit.<name escaped>.<permit>`, apart from the name's lease key (three subject
 //! tokens, like partition keys), value a lease record `lease1;<holder>;<term>;<instance>`. A key
 //! that exists is a live permit; the bucket's max age expires it by the server's clock, so
@@ -300,24 +303,25 @@
 //!
 //! # Membership
 //!
-//! [`MembershipStore`](lease_core::MembershipStore): one key per `(service, node)`,
-//! `member.<service escaped>.<node escaped>`, value `member1`, the address and the groups on
-//! separate lines. A heartbeat is one unconditional put (it replaces the record and starts its
-//! age again: 1 round trip); the bucket's max age expires a member that stops heartbeating, so
-//! the heartbeat TTL is the store's fixed TTL too. `members` lists the service's keys with one
-//! `STREAM.INFO` and reads them with pipelined direct gets (2 bursts; 1 when there is none),
-//! sorted by node id byte for byte. `leave` purges the key (1 round trip) and answers whether a
-//! record was there — a live member, since the server removes expired ones.
+//! [`MembershipStore`](lease_core::backend::membership::MembershipStore): one key per `(service,
+//! node)`, `member.<service escaped>.<node escaped>`, value `member1`, the address and the groups
+//! on separate lines. A heartbeat is one unconditional put (it replaces the record and starts its
+//! age again: 1 round trip); the bucket's max age expires a member that stops heartbeating, so the
+//! heartbeat TTL is the store's fixed TTL too. `members` lists the service's keys with one
+//! `STREAM.INFO` and reads them with pipelined direct gets (2 bursts; 1 when there is none), sorted
+//! by node id byte for byte. `leave` purges the key (1 round trip) and answers whether a record was
+//! there — a live member, since the server removes expired ones.
 //!
 //! # Scheduler slots
 //!
-//! [`SlotStore`](lease_core::SlotStore), with the rules of [`lease_core::slots`]. A job's name is
-//! a lease name; its lease lives in the lease bucket like any other (expired by the max age),
-//! and its **slot record** in the slot bucket ([`NatsConfig::slot_bucket_name`]), a KV bucket
-//! with **no max age**, so the record outlives every lease: one key per job (the name escaped
-//! as a lease key), value `slots1;<last>;<unfinished>;<rerun>;<term>;<holder>;<write>` — the
-//! three instants, the term and holder of the lease that made the last claim or rerun, and a
-//! token minted for each write. The server's clock is the timestamp it gives a message.
+//! [`SlotStore`](lease_core::backend::slots::SlotStore), with the rules of
+//! [`lease_core::backend::slots`]. A job's name is a lease name; its lease lives in the lease
+//! bucket like any other (expired by the max age), and its **slot record** in the slot bucket
+//! ([`NatsConfig::slot_bucket_name`]), a KV bucket with **no max age**, so the record outlives
+//! every lease: one key per job (the name escaped as a lease key), value
+//! `slots1;<last>;<unfinished>;<rerun>;<term>;<holder>;<write>` — the three instants, the term and
+//! holder of the lease that made the last claim or rerun, and a token minted for each write. The
+//! server's clock is the timestamp it gives a message.
 //!
 //! | operation | what is sent | round trips |
 //! |---|---|---|

@@ -7,7 +7,10 @@ use std::time::{Duration, Instant};
 
 use lease_core::backend::{async_trait, check};
 use lease_core::layer::Operation;
-use lease_core::{Member, MembershipStore, Result};
+use lease_core::{
+    Result,
+    backend::membership::{Member, MembershipStore},
+};
 
 use crate::store::{NatsStore, Seen, pipelined};
 use crate::wire::codec::MemberRecord;

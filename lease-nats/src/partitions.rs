@@ -7,9 +7,12 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::MutexGuard;
 use std::time::{Duration, Instant};
 
-use lease_core::backend::{MAX_PARTITIONS_PER_CALL, async_trait, check};
+use lease_core::backend::{async_trait, check, partitions::MAX_PARTITIONS_PER_CALL};
 use lease_core::layer::Operation;
-use lease_core::{PartitionLease, PartitionStore, Result};
+use lease_core::{
+    Result,
+    backend::partitions::{PartitionLease, PartitionStore},
+};
 use tracing::debug;
 
 use crate::known_writes::{KnownPartition, KnownPartitions};

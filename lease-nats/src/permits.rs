@@ -1,10 +1,10 @@
-//! Counted leases on the lease bucket (see [`lease_core::permits`] for the rules): one key per
-//! permit, `permit.<name escaped>.<index>`, apart from the name's lease key, its value a lease
-//! record (`lease1;<holder>;<term>;<instance>`), expired by the bucket's max age like a lease.
-//! The term is the stream sequence of the message that created the permit, so terms strictly
-//! increase per name across all its permits (and across the bucket), and a renewal copies it
-//! into the value. Every change is a compare-and-set on one key's revision. See the crate
-//! docs, *Counted leases*, for the round trips.
+//! Counted leases on the lease bucket (see [`lease_core::backend::permits`] for the rules): one key
+//! per permit, `permit.<name escaped>.<index>`, apart from the name's lease key, its value a lease
+//! record (`lease1;<holder>;<term>;<instance>`), expired by the bucket's max age like a lease. The
+//! term is the stream sequence of the message that created the permit, so terms strictly increase
+//! per name across all its permits (and across the bucket), and a renewal copies it into the value.
+//! Every change is a compare-and-set on one key's revision. See the crate docs, *Counted leases*,
+//! for the round trips.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
@@ -12,7 +12,10 @@ use std::time::Instant;
 use lease_core::backend::async_trait;
 use lease_core::backend::{Grant, HolderToken, check};
 use lease_core::layer::Operation;
-use lease_core::{PermitGrant, PermitInfo, PermitStore, Result};
+use lease_core::{
+    Result,
+    backend::permits::{PermitGrant, PermitInfo, PermitStore},
+};
 use tracing::debug;
 
 use crate::store::{MAX_TRIES, NatsStore, Seen, pipelined};
@@ -92,12 +95,12 @@ impl NatsStore {
 
 #[async_trait]
 impl PermitStore for NatsStore {
-    /// [`PermitStore::claim_permit`](lease_core::PermitStore::claim_permit): a scan, then a
-    /// create of the lowest free permit below `permits`; a create that finds the key taken
-    /// counts that permit live and tries the next free one, so one scan bounds the claim. After
-    /// the create, a re-count (`outnumbered`): a claim with a larger count
-    /// may have created a permit at or above `permits` since the scan, and then the permit is
-    /// taken back and the claim answers full.
+    /// [`PermitStore::claim_permit`](lease_core::backend::permits::PermitStore::claim_permit): a
+    /// scan, then a create of the lowest free permit below `permits`; a create that finds the key
+    /// taken counts that permit live and tries the next free one, so one scan bounds the claim.
+    /// After the create, a re-count (`outnumbered`): a claim with a larger count may have created a
+    /// permit at or above `permits` since the scan, and then the permit is taken back and the claim
+    /// answers full.
     async fn claim_permit(
         &self,
         name: &str,
@@ -182,8 +185,8 @@ impl PermitStore for NatsStore {
         self.bounded(OP, name, claiming).await?
     }
 
-    /// [`PermitStore::renew_permit`](lease_core::PermitStore::renew_permit): a direct get, then
-    /// an update at the revision read, the term copied into the value.
+    /// [`PermitStore::renew_permit`](lease_core::backend::permits::PermitStore::renew_permit): a
+    /// direct get, then an update at the revision read, the term copied into the value.
     async fn renew_permit(
         &self,
         name: &str,
@@ -219,9 +222,9 @@ impl PermitStore for NatsStore {
         Err(self.racing(OP, name))
     }
 
-    /// [`PermitStore::release_permit`](lease_core::PermitStore::release_permit): a direct get,
-    /// then a purge of the key up to the revision read (a compare-and-set that leaves no
-    /// marker), which hints the release.
+    /// [`PermitStore::release_permit`](lease_core::backend::permits::PermitStore::release_permit):
+    /// a direct get, then a purge of the key up to the revision read (a compare-and-set that leaves
+    /// no marker), which hints the release.
     async fn release_permit(&self, name: &str, permit: u32, holder: &HolderToken) -> Result<bool> {
         const OP: Operation = Operation::ReleasePermit;
         check::permit(self, name, permit)?;
@@ -241,9 +244,9 @@ impl PermitStore for NatsStore {
         Err(self.racing(OP, name))
     }
 
-    /// [`PermitStore::verify_permit`](lease_core::PermitStore::verify_permit): a scan, the live
-    /// permit under `holder` found by its token. Time left is estimated from the server's
-    /// timestamp, clamped to the lease duration.
+    /// [`PermitStore::verify_permit`](lease_core::backend::permits::PermitStore::verify_permit): a
+    /// scan, the live permit under `holder` found by its token. Time left is estimated from the
+    /// server's timestamp, clamped to the lease duration.
     async fn verify_permit(&self, name: &str, holder: &HolderToken) -> Result<Option<PermitGrant>> {
         const OP: Operation = Operation::VerifyPermit;
         check::name(self, name)?;
@@ -266,11 +269,11 @@ impl PermitStore for NatsStore {
         }))
     }
 
-    /// [`PermitStore::read_back_permit`](lease_core::PermitStore::read_back_permit): the
-    /// read-back after a claim for `permits` whose outcome is unknown. That claim may have
-    /// ended after its create and before its re-count (`outnumbered`) — its
-    /// create's answer lost, or the claim cut by a timeout — or while it took its permit back.
-    /// So the permit found under `holder` is adopted only as a claim grants one:
+    /// [`PermitStore::read_back_permit`](lease_core::backend::permits::PermitStore::read_back_permit):
+    /// the read-back after a claim for `permits` whose outcome is unknown. That claim may have
+    /// ended after its create and before its re-count (`outnumbered`) — its create's answer lost,
+    /// or the claim cut by a timeout — or while it took its permit back. So the permit found under
+    /// `holder` is adopted only as a claim grants one:
     ///
     /// - the scan that finds it counts the others, and with `permits` or more of them live
     ///   (a claim with a larger count took one since the claim's own scan) the answer is
@@ -343,8 +346,9 @@ impl PermitStore for NatsStore {
         self.bounded(OP, name, reading).await?
     }
 
-    /// [`PermitStore::permits`](lease_core::PermitStore::permits): a scan. The server removes a
-    /// permit's key when it expires and a release purges it, so every record listed is live.
+    /// [`PermitStore::permits`](lease_core::backend::permits::PermitStore::permits): a scan. The
+    /// server removes a permit's key when it expires and a release purges it, so every record
+    /// listed is live.
     async fn permits(&self, name: &str) -> Result<Vec<PermitInfo>> {
         const OP: Operation = Operation::Permits;
         check::name(self, name)?;

@@ -14,9 +14,12 @@ use std::time::Instant;
 
 use async_nats::jetstream::kv;
 use lease_core::backend::check::{self, Batch};
-use lease_core::backend::{Grant, HolderToken, SlotClaim, SlotFinish, SlotRecord, async_trait};
+use lease_core::backend::{
+    Grant, HolderToken, async_trait,
+    slots::{SlotClaim, SlotFinish, SlotRecord},
+};
 use lease_core::layer::Operation;
-use lease_core::{Error, ErrorKind, LeaseStore, Result, SlotStore};
+use lease_core::{Error, ErrorKind, LeaseStore, Result, backend::slots::SlotStore};
 use tracing::debug;
 
 use crate::store::{MAX_TRIES, NatsStore, Seen, pipelined};

@@ -12,7 +12,7 @@ use lease_conformance::hints::{self, HINT_BOUND, connected, woken_within};
 use lease_conformance::{FaultMode, FaultProxy, env};
 use lease_core::LeaseStore;
 use lease_core::backend::HolderToken;
-use lease_core::notify::Topic;
+use lease_core::backend::notify::Topic;
 use lease_nats::{NatsConfig, NatsStore, slot_bucket_for};
 
 const TTL: Duration = Duration::from_secs(5);

@@ -10,8 +10,8 @@ use std::time::Duration;
 use async_nats::jetstream;
 use lease_conformance::env;
 use lease_core::LeaseStore;
-use lease_core::PermitStore;
 use lease_core::backend::HolderToken;
+use lease_core::backend::permits::PermitStore;
 use lease_nats::{NatsConfig, NatsStore};
 
 const TTL: Duration = Duration::from_millis(1000);

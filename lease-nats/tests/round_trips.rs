@@ -24,10 +24,15 @@ use futures::StreamExt;
 
 use async_nats::jetstream;
 use lease_conformance::{FaultProxy, env};
-use lease_core::PermitStore;
+use lease_core::backend::permits::PermitStore;
 use lease_core::{
-    LeaseStore, MembershipStore, PartitionStore, SlotStore,
-    backend::{HolderToken, SlotClaim},
+    LeaseStore,
+    backend::{
+        HolderToken,
+        membership::MembershipStore,
+        partitions::PartitionStore,
+        slots::{SlotClaim, SlotStore},
+    },
 };
 use lease_nats::{NatsConfig, NatsStore};
 
@@ -167,7 +172,7 @@ async fn each_operation_costs_what_the_docs_say() {
     for s in [&store, &other, &third] {
         s.get("warm").await.unwrap();
         let mut w = s
-            .changes(&lease_core::notify::Topic::lease("warm"))
+            .changes(&lease_core::backend::notify::Topic::lease("warm"))
             .unwrap();
         let until = std::time::Instant::now() + Duration::from_secs(5);
         while !w.is_connected() {
@@ -659,11 +664,11 @@ async fn groups_cost_what_the_docs_say(
     store.leave("svc", "n1").await.unwrap();
 }
 
-/// Counted leases: a scan is one `STREAM.INFO` (an API request) and one burst of direct gets
-/// (none when the name has no permit key); a claim adds one create; renew and release read the
-/// permit's key, then update or purge it; the read-back of a claim adds an update to a scan. A burst of two gets is one exchange on the wire or
-/// two, as the answers interleave with the requests (see the crate docs, *Partitions*): the
-/// round trips of a scan over two keys are asserted as 2 or 3.
+/// Counted leases: a scan is one `STREAM.INFO` (an API request) and one burst of direct gets (none
+/// when the name has no permit key); a claim adds one create; renew and release read the permit's
+/// key, then update or purge it; the read-back of a claim adds an update to a scan. A burst of two
+/// gets is one exchange on the wire or two, as the answers interleave with the requests (see the
+/// crate docs, *Partitions*): the round trips of a scan over two keys are asserted as 2 or 3.
 async fn permits_cost_what_the_docs_say(proxy: &FaultProxy, server: &Server, store: &NatsStore) {
     let (a, b, c) = (
         HolderToken::mint(),

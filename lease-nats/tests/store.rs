@@ -11,8 +11,13 @@ use std::time::Duration;
 use async_nats::jetstream;
 use lease_conformance::{FaultProxy, env};
 use lease_core::{
-    ErrorKind, LeaseStore, MembershipStore, PartitionStore, SlotStore,
-    backend::{HolderToken, SlotClaim},
+    ErrorKind, LeaseStore,
+    backend::{
+        HolderToken,
+        membership::MembershipStore,
+        partitions::PartitionStore,
+        slots::{SlotClaim, SlotStore},
+    },
 };
 use lease_nats::{NatsConfig, NatsStore, TtlMismatch, slot_bucket_for};
 

@@ -18,9 +18,9 @@ use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
 use lease_conformance::env;
-use lease_core::PermitStore;
 use lease_core::backend::HolderToken;
-use lease_core::{Coordinator, PermitGrant, Permits, Term};
+use lease_core::backend::permits::PermitStore;
+use lease_core::{Coordinator, Permits, Term, backend::permits::PermitGrant};
 use lease_nats::{NatsConfig, NatsStore};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};

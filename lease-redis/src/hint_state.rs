@@ -5,8 +5,8 @@
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use lease_core::backend::Hub;
 use lease_core::backend::listen::{Link, Listener};
+use lease_core::backend::notify::Hub;
 
 /// How often the subscriber connection pings the server: a link that died without a reset is
 /// found at the first ping after it, within the operation timeout (5 s).

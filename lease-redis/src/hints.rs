@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lease_core::backend::listen::{Backoff, Link, Listener};
-use lease_core::notify::{Topic, Wakeups};
+use lease_core::backend::notify::{Topic, Wakeups};
 use lease_core::{Error, Result};
 use redis::aio::ConnectionLike;
 use redis::{AsyncConnectionConfig, Client, ProtocolVersion, PushKind, Value};

@@ -4,12 +4,15 @@
 
 use std::time::Duration;
 
+use lease_core::backend::notify::{Topic, Wakeups};
 use lease_core::backend::{Grant, HolderToken, async_trait, ceil_millis, check};
 use lease_core::layer::Operation;
-use lease_core::notify::{Topic, Wakeups};
 use lease_core::{
-    Capabilities, LeaseInfo, LeaseStore, LeaseStoreExt, MembershipStore, PartitionStore,
-    PermitStore, Result, SlotStore,
+    LeaseStore, Result,
+    backend::{
+        Capabilities, LeaseInfo, LeaseStoreExt, membership::MembershipStore,
+        partitions::PartitionStore, permits::PermitStore, slots::SlotStore,
+    },
 };
 use redis::aio::ConnectionLike;
 
@@ -147,12 +150,13 @@ where
     ///
     /// When a durability check fails or cannot be made (CONFIG disabled or renamed, as on many
     /// managed services), it fails with `Unsupported`, saying why, unless
-    /// [`RedisConfig::allow_volatile`](crate::RedisConfig::allow_volatile) is set (then it logs a warning), or the only risk is
-    /// `appendfsync everysec` and [`RedisConfig::allow_fsync_everysec`](crate::RedisConfig::allow_fsync_everysec) is set (a warning too),
-    /// or the term scheme is
-    /// [`TermScheme::ClockFloor`] (then it logs at info level: terms and partition epochs still
-    /// grow after a loss, within the limits that scheme documents). The same checks cover the
-    /// partition and membership keys: they live on the same server under the same prefix.
+    /// [`RedisConfig::allow_volatile`](crate::RedisConfig::allow_volatile) is set (then it logs a
+    /// warning), or the only risk is `appendfsync everysec` and
+    /// [`RedisConfig::allow_fsync_everysec`](crate::RedisConfig::allow_fsync_everysec) is set (a
+    /// warning too), or the term scheme is [`TermScheme::ClockFloor`] (then it logs at info level:
+    /// terms and partition epochs still grow after a loss, within the limits that scheme
+    /// documents). The same checks cover the partition and membership keys: they live on the same
+    /// server under the same prefix.
     async fn available(&self) -> Result<()> {
         self.check_available().await
     }

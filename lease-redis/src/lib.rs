@@ -58,11 +58,12 @@
 //!
 //! # Scheduler slots
 //!
-//! [`RedisStore`] implements [`lease_core::SlotStore`] (capability `slots: true`) with the rules
-//! of the [`lease_core::slots`] module. A job's name is a lease name; its instants (ms since the
-//! Unix epoch) are three more fields of the same hash: `slot_ms` (last), `unfinished_ms` and
-//! `rerun_ms`, each absent until first set. One Lua script per operation, all in
-//! `src/wire/scripts/`, each reading "now" from `TIME` (except `last_slot`, which judges nothing):
+//! [`RedisStore`] implements [`lease_core::backend::slots::SlotStore`] (capability `slots: true`)
+//! with the rules of the [`lease_core::backend::slots`] module. A job's name is a lease name; its
+//! instants (ms since the Unix epoch) are three more fields of the same hash: `slot_ms` (last),
+//! `unfinished_ms` and `rerun_ms`, each absent until first set. One Lua script per operation, all
+//! in `src/wire/scripts/`, each reading "now" from `TIME` (except `last_slot`, which judges
+//! nothing):
 //!
 //! | operation | script does, atomically | round trips |
 //! |---|---|---|
@@ -73,12 +74,11 @@
 //! | `last_slot` | read the three fields (nil when the name has no record) | 1 |
 //!
 //! The SQL protocol's claim reads the row, then writes it with the term compared, so that of
-//! several replicas that read the same row only one write matches. A Lua script runs
-//! atomically, so here the read and the write are **one script, one round trip**, and nothing
-//! can change the record between them: the first claim to run wins, the others find the lease
-//! live and get [`SlotClaim::Held`](lease_core::backend::SlotClaim::Held). `claim_slot` and `claim_rerun`
-//! make terms as `claim` does ([`TermScheme`] included), so slot rounds are fenced like any
-//! lease.
+//! several replicas that read the same row only one write matches. A Lua script runs atomically, so
+//! here the read and the write are **one script, one round trip**, and nothing can change the
+//! record between them: the first claim to run wins, the others find the lease live and get
+//! [`SlotClaim::Held`](lease_core::backend::slots::SlotClaim::Held). `claim_slot` and `claim_rerun`
+//! make terms as `claim` does ([`TermScheme`] included), so slot rounds are fenced like any lease.
 //!
 //! Instants are stored as decimal strings and compared as such (sign, length, digits), so every
 //! `i64` is exact, even beyond the 2⁵³ a Lua number can hold.
@@ -99,12 +99,12 @@
 //!
 //! # Partitions
 //!
-//! [`RedisStore`] implements [`lease_core::PartitionStore`] (capability `partitions: true`) with
-//! the rules of the [`lease_core::partitions`] module. A group's partition leases are **one
-//! hash**, `<prefix>{<group>}:partitions`, with one field per partition: the field is the
-//! partition number in decimal, its value `<epoch> <expires_at_ms> <owner>` (server time, Unix
-//! milliseconds; the owner last, so it may hold spaces), e.g. `7 1732890000123 node-a@0f3c…`.
-//! One Lua script per operation, each reading "now" from `TIME`:
+//! [`RedisStore`] implements [`lease_core::backend::partitions::PartitionStore`] (capability
+//! `partitions: true`) with the rules of the [`lease_core::backend::partitions`] module. A group's
+//! partition leases are **one hash**, `<prefix>{<group>}:partitions`, with one field per partition:
+//! the field is the partition number in decimal, its value `<epoch> <expires_at_ms> <owner>`
+//! (server time, Unix milliseconds; the owner last, so it may hold spaces), e.g. `7 1732890000123
+//! node-a@0f3c…`. One Lua script per operation, each reading "now" from `TIME`:
 //!
 //! | operation | script does, atomically | round trips |
 //! |---|---|---|
@@ -113,16 +113,16 @@
 //! | `release_partitions` | for each partition named: live under this owner? expiry = now, record and epoch kept | 1, however many |
 //! | `owners` | `HGETALL`, keep the live ones (sorted by partition in the store) | 1 |
 //!
-//! A renewal or release sends every partition number as an argument of one `EVALSHA` on the
-//! group's one key ([`BatchRenew::Fixed`](lease_core::backend::BatchRenew::Fixed) with one round trip; two
-//! only when the server had not cached the script). The script reads and checks every record
-//! first (`HMGET` in chunks of 1,000, Lua's `unpack` limit being about 8,000 values) and only
-//! then writes (`HSET` in chunks), so a malformed record fails the whole call and changes
-//! nothing. An empty slice does no I/O. Redis runs nothing else while a script runs: a renewal
-//! of 1,000 partitions holds the server for about 2.5 ms, and `owners` of a 1,000-partition
-//! group about 3 ms (server time from `INFO commandstats` on a loaded 2-vCPU test machine;
-//! about 30 ms each for 10,000 partitions, the most one call takes), so keep groups to
-//! thousands of partitions, not millions.
+//! A renewal or release sends every partition number as an argument of one `EVALSHA` on the group's
+//! one key ([`BatchRenew::Fixed`](lease_core::backend::partitions::BatchRenew::Fixed) with one
+//! round trip; two only when the server had not cached the script). The script reads and checks
+//! every record first (`HMGET` in chunks of 1,000, Lua's `unpack` limit being about 8,000 values)
+//! and only then writes (`HSET` in chunks), so a malformed record fails the whole call and changes
+//! nothing. An empty slice does no I/O. Redis runs nothing else while a script runs: a renewal of
+//! 1,000 partitions holds the server for about 2.5 ms, and `owners` of a 1,000-partition group
+//! about 3 ms (server time from `INFO commandstats` on a loaded 2-vCPU test machine; about 30 ms
+//! each for 10,000 partitions, the most one call takes), so keep groups to thousands of partitions,
+//! not millions.
 //!
 //! Epochs are fencing tokens and are made exactly as lease terms are: [`TermScheme`] applies to
 //! them too (with [`TermScheme::ClockFloor`] an epoch that goes up becomes at least the server's
@@ -140,12 +140,12 @@
 //!
 //! # Membership
 //!
-//! [`RedisStore`] implements [`lease_core::MembershipStore`] (capability `membership: true`).
-//! A service's members are **two keys under the service's hash tag**:
+//! [`RedisStore`] implements [`lease_core::backend::membership::MembershipStore`] (capability
+//! `membership: true`). A service's members are **two keys under the service's hash tag**:
 //!
 //! - `<prefix>{<service>}:members`, a hash: node id → `<address>\n<groups>` (the groups one per
-//!   line, as [`lease_core::backend::encode_groups`] writes them; addresses and names hold no control
-//!   characters);
+//!   line, as [`lease_core::backend::encode_groups`] writes them; addresses and names hold no
+//!   control characters);
 //! - `<prefix>{<service>}:members:expiry`, a sorted set: node id scored by its expiry (server
 //!   time, Unix milliseconds).
 //!
@@ -167,7 +167,7 @@
 //! # Counted leases
 //!
 //! [`RedisStore`] implements the permit operations of [`lease_core::LeaseStore`] (capability
-//! `permits: true`) with the rules of the [`lease_core::permits`] module. A counted name's
+//! `permits: true`) with the rules of the [`lease_core::backend::permits`] module. A counted name's
 //! permits are one hash, `<prefix>{<name>}:permits`, apart from the name's lease record (so
 //! holding a name plainly and by permit are two things): the field `term` holds the greatest
 //! term issued for the name across its permits, and one field per permit, its index in decimal,
@@ -182,11 +182,11 @@
 //! | `verify_permit` | the permit live under this holder, found by its token (writes nothing) | 1 |
 //! | `permits` | every permit record, live or not (writes nothing) | 1 |
 //!
-//! Counting and taking are one script, so racing claims never grant the (N+1)-th; a claim reads
-//! the whole hash, at most [`MAX_PERMITS`](lease_core::permits::MAX_PERMITS) fields and the
-//! term. The hash never carries a key TTL: its terms are exactly as durable as lease records
-//! (see *Durability*). `claim_permit` and `release_permit` publish `permits <key>` when they
-//! change hands, which wakes the name's waiters (see *Hints*).
+//! Counting and taking are one script, so racing claims never grant the (N+1)-th; a claim reads the
+//! whole hash, at most [`MAX_PERMITS`](lease_core::backend::permits::MAX_PERMITS) fields and the
+//! term. The hash never carries a key TTL: its terms are exactly as durable as lease records (see
+//! *Durability*). `claim_permit` and `release_permit` publish `permits <key>` when they change
+//! hands, which wakes the name's waiters (see *Hints*).
 //!
 //! # Hints
 //!
@@ -205,7 +205,7 @@
 //! ([`RedisStore::connect`] opens it from the URL; a store built with
 //! [`RedisStore::with_client`] needs [`RedisStore::with_listener`] and a `redis::Client`,
 //! otherwise its hints cover only its own operations and say so with
-//! [`Wakeups::is_connected`](lease_core::notify::Wakeups::is_connected) `false`).
+//! [`Wakeups::is_connected`](lease_core::backend::notify::Wakeups::is_connected) `false`).
 //!
 //! Guarantees and limits: **a hint decides nothing** — a woken waiter claims through the
 //! scripts as usual. Pub/sub is at-most-once: a hint published while the subscriber is
@@ -253,15 +253,15 @@
 //! `}` the store adds and the others never do, so no group or service key is ever taken for a
 //! lease record, whatever the names (a lease, a group and a service may even share a name).
 //!
-//! **Redis Cluster:** the braces make the whole name the key's hash tag, so each operation
-//! touches one key in one slot. Names may hold `{` and `}`: the name is escaped inside the tag
-//! (`%` → `%25`, `{` → `%7B`, `}` → `%7D`, nothing else changes), so the tag always ends at the
-//! closing brace the store adds, and the prefix may not hold braces
-//! ([`RedisConfig::validate`]). For example `orders{eu}` is stored at `lease:{orders%7Beu%7D}`,
-//! and a group of that name at `lease:{orders%7Beu%7D}:partitions`. All the keys of a group, or
-//! of a service, share its tag, so every partition and membership script is one slot.
-//! The one operation on many names, [`SlotStore::unfinished`](lease_core::SlotStore::unfinished),
-//! sends one single-key script per name (see *Scheduler slots*).
+//! **Redis Cluster:** the braces make the whole name the key's hash tag, so each operation touches
+//! one key in one slot. Names may hold `{` and `}`: the name is escaped inside the tag (`%` →
+//! `%25`, `{` → `%7B`, `}` → `%7D`, nothing else changes), so the tag always ends at the closing
+//! brace the store adds, and the prefix may not hold braces ([`RedisConfig::validate`]). For
+//! example `orders{eu}` is stored at `lease:{orders%7Beu%7D}`, and a group of that name at
+//! `lease:{orders%7Beu%7D}:partitions`. All the keys of a group, or of a service, share its tag, so
+//! every partition and membership script is one slot. The one operation on many names,
+//! [`SlotStore::unfinished`](lease_core::backend::slots::SlotStore::unfinished), sends one
+//! single-key script per name (see *Scheduler slots*).
 //!
 //! Names, groups and services are at most [`MAX_NAME_BYTES`] (1024) bytes, checked with the
 //! other name rules before any I/O (owners as instance labels, at most 128 bytes; node ids at
@@ -298,21 +298,21 @@
 //! [`RedisConfig::allow_fsync_everysec`] (a warning too), or choose [`TermScheme::ClockFloor`].
 //! It cannot see replication lag.
 //!
-//! **The check is never skipped:** a store runs it itself, once, before its first claim,
-//! acquire or heartbeat, however it was built ([`RedisStore::connect`],
-//! [`RedisStore::with_client`]), so a coordinator, group worker or scheduler over a volatile server refuses to
-//! start work (the operation fails with the check's `Unsupported` error) instead of handing out
-//! terms that a restart can repeat. Calling `available()` at start-up fails earlier, and spares
-//! the first claim the check's round trips.
+//! **The check is never skipped:** a store runs it itself, once, before its first claim, acquire or
+//! heartbeat, however it was built ([`RedisStore::connect`], [`RedisStore::with_client`]), so a
+//! coordinator, group worker or scheduler over a volatile server refuses to start work (the
+//! operation fails with the check's `Unsupported` error) instead of handing out terms that a
+//! restart can repeat. Calling `available()` at start-up fails earlier, and spares the first claim
+//! the check's round trips.
 //!
 //! [`TermScheme::ClockFloor`] makes a claim's term (and an acquire's new epoch) the larger of the
-//! stored value + 1 and the server's clock in microseconds, so a lost record does not restart terms at 1: the next term
-//! is still higher than every earlier term of the name **unless the clock of the Redis serving
-//! the next claim reads no later than the clock of the Redis that issued the last lost term did**
-//! (a clock stepped back, or a failover to a host whose clock is behind by more than the time
-//! between the lost claim and the next one). Its terms are not consecutive and start near
-//! 1.8 × 10¹⁵ (they stay below 2⁵³, exact in Lua's numbers, until the year 2255), which departs
-//! from the contract's "starts at 1, +1 per claim" — that is why it is not the default.
+//! stored value + 1 and the server's clock in microseconds, so a lost record does not restart terms
+//! at 1: the next term is still higher than every earlier term of the name **unless the clock of
+//! the Redis serving the next claim reads no later than the clock of the Redis that issued the last
+//! lost term did** (a clock stepped back, or a failover to a host whose clock is behind by more
+//! than the time between the lost claim and the next one). Its terms are not consecutive and start
+//! near 1.8 × 10¹⁵ (they stay below 2⁵³, exact in Lua's numbers, until the year 2255), which
+//! departs from the contract's "starts at 1, +1 per claim" — that is why it is not the default.
 //!
 //! Expiry is judged by the server's clock: if that clock jumps forward (a step by NTP, a failover
 //! to a host whose clock is ahead), live leases end early and another holder may claim while the
@@ -339,22 +339,21 @@
 //!
 //! # Timeouts and errors
 //!
-//! Every operation is bounded by [`RedisConfig::operation_timeout`] (5 s unless set) and then
-//! fails with `Timeout`, outcome unknown, which the coordinator handles (it reads a claim back
-//! with verify). That bound is the one timer of an operation: it covers the `EVALSHA`, the
-//! `EVAL` after a `NOSCRIPT` and any wait for a reconnection, and [`RedisStore::connect`] arms
-//! no response timeout of its own on the `ConnectionManager` (a second timer per request would
-//! only cost time). The manager's connection timeout is [`RedisConfig::connect_timeout`] (2 s),
-//! so a stalled socket never holds an operation beyond the bound and a dropped one is
-//! reconnected on the next request; build your
-//! own manager the same way with [`RedisConfig::manager_config`]. A connection failure
-//! (refused, reset, closed) is `Unavailable` (temporary); errors the server answers are
-//! `Backend` with the Redis error as source (see the mapping in the source of `error.rs`). Every
-//! error carries the operation and name (`Error::operation`, `Error::name`) and, when the store
-//! knows it ([`RedisConfig::server_label`], set by [`RedisStore::connect`]), the server's host
-//! and port (`Error::server`), never credentials; the message says only what went wrong. Names and durations are refused (`InvalidName`, `InvalidTimings`) before any
-//! I/O; so are groups, owners, node ids, addresses, group lists and partition batches (at most
-//! 10,000 per call).
+//! Every operation is bounded by [`RedisConfig::operation_timeout`] (5 s unless set) and then fails
+//! with `Timeout`, outcome unknown, which the coordinator handles (it reads a claim back with
+//! verify). That bound is the one timer of an operation: it covers the `EVALSHA`, the `EVAL` after
+//! a `NOSCRIPT` and any wait for a reconnection, and [`RedisStore::connect`] arms no response
+//! timeout of its own on the `ConnectionManager` (a second timer per request would only cost time).
+//! The manager's connection timeout is [`RedisConfig::connect_timeout`] (2 s), so a stalled socket
+//! never holds an operation beyond the bound and a dropped one is reconnected on the next request;
+//! build your own manager the same way with [`RedisConfig::manager_config`]. A connection failure
+//! (refused, reset, closed) is `Unavailable` (temporary); errors the server answers are `Backend`
+//! with the Redis error as source (see the mapping in the source of `error.rs`). Every error
+//! carries the operation and name (`Error::operation`, `Error::name`) and, when the store knows it
+//! ([`RedisConfig::server_label`], set by [`RedisStore::connect`]), the server's host and port
+//! (`Error::server`), never credentials; the message says only what went wrong. Names and durations
+//! are refused (`InvalidName`, `InvalidTimings`) before any I/O; so are groups, owners, node ids,
+//! addresses, group lists and partition batches (at most 10,000 per call).
 //!
 //! Requires Redis 5.0 or later (scripts replicated by effect, so `TIME` may precede writes);
 //! tested on Redis 7.0.

@@ -6,7 +6,10 @@ use std::time::Duration;
 
 use lease_core::backend::{async_trait, ceil_millis, check, decode_groups, encode_groups};
 use lease_core::layer::Operation;
-use lease_core::{Member, MembershipStore, Result};
+use lease_core::{
+    Result,
+    backend::membership::{Member, MembershipStore},
+};
 use redis::aio::ConnectionLike;
 
 use crate::error::During;

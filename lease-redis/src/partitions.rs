@@ -5,11 +5,14 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use lease_core::LeaseStoreExt;
+use lease_core::backend::LeaseStoreExt;
 use lease_core::backend::check::{self, Batch};
 use lease_core::backend::{async_trait, ceil_millis};
 use lease_core::layer::Operation;
-use lease_core::{Error, PartitionLease, PartitionStore, Result};
+use lease_core::{
+    Error, Result,
+    backend::partitions::{PartitionLease, PartitionStore},
+};
 use redis::aio::ConnectionLike;
 
 use crate::error::{During, unexpected_reply};
@@ -107,8 +110,8 @@ where
     }
 
     /// One round trip (`renew_partitions.lua`), whatever the number of partitions (up to
-    /// [`MAX_PARTITIONS_PER_CALL`](lease_core::backend::MAX_PARTITIONS_PER_CALL)); none for an empty
-    /// slice.
+    /// [`MAX_PARTITIONS_PER_CALL`](lease_core::backend::partitions::MAX_PARTITIONS_PER_CALL)); none
+    /// for an empty slice.
     async fn renew_partitions(
         &self,
         group: &str,
@@ -177,7 +180,7 @@ where
             )
             .await?;
         if ended > 0 {
-            self.changed(&lease_core::notify::Topic::group(group));
+            self.changed(&lease_core::backend::notify::Topic::group(group));
         }
         Ok(ended)
     }

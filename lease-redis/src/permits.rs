@@ -1,17 +1,19 @@
-//! Counted leases on Redis (see [`lease_core::permits`] for the rules): a name's permits are
-//! one hash, `<prefix>{<name>}:permits`, apart from its lease record, with the field `term`
+//! Counted leases on Redis (see [`lease_core::backend::permits`] for the rules): a name's permits
+//! are one hash, `<prefix>{<name>}:permits`, apart from its lease record, with the field `term`
 //! (the greatest term issued for the name across its permits) and one field per permit. Each
-//! operation is one Lua script, one round trip (`src/wire/scripts/*_permit.lua`,
-//! `permits.lua`), judging time by the server's `TIME`; `replica_acks` applies as to every
-//! write.
+//! operation is one Lua script, one round trip (`src/wire/scripts/*_permit.lua`, `permits.lua`),
+//! judging time by the server's `TIME`; `replica_acks` applies as to every write.
 
 use std::time::Duration;
 
 use lease_core::backend::async_trait;
+use lease_core::backend::notify::Topic;
 use lease_core::backend::{Grant, HolderToken, ceil_millis, check};
 use lease_core::layer::Operation;
-use lease_core::notify::Topic;
-use lease_core::{PermitGrant, PermitInfo, PermitStore, Result};
+use lease_core::{
+    Result,
+    backend::permits::{PermitGrant, PermitInfo, PermitStore},
+};
 use redis::aio::ConnectionLike;
 
 use crate::error::During;
@@ -38,8 +40,8 @@ impl<C> PermitStore for RedisStore<C>
 where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
-    /// [`PermitStore::claim_permit`](lease_core::PermitStore::claim_permit): `claim_permit.lua`,
-    /// one round trip, after the start-up check (it hands out a term).
+    /// [`PermitStore::claim_permit`](lease_core::backend::permits::PermitStore::claim_permit):
+    /// `claim_permit.lua`, one round trip, after the start-up check (it hands out a term).
     async fn claim_permit(
         &self,
         name: &str,
@@ -80,7 +82,8 @@ where
         }))
     }
 
-    /// [`PermitStore::renew_permit`](lease_core::PermitStore::renew_permit): `renew_permit.lua`.
+    /// [`PermitStore::renew_permit`](lease_core::backend::permits::PermitStore::renew_permit):
+    /// `renew_permit.lua`.
     async fn renew_permit(
         &self,
         name: &str,
@@ -107,7 +110,7 @@ where
         Ok(reply.map(grant))
     }
 
-    /// [`PermitStore::release_permit`](lease_core::PermitStore::release_permit):
+    /// [`PermitStore::release_permit`](lease_core::backend::permits::PermitStore::release_permit):
     /// `release_permit.lua`, which publishes the hint when it ended a live permit.
     async fn release_permit(&self, name: &str, permit: u32, holder: &HolderToken) -> Result<bool> {
         check::permit(self, name, permit)?;
@@ -131,7 +134,7 @@ where
         Ok(n == 1)
     }
 
-    /// [`PermitStore::verify_permit`](lease_core::PermitStore::verify_permit):
+    /// [`PermitStore::verify_permit`](lease_core::backend::permits::PermitStore::verify_permit):
     /// `verify_permit.lua`, which writes nothing.
     async fn verify_permit(&self, name: &str, holder: &HolderToken) -> Result<Option<PermitGrant>> {
         check::name(self, name)?;
@@ -155,8 +158,8 @@ where
         }))
     }
 
-    /// [`PermitStore::permits`](lease_core::PermitStore::permits): `permits.lua`, which writes
-    /// nothing; sorted by permit here.
+    /// [`PermitStore::permits`](lease_core::backend::permits::PermitStore::permits): `permits.lua`,
+    /// which writes nothing; sorted by permit here.
     async fn permits(&self, name: &str) -> Result<Vec<PermitInfo>> {
         check::name(self, name)?;
         let key = self.permits_key_of(name);

@@ -6,10 +6,11 @@ use std::time::Duration;
 
 use lease_core::backend::check::{self, Batch};
 use lease_core::backend::{
-    Grant, HolderToken, SlotClaim, SlotFinish, SlotRecord, async_trait, ceil_millis,
+    Grant, HolderToken, async_trait, ceil_millis,
+    slots::{SlotClaim, SlotFinish, SlotRecord},
 };
 use lease_core::layer::Operation;
-use lease_core::{Result, SlotStore};
+use lease_core::{Result, backend::slots::SlotStore};
 use redis::RedisResult;
 use redis::ServerErrorKind;
 use redis::aio::ConnectionLike;

@@ -8,7 +8,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use lease_core::{Error, LeaseStoreExt, Result};
+use lease_core::{Error, Result, backend::LeaseStoreExt};
 use redis::aio::{ConnectionLike, ConnectionManager};
 use tokio::sync::OnceCell;
 
@@ -34,10 +34,11 @@ pub const MAX_NAME_BYTES: usize = 1024;
 ///
 /// Each operation is one `EVALSHA` (one round trip); only the first use of a script on a server
 /// that has not cached it costs a second (`NOSCRIPT`, then `EVAL`). It also implements
-/// [`lease_core::SlotStore`]: `unfinished` pipelines one `EVALSHA` per name (one round trip on
-/// one server); and [`lease_core::PartitionStore`] and [`lease_core::MembershipStore`], one `EVALSHA` per operation however many partitions a renewal
-/// names. See the crate documentation for the data layout, the scheduler slots, partitions and
-/// membership, the durability of terms and epochs, and the clean-up policy.
+/// [`lease_core::backend::slots::SlotStore`]: `unfinished` pipelines one `EVALSHA` per name (one
+/// round trip on one server); and [`lease_core::backend::partitions::PartitionStore`] and
+/// [`lease_core::backend::membership::MembershipStore`], one `EVALSHA` per operation however many
+/// partitions a renewal names. See the crate documentation for the data layout, the scheduler
+/// slots, partitions and membership, the durability of terms and epochs, and the clean-up policy.
 #[derive(Clone)]
 pub struct RedisStore<C = ConnectionManager> {
     pub(crate) conn: C,
@@ -48,7 +49,8 @@ pub(crate) struct Inner {
     pub(crate) config: RedisConfig,
     /// "redis server host:port", or "the Redis server", for messages.
     pub(crate) server: String,
-    /// Set once the start-up check ([`LeaseStore::available`](lease_core::LeaseStore::available)) has passed.
+    /// Set once the start-up check ([`LeaseStore::available`](lease_core::LeaseStore::available))
+    /// has passed.
     pub(crate) started: OnceCell<()>,
     /// On a `SentinelConnection`: the generation of the primary connection the check last
     /// passed on (a later connection may reach a promoted replica, which is checked again);
@@ -76,15 +78,14 @@ impl RedisStore<ConnectionManager> {
     /// `rediss://…`, `redis+unix:///path`) with `config`.
     ///
     /// The store runs on a [`ConnectionManager`] set up by [`RedisConfig::manager_config`]. A
-    /// malformed URL or an unreachable server gives `Unavailable`, naming the host and port
-    /// (never the credentials), after [`CONNECT_RETRIES`](crate::CONNECT_RETRIES) + 1 attempts
-    /// of at most [`RedisConfig::connect_timeout`] each. Unless the config names the server
-    /// already ([`RedisConfig::server_label`]), the store's messages name it by the URL's host
-    /// and port. An invalid config is refused before any I/O. The store also opens its
-    /// subscriber connection for hints from every process ([`RedisStore::with_listener`]), in
-    /// the background. Call
-    /// [`available`](lease_core::LeaseStore::available) next, at start-up; the store runs that check itself
-    /// before its first claim anyway (see [`with_client`](Self::with_client)).
+    /// malformed URL or an unreachable server gives `Unavailable`, naming the host and port (never
+    /// the credentials), after [`CONNECT_RETRIES`](crate::CONNECT_RETRIES) + 1 attempts of at most
+    /// [`RedisConfig::connect_timeout`] each. Unless the config names the server already
+    /// ([`RedisConfig::server_label`]), the store's messages name it by the URL's host and port. An
+    /// invalid config is refused before any I/O. The store also opens its subscriber connection for
+    /// hints from every process ([`RedisStore::with_listener`]), in the background. Call
+    /// [`available`](lease_core::LeaseStore::available) next, at start-up; the store runs that
+    /// check itself before its first claim anyway (see [`with_client`](Self::with_client)).
     pub async fn connect(url: &str, config: RedisConfig) -> Result<RedisStore> {
         config.validate()?;
         let client = redis::Client::open(url).map_err(|e| error::bad_url(url, e))?;
@@ -110,19 +111,19 @@ where
     /// [`connect`](RedisStore::connect) does.
     ///
     /// **The start-up check is never skipped.** The store runs
-    /// [`available`](lease_core::LeaseStore::available) itself, once, before its first operation that hands
-    /// out a term or joins a group (`claim`, `claim_slot`, `claim_rerun`, `acquire_partition`,
-    /// `heartbeat`), so a coordinator, group worker or scheduler built over it refuses to work
-    /// on a server that could repeat fencing tokens, whether or not anyone called `available`.
-    /// While the check fails, each of those operations fails with the check's error (for a
-    /// volatile server `Unsupported`, saying what to change) and tries the check again next
+    /// [`available`](lease_core::LeaseStore::available) itself, once, before its first operation
+    /// that hands out a term or joins a group (`claim`, `claim_slot`, `claim_rerun`,
+    /// `acquire_partition`, `heartbeat`), so a coordinator, group worker or scheduler built over it
+    /// refuses to work on a server that could repeat fencing tokens, whether or not anyone called
+    /// `available`. While the check fails, each of those operations fails with the check's error
+    /// (for a volatile server `Unsupported`, saying what to change) and tries the check again next
     /// time; once it has passed (or an explicit `available()` call passed), it is not run again.
-    /// Call `available()` at start-up anyway, to fail there rather than at the first claim.
-    /// Through a `SentinelConnection` (feature `sentinel`) the check runs again on each new
-    /// connection to a primary, so a replica the Sentinels promote is checked too: each of
-    /// those operations takes the current primary connection once, runs the check over it
-    /// when that connection has not passed it, and goes out on that same connection — never on
-    /// one a failover opened after the check (it fails instead, when the checked one is gone).
+    /// Call `available()` at start-up anyway, to fail there rather than at the first claim. Through
+    /// a `SentinelConnection` (feature `sentinel`) the check runs again on each new connection to a
+    /// primary, so a replica the Sentinels promote is checked too: each of those operations takes
+    /// the current primary connection once, runs the check over it when that connection has not
+    /// passed it, and goes out on that same connection — never on one a failover opened after the
+    /// check (it fails instead, when the checked one is gone).
     ///
     /// **Hints** ([`LeaseStore::changes`](lease_core::LeaseStore::changes)) from such a store
     /// cover only the changes made through the store itself (they say so: disconnected), since
@@ -240,7 +241,8 @@ where
         None
     }
 
-    /// [`LeaseStore::available`](lease_core::LeaseStore::available): the start-up check, remembered once it passed.
+    /// [`LeaseStore::available`](lease_core::LeaseStore::available): the start-up check, remembered
+    /// once it passed.
     pub(crate) async fn check_available(&self) -> Result<()> {
         match self.pinned(During::Task("connect to the primary")).await? {
             Some(on) => on.check_here().await,

@@ -11,7 +11,11 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use lease_core::{
-    ErrorKind, LeaseStore, MembershipStore, PartitionStore, backend::MAX_PARTITIONS_PER_CALL,
+    ErrorKind, LeaseStore,
+    backend::{
+        membership::MembershipStore,
+        partitions::{MAX_PARTITIONS_PER_CALL, PartitionStore},
+    },
 };
 use lease_redis::TermScheme;
 use lease_redis::redis::aio::MultiplexedConnection;
@@ -140,7 +144,7 @@ async fn epochs_follow_the_term_scheme_and_clock_floor_epochs_survive_a_lost_gro
         return;
     };
     let key = counter.partitions_key(group).unwrap();
-    let epoch = |l: Option<lease_core::PartitionLease>| l.unwrap().epoch;
+    let epoch = |l: Option<lease_core::backend::partitions::PartitionLease>| l.unwrap().epoch;
     assert_eq!(
         epoch(counter.acquire_partition(group, 0, a, TTL).await.unwrap()),
         1

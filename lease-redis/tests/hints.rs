@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use lease_conformance::hints::{self, HINT_BOUND, connected, woken_within};
 use lease_core::LeaseStore;
 use lease_core::backend::HolderToken;
-use lease_core::notify::Topic;
+use lease_core::backend::notify::Topic;
 use lease_redis::RedisStore;
 use lease_redis::redis::Client;
 use lease_redis::redis::aio::{ConnectionManager, MultiplexedConnection};

@@ -10,8 +10,8 @@ mod common;
 use std::time::Duration;
 
 use lease_core::LeaseStore;
-use lease_core::PermitStore;
 use lease_core::backend::HolderToken;
+use lease_core::backend::permits::PermitStore;
 
 #[tokio::test]
 async fn permits_keep_every_rule() {

@@ -8,8 +8,8 @@ mod common;
 use std::time::{Duration, Instant};
 
 use lease_conformance::FaultMode;
-use lease_core::PermitStore;
-use lease_core::notify::Topic;
+use lease_core::backend::notify::Topic;
+use lease_core::backend::permits::PermitStore;
 use lease_core::{ErrorKind, LeaseStore, backend::HolderToken};
 use lease_redis::redis::aio::{ConnectionManager, MultiplexedConnection};
 use lease_redis::redis::{AsyncTypedCommands, Client};
@@ -630,7 +630,8 @@ async fn built_with_client(url: &str, config: RedisConfig) -> RedisStore {
 #[tokio::test]
 async fn a_store_built_with_client_checks_the_server_before_its_first_claim() {
     use lease_core::{
-        Coordinator, GroupWorker, MembershipStore, PartitionStore, SlotStore, Timings,
+        Coordinator, GroupWorker, Timings,
+        backend::{membership::MembershipStore, partitions::PartitionStore, slots::SlotStore},
     };
     let Some(url) = common::url() else { return };
     let _config = SERVER_CONFIG.lock().await;

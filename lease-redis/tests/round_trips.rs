@@ -14,10 +14,15 @@ mod common;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use lease_core::PermitStore;
+use lease_core::backend::permits::PermitStore;
 use lease_core::{
-    LeaseStore, MembershipStore, PartitionStore, SlotStore,
-    backend::{HolderToken, SlotClaim},
+    LeaseStore,
+    backend::{
+        HolderToken,
+        membership::MembershipStore,
+        partitions::PartitionStore,
+        slots::{SlotClaim, SlotStore},
+    },
 };
 use lease_redis::redis::aio::MultiplexedConnection;
 

@@ -12,8 +12,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use lease_core::{
-    ErrorKind, LeaseStore, SlotStore,
-    backend::{HolderToken, SlotClaim},
+    ErrorKind, LeaseStore,
+    backend::{
+        HolderToken,
+        slots::{SlotClaim, SlotStore},
+    },
 };
 use lease_redis::redis::aio::{ConnectionLike, MultiplexedConnection};
 use lease_redis::redis::{AsyncTypedCommands, Cmd, Pipeline, RedisFuture, ServerErrorKind, Value};
@@ -70,7 +73,7 @@ async fn slot_instants_live_in_the_names_hash_without_a_key_ttl() {
     let plain = "plain";
     store.claim(plain, &h, "w", TTL).await.unwrap().unwrap();
     let rec = store.last_slot(plain).await.unwrap().unwrap();
-    assert_eq!(rec, lease_core::backend::SlotRecord::default());
+    assert_eq!(rec, lease_core::backend::slots::SlotRecord::default());
     let f = store.finish_slot(plain, &h, at, None).await.unwrap();
     assert!(!f.recorded && f.released, "{f:?}");
     let _: usize = raw.del(&key).await.unwrap();

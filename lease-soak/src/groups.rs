@@ -7,7 +7,7 @@
 //! change) for a partition held by two workers at once or under an epoch lower than one already
 //! seen. Each worker also has a simulated consumer that records when it starts and stops working
 //! each partition, and under which epoch: half of them stop soon after a partition leaves and
-//! acknowledge the stop ([`StopAck`](lease::StopAck)), the others go on working for half
+//! acknowledge the stop ([`StopAck`](lease::group::StopAck)), the others go on working for half
 //! the grace and never acknowledge. The audit fails on two consumers working one partition at
 //! once, and on a holding whose epoch is not above every earlier holding's of that partition. Once every fault and event is over (and the server is back), and every live worker's
 //! store answers again (a client may still be waiting between reconnection attempts), the
@@ -20,7 +20,9 @@ use std::collections::{BTreeSet, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lease::{Assignment, GroupWorker, MembershipStore, PartitionStore, Timings};
+use lease::backend::membership::MembershipStore;
+use lease::backend::partitions::PartitionStore;
+use lease::{Assignment, GroupWorker, Timings};
 use lease_conformance::GroupStore;
 use lease_conformance::{AssignmentAudit, ConsumerPlan, assignments_settled};
 use tokio::sync::watch;

@@ -14,13 +14,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use lease::backend::membership::{Member, MembershipStore};
+use lease::backend::partitions::{PartitionLease, PartitionStore};
+use lease::backend::permits::PermitStore;
+use lease::backend::{Capabilities, Grant, HolderToken, LeaseInfo, async_trait};
 use lease::layer::{Answer, Call, Hook, Intercept, Operation, answer_as, peek};
 use lease::sql::{SqlConfig, SqliteStore};
-use lease::{
-    Capabilities, Error, LeaseInfo, LeaseStore, Member, MembershipStore, PartitionLease,
-    PartitionStore, PermitStore, Result,
-    backend::{Grant, HolderToken, async_trait},
-};
+use lease::{Error, LeaseStore, Result};
 use lease_conformance::{ChaosConfig, ChaosCounts, FaultMode, FaultProxy, FaultyStore, GroupStore};
 
 use crate::cli::BackendKind;
@@ -400,7 +400,7 @@ impl LeaseStore for Reopenable {
         Some(self)
     }
 
-    fn slot_store(&self) -> Option<&dyn lease::SlotStore> {
+    fn slot_store(&self) -> Option<&dyn lease::backend::slots::SlotStore> {
         None
     }
 
@@ -443,7 +443,10 @@ impl LeaseStore for Reopenable {
         self.store()?.force_release(name).await
     }
 
-    fn changes(&self, topic: &lease::notify::Topic) -> Option<lease::notify::Wakeups> {
+    fn changes(
+        &self,
+        topic: &lease::backend::notify::Topic,
+    ) -> Option<lease::backend::notify::Wakeups> {
         self.store().ok()?.changes(topic)
     }
 }
@@ -458,7 +461,7 @@ impl PermitStore for Reopenable {
         holder: &HolderToken,
         instance: &str,
         ttl: Duration,
-    ) -> Result<Option<lease::PermitGrant>> {
+    ) -> Result<Option<lease::backend::permits::PermitGrant>> {
         self.store()?
             .claim_permit(name, permits, holder, instance, ttl)
             .await
@@ -482,7 +485,7 @@ impl PermitStore for Reopenable {
         &self,
         name: &str,
         holder: &HolderToken,
-    ) -> Result<Option<lease::PermitGrant>> {
+    ) -> Result<Option<lease::backend::permits::PermitGrant>> {
         self.store()?.verify_permit(name, holder).await
     }
 
@@ -491,11 +494,11 @@ impl PermitStore for Reopenable {
         name: &str,
         permits: u32,
         holder: &HolderToken,
-    ) -> Result<Option<lease::PermitGrant>> {
+    ) -> Result<Option<lease::backend::permits::PermitGrant>> {
         self.store()?.read_back_permit(name, permits, holder).await
     }
 
-    async fn permits(&self, name: &str) -> Result<Vec<lease::PermitInfo>> {
+    async fn permits(&self, name: &str) -> Result<Vec<lease::backend::permits::PermitInfo>> {
         self.store()?.permits(name).await
     }
 }

@@ -214,9 +214,10 @@ impl SqlConfig {
     /// - **MySQL/MariaDB**: no effect; only the changes made through the same store wake its
     ///   waiters (see `MySqlStore`).
     ///
-    /// Off, every store still wakes its own waiters on the changes made through itself, and
-    /// says that hints may be missing ([`Wakeups::is_connected`](lease_core::notify::Wakeups::is_connected)
-    /// is `false`), so waiters keep their polling pace.
+    /// Off, every store still wakes its own waiters on the changes made through itself, and says
+    /// that hints may be missing
+    /// ([`Wakeups::is_connected`](lease_core::backend::notify::Wakeups::is_connected) is `false`),
+    /// so waiters keep their polling pace.
     pub fn hints(mut self, on: bool) -> Self {
         self.hints = on;
         self

@@ -10,10 +10,13 @@
 
 use std::time::Duration;
 
+use lease_core::backend::notify::{Topic, Wakeups};
 use lease_core::backend::{Grant, HolderToken};
 use lease_core::layer::Operation;
-use lease_core::notify::{Topic, Wakeups};
-use lease_core::{Capabilities, LeaseInfo, Result};
+use lease_core::{
+    Result,
+    backend::{Capabilities, LeaseInfo},
+};
 use sqlx::Transaction;
 
 use crate::leases::LeaseDriver;
@@ -25,20 +28,20 @@ use crate::store::{
     Fence, SqlStore, Token, lost_in_transaction, permit_not_verifiable, remaining, ttl_ms,
 };
 
-/// What one database brings to the store, in one part per store trait ([`LeaseDriver`] for
-/// the lease table, its start-up checks, hints and verified transactions; [`PartitionDriver`],
-/// [`MemberDriver`], [`PermitDriver`], [`SlotDriver`] for partitioned leases, membership,
-/// counted leases and scheduler slots): its statements run on its connections, its rows read, and the writes it does
-/// its own way (MySQL's through `LAST_INSERT_ID`, PostgreSQL's and SQLite's with `RETURNING`).
-/// MySQL implements the parts in `mysql/` for its sqlx database type; PostgreSQL and SQLite,
-/// which share their statements, implement `Returning` (in `shared.rs`) in their folders and
-/// get the parts from the impls written once over it. One generic impl of each store trait on
+/// What one database brings to the store, in one part per store trait ([`LeaseDriver`] for the
+/// lease table, its start-up checks, hints and verified transactions; [`PartitionDriver`],
+/// [`MemberDriver`], [`PermitDriver`], [`SlotDriver`] for partitioned leases, membership, counted
+/// leases and scheduler slots): its statements run on its connections, its rows read, and the
+/// writes it does its own way (MySQL's through `LAST_INSERT_ID`, PostgreSQL's and SQLite's with
+/// `RETURNING`). MySQL implements the parts in `mysql/` for its sqlx database type; PostgreSQL and
+/// SQLite, which share their statements, implement `Returning` (in `shared.rs`) in their folders
+/// and get the parts from the impls written once over it. One generic impl of each store trait on
 /// [`SqlStore`] holds what every database shares: argument checks, answers, hints.
 ///
 /// Named after sqlx's drivers, whose database types implement it, and not after the
-/// [`Dialect`](crate::Dialect), the public enum that names the database: this holds the code that talks to
-/// it. Its methods return futures that are `Send` by their signatures, so the generic store
-/// impls need no sqlx bounds.
+/// [`Dialect`](crate::Dialect), the public enum that names the database: this holds the code that
+/// talks to it. Its methods return futures that are `Send` by their signatures, so the generic
+/// store impls need no sqlx bounds.
 pub(crate) trait Driver:
     LeaseDriver + PartitionDriver + MemberDriver + PermitDriver + SlotDriver
 {
@@ -68,19 +71,19 @@ impl<DB: Driver> lease_core::LeaseStore for SqlStore<DB> {
         }
     }
 
-    fn permit_store(&self) -> Option<&dyn lease_core::PermitStore> {
+    fn permit_store(&self) -> Option<&dyn lease_core::backend::permits::PermitStore> {
         Some(self)
     }
 
-    fn partition_store(&self) -> Option<&dyn lease_core::PartitionStore> {
+    fn partition_store(&self) -> Option<&dyn lease_core::backend::partitions::PartitionStore> {
         Some(self)
     }
 
-    fn membership_store(&self) -> Option<&dyn lease_core::MembershipStore> {
+    fn membership_store(&self) -> Option<&dyn lease_core::backend::membership::MembershipStore> {
         Some(self)
     }
 
-    fn slot_store(&self) -> Option<&dyn lease_core::SlotStore> {
+    fn slot_store(&self) -> Option<&dyn lease_core::backend::slots::SlotStore> {
         Some(self)
     }
 

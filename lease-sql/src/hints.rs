@@ -14,9 +14,9 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use lease_core::backend::Hub;
 use lease_core::backend::listen::Listener;
-use lease_core::notify::{Topic, Wakeups};
+use lease_core::backend::notify::Hub;
+use lease_core::backend::notify::{Topic, Wakeups};
 
 /// What a watcher (SQLite's poller) reads of one subscribed topic: its entry's id (a topic
 /// dropped and subscribed again gets a new one), the topic, and the mark it was subscribed at.

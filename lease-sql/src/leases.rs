@@ -7,15 +7,15 @@
 use std::future::Future;
 
 use lease_core::Result;
-use lease_core::notify::{Topic, Wakeups};
+use lease_core::backend::notify::{Topic, Wakeups};
 
 use crate::store::{SqlStore, Table, Token};
 use crate::wire::conns::LeaseDb;
 
 /// The lease table's part of the `Driver` (`driver.rs`): what a database runs for the lease
-/// operations, its start-up checks, its hints and its verified transactions. The row operations return their
-/// rows as read (the callers check and convert them) and their errors as lease errors, without
-/// the operation's context (the callers add it).
+/// operations, its start-up checks, its hints and its verified transactions. The row operations
+/// return their rows as read (the callers check and convert them) and their errors as lease errors,
+/// without the operation's context (the callers add it).
 pub(crate) trait LeaseDriver: LeaseDb {
     /// The statement that opens a verified transaction, when not sqlx's `BEGIN`.
     const BEGIN: Option<&'static str> = None;

@@ -79,42 +79,41 @@
 //! The table's DDL is [`schema_sql`]; the same SQL ships as migrations under `migrations/` for
 //! those who manage their own schema.
 //!
-//! Partitioned leases ([`PartitionStore`](lease_core::PartitionStore)) and membership
-//! ([`MembershipStore`](lease_core::MembershipStore)) live in two more tables named after the
-//! lease table, `<table>_partitions` and `<table>_members` ([`partitions_schema_sql`],
-//! [`members_schema_sql`], migration `0002`), each checked — and created when missing, unless
-//! [`Ddl::None`] — as the lease table is, but on the first operation that uses it: a store that
-//! serves elections only never creates them. No DDL is sent for a table that exists (so
-//! PostgreSQL logs no "already exists, skipping" notice), and two processes creating a table at
-//! once both succeed. Every one of their operations is one round trip, a batch renewal of any
-//! size included.
+//! Partitioned leases ([`PartitionStore`](lease_core::backend::partitions::PartitionStore)) and
+//! membership ([`MembershipStore`](lease_core::backend::membership::MembershipStore)) live in two
+//! more tables named after the lease table, `<table>_partitions` and `<table>_members`
+//! ([`partitions_schema_sql`], [`members_schema_sql`], migration `0002`), each checked — and
+//! created when missing, unless [`Ddl::None`] — as the lease table is, but on the first operation
+//! that uses it: a store that serves elections only never creates them. No DDL is sent for a table
+//! that exists (so PostgreSQL logs no "already exists, skipping" notice), and two processes
+//! creating a table at once both succeed. Every one of their operations is one round trip, a batch
+//! renewal of any size included.
 
 //!
-//! Counted leases ([`PermitStore::claim_permit`](lease_core::PermitStore::claim_permit) and the
+//! Counted leases
+//! ([`PermitStore::claim_permit`](lease_core::backend::permits::PermitStore::claim_permit) and the
 //! other permit operations, `capabilities().permits`; the rules are
-//! [`lease_core::permits`]'s) live in a table of their own, `<table>_permits`
-//! ([`permits_schema_sql`], migration `0004`), checked and created on first use as the
-//! partition and member tables are: a row per permit and a counter row per name. A claim is one
-//! statement on PostgreSQL, one transaction sent as one request on MySQL and MariaDB, one
-//! `BEGIN IMMEDIATE` transaction on SQLite; every permit operation is one round trip (see each
-//! store's docs).
+//! [`lease_core::backend::permits`]'s) live in a table of their own, `<table>_permits`
+//! ([`permits_schema_sql`], migration `0004`), checked and created on first use as the partition
+//! and member tables are: a row per permit and a counter row per name. A claim is one statement on
+//! PostgreSQL, one transaction sent as one request on MySQL and MariaDB, one `BEGIN IMMEDIATE`
+//! transaction on SQLite; every permit operation is one round trip (see each store's docs).
 //!
 //! Every store implements [`LeaseStore`](lease_core::LeaseStore),
-//! [`PartitionStore`](lease_core::PartitionStore),
-//! [`MembershipStore`](lease_core::MembershipStore) and [`SlotStore`](lease_core::SlotStore);
-//! no operation is missing on any dialect.
+//! [`PartitionStore`](lease_core::backend::partitions::PartitionStore),
+//! [`MembershipStore`](lease_core::backend::membership::MembershipStore) and
+//! [`SlotStore`](lease_core::backend::slots::SlotStore); no operation is missing on any dialect.
 //!
 //! ## Layout
 //!
 //! One impl of each store trait serves every dialect (`driver.rs` for `LeaseStore`,
 //! `partitions.rs`, `membership.rs`, `slots.rs`: argument checks, answers); what differs per
-//! dialect is in its
-//! folder, as sqlx's drivers are: `postgres/`, `mysql/`, `sqlite/` (each with its constructors
-//! and start-up checks in `mod.rs`, its statements in `statements.rs`, and the writes it does
-//! its own way — MySQL's through `LAST_INSERT_ID`, SQLite's boot clock). `store.rs` holds the
-//! store type, what all the others share and the start-up checks, `shared.rs` the statements more than one
-//! dialect runs the same way, `wire/` the DDL, the statements PostgreSQL and SQLite share and
-//! the store's own connections, `error.rs` the classification of sqlx errors.
+//! dialect is in its folder, as sqlx's drivers are: `postgres/`, `mysql/`, `sqlite/` (each with its
+//! constructors and start-up checks in `mod.rs`, its statements in `statements.rs`, and the writes
+//! it does its own way — MySQL's through `LAST_INSERT_ID`, SQLite's boot clock). `store.rs` holds
+//! the store type, what all the others share and the start-up checks, `shared.rs` the statements
+//! more than one dialect runs the same way, `wire/` the DDL, the statements PostgreSQL and SQLite
+//! share and the store's own connections, `error.rs` the classification of sqlx errors.
 
 mod config;
 mod driver;

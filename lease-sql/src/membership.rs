@@ -1,6 +1,6 @@
-//! Membership ([`lease_core::MembershipStore`]) on a table of its own, named after the lease
-//! table: `<table>_members`, one row per `(service, node)` (its start-up checks and errors are
-//! shared with the partition table, in `partitions.rs`).
+//! Membership ([`lease_core::backend::membership::MembershipStore`]) on a table of its own, named
+//! after the lease table: `<table>_members`, one row per `(service, node)` (its start-up checks and
+//! errors are shared with the partition table, in `partitions.rs`).
 //!
 //! One impl for every database: argument checks before any I/O (lease-core's `backend::check`,
 //! one per operation); each database's [`MemberDriver`] runs the statements (PostgreSQL's and
@@ -11,7 +11,7 @@
 
 use std::future::Future;
 
-use lease_core::{Member, Result};
+use lease_core::{Result, backend::membership::Member};
 
 use crate::leases::LeaseDriver;
 use crate::store::{SqlStore, Table, remaining};
@@ -64,7 +64,7 @@ pub(crate) trait MemberDriver: LeaseDriver {
 }
 
 #[lease_core::backend::async_trait]
-impl<DB: MemberDriver> lease_core::MembershipStore for SqlStore<DB>
+impl<DB: MemberDriver> lease_core::backend::membership::MembershipStore for SqlStore<DB>
 where
     Self: lease_core::LeaseStore,
 {
@@ -75,7 +75,7 @@ where
         address: &str,
         ttl: std::time::Duration,
         groups: &[String],
-    ) -> lease_core::Result<lease_core::Member> {
+    ) -> lease_core::Result<lease_core::backend::membership::Member> {
         lease_core::backend::check::heartbeat(self, service, node, address, ttl, groups)?;
         let ms = crate::store::ttl_ms(ttl);
         let list = lease_core::backend::encode_groups(groups);
@@ -90,7 +90,10 @@ where
         Ok(crate::membership::written(node, address, groups, ms))
     }
 
-    async fn members(&self, service: &str) -> lease_core::Result<Vec<lease_core::Member>> {
+    async fn members(
+        &self,
+        service: &str,
+    ) -> lease_core::Result<Vec<lease_core::backend::membership::Member>> {
         lease_core::backend::check::members(self, service)?;
         let during =
             |e: lease_core::Error| e.during(lease_core::layer::Operation::Members, service);

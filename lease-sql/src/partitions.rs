@@ -1,7 +1,7 @@
-//! Partitioned leases ([`lease_core::PartitionStore`]) on a table of their own, named after the
-//! lease table: `<table>_partitions`, one row per `(group_name, partition_no)`; and what the
-//! partition and member tables share (their start-up checks, errors, the deadlock retry).
-//! Their DDL is [`partitions_schema_sql`](crate::partitions_schema_sql) and
+//! Partitioned leases ([`lease_core::backend::partitions::PartitionStore`]) on a table of their
+//! own, named after the lease table: `<table>_partitions`, one row per `(group_name,
+//! partition_no)`; and what the partition and member tables share (their start-up checks, errors,
+//! the deadlock retry). Their DDL is [`partitions_schema_sql`](crate::partitions_schema_sql) and
 //! [`members_schema_sql`](crate::members_schema_sql); the statements are in each dialect's
 //! `statements.rs` and written out in the docs of [`PostgresStore`](crate::PostgresStore),
 //! [`MySqlStore`](crate::MySqlStore) and [`SqliteStore`](crate::SqliteStore).
@@ -18,7 +18,7 @@
 
 use std::future::Future;
 
-use lease_core::{Error, ErrorKind, PartitionLease, Result};
+use lease_core::{Error, ErrorKind, Result, backend::partitions::PartitionLease};
 use sqlx::Database;
 
 use crate::leases::LeaseDriver;
@@ -136,11 +136,14 @@ impl<DB: Database> SqlStore<DB> {
             Table::Members => vec![
                 compared("service", name, names),
                 compared("node", lease_core::backend::MAX_INSTANCE_BYTES, ""),
-                plain("address", lease_core::backend::MAX_ADDRESS_BYTES),
+                plain(
+                    "address",
+                    lease_core::backend::membership::MAX_ADDRESS_BYTES,
+                ),
                 // Every group at its longest, one line feed between two.
                 plain(
                     "group_list",
-                    lease_core::backend::MAX_GROUPS_PER_MEMBER * (name + 1) - 1,
+                    lease_core::backend::membership::MAX_GROUPS_PER_MEMBER * (name + 1) - 1,
                 ),
                 plain("expires_at_ms", 0),
             ],
@@ -272,7 +275,7 @@ pub(crate) trait PartitionDriver: LeaseDriver {
 }
 
 #[lease_core::backend::async_trait]
-impl<DB: PartitionDriver> lease_core::PartitionStore for SqlStore<DB>
+impl<DB: PartitionDriver> lease_core::backend::partitions::PartitionStore for SqlStore<DB>
 where
     Self: lease_core::LeaseStore,
 {
@@ -282,7 +285,7 @@ where
         partition: u32,
         owner: &str,
         ttl: std::time::Duration,
-    ) -> lease_core::Result<Option<lease_core::PartitionLease>> {
+    ) -> lease_core::Result<Option<lease_core::backend::partitions::PartitionLease>> {
         lease_core::backend::check::acquire_partition(self, group, owner, ttl)?;
         let ms = crate::store::ttl_ms(ttl);
         let during =
@@ -296,14 +299,16 @@ where
         if epoch.is_some() {
             self.inner
                 .hints
-                .wrote(&lease_core::notify::Topic::group(group));
+                .wrote(&lease_core::backend::notify::Topic::group(group));
         }
-        Ok(epoch.map(|epoch| lease_core::PartitionLease {
-            partition,
-            owner: owner.to_owned(),
-            epoch,
-            expires_in: crate::store::remaining(ms),
-        }))
+        Ok(
+            epoch.map(|epoch| lease_core::backend::partitions::PartitionLease {
+                partition,
+                owner: owner.to_owned(),
+                epoch,
+                expires_in: crate::store::remaining(ms),
+            }),
+        )
     }
 
     async fn renew_partitions(
@@ -312,7 +317,7 @@ where
         partitions: &[u32],
         owner: &str,
         ttl: std::time::Duration,
-    ) -> lease_core::Result<Vec<lease_core::PartitionLease>> {
+    ) -> lease_core::Result<Vec<lease_core::backend::partitions::PartitionLease>> {
         let batch =
             lease_core::backend::check::renew_partitions(self, group, partitions, owner, ttl)?;
         if batch == lease_core::backend::check::Batch::Empty {
@@ -354,12 +359,15 @@ where
         if ended > 0 {
             self.inner
                 .hints
-                .wrote(&lease_core::notify::Topic::group(group));
+                .wrote(&lease_core::backend::notify::Topic::group(group));
         }
         Ok(usize::try_from(ended).unwrap_or(usize::MAX))
     }
 
-    async fn owners(&self, group: &str) -> lease_core::Result<Vec<lease_core::PartitionLease>> {
+    async fn owners(
+        &self,
+        group: &str,
+    ) -> lease_core::Result<Vec<lease_core::backend::partitions::PartitionLease>> {
         lease_core::backend::check::owners(self, group)?;
         let during = |e: lease_core::Error| e.during(lease_core::layer::Operation::Owners, group);
         self.group_table_ready(Table::Partitions)

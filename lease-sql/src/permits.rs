@@ -1,9 +1,10 @@
-//! Counted leases ([`PermitStore::claim_permit`](lease_core::PermitStore::claim_permit) and the
-//! other permit operations; the rules are in [`lease_core::permits`]) on a table of their own,
-//! named after the lease table: `<table>_permits`, one row per `(name, permit_no)`, and per name
-//! one counter row (`permit_no = -1`) whose term is the greatest ever issued for the name
-//! across its permits. Its DDL is [`permits_schema_sql`](crate::permits_schema_sql); it is
-//! checked, and created when missing, on its first use, as the partition and member tables are.
+//! Counted leases
+//! ([`PermitStore::claim_permit`](lease_core::backend::permits::PermitStore::claim_permit) and the
+//! other permit operations; the rules are in [`lease_core::backend::permits`]) on a table of their
+//! own, named after the lease table: `<table>_permits`, one row per `(name, permit_no)`, and per
+//! name one counter row (`permit_no = -1`) whose term is the greatest ever issued for the name
+//! across its permits. Its DDL is [`permits_schema_sql`](crate::permits_schema_sql); it is checked,
+//! and created when missing, on its first use, as the partition and member tables are.
 //!
 //! One impl for every database: argument checks before any I/O (lease-core's `backend::check`),
 //! the grants, the hints; each database's [`PermitDriver`] runs the statements:
@@ -22,7 +23,7 @@
 use std::future::Future;
 
 use lease_core::backend::async_trait;
-use lease_core::{PermitStore, Result};
+use lease_core::{Result, backend::permits::PermitStore};
 
 use crate::leases::LeaseDriver;
 use crate::store::{SqlStore, Table};
@@ -59,10 +60,10 @@ pub(crate) enum Decision {
     },
 }
 
-/// The rules of [`lease_core::permits`] over the rows of one name (PostgreSQL's and MySQL's
-/// claims say the same in SQL, see their statements): fewer than `count` live and
-/// none the claimant's, then the lowest free permit below `count`, with a term one more than
-/// the greatest the name ever issued (the counter's, or a permit's should it be greater).
+/// The rules of [`lease_core::backend::permits`] over the rows of one name (PostgreSQL's and
+/// MySQL's claims say the same in SQL, see their statements): fewer than `count` live and none the
+/// claimant's, then the lowest free permit below `count`, with a term one more than the greatest
+/// the name ever issued (the counter's, or a permit's should it be greater).
 #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
 pub(crate) fn decide(rows: &[Seen], count: u32) -> Decision {
     let live = |s: &&Seen| s.permit >= 0 && s.left > 0;
@@ -147,7 +148,7 @@ where
         holder: &lease_core::backend::HolderToken,
         instance: &str,
         ttl: std::time::Duration,
-    ) -> lease_core::Result<Option<lease_core::PermitGrant>> {
+    ) -> lease_core::Result<Option<lease_core::backend::permits::PermitGrant>> {
         lease_core::backend::check::claim_permit(self, name, count, instance, ttl)?;
         let ms = crate::store::ttl_ms(ttl);
         let during =
@@ -163,8 +164,8 @@ where
         };
         self.inner
             .hints
-            .wrote(&lease_core::notify::Topic::lease(name));
-        Ok(Some(lease_core::PermitGrant {
+            .wrote(&lease_core::backend::notify::Topic::lease(name));
+        Ok(Some(lease_core::backend::permits::PermitGrant {
             permit: self.permit_from(permit).map_err(during)?,
             grant: lease_core::backend::Grant {
                 term: self.term_from(term).map_err(during)?,
@@ -217,7 +218,7 @@ where
         if ended {
             self.inner
                 .hints
-                .wrote(&lease_core::notify::Topic::lease(name));
+                .wrote(&lease_core::backend::notify::Topic::lease(name));
         }
         Ok(ended)
     }
@@ -226,7 +227,7 @@ where
         &self,
         name: &str,
         holder: &lease_core::backend::HolderToken,
-    ) -> lease_core::Result<Option<lease_core::PermitGrant>> {
+    ) -> lease_core::Result<Option<lease_core::backend::permits::PermitGrant>> {
         lease_core::backend::check::name(self, name)?;
         let op = lease_core::layer::Operation::VerifyPermit;
         let during = |e: lease_core::Error| e.during(op, name);
@@ -237,7 +238,7 @@ where
             .await
             .map_err(during)?;
         row.map(|(permit, term, left)| {
-            Ok(lease_core::PermitGrant {
+            Ok(lease_core::backend::permits::PermitGrant {
                 permit: self.permit_from(permit).map_err(during)?,
                 grant: lease_core::backend::Grant {
                     term: self.term_from(term).map_err(during)?,
@@ -248,7 +249,10 @@ where
         .transpose()
     }
 
-    async fn permits(&self, name: &str) -> lease_core::Result<Vec<lease_core::PermitInfo>> {
+    async fn permits(
+        &self,
+        name: &str,
+    ) -> lease_core::Result<Vec<lease_core::backend::permits::PermitInfo>> {
         lease_core::backend::check::name(self, name)?;
         let op = lease_core::layer::Operation::Permits;
         let during = |e: lease_core::Error| e.during(op, name);
@@ -258,7 +262,7 @@ where
         let rows = DB::permit_rows(self, name).await.map_err(during)?;
         rows.into_iter()
             .map(|(permit, instance, term, left)| {
-                Ok(lease_core::PermitInfo {
+                Ok(lease_core::backend::permits::PermitInfo {
                     permit: self.permit_from(permit)?,
                     instance,
                     term: self.term_from(term)?,

@@ -13,10 +13,10 @@
 use std::future::Future;
 
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
-use lease_core::backend::SlotFinish;
-use lease_core::layer::Operation;
+use lease_core::backend::notify::{Topic, Wakeups};
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
-use lease_core::notify::{Topic, Wakeups};
+use lease_core::backend::slots::SlotFinish;
+use lease_core::layer::Operation;
 use lease_core::{Error, ErrorKind, Result};
 use sqlx::{ColumnIndex, Decode, Encode, Executor, IntoArguments, Type};
 

@@ -1,4 +1,4 @@
-//! Scheduler slots ([`lease_core::SlotStore`]) on the lease table's `slot_ms`,
+//! Scheduler slots ([`lease_core::backend::slots::SlotStore`]) on the lease table's `slot_ms`,
 //! `unfinished_slot_ms` and `rerun_slot_ms` columns.
 //!
 //! One impl for every database: the argument checks, the claim's decision, the answers; each
@@ -33,7 +33,7 @@ use std::future::Future;
 
 use lease_core::LeaseStore;
 use lease_core::Result;
-use lease_core::backend::{SlotClaim, SlotFinish, SlotRecord};
+use lease_core::backend::slots::{SlotClaim, SlotFinish, SlotRecord};
 
 use crate::leases::LeaseDriver;
 use crate::store::{SqlStore, remaining, ttl_ms};
@@ -82,8 +82,8 @@ pub(crate) fn decide(read: ClaimRead, instant_ms: i64) -> Next {
 
 /// A slot write through this store changed `name`'s slots and its lease: both topics hinted.
 pub(crate) fn wrote(hints: &crate::hints::Hints, name: &str) {
-    hints.wrote(&lease_core::notify::Topic::slots(name));
-    hints.wrote(&lease_core::notify::Topic::lease(name));
+    hints.wrote(&lease_core::backend::notify::Topic::slots(name));
+    hints.wrote(&lease_core::backend::notify::Topic::lease(name));
 }
 
 pub(crate) fn claimed(term: u64, ttl_ms: i64, previous: Option<Previous>) -> SlotClaim {
@@ -203,7 +203,7 @@ pub(crate) trait SlotDriver: LeaseDriver {
 }
 
 #[lease_core::backend::async_trait]
-impl<DB: SlotDriver> lease_core::SlotStore for SqlStore<DB>
+impl<DB: SlotDriver> lease_core::backend::slots::SlotStore for SqlStore<DB>
 where
     Self: lease_core::LeaseStore,
 {
@@ -214,7 +214,7 @@ where
         instance: &str,
         ttl: std::time::Duration,
         instant_ms: i64,
-    ) -> lease_core::Result<lease_core::backend::SlotClaim> {
+    ) -> lease_core::Result<lease_core::backend::slots::SlotClaim> {
         let hex = holder.to_hex();
         let claim = crate::slots::Claim::checked(self, name, &hex, instance, ttl, instant_ms)?;
         let read = DB::claim_read(self, name)
@@ -229,7 +229,7 @@ where
             .map_err(|e| e.during(lease_core::layer::Operation::ClaimSlot, name))?;
         Ok(match term {
             // Another replica's write matched first.
-            None => lease_core::backend::SlotClaim::Held,
+            None => lease_core::backend::slots::SlotClaim::Held,
             Some(term) => {
                 crate::slots::wrote(&self.inner.hints, name);
                 crate::slots::claimed(term, claim.ttl_ms, previous)
@@ -243,7 +243,7 @@ where
         holder: &lease_core::backend::HolderToken,
         instant_ms: i64,
         passed_ms: Option<i64>,
-    ) -> lease_core::Result<lease_core::backend::SlotFinish> {
+    ) -> lease_core::Result<lease_core::backend::slots::SlotFinish> {
         lease_core::backend::check::name(self, name)?;
         let hex = holder.to_hex();
         let finish = DB::finish_in(
@@ -300,7 +300,7 @@ where
     async fn last_slot(
         &self,
         name: &str,
-    ) -> lease_core::Result<Option<lease_core::backend::SlotRecord>> {
+    ) -> lease_core::Result<Option<lease_core::backend::slots::SlotRecord>> {
         lease_core::backend::check::name(self, name)?;
         let row = DB::last_slot_row(self, name)
             .await

@@ -11,12 +11,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lease_conformance::{FaultProxy, GroupStore};
-use lease_core::{
-    PartitionStore,
-    backend::{
-        MAX_ADDRESS_BYTES, MAX_GROUPS_PER_MEMBER, MAX_INSTANCE_BYTES, MAX_NODE_ID_BYTES,
-        MAX_PARTITIONS_PER_CALL,
-    },
+use lease_core::backend::{
+    MAX_INSTANCE_BYTES,
+    membership::{MAX_ADDRESS_BYTES, MAX_GROUPS_PER_MEMBER, MAX_NODE_ID_BYTES},
+    partitions::{MAX_PARTITIONS_PER_CALL, PartitionStore},
 };
 use lease_sql::{Dialect, SqlConfig, SqlStore};
 

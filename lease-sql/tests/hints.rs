@@ -14,7 +14,7 @@ use lease_conformance::hints::{self, connected};
 use lease_conformance::{FaultMode, FaultProxy, env};
 use lease_core::LeaseStore;
 use lease_core::backend::HolderToken;
-use lease_core::notify::{Topic, Wakeups};
+use lease_core::backend::notify::{Topic, Wakeups};
 use lease_sql::{MySqlStore, PostgresStore, SqlConfig, SqliteStore};
 use sqlx::Connection;
 use sqlx::postgres::PgConnectOptions;

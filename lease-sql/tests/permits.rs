@@ -1,5 +1,5 @@
 //! Counted leases on the three dialects, before and besides the conformance cases: the rules of
-//! `lease_core::permits` one by one, and 20 claimers on 3 permits that never see 4 held.
+//! `lease_core::backend::permits` one by one, and 20 claimers on 3 permits that never see 4 held.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -11,9 +11,9 @@ use std::time::Duration;
 
 use lease_conformance::{FaultProxy, env};
 use lease_core::LeaseStore;
-use lease_core::LeaseStoreExt;
 use lease_core::backend::HolderToken;
-use lease_core::notify::{Topic, Wakeups};
+use lease_core::backend::LeaseStoreExt;
+use lease_core::backend::notify::{Topic, Wakeups};
 use lease_sql::{MySqlStore, PostgresStore, SqlConfig, SqliteStore};
 use sqlx::Connection;
 

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use lease_conformance::GroupStore;
 use lease_conformance::env::server_url;
-use lease_core::LeaseStoreExt;
+use lease_core::backend::LeaseStoreExt;
 use lease_core::{Coordinator, ErrorKind};
 use lease_sql::{MySqlStore, PostgresStore, SqlConfig, SqlResultExt, SqliteStore, Token};
 use sqlx::mysql::{MySqlPool, MySqlPoolOptions};

@@ -8,10 +8,8 @@ mod support;
 use std::time::Duration;
 
 use lease_conformance::{FaultProxy, SchedulerStore};
-use lease_core::{
-    SlotStore,
-    backend::{HolderToken, SlotClaim, SlotFinish, SlotRecord},
-};
+use lease_core::backend::HolderToken;
+use lease_core::backend::slots::{SlotClaim, SlotFinish, SlotRecord, SlotStore};
 use lease_sql::SqlConfig;
 
 const TTL: Duration = Duration::from_secs(5);

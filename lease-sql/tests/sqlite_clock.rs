@@ -10,8 +10,11 @@ mod support;
 use std::str::FromStr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use lease_core::PermitStore;
-use lease_core::{LeaseStore, PartitionStore, backend::HolderToken};
+use lease_core::backend::permits::PermitStore;
+use lease_core::{
+    LeaseStore,
+    backend::{HolderToken, partitions::PartitionStore},
+};
 use lease_sql::{
     Ddl, Dialect, SqlConfig, SqliteStore, members_schema_sql, partitions_schema_sql, schema_sql,
 };
@@ -247,7 +250,9 @@ async fn expiry(url: &str, sql: &str, key: &str) -> i64 {
 
 #[tokio::test]
 async fn a_write_that_waited_for_the_write_lock_is_granted_its_whole_ttl() {
-    use lease_core::{MembershipStore, SlotStore, backend::owner_id};
+    use lease_core::backend::{
+        membership::MembershipStore, partitions::owner_id, slots::SlotStore,
+    };
     let url = support::sqlite_url();
     let store = SqliteStore::connect(&url, SqlConfig::default())
         .await
@@ -376,7 +381,10 @@ async fn a_write_that_waited_for_the_write_lock_is_granted_its_whole_ttl() {
     .await;
     let claimed = r.unwrap();
     assert!(
-        matches!(claimed, lease_core::backend::SlotClaim::Claimed { .. }),
+        matches!(
+            claimed,
+            lease_core::backend::slots::SlotClaim::Claimed { .. }
+        ),
         "{claimed:?}"
     );
     check("claim_slot", expiry(&url, lease_expiry, "job").await, freed);

@@ -10,7 +10,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lease_conformance::GroupStore;
-use lease_core::{ErrorKind, LeaseStore, MembershipStore, PartitionStore, backend::HolderToken};
+use lease_core::{
+    ErrorKind, LeaseStore,
+    backend::{HolderToken, membership::MembershipStore, partitions::PartitionStore},
+};
 use lease_sql::{
     Ddl, Dialect, MySqlStore, PostgresStore, SqlConfig, SqliteStore, members_schema_sql,
     partitions_schema_sql, schema_sql,

@@ -26,7 +26,24 @@
 //! partitions among the members of a service. [`Store`] is a [`LeaseStore`] that reaches its
 //! backend's partitions, membership, counted leases and slots through the accessors, so the
 //! same value serves both. A store of your own is reached by URL once its scheme is registered
-//! ([`register_scheme`]).
+//! ([`registry::register_scheme`]).
+//!
+//! # What is where
+//!
+//! The root holds what a program builds with: [`open`] and its [`OpenOptions`], the [`Store`]
+//! it returns, the [`Coordinator`] and its [`Term`]s, [`Permits`], the [`Observer`] and
+//! [`Leadership`], the [`GroupWorker`] and its [`Assignment`], the [`Scheduler`] with its
+//! [`Job`]s and [`Schedule`]s, the [`Timings`], and the [`Error`] type. The rest is in a few
+//! modules:
+//!
+//! - [`coordinator`]: the builders, what a coordinator claims ([`coordinator::Target`]), the
+//!   step-down policy, an observer's watches;
+//! - [`group`] and [`scheduler`]: their builders and the types their handles give out;
+//! - [`layer`]: a hook around every call a store answers; [`telemetry`]: the metric names;
+//!   [`redact`]: URLs without their passwords; [`registry`]: schemes of stores of your own;
+//! - [`backend`]: what a backend author implements and builds a store with (the capability
+//!   traits, the lease protocol's types, the argument checks);
+//! - one module per backend, below.
 //!
 //! # Backends and features
 //!
@@ -66,26 +83,57 @@
 //! source is a [`UrlError`] and whose message says what to change. Passwords never appear in
 //! those messages (see [`redact`]).
 
-pub use lease_core::*;
+pub use lease_core::{
+    Assignment, Coordinator, Error, ErrorKind, GroupWorker, Job, Leadership, LeaseStore, Observer,
+    Permits, Result, Schedule, Scheduler, Term, Timings,
+};
+pub use lease_core::{backend, coordinator, group, layer, redact, scheduler, telemetry};
 
 mod open;
 mod options;
-mod registry;
+pub mod registry;
 mod store;
 mod url;
 
 pub use options::OpenOptions;
-pub use registry::{RegisterError, register_scheme};
 pub use store::Store;
 pub use url::{Backend, UrlError};
 
 /// The SQL backends (lease-sql): `SqliteStore`, `PostgresStore` and `MySqlStore` as compiled
 /// in (features `sqlite`, `postgres`, `mysql`), [`sql::SqlConfig`], verified transactions,
-/// [`sql::Token`] (the fencing token as a SQL `BIGINT`) and [`sql::SqlResultExt`] (sqlx errors
-/// as lease errors).
+/// [`sql::Token`] (the fencing token as a SQL `BIGINT`), [`sql::SqlResultExt`] (sqlx errors
+/// as lease errors) and, with `sqlite`, `is_sqlite_busy` (an error from a locked SQLite file).
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
 pub mod sql {
     pub use lease_sql::*;
+
+    /// `true` when `e` comes from SQLite's "database is busy" or "database is locked":
+    /// somewhere in its chain of [sources](std::error::Error::source) is a sqlx database error
+    /// whose code is `5` (`SQLITE_BUSY`) or `6` (`SQLITE_LOCKED`). Another connection holds the
+    /// file's lock (say, another process creating the same new file), so the same call may
+    /// succeed once it lets go.
+    ///
+    /// This asks the question of any error, the driver's type staying inside the facade:
+    /// [`open`](crate::open) on a `sqlite://` URL gives such an error when its busy timeout runs
+    /// out. Any other error, from any backend, is `false`.
+    ///
+    /// ```
+    /// let e = lease::Error::unavailable("connection refused");
+    /// assert!(!lease::sql::is_sqlite_busy(&e));
+    /// ```
+    #[cfg(feature = "sqlite")]
+    pub fn is_sqlite_busy(e: &crate::Error) -> bool {
+        let mut source = std::error::Error::source(e);
+        while let Some(s) = source {
+            if let Some(sqlx::Error::Database(d)) = s.downcast_ref::<sqlx::Error>()
+                && matches!(d.code().as_deref(), Some("5") | Some("6"))
+            {
+                return true;
+            }
+            source = s.source();
+        }
+        false
+    }
 }
 
 /// The Redis backend (lease-redis).
@@ -152,33 +200,6 @@ pub fn check_url(url: &str, options: &OpenOptions) -> Result<Backend> {
     checked(url, options).map(|(target, _)| target.backend)
 }
 
-/// `true` when `e` comes from SQLite's "database is busy" or "database is locked": somewhere
-/// in its chain of [sources](std::error::Error::source) is a sqlx database error whose code is
-/// `5` (`SQLITE_BUSY`) or `6` (`SQLITE_LOCKED`). Another connection holds the file's lock (say,
-/// another process creating the same new file), so the same call may succeed once it lets go.
-///
-/// This asks the question of any error, the driver's type staying inside the facade: [`open`]
-/// on a `sqlite://` URL gives such an error when its busy timeout runs out. Any other error,
-/// from any backend, is `false`.
-///
-/// ```
-/// let e = lease::Error::unavailable("connection refused");
-/// assert!(!lease::is_sqlite_busy(&e));
-/// ```
-#[cfg(feature = "sqlite")]
-pub fn is_sqlite_busy(e: &Error) -> bool {
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        if let Some(sqlx::Error::Database(d)) = s.downcast_ref::<sqlx::Error>()
-            && matches!(d.code().as_deref(), Some("5") | Some("6"))
-        {
-            return true;
-        }
-        source = s.source();
-    }
-    false
-}
-
 fn checked(url: &str, options: &OpenOptions) -> Result<(url::Target, options::Resolved)> {
     let target = url::Target::parse(url)?;
     open::check_driver(&target)?;
@@ -222,15 +243,17 @@ mod tests {
             .await
             .unwrap_err();
         let e = sql::classify(refused, "insert a row");
-        assert!(is_sqlite_busy(&e), "{e}");
+        assert!(sql::is_sqlite_busy(&e), "{e}");
         let wrapped = Error::unavailable("open the store").with_source(e);
-        assert!(is_sqlite_busy(&wrapped), "{wrapped}");
+        assert!(sql::is_sqlite_busy(&wrapped), "{wrapped}");
 
-        assert!(!is_sqlite_busy(&sql::classify(
+        assert!(!sql::is_sqlite_busy(&sql::classify(
             sqlx::Error::PoolTimedOut,
             "insert a row"
         )));
-        assert!(!is_sqlite_busy(&Error::unavailable("connection refused")));
+        assert!(!sql::is_sqlite_busy(&Error::unavailable(
+            "connection refused"
+        )));
         drop((holder, other));
         let _ = std::fs::remove_file(&file);
     }

@@ -34,7 +34,8 @@ static REGISTERED: RwLock<Vec<(&'static str, Opener)>> = RwLock::new(Vec::new())
 ///
 /// ```
 /// use lease::sql::{SqlConfig, SqliteStore};
-/// use lease::{Backend, OpenOptions, RegisterError};
+/// use lease::registry::RegisterError;
+/// use lease::{Backend, OpenOptions};
 ///
 /// /// Opens a `scratch://` URL. A store of your own would connect to the URL's host here.
 /// async fn scratch(_url: String) -> lease::Result<SqliteStore> {
@@ -43,13 +44,13 @@ static REGISTERED: RwLock<Vec<(&'static str, Opener)>> = RwLock::new(Vec::new())
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> lease::Result<()> {
-/// lease::register_scheme("scratch", scratch)?;
+/// lease::registry::register_scheme("scratch", scratch)?;
 ///
 /// let store = lease::open("scratch://", &OpenOptions::new()).await?;
 /// assert_eq!(store.url_backend(), Backend::Registered("scratch"));
 /// assert!(store.downcast_ref::<SqliteStore>().is_some());
 ///
-/// let e = lease::register_scheme("postgres", scratch).unwrap_err();
+/// let e = lease::registry::register_scheme("postgres", scratch).unwrap_err();
 /// assert!(matches!(e, RegisterError::BuiltIn { backend: Backend::Postgres, .. }));
 /// # Ok(())
 /// # }

@@ -5,12 +5,13 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lease_core::backend::{Grant, HolderToken, async_trait};
-use lease_core::notify::{Topic, Wakeups};
-use lease_core::{
-    Capabilities, LeaseInfo, LeaseStore, MembershipStore, PartitionStore, PermitStore, Result,
-    SlotStore,
-};
+use lease_core::backend::membership::MembershipStore;
+use lease_core::backend::notify::{Topic, Wakeups};
+use lease_core::backend::partitions::PartitionStore;
+use lease_core::backend::permits::PermitStore;
+use lease_core::backend::slots::SlotStore;
+use lease_core::backend::{Capabilities, Grant, HolderToken, LeaseInfo, async_trait};
+use lease_core::{LeaseStore, Result};
 
 use crate::Backend;
 
@@ -65,7 +66,7 @@ impl Store {
     }
 
     /// The backend's own store, when it is a `T` (e.g. `lease::sql::SqliteStore` for a
-    /// `sqlite://` URL, or the store a [registered scheme](crate::register_scheme)'s opener
+    /// `sqlite://` URL, or the store a [registered scheme](crate::registry::register_scheme)'s opener
     /// made); `None` for any other type.
     pub fn downcast_ref<T: LeaseStore>(&self) -> Option<&T> {
         self.own.downcast_ref::<T>()

@@ -9,7 +9,7 @@ use lease_core::{Error, ErrorKind};
 use crate::registry;
 
 /// The backends [`open`](crate::open) knows: the built-in ones, whether this build compiled
-/// them in or not, and the schemes [registered](crate::register_scheme) at run time.
+/// them in or not, and the schemes [registered](crate::registry::register_scheme) at run time.
 ///
 /// ```
 /// use lease::Backend;
@@ -37,7 +37,7 @@ pub enum Backend {
     Etcd,
     /// `memory://`: a new in-process store for each call (lease-local; feature `memory`).
     Memory,
-    /// A scheme [registered](crate::register_scheme) at run time, as it was registered: a
+    /// A scheme [registered](crate::registry::register_scheme) at run time, as it was registered: a
     /// store of its registrant's own.
     Registered(&'static str),
 }

@@ -13,7 +13,10 @@ use lease_conformance::Harness;
 #[allow(dead_code)]
 async fn harness<T>(url: &str) -> Option<Harness>
 where
-    T: lease::LeaseStore + lease::SlotStore + lease::PartitionStore + lease::MembershipStore,
+    T: lease::LeaseStore
+        + lease::backend::slots::SlotStore
+        + lease::backend::partitions::PartitionStore
+        + lease::backend::membership::MembershipStore,
 {
     let store = lease::open(url, &lease::OpenOptions::new()).await.unwrap();
     let own = store.downcast_arc::<T>().expect("the backend's own store");

@@ -9,8 +9,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use lease::backend::HolderToken;
 use lease::{
-    Backend, ErrorKind, LeaseStore, LeaseStoreExt, MembershipStore, OpenOptions, PartitionStore,
-    SlotStore, Store, UrlError,
+    Backend, ErrorKind, LeaseStore, OpenOptions, Store, UrlError,
+    backend::{
+        LeaseStoreExt, membership::MembershipStore, partitions::PartitionStore, slots::SlotStore,
+    },
 };
 use lease_conformance::env::server_url;
 
@@ -177,7 +179,7 @@ async fn a_url_parameter_and_an_option_must_agree() {
 #[cfg(feature = "sqlite")]
 #[tokio::test]
 async fn sql_hints_can_be_turned_off() {
-    use lease::notify::Topic;
+    use lease::backend::notify::Topic;
     let file = std::env::temp_dir().join(format!("{}.db", unique("hints")));
     let plain = format!("sqlite://{}", file.display());
     for (url, options, on) in [

@@ -6,12 +6,14 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use lease::backend::{Grant, HolderToken, async_trait};
-use lease::notify::{Topic, Wakeups};
-use lease::{
-    Backend, Capabilities, Coordinator, ErrorKind, LeaseInfo, LeaseStore, MembershipStore,
-    OpenOptions, PartitionStore, PermitStore, RegisterError, Result, SlotStore, UrlError,
-};
+use lease::backend::membership::MembershipStore;
+use lease::backend::notify::{Topic, Wakeups};
+use lease::backend::partitions::PartitionStore;
+use lease::backend::permits::PermitStore;
+use lease::backend::slots::SlotStore;
+use lease::backend::{Capabilities, Grant, HolderToken, LeaseInfo, async_trait};
+use lease::registry::RegisterError;
+use lease::{Backend, Coordinator, ErrorKind, LeaseStore, OpenOptions, Result, UrlError};
 use lease_local::MemoryStore;
 
 /// A user's store: an in-process store standing in for a memcached server, keeping the URL it
@@ -91,7 +93,7 @@ static OPENED: Mutex<u32> = Mutex::new(0);
 /// whole, and the store carries leases; its own type is reached by downcast.
 #[tokio::test]
 async fn a_registered_scheme_is_opened_by_url() {
-    lease::register_scheme("memcached", |url: String| async move {
+    lease::registry::register_scheme("memcached", |url: String| async move {
         *OPENED.lock().unwrap() += 1;
         if url.contains("down") {
             return Err(lease::Error::unavailable(
@@ -169,8 +171,8 @@ fn a_scheme_is_registered_once_and_never_over_a_built_in_one() {
     fn opener(_url: String) -> std::future::Ready<Result<MemoryStore>> {
         std::future::ready(Ok(MemoryStore::new()))
     }
-    lease::register_scheme("twice", opener).unwrap();
-    let e = lease::register_scheme("TWICE", opener).unwrap_err();
+    lease::registry::register_scheme("twice", opener).unwrap();
+    let e = lease::registry::register_scheme("TWICE", opener).unwrap_err();
     assert_eq!(
         e,
         RegisterError::Registered {
@@ -192,7 +194,7 @@ fn a_scheme_is_registered_once_and_never_over_a_built_in_one() {
         ("etcd", Backend::Etcd),
         ("memory", Backend::Memory),
     ] {
-        let e = lease::register_scheme(scheme, opener).unwrap_err();
+        let e = lease::registry::register_scheme(scheme, opener).unwrap_err();
         assert_eq!(
             e,
             RegisterError::BuiltIn {
@@ -215,7 +217,7 @@ fn a_scheme_is_registered_once_and_never_over_a_built_in_one() {
     );
 
     for scheme in ["", "1cache", "mem cached", "mem://", "cache_1"] {
-        let e = lease::register_scheme(scheme, opener).unwrap_err();
+        let e = lease::registry::register_scheme(scheme, opener).unwrap_err();
         assert_eq!(
             e,
             RegisterError::NotAScheme {

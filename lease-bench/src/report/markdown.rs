@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use lease::backend::BatchRenew;
+use lease::backend::partitions::BatchRenew;
 
 use super::{Report, fmt_dur, fmt_rate, verdict};
 use crate::cli::Backend;
@@ -520,7 +520,7 @@ fn targets(r: &Report, s: &mut String) {
         let Some(p99) = x.batch.and_then(|b| b.p99) else {
             continue;
         };
-        if x.k != lease::backend::MAX_PARTITIONS_PER_CALL || x.error.is_some() {
+        if x.k != lease::backend::partitions::MAX_PARTITIONS_PER_CALL || x.error.is_some() {
             continue;
         }
         let _ = writeln!(

@@ -1,6 +1,7 @@
 //! `lease members SERVICE [--json]`: the live members of a service, by the store's clock.
 
-use lease::{LeaseStore, Member};
+use lease::LeaseStore;
+use lease::backend::membership::Member;
 
 use crate::cli::MembersArgs;
 use crate::commands::output::{self, json_string, printable};

@@ -13,8 +13,10 @@ pub(crate) mod watch;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lease::permits::MAX_PERMITS;
-use lease::{Coordinator, LeaseStore, LeaseStoreExt, Permits, Store, Target, Timings};
+use lease::backend::permits::MAX_PERMITS;
+use lease::{
+    Coordinator, LeaseStore, Permits, Store, Timings, backend::LeaseStoreExt, coordinator::Target,
+};
 
 use crate::cli::HoldArgs;
 use crate::duration::{human, parse_duration};

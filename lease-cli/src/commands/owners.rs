@@ -1,6 +1,7 @@
 //! `lease owners GROUP [--json]`: the live partition leases of a group, by the store's clock.
 
-use lease::{LeaseStore, PartitionLease};
+use lease::LeaseStore;
+use lease::backend::partitions::PartitionLease;
 
 use crate::cli::OwnersArgs;
 use crate::commands::output::{self, json_string, printable};

@@ -1,7 +1,7 @@
 //! `lease status NAME… [--json]`: who holds what, by the store's clock; for a counted name,
 //! every permit.
 
-use lease::{LeaseInfo, LeaseStoreExt, PermitInfo};
+use lease::backend::{LeaseInfo, LeaseStoreExt, permits::PermitInfo};
 
 use crate::cli::StatusArgs;
 use crate::commands::open_for;

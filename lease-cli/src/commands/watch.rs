@@ -5,10 +5,14 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-use lease::clock::{Deadline, Stamp};
-use lease::notify::Topic;
-use lease::wait::{EXPIRY_MARGIN, Waiter, Wake};
-use lease::{HolderChange, LeaseStore, LeaseStoreExt, Observer, PermitInfo, Timings};
+use lease::backend::clock::{Deadline, Stamp};
+use lease::backend::notify::Topic;
+use lease::backend::wait::{EXPIRY_MARGIN, Waiter, Wake};
+use lease::{
+    LeaseStore, Observer, Timings,
+    backend::{LeaseStoreExt, permits::PermitInfo},
+    coordinator::HolderChange,
+};
 use tokio::sync::mpsc;
 
 use crate::cli::WatchArgs;
@@ -131,14 +135,15 @@ pub(crate) async fn watch(url: &StoreUrl, args: WatchArgs) -> Result<u8, CliErro
 }
 
 /// A watch of the permits of one name: each permit's holder, compared read by read as
-/// [`lease::HolderWatch`] compares a plain lease's (changes between two reads are
+/// [`lease::coordinator::HolderWatch`] compares a plain lease's (changes between two reads are
 /// coalesced; an end is `Released` before the holder's expiry as last read, `Expired` after
 /// it).
 ///
-/// It reads the permits ([`PermitStore::permits`](lease::PermitStore::permits), bounded by the
-/// attempt timeout) at a hint of the name's topic (every store hints permit claims and releases
-/// there), at the first expiry of a live permit as last read, at the retry pace while hints may be
-/// missing or a read failed, and at least once per lease of its timings whatever the hints say.
+/// It reads the permits ([`PermitStore::permits`](lease::backend::permits::PermitStore::permits),
+/// bounded by the attempt timeout) at a hint of the name's topic (every store hints permit claims
+/// and releases there), at the first expiry of a live permit as last read, at the retry pace while
+/// hints may be missing or a read failed, and at least once per lease of its timings whatever the
+/// hints say.
 struct PermitWatch {
     store: Arc<dyn LeaseStore>,
     name: String,

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use crate::audit::{AssignmentAudit, assignments_settled};
 use lease_core::{
-    Assignment, ErrorKind, GroupWorker, PartitionLease,
-    backend::{BatchRenew, MAX_PARTITIONS_PER_CALL},
+    Assignment, ErrorKind, GroupWorker,
+    backend::partitions::{BatchRenew, MAX_PARTITIONS_PER_CALL, PartitionLease},
 };
 use tokio::time::sleep;
 

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use lease_core::notify::Topic;
+use lease_core::backend::notify::Topic;
 use lease_core::{Coordinator, ErrorKind, LeaseStore, Term};
 use tokio::time::{Instant, sleep};
 

@@ -4,7 +4,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use lease_core::backend::{HolderToken, MAX_PARTITIONS_PER_CALL};
+use lease_core::backend::{HolderToken, partitions::MAX_PARTITIONS_PER_CALL};
 use lease_core::{ErrorKind, Result};
 
 use crate::Harness;

@@ -1,5 +1,6 @@
-//! The cases. Each is a plain `pub async fn(&Harness)`; [`conformance_suite!`](crate::conformance_suite)
-//! runs every one as its own test. They panic with a message that says what the store got wrong.
+//! The cases. Each is a plain `pub async fn(&Harness)`;
+//! [`conformance_suite!`](crate::conformance_suite) runs every one as its own test. They panic with
+//! a message that says what the store got wrong.
 
 // Test support: a failed expectation panics, which is how a case reports it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -72,7 +73,7 @@ fn assert_first_term(h: &Harness, term: u64, what: &str) {
 
 /// Asserts what `get` says of a lease that ended with `term`: not live, the term kept (or, on a
 /// store whose server removes ended records, no record at all).
-fn assert_ended(h: &Harness, info: Option<lease_core::LeaseInfo>, term: u64) {
+fn assert_ended(h: &Harness, info: Option<lease_core::backend::LeaseInfo>, term: u64) {
     match info {
         Some(info) => {
             assert!(!info.live && info.expires_in.is_zero(), "{info:?}");

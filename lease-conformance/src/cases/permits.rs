@@ -1,6 +1,6 @@
-//! Counted leases (see `lease_core::permits`): at most N live holders of a name, the lowest
-//! free permit, one strictly increasing token sequence per name across its permits, expiry by
-//! the store's clock, no second permit for one acquirer after an unknown outcome, typed bad
+//! Counted leases (see `lease_core::backend::permits`): at most N live holders of a name, the
+//! lowest free permit, one strictly increasing token sequence per name across its permits, expiry
+//! by the store's clock, no second permit for one acquirer after an unknown outcome, typed bad
 //! input, and a changed N applying to new claims only.
 //!
 //! Every case runs where the store's `capabilities().permits` is true; elsewhere it says so,
@@ -12,8 +12,11 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use lease_core::backend::HolderToken;
-use lease_core::permits::MAX_PERMITS;
-use lease_core::{ErrorKind, LeaseStore, LeaseStoreExt, PermitGrant, Permits};
+use lease_core::backend::permits::MAX_PERMITS;
+use lease_core::{
+    ErrorKind, LeaseStore, Permits,
+    backend::{LeaseStoreExt, permits::PermitGrant},
+};
 use tokio::time::{Instant, sleep};
 
 use super::{WAKE_BOUND, assert_first_term, assert_next_term, mint, needs_expiry};
@@ -932,8 +935,9 @@ pub async fn a_permit_release_wakes_a_waiter_at_once(h: &Harness) {
 /// grant is judged "at most N" for its own claim ([`CountedGrants`]): a claim of N granted
 /// while N or more others were live is a violation, and so is a token granted twice.
 ///
-/// It races until each count has 10 grants (at least 3 s, at most 30 s); the seed is printed, and the same seed replays the same faults on the
-/// connection (which request meets which depends on timing).
+/// It races until each count has 10 grants (at least 3 s, at most 30 s); the seed is printed, and
+/// the same seed replays the same faults on the connection (which request meets which depends on
+/// timing).
 pub async fn claims_of_different_counts_keep_each_claims_limit_under_chaos(h: &Harness) {
     const CASE: &str = "claims_of_different_counts_keep_each_claims_limit_under_chaos";
     if !needs_permits(h, CASE) {

@@ -5,9 +5,9 @@
 
 use std::sync::Arc;
 
-use lease_core::{
-    SlotStore,
-    backend::{HolderToken, SlotClaim},
+use lease_core::backend::{
+    HolderToken,
+    slots::{SlotClaim, SlotStore},
 };
 use tokio::time::sleep;
 
@@ -381,7 +381,7 @@ pub async fn each_instant_starts_once_among_replicas(h: &Harness) {
 /// Three replicas run one job every second through the [`Scheduler`](lease_core::scheduler):
 /// every instant that runs, runs on exactly one replica, and the instants follow one another.
 pub async fn scheduled_rounds_start_once_across_replicas(h: &Harness) {
-    use lease_core::scheduler::{Job, Scheduler};
+    use lease_core::{Job, Scheduler};
 
     let Some(s) = slots(h, "scheduled_rounds_start_once_across_replicas") else {
         return;

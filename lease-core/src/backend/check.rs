@@ -37,9 +37,9 @@ impl Batch {
     }
 }
 
-/// [`LeaseStore::claim`], [`SlotStore::claim_slot`](crate::SlotStore::claim_slot) and
-/// [`SlotStore::claim_rerun`](crate::SlotStore::claim_rerun): the name, the instance label and
-/// the lease duration.
+/// [`LeaseStore::claim`], [`SlotStore::claim_slot`](crate::backend::slots::SlotStore::claim_slot)
+/// and [`SlotStore::claim_rerun`](crate::backend::slots::SlotStore::claim_rerun): the name, the
+/// instance label and the lease duration.
 pub fn claim<S: LeaseStore + ?Sized>(
     store: &S,
     name: &str,
@@ -51,8 +51,8 @@ pub fn claim<S: LeaseStore + ?Sized>(
     validate_instance(instance)
 }
 
-/// [`PermitStore::claim_permit`](crate::PermitStore::claim_permit): the name, the permit count, the
-/// instance label and the lease duration.
+/// [`PermitStore::claim_permit`](crate::backend::permits::PermitStore::claim_permit): the name, the
+/// permit count, the instance label and the lease duration.
 pub fn claim_permit<S: LeaseStore + ?Sized>(
     store: &S,
     name: &str,
@@ -64,8 +64,8 @@ pub fn claim_permit<S: LeaseStore + ?Sized>(
     crate::store::permits::check_count(permits)
 }
 
-/// [`PermitStore::renew_permit`](crate::PermitStore::renew_permit): the name, the permit index and
-/// the lease duration.
+/// [`PermitStore::renew_permit`](crate::backend::permits::PermitStore::renew_permit): the name, the
+/// permit index and the lease duration.
 pub fn renew_permit<S: LeaseStore + ?Sized>(
     store: &S,
     name: &str,
@@ -76,8 +76,8 @@ pub fn renew_permit<S: LeaseStore + ?Sized>(
     permit_index(permit)
 }
 
-/// [`PermitStore::release_permit`](crate::PermitStore::release_permit): the name and the permit
-/// index.
+/// [`PermitStore::release_permit`](crate::backend::permits::PermitStore::release_permit): the name
+/// and the permit index.
 pub fn permit<S: LeaseStore + ?Sized>(store: &S, name: &str, permit: u32) -> Result<()> {
     store.validate_name(name)?;
     permit_index(permit)
@@ -102,13 +102,13 @@ pub fn renew<S: LeaseStore + ?Sized>(store: &S, name: &str, ttl: Duration) -> Re
 
 /// The operations that take a name alone: [`LeaseStore::release`], `verify`, `get`,
 /// `force_release`, `verify_permit`, `permits`,
-/// [`SlotStore::finish_slot`](crate::SlotStore::finish_slot) and
-/// [`SlotStore::last_slot`](crate::SlotStore::last_slot).
+/// [`SlotStore::finish_slot`](crate::backend::slots::SlotStore::finish_slot) and
+/// [`SlotStore::last_slot`](crate::backend::slots::SlotStore::last_slot).
 pub fn name<S: LeaseStore + ?Sized>(store: &S, name: &str) -> Result<()> {
     store.validate_name(name)
 }
 
-/// [`SlotStore::unfinished`](crate::SlotStore::unfinished): every name.
+/// [`SlotStore::unfinished`](crate::backend::slots::SlotStore::unfinished): every name.
 pub fn unfinished<S: LeaseStore + ?Sized>(store: &S, names: &[String]) -> Result<Batch> {
     for name in names {
         store.validate_name(name)?;
@@ -116,8 +116,8 @@ pub fn unfinished<S: LeaseStore + ?Sized>(store: &S, names: &[String]) -> Result
     Ok(Batch::of(names))
 }
 
-/// [`PartitionStore::acquire_partition`](crate::PartitionStore::acquire_partition): the group,
-/// the owner and the lease duration.
+/// [`PartitionStore::acquire_partition`](crate::backend::partitions::PartitionStore::acquire_partition):
+/// the group, the owner and the lease duration.
 pub fn acquire_partition<S: LeaseStore + ?Sized>(
     store: &S,
     group: &str,
@@ -127,9 +127,8 @@ pub fn acquire_partition<S: LeaseStore + ?Sized>(
     partition_args(store, group, owner, Some(ttl))
 }
 
-/// [`PartitionStore::renew_partitions`](crate::PartitionStore::renew_partitions): the group,
-/// the owner, the lease duration and the batch (at most
-/// [`MAX_PARTITIONS_PER_CALL`]).
+/// [`PartitionStore::renew_partitions`](crate::backend::partitions::PartitionStore::renew_partitions):
+/// the group, the owner, the lease duration and the batch (at most [`MAX_PARTITIONS_PER_CALL`]).
 pub fn renew_partitions<S: LeaseStore + ?Sized>(
     store: &S,
     group: &str,
@@ -141,8 +140,8 @@ pub fn renew_partitions<S: LeaseStore + ?Sized>(
     partition_batch(partitions)
 }
 
-/// [`PartitionStore::release_partitions`](crate::PartitionStore::release_partitions): the
-/// group, the owner and the batch.
+/// [`PartitionStore::release_partitions`](crate::backend::partitions::PartitionStore::release_partitions):
+/// the group, the owner and the batch.
 pub fn release_partitions<S: LeaseStore + ?Sized>(
     store: &S,
     group: &str,
@@ -153,15 +152,15 @@ pub fn release_partitions<S: LeaseStore + ?Sized>(
     partition_batch(partitions)
 }
 
-/// [`PartitionStore::owners`](crate::PartitionStore::owners): the group.
+/// [`PartitionStore::owners`](crate::backend::partitions::PartitionStore::owners): the group.
 pub fn owners<S: LeaseStore + ?Sized>(store: &S, group: &str) -> Result<()> {
     group_name(store, group)
 }
 
-/// [`MembershipStore::heartbeat`](crate::MembershipStore::heartbeat): the service and every
-/// group are names the store can hold, the node a label of at most
-/// [`MAX_NODE_ID_BYTES`] (so that its owner id fits an owner; a longer one is refused here,
-/// naming the node id, rather than later as an owner), the address printable and at most
+/// [`MembershipStore::heartbeat`](crate::backend::membership::MembershipStore::heartbeat): the
+/// service and every group are names the store can hold, the node a label of at most
+/// [`MAX_NODE_ID_BYTES`] (so that its owner id fits an owner; a longer one is refused here, naming
+/// the node id, rather than later as an owner), the address printable and at most
 /// [`MAX_ADDRESS_BYTES`], at most [`MAX_GROUPS_PER_MEMBER`] groups, and the TTL one the store
 /// keeps.
 pub fn heartbeat<S: LeaseStore + ?Sized>(
@@ -198,12 +197,13 @@ pub fn heartbeat<S: LeaseStore + ?Sized>(
     Ok(())
 }
 
-/// [`MembershipStore::members`](crate::MembershipStore::members): the service.
+/// [`MembershipStore::members`](crate::backend::membership::MembershipStore::members): the service.
 pub fn members<S: LeaseStore + ?Sized>(store: &S, service: &str) -> Result<()> {
     service_name(store, service)
 }
 
-/// [`MembershipStore::leave`](crate::MembershipStore::leave): the service and the node.
+/// [`MembershipStore::leave`](crate::backend::membership::MembershipStore::leave): the service and
+/// the node.
 pub fn leave<S: LeaseStore + ?Sized>(store: &S, service: &str, node: &str) -> Result<()> {
     service_name(store, service)?;
     node_id(node)

@@ -18,9 +18,9 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use lease_core::backend::Hub;
+//! use lease_core::backend::notify::Hub;
 //! use lease_core::backend::listen::{Backoff, Listener};
-//! use lease_core::notify::Topic;
+//! use lease_core::backend::notify::Topic;
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> lease_core::Result<()> {

@@ -1,12 +1,14 @@
 //! The implementer's module: what a backend needs to build a store, apart from what users
 //! build with (the crate root).
 //!
-//! A backend implements the store traits of the root ([`LeaseStore`](crate::LeaseStore) and,
-//! where it can, [`PermitStore`](crate::PermitStore), [`PartitionStore`](crate::PartitionStore),
-//! [`MembershipStore`](crate::MembershipStore), [`SlotStore`](crate::SlotStore), answering
-//! each one's accessor with `Some(self)` and taking its capability flags from
-//! [`derived_capabilities`]) with the types here: the [`HolderToken`] and [`Grant`] of the lease protocol, the slot outcomes, the
-//! boot-clock [`Stamp`]. Each operation starts with its one argument check from [`check`], so
+//! A backend implements the store traits of the root ([`LeaseStore`](crate::LeaseStore) and, where
+//! it can, [`PermitStore`](crate::backend::permits::PermitStore),
+//! [`PartitionStore`](crate::backend::partitions::PartitionStore),
+//! [`MembershipStore`](crate::backend::membership::MembershipStore),
+//! [`SlotStore`](crate::backend::slots::SlotStore), answering each one's accessor with `Some(self)`
+//! and taking its capability flags from [`derived_capabilities`]) with the types here: the
+//! [`HolderToken`] and [`Grant`] of the lease protocol, the slot outcomes, the boot-clock
+//! [`Stamp`](clock::Stamp). Each operation starts with its one argument check from [`check`], so
 //! every backend refuses the same inputs with the same messages and does no I/O for them; its
 //! driver errors carry their context as [`Error::during`](crate::Error::during) and
 //! [`Error::at_server`](crate::Error::at_server) attach it.
@@ -26,22 +28,19 @@
 //! ```
 
 pub mod check;
+pub mod clock;
 pub mod listen;
 mod url_param;
 
-pub use crate::clock::Stamp;
-#[doc(no_inline)]
-pub use crate::membership::{MAX_ADDRESS_BYTES, MAX_GROUPS_PER_MEMBER, MAX_NODE_ID_BYTES};
-#[doc(no_inline)]
-pub use crate::notify::Hub;
-#[doc(no_inline)]
-pub use crate::partitions::{
-    BatchRenew, MAX_PARTITIONS_PER_CALL, OWNER_ID_SUFFIX_BYTES, owner_id, owner_node,
+pub use crate::engine::wait;
+pub use crate::store::{membership, notify, partitions, permits, polling, slots};
+
+pub use crate::store::capabilities::Capabilities;
+pub use crate::store::error::BoxError;
+pub use crate::store::record::{
+    Grant, HolderToken, LeaseInfo, MAX_INSTANCE_BYTES, validate_instance,
 };
-pub use crate::redact::redact_url;
-#[doc(no_inline)]
-pub use crate::slots::{SlotClaim, SlotFinish, SlotRecord};
-pub use crate::store::record::{Grant, HolderToken, MAX_INSTANCE_BYTES, validate_instance};
+pub use crate::store::store_ext::LeaseStoreExt;
 pub use crate::store::validate::{
     DEFAULT_MAX_NAME_BYTES, MAX_TTL, MIN_TTL, ceil_millis, validate_name, validate_ttl,
 };
@@ -51,13 +50,13 @@ pub use url_param::{ParamError, UrlParam};
 /// Re-exported so stores can implement the traits without naming the crate themselves.
 pub use async_trait::async_trait;
 
-/// [`Capabilities`](crate::Capabilities) at their defaults, with the four capability flags —
-/// [`permits`](crate::Capabilities::permits), [`partitions`](crate::Capabilities::partitions),
-/// [`membership`](crate::Capabilities::membership), [`slots`](crate::Capabilities::slots) —
-/// derived from `store`'s accessors
-/// ([`LeaseStore::permit_store`](crate::LeaseStore::permit_store) and the others): the one place they are
-/// set, so a store's flags cannot disagree with what it does. A store writes the rest of its
-/// capabilities and `..derived_capabilities(self)`, and never sets those four by hand.
+/// [`Capabilities`] at their defaults, with the four capability flags —
+/// [`permits`](Capabilities::permits), [`partitions`](Capabilities::partitions),
+/// [`membership`](Capabilities::membership), [`slots`](Capabilities::slots) — derived from
+/// `store`'s accessors ([`LeaseStore::permit_store`](crate::LeaseStore::permit_store) and the
+/// others): the one place they are set, so a store's flags cannot disagree with what it does. A
+/// store writes the rest of its capabilities and `..derived_capabilities(self)`, and never sets
+/// those four by hand.
 ///
 /// ```
 /// use lease_core::LeaseStore;
@@ -73,13 +72,13 @@ pub use async_trait::async_trait;
 ///     (caps.permits, caps.partitions, caps.membership, caps.slots),
 /// );
 /// ```
-pub fn derived_capabilities<S: crate::LeaseStore + ?Sized>(store: &S) -> crate::Capabilities {
-    crate::Capabilities {
+pub fn derived_capabilities<S: crate::LeaseStore + ?Sized>(store: &S) -> Capabilities {
+    Capabilities {
         permits: store.permit_store().is_some(),
         partitions: store.partition_store().is_some(),
         membership: store.membership_store().is_some(),
         slots: store.slot_store().is_some(),
-        ..crate::Capabilities::default()
+        ..Capabilities::default()
     }
 }
 

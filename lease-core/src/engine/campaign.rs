@@ -11,24 +11,25 @@ use crate::engine::term::Term;
 use crate::engine::wait::{Holder, Seen, Waiter, Wake};
 use crate::store::error::{Error, ErrorKind, Result};
 use crate::store::notify::Topic;
-use crate::store::permits::Target;
 use crate::store::record::LeaseInfo;
 use crate::store::store_ext::LeaseStoreExt;
+use crate::store::target::Target;
 
 impl Coordinator {
     /// Claims `name`, waiting up to `timeout` for it to be free.
     ///
-    /// The first claim is sent at once. While someone else holds the name, the coordinator
-    /// waits as described in [`wait`](crate::wait): until the holder's lease runs out by the
-    /// store's clock (read with one `get` after a "held" answer), or until the store hints
-    /// that the name changed hands (a release wakes the waiter within a few milliseconds on
-    /// stores whose [`capabilities`](crate::LeaseStore::capabilities) say `watch`), or — where
-    /// hints are missing or may be — at the retry pace ([`Timings::retry_delay`](crate::Timings::retry_delay)),
-    /// and in any case at least once per lease of the coordinator's timings (a hint lost on a
-    /// link that says it is connected costs at most that; see
-    /// [`Waiter::longest_wait`](crate::wait::Waiter::longest_wait)). Every wake-up is only a reason to claim again: the store's answer decides, so a hint or
-    /// a local clock can cost time, never an overlap. Temporary errors (an unreachable store)
-    /// are ridden out at the retry pace.
+    /// The first claim is sent at once. While someone else holds the name, the coordinator waits as
+    /// described in [`wait`](crate::backend::wait): until the holder's lease runs out by the
+    /// store's clock (read with one `get` after a "held" answer), or until the store hints that the
+    /// name changed hands (a release wakes the waiter within a few milliseconds on stores whose
+    /// [`capabilities`](crate::LeaseStore::capabilities) say `watch`), or — where hints are missing
+    /// or may be — at the retry pace ([`Timings::retry_delay`](crate::Timings::retry_delay)), and
+    /// in any case at least once per lease of the coordinator's timings (a hint lost on a link that
+    /// says it is connected costs at most that; see
+    /// [`Waiter::longest_wait`](crate::backend::wait::Waiter::longest_wait)). Every wake-up is only
+    /// a reason to claim again: the store's answer decides, so a hint or a local clock can cost
+    /// time, never an overlap. Temporary errors (an unreachable store) are ridden out at the retry
+    /// pace.
     ///
     /// Returns the new [`Term`]; an error of kind [`Timeout`](ErrorKind::Timeout) when the
     /// name was not won within `timeout` (the message names the name, the wait and the last

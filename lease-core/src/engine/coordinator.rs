@@ -19,10 +19,10 @@ use crate::engine::term::{Term, TermShared};
 use crate::engine::wait::{Holder, Seen};
 use crate::store::error::{BoxError, Error, ErrorKind, Result};
 use crate::store::lease_store::{LeaseStore, permits_of, shared, slots_of};
-use crate::store::permits::Target;
 use crate::store::record::{Grant, HolderToken, validate_instance};
 use crate::store::slots::SlotClaim;
 use crate::store::store_ext::LeaseStoreExt;
+use crate::store::target::Target;
 use crate::store::validate::MAX_TTL;
 use crate::telemetry;
 use crate::timings::Timings;
@@ -199,7 +199,7 @@ impl CoordinatorBuilder {
 
     /// What to do when work under a lost lease does not return within the step-down grace
     /// (default: log, then end the process with exit code
-    /// [`FAIL_EXIT_CODE`](crate::FAIL_EXIT_CODE)). Tests record it instead.
+    /// [`FAIL_EXIT_CODE`](crate::coordinator::FAIL_EXIT_CODE)). Tests record it instead.
     pub fn fail_action(
         mut self,
         action: impl Fn(&StepDownFailure) + Send + Sync + 'static,
@@ -348,12 +348,12 @@ impl Coordinator {
     /// [`InvalidName`](ErrorKind::InvalidName) before any I/O for a name the store cannot hold.
     ///
     /// The claim is bounded by the attempt timeout. When its outcome is unknown (a timeout, a
-    /// connection dropped after the request was sent), the coordinator reads back with
-    /// `verify` under the same holder token and adopts the claim if it took effect (a permit
-    /// claim with [`read_back_permit`](crate::PermitStore::read_back_permit), which adopts a
-    /// permit only if the claim's count was checked for it). If that too
-    /// fails, the error is returned; a claim that lands later holds the name until its TTL
-    /// passes, but nobody acts under it, and its holder token is never used again.
+    /// connection dropped after the request was sent), the coordinator reads back with `verify`
+    /// under the same holder token and adopts the claim if it took effect (a permit claim with
+    /// [`read_back_permit`](crate::backend::permits::PermitStore::read_back_permit), which adopts a
+    /// permit only if the claim's count was checked for it). If that too fails, the error is
+    /// returned; a claim that lands later holds the name until its TTL passes, but nobody acts
+    /// under it, and its holder token is never used again.
     ///
     /// Takes a name or a [`Permits`](crate::Permits): for a counted name it claims one permit
     /// (the error is `Held` when every permit is live), and the term's
@@ -557,18 +557,17 @@ impl Coordinator {
 
     /// Campaigns for `name` until the coordinator closes, running `f` under each term won.
     ///
-    /// It campaigns as [`acquire`](Coordinator::acquire) does: a claim, then, while someone
-    /// else holds the name, a wait until the holder's lease runs out by the store's clock, a
-    /// store's hint (a release wakes it within milliseconds on stores that say `watch`), or —
-    /// where hints may be missing — the retry pace; see [`wait`](crate::wait). When it wins, it
-    /// runs `f` as [`Term::run`] does (own task, cancellation through the term's
-    /// [`done`](Term::done), step-down grace on loss), resigns when `f` returns, and campaigns
-    /// again after a pause of [`retry`](Timings::retry) plus jitter (so a candidate that just
-    /// held the name leaves the others their turn). Held and lost terms are the election working: it goes on. A loss
-    /// the work learns of first — it fails with a `Lost` error in its chain of sources (a
-    /// fenced write that found the lease expired), or fails once the term is no longer live or
-    /// no longer held by the store — is a loss too. A failed campaign (store unreachable) is
-    /// logged and retried.
+    /// It campaigns as [`acquire`](Coordinator::acquire) does: a claim, then, while someone else
+    /// holds the name, a wait until the holder's lease runs out by the store's clock, a store's
+    /// hint (a release wakes it within milliseconds on stores that say `watch`), or — where hints
+    /// may be missing — the retry pace; see [`wait`](crate::backend::wait). When it wins, it runs
+    /// `f` as [`Term::run`] does (own task, cancellation through the term's [`done`](Term::done),
+    /// step-down grace on loss), resigns when `f` returns, and campaigns again after a pause of
+    /// [`retry`](Timings::retry) plus jitter (so a candidate that just held the name leaves the
+    /// others their turn). Held and lost terms are the election working: it goes on. A loss the
+    /// work learns of first — it fails with a `Lost` error in its chain of sources (a fenced write
+    /// that found the lease expired), or fails once the term is no longer live or no longer held by
+    /// the store — is a loss too. A failed campaign (store unreachable) is logged and retried.
     ///
     /// When `f` fails (an error or a panic) while its term is live, the coordinator's
     /// [`OnWorkError`] policy decides: by default the node steps down and campaigns again

@@ -138,7 +138,8 @@ impl Observer {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use lease_core::{Coordinator, HolderChange, Timings};
+    /// use lease_core::{Coordinator, Timings};
+    /// use lease_core::coordinator::HolderChange;
     /// use lease_local::MemoryStore;
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]

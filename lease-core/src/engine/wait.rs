@@ -104,9 +104,9 @@ pub(crate) enum Seen<'a> {
 /// ```
 /// use std::sync::Arc;
 /// use std::time::Duration;
-/// use lease_core::clock::Deadline;
-/// use lease_core::notify::Topic;
-/// use lease_core::wait::{Wake, Waiter};
+/// use lease_core::backend::clock::Deadline;
+/// use lease_core::backend::notify::Topic;
+/// use lease_core::backend::wait::{Wake, Waiter};
 /// use lease_core::{LeaseStore, Timings};
 ///
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
@@ -164,10 +164,10 @@ impl Waiter {
         }
     }
 
-    /// This waiter, for one of `permits` permits of its name: after a "held" answer it reads
-    /// the name's permits ([`PermitStore::permits`](crate::PermitStore::permits), one round trip)
-    /// and sleeps until the first of them expires; a read that finds fewer than `permits` live sees
-    /// the name free.
+    /// This waiter, for one of `permits` permits of its name: after a "held" answer it reads the
+    /// name's permits ([`PermitStore::permits`](crate::backend::permits::PermitStore::permits), one
+    /// round trip) and sleeps until the first of them expires; a read that finds fewer than
+    /// `permits` live sees the name free.
     pub fn counted(mut self, permits: u32) -> Waiter {
         self.permits = Some(permits);
         self

@@ -19,10 +19,11 @@ pub(crate) type Work = Arc<dyn Fn(Round) -> WorkFuture + Send + Sync>;
 
 /// What a replica does at start-up about instants that passed while no replica ran the job.
 ///
-/// The store's record tells the cases apart ([`SlotStore::last_slot`](crate::SlotStore)): a job
-/// that **never ran** (no instant ever claimed under its name) never catches up, under either
-/// policy: it starts with its next instant. Otherwise the instant **missed** is the latest
-/// instant of the schedule at start-up, when it is later than the last instant on record.
+/// The store's record tells the cases apart
+/// ([`SlotStore::last_slot`](crate::backend::slots::SlotStore)): a job that **never ran** (no
+/// instant ever claimed under its name) never catches up, under either policy: it starts with its
+/// next instant. Otherwise the instant **missed** is the latest instant of the schedule at
+/// start-up, when it is later than the last instant on record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum CatchUp {
@@ -43,7 +44,8 @@ pub enum CatchUp {
 ///
 /// ```
 /// use std::time::Duration;
-/// use lease_core::scheduler::{CatchUp, Job, Round, Tz};
+/// use lease_core::Job;
+/// use lease_core::scheduler::{CatchUp, Round, Tz};
 ///
 /// let report = Job::cron("daily-report", "0 30 2 * * *", Tz::Europe__Berlin)?
 ///     .catch_up(CatchUp::RunLatestOnce)

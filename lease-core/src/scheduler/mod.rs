@@ -1,43 +1,46 @@
 //! The cluster scheduler: each instant of a job runs once across the cluster.
 //!
-//! Every replica of a service builds the same [`Scheduler`] over one store with scheduler slots
-//! (a [`SlotStore`](crate::SlotStore), reached through [`LeaseStore::slot_store`]) and runs it.
-//! For each [`Job`] and each instant of its [`Schedule`]:
+//! Every replica of a service builds the same [`Scheduler`](crate::Scheduler) over one store
+//! with scheduler slots (a [`SlotStore`](crate::backend::slots::SlotStore), reached through
+//! [`LeaseStore::slot_store`](crate::LeaseStore::slot_store)) and runs it. For each [`Job`]
+//! and each instant of its [`Schedule`](crate::Schedule):
 //!
 //! 1. At the instant (by the scheduler's [`WallClock`]), every replica claims it with
-//!    [`SlotStore::claim_slot`](crate::SlotStore::claim_slot). The store decides, by its own clock:
-//!    one replica wins and holds the job's lease for the round; the others leave the instant to it
-//!    (`Taken`: this instant or a later one is on record, or `Held` by the round of this instant).
-//!    A replica whose clock runs fast is told `Early`, waits the difference and asks again. When
-//!    the lease is `Held` by the round of an **earlier** instant, the replica claims again once
-//!    that lease has ended (it asks the store when): a round still running takes the instant along
-//!    when it finishes (an overrun, step 3), so the claim finds it taken; a round cut short with
-//!    its lease still live (its replica died) does not, and once its lease has expired the instant
-//!    either runs **late**, once, logged and counted ([`telemetry::INSTANTS_LATE`]; its claim
-//!    supersedes the round cut short), or — when that round's rerun is claimed first — is taken
-//!    along as skipped by the rerun's finish. When the next instant comes first, the replica moves
-//!    on to it; the instants a dead round's lease held the job through are then counted as
-//!    **missed** ([`telemetry::INSTANTS_MISSED`]) by the claim that supersedes that round, or taken
-//!    along as skipped by its rerun. No instant is passed over without a record or a count.
+//!    [`SlotStore::claim_slot`](crate::backend::slots::SlotStore::claim_slot). The store decides,
+//!    by its own clock: one replica wins and holds the job's lease for the round; the others leave
+//!    the instant to it (`Taken`: this instant or a later one is on record, or `Held` by the round
+//!    of this instant). A replica whose clock runs fast is told `Early`, waits the difference and
+//!    asks again. When the lease is `Held` by the round of an **earlier** instant, the replica
+//!    claims again once that lease has ended (it asks the store when): a round still running takes
+//!    the instant along when it finishes (an overrun, step 3), so the claim finds it taken; a round
+//!    cut short with its lease still live (its replica died) does not, and once its lease has
+//!    expired the instant either runs **late**, once, logged and counted
+//!    ([`telemetry::INSTANTS_LATE`]; its claim supersedes the round cut short), or — when that
+//!    round's rerun is claimed first — is taken along as skipped by the rerun's finish. When the
+//!    next instant comes first, the replica moves on to it; the instants a dead round's lease held
+//!    the job through are then counted as **missed** ([`telemetry::INSTANTS_MISSED`]) by the claim
+//!    that supersedes that round, or taken along as skipped by its rerun. No instant is passed over
+//!    without a record or a count.
 //! 2. The winner runs the job's work under the lease with [`Term::run`](crate::Term::run)'s
 //!    rules: the lease is renewed meanwhile, until the work returns, whether or not the work
 //!    keeps its [`Round`]; once it is lost, [`Round::done`] fires and the work has the
 //!    step-down grace to return, then the fail action runs.
-//! 3. When the work returns, [`SlotStore::finish_slot`](crate::SlotStore::finish_slot) records the
-//!    round as run to its end and gives the lease back, taking along `passed`: the last instant of
-//!    the schedule that has come by then. Instants a round **overran** are thereby skipped
+//! 3. When the work returns,
+//!    [`SlotStore::finish_slot`](crate::backend::slots::SlotStore::finish_slot) records the round
+//!    as run to its end and gives the lease back, taking along `passed`: the last instant of the
+//!    schedule that has come by then. Instants a round **overran** are thereby skipped
 //!    cluster-wide, recorded, logged and counted ([`telemetry::INSTANTS_SKIPPED`]). When the finish
 //!    cannot take them along (the lease was gone by then, or the store's clock has not reached
 //!    them), the latest of them is claimed next, late, and those before it are counted as missed.
 //!
 //! **A round cut short** — the process died, the scheduler shut down, the lease was lost — is left
 //! unfinished. Every replica looks for unfinished rounds of all its jobs in one call
-//! ([`SlotStore::unfinished`](crate::SlotStore::unfinished), every
+//! ([`SlotStore::unfinished`](crate::backend::slots::SlotStore::unfinished), every
 //! [`rerun_check`](SchedulerBuilder::rerun_check)) and claims them with
-//! [`SlotStore::claim_rerun`](crate::SlotStore::claim_rerun): the round runs again **once**, on
-//! whichever replica finds it first, with [`Round::is_rerun`] set. A rerun cut short again stays
-//! unfinished for good, and when a later instant is claimed before the rerun, the unfinished one is
-//! **superseded**: logged and counted, never run.
+//! [`SlotStore::claim_rerun`](crate::backend::slots::SlotStore::claim_rerun): the round runs again
+//! **once**, on whichever replica finds it first, with [`Round::is_rerun`] set. A rerun cut short
+//! again stays unfinished for good, and when a later instant is claimed before the rerun, the
+//! unfinished one is **superseded**: logged and counted, never run.
 //!
 //! **Catch-up** at start-up is per job ([`CatchUp`]): skip the instants missed while no replica
 //! ran, or run the latest of them once. The store's record tells a job that never ran (no
@@ -53,7 +56,8 @@
 //! use std::sync::atomic::{AtomicUsize, Ordering};
 //! use std::time::Duration;
 //!
-//! use lease_core::scheduler::{CatchUp, Job, Round, Scheduler, TokioClock, Tz};
+//! use lease_core::{Job, Scheduler};
+//! use lease_core::scheduler::{CatchUp, Round, TokioClock, Tz};
 //! use lease_core::Timings;
 //! use lease_local::MemoryStore;
 //!
@@ -99,320 +103,27 @@
 //!
 //! # Time
 //!
-//! Instants are milliseconds since the Unix epoch; the store compares them with its own clock.
-//! Cron expressions are read in a named IANA time zone; how daylight-saving changes are handled
-//! (skipped and repeated local times) is in [`Schedule`]'s docs. Intervals are aligned to the
-//! Unix epoch, so all replicas compute the same instants.
+//! Instants are milliseconds since the Unix epoch; the store compares them with its own clock. Cron
+//! expressions are read in a named IANA time zone; how daylight-saving changes are handled (skipped
+//! and repeated local times) is in [`Schedule`](crate::Schedule)'s docs. Intervals are aligned to
+//! the Unix epoch, so all replicas compute the same instants.
 //!
 //! The scheduler reads the time from a [`WallClock`]: the [`SystemClock`] by default; a
 //! [`TokioClock`] in tests in paused tokio time.
 
 mod clock;
 mod engine;
-mod job;
+pub(crate) mod handle;
+pub(crate) mod job;
 mod round;
-mod schedule;
+pub(crate) mod schedule;
 pub mod telemetry;
-
-use std::collections::HashSet;
-use std::fmt;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, Ordering};
-use std::time::Duration;
-
-use tokio::task::JoinSet;
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
-use tracing::error;
 
 pub use chrono;
 pub use chrono_tz;
 pub use chrono_tz::Tz;
 pub use clock::{SystemClock, TokioClock, WallClock};
-pub use job::{CatchUp, Job, JobBuilder, Round};
-pub use schedule::Schedule;
+pub(crate) use job::Job;
+pub use job::{CatchUp, JobBuilder, Round};
 
-use self::engine::{IDLE, Inner, RAN, RUNNING};
-use crate::engine::coordinator::Coordinator;
-use crate::engine::step_down::{FailAction, StepDownFailure, default_fail_action};
-use crate::store::error::{Error, ErrorKind, Result};
-use crate::store::lease_store::{LeaseStore, shared};
-use crate::store::store_ext::LeaseStoreExt;
-use crate::timings::Timings;
-
-/// Runs jobs on schedules so that each instant runs once across the cluster: see the [module
-/// docs](self).
-///
-/// A cheap handle: clones share one scheduler. [`run`](Scheduler::run) drives it;
-/// [`shutdown`](Scheduler::shutdown) stops it from anywhere.
-#[derive(Clone)]
-pub struct Scheduler {
-    inner: Arc<Inner>,
-}
-
-/// Builds a [`Scheduler`].
-#[must_use = "a builder does nothing until `build`"]
-pub struct SchedulerBuilder {
-    store: Arc<dyn LeaseStore>,
-    instance: Option<String>,
-    timings: Timings,
-    fail_action: FailAction,
-    clock: Arc<dyn WallClock>,
-    rerun_check: Option<Duration>,
-    jobs: Vec<Job>,
-}
-
-impl Scheduler {
-    /// A builder over `store`: the store itself, or a shared one (an `Arc<dyn LeaseStore>` is
-    /// taken as it is; `Arc<S>` is a store too). The store must have scheduler slots
-    /// ([`LeaseStore::slot_store`]): [`build`](SchedulerBuilder::build) refuses one without.
-    pub fn builder(store: impl LeaseStore) -> SchedulerBuilder {
-        SchedulerBuilder {
-            store: shared(store),
-            instance: None,
-            timings: Timings::default(),
-            fail_action: Arc::new(default_fail_action),
-            clock: Arc::new(SystemClock),
-            rerun_check: None,
-            jobs: Vec::new(),
-        }
-    }
-
-    /// Runs the scheduler until [`shutdown`](Scheduler::shutdown): every job's loop, and the
-    /// search for rounds to rerun.
-    ///
-    /// Returns `Ok(())` once shut down and every round in flight on this replica has ended.
-    /// Store failures are logged and retried; an error is returned only for what retrying
-    /// cannot fix (a name or duration the store refuses, `Unsupported`), after the other jobs
-    /// have been stopped. A scheduler runs once: a second call returns a
-    /// [`Closed`](ErrorKind::Closed) error.
-    ///
-    /// If this future is dropped, the rounds in flight are told to stop (their terms end as
-    /// closed) and stay unfinished: they run again once elsewhere. Each round's lease is
-    /// renewed until its work returns — whether or not the work kept its [`Round`] — and
-    /// released only then, so no replica reruns a round while its work still runs. (Work that
-    /// never returns therefore holds its job's name for as long as the process lives.)
-    pub async fn run(&self) -> Result<()> {
-        let inner = &self.inner;
-        if inner
-            .state
-            .compare_exchange(IDLE, RUNNING, Ordering::SeqCst, Ordering::SeqCst)
-            .is_err()
-        {
-            return Err(Error::new(
-                ErrorKind::Closed,
-                "this scheduler is running or has run already; build a new one",
-            ));
-        }
-        let _exit = ExitGuard(inner);
-        if inner.stopping.is_cancelled() {
-            return Ok(());
-        }
-        // A JoinSet, so dropping `run` aborts the loops; tracked, so `shutdown` can wait for
-        // them while nobody polls `run`.
-        let mut loops = JoinSet::new();
-        for job in &inner.jobs {
-            let job_loop = engine::job_loop(inner.clone(), job.clone());
-            loops.spawn(inner.loops.track_future(job_loop));
-        }
-        loops.spawn(inner.loops.track_future(engine::rerun_loop(inner.clone())));
-        let mut first_error = None;
-        while let Some(joined) = loops.join_next().await {
-            let outcome = joined.unwrap_or_else(|e| {
-                Err(Error::new(
-                    ErrorKind::Panicked,
-                    format!("a scheduler loop failed: {e}"),
-                ))
-            });
-            if let Err(e) = outcome {
-                error!(error = %e, "the scheduler cannot go on; stopping every job");
-                if first_error.is_none() {
-                    inner.stopping.cancel();
-                    if let Err(close) = inner.coordinator.close().await {
-                        error!(error = %close, "stopping the rounds in flight");
-                    }
-                    first_error = Some(e);
-                }
-            }
-        }
-        first_error.map_or(Ok(()), Err)
-    }
-
-    /// Stops the scheduler: no new instant is claimed; every round in flight is told to stop
-    /// ([`Round::done`] fires) and gets up to the step-down grace to return, its lease renewed
-    /// meanwhile; rounds that return are finished (a round whose work returns `Ok` counts as
-    /// run to its end; one that gives up is left for its rerun elsewhere). Then waits for every
-    /// job's loop to end; [`run`](Scheduler::run) then returns as soon as it is polled (so
-    /// `select! { r = &mut run => …, _ = signal => { s.shutdown().await?; run.await? } }` works
-    /// on one task).
-    ///
-    /// Returns a [`Timeout`](ErrorKind::Timeout) error when some work has not returned within
-    /// the grace: its lease stays held until it does, and `run` returns after it.
-    pub async fn shutdown(&self) -> Result<()> {
-        let inner = &self.inner;
-        inner.stopping.cancel();
-        inner.coordinator.close().await?;
-        inner.loops.close();
-        inner.loops.wait().await;
-        Ok(())
-    }
-
-    /// `true` once [`shutdown`](Scheduler::shutdown) has been called (or `run` failed).
-    pub fn is_shut_down(&self) -> bool {
-        self.inner.stopping.is_cancelled()
-    }
-
-    /// This replica's instance label.
-    pub fn instance(&self) -> &str {
-        self.inner.coordinator.instance()
-    }
-
-    /// The timings rounds are held with.
-    pub fn timings(&self) -> Timings {
-        self.inner.coordinator.timings()
-    }
-
-    /// The jobs.
-    pub fn jobs(&self) -> &[Job] {
-        &self.inner.jobs
-    }
-
-    /// The store.
-    pub fn store(&self) -> &Arc<dyn LeaseStore> {
-        &self.inner.store
-    }
-}
-
-/// Marks `run` as returned, even when its future is dropped.
-struct ExitGuard<'a>(&'a Inner);
-
-impl Drop for ExitGuard<'_> {
-    fn drop(&mut self) {
-        self.0.state.store(RAN, Ordering::SeqCst);
-    }
-}
-
-impl fmt::Debug for Scheduler {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Scheduler")
-            .field("store", &self.inner.store)
-            .field("instance", &self.instance())
-            .field("timings", &self.timings())
-            .field("jobs", &self.inner.jobs)
-            .field("shut_down", &self.is_shut_down())
-            .finish()
-    }
-}
-
-impl SchedulerBuilder {
-    /// The label others see as this replica's instance (default: host name, process id and a
-    /// random suffix, as for a [`Coordinator`]).
-    pub fn instance(mut self, instance: impl Into<String>) -> Self {
-        self.instance = Some(instance.into());
-        self
-    }
-
-    /// The timings each round's lease is held with (default: [`Timings::default`]). The
-    /// step-down grace is how long a round's work has to return once its lease is lost or the
-    /// scheduler shuts down.
-    pub fn timings(mut self, timings: Timings) -> Self {
-        self.timings = timings;
-        self
-    }
-
-    /// What to do when a round's work does not return within the step-down grace after its
-    /// lease was lost (default: log, then end the process, as [`Coordinator`]). Tests record it
-    /// instead.
-    pub fn fail_action(
-        mut self,
-        action: impl Fn(&StepDownFailure) + Send + Sync + 'static,
-    ) -> Self {
-        self.fail_action = Arc::new(action);
-        self
-    }
-
-    /// The wall clock that says when an instant has come (default: [`SystemClock`]; in
-    /// paused-time tests a [`TokioClock`]).
-    pub fn clock(mut self, clock: impl WallClock) -> Self {
-        self.clock = Arc::new(clock);
-        self
-    }
-
-    /// How often this replica looks for rounds cut short, for all its jobs in one call
-    /// (default: the timings' campaign [`retry`](Timings::retry) plus jitter, 2–2.5 s by
-    /// default). A round cut short by a dead process is found once its lease has expired.
-    pub fn rerun_check(mut self, every: Duration) -> Self {
-        self.rerun_check = Some(every.max(Duration::from_millis(1)));
-        self
-    }
-
-    /// Adds a job.
-    pub fn job(mut self, job: Job) -> Self {
-        self.jobs.push(job);
-        self
-    }
-
-    /// Adds jobs.
-    pub fn jobs(mut self, jobs: impl IntoIterator<Item = Job>) -> Self {
-        self.jobs.extend(jobs);
-        self
-    }
-
-    /// Checks the store, the instance label, the timings and the job names, and builds.
-    ///
-    /// Fails with [`Unsupported`](ErrorKind::Unsupported) when the store has no scheduler slots
-    /// ([`LeaseStore::slot_store`] answers `None`), [`InvalidName`](ErrorKind::InvalidName) for a job name the
-    /// store cannot hold or one given twice, and as [`Coordinator`]'s builder otherwise.
-    pub fn build(self) -> Result<Scheduler> {
-        if self.store.slot_store().is_none() {
-            return Err(Error::unsupported(format!(
-                "the {} store has no scheduler slots, which the scheduler needs; choose a store \
-                 whose capabilities say `slots`",
-                self.store.backend()
-            )));
-        }
-        let mut seen = HashSet::new();
-        for job in &self.jobs {
-            self.store.validate_name(&job.name)?;
-            if !seen.insert(job.name.clone()) {
-                return Err(Error::invalid_name(format!(
-                    "job '{}' is given twice; job names are lease names and must be unique",
-                    job.name
-                )));
-            }
-        }
-        // The coordinator runs on the store itself; slot claims and finishes take their own
-        // path through it (`Coordinator::claim_slot`, `Term::resign_finishing`).
-        let fail_action = self.fail_action;
-        let mut coordinator = Coordinator::builder(Arc::clone(&self.store))
-            .timings(self.timings)
-            .fail_action(move |failure| fail_action(failure));
-        if let Some(instance) = self.instance {
-            coordinator = coordinator.instance(instance);
-        }
-        let coordinator = coordinator.build()?;
-        Ok(Scheduler {
-            inner: Arc::new(Inner {
-                store: self.store,
-                coordinator,
-                jobs: self.jobs,
-                clock: self.clock,
-                rerun_check: self.rerun_check,
-                stopping: CancellationToken::new(),
-                state: AtomicU8::new(IDLE),
-                loops: TaskTracker::new(),
-            }),
-        })
-    }
-}
-
-impl fmt::Debug for SchedulerBuilder {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SchedulerBuilder")
-            .field("store", &self.store)
-            .field("instance", &self.instance)
-            .field("timings", &self.timings)
-            .field("jobs", &self.jobs)
-            .finish_non_exhaustive()
-    }
-}
+pub use handle::SchedulerBuilder;

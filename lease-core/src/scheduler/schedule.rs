@@ -47,7 +47,8 @@ use crate::store::error::{Error, Result};
 /// 15 real minutes through both changes. A job in [`Tz::UTC`] never meets a change.
 ///
 /// ```
-/// use lease_core::scheduler::{Schedule, Tz};
+/// use lease_core::Schedule;
+/// use lease_core::scheduler::Tz;
 ///
 /// let report = Schedule::cron("0 30 2 * * *", Tz::Europe__Berlin)?;
 /// // 2026-03-29 in Berlin: 02:30 does not exist, the run moves to 03:00 CEST (01:00 UTC).

@@ -37,15 +37,16 @@ pub struct Capabilities {
     pub slots: bool,
     /// [`LeaseStore::force_release`](crate::LeaseStore::force_release) is supported.
     pub force_release: bool,
-    /// Counted leases are supported:
-    /// [`LeaseStore::permit_store`](crate::LeaseStore::permit_store) answers `Some`, with
-    /// [`PermitStore::claim_permit`](crate::PermitStore::claim_permit) and the other permit
-    /// operations (see [`permits`](crate::permits); derived from the accessor).
+    /// Counted leases are supported: [`LeaseStore::permit_store`](crate::LeaseStore::permit_store)
+    /// answers `Some`, with
+    /// [`PermitStore::claim_permit`](crate::backend::permits::PermitStore::claim_permit) and the
+    /// other permit operations (see [`permits`](crate::backend::permits); derived from the
+    /// accessor).
     pub permits: bool,
     /// The longest name, in bytes.
     pub max_name_bytes: usize,
     /// How a batch renewal of partitions reaches the server (see
-    /// [`PartitionStore::renew_partitions`](crate::PartitionStore::renew_partitions)).
+    /// [`PartitionStore::renew_partitions`](crate::backend::partitions::PartitionStore::renew_partitions)).
     pub batch_renew: BatchRenew,
     /// When set, the only lease duration the store accepts (a store whose expiry is fixed
     /// server-side, such as a bucket's max age).
@@ -75,8 +76,8 @@ impl Default for Capabilities {
 }
 
 /// How a store's
-/// [`PartitionStore::renew_partitions`](crate::PartitionStore::renew_partitions) reaches the
-/// server.
+/// [`PartitionStore::renew_partitions`](crate::backend::partitions::PartitionStore::renew_partitions)
+/// reaches the server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BatchRenew {
     /// A fixed number of round trips, however many partitions are renewed.

@@ -16,7 +16,8 @@
 //! ```
 //! use std::sync::atomic::{AtomicU64, Ordering};
 //! use lease_core::layer::{Answer, Call, Hook, Intercept};
-//! use lease_core::{LeaseStore, LeaseStoreExt};
+//! use lease_core::LeaseStore;
+//! use lease_core::backend::LeaseStoreExt;
 //! use lease_local::MemoryStore;
 //!
 //! /// Counts the operations that reach the store.

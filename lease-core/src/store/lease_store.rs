@@ -128,9 +128,9 @@ pub trait LeaseStore: Send + Sync + fmt::Debug + 'static {
     }
 
     /// Hints that `topic` may change hands, when this store can push them (see
-    /// [`notify`](crate::notify)); `None` when it cannot, and waiters poll. Hints are never the
-    /// basis of a decision: a woken waiter claims as usual. A store that answers `Some` for
-    /// some topic says so with [`Capabilities::watch`].
+    /// [`notify`](crate::backend::notify)); `None` when it cannot, and waiters poll. Hints are
+    /// never the basis of a decision: a woken waiter claims as usual. A store that answers `Some`
+    /// for some topic says so with [`Capabilities::watch`].
     fn changes(&self, topic: &Topic) -> Option<Wakeups> {
         let _ = topic;
         None

@@ -47,7 +47,7 @@ impl Member {
 
 /// Membership records. Implemented by stores whose
 /// [`capabilities`](crate::LeaseStore::capabilities) say `membership: true`; see the [module
-/// docs](crate::membership).
+/// docs](crate::backend::membership).
 #[async_trait]
 pub trait MembershipStore: Send + Sync {
     /// Records `node` as a live member of `service` for `ttl` from now by the store's clock,

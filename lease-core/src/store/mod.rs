@@ -3,8 +3,8 @@
 //! operation names, the argument rules, the error type, a store's hints, and the layer
 //! mechanism.
 //!
-//! Its files import from this folder (and the clock) only. The engine, the group worker, the scheduler and
-//! `backend` build on it.
+//! Its files import from this folder (and the clock) only. The engine, the group worker, the
+//! scheduler and `backend` build on it.
 
 pub(crate) mod capabilities;
 pub(crate) mod error;
@@ -15,8 +15,9 @@ pub mod notify;
 mod operation;
 pub mod partitions;
 pub mod permits;
-pub(crate) mod polling;
+pub mod polling;
 pub(crate) mod record;
 pub mod slots;
 pub(crate) mod store_ext;
+pub(crate) mod target;
 pub(crate) mod validate;

@@ -13,8 +13,8 @@
 //! keeps its polling pace as if it had none.
 //!
 //! ```
-//! use lease_core::backend::Hub;
-//! use lease_core::notify::Topic;
+//! use lease_core::backend::notify::Hub;
+//! use lease_core::backend::notify::Topic;
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() {

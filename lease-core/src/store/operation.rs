@@ -20,45 +20,45 @@ pub enum Operation {
     Get,
     /// [`LeaseStore::force_release`](crate::LeaseStore::force_release).
     ForceRelease,
-    /// [`PartitionStore::acquire_partition`](crate::PartitionStore::acquire_partition).
+    /// [`PartitionStore::acquire_partition`](crate::backend::partitions::PartitionStore::acquire_partition).
     AcquirePartition,
-    /// [`PartitionStore::renew_partitions`](crate::PartitionStore::renew_partitions).
+    /// [`PartitionStore::renew_partitions`](crate::backend::partitions::PartitionStore::renew_partitions).
     RenewPartitions,
-    /// [`PartitionStore::release_partitions`](crate::PartitionStore::release_partitions).
+    /// [`PartitionStore::release_partitions`](crate::backend::partitions::PartitionStore::release_partitions).
     ReleasePartitions,
-    /// [`PartitionStore::owners`](crate::PartitionStore::owners).
+    /// [`PartitionStore::owners`](crate::backend::partitions::PartitionStore::owners).
     Owners,
-    /// [`MembershipStore::heartbeat`](crate::MembershipStore::heartbeat).
+    /// [`MembershipStore::heartbeat`](crate::backend::membership::MembershipStore::heartbeat).
     Heartbeat,
-    /// [`MembershipStore::members`](crate::MembershipStore::members).
+    /// [`MembershipStore::members`](crate::backend::membership::MembershipStore::members).
     Members,
-    /// [`MembershipStore::leave`](crate::MembershipStore::leave).
+    /// [`MembershipStore::leave`](crate::backend::membership::MembershipStore::leave).
     Leave,
-    /// [`SlotStore::claim_slot`](crate::SlotStore::claim_slot).
+    /// [`SlotStore::claim_slot`](crate::backend::slots::SlotStore::claim_slot).
     ClaimSlot,
-    /// [`SlotStore::finish_slot`](crate::SlotStore::finish_slot).
+    /// [`SlotStore::finish_slot`](crate::backend::slots::SlotStore::finish_slot).
     FinishSlot,
-    /// [`SlotStore::unfinished`](crate::SlotStore::unfinished).
+    /// [`SlotStore::unfinished`](crate::backend::slots::SlotStore::unfinished).
     Unfinished,
-    /// [`SlotStore::claim_rerun`](crate::SlotStore::claim_rerun).
+    /// [`SlotStore::claim_rerun`](crate::backend::slots::SlotStore::claim_rerun).
     ClaimRerun,
-    /// [`SlotStore::last_slot`](crate::SlotStore::last_slot).
+    /// [`SlotStore::last_slot`](crate::backend::slots::SlotStore::last_slot).
     LastSlot,
-    /// [`PollingStore::try_acquire`](crate::PollingStore::try_acquire).
+    /// [`PollingStore::try_acquire`](crate::backend::polling::PollingStore::try_acquire).
     PollAcquire,
-    /// [`PollingStore::release`](crate::PollingStore::release).
+    /// [`PollingStore::release`](crate::backend::polling::PollingStore::release).
     PollRelease,
-    /// [`PermitStore::claim_permit`](crate::PermitStore::claim_permit).
+    /// [`PermitStore::claim_permit`](crate::backend::permits::PermitStore::claim_permit).
     ClaimPermit,
-    /// [`PermitStore::renew_permit`](crate::PermitStore::renew_permit).
+    /// [`PermitStore::renew_permit`](crate::backend::permits::PermitStore::renew_permit).
     RenewPermit,
-    /// [`PermitStore::release_permit`](crate::PermitStore::release_permit).
+    /// [`PermitStore::release_permit`](crate::backend::permits::PermitStore::release_permit).
     ReleasePermit,
-    /// [`PermitStore::verify_permit`](crate::PermitStore::verify_permit).
+    /// [`PermitStore::verify_permit`](crate::backend::permits::PermitStore::verify_permit).
     VerifyPermit,
-    /// [`PermitStore::read_back_permit`](crate::PermitStore::read_back_permit).
+    /// [`PermitStore::read_back_permit`](crate::backend::permits::PermitStore::read_back_permit).
     ReadBackPermit,
-    /// [`PermitStore::permits`](crate::PermitStore::permits).
+    /// [`PermitStore::permits`](crate::backend::permits::PermitStore::permits).
     Permits,
 }
 

@@ -80,7 +80,7 @@ pub fn owner_node(owner: &str) -> &str {
 
 /// Partitioned lease operations. Implemented by stores whose
 /// [`capabilities`](crate::LeaseStore::capabilities) say `partitions: true`; see the [module
-/// docs](crate::partitions) for the rules.
+/// docs](crate::backend::partitions) for the rules.
 ///
 /// Cancel safety: as for [`LeaseStore`](crate::LeaseStore). An acquire whose outcome is unknown can simply be
 /// repeated by the same owner (it keeps the epoch when the first one took effect); an unknown

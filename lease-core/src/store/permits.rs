@@ -212,7 +212,7 @@ pub struct PermitInfo {
 /// that answer. Every rule of the [module docs](self) holds for every implementation.
 ///
 /// Like the other capability traits it has no [`LeaseStore`](crate::LeaseStore) supertrait,
-/// which matters most here: [`LeaseStoreExt`](crate::LeaseStoreExt) offers every store
+/// which matters most here: [`LeaseStoreExt`](crate::backend::LeaseStoreExt) offers every store
 /// conveniences of the same names (through the accessor), so a `&dyn PermitStore` has exactly
 /// one method of each name.
 #[async_trait]

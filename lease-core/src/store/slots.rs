@@ -85,7 +85,7 @@ pub struct SlotFinish {
 
 /// Slot operations on a lease store. Implemented by stores whose
 /// [`capabilities`](crate::LeaseStore::capabilities) say `slots: true`; see the [module
-/// docs](crate::slots) for the rules.
+/// docs](crate::backend::slots) for the rules.
 ///
 /// Cancel safety: as for [`LeaseStore`](crate::LeaseStore). A claim whose outcome is unknown can be read back with
 /// [`LeaseStore::verify`](crate::LeaseStore::verify) under the same holder token.

@@ -16,21 +16,21 @@ use crate::store::validate::{validate_name, validate_ttl};
 ///
 /// The counted-lease operations are here as conveniences over
 /// [`permit_store`](LeaseStore::permit_store): each calls the store's
-/// [`PermitStore`](crate::PermitStore) method of the same name, or answers `Unsupported` on a
-/// store without counted leases. (On a concrete store type that implements `PermitStore`,
-/// import one of the two traits, not both: the names would be ambiguous.)
+/// [`PermitStore`](crate::backend::permits::PermitStore) method of the same name, or answers
+/// `Unsupported` on a store without counted leases. (On a concrete store type that implements
+/// `PermitStore`, import one of the two traits, not both: the names would be ambiguous.)
 #[async_trait]
 pub trait LeaseStoreExt: LeaseStore {
     /// Refuses a name this store cannot hold: empty, longer than the store's
-    /// [`max_name_bytes`](crate::Capabilities::max_name_bytes), or holding a control character;
-    /// no I/O.
+    /// [`max_name_bytes`](crate::backend::Capabilities::max_name_bytes), or holding a control
+    /// character; no I/O.
     fn validate_name(&self, name: &str) -> Result<()> {
         validate_name(name, self.capabilities().max_name_bytes)
     }
 
     /// Refuses a lease duration this store cannot keep: outside
-    /// [`MIN_TTL`](crate::backend::MIN_TTL)..=[`MAX_TTL`](crate::backend::MAX_TTL), or other
-    /// than the store's [`fixed_ttl`](crate::Capabilities::fixed_ttl) where it has one; no I/O.
+    /// [`MIN_TTL`](crate::backend::MIN_TTL)..=[`MAX_TTL`](crate::backend::MAX_TTL), or other than
+    /// the store's [`fixed_ttl`](crate::backend::Capabilities::fixed_ttl) where it has one; no I/O.
     fn validate_ttl(&self, ttl: Duration) -> Result<()> {
         validate_ttl(ttl)?;
         match self.capabilities().fixed_ttl {
@@ -47,7 +47,7 @@ pub trait LeaseStoreExt: LeaseStore {
         permits_unsupported(self.backend())
     }
 
-    /// [`PermitStore::claim_permit`](crate::PermitStore::claim_permit) through
+    /// [`PermitStore::claim_permit`](crate::backend::permits::PermitStore::claim_permit) through
     /// [`permit_store`](LeaseStore::permit_store); `Unsupported` on a store without counted
     /// leases.
     async fn claim_permit(
@@ -63,7 +63,7 @@ pub trait LeaseStoreExt: LeaseStore {
             .await
     }
 
-    /// [`PermitStore::renew_permit`](crate::PermitStore::renew_permit) through
+    /// [`PermitStore::renew_permit`](crate::backend::permits::PermitStore::renew_permit) through
     /// [`permit_store`](LeaseStore::permit_store); `Unsupported` on a store without counted
     /// leases.
     async fn renew_permit(
@@ -78,22 +78,22 @@ pub trait LeaseStoreExt: LeaseStore {
             .await
     }
 
-    /// [`PermitStore::release_permit`](crate::PermitStore::release_permit) through
-    /// [`permit_store`](LeaseStore::permit_store); `Unsupported` on a store without counted
+    /// [`PermitStore::release_permit`](crate::backend::permits::PermitStore::release_permit)
+    /// through [`permit_store`](LeaseStore::permit_store); `Unsupported` on a store without counted
     /// leases.
     async fn release_permit(&self, name: &str, permit: u32, holder: &HolderToken) -> Result<bool> {
         permits_of(self)?.release_permit(name, permit, holder).await
     }
 
-    /// [`PermitStore::verify_permit`](crate::PermitStore::verify_permit) through
+    /// [`PermitStore::verify_permit`](crate::backend::permits::PermitStore::verify_permit) through
     /// [`permit_store`](LeaseStore::permit_store); `Unsupported` on a store without counted
     /// leases.
     async fn verify_permit(&self, name: &str, holder: &HolderToken) -> Result<Option<PermitGrant>> {
         permits_of(self)?.verify_permit(name, holder).await
     }
 
-    /// [`PermitStore::read_back_permit`](crate::PermitStore::read_back_permit) through
-    /// [`permit_store`](LeaseStore::permit_store); `Unsupported` on a store without counted
+    /// [`PermitStore::read_back_permit`](crate::backend::permits::PermitStore::read_back_permit)
+    /// through [`permit_store`](LeaseStore::permit_store); `Unsupported` on a store without counted
     /// leases.
     async fn read_back_permit(
         &self,
@@ -106,7 +106,7 @@ pub trait LeaseStoreExt: LeaseStore {
             .await
     }
 
-    /// [`PermitStore::permits`](crate::PermitStore::permits) through
+    /// [`PermitStore::permits`](crate::backend::permits::PermitStore::permits) through
     /// [`permit_store`](LeaseStore::permit_store); `Unsupported` on a store without counted
     /// leases.
     async fn permits(&self, name: &str) -> Result<Vec<PermitInfo>> {

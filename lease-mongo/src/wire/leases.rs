@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use lease_core::backend::Grant;
-use lease_core::{LeaseInfo, Result};
+use lease_core::{Result, backend::LeaseInfo};
 use mongodb::bson::{Bson, Document, doc};
 
 use super::{

@@ -61,8 +61,8 @@ pub(crate) fn member_from_heartbeat(
     reply: &Document,
     node: &str,
     ttl: Duration,
-) -> Result<lease_core::Member> {
-    Ok(lease_core::Member {
+) -> Result<lease_core::backend::membership::Member> {
+    Ok(lease_core::backend::membership::Member {
         node: node.to_owned(),
         address: reply
             .get_str(ADDRESS)
@@ -91,14 +91,16 @@ pub(crate) fn members_pipeline(service: &str) -> Vec<Document> {
 /// The members [`members_pipeline`] reports, by node id in byte order (sorted here, so the
 /// order does not depend on a collation); a record whose time left is not positive is left
 /// out.
-pub(crate) fn members_from_replies(replies: &[Document]) -> Result<Vec<lease_core::Member>> {
+pub(crate) fn members_from_replies(
+    replies: &[Document],
+) -> Result<Vec<lease_core::backend::membership::Member>> {
     let mut out = Vec::with_capacity(replies.len());
     for r in replies {
         let expires_in = remaining_of(r)?;
         if expires_in.is_zero() {
             continue;
         }
-        out.push(lease_core::Member {
+        out.push(lease_core::backend::membership::Member {
             node: r.get_str(NODE).map_err(|_| malformed(NODE, r))?.to_owned(),
             address: r
                 .get_str(ADDRESS)

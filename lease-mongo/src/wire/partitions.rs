@@ -89,11 +89,11 @@ pub(crate) fn partition_from_acquire(
     partition: u32,
     owner: &str,
     ttl: Duration,
-) -> Result<Option<lease_core::PartitionLease>> {
+) -> Result<Option<lease_core::backend::partitions::PartitionLease>> {
     if reply.get_str(OWNER).ok() != Some(owner) {
         return Ok(None);
     }
-    Ok(Some(lease_core::PartitionLease {
+    Ok(Some(lease_core::backend::partitions::PartitionLease {
         partition,
         owner: owner.to_owned(),
         epoch: term_of(reply)?,
@@ -180,7 +180,7 @@ pub(crate) fn owners_pipeline(group: &str) -> Vec<Document> {
 /// partition number; a document whose time left is not positive is left out.
 pub(crate) fn partitions_from_replies(
     replies: &[Document],
-) -> Result<Vec<lease_core::PartitionLease>> {
+) -> Result<Vec<lease_core::backend::partitions::PartitionLease>> {
     let mut out = Vec::with_capacity(replies.len());
     for r in replies {
         let expires_in = remaining_of(r)?;
@@ -193,7 +193,7 @@ pub(crate) fn partitions_from_replies(
             .and_then(|p| u32::try_from(p).ok())
             .ok_or_else(|| malformed(PARTITION, r))?;
         let owner = r.get_str(OWNER).map_err(|_| malformed(OWNER, r))?;
-        out.push(lease_core::PartitionLease {
+        out.push(lease_core::backend::partitions::PartitionLease {
             partition,
             owner: owner.to_owned(),
             epoch: term_of(r)?,

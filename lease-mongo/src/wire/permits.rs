@@ -38,7 +38,7 @@ pub(crate) fn counted_filter(name: &str) -> Document {
 }
 
 /// A permit count or index as the int32 `$range` takes (both are at most
-/// [`MAX_PERMITS`](lease_core::permits::MAX_PERMITS), checked before any I/O).
+/// [`MAX_PERMITS`](lease_core::backend::permits::MAX_PERMITS), checked before any I/O).
 fn int32(n: u32) -> i32 {
     i32::try_from(n).unwrap_or(i32::MAX)
 }

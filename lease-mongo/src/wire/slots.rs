@@ -64,7 +64,7 @@ pub(crate) fn slot_read_pipeline(name: &str) -> Vec<Document> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum SlotPlan {
     /// The claim is refused: held, taken or early, as the read says.
-    Refuse(lease_core::backend::SlotClaim),
+    Refuse(lease_core::backend::slots::SlotClaim),
     /// The claim writes, with the term compared: `Some(term)` read on the record, `None` when
     /// the name has no record yet (or one no claim ever wrote: no `epoch`).
     Write {
@@ -77,7 +77,7 @@ pub(crate) enum SlotPlan {
 /// when the lease is live, taken when `instant_ms` is not after the last instant, early when
 /// it is after the server's clock; otherwise write.
 pub(crate) fn slot_plan(reply: &Document, instant_ms: i64) -> Result<SlotPlan> {
-    use lease_core::backend::SlotClaim;
+    use lease_core::backend::slots::SlotClaim;
     let now = reply
         .get(NOW_MS)
         .and_then(number)
@@ -165,7 +165,7 @@ pub(crate) fn slot_claim_projection() -> Document {
 pub(crate) fn slot_claimed(
     before: Option<&Document>,
     ttl: Duration,
-) -> Result<lease_core::backend::SlotClaim> {
+) -> Result<lease_core::backend::slots::SlotClaim> {
     let (old_term, superseded_ms) = match before {
         None => (0, None),
         Some(d) => {
@@ -176,7 +176,7 @@ pub(crate) fn slot_claimed(
             (old_term, opt_ms(d, UNFINISHED_MS)?)
         }
     };
-    Ok(lease_core::backend::SlotClaim::Claimed {
+    Ok(lease_core::backend::slots::SlotClaim::Claimed {
         grant: Grant {
             term: old_term.saturating_add(1),
             expires_in: ttl,
@@ -269,15 +269,15 @@ pub(crate) fn finish_projection() -> Document {
 pub(crate) fn finish_from_reply(
     reply: Option<&Document>,
     finish_id: &str,
-) -> lease_core::backend::SlotFinish {
+) -> lease_core::backend::slots::SlotFinish {
     let Some(outcome) = reply.and_then(|r| r.get_document(LAST_FINISH).ok()) else {
-        return lease_core::backend::SlotFinish::default();
+        return lease_core::backend::slots::SlotFinish::default();
     };
     if outcome.get_str("id").ok() != Some(finish_id) {
-        return lease_core::backend::SlotFinish::default();
+        return lease_core::backend::slots::SlotFinish::default();
     }
     let flag = |k: &str| outcome.get_bool(k).unwrap_or(false);
-    lease_core::backend::SlotFinish {
+    lease_core::backend::slots::SlotFinish {
         recorded: flag("recorded"),
         passed_taken: flag("passed_taken"),
         released: flag("released"),
@@ -358,8 +358,8 @@ pub(crate) fn last_slot_projection() -> Document {
 }
 
 /// The instants on record, from last slot's `find`: a missing or null field is `None`.
-pub(crate) fn slot_record_from(reply: &Document) -> Result<lease_core::backend::SlotRecord> {
-    Ok(lease_core::backend::SlotRecord {
+pub(crate) fn slot_record_from(reply: &Document) -> Result<lease_core::backend::slots::SlotRecord> {
+    Ok(lease_core::backend::slots::SlotRecord {
         last_ms: opt_ms(reply, SLOT_MS)?,
         unfinished_ms: opt_ms(reply, UNFINISHED_MS)?,
         rerun_ms: opt_ms(reply, RERUN_MS)?,

@@ -15,8 +15,8 @@
 //! - A partition: `part1;<epoch>;<owner>` — an epoch of `0` means "the stream sequence of this
 //!   very message", as for a lease's term.
 //! - A member: `member1`, a line feed, the address, a line feed, and the groups one per line
-//!   ([`lease_core::backend::encode_groups`]). Addresses and groups hold no control characters, so the
-//!   line feeds are unambiguous.
+//!   ([`lease_core::backend::encode_groups`]). Addresses and groups hold no control characters, so
+//!   the line feeds are unambiguous.
 
 use bytes::Bytes;
 use lease_core::backend::HolderToken;
@@ -191,8 +191,8 @@ impl SlotValue {
     }
 
     /// The three instants, as the slot API reports them.
-    pub(crate) fn instants(&self) -> lease_core::backend::SlotRecord {
-        lease_core::backend::SlotRecord {
+    pub(crate) fn instants(&self) -> lease_core::backend::slots::SlotRecord {
+        lease_core::backend::slots::SlotRecord {
             last_ms: self.last_ms,
             unfinished_ms: self.unfinished_ms,
             rerun_ms: self.rerun_ms,

@@ -104,8 +104,8 @@ pub(crate) fn member_prefix(service: &str) -> String {
 /// The topic a key of the lease bucket is about: a lease key (one token) is its name's lease,
 /// a partition key its group, a permit key its name's lease (which permit waiters watch); a
 /// member key, or a key this store does not write, none.
-pub(crate) fn topic_of(key: &str) -> Option<lease_core::notify::Topic> {
-    use lease_core::notify::Topic;
+pub(crate) fn topic_of(key: &str) -> Option<lease_core::backend::notify::Topic> {
+    use lease_core::backend::notify::Topic;
     match key.split_once('.') {
         None => decode_key(key).map(Topic::lease),
         Some((PARTITION_TOKEN, rest)) => {
@@ -163,7 +163,7 @@ mod tests {
 
     #[test]
     fn keys_name_their_topics() {
-        use lease_core::notify::Topic;
+        use lease_core::backend::notify::Topic;
         assert_eq!(topic_of(&encode_key("a.b c")), Some(Topic::lease("a.b c")));
         assert_eq!(
             topic_of(&partition_key("g.1", 7)),

@@ -118,13 +118,16 @@ pub(crate) fn replica_sync_channel(prefix: &str) -> String {
     format!("{prefix}replica-sync")
 }
 
-/// The topics a hint names: its payload is `<kind> <key>` (`scripts/notify.lua`), the kind
-/// `lease` (a lease record changed hands), `slots` (a job's record: its slots, and its lease
-/// with them), `group` (a group's partitions changed hands) or `permits` (a counted name's
-/// permits changed hands: the name's lease topic, which permit waiters watch). Nothing for a payload this
-/// store did not write.
-pub(crate) fn hinted_topics(prefix: &str, payload: &[u8]) -> Vec<lease_core::notify::Topic> {
-    use lease_core::notify::Topic;
+/// The topics a hint names: its payload is `<kind> <key>` (`scripts/notify.lua`), the kind `lease`
+/// (a lease record changed hands), `slots` (a job's record: its slots, and its lease with them),
+/// `group` (a group's partitions changed hands) or `permits` (a counted name's permits changed
+/// hands: the name's lease topic, which permit waiters watch). Nothing for a payload this store did
+/// not write.
+pub(crate) fn hinted_topics(
+    prefix: &str,
+    payload: &[u8],
+) -> Vec<lease_core::backend::notify::Topic> {
+    use lease_core::backend::notify::Topic;
     let Some((kind, key)) = std::str::from_utf8(payload)
         .ok()
         .and_then(|p| p.split_once(' '))
@@ -231,7 +234,7 @@ mod tests {
 
     #[test]
     fn hints_name_their_topics() {
-        use lease_core::notify::Topic;
+        use lease_core::backend::notify::Topic;
         let key = record_key("p:", "a{b}");
         assert_eq!(
             hinted_topics("p:", format!("lease {key}").as_bytes()),

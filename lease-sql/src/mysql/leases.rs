@@ -6,7 +6,7 @@ use std::future::Future;
 use std::sync::atomic::Ordering;
 
 use lease_core::Result;
-use lease_core::notify::{Topic, Wakeups};
+use lease_core::backend::notify::{Topic, Wakeups};
 use sqlx::MySql;
 use sqlx::mysql::{MySqlArguments, MySqlQueryResult};
 use sqlx::query::Query;

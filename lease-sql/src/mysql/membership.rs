@@ -1,6 +1,7 @@
-//! MySQL's member statements: the heartbeat's upsert binds its values twice (no `excluded`),
-//! and the members are read as bytes (binary columns). The rest of
-//! [`MembershipStore`](lease_core::MembershipStore) is shared, see `membership.rs`.
+//! MySQL's member statements: the heartbeat's upsert binds its values twice (no `excluded`), and
+//! the members are read as bytes (binary columns). The rest of
+//! [`MembershipStore`](lease_core::backend::membership::MembershipStore) is shared, see
+//! `membership.rs`.
 
 use std::future::Future;
 

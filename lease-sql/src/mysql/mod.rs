@@ -46,7 +46,7 @@ type MySqlColumn = (
 /// through this same store object (and its clones) wake its waiters. MySQL and MariaDB have no
 /// push that does not poll the table, so a release by another process or another store object
 /// is found at the waiter's next attempt; the hints always say so
-/// ([`Wakeups::is_connected`](lease_core::notify::Wakeups::is_connected) is `false`), and
+/// ([`Wakeups::is_connected`](lease_core::backend::notify::Wakeups::is_connected) is `false`), and
 /// waiters keep their (expiry-aware) polling pace. `capabilities().watch` is `false`.
 ///
 /// `:now` is `UNIX_TIMESTAMP()` plus the milliseconds of `NOW(3)`, never a conversion through the
@@ -76,9 +76,9 @@ type MySqlColumn = (
 ///    AND expires_at_ms > :now LOCK IN SHARE MODE;                       -- verify in a transaction
 /// ```
 ///
-/// Scheduler slots ([`SlotStore`](lease_core::SlotStore)), on the same row. In the finish,
-/// `held`, `rec` and `took` stand for the conditions below, written out in the statement (one
-/// `?` per use); an `UPDATE` assigns left to right, so each assignment reads only columns
+/// Scheduler slots ([`SlotStore`](lease_core::backend::slots::SlotStore)), on the same row. In the
+/// finish, `held`, `rec` and `took` stand for the conditions below, written out in the statement
+/// (one `?` per use); an `UPDATE` assigns left to right, so each assignment reads only columns
 /// assigned after it.
 ///
 /// ```sql
@@ -126,9 +126,9 @@ type MySqlColumn = (
 /// `claim_slot` is two round trips; every other slot operation one. The slot writes are
 /// retried at once after a deadlock, as the claim is.
 ///
-/// Partitioned leases ([`PartitionStore`](lease_core::PartitionStore)) and membership
-/// ([`MembershipStore`](lease_core::MembershipStore)), on the tables `leases_partitions` and
-/// `leases_members` (named after the lease table, see
+/// Partitioned leases ([`PartitionStore`](lease_core::backend::partitions::PartitionStore)) and
+/// membership ([`MembershipStore`](lease_core::backend::membership::MembershipStore)), on the
+/// tables `leases_partitions` and `leases_members` (named after the lease table, see
 /// [`partitions_schema_sql`](crate::partitions_schema_sql)). Every operation is one round trip:
 ///
 /// ```sql
@@ -180,17 +180,17 @@ type MySqlColumn = (
 /// the statement's own clock reading: one round trip, no read-back. The writes are retried at
 /// once after a deadlock, as the claim is.
 ///
-/// Counted leases ([`PermitStore::claim_permit`](lease_core::PermitStore::claim_permit) and the
+/// Counted leases
+/// ([`PermitStore::claim_permit`](lease_core::backend::permits::PermitStore::claim_permit) and the
 /// other permit operations), on the table `leases_permits` (see
-/// [`permits_schema_sql`](crate::permits_schema_sql)): one row per permit, and per name a
-/// counter row (`permit_no = -1`) holding the greatest term the name ever issued. Every
-/// operation is one round trip. The claim is one transaction sent as one text-protocol request
-/// (the name, holder and instance as hex literals, the count and TTL as decimal integers —
-/// nothing else is interpolated), so no client round trip falls inside it and a claimant that
-/// stalls or loses its network holds no lock. The counter row's exclusive lock queues the claims
-/// of a name, and the locking read sees the latest committed rows, so each claim decides on
-/// every live permit (the permits below a name's greatest are always rows: a new one is taken
-/// only when every lower one is live):
+/// [`permits_schema_sql`](crate::permits_schema_sql)): one row per permit, and per name a counter
+/// row (`permit_no = -1`) holding the greatest term the name ever issued. Every operation is one
+/// round trip. The claim is one transaction sent as one text-protocol request (the name, holder and
+/// instance as hex literals, the count and TTL as decimal integers — nothing else is interpolated),
+/// so no client round trip falls inside it and a claimant that stalls or loses its network holds no
+/// lock. The counter row's exclusive lock queues the claims of a name, and the locking read sees
+/// the latest committed rows, so each claim decides on every live permit (the permits below a
+/// name's greatest are always rows: a new one is taken only when every lower one is live):
 ///
 /// ```sql
 /// -- claim_permit (:n the permit count)
@@ -413,7 +413,10 @@ impl crate::wire::conns::LeaseDb for MySql {}
 
 impl SqlStore<MySql> {
     /// The hints of the changes made through this store (see the type's docs): never connected.
-    fn watch(&self, topic: &lease_core::notify::Topic) -> lease_core::notify::Wakeups {
+    fn watch(
+        &self,
+        topic: &lease_core::backend::notify::Topic,
+    ) -> lease_core::backend::notify::Wakeups {
         self.inner.hints.subscribe(topic)
     }
 }

@@ -1,7 +1,7 @@
-//! MySQL's partition statements: the acquire reads its epoch back through `LAST_INSERT_ID`,
-//! the batch renewal and release go over the text protocol (one round trip, no prepare
-//! whatever the batch's size). The rest of [`PartitionStore`](lease_core::PartitionStore) is
-//! shared, see `partitions.rs`.
+//! MySQL's partition statements: the acquire reads its epoch back through `LAST_INSERT_ID`, the
+//! batch renewal and release go over the text protocol (one round trip, no prepare whatever the
+//! batch's size). The rest of [`PartitionStore`](lease_core::backend::partitions::PartitionStore)
+//! is shared, see `partitions.rs`.
 
 use std::fmt::Write as _;
 

@@ -1,11 +1,11 @@
 //! MySQL's slot writes and `unfinished`: the term (or the finish's outcome) comes back through
 //! `LAST_INSERT_ID(expr)`; every write is retried at once after a deadlock, as the claim is.
-//! The rest of [`SlotStore`](lease_core::SlotStore) is shared, see `slots.rs`.
+//! The rest of [`SlotStore`](lease_core::backend::slots::SlotStore) is shared, see `slots.rs`.
 
 use std::future::Future;
 
 use lease_core::Result;
-use lease_core::backend::SlotFinish;
+use lease_core::backend::slots::SlotFinish;
 use sqlx::MySql;
 use sqlx::mysql::{MySqlArguments, MySqlQueryResult};
 use sqlx::query::Query;

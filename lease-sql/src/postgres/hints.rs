@@ -19,9 +19,9 @@
 
 use std::time::Duration;
 
-use lease_core::backend::Hub;
 use lease_core::backend::listen::{Backoff, Link, Listener};
-use lease_core::notify::Topic;
+use lease_core::backend::notify::Hub;
+use lease_core::backend::notify::Topic;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
 use sqlx::{Executor, PgPool};
 

@@ -11,8 +11,8 @@ mod statements;
 use std::future::Future;
 use std::str::FromStr;
 
-use lease_core::backend::SlotFinish;
-use lease_core::notify::{Topic, Wakeups};
+use lease_core::backend::notify::{Topic, Wakeups};
+use lease_core::backend::slots::SlotFinish;
 use lease_core::{Error, ErrorKind, Result};
 use sqlx::Postgres;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
@@ -28,24 +28,23 @@ use crate::wire::schema::Dialect;
 /// A lease store on PostgreSQL.
 ///
 /// **Hints** ([`LeaseStore::changes`](lease_core::LeaseStore::changes), on unless
-/// [`SqlConfig::hints`] is off): the claim, the release, the forced release, a permit claimed
-/// or released, a partition acquired with a new epoch and a partition release send `pg_notify('lease_sql.<schema>.<table>',
-/// 'lease:<name>' | 'group:<group>')` inside the statement, so a hint goes out when the change
-/// commits, from whichever process made it. On the first wait, the store opens one listening
-/// connection of its own (`LISTEN`, `application_name` `lease-sql hints <channel>`; its
-/// address can differ from the pool's, see
-/// [`with_listener_options`](crate::SqlStore::with_listener_options)), which checks every 5 s that its
-/// connection answers (`SELECT 1`, 5 s to answer: a connection that died silently is found
-/// within 10 s) and reconnects with backoff (0.1 s doubling to 5 s); while it is down the hints
-/// say so
-/// ([`Wakeups::is_connected`](lease_core::notify::Wakeups::is_connected) is `false`) and
-/// waiters keep their polling pace; once it listens again every waiter is woken. It ends when
-/// the store is dropped. A lost listener never delays a lease operation. Limits: behind
-/// PgBouncer in transaction or statement mode `LISTEN` does not work — turn hints off there;
-/// PostgreSQL serializes the commits of transactions that notify, which costs nothing for one
-/// client but cuts the rate of many concurrent changes of hands (see [`SqlConfig::hints`]); a
-/// listener that stops reading (its process frozen) holds back PostgreSQL's notification queue
-/// (8 GB), which at lease rates takes days to fill.
+/// [`SqlConfig::hints`] is off): the claim, the release, the forced release, a permit claimed or
+/// released, a partition acquired with a new epoch and a partition release send
+/// `pg_notify('lease_sql.<schema>.<table>', 'lease:<name>' | 'group:<group>')` inside the
+/// statement, so a hint goes out when the change commits, from whichever process made it. On the
+/// first wait, the store opens one listening connection of its own (`LISTEN`, `application_name`
+/// `lease-sql hints <channel>`; its address can differ from the pool's, see
+/// [`with_listener_options`](crate::SqlStore::with_listener_options)), which checks every 5 s that
+/// its connection answers (`SELECT 1`, 5 s to answer: a connection that died silently is found
+/// within 10 s) and reconnects with backoff (0.1 s doubling to 5 s); while it is down the hints say
+/// so ([`Wakeups::is_connected`](lease_core::backend::notify::Wakeups::is_connected) is `false`)
+/// and waiters keep their polling pace; once it listens again every waiter is woken. It ends when
+/// the store is dropped. A lost listener never delays a lease operation. Limits: behind PgBouncer
+/// in transaction or statement mode `LISTEN` does not work — turn hints off there; PostgreSQL
+/// serializes the commits of transactions that notify, which costs nothing for one client but cuts
+/// the rate of many concurrent changes of hands (see [`SqlConfig::hints`]); a listener that stops
+/// reading (its process frozen) holds back PostgreSQL's notification queue (8 GB), which at lease
+/// rates takes days to fill.
 ///
 /// Statements (`:now` is `clock_timestamp()` in milliseconds):
 ///
@@ -73,7 +72,7 @@ use crate::wire::schema::Dialect;
 ///    AND expires_at_ms > :now FOR SHARE;
 /// ```
 ///
-/// Scheduler slots ([`SlotStore`](lease_core::SlotStore)), on the same row:
+/// Scheduler slots ([`SlotStore`](lease_core::backend::slots::SlotStore)), on the same row:
 ///
 /// ```sql
 /// -- claim_slot ($5: the instant): a read, then one write with the term read compared
@@ -121,11 +120,11 @@ use crate::wire::schema::Dialect;
 ///
 /// `claim_slot` is two round trips; every other slot operation one.
 ///
-/// Partitioned leases ([`PartitionStore`](lease_core::PartitionStore)) and membership
-/// ([`MembershipStore`](lease_core::MembershipStore)), on the tables `leases_partitions` and
-/// `leases_members` (named after the lease table, see
-/// [`partitions_schema_sql`](crate::partitions_schema_sql)). Every operation is one statement,
-/// one round trip; `clock_timestamp()` moves during a statement, so each statement reads it once:
+/// Partitioned leases ([`PartitionStore`](lease_core::backend::partitions::PartitionStore)) and
+/// membership ([`MembershipStore`](lease_core::backend::membership::MembershipStore)), on the
+/// tables `leases_partitions` and `leases_members` (named after the lease table, see
+/// [`partitions_schema_sql`](crate::partitions_schema_sql)). Every operation is one statement, one
+/// round trip; `clock_timestamp()` moves during a statement, so each statement reads it once:
 ///
 /// ```sql
 /// -- acquire_partition: a free lease or the owner's own; the epoch kept while the owner holds
@@ -169,18 +168,18 @@ use crate::wire::schema::Dialect;
 ///  WHERE m.service = $1 AND m.node = $2 AND m.expires_at_ms > n.now;
 /// ```
 ///
-/// Counted leases ([`PermitStore::claim_permit`](lease_core::PermitStore::claim_permit) and the
+/// Counted leases
+/// ([`PermitStore::claim_permit`](lease_core::backend::permits::PermitStore::claim_permit) and the
 /// other permit operations), on the table `leases_permits` (see
-/// [`permits_schema_sql`](crate::permits_schema_sql)): one row per permit, and per name a
-/// counter row (`permit_no = -1`) holding the greatest term the name ever issued. Every
-/// operation is one statement, one round trip. The claim cannot simply count the name's rows:
-/// under READ COMMITTED a statement reads the snapshot taken when it started, and a statement
-/// that waited for a lock sees the latest version of the rows it locked, but not a row inserted
-/// since its snapshot. So it locks every row of the name, and writes only when the counter it
-/// locked is the one its snapshot has: then no claim of the name committed in between, and no
-/// new permit row is missing from what it counted. Otherwise it writes nothing and answers
-/// stale, and the store sends it again (at most 16 times, each one after another claim of the
-/// name was granted; then it answers full):
+/// [`permits_schema_sql`](crate::permits_schema_sql)): one row per permit, and per name a counter
+/// row (`permit_no = -1`) holding the greatest term the name ever issued. Every operation is one
+/// statement, one round trip. The claim cannot simply count the name's rows: under READ COMMITTED a
+/// statement reads the snapshot taken when it started, and a statement that waited for a lock sees
+/// the latest version of the rows it locked, but not a row inserted since its snapshot. So it locks
+/// every row of the name, and writes only when the counter it locked is the one its snapshot has:
+/// then no claim of the name committed in between, and no new permit row is missing from what it
+/// counted. Otherwise it writes nothing and answers stale, and the store sends it again (at most 16
+/// times, each one after another claim of the name was granted; then it answers full):
 ///
 /// ```sql
 /// -- claim_permit ($1 name, $2 holder, $3 instance, $4 TTL, $5 the count N)
@@ -290,7 +289,10 @@ impl SqlStore<Postgres> {
     }
 
     /// The hints of `topic`, the listener started on the first call (see the type's docs).
-    fn watch(&self, topic: &lease_core::notify::Topic) -> lease_core::notify::Wakeups {
+    fn watch(
+        &self,
+        topic: &lease_core::backend::notify::Topic,
+    ) -> lease_core::backend::notify::Wakeups {
         let wakeups = self.inner.hints.subscribe(topic);
         if self.inner.watch {
             self.inner.hints.ensure_listener(|hub| {

@@ -1,8 +1,8 @@
-//! PostgreSQL's slot finish and `unfinished` (the rest of [`SlotStore`](lease_core::SlotStore)
-//! is shared, see `slots.rs`).
+//! PostgreSQL's slot finish and `unfinished` (the rest of
+//! [`SlotStore`](lease_core::backend::slots::SlotStore) is shared, see `slots.rs`).
 
 use lease_core::Result;
-use lease_core::backend::SlotFinish;
+use lease_core::backend::slots::SlotFinish;
 
 use super::PostgresStore;
 use crate::slots::Finish;

@@ -1,5 +1,5 @@
-//! SQLite's hints: shared by every store of this process on one file and table, and fed by
-//! one poller of `PRAGMA data_version`, which sees this process's commits and other processes' alike.
+//! SQLite's hints: shared by every store of this process on one file and table, and fed by one
+//! poller of `PRAGMA data_version`, which sees this process's commits and other processes' alike.
 //!
 //! While anybody waits, a poller on a connection of its own reads `PRAGMA
 //! data_version` every [`POLL`] (no table read: the value changes only when another connection
@@ -13,7 +13,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, LazyLock, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
-use lease_core::notify::Topic;
+use lease_core::backend::notify::Topic;
 use sqlx::ConnectOptions;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection};
 

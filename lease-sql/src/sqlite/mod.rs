@@ -14,8 +14,8 @@ use std::future::Future;
 use std::str::FromStr;
 use std::time::Duration;
 
-use lease_core::backend::SlotFinish;
-use lease_core::notify::{Topic, Wakeups};
+use lease_core::backend::notify::{Topic, Wakeups};
+use lease_core::backend::slots::SlotFinish;
 use lease_core::{Error, ErrorKind, Result};
 use sqlx::Sqlite;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
@@ -33,11 +33,12 @@ use crate::wire::schema::Dialect;
 /// **Hints** ([`LeaseStore::changes`](lease_core::LeaseStore::changes)): every store of this
 /// process on the same file and table shares them, and its claims, releases, forced releases,
 /// permit claims and releases, partition acquires and releases notify them at once. Changes by
-/// other processes are found by a poller on a connection of its own, running while anybody waits (and 1 s after): it reads
-/// `PRAGMA data_version` every 15 ms (no table read) and, when another connection committed,
-/// the rows of the names (with their permits) and groups waited on, and notifies only those
-/// whose holder, term or liveness changed — a renewal wakes nobody. Membership changes are not hinted. With
-/// [`SqlConfig::hints`] off there is no poller and the hints cover this process only.
+/// other processes are found by a poller on a connection of its own, running while anybody waits
+/// (and 1 s after): it reads `PRAGMA data_version` every 15 ms (no table read) and, when another
+/// connection committed, the rows of the names (with their permits) and groups waited on, and
+/// notifies only those whose holder, term or liveness changed — a renewal wakes nobody. Membership
+/// changes are not hinted. With [`SqlConfig::hints`] off there is no poller and the hints cover
+/// this process only.
 ///
 /// The statements are PostgreSQL's (see [`PostgresStore`](crate::PostgresStore)) with `?N`
 /// parameters and `:now` = `(SELECT boot_ms FROM temp.lease_sql_clock)`, the host's boot clock
@@ -50,12 +51,12 @@ use crate::wire::schema::Dialect;
 /// the wait. Verified transactions start with `BEGIN IMMEDIATE`, so they
 /// hold the write lock from their first statement and no claim can slip in before they commit.
 ///
-/// Scheduler slots ([`SlotStore`](lease_core::SlotStore)) use PostgreSQL's statements too, but
-/// for two. `unfinished` takes the names as one JSON array:
-/// `… WHERE name IN (SELECT value FROM json_each(?1)) AND …`. And the finish must read its
-/// outcome from the row as it was, which SQLite's `RETURNING` (the new row only) cannot give, so
-/// it is one `BEGIN IMMEDIATE` transaction of a read and a write (calls into the embedded
-/// database, not round trips to a server):
+/// Scheduler slots ([`SlotStore`](lease_core::backend::slots::SlotStore)) use PostgreSQL's
+/// statements too, but for two. `unfinished` takes the names as one JSON array: `… WHERE name IN
+/// (SELECT value FROM json_each(?1)) AND …`. And the finish must read its outcome from the row as
+/// it was, which SQLite's `RETURNING` (the new row only) cannot give, so it is one `BEGIN
+/// IMMEDIATE` transaction of a read and a write (calls into the embedded database, not round trips
+/// to a server):
 ///
 /// ```sql
 /// BEGIN IMMEDIATE;
@@ -158,7 +159,10 @@ impl SqlStore<Sqlite> {
     }
 
     /// The hints of `topic`, the poller started on the first call (see the type's docs).
-    fn watch(&self, topic: &lease_core::notify::Topic) -> lease_core::notify::Wakeups {
+    fn watch(
+        &self,
+        topic: &lease_core::backend::notify::Topic,
+    ) -> lease_core::backend::notify::Wakeups {
         let wakeups = self.inner.hints.subscribe(topic);
         if self.inner.watch {
             let weak = std::sync::Arc::downgrade(&self.inner.hints);

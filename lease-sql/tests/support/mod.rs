@@ -100,7 +100,7 @@ pub(crate) async fn sqlite() -> SqliteStore {
 /// The conformance harness on a server's store, its fault path through the proxy.
 fn harness_server<S>((store, p): (S, Proxied<S>)) -> Harness
 where
-    S: lease_core::SlotStore + lease_conformance::GroupStore + Clone + 'static,
+    S: lease_core::backend::slots::SlotStore + lease_conformance::GroupStore + Clone + 'static,
 {
     Harness::new(Arc::new(store.clone()))
         .with_faults(Arc::new(p.store.clone()), p.proxy)

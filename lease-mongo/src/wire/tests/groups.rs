@@ -8,7 +8,7 @@
 use std::cmp::Ordering;
 use std::time::Duration;
 
-use lease_core::{Member, PartitionLease};
+use lease_core::backend::{membership::Member, partitions::PartitionLease};
 use mongodb::bson::{Bson, DateTime, Document, doc};
 
 use crate::wire::{self as commands, *};

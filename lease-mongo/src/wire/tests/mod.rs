@@ -4,7 +4,7 @@
 
 use super::*;
 use lease_core::backend::Grant;
-use lease_core::{ErrorKind, LeaseInfo};
+use lease_core::{ErrorKind, backend::LeaseInfo};
 
 mod groups;
 
@@ -223,7 +223,7 @@ fn the_slot_claim_reads_the_record_and_the_server_clock_in_one_aggregate() {
 
 #[test]
 fn the_slot_claim_is_decided_in_the_contracts_order() {
-    use lease_core::backend::SlotClaim;
+    use lease_core::backend::slots::SlotClaim;
     let now = 1_700_000_000_000_i64;
     let plan = |rec: Option<Document>, at: i64| {
         let mut reply = doc! { "now_ms": now };
@@ -331,7 +331,7 @@ fn the_slot_claim_writes_with_the_term_compared() {
 
 #[test]
 fn a_slot_claim_reports_from_the_document_before_its_write() {
-    use lease_core::backend::SlotClaim;
+    use lease_core::backend::slots::SlotClaim;
     let ttl = Duration::from_millis(900);
     let claimed = |term, superseded_ms| SlotClaim::Claimed {
         grant: Grant {
@@ -414,7 +414,7 @@ fn finish_is_one_conditional_pipeline_that_reports_what_applied() {
 
 #[test]
 fn a_finish_reports_only_its_own_outcome() {
-    use lease_core::backend::SlotFinish;
+    use lease_core::backend::slots::SlotFinish;
     let fid = "mine";
     let reply = doc! { "last_finish": {
         "id": "mine", "recorded": true, "passed_taken": false, "released": true,
@@ -507,7 +507,7 @@ fn last_slot_reads_the_three_instants() {
             &doc! { "slot_ms": 5_i64, "unfinished_ms": Bson::Null, "rerun_ms": 3_i32 }
         )
         .unwrap(),
-        lease_core::backend::SlotRecord {
+        lease_core::backend::slots::SlotRecord {
             last_ms: Some(5),
             unfinished_ms: None,
             rerun_ms: Some(3)
@@ -516,7 +516,7 @@ fn last_slot_reads_the_three_instants() {
     // A record of plain claims only.
     assert_eq!(
         slot_record_from(&doc! {}).unwrap(),
-        lease_core::backend::SlotRecord::default()
+        lease_core::backend::slots::SlotRecord::default()
     );
     assert!(slot_record_from(&doc! { "slot_ms": "x" }).is_err());
 }

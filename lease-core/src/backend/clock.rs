@@ -80,7 +80,7 @@ impl Stamp {
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() {
 /// use std::time::Duration;
-/// use lease_core::clock::Deadline;
+/// use lease_core::backend::clock::Deadline;
 ///
 /// let deadline = Deadline::in_(Duration::from_secs(2));
 /// assert!(!deadline.has_passed());
