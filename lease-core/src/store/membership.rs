@@ -14,9 +14,9 @@ use crate::store::error::Result;
 use crate::store::partitions::OWNER_ID_SUFFIX_BYTES;
 use crate::store::record::MAX_INSTANCE_BYTES;
 
-/// The longest node id, in bytes: 111, so that the owner id a
-/// [`GroupWorker`](crate::GroupWorker) makes of it ([`owner_id`](crate::backend::owner_id): the node id,
-/// `@` and 16 hex digits) fits the [`MAX_INSTANCE_BYTES`] of an owner.
+/// The longest node id, in bytes: 111, so that the owner id a [`GroupWorker`](crate::GroupWorker)
+/// makes of it ([`owner_id`](crate::backend::partitions::owner_id): the node id, `@` and 16 hex
+/// digits) fits the [`MAX_INSTANCE_BYTES`] of an owner.
 pub const MAX_NODE_ID_BYTES: usize = MAX_INSTANCE_BYTES - OWNER_ID_SUFFIX_BYTES;
 
 /// The longest address a member record keeps, in bytes.

@@ -3,24 +3,25 @@
 //! One record per `(group, partition)` keeps the **owner**, the **epoch** and the expiry. The
 //! rules, the same on every backend (those of the MongoDB lease store):
 //!
-//! - **Acquire** ([`PartitionStore::acquire_partition`]) admits only an expired (or released, or never
-//!   seen) lease, or the acquirer's own. The epoch is kept when the acquirer still holds the
+//! - **Acquire** ([`PartitionStore::acquire_partition`]) admits only an expired (or released, or
+//!   never seen) lease, or the acquirer's own. The epoch is kept when the acquirer still holds the
 //!   lease live, and goes up by one otherwise — so the epoch is a fencing token: it strictly
 //!   increases every time the partition changes hands, and every time an owner comes back to a
 //!   partition after letting it lapse.
 //! - The **owner** names one process incarnation, not a node: a node id plus an id minted at
 //!   each start ([`owner_id`]). A restarted node is thus never taken for its stalled
 //!   predecessor: it waits for the old incarnation's leases to expire, and gets a new epoch.
-//! - **Renew** ([`PartitionStore::renew_partitions`]) extends, to one expiry, every live lease the owner
-//!   holds among the partitions named, in a fixed number of round trips however many there are
-//!   (see [`BatchRenew`]). A lapsed lease is never revived: it is missing from the answer.
-//! - **Release** ([`PartitionStore::release_partitions`]) ends the owner's live leases at once and keeps
-//!   the records, so the epoch continues.
+//! - **Renew** ([`PartitionStore::renew_partitions`]) extends, to one expiry, every live lease the
+//!   owner holds among the partitions named, in a fixed number of round trips however many there
+//!   are (see [`BatchRenew`]). A lapsed lease is never revived: it is missing from the answer.
+//! - **Release** ([`PartitionStore::release_partitions`]) ends the owner's live leases at once and
+//!   keeps the records, so the epoch continues.
 //! - **Owners** ([`PartitionStore::owners`]) lists a group's live leases.
 //! - Every expiry is judged by the store's clock, as for [`LeaseStore`](crate::LeaseStore).
 //!
-//! The [`GroupWorker`](crate::GroupWorker) spreads a group's partitions over the live members
-//! of a service ([`MembershipStore`](crate::MembershipStore)) with these operations.
+//! The [`GroupWorker`](crate::GroupWorker) spreads a group's partitions over the live members of a
+//! service ([`MembershipStore`](crate::backend::membership::MembershipStore)) with these
+//! operations.
 
 use std::time::Duration;
 
@@ -34,7 +35,8 @@ pub use crate::store::capabilities::BatchRenew;
 /// How many bytes [`owner_id`] appends to a node id: `@` and 16 hex digits.
 pub const OWNER_ID_SUFFIX_BYTES: usize = 17;
 
-/// The most partitions one [`PartitionStore::renew_partitions`] or [`PartitionStore::release_partitions`] call takes.
+/// The most partitions one [`PartitionStore::renew_partitions`] or
+/// [`PartitionStore::release_partitions`] call takes.
 pub const MAX_PARTITIONS_PER_CALL: usize = 10_000;
 
 /// One partition lease as the store answered.
@@ -54,15 +56,15 @@ pub struct PartitionLease {
 /// process is a new owner.
 ///
 /// ```
-/// let a = lease_core::backend::owner_id("node-a");
-/// let b = lease_core::backend::owner_id("node-a");
+/// let a = lease_core::backend::partitions::owner_id("node-a");
+/// let b = lease_core::backend::partitions::owner_id("node-a");
 /// assert!(a.starts_with("node-a@"));
 /// assert_ne!(a, b);
 /// ```
 ///
 /// The owner id is [`OWNER_ID_SUFFIX_BYTES`] longer than the node id, and an owner is at most
 /// [`MAX_INSTANCE_BYTES`](crate::backend::MAX_INSTANCE_BYTES) bytes, hence
-/// [`MAX_NODE_ID_BYTES`](crate::backend::MAX_NODE_ID_BYTES).
+/// [`MAX_NODE_ID_BYTES`](crate::backend::membership::MAX_NODE_ID_BYTES).
 pub fn owner_id(node: &str) -> String {
     let hex = HolderToken::mint().to_hex();
     format!("{node}@{}", hex.get(..16).unwrap_or(&hex))
@@ -71,8 +73,8 @@ pub fn owner_id(node: &str) -> String {
 /// The node part of an owner id made by [`owner_id`]: everything before the last `@`.
 ///
 /// ```
-/// assert_eq!(lease_core::partitions::owner_node("node-a@0123456789abcdef"), "node-a");
-/// assert_eq!(lease_core::partitions::owner_node("plain"), "plain");
+/// assert_eq!(lease_core::backend::partitions::owner_node("node-a@0123456789abcdef"), "node-a");
+/// assert_eq!(lease_core::backend::partitions::owner_node("plain"), "plain");
 /// ```
 pub fn owner_node(owner: &str) -> &str {
     owner.rsplit_once('@').map_or(owner, |(node, _)| node)

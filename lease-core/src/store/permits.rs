@@ -15,12 +15,12 @@
 //! - **Changing N** applies to new claims only: nobody is revoked. Lowered from 5 to 3 with 5
 //!   holders, the 5 keep their permits until they end, and no claim is granted until fewer
 //!   than 3 are live. Raised, new claims take the free permits up to the new N.
-//! - **No holder twice.** A claim under a holder token that already holds a live permit of
-//!   the name is answered "full" (`None`); the coordinator mints a token per claim, and after
-//!   an unknown outcome reads back with
-//!   [`read_back_permit`](crate::PermitStore::read_back_permit), which finds the permit by token
-//!   (and adopts it only if the claim's count was checked for it), so one acquire never ends
-//!   up with two permits.
+//! - **No holder twice.** A claim under a holder token that already holds a live permit of the name
+//!   is answered "full" (`None`); the coordinator mints a token per claim, and after an unknown
+//!   outcome reads back with
+//!   [`read_back_permit`](crate::backend::permits::PermitStore::read_back_permit), which finds the
+//!   permit by token (and adopts it only if the claim's count was checked for it), so one acquire
+//!   never ends up with two permits.
 //! - **A plain lease and a counted name do not mix.** The permits of a name are kept apart
 //!   from its plain lease (`claim`), so holding `"import"` plainly and by permit are two
 //!   different things; use one or the other for a name.
@@ -43,7 +43,6 @@
 //! # }
 //! ```
 
-use std::fmt;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -54,42 +53,6 @@ use crate::store::record::{Grant, HolderToken};
 /// The most permits a counted name may have: every claim counts the name's live permits, so
 /// the bound keeps that count one small read.
 pub const MAX_PERMITS: u32 = 1024;
-
-/// A counted name: at most [`count`](Permits::count) holders of [`name`](Permits::name) at
-/// once. Pass it wherever a name is taken ([`Coordinator::try_acquire`](crate::Coordinator::try_acquire),
-/// [`acquire`](crate::Coordinator::acquire), [`run`](crate::Coordinator::run),
-/// [`run_elected`](crate::Coordinator::run_elected)) to hold one permit instead of the name.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Permits {
-    name: String,
-    count: u32,
-}
-
-impl Permits {
-    /// At most `count` holders of `name` at once.
-    ///
-    /// # Errors
-    ///
-    /// `InvalidArgument` when `count` is 0 or more than [`MAX_PERMITS`]. The name is checked
-    /// against the store when it is used (each store has its own longest name).
-    pub fn new(name: impl Into<String>, count: u32) -> Result<Permits> {
-        check_count(count)?;
-        Ok(Permits {
-            name: name.into(),
-            count,
-        })
-    }
-
-    /// The name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// How many holders the name may have at once.
-    pub fn count(&self) -> u32 {
-        self.count
-    }
-}
 
 /// Refuses a permit count no store takes: 0, or more than [`MAX_PERMITS`].
 pub(crate) fn check_count(count: u32) -> Result<()> {
@@ -104,80 +67,6 @@ pub(crate) fn check_count(count: u32) -> Result<()> {
         )));
     }
     Ok(())
-}
-
-/// What a coordinator claims: a name (a plain lease, at most one holder) or one permit of a
-/// counted name. Made from a `&str`, a `String` or a [`Permits`], so every call that takes a
-/// name takes either.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum Target {
-    /// The plain lease of a name.
-    Lease(String),
-    /// One permit of a counted name.
-    Permits(Permits),
-}
-
-impl Target {
-    /// The name claimed.
-    pub fn name(&self) -> &str {
-        match self {
-            Target::Lease(name) => name,
-            Target::Permits(p) => p.name(),
-        }
-    }
-
-    /// The permit count, for a counted name.
-    pub fn permits(&self) -> Option<u32> {
-        match self {
-            Target::Lease(_) => None,
-            Target::Permits(p) => Some(p.count()),
-        }
-    }
-}
-
-impl fmt::Display for Target {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Target::Lease(name) => f.write_str(name),
-            Target::Permits(p) => write!(f, "{} ({} permits)", p.name, p.count),
-        }
-    }
-}
-
-impl From<&str> for Target {
-    fn from(name: &str) -> Target {
-        Target::Lease(name.to_owned())
-    }
-}
-
-impl From<&String> for Target {
-    fn from(name: &String) -> Target {
-        Target::Lease(name.clone())
-    }
-}
-
-impl From<String> for Target {
-    fn from(name: String) -> Target {
-        Target::Lease(name)
-    }
-}
-
-impl From<Permits> for Target {
-    fn from(p: Permits) -> Target {
-        Target::Permits(p)
-    }
-}
-
-impl From<&Permits> for Target {
-    fn from(p: &Permits) -> Target {
-        Target::Permits(p.clone())
-    }
-}
-
-impl From<&Target> for Target {
-    fn from(t: &Target) -> Target {
-        t.clone()
-    }
 }
 
 /// What a counted claim won: which permit, and the lease on it.
@@ -208,13 +97,13 @@ pub struct PermitInfo {
 /// [`LeaseStore::permit_store`](crate::LeaseStore::permit_store).
 ///
 /// A store implements it when it can keep counted names, and answers `Some(self)` from
-/// `permit_store`; [`Capabilities::permits`](crate::Capabilities::permits) is derived from
+/// `permit_store`; [`Capabilities::permits`](crate::backend::Capabilities::permits) is derived from
 /// that answer. Every rule of the [module docs](self) holds for every implementation.
 ///
 /// Like the other capability traits it has no [`LeaseStore`](crate::LeaseStore) supertrait,
-/// which matters most here: [`LeaseStoreExt`](crate::backend::LeaseStoreExt) offers every store
-/// conveniences of the same names (through the accessor), so a `&dyn PermitStore` has exactly
-/// one method of each name.
+/// which matters most here: [`LeaseStoreExt`](crate::backend::LeaseStoreExt) offers every
+/// store conveniences of the same names (through the accessor), so a `&dyn PermitStore` has
+/// exactly one method of each name.
 #[async_trait]
 pub trait PermitStore: Send + Sync {
     /// Claims one permit of the counted name `name` for `holder`, when fewer than `permits`
@@ -280,6 +169,7 @@ pub trait PermitStore: Send + Sync {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::target::{Permits, Target};
 
     #[test]
     fn counts_are_checked() {
