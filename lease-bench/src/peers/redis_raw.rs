@@ -11,13 +11,17 @@ use super::{INSTANCE, Subject};
 use crate::backends::{REDIS_PREFIX, TTL};
 
 /// lease-redis's claim script, the very source the library embeds: its prelude (the term rule)
-/// joined to `claim.lua`.
+/// and its hint (`notify.lua`) joined to `claim.lua`.
 const CLAIM_LUA: &str = concat!(
     include_str!("../../../lease-redis/src/wire/scripts/prelude.lua"),
+    include_str!("../../../lease-redis/src/wire/scripts/notify.lua"),
     include_str!("../../../lease-redis/src/wire/scripts/claim.lua")
 );
-/// lease-redis's release script.
-const RELEASE_LUA: &str = include_str!("../../../lease-redis/src/wire/scripts/release.lua");
+/// lease-redis's release script, its hint joined in front as the library does.
+const RELEASE_LUA: &str = concat!(
+    include_str!("../../../lease-redis/src/wire/scripts/notify.lua"),
+    include_str!("../../../lease-redis/src/wire/scripts/release.lua")
+);
 
 async fn connect(url: &str) -> Result<MultiplexedConnection> {
     redis::Client::open(url)
