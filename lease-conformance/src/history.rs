@@ -515,6 +515,13 @@ impl CountedGrants {
         }
     }
 
+    /// How many grants of claims of `permits` were recorded so far (cheap, unlike
+    /// [`CountedGrants::report`], which judges every grant).
+    pub fn count_of(&self, permits: u32) -> u64 {
+        let state = self.lock();
+        state.grants.iter().filter(|g| g.permits == permits).count() as u64
+    }
+
     /// Judges every grant recorded so far (a holder not yet ended counts as live up to now).
     pub fn report(&self) -> CountedGrantsReport {
         let state = self.lock();

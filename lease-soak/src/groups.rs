@@ -45,6 +45,9 @@ const SETTLE_MARGIN: Duration = Duration::from_secs(1);
 const STORES_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a worker that joins again keeps trying to start (a store that does not answer).
 const REJOIN_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long an assignment that missed its bound is watched for the evidence: whether it
+/// settles late, and when.
+const LATE_WATCH: Duration = Duration::from_secs(10);
 /// How long the audit's watchers may take to end once every worker has left.
 const WATCHERS_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -507,6 +510,27 @@ impl GroupRun {
     }
 }
 
+/// Watches an assignment that missed its bound until it settles or `until` after `calm`, and
+/// says which, for the evidence (the run fails either way).
+async fn late_settle(run: &mut GroupRun, calm: Instant, until: Duration) -> String {
+    // Bounded: ends `until` after `calm`.
+    while calm.elapsed() <= until {
+        if run.is_settled() {
+            return format!(
+                "it settled {:.1} s after the calm: {}",
+                calm.elapsed().as_secs_f64(),
+                run.describe()
+            );
+        }
+        sleep(POLL).await;
+    }
+    format!(
+        "still not settled {:.1} s after the calm: {}",
+        until.as_secs_f64(),
+        run.describe()
+    )
+}
+
 /// Runs the group phase: `start` is the start of the soak (the schedule's zero), `restart` the
 /// restarter's progress.
 pub(crate) async fn run(
@@ -600,7 +624,15 @@ pub(crate) async fn run(
             break;
         }
         if calm.elapsed() > bound {
-            unsettled = Some(run.describe());
+            // The failure stands; for its evidence, how it looked at the bound, when the calm
+            // began (to place it against the node kills' times) and whether and when it
+            // settled after all.
+            let view = run.describe();
+            let late = late_settle(&mut run, calm, bound + LATE_WATCH).await;
+            unsettled = Some(format!(
+                "at the bound: {view}; the calm began {:.1} s into the run; {late}",
+                calm.duration_since(start).as_secs_f64()
+            ));
             break;
         }
         sleep(POLL).await;

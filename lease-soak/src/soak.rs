@@ -661,6 +661,22 @@ async fn drive(
         // The mixed-count name's extra time, where it has some (NATS); the contenders go on,
         // with no fault left to play.
         tokio::time::sleep_until(mixed_end).await;
+        // And on while the name is not yet exercised (see `mixed::EXERCISE_EXTRA`); the
+        // claimers stop by themselves at the same moment.
+        if let Some(m) = &mixed {
+            // Bounded: `EXERCISE_EXTRA` after `mixed_end`.
+            while m.racing(mixed_end) {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            let over = Instant::now().saturating_duration_since(mixed_end);
+            if over > Duration::from_millis(100) {
+                notes.push(format!(
+                    "the mixed-count name's claimers raced {:.1} s past the run to reach the \
+                     floor of grants of each count",
+                    over.as_secs_f64()
+                ));
+            }
+        }
     }
     notes.extend(kill_notes);
     errors.extend(kill_errors);
