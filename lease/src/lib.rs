@@ -49,9 +49,9 @@
 //!
 //! | feature | schemes | crate, module |
 //! |---|---|---|
-//! | `sqlite` (default) | `sqlite:///path/to.db`, `sqlite::memory:` | lease-sql, [`sql`] |
-//! | `postgres` | `postgres://`, `postgresql://` | lease-sql, [`sql`] |
-//! | `mysql` | `mysql://`, `mariadb://` | lease-sql, [`sql`] |
+//! | `sqlite` (default) | `sqlite:///path/to.db`, `sqlite::memory:` | lease-sql, `sql` |
+//! | `postgres` | `postgres://`, `postgresql://` | lease-sql, `sql` |
+//! | `mysql` | `mysql://`, `mariadb://` | lease-sql, `sql` |
 //! | `redis` | `redis://`, `rediss://` | lease-redis, `redis` |
 //! | `redis-sentinel` | (Redis through Sentinel: `redis::SentinelConnection`) | lease-redis, `redis` |
 //! | `nats` | `nats://` | lease-nats, `nats` |

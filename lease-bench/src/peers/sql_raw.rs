@@ -5,7 +5,9 @@
 //! they are rebuilt here from the public clock expression [`Dialect::now_ms`] and table DDL
 //! [`schema_sql`]); the binds are the same values of the same types. The only difference to the
 //! library is what runs around them: the library's connection slots, name and TTL checks and
-//! error mapping.
+//! error mapping. On SQLite that includes the write transaction lease-sql puts every write in
+//! (`BEGIN IMMEDIATE`, the clock, the statement, `COMMIT`): it is part of the protocol, which
+//! reads the clock only once it holds the file's write lock.
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -103,6 +105,19 @@ const SQLITE_CLOCK_TABLE: [&str; 2] = [
     "INSERT OR REPLACE INTO temp.lease_sql_clock (id, boot_ms) VALUES (1, 0)",
 ];
 const SQLITE_SET_CLOCK: &str = "UPDATE temp.lease_sql_clock SET boot_ms = ?1";
+
+/// What lease-sql's SQLite store sends before every write (`LeaseDb::begin_write`): `BEGIN
+/// IMMEDIATE`, which waits for the file's write lock, then the clock, read once the lock is
+/// held (a clock read before the wait would be old by the time the write lands). The write's
+/// statement follows, then `COMMIT`.
+async fn begin_write(conn: &mut SqliteConnection) -> Result<()> {
+    sqlx::query("BEGIN IMMEDIATE").execute(&mut *conn).await?;
+    sqlx::query(SQLITE_SET_CLOCK)
+        .bind(boot_ms())
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
 
 /// The host's boot clock in milliseconds, as lease-sql reads it for SQLite.
 fn boot_ms() -> i64 {
@@ -236,10 +251,7 @@ impl Subject for SqliteRow {
     fn cycle(&mut self) -> BoxFuture<'_, Result<()>> {
         Box::pin(async move {
             let holder = HolderToken::mint().to_hex();
-            sqlx::query(SQLITE_SET_CLOCK)
-                .bind(boot_ms())
-                .execute(&mut self.conn)
-                .await?;
+            begin_write(&mut self.conn).await?;
             let row: Option<(i64,)> = sqlx::query_as(&self.claim)
                 .bind(&self.name)
                 .bind(&holder)
@@ -247,16 +259,15 @@ impl Subject for SqliteRow {
                 .bind(ttl_ms())
                 .fetch_optional(&mut self.conn)
                 .await?;
+            sqlx::query("COMMIT").execute(&mut self.conn).await?;
             ensure!(row.is_some(), "the claim of a free name was refused");
-            sqlx::query(SQLITE_SET_CLOCK)
-                .bind(boot_ms())
-                .execute(&mut self.conn)
-                .await?;
+            begin_write(&mut self.conn).await?;
             let done = sqlx::query(&self.release)
                 .bind(&self.name)
                 .bind(&holder)
                 .execute(&mut self.conn)
                 .await?;
+            sqlx::query("COMMIT").execute(&mut self.conn).await?;
             ensure!(
                 done.rows_affected() == 1,
                 "the release did not end the lease"
