@@ -166,7 +166,9 @@ mod tests {
         let e = FenceError::from(Stale::new("orders/7", 4, 9));
         assert!(e.is_stale() && !e.is_temporary());
         assert_eq!(e.kind(), ErrorKind::Lost);
-        let s = e.stale().map(|s| (s.resource().to_owned(), s.offered(), s.fence()));
+        let s = e
+            .stale()
+            .map(|s| (s.resource().to_owned(), s.offered(), s.fence()));
         assert_eq!(s, Some(("orders/7".to_owned(), 4, 9)));
         let text = e.to_string();
         assert!(text.contains("'orders/7' refused token 4"), "{text}");

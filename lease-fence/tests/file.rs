@@ -17,7 +17,9 @@ use lease_core::ErrorKind;
 use lease_fence::file::{FENCE_DIR, FileFence};
 
 fn dir() -> PathBuf {
-    let dir = std::env::temp_dir().join("lease-fence-tests").join(unique("files-"));
+    let dir = std::env::temp_dir()
+        .join("lease-fence-tests")
+        .join(unique("files-"));
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
@@ -77,7 +79,11 @@ async fn with_the_check_broken_the_zombie_gets_through() {
     fence.write("out.csv", 6, "successor").await.unwrap();
     let broken = fence.clone().break_check_for_tests();
     broken.write("out.csv", 5, "zombie").await.unwrap();
-    assert_eq!(read(&dir, "out.csv"), "zombie", "the broken fence let the zombie write");
+    assert_eq!(
+        read(&dir, "out.csv"),
+        "zombie",
+        "the broken fence let the zombie write"
+    );
     assert_eq!(fence.token("out.csv").unwrap(), Some(5));
     std::fs::remove_dir_all(&dir).unwrap();
 }

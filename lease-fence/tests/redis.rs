@@ -37,10 +37,19 @@ async fn a_zombie_after_its_successor_is_refused_and_changes_nothing() {
     let fence = RedisFence::new();
     let resource = unique("orders/");
     let key = unique("fenced:");
-    fence.set(&mut c, &resource, 5, &key, "first").await.unwrap();
-    fence.set(&mut c, &resource, 6, &key, "successor").await.unwrap();
+    fence
+        .set(&mut c, &resource, 5, &key, "first")
+        .await
+        .unwrap();
+    fence
+        .set(&mut c, &resource, 6, &key, "successor")
+        .await
+        .unwrap();
 
-    let e = fence.set(&mut c, &resource, 5, &key, "zombie").await.unwrap_err();
+    let e = fence
+        .set(&mut c, &resource, 5, &key, "zombie")
+        .await
+        .unwrap_err();
     let stale = e.stale().expect("a typed refusal");
     assert_eq!(
         (stale.resource(), stale.offered(), stale.fence()),
@@ -53,8 +62,20 @@ async fn a_zombie_after_its_successor_is_refused_and_changes_nothing() {
     // Every shorthand is refused the same way, and changes nothing.
     let hash = unique("hash:");
     let stream = unique("stream:");
-    assert!(fence.hset(&mut c, &resource, 4, &hash, "f", "v").await.unwrap_err().is_stale());
-    assert!(fence.del(&mut c, &resource, 4, &key).await.unwrap_err().is_stale());
+    assert!(
+        fence
+            .hset(&mut c, &resource, 4, &hash, "f", "v")
+            .await
+            .unwrap_err()
+            .is_stale()
+    );
+    assert!(
+        fence
+            .del(&mut c, &resource, 4, &key)
+            .await
+            .unwrap_err()
+            .is_stale()
+    );
     assert!(
         fence
             .xadd(&mut c, &resource, 4, &stream, &[("f", "v")])
@@ -81,34 +102,73 @@ async fn one_term_writes_twice_and_a_higher_one_raises_the_fence() {
     let resource = unique("report/");
     let (hash, stream, key) = (unique("h:"), unique("s:"), unique("k:"));
     assert_eq!(fence.token(&mut c, &resource).await.unwrap(), None);
-    assert_eq!(fence.hset(&mut c, &resource, 3, &hash, "a", 1).await.unwrap(), 1);
-    assert_eq!(fence.hset(&mut c, &resource, 3, &hash, "a", 2).await.unwrap(), 0);
+    assert_eq!(
+        fence
+            .hset(&mut c, &resource, 3, &hash, "a", 1)
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(
+        fence
+            .hset(&mut c, &resource, 3, &hash, "a", 2)
+            .await
+            .unwrap(),
+        0
+    );
     assert_eq!(c.hget::<_, _, i64>(&hash, "a").await.unwrap(), 2);
     assert_eq!(fence.token(&mut c, &resource).await.unwrap(), Some(3));
 
-    let id = fence.xadd(&mut c, &resource, 9, &stream, &[("n", "1")]).await.unwrap();
+    let id = fence
+        .xadd(&mut c, &resource, 9, &stream, &[("n", "1")])
+        .await
+        .unwrap();
     assert!(id.contains('-'), "{id}");
     assert_eq!(fence.token(&mut c, &resource).await.unwrap(), Some(9));
     fence.set(&mut c, &resource, 9, &key, "x").await.unwrap();
     assert_eq!(fence.del(&mut c, &resource, 9, &key).await.unwrap(), 1);
-    assert!(fence.hset(&mut c, &resource, 3, &hash, "a", 3).await.unwrap_err().is_stale());
+    assert!(
+        fence
+            .hset(&mut c, &resource, 3, &hash, "a", 3)
+            .await
+            .unwrap_err()
+            .is_stale()
+    );
     assert_eq!(c.hget::<_, _, i64>(&hash, "a").await.unwrap(), 2);
 
     // The general form: any one command, its reply as asked.
     let mut incr = redis::cmd("INCRBY");
     incr.arg(&key).arg(5);
-    assert_eq!(fence.write::<_, i64>(&mut c, &resource, 9, &incr).await.unwrap(), 5);
+    assert_eq!(
+        fence
+            .write::<_, i64>(&mut c, &resource, 9, &incr)
+            .await
+            .unwrap(),
+        5
+    );
 
     // Tokens beyond 2^53 order exactly (compared as decimal strings, not Lua doubles).
     let big = unique("big/");
     let top = (1_u64 << 53) + 2;
     fence.set(&mut c, &big, top, &key, "top").await.unwrap();
-    let e = fence.set(&mut c, &big, top - 1, &key, "below").await.unwrap_err();
+    let e = fence
+        .set(&mut c, &big, top - 1, &key, "below")
+        .await
+        .unwrap_err();
     assert_eq!(e.stale().map(|s| s.fence()), Some(top));
-    fence.set(&mut c, &big, u64::MAX, &key, "max").await.unwrap();
+    fence
+        .set(&mut c, &big, u64::MAX, &key, "max")
+        .await
+        .unwrap();
     assert_eq!(fence.token(&mut c, &big).await.unwrap(), Some(u64::MAX));
     let _: () = c
-        .del(&[&hash, &stream, &key, &fence.key(&resource), &fence.key(&big)])
+        .del(&[
+            &hash,
+            &stream,
+            &key,
+            &fence.key(&resource),
+            &fence.key(&big),
+        ])
         .await
         .unwrap();
 }
@@ -119,9 +179,15 @@ async fn with_the_check_broken_the_zombie_gets_through() {
     let fence = RedisFence::new();
     let resource = unique("orders/");
     let key = unique("fenced:");
-    fence.set(&mut c, &resource, 6, &key, "successor").await.unwrap();
+    fence
+        .set(&mut c, &resource, 6, &key, "successor")
+        .await
+        .unwrap();
     let broken = fence.clone().break_check_for_tests();
-    broken.set(&mut c, &resource, 5, &key, "zombie").await.unwrap();
+    broken
+        .set(&mut c, &resource, 5, &key, "zombie")
+        .await
+        .unwrap();
     assert_eq!(
         c.get::<_, String>(&key).await.unwrap(),
         "zombie",
@@ -147,7 +213,8 @@ async fn two_racing_writers_never_land_a_lower_token_after_a_higher_one() {
     };
 
     let zombie = tokio::spawn({
-        let (mut c, fence, resource, cmd) = (c.clone(), fence.clone(), resource.clone(), append(low));
+        let (mut c, fence, resource, cmd) =
+            (c.clone(), fence.clone(), resource.clone(), append(low));
         let (high_landed, low_accepted) = (high_landed.clone(), low_accepted.clone());
         async move {
             let mut refused = 0;
@@ -171,14 +238,18 @@ async fn two_racing_writers_never_land_a_lower_token_after_a_higher_one() {
         }
     });
     let successor = tokio::spawn({
-        let (mut c, fence, resource, cmd) = (c.clone(), fence.clone(), resource.clone(), append(high));
+        let (mut c, fence, resource, cmd) =
+            (c.clone(), fence.clone(), resource.clone(), append(high));
         let (high_landed, low_accepted) = (high_landed.clone(), low_accepted.clone());
         async move {
             while low_accepted.load(Ordering::SeqCst) < 5 {
                 tokio::time::sleep(Duration::from_millis(1)).await;
             }
             for _ in 0..RACE_WRITES {
-                fence.write::<_, i64>(&mut c, &resource, high, &cmd).await.unwrap();
+                fence
+                    .write::<_, i64>(&mut c, &resource, high, &cmd)
+                    .await
+                    .unwrap();
                 high_landed.store(true, Ordering::SeqCst);
             }
         }
@@ -206,16 +277,25 @@ async fn a_failing_command_and_bad_input_leave_the_fence_as_it_was() {
     let key = unique("string:");
     fence.set(&mut c, &resource, 2, &key, "text").await.unwrap();
     // HSET on a string: WRONGTYPE, the command's own error; the fence stays at 2.
-    let e = fence.hset(&mut c, &resource, 7, &key, "f", "v").await.unwrap_err();
+    let e = fence
+        .hset(&mut c, &resource, 7, &key, "f", "v")
+        .await
+        .unwrap_err();
     assert!(!e.is_stale());
     assert_eq!(e.kind(), ErrorKind::Backend, "{e}");
     assert_eq!(fence.token(&mut c, &resource).await.unwrap(), Some(2));
 
-    let e = fence.set(&mut c, &resource, 0, &key, "x").await.unwrap_err();
+    let e = fence
+        .set(&mut c, &resource, 0, &key, "x")
+        .await
+        .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InvalidArgument);
     let e = fence.set(&mut c, "", 1, &key, "x").await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InvalidName);
-    let e = fence.set(&mut c, &"r".repeat(256), 1, &key, "x").await.unwrap_err();
+    let e = fence
+        .set(&mut c, &"r".repeat(256), 1, &key, "x")
+        .await
+        .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InvalidName);
     let e = fence
         .xadd::<_, &str, &str>(&mut c, &resource, 2, &key, &[])
@@ -229,7 +309,11 @@ async fn a_failing_command_and_bad_input_leave_the_fence_as_it_was() {
     let _: () = c.set(fence.key(&foreign), "not a token").await.unwrap();
     let e = fence.set(&mut c, &foreign, 1, &key, "x").await.unwrap_err();
     assert!(!e.is_stale());
-    assert!(e.to_string().contains("LEASEFENCECORRUPT") || format!("{e:?}").contains("LEASEFENCECORRUPT"), "{e:?}");
+    assert!(
+        e.to_string().contains("LEASEFENCECORRUPT")
+            || format!("{e:?}").contains("LEASEFENCECORRUPT"),
+        "{e:?}"
+    );
     assert_eq!(c.get::<_, String>(&key).await.unwrap(), "text");
     let _: () = c
         .del(&[&key, &fence.key(&resource), &fence.key(&foreign)])

@@ -178,14 +178,22 @@ macro_rules! dialect {
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn a_zombie_after_its_successor_is_refused_and_changes_nothing() {
-                let Some((pool, fence, table)) = setup().await else { return };
+                let Some((pool, fence, table)) = setup().await else {
+                    return;
+                };
                 let resource = unique("orders/");
-                write(&pool, &fence, &table, &resource, 5, "first").await.unwrap();
-                write(&pool, &fence, &table, &resource, 6, "successor").await.unwrap();
+                write(&pool, &fence, &table, &resource, 5, "first")
+                    .await
+                    .unwrap();
+                write(&pool, &fence, &table, &resource, 6, "successor")
+                    .await
+                    .unwrap();
 
                 // The zombie's business statement ran before the check; the refusal and the
                 // dropped transaction leave nothing of it.
-                let e = write(&pool, &fence, &table, &resource, 5, "zombie").await.unwrap_err();
+                let e = write(&pool, &fence, &table, &resource, 5, "zombie")
+                    .await
+                    .unwrap_err();
                 let stale = e.stale().expect("a typed refusal");
                 assert_eq!(
                     (stale.resource(), stale.offered(), stale.fence()),
@@ -207,11 +215,17 @@ macro_rules! dialect {
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn one_term_writes_twice_and_a_higher_one_raises_the_fence() {
-                let Some((pool, fence, table)) = setup().await else { return };
+                let Some((pool, fence, table)) = setup().await else {
+                    return;
+                };
                 let resource = unique("report/");
                 assert_eq!(fence_token(&pool, &fence, &resource).await, None);
-                write(&pool, &fence, &table, &resource, 3, "a").await.unwrap();
-                write(&pool, &fence, &table, &resource, 3, "b").await.unwrap();
+                write(&pool, &fence, &table, &resource, 3, "a")
+                    .await
+                    .unwrap();
+                write(&pool, &fence, &table, &resource, 3, "b")
+                    .await
+                    .unwrap();
                 assert_eq!(val(&pool, &table).await, "b");
                 assert_eq!(fence_token(&pool, &fence, &resource).await, Some(3));
 
@@ -224,31 +238,56 @@ macro_rules! dialect {
                 tx.commit().await.unwrap();
                 assert_eq!(val(&pool, &table).await, "c");
                 assert_eq!(fence_token(&pool, &fence, &resource).await, Some(9));
-                assert!(write(&pool, &fence, &table, &resource, 3, "d").await.unwrap_err().is_stale());
+                assert!(
+                    write(&pool, &fence, &table, &resource, 3, "d")
+                        .await
+                        .unwrap_err()
+                        .is_stale()
+                );
                 assert_eq!(val(&pool, &table).await, "c");
 
                 // Fences are per resource: another resource still takes token 3.
-                write(&pool, &fence, &table, &unique("other/"), 3, "e").await.unwrap();
+                write(&pool, &fence, &table, &unique("other/"), 3, "e")
+                    .await
+                    .unwrap();
                 drop_table(&pool, &table).await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn with_the_check_broken_the_zombie_gets_through() {
-                let Some((pool, fence, table)) = setup().await else { return };
+                let Some((pool, fence, table)) = setup().await else {
+                    return;
+                };
                 let resource = unique("orders/");
-                write(&pool, &fence, &table, &resource, 6, "successor").await.unwrap();
+                write(&pool, &fence, &table, &resource, 6, "successor")
+                    .await
+                    .unwrap();
                 let broken = fence.clone().break_check_for_tests();
-                write(&pool, &broken, &table, &resource, 5, "zombie").await.unwrap();
-                assert_eq!(val(&pool, &table).await, "zombie", "the broken fence let the zombie write");
+                write(&pool, &broken, &table, &resource, 5, "zombie")
+                    .await
+                    .unwrap();
+                assert_eq!(
+                    val(&pool, &table).await,
+                    "zombie",
+                    "the broken fence let the zombie write"
+                );
                 assert_eq!(fence_token(&pool, &fence, &resource).await, Some(5));
                 drop_table(&pool, &table).await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn two_racing_writers_never_land_a_lower_token_after_a_higher_one() {
-                let Some((pool, fence, table)) = setup().await else { return };
-                sqlx::query::<Db>(&format!("DROP TABLE {table}")).execute(&pool).await.unwrap();
-                sqlx::query::<Db>(&on($sql.log_table, &table)).execute(&pool).await.unwrap();
+                let Some((pool, fence, table)) = setup().await else {
+                    return;
+                };
+                sqlx::query::<Db>(&format!("DROP TABLE {table}"))
+                    .execute(&pool)
+                    .await
+                    .unwrap();
+                sqlx::query::<Db>(&on($sql.log_table, &table))
+                    .execute(&pool)
+                    .await
+                    .unwrap();
                 let resource = unique("log/");
                 let (low, high) = (10_u64, 11_u64);
                 let high_landed = Arc::new(AtomicBool::new(false));
@@ -298,7 +337,10 @@ macro_rules! dialect {
                             let after_high = high_landed.load(Ordering::SeqCst);
                             match append(&pool, &fence, &table, &resource, low).await {
                                 Ok(()) => {
-                                    assert!(!after_high, "token {low} accepted after {high} had landed");
+                                    assert!(
+                                        !after_high,
+                                        "token {low} accepted after {high} had landed"
+                                    );
                                     low_accepted.fetch_add(1, Ordering::SeqCst);
                                 }
                                 Err(e) => {
@@ -322,13 +364,19 @@ macro_rules! dialect {
                             tokio::time::sleep(Duration::from_millis(1)).await;
                         }
                         for _ in 0..RACE_WRITES {
-                            append(&pool, &fence, &table, &resource, high).await.unwrap();
+                            append(&pool, &fence, &table, &resource, high)
+                                .await
+                                .unwrap();
                             high_landed.store(true, Ordering::SeqCst);
                         }
                     }
                 });
                 successor.await.unwrap();
-                assert_eq!(zombie.await.unwrap(), RACE_WRITES, "the zombie was refused from some point on");
+                assert_eq!(
+                    zombie.await.unwrap(),
+                    RACE_WRITES,
+                    "the zombie was refused from some point on"
+                );
 
                 let tokens: Vec<u64> = sqlx::query_scalar::<Db, i64>(&on($sql.tokens, &table))
                     .fetch_all(&pool)
@@ -349,7 +397,9 @@ macro_rules! dialect {
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn bad_input_and_foreign_tables_are_refused_with_what_to_change() {
-                let Some((pool, fence, table)) = setup().await else { return };
+                let Some((pool, fence, table)) = setup().await else {
+                    return;
+                };
                 let mut tx = pool.begin().await.unwrap();
                 let e = fence.check(&mut tx, "r", 0).await.unwrap_err();
                 assert_eq!(e.kind(), ErrorKind::InvalidArgument);
@@ -364,12 +414,22 @@ macro_rules! dialect {
 
                 // A table of that name with other columns.
                 let foreign = unique("foreign_");
-                sqlx::query::<Db>(&on($sql.foreign, &foreign)).execute(&pool).await.unwrap();
-                let e = SqlFence::new(&foreign).unwrap().ensure(&pool).await.unwrap_err();
+                sqlx::query::<Db>(&on($sql.foreign, &foreign))
+                    .execute(&pool)
+                    .await
+                    .unwrap();
+                let e = SqlFence::new(&foreign)
+                    .unwrap()
+                    .ensure(&pool)
+                    .await
+                    .unwrap_err();
                 assert_eq!(e.kind(), ErrorKind::Schema);
                 let text = e.to_string();
                 assert!(text.contains("lacks `resource`, `token`"), "{text}");
-                assert!(text.contains("SqlFence::new") && text.contains("CREATE TABLE"), "{text}");
+                assert!(
+                    text.contains("SqlFence::new") && text.contains("CREATE TABLE"),
+                    "{text}"
+                );
 
                 // A missing table: Schema, with the DDL.
                 let missing = SqlFence::new(&unique("missing_")).unwrap();

@@ -131,7 +131,12 @@ impl FileFence {
 
     /// [`write`](FileFence::write), on the calling thread: for code outside an async runtime
     /// (it blocks while another write of the same file holds the lock).
-    pub fn write_blocking(&self, file: &str, token: u64, contents: &[u8]) -> Result<(), FenceError> {
+    pub fn write_blocking(
+        &self,
+        file: &str,
+        token: u64,
+        contents: &[u8],
+    ) -> Result<(), FenceError> {
         check_args(file, token)?;
         let fences = self.dir.join(FENCE_DIR);
         match fs::create_dir(&fences) {
@@ -160,7 +165,11 @@ impl FileFence {
         }
         // 4. The raise, durable before the data it guards; then the data.
         if fence != Some(token) {
-            let raised = Staged::write(&fences, &format!("{file}.token"), token.to_string().as_bytes())?;
+            let raised = Staged::write(
+                &fences,
+                &format!("{file}.token"),
+                token.to_string().as_bytes(),
+            )?;
             raised.rename_to(&token_path)?;
             sync_dir(&fences)?;
         }

@@ -27,9 +27,9 @@
 
 use std::sync::LazyLock;
 
-use lease_core::{Error, ErrorKind, Result};
 use ::redis::aio::ConnectionLike;
 use ::redis::{Cmd, FromRedisValue, ToRedisArgs, Value};
+use lease_core::{Error, ErrorKind, Result};
 
 use crate::error::{FenceError, Stale};
 

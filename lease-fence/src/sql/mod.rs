@@ -484,7 +484,16 @@ mod tests {
     fn table_names_are_identifiers() {
         assert!(SqlFence::new("lease_fences").is_ok());
         assert!(SqlFence::new("app.fences_2").is_ok());
-        for bad in ["", "1x", "a;drop table x", "a.b.c", "a-b", "\"x\"", "a b", "x."] {
+        for bad in [
+            "",
+            "1x",
+            "a;drop table x",
+            "a.b.c",
+            "a-b",
+            "\"x\"",
+            "a b",
+            "x.",
+        ] {
             let e = SqlFence::new(bad).unwrap_err();
             assert_eq!(e.kind(), lease_core::ErrorKind::InvalidName, "{bad}");
             assert!(e.to_string().contains("letters, digits"), "{e}");

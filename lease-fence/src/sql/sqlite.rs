@@ -1,7 +1,7 @@
 //! SQLite: the check-and-raise answers the fence's token with `RETURNING` (SQLite 3.35+).
 
 use lease_sql::{Dialect, Token};
-use sqlx::{SqliteConnection, Sqlite};
+use sqlx::{Sqlite, SqliteConnection};
 
 use super::BoxFuture;
 
