@@ -103,6 +103,18 @@
 //! `file`; all on by default. To build one only:
 //! `lease-fence = { version = "0.1", default-features = false, features = ["postgres"] }`.
 
+// Without a resource feature the crate is its errors and nothing uses the checks.
+#![cfg_attr(
+    not(any(
+        feature = "postgres",
+        feature = "mysql",
+        feature = "sqlite",
+        feature = "redis",
+        feature = "file"
+    )),
+    allow(dead_code)
+)]
+
 mod check;
 mod error;
 #[cfg(feature = "file")]
