@@ -66,6 +66,7 @@
 //! | [`sql`] | `postgres`, `mysql`, `sqlite` | a fence table; one upsert in the application's own sqlx transaction checks and raises, and locks the fence row until commit | one statement, inside the caller's transaction (begin and commit are the caller's) |
 //! | [`redis`](crate::redis) | `redis` | one Lua script: read the fence key, run the command, raise the key | one (`EVALSHA`; `EVAL` once per server before the script is cached) |
 //! | [`etcd`] | `etcd` | one transaction: `IF value(fence) > token THEN get fence ELSE put fence, your operations` (tokens zero-padded to 20 digits, so byte order is numeric order) | one |
+//! | [`nats`] | `nats` | the token in the key's own value (`<20 digits>\n<bytes>`); read the entry, refuse a lower token, `update` at the revision read (a compare-and-set; again on a conflict) | two (a read and the compare-and-set) |
 //! | [`file`] | `file` | write a temporary file, then under an `flock` on the file's lock file check, raise the fence (a rename) and rename the file into place | — (local filesystem; four `fsync`s when the fence is raised, two otherwise) |
 //!
 //! What each guarantees, and what it cannot, is in its module's docs and the README's
@@ -101,7 +102,7 @@
 //! # Features
 //!
 //! One per resource: `postgres`, `mysql`, `sqlite` (each pulls only its sqlx driver), `redis`,
-//! `etcd` (etcd-client's build needs `protoc`), `file`; all on by default. To build one only:
+//! `etcd` (etcd-client's build needs `protoc`), `nats`, `file`; all on by default. To build one only:
 //! `lease-fence = { version = "0.1", default-features = false, features = ["postgres"] }`.
 
 // Without a resource feature the crate is its errors and nothing uses the checks.
@@ -112,7 +113,8 @@
         feature = "sqlite",
         feature = "redis",
         feature = "file",
-        feature = "etcd"
+        feature = "etcd",
+        feature = "nats"
     )),
     allow(dead_code)
 )]
@@ -123,6 +125,8 @@ mod error;
 pub mod etcd;
 #[cfg(feature = "file")]
 pub mod file;
+#[cfg(feature = "nats")]
+pub mod nats;
 #[cfg(feature = "redis")]
 pub mod redis;
 #[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
