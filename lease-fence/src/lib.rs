@@ -64,11 +64,11 @@
 //! | module | feature | mechanism | round trips per fenced write |
 //! |---|---|---|---|
 //! | [`sql`] | `postgres`, `mysql`, `sqlite` | a fence table; one upsert in the application's own sqlx transaction checks and raises, and locks the fence row until commit | one statement, inside the caller's transaction (begin and commit are the caller's) |
-//! | [`redis`](crate::redis) | `redis` | one Lua script: read the fence key, run the command, raise the key | one (`EVALSHA`; `EVAL` once per server before the script is cached) |
+//! | [`redis`] | `redis` | one Lua script: read the fence key, run the command, raise the key | one (`EVALSHA`; `EVAL` once per server before the script is cached) |
 //! | [`etcd`] | `etcd` | one transaction: `IF value(fence) > token THEN get fence ELSE put fence, your operations` (tokens zero-padded to 20 digits, so byte order is numeric order) | one |
 //! | [`nats`] | `nats` | the token in the key's own value (`<20 digits>\n<bytes>`); read the entry, refuse a lower token, `update` at the revision read (a compare-and-set; again on a conflict) | two (a read and the compare-and-set) |
 //! | [`mongo`] | `mongodb` | a fence field in the document: the caller's filter plus "fence ≤ token or missing", the caller's update plus `$set` of the fence, one `update` command (upsert by `_id`: a refusal meets the existing `_id`) | one (a read more when nothing matched, to tell a refusal from no document) |
-//! | [`file`] | `file` | write a temporary file, then under an `flock` on the file's lock file check, raise the fence (a rename) and rename the file into place | — (local filesystem; four `fsync`s when the fence is raised, two otherwise) |
+//! | [`file`](mod@file) | `file` | write a temporary file, then under an `flock` on the file's lock file check, raise the fence (a rename) and rename the file into place | — (local filesystem; four `fsync`s when the fence is raised, two otherwise) |
 //!
 //! What each guarantees, and what it cannot, is in its module's docs and the README's
 //! "Fencing downstream writes".
