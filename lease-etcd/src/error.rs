@@ -26,8 +26,11 @@ pub(crate) struct Site<'a> {
     pub(crate) op: Option<Operation>,
     /// The lease name (or group, or service), or empty.
     pub(crate) name: &'a str,
-    /// The endpoints, by host and port.
+    /// The endpoints, by host and port; empty for an application's own request
+    /// ([`classify`]), whose error names no server.
     pub(crate) server: &'a str,
+    /// What the application's own request was for ([`classify`]): heads the message.
+    pub(crate) doing: Option<&'a str>,
 }
 
 impl Site<'_> {
@@ -36,13 +39,17 @@ impl Site<'_> {
             Some(op) => e.during(op, self.name),
             None => e,
         };
+        if self.server.is_empty() {
+            return e;
+        }
         e.at_server(self.server.to_owned())
     }
 
     fn say(&self, what: impl std::fmt::Display) -> String {
-        match self.op {
-            Some(_) => what.to_string(),
-            None => format!("opening the etcd lease store: {what}"),
+        match (self.doing, self.op) {
+            (Some(doing), _) => format!("{doing}: {what}"),
+            (None, Some(_)) => what.to_string(),
+            (None, None) => format!("opening the etcd lease store: {what}"),
         }
     }
 
@@ -161,6 +168,32 @@ impl Site<'_> {
             self.say(format_args!("etcd answered without {what}")),
         ))
     }
+}
+
+/// An etcd-client error met by the application's own request as a lease error, for code that
+/// mixes etcd calls with lease calls under one error type (lease-fence's etcd fence maps its
+/// transactions' errors with it): `doing` heads the message, the etcd error is its source, and
+/// the verdict [`is_temporary`](Error::is_temporary) is the one the store judges its own
+/// requests by (the list at the top of this module): no connection or no leader is
+/// `Unavailable`, temporary (a write may still have landed); no answer in time is `Timeout`,
+/// temporary, the outcome unknown; too many requests or an aborted request is `Backend`,
+/// temporary; any other refusal is `Backend`, permanent. The counterpart of
+/// `lease_sql::classify` and `lease_redis::classify`.
+///
+/// ```
+/// let e = lease_etcd::classify(etcd_client::Error::InvalidArgs("no key".into()), "put the report");
+/// assert_eq!(e.kind(), lease_core::ErrorKind::Backend);
+/// assert!(!e.is_temporary());
+/// assert!(e.to_string().starts_with("put the report: "));
+/// ```
+pub fn classify(err: etcd_client::Error, doing: &str) -> Error {
+    Site {
+        op: None,
+        name: "",
+        server: "",
+        doing: Some(doing),
+    }
+    .etcd(err)
 }
 
 /// `true` when etcd said that a lease id is not (or no longer) granted: the lease expired or

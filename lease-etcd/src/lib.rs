@@ -273,6 +273,7 @@ mod url_params;
 mod wire;
 
 pub use config::{DEFAULT_MAX_TXN_OPS, DEFAULT_OP_TIMEOUT, DEFAULT_PREFIX, EtcdConfig};
+pub use error::classify;
 pub use store::EtcdStore;
 pub use url_params::EtcdUrlParams;
 

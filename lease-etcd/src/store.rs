@@ -173,6 +173,7 @@ impl EtcdStore {
             op: None,
             name: "",
             server: &label,
+            doing: None,
         };
         let client = match tokio::time::timeout(
             config.op_timeout,
@@ -233,6 +234,7 @@ impl EtcdStore {
             op: Some(op),
             name,
             server: &self.inner.server,
+            doing: None,
         }
     }
 
@@ -242,6 +244,7 @@ impl EtcdStore {
             op,
             name: "",
             server: &self.inner.server,
+            doing: None,
         };
         let mut kv = self.inner.client.kv_client();
         let prefix = self.inner.prefix.clone();

@@ -58,6 +58,7 @@
 //! | `mongodb` | `mongodb://`, `mongodb+srv://` | lease-mongo, `mongodb` |
 //! | `etcd` | `etcd://host:2379[,host:2379…]` (plain HTTP/2 endpoints) | lease-etcd, `etcd` |
 //! | `memory` | `memory://` (a new in-process store per call) | lease-local, `memory` |
+//! | `fence` | (downstream fences: files, and each resource whose feature above is on) | lease-fence, `fence` |
 //!
 //! Each module re-exports its backend crate whole, for its configuration and its own API; the
 //! per-backend crates stay available for programs that want one dependency each. A URL whose
@@ -158,6 +159,14 @@ pub mod mongodb {
 #[cfg(feature = "etcd")]
 pub mod etcd {
     pub use lease_etcd::*;
+}
+
+/// Downstream fences (lease-fence): the resource a holder writes to refuses a token lower than
+/// the highest it has accepted, in the same atomic operation as the write. File fences always;
+/// the SQL, Redis, etcd, NATS and MongoDB fences with their backend's feature.
+#[cfg(feature = "fence")]
+pub mod fence {
+    pub use lease_fence::*;
 }
 
 /// The in-process store (lease-local): [`memory::MemoryStore`] on tokio time.

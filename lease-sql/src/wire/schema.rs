@@ -47,8 +47,9 @@ impl Dialect {
 
     /// The catalog query for the column names of a table, in order: bind the table's bare name,
     /// then its schema (`None`: the connection's current schema). No row: there is no such
-    /// table.
-    pub(crate) fn columns_sql(self) -> &'static str {
+    /// table. The name is matched as the database folds an unquoted identifier (PostgreSQL:
+    /// lower case). The store checks its tables with it; lease-fence checks its fence table.
+    pub fn columns_sql(self) -> &'static str {
         match self {
             // Unquoted identifiers are folded to lower case, as the store's statements send them.
             Dialect::Postgres => {

@@ -1,0 +1,215 @@
+//! The NATS KV fence on the real server (`LEASE_TEST_NATS_URL`; unset prints one `SKIPPED`
+//! line, a failure when `LEASE_TEST_REQUIRE` names nats): a zombie whose successor has written
+//! is refused and changes nothing; one term writes twice; a higher term raises the fence; with
+//! the check broken the zombie's put gets through; two racing writers never land a lower token
+//! after a higher one.
+//!
+//! Each test makes a bucket of its own. async-nats 0.51 cannot read nats-server 2.9's account
+//! info, so `create_key_value` fails there; the bucket's stream is created directly (the
+//! project's known workaround, DESIGN and lease-nats), then opened with `get_key_value`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, unreachable_pub)]
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use async_nats::jetstream::{self, kv::Store, stream};
+use common::{RACE_WRITES, assert_never_back, unique};
+use lease_conformance::env;
+use lease_core::ErrorKind;
+use lease_fence::nats::NatsFence;
+
+/// A bucket of the test's own, and its JetStream context (to delete it after).
+async fn bucket() -> Option<(Store, jetstream::Context, String)> {
+    let url = env::server_url("nats")?;
+    let client = match async_nats::connect(url.as_str()).await {
+        Ok(c) => c,
+        Err(e) => {
+            env::skip("nats", &format!("cannot connect to {url}: {e}"));
+            return None;
+        }
+    };
+    let js = jetstream::new(client);
+    let name = unique("fence_");
+    js.create_stream(stream::Config {
+        name: format!("KV_{name}"),
+        subjects: vec![format!("$KV.{name}.>")],
+        max_messages_per_subject: 1,
+        allow_direct: true,
+        allow_rollup: true,
+        deny_delete: true,
+        discard: stream::DiscardPolicy::New,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let kv = js.get_key_value(&name).await.unwrap();
+    Some((kv, js, name))
+}
+
+async fn drop_bucket(js: &jetstream::Context, name: &str) {
+    let _ = js.delete_stream(format!("KV_{name}")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zombie_after_its_successor_is_refused_and_changes_nothing() {
+    let Some((kv, js, name)) = bucket().await else {
+        return;
+    };
+    let fence = NatsFence::new();
+    fence.put(&kv, "orders.7", 5, "first").await.unwrap();
+    let revision = fence.put(&kv, "orders.7", 6, "successor").await.unwrap();
+    let e = fence.put(&kv, "orders.7", 5, "zombie").await.unwrap_err();
+    let stale = e.stale().expect("a typed refusal");
+    assert_eq!(
+        (stale.resource(), stale.offered(), stale.fence()),
+        ("orders.7", 5, 6)
+    );
+    assert_eq!(e.kind(), ErrorKind::Lost);
+    let (token, value) = fence.get(&kv, "orders.7").await.unwrap().unwrap();
+    assert_eq!((token, &value[..]), (6, &b"successor"[..]));
+    assert_eq!(
+        kv.entry("orders.7").await.unwrap().unwrap().revision,
+        revision
+    );
+    drop_bucket(&js, &name).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_term_writes_twice_and_a_higher_one_raises_the_fence() {
+    let Some((kv, js, name)) = bucket().await else {
+        return;
+    };
+    let fence = NatsFence::new();
+    assert_eq!(fence.get(&kv, "r").await.unwrap(), None);
+    fence.put(&kv, "r", 3, "a").await.unwrap();
+    fence.put(&kv, "r", 3, "b").await.unwrap();
+    assert_eq!(
+        fence
+            .get(&kv, "r")
+            .await
+            .unwrap()
+            .map(|(t, v)| (t, v.to_vec())),
+        Some((3, b"b".to_vec()))
+    );
+    fence.put(&kv, "r", 9, "").await.unwrap();
+    assert!(fence.put(&kv, "r", 3, "c").await.unwrap_err().is_stale());
+    assert_eq!(
+        fence
+            .get(&kv, "r")
+            .await
+            .unwrap()
+            .map(|(t, v)| (t, v.len())),
+        Some((9, 0))
+    );
+    fence.put(&kv, "r", u64::MAX, "max").await.unwrap();
+    assert!(
+        fence
+            .put(&kv, "r", u64::MAX - 1, "x")
+            .await
+            .unwrap_err()
+            .is_stale()
+    );
+
+    // Bad input before any I/O; a key that some other writer filled is reported.
+    assert_eq!(
+        fence.put(&kv, "r", 0, "x").await.unwrap_err().kind(),
+        ErrorKind::InvalidArgument
+    );
+    assert_eq!(
+        fence.put(&kv, "", 1, "x").await.unwrap_err().kind(),
+        ErrorKind::InvalidName
+    );
+    kv.put("foreign", "plain".into()).await.unwrap();
+    let e = fence.put(&kv, "foreign", 1, "x").await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Backend, "{e}");
+    assert_eq!(kv.get("foreign").await.unwrap().unwrap(), "plain");
+    drop_bucket(&js, &name).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_check_broken_the_zombie_gets_through() {
+    let Some((kv, js, name)) = bucket().await else {
+        return;
+    };
+    let fence = NatsFence::new();
+    fence.put(&kv, "orders.7", 6, "successor").await.unwrap();
+    let broken = fence.clone().break_check_for_tests();
+    broken.put(&kv, "orders.7", 5, "zombie").await.unwrap();
+    let (token, value) = fence.get(&kv, "orders.7").await.unwrap().unwrap();
+    assert_eq!(
+        (token, &value[..]),
+        (5, &b"zombie"[..]),
+        "the broken fence let the zombie write"
+    );
+    drop_bucket(&js, &name).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_racing_writers_never_land_a_lower_token_after_a_higher_one() {
+    let Some((kv, js, name)) = bucket().await else {
+        return;
+    };
+    let fence = NatsFence::new();
+    let (low, high) = (10_u64, 11_u64);
+    let high_landed = Arc::new(AtomicBool::new(false));
+    let low_accepted = Arc::new(AtomicUsize::new(0));
+    // Every accepted put's revision and token: in revision order, the order they landed.
+    let landed = Arc::new(std::sync::Mutex::new(Vec::new()));
+
+    let zombie = tokio::spawn({
+        let (kv, fence, landed) = (kv.clone(), fence.clone(), landed.clone());
+        let (high_landed, low_accepted) = (high_landed.clone(), low_accepted.clone());
+        async move {
+            let mut refused = 0;
+            for _ in 0..100_000 {
+                let after_high = high_landed.load(Ordering::SeqCst);
+                match fence.put(&kv, "log", low, "low").await {
+                    Ok(revision) => {
+                        assert!(!after_high, "token {low} accepted after {high} had landed");
+                        landed.lock().unwrap().push((revision, low));
+                        low_accepted.fetch_add(1, Ordering::SeqCst);
+                    }
+                    Err(e) => {
+                        assert!(e.is_stale(), "{e}");
+                        refused += 1;
+                        if refused == RACE_WRITES {
+                            return refused;
+                        }
+                    }
+                }
+            }
+            refused
+        }
+    });
+    let successor = tokio::spawn({
+        let (kv, fence, landed) = (kv.clone(), fence.clone(), landed.clone());
+        let (high_landed, low_accepted) = (high_landed.clone(), low_accepted.clone());
+        async move {
+            while low_accepted.load(Ordering::SeqCst) < 5 {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            for _ in 0..RACE_WRITES {
+                let revision = fence.put(&kv, "log", high, "high").await.unwrap();
+                landed.lock().unwrap().push((revision, high));
+                high_landed.store(true, Ordering::SeqCst);
+            }
+        }
+    });
+    successor.await.unwrap();
+    assert_eq!(zombie.await.unwrap(), RACE_WRITES);
+
+    let mut landed = landed.lock().unwrap().clone();
+    landed.sort_unstable();
+    let tokens: Vec<u64> = landed.iter().map(|(_, t)| *t).collect();
+    assert_never_back(&tokens);
+    assert_eq!(tokens.iter().filter(|t| **t == high).count(), RACE_WRITES);
+    assert_eq!(
+        fence.get(&kv, "log").await.unwrap().map(|(t, _)| t),
+        Some(high)
+    );
+    drop_bucket(&js, &name).await;
+}
