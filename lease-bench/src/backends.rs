@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use lease::LeaseStore;
-use lease::redact::redact_url as redact;
 use lease::sql::SqlConfig;
+use lease::telemetry::redact::redact_url as redact;
 use lease_conformance::FaultProxy;
 use lease_conformance::GroupStore;
 

@@ -73,8 +73,8 @@ impl StoreUrl {
     /// Parses a store URL, registering its secrets for redaction first. A URL that names no
     /// backend of this build gives [`Exit::UnsupportedStore`], a malformed one [`Exit::BadUrl`].
     pub(crate) fn parse(raw: &str) -> Result<StoreUrl, CliError> {
-        redact::add_secrets(lease::redact::secrets(raw));
-        let shown = lease::redact::redact_url(raw);
+        redact::add_secrets(lease::telemetry::redact::secrets(raw));
+        let shown = lease::telemetry::redact::redact_url(raw);
         let backend = lease::check_url(raw, &OpenOptions::new()).map_err(|e| {
             let exit = match UrlError::of(&e) {
                 Some(UrlError::UnknownScheme { .. } | UrlError::NotCompiled { .. }) => {

@@ -56,7 +56,6 @@
 pub mod backend;
 mod engine;
 pub mod group;
-pub mod redact;
 pub mod scheduler;
 mod store;
 pub mod telemetry;

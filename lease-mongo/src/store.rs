@@ -11,7 +11,7 @@ use std::time::Duration;
 use futures::TryStreamExt;
 use lease_core::backend::ceil_millis;
 use lease_core::layer::Operation;
-use lease_core::redact::redact_url;
+use lease_core::telemetry::redact::redact_url;
 use lease_core::{Error, ErrorKind, Result};
 use mongodb::bson::{Document, doc};
 use mongodb::error::Error as MongoError;
@@ -141,7 +141,7 @@ impl MongoStore {
         config.validate()?;
         let hosts = hosts_of_url(url);
         let shown = redact_url(url);
-        let scrub = |s: String| lease_core::redact::scrub(&s, url);
+        let scrub = |s: String| lease_core::telemetry::redact::scrub(&s, url);
         let bad_url = |e: MongoError| {
             // The driver's message may quote the URL; keep the password out of it.
             Error::unavailable(format!(
@@ -532,10 +532,10 @@ mod tests {
             "mongodb://app:***@db1:27017,db2:27018/app?replicaSet=rs0"
         );
         assert_eq!(hosts_of_url(url), "db1:27017,db2:27018");
-        assert_eq!(lease_core::redact::secrets(url), ["s3cret"]);
+        assert_eq!(lease_core::telemetry::redact::secrets(url), ["s3cret"]);
         assert_eq!(redact_url("mongodb://db1/x"), "mongodb://db1/x");
         assert_eq!(hosts_of_url("mongodb://db1"), "db1");
-        assert!(lease_core::redact::secrets("mongodb://u@db1").is_empty());
+        assert!(lease_core::telemetry::redact::secrets("mongodb://u@db1").is_empty());
         assert_eq!(
             hosts_of_url("mongodb+srv://u:p@cluster0.example.net/?x=1"),
             "cluster0.example.net"

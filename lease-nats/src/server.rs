@@ -95,7 +95,7 @@ pub(crate) fn url_label(url: &str) -> Result<String> {
         match part.parse::<async_nats::ServerAddr>() {
             Ok(addr) => labels.push(format!("{}:{}", addr.host(), addr.port())),
             Err(e) => {
-                let shown = lease_core::redact::redact_url(part);
+                let shown = lease_core::telemetry::redact::redact_url(part);
                 return Err(Error::unavailable(format!(
                     "cannot connect to NATS: {shown:?} is not a NATS server URL"
                 ))

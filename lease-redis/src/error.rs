@@ -104,7 +104,7 @@ pub(crate) fn timed_out(during: During<'_>, server: Option<&str>, bound: Duratio
 pub(crate) fn bad_url(url: &str, e: RedisError) -> Error {
     Error::unavailable(format!(
         "the Redis URL {} is invalid; expected redis://[user:password@]host:port[/db]",
-        lease_core::redact::redact_url(url)
+        lease_core::telemetry::redact::redact_url(url)
     ))
     .with_source(e)
     .with_temporary(false)
@@ -308,7 +308,7 @@ mod tests {
             ("redis//u:secret@h", "@h", "secret"),
             ("redis://u:se/cret@h:1", "h:1", "se/cret"),
         ] {
-            let shown = lease_core::redact::redact_url(url);
+            let shown = lease_core::telemetry::redact::redact_url(url);
             assert!(shown.contains(host), "{shown}");
             assert!(!shown.contains(secret), "{shown}");
         }

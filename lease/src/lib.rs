@@ -39,8 +39,9 @@
 //! - [`coordinator`]: the builders, what a coordinator claims ([`coordinator::Target`]), the
 //!   step-down policy, an observer's watches;
 //! - [`group`] and [`scheduler`]: their builders and the types their handles give out;
-//! - [`layer`]: a hook around every call a store answers; [`telemetry`]: the metric names;
-//!   [`redact`]: URLs without their passwords; [`registry`]: schemes of stores of your own;
+//! - [`layer`]: a hook around every call a store answers; [`telemetry`]: the metric names, and
+//!   [`telemetry::redact`]: URLs without their passwords; [`registry`]: schemes of stores of
+//!   your own;
 //! - [`backend`]: what a backend author implements and builds a store with (the capability
 //!   traits, the lease protocol's types, the argument checks);
 //! - one module per backend, below.
@@ -82,13 +83,13 @@
 //! value, a conflict, an unknown parameter where the driver takes none, a malformed URL or an
 //! unknown scheme are all refused before any I/O with [`ErrorKind::InvalidArgument`] whose
 //! source is a [`UrlError`] and whose message says what to change. Passwords never appear in
-//! those messages (see [`redact`]).
+//! those messages (see [`telemetry::redact`]).
 
 pub use lease_core::{
     Assignment, Coordinator, Error, ErrorKind, GroupWorker, Job, Leadership, LeaseStore, Observer,
     Permits, Result, Schedule, Scheduler, Term, Timings,
 };
-pub use lease_core::{backend, coordinator, group, layer, redact, scheduler, telemetry};
+pub use lease_core::{backend, coordinator, group, layer, scheduler, telemetry};
 
 mod open;
 mod options;

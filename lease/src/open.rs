@@ -8,7 +8,7 @@
 
 use std::str::FromStr;
 
-use lease_core::redact::scrub;
+use lease_core::telemetry::redact::scrub;
 use lease_core::{Error, ErrorKind, LeaseStore, Result};
 
 use crate::Store;

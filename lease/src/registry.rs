@@ -30,7 +30,7 @@ static REGISTERED: RwLock<Vec<(&'static str, Opener)>> = RwLock::new(Vec::new())
 /// [`check_url`](crate::check_url) checks only the scheme of such a URL; the rest (host, query,
 /// [`OpenOptions`](crate::OpenOptions), which configure the built-in backends) is for the
 /// opener to judge, and its errors are returned as they are. Keep passwords out of its
-/// messages, as the built-in backends do (see [`redact`](crate::redact)).
+/// messages, as the built-in backends do (see [`redact`](crate::telemetry::redact)).
 ///
 /// ```
 /// use lease::sql::{SqlConfig, SqliteStore};

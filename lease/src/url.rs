@@ -3,7 +3,7 @@
 use std::fmt;
 
 use lease_core::backend::{ParamError, UrlParam};
-use lease_core::redact::redact_url;
+use lease_core::telemetry::redact::redact_url;
 use lease_core::{Error, ErrorKind};
 
 use crate::registry;
@@ -187,7 +187,7 @@ impl fmt::Display for Backend {
 /// Why a store URL or an option was refused before any I/O. [`open`](crate::open) returns it
 /// as the source of an [`ErrorKind::InvalidArgument`] error ([`UrlError::of`] finds it); its
 /// message says what to change. URLs in it are redacted (see
-/// [`redact_url`](lease_core::redact::redact_url)).
+/// [`redact_url`](lease_core::telemetry::redact::redact_url)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum UrlError {

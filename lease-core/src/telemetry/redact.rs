@@ -23,7 +23,7 @@ const SECRET_KEYS: [&str; 5] = ["pass", "pwd", "secret", "token", "credential"];
 /// its password either.
 ///
 /// ```
-/// use lease_core::redact::redact_url;
+/// use lease_core::telemetry::redact::redact_url;
 ///
 /// assert_eq!(
 ///     redact_url("postgres://app:s3cr%21t@db:5432/leases?sslpassword=k3y&sslmode=require"),
@@ -135,7 +135,7 @@ pub fn secrets(url: &str) -> Vec<String> {
 /// For messages built from the URL by others, e.g. a driver's error that quotes it.
 ///
 /// ```
-/// use lease_core::redact::scrub;
+/// use lease_core::telemetry::redact::scrub;
 ///
 /// let url = "mysql://app:p%40ss@db/leases";
 /// assert_eq!(scrub("access denied for app (password p@ss)", url), "access denied for app (password ***)");

@@ -1,4 +1,5 @@
-//! The metrics of terms, campaigns and group workers, recorded through the `metrics` facade.
+//! The metrics of terms, campaigns and group workers, recorded through the `metrics` facade;
+//! and [`redact`], which keeps passwords out of what a program logs.
 //! Install any `metrics` recorder (e.g. `metrics-exporter-prometheus`) to collect them; without
 //! one they cost next to nothing. The scheduler's are defined here too and recorded by
 //! [`scheduler::telemetry`](crate::scheduler::telemetry), which re-exports them.
@@ -19,6 +20,8 @@
 //! release failed or timed out counts as ended when the release gave up: the lease then expires
 //! by its TTL, unrenewed. These gauges are kept per process: with several coordinators in one
 //! process, [`HELD`] counts the terms of the name held by all of them.
+
+pub mod redact;
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
