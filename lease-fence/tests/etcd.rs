@@ -8,11 +8,7 @@
 
 mod common;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::Duration;
-
-use common::{RACE_WRITES, assert_never_back, unique};
+use common::{RACE_WRITES, assert_never_back, race, unique};
 use etcd_client::{Client, GetOptions, SortOrder, SortTarget, TxnOp};
 use lease_conformance::env;
 use lease_core::ErrorKind;
@@ -191,55 +187,20 @@ async fn two_racing_writers_never_land_a_lower_token_after_a_higher_one() {
     // create revisions give the order in which they landed.
     let log = unique("lease-fence-test/log/");
     let (low, high) = (10_u64, 11_u64);
-    let high_landed = Arc::new(AtomicBool::new(false));
-    let low_accepted = Arc::new(AtomicUsize::new(0));
-
-    let zombie = tokio::spawn({
-        let (mut c, fence, resource, log) =
-            (c.clone(), fence.clone(), resource.clone(), log.clone());
-        let (high_landed, low_accepted) = (high_landed.clone(), low_accepted.clone());
-        async move {
-            let mut refused = 0;
-            for i in 0..100_000 {
-                let after_high = high_landed.load(Ordering::SeqCst);
-                let put = TxnOp::put(format!("{log}{low}-{i}"), low.to_string(), None);
-                match fence.write(&mut c, &resource, low, vec![put]).await {
-                    Ok(_) => {
-                        assert!(!after_high, "token {low} accepted after {high} had landed");
-                        low_accepted.fetch_add(1, Ordering::SeqCst);
-                    }
-                    Err(e) => {
-                        assert!(e.is_stale(), "{e}");
-                        refused += 1;
-                        if refused == RACE_WRITES {
-                            return refused;
-                        }
-                    }
-                }
-            }
-            refused
-        }
-    });
-    let successor = tokio::spawn({
-        let (mut c, fence, resource, log) =
-            (c.clone(), fence.clone(), resource.clone(), log.clone());
-        let (high_landed, low_accepted) = (high_landed.clone(), low_accepted.clone());
-        async move {
-            while low_accepted.load(Ordering::SeqCst) < 5 {
-                tokio::time::sleep(Duration::from_millis(1)).await;
-            }
-            for i in 0..RACE_WRITES {
-                let put = TxnOp::put(format!("{log}{high}-{i}"), high.to_string(), None);
+    let race = race(low, high, {
+        let (c, fence, resource, log) = (c.clone(), fence.clone(), resource.clone(), log.clone());
+        move |token: u64, i| {
+            let (mut c, fence, resource) = (c.clone(), fence.clone(), resource.clone());
+            let put = TxnOp::put(format!("{log}{token}-{i}"), token.to_string(), None);
+            async move {
                 fence
-                    .write(&mut c, &resource, high, vec![put])
+                    .write(&mut c, &resource, token, vec![put])
                     .await
-                    .unwrap();
-                high_landed.store(true, Ordering::SeqCst);
+                    .map(drop)
             }
         }
-    });
-    successor.await.unwrap();
-    assert_eq!(zombie.await.unwrap(), RACE_WRITES);
+    })
+    .await;
 
     let mut c = c;
     let options = GetOptions::new()
@@ -255,7 +216,7 @@ async fn two_racing_writers_never_land_a_lower_token_after_a_higher_one() {
     assert_eq!(tokens.iter().filter(|t| **t == high).count(), RACE_WRITES);
     assert_eq!(
         tokens.iter().filter(|t| **t == low).count(),
-        low_accepted.load(Ordering::SeqCst)
+        race.low_accepted
     );
     assert_eq!(fence.token(&mut c, &resource).await.unwrap(), Some(high));
     c.delete(

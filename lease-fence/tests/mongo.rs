@@ -9,11 +9,7 @@
 
 mod common;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::Duration;
-
-use common::{RACE_WRITES, assert_never_back, unique};
+use common::{RACE_WRITES, assert_never_back, race, unique};
 use lease_conformance::env;
 use lease_core::ErrorKind;
 use lease_fence::mongo::MongoFence;
@@ -207,58 +203,22 @@ async fn two_racing_writers_never_land_a_lower_token_after_a_higher_one() {
     let fence = MongoFence::new();
     let (low, high) = (10_u64, 11_u64);
     coll.insert_one(doc! { "_id": 1, "log": [] }).await.unwrap();
-    let high_landed = Arc::new(AtomicBool::new(false));
-    let low_accepted = Arc::new(AtomicUsize::new(0));
     // Each accepted update appends its token to the document's log: the order they landed.
     let push = |token: u64| doc! { "$push": { "log": i64::try_from(token).unwrap() } };
-
-    let zombie = tokio::spawn({
-        let (coll, fence, update) = (coll.clone(), fence.clone(), push(low));
-        let (high_landed, low_accepted) = (high_landed.clone(), low_accepted.clone());
-        async move {
-            let mut refused = 0;
-            for _ in 0..100_000 {
-                let after_high = high_landed.load(Ordering::SeqCst);
-                match fence
-                    .update_one(&coll, doc! { "_id": 1 }, update.clone(), low)
-                    .await
-                {
-                    Ok(done) => {
-                        assert_eq!(done.matched_count, 1);
-                        assert!(!after_high, "token {low} accepted after {high} had landed");
-                        low_accepted.fetch_add(1, Ordering::SeqCst);
-                    }
-                    Err(e) => {
-                        assert!(e.is_stale(), "{e}");
-                        refused += 1;
-                        if refused == RACE_WRITES {
-                            return refused;
-                        }
-                    }
-                }
-            }
-            refused
-        }
-    });
-    let successor = tokio::spawn({
-        let (coll, fence, update) = (coll.clone(), fence.clone(), push(high));
-        let (high_landed, low_accepted) = (high_landed.clone(), low_accepted.clone());
-        async move {
-            while low_accepted.load(Ordering::SeqCst) < 5 {
-                tokio::time::sleep(Duration::from_millis(1)).await;
-            }
-            for _ in 0..RACE_WRITES {
+    let race = race(low, high, {
+        let (coll, fence) = (coll.clone(), fence.clone());
+        move |token: u64, _| {
+            let (coll, fence) = (coll.clone(), fence.clone());
+            async move {
                 let done = fence
-                    .update_one(&coll, doc! { "_id": 1 }, update.clone(), high)
-                    .await
-                    .unwrap();
+                    .update_one(&coll, doc! { "_id": 1 }, push(token), token)
+                    .await?;
                 assert_eq!(done.matched_count, 1);
-                high_landed.store(true, Ordering::SeqCst);
+                Ok(())
             }
         }
-    });
-    successor.await.unwrap();
-    assert_eq!(zombie.await.unwrap(), RACE_WRITES);
+    })
+    .await;
 
     let d = coll.find_one(doc! { "_id": 1 }).await.unwrap().unwrap();
     let tokens: Vec<u64> = d
@@ -269,6 +229,10 @@ async fn two_racing_writers_never_land_a_lower_token_after_a_higher_one() {
         .collect();
     assert_never_back(&tokens);
     assert_eq!(tokens.iter().filter(|t| **t == high).count(), RACE_WRITES);
+    assert_eq!(
+        tokens.iter().filter(|t| **t == low).count(),
+        race.low_accepted
+    );
     assert_eq!(fence.token(&coll, 1).await.unwrap(), Some(high));
     coll.drop().await.unwrap();
 }

@@ -13,11 +13,9 @@
 mod common;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::Duration;
 
 use async_nats::jetstream::{self, kv::Store, stream};
-use common::{RACE_WRITES, assert_never_back, unique};
+use common::{RACE_WRITES, assert_never_back, race, unique};
 use lease_conformance::env;
 use lease_core::ErrorKind;
 use lease_fence::nats::NatsFence;
@@ -155,52 +153,20 @@ async fn two_racing_writers_never_land_a_lower_token_after_a_higher_one() {
     };
     let fence = NatsFence::new();
     let (low, high) = (10_u64, 11_u64);
-    let high_landed = Arc::new(AtomicBool::new(false));
-    let low_accepted = Arc::new(AtomicUsize::new(0));
     // Every accepted put's revision and token: in revision order, the order they landed.
     let landed = Arc::new(std::sync::Mutex::new(Vec::new()));
-
-    let zombie = tokio::spawn({
+    race(low, high, {
         let (kv, fence, landed) = (kv.clone(), fence.clone(), landed.clone());
-        let (high_landed, low_accepted) = (high_landed.clone(), low_accepted.clone());
-        async move {
-            let mut refused = 0;
-            for _ in 0..100_000 {
-                let after_high = high_landed.load(Ordering::SeqCst);
-                match fence.put(&kv, "log", low, "low").await {
-                    Ok(revision) => {
-                        assert!(!after_high, "token {low} accepted after {high} had landed");
-                        landed.lock().unwrap().push((revision, low));
-                        low_accepted.fetch_add(1, Ordering::SeqCst);
-                    }
-                    Err(e) => {
-                        assert!(e.is_stale(), "{e}");
-                        refused += 1;
-                        if refused == RACE_WRITES {
-                            return refused;
-                        }
-                    }
-                }
-            }
-            refused
-        }
-    });
-    let successor = tokio::spawn({
-        let (kv, fence, landed) = (kv.clone(), fence.clone(), landed.clone());
-        let (high_landed, low_accepted) = (high_landed.clone(), low_accepted.clone());
-        async move {
-            while low_accepted.load(Ordering::SeqCst) < 5 {
-                tokio::time::sleep(Duration::from_millis(1)).await;
-            }
-            for _ in 0..RACE_WRITES {
-                let revision = fence.put(&kv, "log", high, "high").await.unwrap();
-                landed.lock().unwrap().push((revision, high));
-                high_landed.store(true, Ordering::SeqCst);
+        move |token: u64, _| {
+            let (kv, fence, landed) = (kv.clone(), fence.clone(), landed.clone());
+            async move {
+                let revision = fence.put(&kv, "log", token, token.to_string()).await?;
+                landed.lock().unwrap().push((revision, token));
+                Ok(())
             }
         }
-    });
-    successor.await.unwrap();
-    assert_eq!(zombie.await.unwrap(), RACE_WRITES);
+    })
+    .await;
 
     let mut landed = landed.lock().unwrap().clone();
     landed.sort_unstable();

@@ -8,11 +8,7 @@
 
 mod common;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::Duration;
-
-use common::{RACE_WRITES, assert_never_back, unique};
+use common::{RACE_WRITES, assert_never_back, race, unique};
 use lease_conformance::env;
 use lease_core::ErrorKind;
 use lease_fence::redis::RedisFence;
@@ -204,58 +200,21 @@ async fn two_racing_writers_never_land_a_lower_token_after_a_higher_one() {
     let resource = unique("log/");
     let list = unique("list:");
     let (low, high) = (10_u64, 11_u64);
-    let high_landed = Arc::new(AtomicBool::new(false));
-    let low_accepted = Arc::new(AtomicUsize::new(0));
-    let append = |token: u64| {
-        let mut cmd = redis::cmd("RPUSH");
-        cmd.arg(&list).arg(token);
-        cmd
-    };
-
-    let zombie = tokio::spawn({
-        let (mut c, fence, resource, cmd) =
-            (c.clone(), fence.clone(), resource.clone(), append(low));
-        let (high_landed, low_accepted) = (high_landed.clone(), low_accepted.clone());
-        async move {
-            let mut refused = 0;
-            for _ in 0..100_000 {
-                let after_high = high_landed.load(Ordering::SeqCst);
-                match fence.write::<_, i64>(&mut c, &resource, low, &cmd).await {
-                    Ok(_) => {
-                        assert!(!after_high, "token {low} accepted after {high} had landed");
-                        low_accepted.fetch_add(1, Ordering::SeqCst);
-                    }
-                    Err(e) => {
-                        assert!(e.is_stale(), "{e}");
-                        refused += 1;
-                        if refused == RACE_WRITES {
-                            return refused;
-                        }
-                    }
-                }
-            }
-            refused
-        }
-    });
-    let successor = tokio::spawn({
-        let (mut c, fence, resource, cmd) =
-            (c.clone(), fence.clone(), resource.clone(), append(high));
-        let (high_landed, low_accepted) = (high_landed.clone(), low_accepted.clone());
-        async move {
-            while low_accepted.load(Ordering::SeqCst) < 5 {
-                tokio::time::sleep(Duration::from_millis(1)).await;
-            }
-            for _ in 0..RACE_WRITES {
+    let race = race(low, high, {
+        let (c, fence, resource, list) = (c.clone(), fence.clone(), resource.clone(), list.clone());
+        move |token: u64, _| {
+            let (mut c, fence, resource) = (c.clone(), fence.clone(), resource.clone());
+            let mut cmd = redis::cmd("RPUSH");
+            cmd.arg(&list).arg(token);
+            async move {
                 fence
-                    .write::<_, i64>(&mut c, &resource, high, &cmd)
+                    .write::<_, i64>(&mut c, &resource, token, &cmd)
                     .await
-                    .unwrap();
-                high_landed.store(true, Ordering::SeqCst);
+                    .map(drop)
             }
         }
-    });
-    successor.await.unwrap();
-    assert_eq!(zombie.await.unwrap(), RACE_WRITES);
+    })
+    .await;
 
     let mut c = c;
     let tokens: Vec<u64> = c.lrange(&list, 0, -1).await.unwrap();
@@ -263,7 +222,7 @@ async fn two_racing_writers_never_land_a_lower_token_after_a_higher_one() {
     assert_eq!(tokens.iter().filter(|t| **t == high).count(), RACE_WRITES);
     assert_eq!(
         tokens.iter().filter(|t| **t == low).count(),
-        low_accepted.load(Ordering::SeqCst)
+        race.low_accepted
     );
     assert_eq!(fence.token(&mut c, &resource).await.unwrap(), Some(high));
     let _: () = c.del(&[&list, &fence.key(&resource)]).await.unwrap();

@@ -12,11 +12,7 @@
 
 mod common;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::Duration;
-
-use common::{RACE_WRITES, assert_never_back, unique};
+use common::{RACE_WRITES, assert_never_back, race, unique};
 use lease_conformance::env;
 use lease_core::ErrorKind;
 use lease_fence::FenceError;
@@ -290,8 +286,6 @@ macro_rules! dialect {
                     .unwrap();
                 let resource = unique("log/");
                 let (low, high) = (10_u64, 11_u64);
-                let high_landed = Arc::new(AtomicBool::new(false));
-                let low_accepted = Arc::new(AtomicUsize::new(0));
 
                 // One fenced append: the verdict, retrying what the database says may be
                 // retried (a deadlock between two first inserts, a busy SQLite file).
@@ -327,56 +321,16 @@ macro_rules! dialect {
                     }
                 }
 
-                let zombie = tokio::spawn({
+                let race = race(low, high, {
                     let (pool, fence, table, resource) =
                         (pool.clone(), fence.clone(), table.clone(), resource.clone());
-                    let (high_landed, low_accepted) = (high_landed.clone(), low_accepted.clone());
-                    async move {
-                        let mut refused = 0;
-                        for _ in 0..10_000 {
-                            let after_high = high_landed.load(Ordering::SeqCst);
-                            match append(&pool, &fence, &table, &resource, low).await {
-                                Ok(()) => {
-                                    assert!(
-                                        !after_high,
-                                        "token {low} accepted after {high} had landed"
-                                    );
-                                    low_accepted.fetch_add(1, Ordering::SeqCst);
-                                }
-                                Err(e) => {
-                                    assert!(e.is_stale(), "{e}");
-                                    refused += 1;
-                                    if refused == RACE_WRITES {
-                                        return refused;
-                                    }
-                                }
-                            }
-                        }
-                        refused
+                    move |token: u64, _| {
+                        let (pool, fence, table, resource) =
+                            (pool.clone(), fence.clone(), table.clone(), resource.clone());
+                        async move { append(&pool, &fence, &table, &resource, token).await }
                     }
-                });
-                let successor = tokio::spawn({
-                    let (pool, fence, table, resource) =
-                        (pool.clone(), fence.clone(), table.clone(), resource.clone());
-                    let (high_landed, low_accepted) = (high_landed.clone(), low_accepted.clone());
-                    async move {
-                        while low_accepted.load(Ordering::SeqCst) < 5 {
-                            tokio::time::sleep(Duration::from_millis(1)).await;
-                        }
-                        for _ in 0..RACE_WRITES {
-                            append(&pool, &fence, &table, &resource, high)
-                                .await
-                                .unwrap();
-                            high_landed.store(true, Ordering::SeqCst);
-                        }
-                    }
-                });
-                successor.await.unwrap();
-                assert_eq!(
-                    zombie.await.unwrap(),
-                    RACE_WRITES,
-                    "the zombie was refused from some point on"
-                );
+                })
+                .await;
 
                 let tokens: Vec<u64> = sqlx::query_scalar::<Db, i64>(&on($sql.tokens, &table))
                     .fetch_all(&pool)
@@ -389,7 +343,7 @@ macro_rules! dialect {
                 assert_eq!(tokens.iter().filter(|t| **t == high).count(), RACE_WRITES);
                 assert_eq!(
                     tokens.iter().filter(|t| **t == low).count(),
-                    low_accepted.load(Ordering::SeqCst)
+                    race.low_accepted
                 );
                 assert_eq!(fence_token(&pool, &fence, &resource).await, Some(high));
                 drop_table(&pool, &table).await;
