@@ -39,16 +39,27 @@ fn frozen_holder_run(store: &str, dir: &TempDir, freeze: Signal) -> bool {
         "i=0; while [ $i -lt 25 ]; do date +%s%N >> '{}'; sleep 0.02; i=$((i+1)); done",
         log_b.display()
     );
-    let holder = lease(
+    let mut holder = lease(
         store,
         &["run", "--ttl", "1500ms", &name, "--", "sh", "-c", &a_script],
     )
     .spawn()
     .unwrap();
-    assert!(
-        wait_until(Duration::from_secs(10), || stamps(&log_a).len() >= 5),
-        "the holder's CMD never wrote"
-    );
+    if !wait_until(Duration::from_secs(10), || stamps(&log_a).len() >= 5) {
+        let exited = holder.try_wait().unwrap();
+        let _ = holder.kill();
+        let out = holder.wait_with_output().unwrap();
+        panic!(
+            "the holder's CMD wrote {} timestamps in 10 s (5 expected); the holder {}; its \
+             stderr: {}",
+            stamps(&log_a).len(),
+            match exited {
+                Some(status) => format!("had exited: {status:?}"),
+                None => "was still running".to_owned(),
+            },
+            stderr(&out)
+        );
+    }
     send(holder.id(), freeze);
     let frozen_at = now_ns();
     let successor = lease(
@@ -202,9 +213,17 @@ fn sigtstp_stops_cmd_and_sigcont_resumes_it_while_the_term_lives() {
         done.display(),
         log.display()
     );
-    let holder = lease(&store, &["run", "resume", "--", "sh", "-c", &script])
-        .spawn()
-        .unwrap();
+    // A term of 60 s: what is tested is that CMD stops and resumes with lease while the term
+    // lives, and the term must outlive the test's own observation of the stop. With the
+    // default 15 s (a 10 s local deadline), both cores busy and a test build beside it, the
+    // wait for every process to show as stopped plus the 400 ms pause outlasted the deadline
+    // once, and lease rightly reported the term lost ("the local deadline has passed").
+    let holder = lease(
+        &store,
+        &["run", "--ttl", "60s", "resume", "--", "sh", "-c", &script],
+    )
+    .spawn()
+    .unwrap();
     assert!(wait_until(Duration::from_secs(10), || stamps(&log).len() >= 3));
     let lease_pid = i32::try_from(holder.id()).unwrap();
     send(holder.id(), Signal::TSTP);
