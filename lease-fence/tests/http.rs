@@ -51,11 +51,27 @@ async fn write(State(seen): State<Seen>, headers: HeaderMap) -> &'static str {
     "written"
 }
 
-/// A server on 127.0.0.1:0 whose `/write` is behind `layer`.
+/// The slow handler: counts the requests in it at once (the most in `tokens[0]`), for 30 ms.
+async fn slow(State(seen): State<Seen>) -> &'static str {
+    let now = seen.calls.fetch_add(1, Ordering::SeqCst) + 1;
+    {
+        let mut most = seen.tokens.lock().unwrap();
+        if most.is_empty() {
+            most.push(0);
+        }
+        most[0] = most[0].max(now as u64);
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+    seen.calls.fetch_sub(1, Ordering::SeqCst);
+    "slow"
+}
+
+/// A server on 127.0.0.1:0 whose `/write` (and `/slow`) is behind `layer`.
 async fn serve(layer: FenceLayer) -> (SocketAddr, Seen) {
     let seen = Seen::default();
     let app = Router::new()
         .route("/write", post(write))
+        .route("/slow", post(slow))
         .with_state(seen.clone())
         .layer(layer);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -294,5 +310,38 @@ async fn two_racing_writers_never_land_a_lower_token_after_a_higher_one() {
     assert_eq!(
         tokens.iter().filter(|&&t| t == low).count(),
         race.low_accepted
+    );
+}
+
+/// The most requests in the slow handler at once when `resources` (one request each) are sent
+/// together.
+async fn most_at_once(resources: &[String]) -> u64 {
+    let (addr, seen) = serve(FenceLayer::new()).await;
+    let requests = resources.iter().map(|resource| {
+        let stamp = StampLayer::new(resource, 5).unwrap();
+        let request = Request::post("/slow")
+            .header("host", "127.0.0.1")
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        tokio::spawn(stamp.layer(client(addr)).oneshot(request))
+    });
+    for request in requests.collect::<Vec<_>>() {
+        assert_eq!(request.await.unwrap().unwrap().status(), StatusCode::OK);
+    }
+    seen.tokens()[0]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_resource_runs_one_handler_at_a_time_and_others_run_alongside() {
+    let same = vec![common::unique("one/"); 4];
+    assert_eq!(
+        most_at_once(&same).await,
+        1,
+        "two handlers of one resource at once"
+    );
+    let different: Vec<String> = (0..4).map(|_| common::unique("many/")).collect();
+    assert!(
+        most_at_once(&different).await > 1,
+        "resources waited for each other"
     );
 }

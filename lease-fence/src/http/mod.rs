@@ -87,6 +87,13 @@
 //!   authentication before it.
 //! - **A dropped request lets go of the lock** (its future is dropped). If its handler had
 //!   already written something before being dropped, that partial write stands.
+//! - **The raise is not undone.** An admitted higher token raises the fence before its handler
+//!   runs, and the fence stays raised if the handler then fails (unlike a rolled-back SQL
+//!   fence). That only refuses the older term sooner, which is over anyway.
+//! - **A slow request holds up its resource.** The lock is held while the handler reads the
+//!   request body, so a client that sends its body slowly delays the resource's other requests
+//!   (not other resources'): put a timeout on requests (such as tower-http's `TimeoutLayer`)
+//!   around the fenced service.
 //!
 //! ```
 //! use axum::{Router, routing::post};
