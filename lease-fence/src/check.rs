@@ -31,7 +31,8 @@ pub(crate) fn token(token: u64) -> Result<()> {
         feature = "redis",
         feature = "etcd",
         feature = "nats",
-        feature = "file"
+        feature = "file",
+        feature = "http"
     )),
     allow(dead_code) // the MongoDB fence names documents by filter, not by name
 )]

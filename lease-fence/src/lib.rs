@@ -68,6 +68,7 @@
 //! | [`etcd`] | `etcd` | one transaction: `IF value(fence) > token THEN get fence ELSE put fence, your operations` (tokens zero-padded to 20 digits, so byte order is numeric order) | one |
 //! | [`nats`] | `nats` | the token in the key's own value (`<20 digits>\n<bytes>`); read the entry, refuse a lower token, `update` at the revision read (a compare-and-set; again on a conflict) | two (a read and the compare-and-set) |
 //! | [`mongo`] | `mongodb` | a fence field in the document: the caller's filter plus "fence ≤ token or missing", the caller's update plus `$set` of the fence, one `update` command (upsert by `_id`: a refusal meets the existing `_id`) | one (a read more when nothing matched, to tell a refusal from no document) |
+//! | [`http`](mod@http) | `http` | a tower layer for servers: per resource an async lock and the highest token, in the server process's memory; the check and raise, then the inner service, under the lock; a stale token is answered 409 without calling the service. A tower layer for clients stamps `Lease-Fence-Resource` and `Lease-Fence-Token` | none more (the request itself; the fence is in the server's memory) |
 //! | [`file`](mod@file) | `file` | write a temporary file, then under an `flock` on the file's lock file check, raise the fence (a rename) and rename the file into place | — (local filesystem; four `fsync`s when the fence is raised, two otherwise) |
 //!
 //! What each guarantees, and what it cannot, is in its module's docs and the README's
@@ -103,7 +104,8 @@
 //! # Features
 //!
 //! One per resource: `postgres`, `mysql`, `sqlite` (each pulls only its sqlx driver), `redis`,
-//! `etcd` (etcd-client's build needs `protoc`), `nats`, `mongodb`, `file`; all on by default. To build one only:
+//! `etcd` (etcd-client's build needs `protoc`), `nats`, `mongodb`, `file`, `http`; all on by
+//! default. To build one only:
 //! `lease-fence = { version = "0.1", default-features = false, features = ["postgres"] }`.
 
 // Without a resource feature the crate is its errors and nothing uses the checks.
@@ -116,7 +118,8 @@
         feature = "file",
         feature = "etcd",
         feature = "nats",
-        feature = "mongodb"
+        feature = "mongodb",
+        feature = "http"
     )),
     allow(dead_code)
 )]
@@ -127,6 +130,8 @@ mod error;
 pub mod etcd;
 #[cfg(feature = "file")]
 pub mod file;
+#[cfg(feature = "http")]
+pub mod http;
 #[cfg(feature = "mongodb")]
 pub mod mongo;
 #[cfg(feature = "nats")]
