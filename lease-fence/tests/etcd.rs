@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{RACE_WRITES, assert_never_back, race, unique};
+use common::{RACE_WRITES, assert_never_back, assert_refused, race, unique};
 use etcd_client::{Client, GetOptions, SortOrder, SortTarget, TxnOp};
 use lease_conformance::env;
 use lease_core::ErrorKind;
@@ -59,12 +59,7 @@ async fn a_zombie_after_its_successor_is_refused_and_changes_nothing() {
         .put(&mut c, &resource, 5, key.clone(), "zombie")
         .await
         .unwrap_err();
-    let stale = e.stale().expect("a typed refusal");
-    assert_eq!(
-        (stale.resource(), stale.offered(), stale.fence()),
-        (resource.as_str(), 5, 6)
-    );
-    assert_eq!(e.kind(), ErrorKind::Lost);
+    assert_refused(&e, &resource, 5, 6);
     assert_eq!(value(&mut c, &key).await.as_deref(), Some("successor"));
     assert_eq!(fence.token(&mut c, &resource).await.unwrap(), Some(6));
     // A delete under the stale token is refused too.

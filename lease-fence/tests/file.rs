@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use common::{RACE_WRITES, unique};
+use common::{RACE_WRITES, assert_refused, unique};
 use lease_core::ErrorKind;
 use lease_fence::file::{FENCE_DIR, FileFence};
 
@@ -35,12 +35,7 @@ async fn a_zombie_after_its_successor_is_refused_and_changes_nothing() {
     fence.write("out.csv", 5, "first").await.unwrap();
     fence.write("out.csv", 6, "successor").await.unwrap();
     let e = fence.write("out.csv", 5, "zombie").await.unwrap_err();
-    let stale = e.stale().expect("a typed refusal");
-    assert_eq!(
-        (stale.resource(), stale.offered(), stale.fence()),
-        ("out.csv", 5, 6)
-    );
-    assert_eq!(e.kind(), ErrorKind::Lost);
+    assert_refused(&e, "out.csv", 5, 6);
     assert_eq!(read(&dir, "out.csv"), "successor");
     assert_eq!(fence.token("out.csv").unwrap(), Some(6));
     // No temporary file is left behind, refused or not.

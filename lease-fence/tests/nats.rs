@@ -15,7 +15,7 @@ mod common;
 use std::sync::Arc;
 
 use async_nats::jetstream::{self, kv::Store, stream};
-use common::{RACE_WRITES, assert_never_back, race, unique};
+use common::{RACE_WRITES, assert_never_back, assert_refused, race, unique};
 use lease_conformance::env;
 use lease_core::ErrorKind;
 use lease_fence::nats::NatsFence;
@@ -61,12 +61,7 @@ async fn a_zombie_after_its_successor_is_refused_and_changes_nothing() {
     fence.put(&kv, "orders.7", 5, "first").await.unwrap();
     let revision = fence.put(&kv, "orders.7", 6, "successor").await.unwrap();
     let e = fence.put(&kv, "orders.7", 5, "zombie").await.unwrap_err();
-    let stale = e.stale().expect("a typed refusal");
-    assert_eq!(
-        (stale.resource(), stale.offered(), stale.fence()),
-        ("orders.7", 5, 6)
-    );
-    assert_eq!(e.kind(), ErrorKind::Lost);
+    assert_refused(&e, "orders.7", 5, 6);
     let (token, value) = fence.get(&kv, "orders.7").await.unwrap().unwrap();
     assert_eq!((token, &value[..]), (6, &b"successor"[..]));
     assert_eq!(

@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{RACE_WRITES, assert_never_back, race, unique};
+use common::{RACE_WRITES, assert_never_back, assert_refused, race, unique};
 use lease_conformance::env;
 use lease_core::ErrorKind;
 use lease_fence::redis::RedisFence;
@@ -46,11 +46,7 @@ async fn a_zombie_after_its_successor_is_refused_and_changes_nothing() {
         .set(&mut c, &resource, 5, &key, "zombie")
         .await
         .unwrap_err();
-    let stale = e.stale().expect("a typed refusal");
-    assert_eq!(
-        (stale.resource(), stale.offered(), stale.fence()),
-        (resource.as_str(), 5, 6)
-    );
+    assert_refused(&e, &resource, 5, 6);
     assert!(!e.is_temporary());
     assert_eq!(c.get::<_, String>(&key).await.unwrap(), "successor");
     assert_eq!(fence.token(&mut c, &resource).await.unwrap(), Some(6));

@@ -12,7 +12,7 @@
 
 mod common;
 
-use common::{RACE_WRITES, assert_never_back, race, unique};
+use common::{RACE_WRITES, assert_never_back, assert_refused, race, unique};
 use lease_conformance::env;
 use lease_core::ErrorKind;
 use lease_fence::FenceError;
@@ -190,12 +190,7 @@ macro_rules! dialect {
                 let e = write(&pool, &fence, &table, &resource, 5, "zombie")
                     .await
                     .unwrap_err();
-                let stale = e.stale().expect("a typed refusal");
-                assert_eq!(
-                    (stale.resource(), stale.offered(), stale.fence()),
-                    (resource.as_str(), 5, 6)
-                );
-                assert_eq!(e.kind(), ErrorKind::Lost);
+                assert_refused(&e, &resource, 5, 6);
                 assert!(e.to_string().contains("stop"), "{e}");
                 assert_eq!(val(&pool, &table).await, "successor");
                 assert_eq!(fence_token(&pool, &fence, &resource).await, Some(6));

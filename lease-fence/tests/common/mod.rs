@@ -92,3 +92,14 @@ where
         low_accepted: low_accepted.load(Ordering::SeqCst),
     }
 }
+
+/// Asserts that `e` is the fence's typed refusal of `offered` on `resource` whose fence holds
+/// `fence`, and that it converts to `ErrorKind::Lost` (so a term's work steps down).
+pub fn assert_refused(e: &lease_fence::FenceError, resource: &str, offered: u64, fence: u64) {
+    let stale = e.stale().expect("a typed refusal");
+    assert_eq!(
+        (stale.resource(), stale.offered(), stale.fence()),
+        (resource, offered, fence)
+    );
+    assert_eq!(e.kind(), lease_core::ErrorKind::Lost);
+}
