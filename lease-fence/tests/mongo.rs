@@ -236,3 +236,51 @@ async fn two_racing_writers_never_land_a_lower_token_after_a_higher_one() {
     assert_eq!(fence.token(&coll, 1).await.unwrap(), Some(high));
     coll.drop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fence_field_someone_else_wrote_is_read_by_value_or_refused_as_a_schema_error() {
+    let Some(coll) = collection().await else {
+        return;
+    };
+    let fence = MongoFence::new();
+    // A whole double (what a shell writes for `6`) is the token 6: token 5 is a refusal, not a
+    // filter that "matched nothing".
+    coll.insert_one(doc! { "_id": 1, "val": "by shell", "_fence": 6.0 })
+        .await
+        .unwrap();
+    let e = fence
+        .update_one(
+            &coll,
+            doc! { "_id": 1 },
+            doc! { "$set": { "val": "zombie" } },
+            5,
+        )
+        .await
+        .unwrap_err();
+    let stale = e.stale().expect("a typed refusal");
+    assert_eq!((stale.offered(), stale.fence()), (5, 6));
+    assert_eq!(fence.token(&coll, 1).await.unwrap(), Some(6));
+
+    // A string is no token: the write cannot be judged, and says so.
+    coll.insert_one(doc! { "_id": 2, "val": "odd", "_fence": "seven" })
+        .await
+        .unwrap();
+    let e = fence
+        .update_one(
+            &coll,
+            doc! { "_id": 2 },
+            doc! { "$set": { "val": "mine" } },
+            9,
+        )
+        .await
+        .unwrap_err();
+    assert!(!e.is_stale(), "{e}");
+    assert_eq!(e.kind(), ErrorKind::Schema, "{e}");
+    assert!(e.to_string().contains("`_fence`"), "{e}");
+    assert_eq!(val(&coll, 2).await.as_deref(), Some("odd"));
+    assert_eq!(
+        fence.token(&coll, 2).await.unwrap_err().kind(),
+        ErrorKind::Schema
+    );
+    coll.drop().await.unwrap();
+}

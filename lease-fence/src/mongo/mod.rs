@@ -6,11 +6,14 @@
 //! one `update` command: the server applies it only to a document whose fence admits the
 //! token, atomically per document. When it matched nothing, one more read (on that path only)
 //! tells a refusal ([`FenceError::Stale`], the document's fence above the token) from a filter
-//! that matches no document (`Ok`, with nothing matched).
+//! that matches no document (`Ok`, with nothing matched). A fence field that holds something
+//! other than a token (a string, a fraction) is a `Schema` error, never a silent "matched
+//! nothing".
 //!
 //! [`MongoFence::upsert_by_id`] inserts the document when no document has its `_id`: a refused
 //! upsert meets the existing `_id` and fails as a duplicate key, which is read as the refusal
-//! it is. Upsert only by `_id` (or another unique key): with a filter that no unique index
+//! it is; an upsert that meets a duplicate `_id` whose fence admits its token lost a race with
+//! another first insert, and is sent again (it then updates the document that won). Upsert only by `_id` (or another unique key): with a filter that no unique index
 //! covers, a refused upsert would insert a second document.
 //!
 //! **What it cannot do.** The fence is per document: a write that spans documents is fenced
@@ -157,22 +160,35 @@ impl MongoFence {
             filter.clone()
         };
         let doing = format!("fenced update in {}", coll.name());
-        let answer = coll.update_one(fenced_filter, update).upsert(upsert).await;
-        let refused_by = match answer {
-            Ok(done) if done.matched_count > 0 || done.upserted_id.is_some() => return Ok(done),
-            Ok(done) => match self.fence_of(coll, &filter, &doing).await? {
-                Some(fence) if fence > token => fence,
-                // No document matches the filter (or its fence admits the token now: a write
-                // that raced this one lowered nothing, so "matched nothing" stands).
-                _ => return Ok(done),
-            },
-            Err(e) if upsert && lease_mongo::is_duplicate_id(&e) => {
-                match self.fence_of(coll, &filter, &doing).await? {
-                    Some(fence) if fence > token => fence,
-                    _ => return Err(lease_mongo::classify(e, &doing).into()),
+        // An upsert that meets a duplicate `_id` whose fence admits the token lost a race with
+        // another insert of the same document: the document exists now, so the update is sent
+        // again (at most `UPSERT_TRIES` times in all) and meets it.
+        let mut tries = 0;
+        let refused_by = loop {
+            tries += 1;
+            let answer = coll
+                .update_one(fenced_filter.clone(), update.clone())
+                .upsert(upsert)
+                .await;
+            match answer {
+                Ok(done) if done.matched_count > 0 || done.upserted_id.is_some() => {
+                    return Ok(done);
                 }
+                Ok(done) => match self.fence_of(coll, &filter, &doing).await? {
+                    Seen::Fence(fence) if fence > token => break fence,
+                    // No document matches the filter (or its fence admits the token now: a
+                    // write that raced this one lowered nothing, so "matched nothing" stands).
+                    _ => return Ok(done),
+                },
+                Err(e) if upsert && lease_mongo::is_duplicate_id(&e) => {
+                    match self.fence_of(coll, &filter, &doing).await? {
+                        Seen::Fence(fence) if fence > token => break fence,
+                        _ if tries < UPSERT_TRIES => continue,
+                        _ => return Err(lease_mongo::classify(e, &doing).into()),
+                    }
+                }
+                Err(e) => return Err(lease_mongo::classify(e, &doing).into()),
             }
-            Err(e) => return Err(lease_mongo::classify(e, &doing).into()),
         };
         let resource = format!("{}:{}", coll.name(), filter);
         Err(FenceError::Stale(Stale::new(&resource, token, refused_by)))
@@ -214,38 +230,82 @@ impl MongoFence {
         Ok(update)
     }
 
-    /// The fence of the first document matching `filter`; `None` when none matches or it has
-    /// no fence.
+    /// What the first document matching `filter` holds in the fence field. A value that is
+    /// not a token (a string, a fraction, a negative number) is a `Schema` error: the filter
+    /// compares it by BSON's rules, so a fence written by something other than this fence
+    /// could refuse or admit a token by accident, and a refusal would pass for "no document".
     async fn fence_of(
         &self,
         coll: &Collection<Document>,
         filter: &Document,
         doing: &str,
-    ) -> Result<Option<u64>> {
+    ) -> Result<Seen> {
         let found = coll
             .find_one(filter.clone())
             .projection(doc! { &self.field: 1 })
             .await
             .map_err(|e| lease_mongo::classify(e, doing))?;
-        Ok(found.and_then(|d| match d.get(&self.field) {
-            Some(Bson::Int64(t)) => u64::try_from(*t).ok(),
-            Some(Bson::Int32(t)) => u64::try_from(*t).ok(),
+        let Some(found) = found else {
+            return Ok(Seen::Missing);
+        };
+        let value = match found.get(&self.field) {
+            None => return Ok(Seen::Unfenced),
+            Some(v) => v,
+        };
+        let token = match value {
+            Bson::Int64(t) => u64::try_from(*t).ok(),
+            Bson::Int32(t) => u64::try_from(*t).ok(),
+            // A whole double (a shell's `5`) compares as the integer it is.
+            Bson::Double(t) if t.fract() == 0.0 && *t >= 0.0 && *t <= 2f64.powi(53) => {
+                Some(*t as u64)
+            }
             _ => None,
-        }))
+        };
+        token.map(Seen::Fence).ok_or_else(|| {
+            Error::schema(format!(
+                "{doing}: the document matching {filter} holds {value} in its fence field `{}`, \
+                 which is not a fencing token (a non-negative integer); the field belongs to \
+                 the fence: let nothing else write it, or fence with another field \
+                 (`MongoFence::with_field`)",
+                self.field
+            ))
+        })
     }
 
     /// The fence of the document whose `_id` is `id`: the highest token that has written it,
-    /// `None` when there is no such document or it was never written under a fence. For
-    /// monitoring and tests: a write never needs it.
+    /// `None` when there is no such document or it was never written under a fence; a `Schema`
+    /// error when its fence field holds something that is not a token. For monitoring and
+    /// tests: a write never needs it.
     pub async fn token(
         &self,
         coll: &Collection<Document>,
         id: impl Into<Bson>,
     ) -> Result<Option<u64>> {
         let doing = format!("read the fence in {}", coll.name());
-        self.fence_of(coll, &doc! { "_id": id.into() }, &doing)
-            .await
+        Ok(
+            match self
+                .fence_of(coll, &doc! { "_id": id.into() }, &doing)
+                .await?
+            {
+                Seen::Fence(token) => Some(token),
+                Seen::Missing | Seen::Unfenced => None,
+            },
+        )
     }
+}
+
+/// How many times an upsert is sent when it keeps meeting a duplicate `_id` that admits its
+/// token (another insert of the same document won each race).
+const UPSERT_TRIES: u32 = 3;
+
+/// What a document holds in the fence field.
+enum Seen {
+    /// No document matches the filter.
+    Missing,
+    /// The document has no fence field: never written under a fence.
+    Unfenced,
+    /// The highest token that has written the document.
+    Fence(u64),
 }
 
 /// A token as BSON stores it: an `int64`.
