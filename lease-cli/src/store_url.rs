@@ -91,7 +91,9 @@ impl StoreUrl {
             return Err(CliError::new(
                 Exit::UnsupportedStore,
                 format!(
-                    "{shown}: a memory store lives inside one process, so it cannot coordinate                      `lease` commands; give a store they share (sqlite://, postgres://,                      mysql://, redis://, nats://, mongodb://, etcd://)"
+                    "{shown}: a memory store lives inside one process, so it cannot coordinate \
+                     `lease` commands; give a store they share (sqlite://, postgres://, mysql://, \
+                     redis://, nats://, mongodb://, etcd://)"
                 ),
             ));
         }

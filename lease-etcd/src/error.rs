@@ -153,7 +153,8 @@ impl Site<'_> {
             Error::new(
                 ErrorKind::Backend,
                 self.say(format_args!(
-                    "the key {:?} moved onto another etcd lease {tries} times while it was                      read; try again",
+                    "the key {:?} moved onto another etcd lease {tries} times while it was read; \
+                     try again",
                     String::from_utf8_lossy(key)
                 )),
             )

@@ -533,7 +533,10 @@ pub(crate) fn missing_columns(
         " (it is named after the lease table)".to_owned()
     };
     Err(Error::schema(format!(
-        "a table `{table}` exists but is not a {what} of lease-sql: it has the columns {}, and          lacks {}. If it belongs to something else, give the store a lease table of its own          name{named_after}: `SqlConfig::table`, the `LEASE_SQL_TABLE` variable, or          `?table=NAME` in a `lease::open` URL. If it is an older lease table, make it as in:\n\
+        "a table `{table}` exists but is not a {what} of lease-sql: it has the columns {}, and \
+         lacks {}. If it belongs to something else, give the store a lease table of its own \
+         name{named_after}: `SqlConfig::table`, the `LEASE_SQL_TABLE` variable, or \
+         `?table=NAME` in a `lease::open` URL. If it is an older lease table, make it as in:\n\
          {create}",
         list(&mut have.iter().map(String::as_str)),
         list(&mut missing.iter().copied()),

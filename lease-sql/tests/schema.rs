@@ -185,6 +185,9 @@ async fn an_unrelated_table_of_the_lease_tables_name_is_refused_for_what_it_is()
                 assert!(msg.contains(&needle), "{needle:?} in {at}");
             }
             assert!(!msg.contains("read-only"), "{at}");
+            // Prose, not source indentation: no run of spaces before the DDL it quotes.
+            let prose = msg.split("make it as in:").next().unwrap_or_default();
+            assert!(!prose.contains("  "), "a run of spaces in {at}");
         }
         db.drop_all(&table).await;
     }
