@@ -205,6 +205,8 @@ pub(crate) struct Side {
     pub(crate) connections: u64,
     /// Why it did not run or stopped.
     pub(crate) error: Option<String>,
+    /// Why its round trips could not be counted.
+    pub(crate) rt_error: Option<String>,
 }
 
 /// One resource's figures.
@@ -398,35 +400,44 @@ async fn measure(
     outcome
 }
 
-/// Counts the round trips per write of both subjects, on fresh subjects through proxies.
+/// Counts the round trips per write of both subjects, on fresh subjects through proxies; a
+/// failure goes to the side it happened on (both when the subjects could not be built).
 async fn count_pair(env: &Env, resource: Resource, row: &mut FenceRow) {
-    let counted = async {
-        let built = build_bounded(env, resource, "rt", true).await?;
-        let mut plain = built.plain;
-        let mut fenced = built.fenced;
-        let p = count(&built.proxies, plain.as_mut()).await;
-        let f = count(&built.proxies, fenced.as_mut()).await;
-        plain.close().await;
-        fenced.close().await;
-        Ok::<_, anyhow::Error>((p?, f?))
-    };
-    match counted.await {
-        Ok(((p, pc), (f, fc))) => {
-            (row.plain.round_trips, row.plain.connections) = (Some(p), pc);
-            (row.fenced.round_trips, row.fenced.connections) = (Some(f), fc);
-        }
+    let built = match build_bounded(env, resource, "rt", true).await {
+        Ok(b) => b,
         Err(e) => {
+            let why = crate::describe(&e);
             eprintln!(
-                "lease-bench: fences {} round trips: {}",
-                resource.label(),
-                crate::describe(&e)
+                "lease-bench: fences {} round trips: {why}",
+                resource.label()
             );
-            let why = format!("round trips: {}", crate::describe(&e));
-            for side in [&mut row.plain, &mut row.fenced] {
-                side.error.get_or_insert_with(|| why.clone());
+            row.plain.rt_error = Some(why.clone());
+            row.fenced.rt_error = Some(why);
+            return;
+        }
+    };
+    let mut plain = built.plain;
+    let mut fenced = built.fenced;
+    for (side, w, what) in [
+        (&mut row.plain, plain.as_mut(), "plain"),
+        (&mut row.fenced, fenced.as_mut(), "fenced"),
+    ] {
+        match count(&built.proxies, w).await {
+            Ok((rts, connections)) => {
+                (side.round_trips, side.connections) = (Some(rts), connections)
+            }
+            Err(e) => {
+                let why = crate::describe(&e);
+                eprintln!(
+                    "lease-bench: fences {} {what} round trips: {why}",
+                    resource.label()
+                );
+                side.rt_error = Some(why);
             }
         }
     }
+    plain.close().await;
+    fenced.close().await;
 }
 
 /// Round trips per write of `w` and the connections opened, over every proxy.
@@ -644,9 +655,10 @@ const MYSQL_DATA: &str = "CREATE TABLE IF NOT EXISTS lease_bench_fence_data \
 const SQLITE_DATA: &str = "CREATE TABLE IF NOT EXISTS lease_bench_fence_data \
                            (name TEXT PRIMARY KEY, n INTEGER NOT NULL)";
 
-/// A SQL write subject on one dialect: `$name` over `$db`, with placeholders `$p1`/`$p2`.
+/// A SQL write subject on one dialect: `$name` over `$db`, its data table made by `$ddl`, `$p`
+/// its first bind placeholder.
 macro_rules! sql_writer {
-    ($name:ident, $db:ty, $ddl:expr, $p1:literal, $p2:literal) => {
+    ($name:ident, $db:ty, $ddl:expr, $p:literal) => {
         struct $name {
             pool: sqlx::Pool<$db>,
             /// The data row's name (and, when fenced, the fence's resource).
@@ -673,7 +685,7 @@ macro_rules! sql_writer {
                     .context("creating the data table")?;
                 let fence = SqlFence::new(FENCE_TABLE)?;
                 fence.ensure(&fenced).await?;
-                let insert = format!("INSERT INTO {DATA_TABLE} (name, n) VALUES ({}, 0)", $p1);
+                let insert = format!("INSERT INTO {DATA_TABLE} (name, n) VALUES ({}, 0)", $p);
                 for row in [&plain_row, &fenced_row] {
                     sqlx::query(&insert)
                         .bind(row)
@@ -681,7 +693,7 @@ macro_rules! sql_writer {
                         .await
                         .context("inserting the data row")?;
                 }
-                let update = format!("UPDATE {DATA_TABLE} SET n = n + 1 WHERE name = {}", $p1);
+                let update = format!("UPDATE {DATA_TABLE} SET n = n + 1 WHERE name = {}", $p);
                 let like = format!("{}-%", env.prefix);
                 Ok((
                     $name {
@@ -725,12 +737,12 @@ macro_rules! sql_writer {
 
             fn close(self: Box<Self>) -> BoxFuture<'static, ()> {
                 Box::pin(async move {
-                    let data = format!("DELETE FROM {DATA_TABLE} WHERE name LIKE {}", $p1);
+                    let data = format!("DELETE FROM {DATA_TABLE} WHERE name LIKE {}", $p);
                     let _ = sqlx::query(&data)
                         .bind(&self.like)
                         .execute(&self.pool)
                         .await;
-                    let fences = format!("DELETE FROM {FENCE_TABLE} WHERE resource LIKE {}", $p2);
+                    let fences = format!("DELETE FROM {FENCE_TABLE} WHERE resource LIKE {}", $p);
                     let _ = sqlx::query(&fences)
                         .bind(&self.like)
                         .execute(&self.pool)
@@ -742,9 +754,9 @@ macro_rules! sql_writer {
     };
 }
 
-sql_writer!(PgWrite, sqlx::Postgres, PG_DATA, "$1", "$1");
-sql_writer!(MySqlWrite, sqlx::MySql, MYSQL_DATA, "?", "?");
-sql_writer!(SqliteWrite, sqlx::Sqlite, SQLITE_DATA, "?", "?");
+sql_writer!(PgWrite, sqlx::Postgres, PG_DATA, "$1");
+sql_writer!(MySqlWrite, sqlx::MySql, MYSQL_DATA, "?");
+sql_writer!(SqliteWrite, sqlx::Sqlite, SQLITE_DATA, "?");
 
 struct RedisWrite {
     conn: redis::aio::MultiplexedConnection,
@@ -760,13 +772,13 @@ impl Writer for RedisWrite {
                 None => {
                     redis::cmd("SET")
                         .arg(&self.key)
-                        .arg(&VALUE[..])
+                        .arg(VALUE)
                         .query_async::<()>(&mut self.conn)
                         .await?;
                 }
                 Some((fence, resource)) => {
                     fence
-                        .set(&mut self.conn, resource, TOKEN, &self.key, &VALUE[..])
+                        .set(&mut self.conn, resource, TOKEN, &self.key, VALUE)
                         .await?;
                 }
             }
@@ -797,17 +809,11 @@ impl Writer for EtcdWrite {
         Box::pin(async move {
             match &self.fence {
                 None => {
-                    self.client.put(self.key.as_str(), &VALUE[..], None).await?;
+                    self.client.put(self.key.as_str(), VALUE, None).await?;
                 }
                 Some((fence, resource)) => {
                     fence
-                        .put(
-                            &mut self.client,
-                            resource,
-                            TOKEN,
-                            self.key.as_str(),
-                            &VALUE[..],
-                        )
+                        .put(&mut self.client, resource, TOKEN, self.key.as_str(), VALUE)
                         .await?;
                 }
             }
@@ -875,12 +881,10 @@ impl Writer for NatsWrite {
         Box::pin(async move {
             match &self.fence {
                 None => {
-                    self.kv
-                        .put(NATS_KEY, Bytes::from_static(&VALUE[..]))
-                        .await?;
+                    self.kv.put(NATS_KEY, Bytes::from_static(VALUE)).await?;
                 }
                 Some(fence) => {
-                    fence.put(&self.kv, NATS_KEY, TOKEN, &VALUE[..]).await?;
+                    fence.put(&self.kv, NATS_KEY, TOKEN, VALUE).await?;
                 }
             }
             Ok(())
@@ -962,7 +966,7 @@ impl Writer for FileWrite {
                     let (dir, file) = (self.dir.clone(), self.file.clone());
                     tokio::task::spawn_blocking(move || replace(&dir, &file, VALUE)).await??;
                 }
-                Some(fence) => fence.write(&self.file, TOKEN, &VALUE[..]).await?,
+                Some(fence) => fence.write(&self.file, TOKEN, VALUE).await?,
             }
             Ok(())
         })
@@ -1062,7 +1066,7 @@ impl Service<Request<Full<Bytes>>> for HttpConn {
 fn http_request() -> Result<Request<Full<Bytes>>> {
     Ok(Request::post("/write")
         .header(http::header::HOST, "127.0.0.1")
-        .body(Full::new(Bytes::from_static(&VALUE[..])))?)
+        .body(Full::new(Bytes::from_static(VALUE)))?)
 }
 
 /// Sends one request on `service` and checks the answer is `200 written`.

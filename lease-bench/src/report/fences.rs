@@ -137,10 +137,13 @@ fn side_row(s: &mut String, resource: Resource, what: &str, side: &Side) {
 
 /// Round trips per write, with the connections opened while counting when there were any.
 fn rt_cell(side: &Side) -> String {
-    match side.round_trips {
-        Some(v) if side.connections > 0 => format!("{v:.2} (+{} connections)", side.connections),
-        Some(v) => format!("{v:.2}"),
-        None => "–".to_owned(),
+    match (side.round_trips, &side.rt_error) {
+        (Some(v), _) if side.connections > 0 => {
+            format!("{v:.2} (+{} connections)", side.connections)
+        }
+        (Some(v), _) => format!("{v:.2}"),
+        (None, Some(e)) => format!("error: {e}"),
+        (None, None) => "–".to_owned(),
     }
 }
 
@@ -196,6 +199,7 @@ mod tests {
             round_trips: rts,
             connections: 0,
             error: None,
+            rt_error: None,
         }
     }
 
@@ -256,6 +260,7 @@ mod tests {
         });
         let mut http = row(Resource::Http, side(5000.0, 40, Some(1.0)), Side::default());
         http.fenced.error = Some("the server answered 409".to_owned());
+        http.fenced.rt_error = Some("the server answered 409".to_owned());
         r.fences.push(http);
 
         let mut s = String::new();
