@@ -20,7 +20,8 @@ pub(crate) struct Args {
     #[arg(long, value_name = "DIR")]
     pub(crate) out: PathBuf,
 
-    /// Measured seconds per cycle subject (split over the rounds).
+    /// Measured seconds per cycle subject, and per write subject of the fences section (split
+    /// over the rounds).
     #[arg(long, value_name = "N", default_value_t = 3.0)]
     pub(crate) seconds: f64,
 
@@ -32,8 +33,9 @@ pub(crate) struct Args {
     #[arg(long, value_enum, value_delimiter = ',', value_name = "SECTIONS")]
     pub(crate) sections: Vec<Section>,
 
-    /// Interleaved rounds of the cycle subjects: every subject of a backend runs once per
-    /// round, in a new random order, so a slow drift of the machine hits all of them alike.
+    /// Interleaved rounds of the cycle subjects (and of the fences section's writes): every
+    /// subject of a backend runs once per round, in a new random order, so a slow drift of the
+    /// machine hits all of them alike.
     #[arg(long, value_name = "N", default_value_t = 10)]
     pub(crate) rounds: u32,
 
@@ -149,7 +151,7 @@ pub(crate) struct Args {
     )]
     pub(crate) nats_url: String,
 
-    /// MongoDB URL (the handover section only).
+    /// MongoDB URL (the handover and fences sections only).
     #[arg(
         long,
         env = "LEASE_BENCH_MONGODB_URL",
@@ -157,7 +159,7 @@ pub(crate) struct Args {
     )]
     pub(crate) mongodb_url: String,
 
-    /// etcd URL (the handover section only).
+    /// etcd URL (the handover and fences sections only).
     #[arg(
         long,
         env = "LEASE_BENCH_ETCD_URL",
@@ -352,4 +354,7 @@ pub(crate) enum Section {
     Handover,
     /// `lease run --wait` hand-over between two processes of the CLI.
     HandoverCli,
+    /// A write fenced by `lease-fence` against the same write unfenced, per resource
+    /// (PostgreSQL, MariaDB, SQLite, Redis, etcd, NATS KV, MongoDB, files, HTTP).
+    Fences,
 }

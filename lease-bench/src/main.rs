@@ -19,7 +19,10 @@
 //!   failover against the store's expiry, and idle waiters' store operations (every backend,
 //!   MongoDB and etcd included);
 //! - **handover-cli** — `lease run --wait` between two processes of the `lease` binary, on
-//!   SQLite and PostgreSQL (against a baseline binary when given).
+//!   SQLite and PostgreSQL (against a baseline binary when given);
+//! - **fences** — a write fenced by `lease-fence` against the same write unfenced, side by
+//!   side in interleaved rounds, per resource: PostgreSQL, MariaDB, SQLite, Redis, etcd, NATS
+//!   KV, MongoDB (the wire emulator here), files and an in-process HTTP server.
 //!
 //! Output: `results.md` and `cycles.svg` in `--out`, and the markdown on stdout. A server that
 //! does not answer is skipped with one `SKIPPED <backend>: <why>` line.
@@ -32,6 +35,7 @@ mod cli_wait;
 mod contention;
 mod cycles;
 mod failover;
+mod fences;
 mod handover;
 mod machine;
 mod peers;
@@ -158,6 +162,22 @@ async fn run(args: Args) -> Result<()> {
             report
                 .partitions
                 .extend(renew_cost::partitions(&args, &env, b).await);
+        }
+    }
+    if args.runs(Section::Fences) {
+        for resource in fences::Resource::ALL {
+            if !fences::selected(&args, resource) {
+                continue;
+            }
+            progress(started, &format!("fences: {}", resource.label()));
+            let absent = report
+                .skipped
+                .iter()
+                .find(|(b, _)| *b == resource.backend())
+                .map(|(_, why)| why.clone());
+            report
+                .fences
+                .push(fences::run(&args, &env, resource, absent.as_deref()).await);
         }
     }
     // Failover and contention wait out leases and campaign pauses, not the CPU: every backend

@@ -34,6 +34,7 @@ pub(super) fn render(r: &Report) -> String {
         partitions(r, &mut s);
     }
     super::handover::render(r, &mut s);
+    super::fences::render(r, &mut s);
     targets(r, &mut s);
     s
 }

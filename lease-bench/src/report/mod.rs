@@ -1,6 +1,7 @@
 //! The results of one run, written as a markdown report (`results.md`) and an SVG chart of the
 //! cycle rates (`cycles.svg`).
 
+mod fences;
 mod handover;
 mod markdown;
 mod svg;
@@ -15,6 +16,7 @@ use crate::cli_wait::CliRow;
 use crate::contention::ContentionRow;
 use crate::cycles::CycleRow;
 use crate::failover::FailoverRow;
+use crate::fences::FenceRow;
 use crate::handover::HandoverRow;
 use crate::machine::Machine;
 use crate::peers::SubjectId;
@@ -62,6 +64,8 @@ pub(crate) struct Report {
     pub(crate) handover: Vec<HandoverRow>,
     /// `lease run --wait` hand-over through the CLI.
     pub(crate) handover_cli: Vec<CliRow>,
+    /// Fenced writes against plain ones, per resource.
+    pub(crate) fences: Vec<FenceRow>,
 }
 
 impl Report {
