@@ -326,6 +326,10 @@ pub(crate) struct FenceRedisArgs {
     #[arg(long, value_name = "PREFIX", default_value = "lease-fence:")]
     pub(crate) prefix: String,
 
+    /// How long to wait for the connection to the server before exiting 69.
+    #[arg(long, value_name = "DURATION", default_value = "10s")]
+    pub(crate) connect_timeout: String,
+
     /// The write.
     #[command(subcommand)]
     pub(crate) write: RedisWrite,
@@ -548,13 +552,20 @@ pub(crate) fn command() -> clap::Command {
     let after = after_help();
     let mut cmd = Cli::command().after_help(after.clone());
     for sub in [
-        "run", "elect", "status", "watch", "members", "owners", "release", "fence",
+        "run", "elect", "status", "watch", "members", "owners", "release",
     ] {
         let text = after.clone();
         cmd = cmd.mut_subcommand(sub, |s| s.after_help(text));
     }
+    // `lease fence` writes to its URL or PATH, not to the store: its help shows the exit codes.
+    let fence_after = format!(
+        "--store and {STORE_VAR} are not used: the fence is in the database, server or \
+         directory named on the command line.\n\n{}",
+        Exit::help_table()
+    );
+    cmd = cmd.mut_subcommand("fence", |f| f.after_help(fence_after.clone()));
     for sub in ["sql", "redis", "file"] {
-        let text = after.clone();
+        let text = fence_after.clone();
         cmd = cmd.mut_subcommand("fence", |f| f.mut_subcommand(sub, |s| s.after_help(text)));
     }
     cmd

@@ -378,17 +378,27 @@ async fn redis(args: FenceRedisArgs) -> Result<u8, CliError> {
     let fence = RedisFence::with_prefix(&args.prefix).map_err(|e| CliError::from_lease(&e))?;
     #[cfg(feature = "break-fence-check-for-tests")]
     let fence = fence.break_check_for_tests();
+    let timeout = parse_duration(&args.connect_timeout)?;
     let client = redis::Client::open(args.url.as_str())
         .map_err(|e| CliError::new(Exit::BadUrl, format!("bad Redis URL {shown}: {e}")))?;
-    let mut conn = client
-        .get_multiplexed_async_connection()
+    let connected = tokio::time::timeout(timeout, client.get_multiplexed_async_connection())
         .await
-        .map_err(|e| {
-            CliError::from_lease(&lease::redis::classify(
-                e,
-                &format!("connect to {shown} for a fenced write"),
-            ))
+        .map_err(|_| {
+            CliError::new(
+                Exit::Unavailable,
+                format!(
+                    "connect to {shown} for a fenced write: no connection within {} \
+                     (--connect-timeout sets how long)",
+                    human(timeout)
+                ),
+            )
         })?;
+    let mut conn = connected.map_err(|e| {
+        CliError::from_lease(&lease::redis::classify(
+            e,
+            &format!("connect to {shown} for a fenced write"),
+        ))
+    })?;
     let written = match &args.write {
         RedisWrite::Set { key, value } => {
             fence
