@@ -244,6 +244,34 @@ fn sql_on_mysql_under_lease_run_and_a_zombie_refused() {
         return;
     };
     sql_under_lease_run(&url);
+
+    // The same server as mariadb://, as the store URLs take it.
+    let Some(rest) = url.strip_prefix("mysql://") else {
+        panic!("{url}")
+    };
+    let mariadb = format!("mariadb://{rest}");
+    let resource = unique_name("fence-mariadb");
+    let out = run_to_end(lease_with(
+        "sqlite:///nonexistent/unused.db",
+        &[
+            "fence",
+            "sql",
+            &mariadb,
+            "--resource",
+            &resource,
+            "--token",
+            "1",
+            "--",
+            "SELECT 1",
+        ],
+        &[],
+    ));
+    assert_eq!(code(out.status), 0, "{}", stderr(&out));
+    let db = Db::connect(&url);
+    let fence = db.ints(&format!(
+        "SELECT token FROM lease_fences WHERE resource = '{resource}'"
+    ));
+    assert_eq!(fence, [1]);
 }
 
 /// Two scripts under `lease run` set a key through `lease fence redis URL set KEY VALUE`; the
