@@ -221,6 +221,9 @@ fn sql_under_lease_run(url: &str) {
     assert!(stderr(&out).is_empty(), "{}", stderr(&out));
     assert_eq!(db.ints(&select), [-1, old, new]);
     db.exec(&format!("DROP TABLE {table}"));
+    db.exec(&format!(
+        "DELETE FROM lease_fences WHERE resource = '{name}'"
+    ));
 }
 
 #[test]
@@ -272,6 +275,9 @@ fn sql_on_mysql_under_lease_run_and_a_zombie_refused() {
         "SELECT token FROM lease_fences WHERE resource = '{resource}'"
     ));
     assert_eq!(fence, [1]);
+    db.exec(&format!(
+        "DELETE FROM lease_fences WHERE resource = '{resource}'"
+    ));
 }
 
 /// Two scripts under `lease run` set a key through `lease fence redis URL set KEY VALUE`; the
