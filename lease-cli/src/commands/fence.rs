@@ -212,6 +212,7 @@ async fn sql(args: FenceSqlArgs) -> Result<u8, CliError> {
         url: &url,
         shown: &shown,
         timeout,
+        sqlite: matches!(dialect, Database::Sqlite),
     };
     let run = Fenced {
         fence: &fence,
@@ -233,6 +234,8 @@ struct Connect<'a> {
     shown: &'a str,
     /// How long to keep trying to connect.
     timeout: Duration,
+    /// A SQLite file, which must exist.
+    sqlite: bool,
 }
 
 impl Connect<'_> {
@@ -266,7 +269,7 @@ impl Connect<'_> {
             sqlx::Error::Configuration(why) => {
                 CliError::new(Exit::BadUrl, format!("bad database URL {shown}: {why}"))
             }
-            e if shown.starts_with("sqlite") => CliError::new(
+            e if self.sqlite => CliError::new(
                 Exit::Unavailable,
                 format!(
                     "cannot open the SQLite database {shown}: {e}. The file must exist and be \
