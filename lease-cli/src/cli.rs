@@ -59,6 +59,10 @@ pub(crate) enum Command {
     /// Break a lease (an administrator's tool; UNSAFE, needs --force).
     #[command(long_about = RELEASE_ABOUT)]
     Release(ReleaseArgs),
+    /// Write under a fence: a SQL statement, a Redis write or a file, refused (exit 76) when a
+    /// newer term has written there.
+    #[command(long_about = FENCE_ABOUT)]
+    Fence(FenceArgs),
     /// Internal: the parent of CMD, which ends CMD and all its descendants at the local
     /// deadline, on request, and when `lease` dies.
     #[command(name = "__watchdog", hide = true)]
@@ -181,6 +185,193 @@ const RELEASE_ABOUT: &str = "Break a lease: an administrator's tool. UNSAFE.\n\n
     its next renewal and stops its work within its step-down grace, so for a short while two \
     holders may work. The record and its term are kept, so the next claim still gets a higher \
     term and fenced resources refuse the old holder. Requires --force.";
+
+const FENCE_ABOUT: &str = "Write under a fence: a SQL statement, a Redis write or a file, \
+    refused when a newer term has written there.\n\n\
+    A lease cannot stop a holder that was paused (SIGSTOP, a stopped VM, a slow disk) from \
+    writing after its term passed to someone else; the resource it writes to can. A fence keeps, \
+    next to the data, the highest token that has written a resource, and checks it in the same \
+    atomic operation as the write: a lower token is refused and nothing is written; an equal \
+    one writes (one term, many writes); a higher one raises the fence and writes.\n\n\
+    \x20 lease fence sql URL -- 'STATEMENT' [...]   the statements and the check in one \
+    transaction (postgres://, mysql://, mariadb://, sqlite://)\n\
+    \x20 lease fence redis URL set KEY VALUE        one command and the check in one script (also \
+    hset KEY FIELD VALUE, del KEY...)\n\
+    \x20 lease fence file PATH < CONTENTS           PATH replaced whole by an atomic rename under \
+    the check (one host, local filesystem)\n\n\
+    Inside `lease run NAME` (or `lease elect NAME`) nothing else is needed: the token defaults \
+    to LEASE_TERM and the resource to NAME (NAME#permit-N under --permits, as each permit \
+    must have a fence of its own). Outside, give --token and --resource. The fences are those \
+    of the lease-fence crate (same table, key prefix and files), so a program and a script \
+    fence the same resource together. Guard each resource with one lease name: tokens of two \
+    names are unrelated numbers.\n\n\
+    Prints nothing on success. A refusal exits 76 with one line on stderr, \
+    `lease: refused: resource R has seen token F > T; stop ...`, and changes nothing: the \
+    script must stop working under that term. A token of 0 or one that is not a number exits \
+    64, a bad resource name 65.";
+
+const FENCE_SQL_ABOUT: &str = "Run SQL statements under a fence, in one transaction.\n\n\
+    Opens a transaction on URL whose first statement checks TOKEN against the fence of \
+    RESOURCE and raises it (one upsert on the fence table, which is created when missing), \
+    then runs each STATEMENT in order and commits. Refused: the transaction is rolled back \
+    before any STATEMENT ran, exit 76. A STATEMENT that fails rolls everything back (the \
+    fence too), exit 70. Each STATEMENT may hold several statements separated by ';'; no \
+    results are printed. The fence row stays locked until the commit, so a newer term's \
+    write waits for this one and then wins: committed writes are ordered by token.\n\n\
+    The check holds only for what is written in this transaction, in this database.";
+
+const FENCE_REDIS_ABOUT: &str = "Run one Redis write under a fence, in one script.\n\n\
+    One Lua script reads the fence key of RESOURCE (PREFIX + RESOURCE, default \
+    lease-fence:RESOURCE), refuses a lower token (exit 76, nothing run), runs the command, \
+    and raises the fence only when the command succeeded. A failing command (say WRONGTYPE) \
+    exits 70 and leaves the fence as it was. On Redis Cluster the keys must share the fence \
+    key's slot (a hash tag in both). A restart without AOF, or a failover to a replica that \
+    missed the raise, can lose a fence.";
+
+const FENCE_FILE_ABOUT: &str = "Replace PATH with stdin under a fence.\n\n\
+    Reads stdin to the end, writes it to a temporary file beside PATH (in PATH's directory's \
+    .lease-fence/ folder) and flushes it, then, under a lock on PATH's fence, checks TOKEN, \
+    raises the fence and renames the file over PATH. A reader sees the whole old or the whole \
+    new file. Refused: PATH is untouched, exit 76. The fence is per file (its resource is \
+    PATH's file name in its directory), so there is no --resource.\n\n\
+    One host and a local filesystem only (not NFS, SMB or FUSE), and only among writers that \
+    go through a fence (`lease fence file` or lease-fence's FileFence): a program that writes \
+    PATH directly is not stopped. PATH's directory must exist.";
+
+/// Options of `lease fence`.
+#[derive(Debug, Args)]
+pub(crate) struct FenceArgs {
+    /// Where to write.
+    #[command(subcommand)]
+    pub(crate) what: FenceCommand,
+}
+
+/// The resources `lease fence` writes to.
+#[derive(Debug, Subcommand)]
+pub(crate) enum FenceCommand {
+    /// Run SQL statements under a fence, in one transaction (PostgreSQL, MySQL/MariaDB,
+    /// SQLite).
+    #[command(long_about = FENCE_SQL_ABOUT)]
+    Sql(FenceSqlArgs),
+    /// Run one Redis write (set, hset, del) under a fence, in one script.
+    #[command(long_about = FENCE_REDIS_ABOUT)]
+    Redis(FenceRedisArgs),
+    /// Replace a file with stdin under a fence (atomic rename; one host).
+    #[command(long_about = FENCE_FILE_ABOUT)]
+    File(FenceFileArgs),
+}
+
+/// The token a fenced write offers.
+#[derive(Debug, Args)]
+pub(crate) struct TokenArg {
+    /// The fencing token to write under (a whole number, at least 1) [default: $LEASE_TERM,
+    /// set by `lease run` and `lease elect`].
+    #[arg(long, value_name = "TOKEN")]
+    pub(crate) token: Option<String>,
+}
+
+/// The resource a fenced write names, and its token.
+#[derive(Debug, Args)]
+pub(crate) struct FenceOf {
+    /// The resource whose fence guards the write (1 to 255 bytes, no control characters)
+    /// [default: $LEASE_NAME, or $LEASE_NAME#permit-$LEASE_PERMIT under --permits].
+    #[arg(long, value_name = "RESOURCE")]
+    pub(crate) resource: Option<String>,
+
+    #[command(flatten)]
+    pub(crate) token: TokenArg,
+}
+
+/// Options of `lease fence sql`.
+#[derive(Debug, Args)]
+pub(crate) struct FenceSqlArgs {
+    /// The database: postgres://…, mysql://… (mariadb://…) or sqlite://PATH (the file must
+    /// exist).
+    #[arg(value_name = "URL")]
+    pub(crate) url: String,
+
+    #[command(flatten)]
+    pub(crate) of: FenceOf,
+
+    /// The fence table, created when missing (a SQL identifier, optionally schema.table).
+    #[arg(long, value_name = "TABLE", default_value = "lease_fences")]
+    pub(crate) table: String,
+
+    /// How long to keep trying to connect to the database before exiting 69.
+    #[arg(long, value_name = "DURATION", default_value = "10s")]
+    pub(crate) connect_timeout: String,
+
+    /// The statements to run under the fence, after `--`: each argument one or more
+    /// statements, run in order in the fence's transaction.
+    #[arg(
+        required = true,
+        num_args = 1..,
+        last = true,
+        value_name = "STATEMENT"
+    )]
+    pub(crate) statements: Vec<String>,
+}
+
+/// Options of `lease fence redis`.
+#[derive(Debug, Args)]
+pub(crate) struct FenceRedisArgs {
+    /// The server: redis://… or rediss://….
+    #[arg(value_name = "URL")]
+    pub(crate) url: String,
+
+    #[command(flatten)]
+    pub(crate) of: FenceOf,
+
+    /// The prefix of the fence keys (the fence of RESOURCE is the key PREFIX + RESOURCE).
+    #[arg(long, value_name = "PREFIX", default_value = "lease-fence:")]
+    pub(crate) prefix: String,
+
+    /// How long to wait for the connection to the server before exiting 69.
+    #[arg(long, value_name = "DURATION", default_value = "10s")]
+    pub(crate) connect_timeout: String,
+
+    /// The write.
+    #[command(subcommand)]
+    pub(crate) write: RedisWrite,
+}
+
+/// The Redis writes `lease fence redis` runs.
+#[derive(Debug, Subcommand)]
+pub(crate) enum RedisWrite {
+    /// SET KEY VALUE.
+    Set {
+        /// The key.
+        key: String,
+        /// The value.
+        value: String,
+    },
+    /// HSET KEY FIELD VALUE.
+    Hset {
+        /// The key of the hash.
+        key: String,
+        /// The field.
+        field: String,
+        /// The value.
+        value: String,
+    },
+    /// DEL KEY…
+    Del {
+        /// The keys to delete.
+        #[arg(required = true, num_args = 1..)]
+        keys: Vec<String>,
+    },
+}
+
+/// Options of `lease fence file`.
+#[derive(Debug, Args)]
+pub(crate) struct FenceFileArgs {
+    /// The file to replace with stdin; its directory must exist.
+    #[arg(value_name = "PATH")]
+    pub(crate) path: std::path::PathBuf,
+
+    #[command(flatten)]
+    pub(crate) token: TokenArg,
+}
 
 /// Options of `lease run`.
 #[derive(Debug, Args)]
@@ -365,6 +556,17 @@ pub(crate) fn command() -> clap::Command {
     ] {
         let text = after.clone();
         cmd = cmd.mut_subcommand(sub, |s| s.after_help(text));
+    }
+    // `lease fence` writes to its URL or PATH, not to the store: its help shows the exit codes.
+    let fence_after = format!(
+        "--store and {STORE_VAR} are not used: the fence is in the database, server or \
+         directory named on the command line.\n\n{}",
+        Exit::help_table()
+    );
+    cmd = cmd.mut_subcommand("fence", |f| f.after_help(fence_after.clone()));
+    for sub in ["sql", "redis", "file"] {
+        let text = fence_after.clone();
+        cmd = cmd.mut_subcommand("fence", |f| f.mut_subcommand(sub, |s| s.after_help(text)));
     }
     cmd
 }

@@ -38,6 +38,9 @@ pub(crate) enum Exit {
     Lost,
     /// `run` without `--wait`: someone else holds the name; CMD was not started.
     Held,
+    /// `lease fence`: the fence refused the token, a newer term has written to the resource;
+    /// nothing was written.
+    Stale,
     /// The store cannot do this as configured (an unsupported operation, or a server that
     /// could lose lease records).
     StoreRefused,
@@ -45,7 +48,7 @@ pub(crate) enum Exit {
 
 impl Exit {
     /// Every code, in order, for the help text and the README.
-    pub(crate) const ALL: [Exit; 13] = [
+    pub(crate) const ALL: [Exit; 14] = [
         Exit::Usage,
         Exit::BadName,
         Exit::BadDuration,
@@ -58,6 +61,7 @@ impl Exit {
         Exit::StateDir,
         Exit::Lost,
         Exit::Held,
+        Exit::Stale,
         Exit::StoreRefused,
     ];
 
@@ -76,6 +80,7 @@ impl Exit {
             Exit::StateDir => 73,
             Exit::Lost => 74,
             Exit::Held => 75,
+            Exit::Stale => 76,
             Exit::StoreRefused => 78,
         }
     }
@@ -85,23 +90,37 @@ impl Exit {
         match self {
             Exit::Usage => {
                 "bad command line (unknown option, missing CMD, release without --force, an \
-                 argument out of range)"
+                 argument out of range, a fencing token that is 0, not a number, or missing)"
             }
             Exit::BadName => {
-                "bad lease/service/group name or instance label (empty, too long, control \
-                 characters)"
+                "bad lease/service/group name, instance label, fence resource, file or table \
+                 name (empty, too long, control characters)"
             }
             Exit::BadDuration => "bad duration (unparsable, zero) or unsafe timings for --ttl",
-            Exit::BadUrl => "bad store URL",
-            Exit::UnsupportedStore => "store scheme not supported by this build",
-            Exit::Unavailable => "store unreachable, or it refused the connection",
-            Exit::StoreError => "the store answered with an error",
+            Exit::BadUrl => "bad store URL (or URL of lease fence)",
+            Exit::UnsupportedStore => {
+                "store scheme not supported by this build (or by that lease fence subcommand)"
+            }
+            Exit::Unavailable => {
+                "store (or fenced database/server) unreachable, or it refused the connection"
+            }
+            Exit::StoreError => {
+                "the store answered with an error (lease fence: the statement, command or file \
+                 write failed; nothing was written)"
+            }
             Exit::CannotStart => "CMD could not be started or supervised",
             Exit::Interrupted => "SIGINT/SIGTERM/SIGHUP while no CMD was running",
             Exit::StateDir => "cannot create the default store's directory or file",
             Exit::Lost => "the lease was lost while CMD ran; CMD was stopped",
             Exit::Held => "NAME is held by someone else (run without --wait); CMD not started",
-            Exit::StoreRefused => "the store cannot do this as configured",
+            Exit::Stale => {
+                "lease fence refused: a newer term has written to the resource; nothing was \
+                 written, stop"
+            }
+            Exit::StoreRefused => {
+                "the store cannot do this as configured (lease fence: a fence table of another \
+                 shape)"
+            }
         }
     }
 

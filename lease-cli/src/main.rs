@@ -8,6 +8,8 @@
 //! lease members SERVICE [--json]              the live members of a service
 //! lease owners GROUP [--json]                 the live partition leases of a group
 //! lease release NAME --force                  break a lease (unsafe)
+//! lease fence sql URL -- STATEMENT…           a fenced write with $LEASE_TERM (also redis,
+//!                                             file); exit 76 when a newer term has written
 //! ```
 //!
 //! The store is chosen by URL (`--store` or `LEASE_STORE`); the default is one SQLite file per
@@ -100,6 +102,7 @@ async fn dispatch(cli: Cli) -> Result<u8, CliError> {
         Command::Members(args) => commands::members::members(&store()?, args).await,
         Command::Owners(args) => commands::owners::owners(&store()?, args).await,
         Command::Release(args) => commands::release::release(&store()?, args).await,
+        Command::Fence(args) => commands::fence::fence(args).await,
         Command::Watchdog(_) => Err(CliError::new(Exit::Usage, "__watchdog is internal")),
         Command::Exec(_) => Err(CliError::new(Exit::Usage, "__exec is internal")),
     }

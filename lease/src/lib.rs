@@ -60,6 +60,7 @@
 //! | `etcd` | `etcd://host:2379[,host:2379…]` (plain HTTP/2 endpoints) | lease-etcd, `etcd` |
 //! | `memory` | `memory://` (a new in-process store per call) | lease-local, `memory` |
 //! | `fence` | (downstream fences: files, and each resource whose feature above is on) | lease-fence, `fence` |
+//! | `fence-http` | (the HTTP fences, tower layers: `fence::http`; turns `fence` on) | lease-fence, `fence::http` |
 //!
 //! Each module re-exports its backend crate whole, for its configuration and its own API; the
 //! per-backend crates stay available for programs that want one dependency each. A URL whose
@@ -164,7 +165,9 @@ pub mod etcd {
 
 /// Downstream fences (lease-fence): the resource a holder writes to refuses a token lower than
 /// the highest it has accepted, in the same atomic operation as the write. File fences always;
-/// the SQL, Redis, etcd, NATS and MongoDB fences with their backend's feature.
+/// the SQL, Redis, etcd, NATS and MongoDB fences with their backend's feature; the HTTP fences
+/// (`fence::http`: `FenceLayer` for tower servers, `StampLayer` for clients) with
+/// `fence-http`. Everything is under this module: none of it is at the crate's root.
 #[cfg(feature = "fence")]
 pub mod fence {
     pub use lease_fence::*;

@@ -2,6 +2,7 @@
 //! coordinator.
 
 pub(crate) mod elect;
+pub(crate) mod fence;
 pub(crate) mod members;
 pub(crate) mod output;
 pub(crate) mod owners;
