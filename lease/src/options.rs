@@ -186,7 +186,7 @@ impl Resolved {
     )]
     pub(crate) fn of(target: &Target, options: &OpenOptions) -> Result<Resolved, UrlError> {
         // A build with no backend that takes parameters sets nothing more.
-        #[allow(unused_mut)]
+        #[allow(unused_mut, clippy::needless_update)]
         let mut resolved = Resolved {
             lease: options.lease,
             op_timeout: options.op_timeout,
