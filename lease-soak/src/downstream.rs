@@ -5,7 +5,7 @@
 //! 127.0.0.1:0 behind [`FenceLayer`], called through [`StampLayer`]).
 //!
 //! **Order.** One write is a step under a lock of the backend's: the real resources first (side
-//! by side, each bounded by [`WRITE_TIMEOUT`]), the model last. So every resource sees the
+//! by side, each bounded by [`write_timeout`]), the model last. So every resource sees the
 //! same sequence of tokens as the model, and when a zombie sees the model's fence above its
 //! token, every real resource has already been offered the successor's token. Each real
 //! resource's verdict must then equal the model's: a token the model refuses must be refused
@@ -50,11 +50,14 @@ use tower::{Layer, ServiceExt};
 use crate::contenders::Written;
 
 /// How long one write to one real resource may take (the PostgreSQL transaction: begin, fence
-/// check, data row, commit; the Redis script; the HTTP request). A section's writes run side by
-/// side, and a section may wait for one other write's turn, so real fences add at most twice
-/// this to a section ([`Downstream::guard`]). Longer is a failure of the run, with a message,
-/// never a wait.
-pub(crate) const WRITE_TIMEOUT: Duration = Duration::from_millis(50);
+/// check, data row, commit; the Redis script; the HTTP request): a tenth of the lease, 150 ms
+/// for the default 1.5 s (on a loaded two-core machine, with the test suites' servers shared,
+/// a PostgreSQL write now and then took over 100 ms). A section's writes run side by side, and a section may wait for
+/// one other write's turn, so real fences add at most twice this to a section
+/// ([`Downstream::guard`]). Longer is a failure of the run, with a message, never a wait.
+pub(crate) fn write_timeout(lease: Duration) -> Duration {
+    lease / 10
+}
 
 /// How long connecting to a server and creating the tables may take.
 const SETUP_TIMEOUT: Duration = Duration::from_secs(10);
@@ -164,8 +167,8 @@ pub(crate) enum Outcome {
     Refused { fence: u64 },
     /// Any other failure.
     Failed(String),
-    /// No answer within [`WRITE_TIMEOUT`].
-    TimedOut,
+    /// No answer within this ([`write_timeout`]).
+    TimedOut(Duration),
 }
 
 impl Outcome {
@@ -379,7 +382,30 @@ impl RealFences {
             Kind::Http.name()
         ));
         fences.targets.push((Kind::Http, target));
+        fences.warm_up().await?;
         Ok(fences)
+    }
+
+    /// One write to a resource of its own on each target, before the run: opens the pool's
+    /// connections and loads the Redis script, so that no section pays for them (a cold first
+    /// write can take longer than the write timeout on a loaded machine).
+    async fn warm_up(&self) -> Result<(), String> {
+        let resource = format!("soak-{}/warm-up", self.namespace);
+        lock(&self.resources).push(resource.clone());
+        for (kind, target) in &self.targets {
+            let outcome =
+                tokio::time::timeout(SETUP_TIMEOUT, target.write(&resource, 1, "warm-up"))
+                    .await
+                    .unwrap_or(Outcome::TimedOut(SETUP_TIMEOUT));
+            if outcome != Outcome::Accepted {
+                return Err(format!(
+                    "the {}'s first write (token 1 on a new resource) was not accepted: \
+                     {outcome:?}",
+                    kind.name()
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// One line per resource set up: what it is and where.
@@ -408,12 +434,16 @@ impl RealFences {
     }
 
     /// The writer of one backend: its own resource name on every real resource.
-    pub(crate) fn for_backend(&self, label: &str) -> Arc<Downstream> {
+    pub(crate) fn for_backend(&self, label: &str, lease: Duration) -> Arc<Downstream> {
         let resource = format!("soak-{}/{label}", self.namespace);
         if !self.targets.is_empty() {
             lock(&self.resources).push(resource.clone());
         }
-        Arc::new(Downstream::new(resource, self.targets.clone()))
+        Arc::new(Downstream::new(
+            resource,
+            self.targets.clone(),
+            write_timeout(lease),
+        ))
     }
 
     /// Drops the tables and keys of this run (unless `--keep`) and stops the HTTP service.
@@ -523,6 +553,7 @@ async fn postgres(
     let pool = tokio::time::timeout(
         SETUP_TIMEOUT,
         PgPoolOptions::new()
+            .min_connections(2)
             .max_connections(4)
             .acquire_timeout(SETUP_TIMEOUT)
             .connect_with(options),
@@ -703,12 +734,12 @@ impl RealReport {
                 let line = format!("{name}: the write of token {token} by {who} failed: {why}");
                 keep(&mut self.errors, &mut self.errors_total, line);
             }
-            Outcome::TimedOut => {
+            Outcome::TimedOut(bound) => {
                 let line = format!(
                     "{name}: the write of token {token} by {who} did not finish within {} ms \
                      (each real write is bounded so that it never holds a section past its \
                      guard): the server is too slow or unreachable",
-                    WRITE_TIMEOUT.as_millis()
+                    bound.as_millis()
                 );
                 keep(&mut self.errors, &mut self.errors_total, line);
             }
@@ -820,6 +851,7 @@ pub(crate) struct Downstream {
     resource: String,
     targets: Vec<(Kind, Target)>,
     turn: tokio::sync::Mutex<()>,
+    timeout: Duration,
     reports: Mutex<Vec<RealReport>>,
     seq: AtomicU64,
 }
@@ -834,11 +866,12 @@ impl std::fmt::Debug for Downstream {
 }
 
 impl Downstream {
-    fn new(resource: String, targets: Vec<(Kind, Target)>) -> Downstream {
+    fn new(resource: String, targets: Vec<(Kind, Target)>, timeout: Duration) -> Downstream {
         let reports = targets.iter().map(|(k, _)| RealReport::new(*k)).collect();
         Downstream {
             resource,
             targets,
+            timeout,
             turn: tokio::sync::Mutex::new(()),
             reports: Mutex::new(reports),
             seq: AtomicU64::new(0),
@@ -847,22 +880,22 @@ impl Downstream {
 
     /// No real resource: the model alone.
     pub(crate) fn none() -> Downstream {
-        Downstream::new(String::new(), Vec::new())
+        Downstream::new(String::new(), Vec::new(), Duration::ZERO)
     }
 
     /// How long before its term's local deadline a section must start: `section_guard`, plus
-    /// twice [`WRITE_TIMEOUT`] when there are real resources (a section's own writes, and one
+    /// twice the write timeout when there are real resources (a section's own writes, and one
     /// other write's turn it may wait for).
     pub(crate) fn guard(&self, section_guard: Duration) -> Duration {
         if self.targets.is_empty() {
             section_guard
         } else {
-            section_guard + WRITE_TIMEOUT * 2
+            section_guard + self.timeout * 2
         }
     }
 
     /// One write by `who` under `token`: every real resource first (side by side, each bounded
-    /// by [`WRITE_TIMEOUT`]), then `model`, as one step under this backend's lock; each
+    /// by [`write_timeout`]), then `model`, as one step under this backend's lock; each
     /// resource's verdict is judged against the model's. A zombie's write (`zombie`) is then
     /// read back from each resource that refused it. Answers the model's verdict.
     pub(crate) async fn write(
@@ -877,6 +910,7 @@ impl Downstream {
         }
         let turn = self.turn.lock().await;
         let value = format!("{who}@{token}#{}", self.seq.fetch_add(1, Ordering::Relaxed));
+        let bound = self.timeout;
         let tasks: Vec<JoinHandle<(Outcome, Duration)>> = self
             .targets
             .iter()
@@ -886,9 +920,9 @@ impl Downstream {
                 tokio::spawn(async move {
                     let began = Instant::now();
                     let outcome =
-                        tokio::time::timeout(WRITE_TIMEOUT, target.write(&resource, token, &value))
+                        tokio::time::timeout(bound, target.write(&resource, token, &value))
                             .await
-                            .unwrap_or(Outcome::TimedOut);
+                            .unwrap_or(Outcome::TimedOut(bound));
                     (outcome, began.elapsed())
                 })
             })
@@ -918,11 +952,9 @@ impl Downstream {
                 if !matches!(outcome, Outcome::Refused { .. }) {
                     continue;
                 }
-                let read = tokio::time::timeout(WRITE_TIMEOUT, target.read(&self.resource))
+                let read = tokio::time::timeout(bound, target.read(&self.resource))
                     .await
-                    .unwrap_or_else(|_| {
-                        Err(format!("no answer within {} ms", WRITE_TIMEOUT.as_millis()))
-                    });
+                    .unwrap_or_else(|_| Err(format!("no answer within {} ms", bound.as_millis())));
                 if let Some(report) = lock(&self.reports).get_mut(i) {
                     report.verify(
                         (who, token, &value),
@@ -1096,7 +1128,7 @@ mod tests {
             ("contender-0", 5, "v"),
             false,
             Written::Accepted,
-            &Outcome::TimedOut,
+            &Outcome::TimedOut(MS * 50),
             MS * 50,
         );
         r.judge(
@@ -1132,10 +1164,16 @@ mod tests {
     async fn a_zombie_through_the_http_service_is_refused_and_the_broken_one_is_caught() {
         for broken in [false, true] {
             let (target, server, _) = http_service(broken).await.unwrap();
-            let d = Downstream::new("soak-test/memory".into(), vec![(Kind::Http, target)]);
+            let timeout = write_timeout(Duration::from_millis(1500));
+            assert_eq!(timeout, Duration::from_millis(150));
+            let d = Downstream::new(
+                "soak-test/memory".into(),
+                vec![(Kind::Http, target)],
+                timeout,
+            );
             assert_eq!(
                 d.guard(Duration::from_millis(100)),
-                Duration::from_millis(200)
+                Duration::from_millis(400)
             );
             let model = |w| move || w;
             assert_eq!(

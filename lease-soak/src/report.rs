@@ -978,6 +978,90 @@ mod tests {
         assert_eq!(r.problems().len(), 1, "{:?}", r.problems());
     }
 
+    /// A real resource that saw `writes` section writes and refused `refused` of the 2 zombie
+    /// writes (accepting the rest after a higher token).
+    fn real(kind: Kind, refused: u64) -> RealReport {
+        use crate::downstream::Outcome;
+        let ms = Duration::from_millis(3);
+        let mut r = RealReport::new(kind);
+        r.judge(
+            ("contender-0", 12, "contender-0@12#0"),
+            false,
+            Written::Accepted,
+            &Outcome::Accepted,
+            ms,
+        );
+        for k in 0..2 {
+            let value = format!("contender-{k}@1{k}#9");
+            let (model, outcome) = if k < refused {
+                (Written::Refused, Outcome::Refused { fence: 12 })
+            } else {
+                (Written::AcceptedStale, Outcome::Accepted)
+            };
+            r.judge(
+                (&format!("contender-{k}"), 10 + k, &value),
+                true,
+                model,
+                &outcome,
+                ms,
+            );
+        }
+        r
+    }
+
+    #[test]
+    fn real_fences_are_reported_per_resource_and_each_fails_on_its_own() {
+        let mut r = report(212, 0);
+        r.real = vec![
+            real(Kind::Postgres, 2),
+            real(Kind::Redis, 2),
+            real(Kind::Http, 2),
+        ];
+        assert!(r.problems().is_empty(), "{:?}", r.problems());
+        assert_eq!(
+            r.real_line().as_deref(),
+            Some(
+                "  postgres: real fences: postgres table 3 writes, 2 of 2 zombie writes refused \
+                 (0 read back unchanged), 0 stale accepted, slowest 3 ms; redis key 3 writes, 2 \
+                 of 2 zombie writes refused (0 read back unchanged), 0 stale accepted, slowest 3 \
+                 ms; http service 3 writes, 2 of 2 zombie writes refused (0 read back \
+                 unchanged), 0 stale accepted, slowest 3 ms"
+            )
+        );
+        let (line, pass) = summary(&[Outcome::Ran(Box::new(r.clone()))], &[], 1, 30);
+        assert!(pass, "{line}");
+        assert!(
+            line.ends_with(
+                "; zombie writes refused by real fences: postgres table 2 of 2, redis key 2 of \
+                 2, http service 2 of 2"
+            ),
+            "{line}"
+        );
+        // The Redis key alone lets both zombies in: the run fails, naming it.
+        r.real[1] = real(Kind::Redis, 0);
+        assert_eq!(
+            r.problems(),
+            [
+                "redis key: 2 stale writes accepted (a zombie's old token got in after a higher \
+                 one)",
+                "redis key refused 0 of 2 zombie writes"
+            ]
+        );
+        assert!(r.evidence()[0].starts_with("redis key: stale write accepted: contender-0"));
+        let (line, pass) = summary(&[Outcome::Ran(Box::new(r))], &[], 1, 30);
+        assert!(!pass);
+        assert!(
+            line.contains("redis key 0 of 2 (2 stale writes ACCEPTED)"),
+            "{line}"
+        );
+        assert!(
+            line.contains("FAILED postgres: redis key: 2 stale writes"),
+            "{line}"
+        );
+        // No real resource: no line.
+        assert!(report(212, 0).real_line().is_none());
+    }
+
     #[test]
     fn a_soak_without_zombie_writes_fails() {
         let mut r = report(212, 0);

@@ -477,7 +477,7 @@ async fn drive(
     fences: &RealFences,
 ) -> BackendReport {
     let downstream = if args.leases() {
-        fences.for_backend(label)
+        fences.for_backend(label, timings.lease())
     } else {
         Arc::new(Downstream::none())
     };
