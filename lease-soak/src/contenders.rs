@@ -20,7 +20,8 @@
 //! coordinator's fail action fires after the grace (recorded as expected, not as a step-down
 //! failure: the soak's fail action does not exit), the store lets the lease expire and another
 //! contender wins a higher term and writes. Then the zombie wakes and writes with its old token:
-//! the fenced [`Resource`] must refuse it. With `--break-fencing` the resource accepts stale
+//! the fenced [`Resource`] must refuse it, and so must every real fence the write goes through
+//! first ([`crate::downstream`]). With `--break-fencing` the resource accepts stale
 //! tokens, and every such write is a violation. Being a contender of its own, the zombie only
 //! ever takes a free lease: it never ends another contender's term, so the terms the faults and
 //! the restart hit are the same as without it. While it is armed the other contenders' claims
