@@ -139,15 +139,18 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// The PostgreSQL table: its pool, its fence, and the data row's statements.
+struct PgTarget {
+    pool: PgPool,
+    fence: SqlFence,
+    upsert: String,
+    select: String,
+}
+
 /// One real resource and how to reach it.
 #[derive(Clone)]
 enum Target {
-    Postgres {
-        pool: PgPool,
-        fence: SqlFence,
-        upsert: Arc<str>,
-        select: Arc<str>,
-    },
+    Postgres(Arc<PgTarget>),
     Redis {
         conn: ConnectionManager,
         fence: RedisFence,
@@ -188,12 +191,13 @@ impl Target {
     /// Writes `value` to `resource` under `token`, through the resource's fence.
     async fn write(&self, resource: &str, token: u64, value: &str) -> Outcome {
         match self {
-            Target::Postgres {
-                pool,
-                fence,
-                upsert,
-                ..
-            } => {
+            Target::Postgres(pg) => {
+                let PgTarget {
+                    pool,
+                    fence,
+                    upsert,
+                    ..
+                } = &**pg;
                 let mut tx = match fence.begin(pool, resource, token).await {
                     Ok(tx) => tx,
                     Err(e) => return Outcome::of(Err(e)),
@@ -230,9 +234,9 @@ impl Target {
     /// What the resource holds for `resource` now (`None`: nothing written).
     async fn read(&self, resource: &str) -> Result<Option<String>, String> {
         match self {
-            Target::Postgres { pool, select, .. } => sqlx::query_scalar::<_, String>(select)
+            Target::Postgres(pg) => sqlx::query_scalar::<_, String>(&pg.select)
                 .bind(resource)
-                .fetch_optional(pool)
+                .fetch_optional(&pg.pool)
                 .await
                 .map_err(|e| e.to_string()),
             Target::Redis {
@@ -587,16 +591,15 @@ async fn postgres(
     } else {
         fence
     };
-    let target = Target::Postgres {
+    let target = Target::Postgres(Arc::new(PgTarget {
         pool: pool.clone(),
         fence,
         upsert: format!(
             "INSERT INTO {data} (resource, val) VALUES ($1, $2) \
              ON CONFLICT (resource) DO UPDATE SET val = EXCLUDED.val"
-        )
-        .into(),
-        select: format!("SELECT val FROM {data} WHERE resource = $1").into(),
-    };
+        ),
+        select: format!("SELECT val FROM {data} WHERE resource = $1"),
+    }));
     Ok((target, pool, [fences, data], url))
 }
 
