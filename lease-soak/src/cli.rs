@@ -86,9 +86,25 @@ pub(crate) struct Args {
     /// Check the fence: the fenced resource the contenders write to accepts stale tokens, as a
     /// resource that does not compare fencing tokens would. The zombies (holders paused past
     /// their lease that then write with their old token) then get their writes in after a
-    /// successor's, and the soak must FAIL with stale writes accepted.
+    /// successor's, and the soak must FAIL with stale writes accepted. The real fences (see
+    /// `--no-real-fences`) are broken too, through their test break switches, and the soak must
+    /// FAIL naming each.
     #[arg(long)]
     pub(crate) break_fencing: bool,
+
+    /// Leave out the real fences: by default every write of the lease phase (sections' and
+    /// zombies') also goes through lease-fence's fences on a PostgreSQL table
+    /// (`LEASE_TEST_POSTGRES_URL`), a Redis key (`LEASE_TEST_REDIS_URL`) and an in-process HTTP
+    /// service, each of which must refuse every zombie write; `--break-fencing` breaks them too.
+    #[arg(long)]
+    pub(crate) no_real_fences: bool,
+
+    /// Check each real fence's check alone: these real fences (comma-separated: `postgres`,
+    /// `redis`, `http`) are built with their checks left out while the model stays correct. The
+    /// zombies' writes then get through them, and the soak must FAIL naming each (stale writes
+    /// accepted, no zombie write refused).
+    #[arg(long, value_delimiter = ',')]
+    pub(crate) break_real_fence: Vec<crate::downstream::Kind>,
 
     /// Check the group checker: each group worker's store answers a batch renewal that fails or
     /// hangs as if every partition had been renewed (and a heartbeat or member read as if it had
@@ -261,7 +277,7 @@ mod tests {
         assert_eq!(args.contenders(), 5);
         assert_eq!(args.lease(), Duration::from_millis(1500));
         assert!(args.leases() && args.groups());
-        assert!(!args.break_renewals && !args.break_fencing);
+        assert!(!args.break_renewals && !args.break_fencing && !args.no_real_fences);
         assert_eq!(args.group_workers(), 4);
         assert_eq!(args.group_partitions, 16);
     }
@@ -294,5 +310,17 @@ mod tests {
     fn break_switches_parse() {
         let args = Args::try_parse_from(["lease-soak", "--break-fencing"]).unwrap();
         assert!(args.break_fencing && !args.break_renewals && !args.break_group_renewals);
+        assert!(args.break_real_fence.is_empty());
+        let args =
+            Args::try_parse_from(["lease-soak", "--break-real-fence", "postgres,http"]).unwrap();
+        assert_eq!(
+            args.break_real_fence,
+            [
+                crate::downstream::Kind::Postgres,
+                crate::downstream::Kind::Http
+            ]
+        );
+        assert!(!args.break_fencing);
+        assert!(Args::try_parse_from(["lease-soak", "--break-real-fence", "mongo"]).is_err());
     }
 }

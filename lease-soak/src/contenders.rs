@@ -20,7 +20,8 @@
 //! coordinator's fail action fires after the grace (recorded as expected, not as a step-down
 //! failure: the soak's fail action does not exit), the store lets the lease expire and another
 //! contender wins a higher term and writes. Then the zombie wakes and writes with its old token:
-//! the fenced [`Resource`] must refuse it. With `--break-fencing` the resource accepts stale
+//! the fenced [`Resource`] must refuse it, and so must every real fence the write goes through
+//! first ([`crate::downstream`]). With `--break-fencing` the resource accepts stale
 //! tokens, and every such write is a violation. Being a contender of its own, the zombie only
 //! ever takes a free lease: it never ends another contender's term, so the terms the faults and
 //! the restart hit are the same as without it. While it is armed the other contenders' claims
@@ -35,11 +36,11 @@ use std::time::Duration;
 use lease::layer::{Answer, Call, Hook, Intercept, Operation};
 use lease::{Coordinator, ErrorKind, LeaseStore, Permits, Term, Timings};
 use lease_conformance::History;
-use lease_conformance::history::Section;
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use crate::downstream::Downstream;
 use crate::schedule::Rng;
 
 /// The longest critical section.
@@ -72,7 +73,7 @@ pub(crate) fn zombie_max_pause(lease: Duration) -> Duration {
     lease * 3
 }
 
-/// The fenced resource every contender writes to, as a real store would guard its rows with
+/// The fenced model every contender writes to, as a real store would guard its rows with
 /// `UPDATE … WHERE fence <= $token`: a write is accepted when its token is at least the highest
 /// token accepted so far, refused otherwise.
 ///
@@ -157,7 +158,12 @@ impl Resource {
     }
 
     /// A section's write with its own term.
-    pub(crate) fn write_in(&self, section: &Section, holder: Option<&str>) -> Written {
+    #[cfg(test)]
+    pub(crate) fn write_in(
+        &self,
+        section: &lease_conformance::history::Section,
+        holder: Option<&str>,
+    ) -> Written {
         self.write(section.who(), section.term(), holder)
     }
 
@@ -400,8 +406,12 @@ impl Hook for StandAside {
 pub(crate) struct Record {
     /// The history checker.
     pub(crate) history: History,
-    /// The fenced resource every section and every zombie writes to.
+    /// The fenced model every section and every zombie writes to, last.
     pub(crate) resource: Resource,
+    /// The real resources every write goes through first (see [`downstream`]).
+    ///
+    /// [`downstream`]: crate::downstream
+    pub(crate) downstream: Arc<Downstream>,
     /// The zombie phase.
     pub(crate) zombies: Arc<Zombies>,
     /// Terms won (the work started).
@@ -419,12 +429,14 @@ pub(crate) struct Record {
 }
 
 impl Record {
-    /// An empty record; `break_fencing` builds the fenced resource broken (it accepts stale
-    /// tokens).
-    pub(crate) fn new(break_fencing: bool) -> Record {
+    /// An empty record; `break_fencing` builds the fenced model broken (it accepts stale
+    /// tokens); `downstream`: the real resources every write goes through first (their fences
+    /// broken alike, by whoever set them up).
+    pub(crate) fn new(break_fencing: bool, downstream: Arc<Downstream>) -> Record {
         let history = History::new();
         Record {
             resource: Resource::new(history.clone(), break_fencing),
+            downstream,
             history,
             zombies: Arc::default(),
             terms_won: Arc::default(),
@@ -442,6 +454,23 @@ impl Record {
 
     fn holder_label(&self) -> Option<String> {
         self.holder().map(|h| format!("contender-{h}"))
+    }
+
+    /// One fenced write by `who` under `token`: through every real resource, then the model
+    /// (see [`Downstream::write`]); answers the model's verdict. `holder` names whoever holds
+    /// the lease now, for the message of a violation.
+    async fn write(&self, who: &str, token: u64, holder: Option<&str>, zombie: bool) -> Written {
+        self.downstream
+            .write(who, token, zombie, || {
+                self.resource.write(who, token, holder)
+            })
+            .await
+    }
+
+    /// How long before its term's local deadline a section must start ([`SECTION_GUARD`],
+    /// plus the real resources' bound).
+    fn guard(&self) -> Duration {
+        self.downstream.guard(SECTION_GUARD)
     }
 
     /// The step-down failures so far.
@@ -631,9 +660,10 @@ async fn work(
     let who = term.instance().to_owned();
     let sections = sections_of_a_term(&mut rng);
     let max_ms = u64::try_from(SECTION_MAX.as_millis()).unwrap_or(20);
+    let guard = record.guard();
     // Bounded: at most `sections` turns.
     for _ in 0..sections {
-        if term.check().is_err() || term.deadline_in() < SECTION_GUARD {
+        if term.check().is_err() || term.deadline_in() < guard {
             let lost = match term.check() {
                 Err(e) => e.is(ErrorKind::Lost),
                 // Live, but too close to its deadline: renewals are failing.
@@ -647,9 +677,9 @@ async fn work(
         let entered = Instant::now();
         lock(&record.sections).push((entered, entered + term.deadline_in()));
         let section = record.history.enter(&who, term.token());
-        // A refused write is counted by the resource (and a refused section's write can only
-        // come from a term regression, which the history reports).
-        let _written = record.resource.write_in(&section, Some(&who));
+        // A refused write is counted by the model and each real resource (and a refused
+        // section's write can only come from a term regression, which the history reports).
+        let _written = record.write(&who, section.term(), Some(&who), false).await;
         tokio::time::sleep(Duration::from_millis(rng.between(2, max_ms))).await;
         section.exit();
         let gap = Duration::from_millis(rng.between(1, 10));
@@ -754,12 +784,12 @@ async fn zombie(
     let who = term.instance().to_owned();
     let token = term.token();
     let lease = term.timings().lease();
-    if term.check().is_err() || term.deadline_in() < SECTION_GUARD {
+    if term.check().is_err() || term.deadline_in() < record.guard() {
         record.zombies.cancel();
         return Ok(());
     }
     let section = record.history.enter(&who, token);
-    let _written = record.resource.write_in(&section, Some(&who));
+    let _written = record.write(&who, token, Some(&who), false).await;
     tokio::time::sleep(Duration::from_millis(10)).await;
     section.exit();
     store.hook().freeze(true);
@@ -775,11 +805,14 @@ async fn zombie(
         while record.resource.fence() <= token && Instant::now() < give_up {
             tokio::time::sleep(ZOMBIE_POLL).await;
         }
-        let written = (record.resource.fence() > token).then(|| {
-            record
-                .resource
-                .write(&who, token, record.holder_label().as_deref())
-        });
+        // The model's fence is above the token only once a successor's write went through
+        // every real resource too (they are written first): each must refuse this one.
+        let written = if record.resource.fence() > token {
+            let holder = record.holder_label();
+            Some(record.write(&who, token, holder.as_deref(), true).await)
+        } else {
+            None
+        };
         let fail_action_fired = record.zombies.fired(&who, token);
         store.hook().freeze(false);
         record.zombies.finish(Zombie {

@@ -14,7 +14,9 @@
 //!
 //! A few times per backend, a holder turns zombie: it pauses past its lease (its store frozen,
 //! its work ignoring the term) and then writes with its old token; the fenced resource must
-//! refuse every such write.
+//! refuse every such write. Every write goes through real fences first — a PostgreSQL table, a
+//! Redis key and an HTTP service behind lease-fence's fences — and each must refuse what the
+//! model refuses.
 //!
 //! It prints lines per backend and a summary, and exits non-zero on any overlap, term
 //! regression, step-down failure, stale write accepted, assignment violation, unsettled
@@ -27,6 +29,7 @@
 mod cli;
 mod cluster;
 mod contenders;
+mod downstream;
 mod groups;
 mod mixed;
 mod report;
@@ -41,6 +44,7 @@ use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
 use crate::cli::Args;
+use crate::downstream::RealFences;
 use crate::report::Outcome;
 
 /// The exit code after an interruption (128 + SIGINT).
@@ -140,9 +144,35 @@ async fn run_all(args: &Args) -> ExitCode {
     }
     if args.break_fencing {
         println!(
-            "soak: --break-fencing: the fenced resource accepts stale tokens, so zombie writes \
-             get in after a successor's; this run must FAIL"
+            "soak: --break-fencing: the fenced model and every real fence accept stale tokens, \
+             so zombie writes get in after a successor's; this run must FAIL"
         );
+    }
+    if !args.break_real_fence.is_empty() {
+        println!(
+            "soak: --break-real-fence: the real fences named accept stale tokens while the model \
+             does not; this run must FAIL naming each"
+        );
+    }
+    // The real fences every write of the lease phase also goes through, set up once for every
+    // backend.
+    let fences = if args.leases() && !args.no_real_fences {
+        let broken = |kind| args.break_fencing || args.break_real_fence.contains(&kind);
+        match RealFences::setup(broken, args.keep).await {
+            Ok(f) => f,
+            Err(why) => {
+                println!("soak: FAILED: real fences: {why}");
+                return ExitCode::FAILURE;
+            }
+        }
+    } else {
+        RealFences::none()
+    };
+    for line in fences.described() {
+        println!("soak: real fence {line}");
+    }
+    for skipped in fences.skipped() {
+        println!("{}", skipped.line());
     }
     if args.break_group_renewals {
         println!(
@@ -158,14 +188,17 @@ async fn run_all(args: &Args) -> ExitCode {
     };
     for run in runs {
         let outcome = match run {
-            Run::Backend(kind) => soak::run(kind, args).await,
-            Run::Cluster(kind) => soak::run_cluster(kind, args).await,
+            Run::Backend(kind) => soak::run(kind, args, &fences).await,
+            Run::Cluster(kind) => soak::run_cluster(kind, args, &fences).await,
         };
         match &outcome {
             Outcome::Ran(report) => {
                 if report.leases {
                     println!("{}", report.line());
                     println!("{}", report.details());
+                    if let Some(line) = report.real_line() {
+                        println!("{line}");
+                    }
                     if let Some(m) = &report.mixed {
                         println!("  {}: {}", report.backend, m.line());
                     }
@@ -186,7 +219,9 @@ async fn run_all(args: &Args) -> ExitCode {
         }
         outcomes.push(outcome);
     }
-    let (line, pass) = report::summary(&outcomes, args.seed, args.seconds);
+    let setup = fences.problems();
+    fences.teardown().await;
+    let (line, pass) = report::summary(&outcomes, &setup, args.seed, args.seconds);
     println!("{line}");
     if pass {
         ExitCode::SUCCESS

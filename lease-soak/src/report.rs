@@ -6,6 +6,7 @@ use std::time::Duration;
 use lease_conformance::HistoryReport;
 
 use crate::contenders::{Written, Zombie};
+use crate::downstream::{Kind, RealReport};
 use crate::mixed::MixedReport;
 
 /// A backend must see at least this many terms: a soak that did nothing fails.
@@ -219,6 +220,9 @@ pub(crate) struct BackendReport {
     /// Writes the fenced resource accepted with a token lower than one it had accepted:
     /// violations, in plain words.
     pub(crate) stale_writes: Vec<String>,
+    /// What each real resource (PostgreSQL table, Redis key, HTTP service) saw of the same
+    /// writes; empty when none was set up.
+    pub(crate) real: Vec<RealReport>,
     /// Anything else that went wrong: a contender's error, a failed restart.
     pub(crate) errors: Vec<String>,
     /// The worst lateness of a 10 ms timer during the run: how long the process was unable to
@@ -485,6 +489,20 @@ impl BackendReport {
         s
     }
 
+    /// The real fences' line: per resource, its writes, the zombie writes it refused and the
+    /// stale writes it accepted; `None` when no real resource was set up.
+    pub(crate) fn real_line(&self) -> Option<String> {
+        if self.real.is_empty() {
+            return None;
+        }
+        let each: Vec<String> = self.real.iter().map(RealReport::line).collect();
+        Some(format!(
+            "  {}: real fences: {}",
+            self.backend,
+            each.join("; ")
+        ))
+    }
+
     /// Every reason this backend fails; empty when it passes.
     pub(crate) fn problems(&self) -> Vec<String> {
         let h = &self.history;
@@ -507,6 +525,9 @@ impl BackendReport {
                  after a higher one)",
                 self.stale_writes.len()
             ));
+        }
+        for r in &self.real {
+            p.extend(r.problems(self.zombie_writes()));
         }
         if self.leases && self.zombie_writes() == 0 {
             p.push(format!(
@@ -552,6 +573,9 @@ impl BackendReport {
     /// The violations and failures of the lease phase in full, for the output.
     pub(crate) fn evidence(&self) -> Vec<String> {
         let mut lines: Vec<String> = self.stale_writes.clone();
+        for r in &self.real {
+            lines.extend(r.evidence());
+        }
         lines.extend(self.history.violations.iter().cloned());
         if let Some(c) = &self.counted {
             lines.extend(
@@ -631,8 +655,14 @@ impl Outcome {
     }
 }
 
-/// The final summary line, and whether the whole soak passes.
-pub(crate) fn summary(outcomes: &[Outcome], seed: u64, seconds: u64) -> (String, bool) {
+/// The final summary line, and whether the whole soak passes; `setup` lists failures outside
+/// any backend (a real fence skipped although `LEASE_TEST_REQUIRE` names its server).
+pub(crate) fn summary(
+    outcomes: &[Outcome],
+    setup: &[String],
+    seed: u64,
+    seconds: u64,
+) -> (String, bool) {
     let ran: Vec<&BackendReport> = outcomes
         .iter()
         .filter_map(|o| match o {
@@ -651,13 +681,11 @@ pub(crate) fn summary(outcomes: &[Outcome], seed: u64, seconds: u64) -> (String,
     let zombie_writes = sum(&|r| r.zombie_writes());
     let zombie_refused = sum(&|r| r.zombie_refused());
     let stale = sum(&|r| r.stale_writes.len() as u64);
-    let failing: Vec<String> = outcomes
-        .iter()
-        .filter_map(|o| {
-            let p = o.problems();
-            (!p.is_empty()).then(|| format!("{}: {}", o.backend(), p.join("; ")))
-        })
-        .collect();
+    let mut failing: Vec<String> = setup.to_vec();
+    failing.extend(outcomes.iter().filter_map(|o| {
+        let p = o.problems();
+        (!p.is_empty()).then(|| format!("{}: {}", o.backend(), p.join("; ")))
+    }));
     let skipped: Vec<&str> = outcomes
         .iter()
         .filter(|o| matches!(o, Outcome::Skipped { .. }))
@@ -675,6 +703,7 @@ pub(crate) fn summary(outcomes: &[Outcome], seed: u64, seconds: u64) -> (String,
     if stale > 0 {
         let _ = write!(line, ", {stale} stale writes ACCEPTED");
     }
+    let _ = write!(line, "{}", real_summary(&ran));
     let groups: Vec<&GroupReport> = ran.iter().filter_map(|r| r.groups.as_ref()).collect();
     if !groups.is_empty() {
         let handovers: u64 = groups.iter().map(|g| g.handovers).sum();
@@ -712,6 +741,42 @@ pub(crate) fn summary(outcomes: &[Outcome], seed: u64, seconds: u64) -> (String,
     (line, pass)
 }
 
+/// The summary's part on the real fences: per resource, over every backend, the zombie writes
+/// it refused and the stale writes it accepted (empty when none was set up).
+fn real_summary(ran: &[&BackendReport]) -> String {
+    let mut kinds: Vec<Kind> = ran
+        .iter()
+        .flat_map(|r| r.real.iter().map(|x| x.kind))
+        .collect();
+    kinds.sort();
+    kinds.dedup();
+    let each: Vec<String> = kinds
+        .iter()
+        .map(|&k| {
+            let of = ran
+                .iter()
+                .flat_map(|r| r.real.iter().filter(move |x| x.kind == k));
+            let (refused, writes, stale) = of.fold((0, 0, 0), |(a, b, c), x| {
+                (a + x.zombie_refused, b + x.zombie_writes, c + x.stale_total)
+            });
+            let stale = if stale > 0 {
+                format!(" ({stale} stale writes ACCEPTED)")
+            } else {
+                String::new()
+            };
+            format!("{} {refused} of {writes}{stale}", k.name())
+        })
+        .collect();
+    if each.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "; zombie writes refused by real fences: {}",
+            each.join(", ")
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -745,6 +810,7 @@ mod tests {
             zombies: (0..2).map(|k| zombie(k, Some(Written::Refused))).collect(),
             refused_writes: 2,
             stale_writes: Vec::new(),
+            real: Vec::new(),
             errors: Vec::new(),
             max_lag: Duration::from_millis(4),
             elapsed: Duration::from_secs(31),
@@ -898,7 +964,7 @@ mod tests {
             r.line()
         );
         assert!(r.evidence()[0].starts_with("stale write accepted: contender-1"));
-        let (line, pass) = summary(&[Outcome::Ran(Box::new(r))], 1, 20);
+        let (line, pass) = summary(&[Outcome::Ran(Box::new(r))], &[], 1, 20);
         assert!(!pass);
         assert!(
             line.contains("1 of 2 zombie writes refused, 1 stale writes ACCEPTED"),
@@ -910,6 +976,90 @@ mod tests {
         let mut r = report(212, 0);
         r.stale_writes = vec!["stale write accepted: …".into()];
         assert_eq!(r.problems().len(), 1, "{:?}", r.problems());
+    }
+
+    /// A real resource that saw `writes` section writes and refused `refused` of the 2 zombie
+    /// writes (accepting the rest after a higher token).
+    fn real(kind: Kind, refused: u64) -> RealReport {
+        use crate::downstream::Outcome;
+        let ms = Duration::from_millis(3);
+        let mut r = RealReport::new(kind);
+        r.judge(
+            ("contender-0", 12, "contender-0@12#0"),
+            false,
+            Written::Accepted,
+            &Outcome::Accepted,
+            ms,
+        );
+        for k in 0..2 {
+            let value = format!("contender-{k}@1{k}#9");
+            let (model, outcome) = if k < refused {
+                (Written::Refused, Outcome::Refused { fence: 12 })
+            } else {
+                (Written::AcceptedStale, Outcome::Accepted)
+            };
+            r.judge(
+                (&format!("contender-{k}"), 10 + k, &value),
+                true,
+                model,
+                &outcome,
+                ms,
+            );
+        }
+        r
+    }
+
+    #[test]
+    fn real_fences_are_reported_per_resource_and_each_fails_on_its_own() {
+        let mut r = report(212, 0);
+        r.real = vec![
+            real(Kind::Postgres, 2),
+            real(Kind::Redis, 2),
+            real(Kind::Http, 2),
+        ];
+        assert!(r.problems().is_empty(), "{:?}", r.problems());
+        assert_eq!(
+            r.real_line().as_deref(),
+            Some(
+                "  postgres: real fences: postgres table 3 writes, 2 of 2 zombie writes refused \
+                 (0 read back unchanged), 0 stale accepted, slowest 3 ms; redis key 3 writes, 2 \
+                 of 2 zombie writes refused (0 read back unchanged), 0 stale accepted, slowest 3 \
+                 ms; http service 3 writes, 2 of 2 zombie writes refused (0 read back \
+                 unchanged), 0 stale accepted, slowest 3 ms"
+            )
+        );
+        let (line, pass) = summary(&[Outcome::Ran(Box::new(r.clone()))], &[], 1, 30);
+        assert!(pass, "{line}");
+        assert!(
+            line.ends_with(
+                "; zombie writes refused by real fences: postgres table 2 of 2, redis key 2 of \
+                 2, http service 2 of 2"
+            ),
+            "{line}"
+        );
+        // The Redis key alone lets both zombies in: the run fails, naming it.
+        r.real[1] = real(Kind::Redis, 0);
+        assert_eq!(
+            r.problems(),
+            [
+                "redis key: 2 stale writes accepted (a zombie's old token got in after a higher \
+                 one)",
+                "redis key refused 0 of 2 zombie writes"
+            ]
+        );
+        assert!(r.evidence()[0].starts_with("redis key: stale write accepted: contender-0"));
+        let (line, pass) = summary(&[Outcome::Ran(Box::new(r))], &[], 1, 30);
+        assert!(!pass);
+        assert!(
+            line.contains("redis key 0 of 2 (2 stale writes ACCEPTED)"),
+            "{line}"
+        );
+        assert!(
+            line.contains("FAILED postgres: redis key: 2 stale writes"),
+            "{line}"
+        );
+        // No real resource: no line.
+        assert!(report(212, 0).real_line().is_none());
     }
 
     #[test]
@@ -994,7 +1144,7 @@ mod tests {
         let mut r = report(212, 0);
         r.groups = Some(group(2, true));
         assert_eq!(r.problems(), ["groups: 2 assignment violations"]);
-        let (line, pass) = summary(&[Outcome::Ran(Box::new(r))], 1, 30);
+        let (line, pass) = summary(&[Outcome::Ran(Box::new(r))], &[], 1, 30);
         assert!(!pass);
         assert!(
             line.contains("groups on 1 backends: 88 hand-overs, 2 violations"),
@@ -1011,7 +1161,7 @@ mod tests {
         assert!(report(212, 0).problems().is_empty());
         assert!(!report(212, 1).problems().is_empty());
         assert!(!report(2, 0).problems().is_empty());
-        let (line, pass) = summary(&[Outcome::Ran(Box::new(report(212, 0)))], 1, 30);
+        let (line, pass) = summary(&[Outcome::Ran(Box::new(report(212, 0)))], &[], 1, 30);
         assert!(pass, "{line}");
         assert!(line.starts_with("soak PASSED: 1 backends"), "{line}");
         let (line, pass) = summary(
@@ -1023,12 +1173,25 @@ mod tests {
                     required: true,
                 },
             ],
+            &[],
             1,
             30,
         );
         assert!(!pass);
         assert!(line.contains("FAILED nats"), "{line}");
-        let (_, pass) = summary(&[], 1, 30);
+        let (_, pass) = summary(&[], &[], 1, 30);
         assert!(!pass);
+        // A real fence skipped although required fails the run.
+        let (line, pass) = summary(
+            &[Outcome::Ran(Box::new(report(212, 0)))],
+            &["real fence redis: skipped but required by LEASE_TEST_REQUIRE: …".to_owned()],
+            1,
+            30,
+        );
+        assert!(!pass);
+        assert!(
+            line.contains("FAILED real fence redis: skipped but required"),
+            "{line}"
+        );
     }
 }

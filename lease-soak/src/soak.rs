@@ -20,6 +20,7 @@ use crate::contenders::{
     COUNTED_CONTENDERS, Contender, Counted, Record, StandAside, ZOMBIE, ZombieContender,
     zombie_max_pause,
 };
+use crate::downstream::{Downstream, RealFences};
 use crate::groups::{self, GroupSetup, Restart};
 use crate::mixed::{self, Claimer, Mixed, MixedSetup};
 use crate::report::{BackendReport, CountedReport, Outcome};
@@ -52,8 +53,8 @@ pub(crate) fn schedule_for(kind: BackendKind, args: &Args) -> Schedule {
     )
 }
 
-/// Soaks one backend.
-pub(crate) async fn run(kind: BackendKind, args: &Args) -> Outcome {
+/// Soaks one backend; its writes also go through `fences`.
+pub(crate) async fn run(kind: BackendKind, args: &Args, fences: &RealFences) -> Outcome {
     let started = Instant::now();
     let failed = |why: String| Outcome::Failed {
         backend: kind.name(),
@@ -64,9 +65,9 @@ pub(crate) async fn run(kind: BackendKind, args: &Args) -> Outcome {
         Err(e) => return failed(e.to_string()),
     };
     let result = match kind {
-        BackendKind::Memory => run_memory(args, timings).await,
-        BackendKind::Sqlite => run_sqlite(args, timings).await,
-        _ => run_server(kind, args, timings).await,
+        BackendKind::Memory => run_memory(args, timings, fences).await,
+        BackendKind::Sqlite => run_sqlite(args, timings, fences).await,
+        _ => run_server(kind, args, timings, fences).await,
     };
     match result {
         Ok(mut report) => {
@@ -104,7 +105,11 @@ fn counts(args: &Args) -> (usize, usize) {
     )
 }
 
-async fn run_memory(args: &Args, timings: Timings) -> Result<BackendReport, SetupError> {
+async fn run_memory(
+    args: &Args,
+    timings: Timings,
+    fences: &RealFences,
+) -> Result<BackendReport, SetupError> {
     let shared: Arc<dyn GroupStore> = Arc::new(MemoryStore::new());
     let (contenders, workers) = counts(args);
     let (stores, switches) = wrap_in_faults((0..contenders).map(|_| shared.clone()));
@@ -125,11 +130,16 @@ async fn run_memory(args: &Args, timings: Timings) -> Result<BackendReport, Setu
         (stores, switches),
         (group, Some(mixed)),
         Restarter::None,
+        fences,
     )
     .await)
 }
 
-async fn run_sqlite(args: &Args, timings: Timings) -> Result<BackendReport, SetupError> {
+async fn run_sqlite(
+    args: &Args,
+    timings: Timings,
+    fences: &RealFences,
+) -> Result<BackendReport, SetupError> {
     let dir = TempDir::new("sqlite", args.keep)
         .map_err(|e| SetupError::Failed(format!("temporary directory: {e}")))?;
     let url = format!("sqlite://{}", dir.path().join("soak.db").display());
@@ -174,6 +184,7 @@ async fn run_sqlite(args: &Args, timings: Timings) -> Result<BackendReport, Setu
         (stores, switches),
         (group, Some(mixed)),
         Restarter::Sqlite(reopenables),
+        fences,
     )
     .await;
     drop(dir);
@@ -184,6 +195,7 @@ async fn run_server(
     kind: BackendKind,
     args: &Args,
     timings: Timings,
+    fences: &RealFences,
 ) -> Result<BackendReport, SetupError> {
     let mut server = Server::launch(kind, args.keep).await?;
     let url_of = |addr| servers::url(kind, addr).unwrap_or_default();
@@ -246,6 +258,7 @@ async fn run_server(
         (stores, switches),
         (group, Some(mixed)),
         restarter,
+        fences,
     )
     .await;
     if let Err(e) = server.stop().await {
@@ -261,7 +274,7 @@ const PROBE_WITHIN: Duration = Duration::from_secs(30);
 /// every contender and group worker to the whole cluster (on etcd and NATS through a fault
 /// proxy per node), each through a fault-injecting store wrapper, and drives them as [`run`]
 /// does, with the node kills and the cut of [`cluster`] on top.
-pub(crate) async fn run_cluster(kind: ClusterKind, args: &Args) -> Outcome {
+pub(crate) async fn run_cluster(kind: ClusterKind, args: &Args, fences: &RealFences) -> Outcome {
     let started = Instant::now();
     let failed = |why: String| Outcome::Failed {
         backend: kind.name(),
@@ -329,6 +342,7 @@ pub(crate) async fn run_cluster(kind: ClusterKind, args: &Args) -> Outcome {
         (stores, switches),
         (group, Some(mixed)),
         restarter,
+        fences,
     )
     .await;
     report.elapsed = started.elapsed();
@@ -460,8 +474,14 @@ async fn drive(
     (stores, switches): (Vec<Arc<dyn GroupStore>>, Vec<Switch>),
     (group, mixed_setup): (Option<GroupSetup>, Option<MixedSetup>),
     mut restarter: Restarter<'_>,
+    fences: &RealFences,
 ) -> BackendReport {
-    let record = Record::new(args.break_fencing);
+    let downstream = if args.leases() {
+        fences.for_backend(label, timings.lease())
+    } else {
+        Arc::new(Downstream::none())
+    };
+    let record = Record::new(args.break_fencing, downstream);
     let name = format!("soak-{label}-{}", args.seed);
     let mut errors = Vec::new();
     let mut contenders = Vec::new();
@@ -748,6 +768,7 @@ async fn drive(
         zombies: record.zombies.finished(),
         refused_writes: record.resource.refused(),
         stale_writes: record.resource.stale_accepted(),
+        real: record.downstream.reports(),
         errors,
         max_lag,
         elapsed: Duration::ZERO,

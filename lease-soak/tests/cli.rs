@@ -32,6 +32,8 @@ fn help_works() {
         "--group-workers",
         "--group-partitions",
         "--break-group-renewals",
+        "--no-real-fences",
+        "--break-real-fence",
     ] {
         assert!(out.contains(option), "{option} missing from:\n{out}");
     }
