@@ -40,7 +40,7 @@ use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::downstream::Downstream;
+use crate::downstream::{Downstream, Written};
 use crate::schedule::Rng;
 
 /// The longest critical section.
@@ -97,17 +97,6 @@ struct ResourceState {
     refused: u64,
     /// Writes accepted with a token lower than the fence: violations, in plain words.
     stale_accepted: Vec<String>,
-}
-
-/// What the fenced resource did with a zombie's write.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Written {
-    /// Refused: a higher token had written. The fence doing its job.
-    Refused,
-    /// Accepted although a higher token had written: a violation.
-    AcceptedStale,
-    /// Accepted, no higher token had written.
-    Accepted,
 }
 
 impl Resource {

@@ -48,7 +48,16 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tower::{Layer, ServiceExt};
 
-use crate::contenders::Written;
+/// What a fenced resource (the model, or a real one) did with a write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Written {
+    /// Refused: a higher token had written. The fence doing its job.
+    Refused,
+    /// Accepted although a higher token had written: a violation.
+    AcceptedStale,
+    /// Accepted, no higher token had written.
+    Accepted,
+}
 
 /// How long one write to one real resource may take (the PostgreSQL transaction: begin, fence
 /// check, data row, commit; the Redis script; the HTTP request): a sixth of the lease, 250 ms

@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use lease_conformance::HistoryReport;
 
-use crate::contenders::{Written, Zombie};
+use crate::contenders::Zombie;
+use crate::downstream::Written;
 use crate::downstream::{Kind, RealReport};
 use crate::mixed::MixedReport;
 
