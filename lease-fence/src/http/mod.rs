@@ -128,6 +128,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
@@ -139,6 +140,14 @@ use tower_service::Service;
 
 use crate::check;
 use crate::error::{FenceError, Stale};
+
+mod book;
+
+pub use book::{BookFuture, FenceBook};
+#[cfg(feature = "redis")]
+pub use book::RedisBook;
+#[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
+pub use book::SqlBook;
 
 /// The header that names the resource of a fenced request: `Lease-Fence-Resource`.
 pub const RESOURCE_HEADER: HeaderName = HeaderName::from_static("lease-fence-resource");
@@ -153,6 +162,10 @@ pub const CURRENT_HEADER: HeaderName = HeaderName::from_static("lease-fence-curr
 /// How many resource names a [`MemoryFence`] keeps by default (see
 /// [`FenceLayer::max_resources`]): with names of at most 255 bytes, a few tens of MB at most.
 pub const DEFAULT_MAX_RESOURCES: usize = 65_536;
+
+/// How long a [`FenceLayer`] waits for its [book](FenceLayer::book)'s answer by default before
+/// answering 503 (see [`FenceLayer::book_timeout`]).
+pub const DEFAULT_BOOK_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The response body of a fenced service: the inner service's body, or the layer's own text
 /// answer (400, 409, 503).
@@ -267,10 +280,12 @@ pub enum Unfenced {
 
 /// The server layer: fences the requests of the services it wraps (see the [module
 /// docs](self) for the headers, the answers and the guarantee). Clones share one
-/// [`MemoryFence`].
+/// [`MemoryFence`], and one [`FenceBook`] when it has one.
 #[derive(Debug, Clone)]
 pub struct FenceLayer {
     fence: MemoryFence,
+    book: Option<Arc<dyn FenceBook>>,
+    book_timeout: Duration,
     unfenced: Unfenced,
     compare: bool,
 }
@@ -292,8 +307,34 @@ impl FenceLayer {
     pub fn with_fence(fence: MemoryFence) -> FenceLayer {
         FenceLayer {
             fence,
+            book: None,
+            book_timeout: DEFAULT_BOOK_TIMEOUT,
             unfenced: Unfenced::Refuse,
             compare: true,
+        }
+    }
+
+    /// The same layer, checking every fenced request in `book` — a fence shared by several
+    /// server replicas, such as a [`RedisBook`] or a [`SqlBook`] — before its own
+    /// [`MemoryFence`]: a token lower than the book's fence is answered 409, and a book that
+    /// cannot answer (unreachable, failing, slower than [`book_timeout`](Self::book_timeout))
+    /// is answered 503; the inner service is called in neither case. See the [module
+    /// docs](self) for what that guarantees across replicas, and what it does not.
+    pub fn book(self, book: impl FenceBook) -> FenceLayer {
+        FenceLayer {
+            book: Some(Arc::new(book)),
+            ..self
+        }
+    }
+
+    /// The same layer, waiting at most `timeout` for its book's answer (default
+    /// [`DEFAULT_BOOK_TIMEOUT`]); past it the request is answered 503 and not run. A check cut
+    /// off by the timeout may still have raised the book's fence, which only refuses lower
+    /// tokens sooner.
+    pub fn book_timeout(self, timeout: Duration) -> FenceLayer {
+        FenceLayer {
+            book_timeout: timeout,
+            ..self
         }
     }
 
@@ -316,15 +357,21 @@ impl FenceLayer {
         }
     }
 
-    /// The fences the layer checks.
+    /// The fences of this process the layer checks (after its book, when it has one).
     pub fn fence(&self) -> &MemoryFence {
         &self.fence
     }
 
-    /// Test support: the same layer with its check left out — every well-formed request is
-    /// admitted and sets the fence to its token, as a server that does not compare tokens
-    /// would. Tests use it to show that their zombie gets through without the check. Never use
-    /// it in a service.
+    /// The shared book of fences the layer checks first, when it has one.
+    pub fn shared_book(&self) -> Option<&dyn FenceBook> {
+        self.book.as_deref()
+    }
+
+    /// Test support: the same layer with its own check left out — every well-formed request
+    /// the book (if any) admits is admitted and sets the [`MemoryFence`] to its token, as a
+    /// server that does not compare tokens would. A book has a break switch of its own. Tests
+    /// use it to show that their zombie gets through without the check. Never use it in a
+    /// service.
     #[doc(hidden)]
     pub fn break_check_for_tests(self) -> FenceLayer {
         FenceLayer {
@@ -392,7 +439,14 @@ where
         };
         let fence = self.layer.fence.clone();
         let compare = self.layer.compare;
+        let book = self.layer.book.clone();
+        let timeout = self.layer.book_timeout;
         Box::pin(async move {
+            if let Some(book) = book {
+                if let Err(refused) = check_book(&*book, &resource, token, timeout).await {
+                    return Ok(refused);
+                }
+            }
             let held = match fence.admit(&resource, token, compare).await {
                 Ok(held) => held,
                 Err(Refusal::Stale(stale)) => return Ok(stale_answer(&stale)),
@@ -408,6 +462,45 @@ where
             drop(held);
             Ok(response?.map(Either::Left))
         })
+    }
+}
+
+/// The book's check of a request: `Err` with the answer when it does not admit it (409 for a
+/// lower token, 400 for one the book cannot hold, 503 when it cannot answer).
+async fn check_book<B>(
+    book: &dyn FenceBook,
+    resource: &str,
+    token: u64,
+    timeout: Duration,
+) -> Result<(), Response<FenceBody<B>>> {
+    match tokio::time::timeout(timeout, book.check(resource, token)).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(FenceError::Stale(stale))) => Err(stale_answer(&stale)),
+        Ok(Err(FenceError::Other(e)))
+            if matches!(
+                e.kind(),
+                lease_core::ErrorKind::InvalidArgument | lease_core::ErrorKind::InvalidName
+            ) =>
+        {
+            Err(answer(
+                StatusCode::BAD_REQUEST,
+                format!("the shared fence of '{resource}' cannot take this request: {e}"),
+            ))
+        }
+        Ok(Err(e)) => Err(answer(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "the shared fence of '{resource}' could not be checked, so the request was not \
+                 run; try again later ({e})"
+            ),
+        )),
+        Err(_) => Err(answer(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "the shared fence of '{resource}' did not answer within {timeout:?}, so the \
+                 request was not run; try again later"
+            ),
+        )),
     }
 }
 
