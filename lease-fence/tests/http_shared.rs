@@ -221,18 +221,22 @@ fn through(url: &str, addr: SocketAddr) -> (String, String) {
 /// The replica's answer and handler calls once its store was cut off (`link`) after one
 /// admitted request. The layer waits 2 s for its book when the link is cut (the store's
 /// client fails first), 200 ms when it hangs (the layer's timeout runs out first).
-async fn with_the_store_cut(book: impl FenceBook, proxy: &Proxy, link: Link) -> (Answer, Seen) {
+async fn with_the_store_cut(
+    book: impl FenceBook,
+    proxy: &Proxy,
+    link: Link,
+    resource: &str,
+) -> (Answer, Seen) {
     let timeout = match link {
         Link::Hang => Duration::from_millis(200),
         _ => Duration::from_secs(2),
     };
     let layer = FenceLayer::new().book(book).book_timeout(timeout);
     let (addr, seen) = replica(layer).await;
-    let resource = unique("cut/");
-    let before = stamped(addr, &resource, 3).await;
+    let before = stamped(addr, resource, 3).await;
     assert_eq!(before.status, StatusCode::OK, "{}", before.text);
     proxy.set(link);
-    let after = stamped(addr, &resource, 4).await;
+    let after = stamped(addr, resource, 4).await;
     (after, seen)
 }
 
@@ -328,9 +332,15 @@ mod redis_book {
             let proxy = Proxy::to(&through(&url, "127.0.0.1:1".parse().unwrap()).1).await;
             let (proxied, _) = through(&url, proxy.addr);
             let book = RedisBook::new(fence.clone(), conn(&proxied).await);
-            let (answer, seen) = with_the_store_cut(book, &proxy, link).await;
+            let resource = unique("cut/");
+            let (answer, seen) = with_the_store_cut(book, &proxy, link, &resource).await;
             assert_unavailable(&answer, &seen, says);
             proxy.set(Link::Cut);
+            let _: () = redis::cmd("DEL")
+                .arg(fence.key(&resource))
+                .query_async(&mut conn(&url).await)
+                .await
+                .unwrap();
         }
     }
 }
@@ -375,6 +385,7 @@ macro_rules! sql_book {
                     .await
                     .unwrap();
                 pool.close().await;
+                remove_sqlite_file(url);
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -392,7 +403,10 @@ macro_rules! sql_book {
                 assert_zombie_refused(&zombie, &seen_b);
                 let pool = pool(&url).await.unwrap();
                 let mut conn = pool.acquire().await.unwrap();
-                assert_eq!(fence.token::<Db>(&mut *conn, &resource).await.unwrap(), Some(7));
+                assert_eq!(
+                    fence.token::<Db>(&mut *conn, &resource).await.unwrap(),
+                    Some(7)
+                );
                 drop(conn);
                 pool.close().await;
                 drop_table(&url, &fence).await;
@@ -424,9 +438,15 @@ macro_rules! sql_book {
                 let book = SqlBook::new(fence.clone(), pool(&url).await.unwrap());
                 let (addr, seen) = replica(FenceLayer::new().book(book)).await;
                 let answer = stamped(addr, &unique("orders/"), 3).await;
-                assert_eq!(answer.status, StatusCode::SERVICE_UNAVAILABLE, "{}", answer.text);
+                assert_eq!(
+                    answer.status,
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "{}",
+                    answer.text
+                );
                 assert!(answer.text.contains("does not exist"), "{}", answer.text);
                 assert!(seen.tokens().is_empty(), "the handler ran unchecked");
+                remove_sqlite_file(&url);
             }
         }
     };
@@ -444,6 +464,14 @@ fn url(backend: &str) -> Option<String> {
         ));
     }
     env::server_url(backend)
+}
+
+/// Removes the file of a SQLite URL (`url()`'s); nothing for a server's URL.
+fn remove_sqlite_file(url: &str) {
+    if let Some(path) = url.strip_prefix("sqlite://") {
+        let path = path.split('?').next().unwrap_or(path);
+        let _ = std::fs::remove_file(path);
+    }
 }
 
 sql_book!(postgres_book, sqlx::Postgres, "postgres");
@@ -476,8 +504,8 @@ async fn postgres_cut_off_is_answered_503_and_the_handler_does_not_run() {
             .connect(&proxied)
             .await
             .unwrap();
-        let (answer, seen) = with_the_store_cut(SqlBook::new(fence.clone(), pool), &proxy, link)
-            .await;
+        let book = SqlBook::new(fence.clone(), pool);
+        let (answer, seen) = with_the_store_cut(book, &proxy, link, &unique("cut/")).await;
         assert_unavailable(&answer, &seen, says);
         proxy.set(Link::Cut);
     }

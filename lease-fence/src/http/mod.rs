@@ -1,6 +1,7 @@
 //! Fenced HTTP requests: a [`tower`](https://docs.rs/tower) layer for servers ([`FenceLayer`])
-//! that refuses a request whose token is lower than the highest its process has accepted for
-//! the request's resource, and one for clients ([`StampLayer`]) that stamps the holder's
+//! that refuses a request whose token is lower than the highest accepted for the request's
+//! resource — by its process, or by every replica sharing a [book of fences](FenceBook) in
+//! Redis or a SQL database — and one for clients ([`StampLayer`]) that stamps the holder's
 //! resource and token on every request.
 //!
 //! # The headers
@@ -30,6 +31,8 @@
 //! | token ≥ the resource's fence | the inner service's response; a higher token raised the fence first | yes |
 //! | token < the resource's fence | **409 Conflict**, with [`CURRENT_HEADER`] (the fence's token) and the request's own two headers, and a text body that says to stop | no |
 //! | header missing (one of the two, or both under [`Unfenced::Refuse`], the default), repeated, not UTF-8, a bad name, not a number, 0 | **400 Bad Request**, a text body saying what to send | no |
+//! | token < the resource's fence in the layer's [book](FenceLayer::book) | **409 Conflict**, as above | no |
+//! | the book cannot be checked: its store is unreachable, fails, or does not answer within [`FenceLayer::book_timeout`] | **503 Service Unavailable**, a text body saying the fence could not be checked and why | no |
 //! | a new resource when the fence already holds [`FenceLayer::max_resources`] | **503 Service Unavailable** | no |
 //!
 //! **Why 409 and not 412.** 412 Precondition Failed is the answer to HTTP's own conditional
@@ -70,26 +73,74 @@
 //! order; a holder that needs parallel writes fences finer resources, `orders/42` rather than
 //! `orders`).
 //!
+//! # Several replicas: a shared book of fences
+//!
+//! Replicas behind a load balancer each have their own memory, so a `MemoryFence` alone lets a
+//! zombie through at a replica that has not seen its successor. Give each replica's layer the
+//! same [`FenceBook`] — [`RedisBook`] (one script per request, one round trip), [`SqlBook`]
+//! (one upsert in a short transaction on PostgreSQL, MySQL/MariaDB or SQLite), or a book of
+//! your own over another store — with [`FenceLayer::book`]. For each fenced request the layer
+//! then first checks and raises the resource's fence **in the book**, atomically in the store
+//! (a lower token: 409, the inner service not called), and only then takes the local steps 1
+//! to 3 above.
+//!
+//! - **What it guarantees.** Across all the replicas sharing a book: once a request under
+//!   token *t* was admitted at any replica, every later request of the resource under a lower
+//!   token is refused, at every replica, without calling its inner service. Within one
+//!   replica, the order above still holds.
+//! - **What it does not.** The per-resource lock is per process: a handler admitted under a
+//!   lower token *before* the higher one was admitted may still be running at another replica
+//!   while the higher one's runs, and its writes may land after the higher one's. Handlers
+//!   whose effects must never interleave across replicas fence their own writes with a
+//!   resource fence (the [SQL](crate::sql), [Redis](crate::redis), [etcd](crate::etcd), …
+//!   fences), under the layer: the book keeps zombies out of the service, the resource fence
+//!   orders the writes that race it.
+//! - **A store that cannot answer refuses.** When the book's store is unreachable, fails, or
+//!   does not answer within [`FenceLayer::book_timeout`] (default [`DEFAULT_BOOK_TIMEOUT`]),
+//!   the request is answered **503** and the inner service is not called: a request is never
+//!   let through unchecked because the fence could not be read. A check cut off by the timeout
+//!   may still have raised the book's fence; that only refuses lower tokens sooner.
+//! - **Cost.** One check in the book per fenced request before the handler runs: one round trip
+//!   on Redis, three on SQL (begin, the upsert, commit).
+//!
+//! ```no_run
+//! # async fn f(conn: redis::aio::ConnectionManager) {
+//! use axum::{Router, routing::post};
+//! use lease_fence::http::{FenceLayer, RedisBook};
+//! use lease_fence::redis::RedisFence;
+//!
+//! // Every replica: the same fence keys on the same Redis.
+//! let book = RedisBook::new(RedisFence::new(), conn);
+//! let app: Router = Router::new()
+//!     .route("/orders/42", post(|| async { "written" }))
+//!     .layer(FenceLayer::new().book(book));
+//! # let _ = app; }
+//! ```
+//!
 //! # What it cannot do
 //!
-//! - **The fence is per server process.** It lives in memory: a restart forgets it (the next
-//!   request of any token is accepted), and several replicas behind a load balancer each keep
-//!   their own, so a zombie reaching a replica that has not seen the successor gets through.
-//!   For several replicas or a fence that survives restarts, fence the handler's own write with
-//!   one of this crate's resource fences (SQL, Redis, etcd, …) instead of, or under, this
-//!   layer. A layer over a shared fence backend is not built yet.
+//! - **Without a book, the fence is per server process.** It lives in memory: a restart
+//!   forgets it (the next request of any token is accepted), and several replicas behind a
+//!   load balancer each keep their own, so a zombie reaching a replica that has not seen the
+//!   successor gets through. For several replicas, or a fence that survives restarts, give the
+//!   layer a shared [book](FenceLayer::book).
+//! - **With a book, handlers are not ordered across replicas** (see above): fence the
+//!   handler's own writes with a resource fence where they must never interleave. The book is
+//!   as durable as its store (a Redis failover to a replica that had not received a raise lets
+//!   a lower token in again).
 //! - **Only the inner service is fenced.** Work the handler leaves running after its response
 //!   (a spawned task, a streamed body) is not ordered by the lock.
 //! - **Growth.** One entry (the name and a lock) per resource name ever fenced, never removed
 //!   while the process lives (removing one would forget its fence); at most
 //!   [`FenceLayer::max_resources`] (default [`DEFAULT_MAX_RESOURCES`]) — a request for one more
-//!   is answered 503. Anyone who can reach the layer can fill it with names: put
-//!   authentication before it.
+//!   is answered 503. A book keeps one row or key per resource name, never removed. Anyone who
+//!   can reach the layer can fill them with names: put authentication before it.
 //! - **A dropped request lets go of the lock** (its future is dropped). If its handler had
 //!   already written something before being dropped, that partial write stands.
-//! - **The raise is not undone.** An admitted higher token raises the fence before its handler
-//!   runs, and the fence stays raised if the handler then fails (unlike a rolled-back SQL
-//!   fence). That only refuses the older term sooner, which is over anyway.
+//! - **The raise is not undone.** An admitted higher token raises the fence (the book's and the
+//!   process's) before its handler runs, and the fence stays raised if the handler then fails
+//!   (unlike a rolled-back SQL fence). That only refuses the older term sooner, which is over
+//!   anyway.
 //! - **A slow request holds up its resource.** The lock is held while the handler reads the
 //!   request body, so a client that sends its body slowly delays the resource's other requests
 //!   (not other resources'): put a timeout on requests (such as tower-http's `TimeoutLayer`)
@@ -143,11 +194,11 @@ use crate::error::{FenceError, Stale};
 
 mod book;
 
-pub use book::{BookFuture, FenceBook};
 #[cfg(feature = "redis")]
 pub use book::RedisBook;
 #[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
 pub use book::SqlBook;
+pub use book::{BookFuture, FenceBook};
 
 /// The header that names the resource of a fenced request: `Lease-Fence-Resource`.
 pub const RESOURCE_HEADER: HeaderName = HeaderName::from_static("lease-fence-resource");

@@ -153,12 +153,7 @@ impl RedisFence {
     /// (a successor may raise the fence in between). It is for a check in front of work that
     /// is ordered otherwise, such as the HTTP layer's
     /// [`RedisBook`](crate::http::RedisBook).
-    pub async fn check<C>(
-        &self,
-        conn: &mut C,
-        resource: &str,
-        token: u64,
-    ) -> Result<(), FenceError>
+    pub async fn check<C>(&self, conn: &mut C, resource: &str, token: u64) -> Result<(), FenceError>
     where
         C: ConnectionLike + Send,
     {
