@@ -493,10 +493,10 @@ where
         let book = self.layer.book.clone();
         let timeout = self.layer.book_timeout;
         Box::pin(async move {
-            if let Some(book) = book {
-                if let Err(refused) = check_book(&*book, &resource, token, timeout).await {
-                    return Ok(refused);
-                }
+            if let Some(book) = book
+                && let Err(refused) = check_book(&*book, &resource, token, timeout).await
+            {
+                return Ok(refused);
             }
             let held = match fence.admit(&resource, token, compare).await {
                 Ok(held) => held,
