@@ -430,6 +430,24 @@ macro_rules! sql_book {
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_token_the_table_cannot_hold_is_answered_400_and_the_handler_does_not_run() {
+                let Some((url, fence)) = setup().await else {
+                    return;
+                };
+                let book = SqlBook::new(fence.clone(), pool(&url).await.unwrap());
+                let (addr, seen) = replica(FenceLayer::new().book(book)).await;
+                let answer = stamped(addr, &unique("orders/"), u64::MAX).await;
+                assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{}", answer.text);
+                assert!(
+                    answer.text.contains("cannot take this request"),
+                    "{}",
+                    answer.text
+                );
+                assert!(seen.tokens().is_empty(), "the handler ran unchecked");
+                drop_table(&url, &fence).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn a_missing_fence_table_is_answered_503_and_the_handler_does_not_run() {
                 let Some((url, fence)) = setup().await else {
                     return;

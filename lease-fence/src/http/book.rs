@@ -44,9 +44,9 @@ pub trait FenceBook: fmt::Debug + Send + Sync + 'static {
 /// prefix, then the resource name), so a resource's fence is the same one a `RedisFence`
 /// write of that resource checks.
 ///
-/// The connection is cloned per request: give it one whose clones share a connection and
-/// reconnect, such as a `redis::aio::ConnectionManager` (a `MultiplexedConnection` does not
-/// reconnect: once its connection breaks, every request is answered 503).
+/// The connection is cloned per request: give it one whose clones share a connection and that
+/// reconnects after a failure, such as a `redis::aio::ConnectionManager` (while the book cannot
+/// reach Redis, every fenced request is answered 503).
 ///
 /// It is as durable as the Redis writes (see the [Redis fence's
 /// limits](crate::redis)): a failover to a replica that had not received a raise lets a lower
