@@ -1,6 +1,7 @@
 //! Fenced HTTP requests: a [`tower`](https://docs.rs/tower) layer for servers ([`FenceLayer`])
-//! that refuses a request whose token is lower than the highest its process has accepted for
-//! the request's resource, and one for clients ([`StampLayer`]) that stamps the holder's
+//! that refuses a request whose token is lower than the highest accepted for the request's
+//! resource — by its process, or by every replica sharing a [book of fences](FenceBook) in
+//! Redis or a SQL database — and one for clients ([`StampLayer`]) that stamps the holder's
 //! resource and token on every request.
 //!
 //! # The headers
@@ -30,6 +31,8 @@
 //! | token ≥ the resource's fence | the inner service's response; a higher token raised the fence first | yes |
 //! | token < the resource's fence | **409 Conflict**, with [`CURRENT_HEADER`] (the fence's token) and the request's own two headers, and a text body that says to stop | no |
 //! | header missing (one of the two, or both under [`Unfenced::Refuse`], the default), repeated, not UTF-8, a bad name, not a number, 0 | **400 Bad Request**, a text body saying what to send | no |
+//! | token < the resource's fence in the layer's [book](FenceLayer::book) | **409 Conflict**, as above | no |
+//! | the book cannot be checked: its store is unreachable, fails, or does not answer within [`FenceLayer::book_timeout`] | **503 Service Unavailable**, a text body saying the fence could not be checked and why | no |
 //! | a new resource when the fence already holds [`FenceLayer::max_resources`] | **503 Service Unavailable** | no |
 //!
 //! **Why 409 and not 412.** 412 Precondition Failed is the answer to HTTP's own conditional
@@ -70,26 +73,74 @@
 //! order; a holder that needs parallel writes fences finer resources, `orders/42` rather than
 //! `orders`).
 //!
+//! # Several replicas: a shared book of fences
+//!
+//! Replicas behind a load balancer each have their own memory, so a `MemoryFence` alone lets a
+//! zombie through at a replica that has not seen its successor. Give each replica's layer the
+//! same [`FenceBook`] — [`RedisBook`] (one script per request, one round trip), [`SqlBook`]
+//! (one upsert in a short transaction on PostgreSQL, MySQL/MariaDB or SQLite), or a book of
+//! your own over another store — with [`FenceLayer::book`]. For each fenced request the layer
+//! then first checks and raises the resource's fence **in the book**, atomically in the store
+//! (a lower token: 409, the inner service not called), and only then takes the local steps 1
+//! to 3 above.
+//!
+//! - **What it guarantees.** Across all the replicas sharing a book: once a request under
+//!   token *t* was admitted at any replica, every later request of the resource under a lower
+//!   token is refused, at every replica, without calling its inner service. Within one
+//!   replica, the order above still holds.
+//! - **What it does not.** The per-resource lock is per process: a handler admitted under a
+//!   lower token *before* the higher one was admitted may still be running at another replica
+//!   while the higher one's runs, and its writes may land after the higher one's. Handlers
+//!   whose effects must never interleave across replicas fence their own writes with a
+//!   resource fence (the [SQL](crate::sql), [Redis](crate::redis), [etcd](crate::etcd), …
+//!   fences), under the layer: the book keeps zombies out of the service, the resource fence
+//!   orders the writes that race it.
+//! - **A store that cannot answer refuses.** When the book's store is unreachable, fails, or
+//!   does not answer within [`FenceLayer::book_timeout`] (default [`DEFAULT_BOOK_TIMEOUT`]),
+//!   the request is answered **503** and the inner service is not called: a request is never
+//!   let through unchecked because the fence could not be read. A check cut off by the timeout
+//!   may still have raised the book's fence; that only refuses lower tokens sooner.
+//! - **Cost.** One check in the book per fenced request before the handler runs: one round trip
+//!   on Redis, three on SQL (begin, the upsert, commit).
+//!
+//! ```no_run
+//! # async fn f(conn: redis::aio::ConnectionManager) {
+//! use axum::{Router, routing::post};
+//! use lease_fence::http::{FenceLayer, RedisBook};
+//! use lease_fence::redis::RedisFence;
+//!
+//! // Every replica: the same fence keys on the same Redis.
+//! let book = RedisBook::new(RedisFence::new(), conn);
+//! let app: Router = Router::new()
+//!     .route("/orders/42", post(|| async { "written" }))
+//!     .layer(FenceLayer::new().book(book));
+//! # let _ = app; }
+//! ```
+//!
 //! # What it cannot do
 //!
-//! - **The fence is per server process.** It lives in memory: a restart forgets it (the next
-//!   request of any token is accepted), and several replicas behind a load balancer each keep
-//!   their own, so a zombie reaching a replica that has not seen the successor gets through.
-//!   For several replicas or a fence that survives restarts, fence the handler's own write with
-//!   one of this crate's resource fences (SQL, Redis, etcd, …) instead of, or under, this
-//!   layer. A layer over a shared fence backend is not built yet.
+//! - **Without a book, the fence is per server process.** It lives in memory: a restart
+//!   forgets it (the next request of any token is accepted), and several replicas behind a
+//!   load balancer each keep their own, so a zombie reaching a replica that has not seen the
+//!   successor gets through. For several replicas, or a fence that survives restarts, give the
+//!   layer a shared [book](FenceLayer::book).
+//! - **With a book, handlers are not ordered across replicas** (see above): fence the
+//!   handler's own writes with a resource fence where they must never interleave. The book is
+//!   as durable as its store (a Redis failover to a replica that had not received a raise lets
+//!   a lower token in again).
 //! - **Only the inner service is fenced.** Work the handler leaves running after its response
 //!   (a spawned task, a streamed body) is not ordered by the lock.
 //! - **Growth.** One entry (the name and a lock) per resource name ever fenced, never removed
 //!   while the process lives (removing one would forget its fence); at most
 //!   [`FenceLayer::max_resources`] (default [`DEFAULT_MAX_RESOURCES`]) — a request for one more
-//!   is answered 503. Anyone who can reach the layer can fill it with names: put
-//!   authentication before it.
+//!   is answered 503. A book keeps one row or key per resource name, never removed. Anyone who
+//!   can reach the layer can fill them with names: put authentication before it.
 //! - **A dropped request lets go of the lock** (its future is dropped). If its handler had
 //!   already written something before being dropped, that partial write stands.
-//! - **The raise is not undone.** An admitted higher token raises the fence before its handler
-//!   runs, and the fence stays raised if the handler then fails (unlike a rolled-back SQL
-//!   fence). That only refuses the older term sooner, which is over anyway.
+//! - **The raise is not undone.** An admitted higher token raises the fence (the book's and the
+//!   process's) before its handler runs, and the fence stays raised if the handler then fails
+//!   (unlike a rolled-back SQL fence). That only refuses the older term sooner, which is over
+//!   anyway.
 //! - **A slow request holds up its resource.** The lock is held while the handler reads the
 //!   request body, so a client that sends its body slowly delays the resource's other requests
 //!   (not other resources'): put a timeout on requests (such as tower-http's `TimeoutLayer`)
@@ -128,6 +179,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
@@ -139,6 +191,14 @@ use tower_service::Service;
 
 use crate::check;
 use crate::error::{FenceError, Stale};
+
+mod book;
+
+#[cfg(feature = "redis")]
+pub use book::RedisBook;
+#[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
+pub use book::SqlBook;
+pub use book::{BookFuture, FenceBook};
 
 /// The header that names the resource of a fenced request: `Lease-Fence-Resource`.
 pub const RESOURCE_HEADER: HeaderName = HeaderName::from_static("lease-fence-resource");
@@ -153,6 +213,10 @@ pub const CURRENT_HEADER: HeaderName = HeaderName::from_static("lease-fence-curr
 /// How many resource names a [`MemoryFence`] keeps by default (see
 /// [`FenceLayer::max_resources`]): with names of at most 255 bytes, a few tens of MB at most.
 pub const DEFAULT_MAX_RESOURCES: usize = 65_536;
+
+/// How long a [`FenceLayer`] waits for its [book](FenceLayer::book)'s answer by default before
+/// answering 503 (see [`FenceLayer::book_timeout`]).
+pub const DEFAULT_BOOK_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The response body of a fenced service: the inner service's body, or the layer's own text
 /// answer (400, 409, 503).
@@ -267,10 +331,12 @@ pub enum Unfenced {
 
 /// The server layer: fences the requests of the services it wraps (see the [module
 /// docs](self) for the headers, the answers and the guarantee). Clones share one
-/// [`MemoryFence`].
+/// [`MemoryFence`], and one [`FenceBook`] when it has one.
 #[derive(Debug, Clone)]
 pub struct FenceLayer {
     fence: MemoryFence,
+    book: Option<Arc<dyn FenceBook>>,
+    book_timeout: Duration,
     unfenced: Unfenced,
     compare: bool,
 }
@@ -292,8 +358,34 @@ impl FenceLayer {
     pub fn with_fence(fence: MemoryFence) -> FenceLayer {
         FenceLayer {
             fence,
+            book: None,
+            book_timeout: DEFAULT_BOOK_TIMEOUT,
             unfenced: Unfenced::Refuse,
             compare: true,
+        }
+    }
+
+    /// The same layer, checking every fenced request in `book` — a fence shared by several
+    /// server replicas, such as a [`RedisBook`] or a [`SqlBook`] — before its own
+    /// [`MemoryFence`]: a token lower than the book's fence is answered 409, and a book that
+    /// cannot answer (unreachable, failing, slower than [`book_timeout`](Self::book_timeout))
+    /// is answered 503; the inner service is called in neither case. See the [module
+    /// docs](self) for what that guarantees across replicas, and what it does not.
+    pub fn book(self, book: impl FenceBook) -> FenceLayer {
+        FenceLayer {
+            book: Some(Arc::new(book)),
+            ..self
+        }
+    }
+
+    /// The same layer, waiting at most `timeout` for its book's answer (default
+    /// [`DEFAULT_BOOK_TIMEOUT`]); past it the request is answered 503 and not run. A check cut
+    /// off by the timeout may still have raised the book's fence, which only refuses lower
+    /// tokens sooner.
+    pub fn book_timeout(self, timeout: Duration) -> FenceLayer {
+        FenceLayer {
+            book_timeout: timeout,
+            ..self
         }
     }
 
@@ -316,15 +408,21 @@ impl FenceLayer {
         }
     }
 
-    /// The fences the layer checks.
+    /// The fences of this process the layer checks (after its book, when it has one).
     pub fn fence(&self) -> &MemoryFence {
         &self.fence
     }
 
-    /// Test support: the same layer with its check left out — every well-formed request is
-    /// admitted and sets the fence to its token, as a server that does not compare tokens
-    /// would. Tests use it to show that their zombie gets through without the check. Never use
-    /// it in a service.
+    /// The shared book of fences the layer checks first, when it has one.
+    pub fn shared_book(&self) -> Option<&dyn FenceBook> {
+        self.book.as_deref()
+    }
+
+    /// Test support: the same layer with its own check left out — every well-formed request
+    /// the book (if any) admits is admitted and sets the [`MemoryFence`] to its token, as a
+    /// server that does not compare tokens would. A book has a break switch of its own. Tests
+    /// use it to show that their zombie gets through without the check. Never use it in a
+    /// service.
     #[doc(hidden)]
     pub fn break_check_for_tests(self) -> FenceLayer {
         FenceLayer {
@@ -392,7 +490,14 @@ where
         };
         let fence = self.layer.fence.clone();
         let compare = self.layer.compare;
+        let book = self.layer.book.clone();
+        let timeout = self.layer.book_timeout;
         Box::pin(async move {
+            if let Some(book) = book
+                && let Err(refused) = check_book(&*book, &resource, token, timeout).await
+            {
+                return Ok(refused);
+            }
             let held = match fence.admit(&resource, token, compare).await {
                 Ok(held) => held,
                 Err(Refusal::Stale(stale)) => return Ok(stale_answer(&stale)),
@@ -408,6 +513,45 @@ where
             drop(held);
             Ok(response?.map(Either::Left))
         })
+    }
+}
+
+/// The book's check of a request: `Err` with the answer when it does not admit it (409 for a
+/// lower token, 400 for one the book cannot hold, 503 when it cannot answer).
+async fn check_book<B>(
+    book: &dyn FenceBook,
+    resource: &str,
+    token: u64,
+    timeout: Duration,
+) -> Result<(), Response<FenceBody<B>>> {
+    match tokio::time::timeout(timeout, book.check(resource, token)).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(FenceError::Stale(stale))) => Err(stale_answer(&stale)),
+        Ok(Err(FenceError::Other(e)))
+            if matches!(
+                e.kind(),
+                lease_core::ErrorKind::InvalidArgument | lease_core::ErrorKind::InvalidName
+            ) =>
+        {
+            Err(answer(
+                StatusCode::BAD_REQUEST,
+                format!("the shared fence of '{resource}' cannot take this request: {e}"),
+            ))
+        }
+        Ok(Err(e)) => Err(answer(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "the shared fence of '{resource}' could not be checked, so the request was not \
+                 run; try again later ({e})"
+            ),
+        )),
+        Err(_) => Err(answer(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "the shared fence of '{resource}' did not answer within {timeout:?}, so the \
+                 request was not run; try again later"
+            ),
+        )),
     }
 }
 

@@ -1,6 +1,6 @@
 -- A fenced write: KEYS[1] is the fence key, ARGV[1] the offered token (decimal, no leading
 -- zeros), ARGV[2] 1 to compare (0: the check left out, tests only), ARGV[3] the command's name
--- and ARGV[4..] its arguments.
+-- and ARGV[4..] its arguments; without ARGV[3], the check and the raise alone (no command).
 --
 -- Tokens are compared as decimal strings (length, then bytes), never as Lua numbers: a Lua
 -- number is a double, exact only up to 2^53, and a fence must order every u64.
@@ -15,10 +15,13 @@ if fence then
     return {0, fence}
   end
 end
-local reply = redis.pcall(unpack(ARGV, 3))
-if type(reply) == 'table' and reply.err then
-  -- The write failed: the fence is left as it was.
-  return reply
+local reply = 'OK'
+if #ARGV >= 3 then
+  reply = redis.pcall(unpack(ARGV, 3))
+  if type(reply) == 'table' and reply.err then
+    -- The write failed: the fence is left as it was.
+    return reply
+  end
 end
 if fence ~= offered then
   redis.call('SET', KEYS[1], offered)

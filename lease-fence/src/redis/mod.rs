@@ -130,27 +130,74 @@ impl RedisFence {
         C: ConnectionLike + Send,
         T: FromRedisValue,
     {
+        let reply = self.invoke(conn, resource, token, Some(cmd)).await?;
+        T::from_redis_value(reply).map_err(|e| {
+            Error::backend(
+                format!(
+                    "fenced write to '{resource}': the command's reply is not of the type asked \
+                     for"
+                ),
+                e,
+                false,
+            )
+            .into()
+        })
+    }
+
+    /// Checks `token` against the fence of `resource` and raises the fence to it, with no
+    /// write: the script's check and raise alone, one round trip. `Ok` when `token` is at least
+    /// the fence's (the fence now holds `token`), [`FenceError::Stale`] when a higher token has
+    /// been accepted (nothing changed). Errors as [`write`](RedisFence::write).
+    ///
+    /// It orders nothing by itself: a write made after it, outside the script, is not fenced
+    /// (a successor may raise the fence in between). It is for a check in front of work that
+    /// is ordered otherwise, such as the HTTP layer's
+    /// [`RedisBook`](crate::http::RedisBook).
+    pub async fn check<C>(&self, conn: &mut C, resource: &str, token: u64) -> Result<(), FenceError>
+    where
+        C: ConnectionLike + Send,
+    {
+        self.invoke(conn, resource, token, None).await.map(|_| ())
+    }
+
+    /// Runs the script: the check, `cmd` when there is one, the raise. Answers the command's
+    /// reply (`OK` without a command).
+    async fn invoke<C>(
+        &self,
+        conn: &mut C,
+        resource: &str,
+        token: u64,
+        cmd: Option<&Cmd>,
+    ) -> Result<Value, FenceError>
+    where
+        C: ConnectionLike + Send,
+    {
         crate::check::token(token)?;
         crate::check::resource(resource, crate::MAX_RESOURCE_BYTES)?;
         let mut invocation = SCRIPT.key(self.key(resource));
         invocation
             .arg(token.to_string())
             .arg(if self.compare { "1" } else { "0" });
-        let mut args = 0;
-        for arg in cmd.args_iter() {
-            if let ::redis::Arg::Simple(bytes) = arg {
-                invocation.arg(bytes);
-                args += 1;
+        if let Some(cmd) = cmd {
+            let mut args = 0;
+            for arg in cmd.args_iter() {
+                if let ::redis::Arg::Simple(bytes) = arg {
+                    invocation.arg(bytes);
+                    args += 1;
+                }
+            }
+            if args == 0 {
+                return Err(Error::invalid_argument(
+                    "a fenced write needs a command; pass one such as `redis::cmd(\"SET\")` with \
+                     its arguments",
+                )
+                .into());
             }
         }
-        if args == 0 {
-            return Err(Error::invalid_argument(
-                "a fenced write needs a command; pass one such as `redis::cmd(\"SET\")` with its \
-                 arguments",
-            )
-            .into());
-        }
-        let doing = format!("fenced write to '{resource}'");
+        let doing = match cmd {
+            Some(_) => format!("fenced write to '{resource}'"),
+            None => format!("check the fence of '{resource}'"),
+        };
         let reply: Value = invocation
             .invoke_async(conn)
             .await
@@ -163,14 +210,7 @@ impl RedisFence {
             return Err(unexpected(resource, &Value::Array(parts)).into());
         };
         match verdict {
-            Value::Int(1) => T::from_redis_value(answer).map_err(|e| {
-                Error::backend(
-                    format!("{doing}: the command's reply is not of the type asked for"),
-                    e,
-                    false,
-                )
-                .into()
-            }),
+            Value::Int(1) => Ok(answer),
             Value::Int(0) => {
                 let fence = parse_token(&answer).ok_or_else(|| unexpected(resource, &answer))?;
                 Err(FenceError::Stale(Stale::new(resource, token, fence)))
