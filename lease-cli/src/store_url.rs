@@ -171,6 +171,8 @@ pub(crate) fn default_store_help() -> String {
 mod tests {
     use std::str::FromStr;
 
+    use lease::sql::sqlx;
+
     use super::*;
 
     #[test]

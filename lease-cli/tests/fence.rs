@@ -13,6 +13,9 @@ mod common;
 use std::process::{Command, Output};
 use std::time::Duration;
 
+use lease::redis::redis;
+use lease::sql::sqlx;
+
 use common::*;
 
 /// `lease ARGS…` with none of the variables a surrounding `lease run` would have set (the test

@@ -146,6 +146,9 @@ pub use mysql::MySqlStore;
 pub use postgres::PostgresStore;
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteStore;
+/// The `sqlx` crate this store is built on, re-exported so your pool's and transaction's types
+/// match.
+pub use sqlx;
 pub use store::{Fence, SqlStore, Token};
 pub use url_params::SqlUrlParams;
 pub use wire::schema::{

@@ -14,7 +14,8 @@ use lease::fence::file::{FENCE_DIR, FileFence, MAX_FILE_NAME_BYTES};
 use lease::fence::redis::RedisFence;
 use lease::fence::sql::{FenceDb, SqlFence};
 use lease::fence::{MAX_RESOURCE_BYTES, Stale};
-use sqlx::{Executor, Pool};
+use lease::redis::redis;
+use lease::sql::sqlx::{self, Executor, Pool};
 use tokio::io::AsyncReadExt;
 
 use crate::cli::{FenceArgs, FenceCommand, FenceFileArgs, FenceOf, FenceRedisArgs, FenceSqlArgs};
