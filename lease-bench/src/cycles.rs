@@ -1,15 +1,16 @@
 //! Acquire+release cycles per second and their latency, every subject of a backend side by
 //! side: one client loop, one cycle at a time, on a warm connection, in interleaved rounds.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Result;
+use futures::future::BoxFuture;
 use rand::seq::SliceRandom;
 
 use crate::backends::Env;
 use crate::cli::{Args, Backend};
 use crate::peers::{self, Subject, SubjectId};
-use crate::stats::{Samples, Summary, process_cpu};
+use crate::stats::{Op, Samples, Summary, measure, warm_up};
 
 /// Warm-up before measuring: at most this many cycles…
 const WARMUP_CYCLES: u32 = 500;
@@ -62,7 +63,7 @@ pub(crate) async fn run(args: &Args, env: &Env, backend: Backend) -> Vec<CycleRo
     }
     for r in &mut subjects {
         if let Some(s) = r.subject.as_mut()
-            && let Err(e) = warm_up(s.as_mut()).await
+            && let Err(e) = warm_up(s.as_mut(), WARMUP_CYCLES, WARMUP_TIME).await
         {
             fail(r, e);
         }
@@ -111,41 +112,8 @@ fn fail(r: &mut Running, e: anyhow::Error) {
     r.subject = None;
 }
 
-async fn warm_up(s: &mut dyn Subject) -> Result<()> {
-    let start = Instant::now();
-    for _ in 0..WARMUP_CYCLES {
-        s.cycle().await?;
-        if start.elapsed() >= WARMUP_TIME {
-            break;
-        }
+impl Op for dyn Subject + '_ {
+    fn once(&mut self) -> BoxFuture<'_, Result<()>> {
+        self.cycle()
     }
-    Ok(())
-}
-
-/// Runs cycles for `slot` or `max` cycles, whichever ends first.
-async fn measure(
-    s: &mut dyn Subject,
-    samples: &mut Samples,
-    slot: Duration,
-    max: u64,
-) -> Result<()> {
-    let start = Instant::now();
-    let cpu = process_cpu();
-    let deadline = start + slot;
-    let mut n = 0u64;
-    let outcome = loop {
-        let t0 = Instant::now();
-        if let Err(e) = s.cycle().await {
-            break Err(e);
-        }
-        let t1 = Instant::now();
-        samples.push(t1 - t0);
-        n += 1;
-        if n >= max || t1 >= deadline {
-            break Ok(());
-        }
-    };
-    samples.add_busy(start.elapsed());
-    samples.add_cpu(process_cpu().saturating_sub(cpu));
-    outcome
 }

@@ -14,7 +14,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::str::FromStr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, ensure};
 use bytes::Bytes;
@@ -38,7 +38,7 @@ use tower_service::Service;
 
 use crate::backends::{self, Env, REDIS_PREFIX};
 use crate::cli::{Args, Backend};
-use crate::stats::{Samples, Summary, process_cpu};
+use crate::stats::{Op, Samples, Summary, measure, warm_up};
 
 /// The token every fenced write offers: one term's, so after the first write (in the warm-up)
 /// each write meets a fence that already holds it.
@@ -235,6 +235,12 @@ trait Writer: Send {
     }
 }
 
+impl Op for dyn Writer + '_ {
+    fn once(&mut self) -> BoxFuture<'_, Result<()>> {
+        self.write()
+    }
+}
+
 /// A resource's two subjects, and the proxies they talk through when counting.
 struct Built {
     plain: Box<dyn Writer>,
@@ -321,7 +327,7 @@ async fn measure_pair(args: &Args, built: Built, row: &mut FenceRow) {
     });
     for (r, what) in subjects.iter_mut().zip(names) {
         if let Some(w) = r.writer.as_mut()
-            && let Err(e) = warm_up(w.as_mut()).await
+            && let Err(e) = warm_up(w.as_mut(), WARMUP_WRITES, WARMUP_TIME).await
         {
             r.fail(resource, what, &e);
         }
@@ -359,45 +365,6 @@ async fn finish(r: Running) -> Side {
         error: r.error,
         ..Side::default()
     }
-}
-
-async fn warm_up(w: &mut dyn Writer) -> Result<()> {
-    let start = Instant::now();
-    for _ in 0..WARMUP_WRITES {
-        w.write().await?;
-        if start.elapsed() >= WARMUP_TIME {
-            break;
-        }
-    }
-    Ok(())
-}
-
-/// Runs writes for `slot` or `max` writes, whichever ends first.
-async fn measure(
-    w: &mut dyn Writer,
-    samples: &mut Samples,
-    slot: Duration,
-    max: u64,
-) -> Result<()> {
-    let start = Instant::now();
-    let cpu = process_cpu();
-    let deadline = start + slot;
-    let mut n = 0u64;
-    let outcome = loop {
-        let t0 = Instant::now();
-        if let Err(e) = w.write().await {
-            break Err(e);
-        }
-        let t1 = Instant::now();
-        samples.push(t1 - t0);
-        n += 1;
-        if n >= max || t1 >= deadline {
-            break Ok(());
-        }
-    };
-    samples.add_busy(start.elapsed());
-    samples.add_cpu(process_cpu().saturating_sub(cpu));
-    outcome
 }
 
 /// Counts the round trips per write of both subjects, on fresh subjects through proxies; a

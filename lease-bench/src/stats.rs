@@ -1,6 +1,9 @@
 //! Latency samples and their percentiles.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use futures::future::BoxFuture;
 
 /// Latencies of one subject, in nanoseconds, and the time they were measured over.
 #[derive(Debug, Clone, Default)]
@@ -117,6 +120,54 @@ impl Spread {
             max,
         })
     }
+}
+
+/// One unit of measured work: an acquire+release cycle, a write.
+pub(crate) trait Op: Send {
+    /// Runs the work once; an error when it did not happen.
+    fn once(&mut self) -> BoxFuture<'_, Result<()>>;
+}
+
+/// Runs `op` at most `most` times and for at most `time`, unmeasured: connections and caches
+/// warm before the first measured round.
+pub(crate) async fn warm_up<O: Op + ?Sized>(op: &mut O, most: u32, time: Duration) -> Result<()> {
+    let start = Instant::now();
+    for _ in 0..most {
+        op.once().await?;
+        if start.elapsed() >= time {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// Runs `op` one at a time for `slot` or `max` times, whichever ends first, adding each
+/// latency, the time measured and the process's CPU time to `samples`.
+pub(crate) async fn measure<O: Op + ?Sized>(
+    op: &mut O,
+    samples: &mut Samples,
+    slot: Duration,
+    max: u64,
+) -> Result<()> {
+    let start = Instant::now();
+    let cpu = process_cpu();
+    let deadline = start + slot;
+    let mut n = 0u64;
+    let outcome = loop {
+        let t0 = Instant::now();
+        if let Err(e) = op.once().await {
+            break Err(e);
+        }
+        let t1 = Instant::now();
+        samples.push(t1 - t0);
+        n += 1;
+        if n >= max || t1 >= deadline {
+            break Ok(());
+        }
+    };
+    samples.add_busy(start.elapsed());
+    samples.add_cpu(process_cpu().saturating_sub(cpu));
+    outcome
 }
 
 #[cfg(test)]
