@@ -22,6 +22,7 @@ mod cli;
 mod commands;
 mod duration;
 mod exit;
+mod mismatch;
 mod open_store;
 mod redact;
 mod signals;
