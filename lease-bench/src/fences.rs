@@ -816,24 +816,9 @@ impl NatsWrite {
             .context("connecting to NATS")?;
         let js = async_nats::jetstream::new(client);
         let bucket = name.replace(|c: char| !c.is_ascii_alphanumeric(), "_");
-        // The bucket's stream made by hand, as a KV bucket of history 1 is (async-nats's
-        // `create_key_value` sends a configuration older servers, 2.9 here, cannot answer).
-        js.create_stream(async_nats::jetstream::stream::Config {
-            name: format!("KV_{bucket}"),
-            subjects: vec![format!("$KV.{bucket}.>")],
-            max_messages_per_subject: 1,
-            allow_direct: true,
-            allow_rollup: true,
-            deny_delete: true,
-            discard: async_nats::jetstream::stream::DiscardPolicy::New,
-            ..Default::default()
-        })
-        .await
-        .with_context(|| format!("creating the KV bucket {bucket}"))?;
-        let kv = js
-            .get_key_value(&bucket)
+        let kv = lease_fence::nats::create_bucket(&js, &bucket)
             .await
-            .with_context(|| format!("opening the KV bucket {bucket}"))?;
+            .with_context(|| format!("creating the KV bucket {bucket}"))?;
         Ok(NatsWrite {
             js,
             kv,

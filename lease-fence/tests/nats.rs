@@ -5,8 +5,9 @@
 //! after a higher one.
 //!
 //! Each test makes a bucket of its own. async-nats 0.51 cannot read nats-server 2.9's account
-//! info, so `create_key_value` fails there; the bucket's stream is created directly (the
-//! project's known workaround, DESIGN and lease-nats), then opened with `get_key_value`.
+//! info, so `create_key_value` fails there; `lease_fence::nats::create_bucket` creates the
+//! bucket's stream directly (the project's known workaround, as lease-nats does), then opens
+//! it with `get_key_value`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, unreachable_pub)]
 
@@ -14,7 +15,7 @@ mod common;
 
 use std::sync::Arc;
 
-use async_nats::jetstream::{self, kv::Store, stream};
+use async_nats::jetstream::{self, kv::Store};
 use common::{RACE_WRITES, assert_never_back, assert_refused, race, unique};
 use lease_conformance::env;
 use lease_core::ErrorKind;
@@ -32,19 +33,7 @@ async fn bucket() -> Option<(Store, jetstream::Context, String)> {
     };
     let js = jetstream::new(client);
     let name = unique("fence_");
-    js.create_stream(stream::Config {
-        name: format!("KV_{name}"),
-        subjects: vec![format!("$KV.{name}.>")],
-        max_messages_per_subject: 1,
-        allow_direct: true,
-        allow_rollup: true,
-        deny_delete: true,
-        discard: stream::DiscardPolicy::New,
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-    let kv = js.get_key_value(&name).await.unwrap();
+    let kv = lease_fence::nats::create_bucket(&js, &name).await.unwrap();
     Some((kv, js, name))
 }
 
@@ -172,5 +161,30 @@ async fn two_racing_writers_never_land_a_lower_token_after_a_higher_one() {
         fence.get(&kv, "log").await.unwrap().map(|(t, _)| t),
         Some(high)
     );
+    drop_bucket(&js, &name).await;
+}
+
+/// `create_bucket` opens a bucket that exists with its configuration (a second process starting
+/// beside the first), and refuses a name NATS cannot take, before any I/O.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_bucket_is_idempotent_and_refuses_bad_names() {
+    let Some((kv, js, name)) = bucket().await else {
+        return;
+    };
+    NatsFence::new().put(&kv, "k", 3, "kept").await.unwrap();
+    let again = lease_fence::nats::create_bucket(&js, &name).await.unwrap();
+    let (token, value) = NatsFence::new().get(&again, "k").await.unwrap().unwrap();
+    assert_eq!(
+        (token, &value[..]),
+        (3, &b"kept"[..]),
+        "the second open kept the data"
+    );
+    for bad in ["", "a.b", "a b", "a>"] {
+        let e = lease_fence::nats::create_bucket(&js, bad)
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{bad:?}: {e}");
+        assert!(e.to_string().contains("letters, digits"), "{e}");
+    }
     drop_bucket(&js, &name).await;
 }

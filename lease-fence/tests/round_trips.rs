@@ -139,19 +139,7 @@ async fn a_fenced_nats_put_is_two_round_trips() {
         .unwrap();
     let js = async_nats::jetstream::new(client);
     let name = unique("fence_rt_");
-    js.create_stream(async_nats::jetstream::stream::Config {
-        name: format!("KV_{name}"),
-        subjects: vec![format!("$KV.{name}.>")],
-        max_messages_per_subject: 1,
-        allow_direct: true,
-        allow_rollup: true,
-        deny_delete: true,
-        discard: async_nats::jetstream::stream::DiscardPolicy::New,
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-    let kv = js.get_key_value(&name).await.unwrap();
+    let kv = lease_fence::nats::create_bucket(&js, &name).await.unwrap();
     let fence = NatsFence::new();
     fence.put(&kv, "k", 2, "warm").await.unwrap();
 

@@ -174,6 +174,48 @@ fn split(key: &str, value: &[u8]) -> Result<(u64, usize)> {
     }
 }
 
+/// Creates the KV bucket `bucket` for fenced values, or opens it when it already exists with
+/// the same configuration: history 1, direct gets, no max age (a fence must outlive any lease;
+/// see the [module docs](self) on what removes one).
+///
+/// It creates the bucket's stream itself, configured as `create_key_value` would configure
+/// it, because async-nats's `create_key_value` first reads the account's JetStream info, which
+/// it cannot parse from nats-server 2.9. A name outside `[A-Za-z0-9_-]` is refused with
+/// [`InvalidArgument`](ErrorKind::InvalidArgument); a bucket of that name with another
+/// configuration, or a server that fails, with a temporary `Backend` error.
+///
+/// ```no_run
+/// # async fn f(js: async_nats::jetstream::Context) -> lease_core::Result<()> {
+/// let kv = lease_fence::nats::create_bucket(&js, "reports").await?;
+/// # Ok(()) }
+/// ```
+pub async fn create_bucket(js: &async_nats::jetstream::Context, bucket: &str) -> Result<Store> {
+    if bucket.is_empty()
+        || !bucket
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    {
+        return Err(Error::invalid_argument(format!(
+            "{bucket:?} is not a NATS KV bucket name: use letters, digits, '_' and '-' only"
+        )));
+    }
+    js.create_stream(async_nats::jetstream::stream::Config {
+        name: format!("KV_{bucket}"),
+        subjects: vec![format!("$KV.{bucket}.>")],
+        max_messages_per_subject: 1,
+        allow_direct: true,
+        allow_rollup: true,
+        deny_delete: true,
+        discard: async_nats::jetstream::stream::DiscardPolicy::New,
+        ..Default::default()
+    })
+    .await
+    .map_err(|e| Error::backend(format!("creating the KV bucket '{bucket}' failed"), e, true))?;
+    js.get_key_value(bucket)
+        .await
+        .map_err(|e| Error::backend(format!("opening the KV bucket '{bucket}' failed"), e, true))
+}
+
 /// A NATS error met while doing `what` to `key`: `Timeout` (temporary, the outcome unknown)
 /// when the request timed out, `Backend` (temporary: a connection or JetStream failure that a
 /// retry may get past) otherwise.
