@@ -186,7 +186,6 @@ impl CliError {
     }
 
     /// The message, without the exit code.
-    #[cfg(test)]
     pub(crate) fn message(&self) -> &str {
         &self.message
     }

@@ -22,8 +22,12 @@ mod cli;
 mod commands;
 mod duration;
 mod exit;
+mod log;
+mod observe;
 mod open_store;
+mod prom;
 mod redact;
+mod rfc3339;
 mod signals;
 mod store_url;
 mod supervise;
@@ -33,20 +37,11 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::FromArgMatches;
-use tracing_subscriber::EnvFilter;
 
 use crate::cli::{Cli, Command};
 use crate::exit::{CliError, Exit};
-use crate::redact::{MakeScrubbedStderr, eprintln_scrubbed};
+use crate::redact::write_line_scrubbed;
 use crate::store_url::{STORE_VAR, StoreUrl};
-
-/// The environment variable with the log filter (tracing's `EnvFilter` syntax).
-const LOG_VAR: &str = "LEASE_LOG";
-
-/// The log filter when `LEASE_LOG` is unset: warnings from the lease crates, errors from the
-/// rest.
-const DEFAULT_LOG: &str = "error,lease=warn,lease_core=warn,lease_sql=warn,lease_redis=warn,\
-                           lease_mongo=warn";
 
 fn main() -> ExitCode {
     let args: Vec<OsString> = std::env::args_os().collect();
@@ -67,7 +62,7 @@ fn main() -> ExitCode {
         // The watchdog: no runtime, no log; a loop over poll(2).
         return ExitCode::from(child::watch(args));
     }
-    init_log();
+    log::init(cli.observe.log_format);
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -75,18 +70,25 @@ fn main() -> ExitCode {
         Ok(rt) => rt,
         Err(e) => {
             let e = CliError::new(Exit::CannotStart, format!("cannot start the runtime: {e}"));
-            eprintln_scrubbed(&e.to_string());
+            write_line_scrubbed(&log::exit_line(&e));
             return ExitCode::from(e.exit().code());
         }
     };
     // One thread: CMD is started from the main thread, so its parent-death signal is tied to
     // the life of the whole process, not of a worker thread.
-    let result = runtime.block_on(dispatch(cli));
+    let result = runtime.block_on(async {
+        let exporter = prom::start(&cli.observe).await?;
+        let result = dispatch(cli).await;
+        if let Some(exporter) = exporter {
+            exporter.finish();
+        }
+        result
+    });
     runtime.shutdown_timeout(Duration::from_millis(500));
     match result {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
-            eprintln_scrubbed(&e.to_string());
+            write_line_scrubbed(&log::exit_line(&e));
             ExitCode::from(e.exit().code())
         }
     }
@@ -142,18 +144,8 @@ fn clap_exit(e: &clap::Error) -> ExitCode {
             let _ = std::io::Write::write_all(&mut err, redact::scrub(&text).as_bytes());
             drop(err);
             let usage = CliError::new(Exit::Usage, "bad command line; see lease --help");
-            eprintln_scrubbed(&usage.to_string());
+            write_line_scrubbed(&usage.to_string());
             ExitCode::from(usage.exit().code())
         }
     }
-}
-
-fn init_log() {
-    let filter = EnvFilter::try_from_env(LOG_VAR).unwrap_or_else(|_| EnvFilter::new(DEFAULT_LOG));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(MakeScrubbedStderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_target(false)
-        .try_init();
 }
