@@ -231,6 +231,7 @@ fn redis_refusal(url: &StoreUrl, e: &Error) -> Option<String> {
         .split_once("could repeat: ")
         .and_then(|(_, rest)| rest.split_once(". Turn on").map(|(why, _)| why))
         .unwrap_or("its persistence settings could not be confirmed");
+    let why = condense(why);
     let everysec = why.contains("appendfsync is everysec");
     let fsync_hint = if everysec {
         " ?allow_fsync_everysec=1 accepts exactly this server's appendfsync everysec, which can \
@@ -251,9 +252,55 @@ fn redis_refusal(url: &StoreUrl, e: &Error) -> Option<String> {
     ))
 }
 
+/// lease-redis's reasons, with the failed `CONFIG GET`s said once: each failure repeats the
+/// connection's context and a hint about script permissions that does not apply to CONFIG, so
+/// they become `CONFIG GET appendonly and maxmemory-policy failed (CAUSE)`, CAUSE being the
+/// server's last word.
+fn condense(why: &str) -> String {
+    let Some((risks, unknown)) = why.split_once("durability cannot be checked: ") else {
+        return why.to_owned();
+    };
+    let params: Vec<&str> = unknown
+        .split("CONFIG GET ")
+        .filter_map(|part| part.split_once(" failed: ").map(|(param, _)| param))
+        .filter(|param| !param.contains(' '))
+        .collect();
+    if params.is_empty() {
+        return why.to_owned();
+    }
+    let cause = unknown
+        .rsplit(": ")
+        .next()
+        .unwrap_or("")
+        .trim_end_matches([';', ' ', '.']);
+    format!(
+        "{risks}its persistence cannot be checked: CONFIG GET {} failed ({cause})",
+        params.join(" and ")
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn failed_config_reads_are_said_once() {
+        let hint = "the server answered with an error; the Redis user needs EVAL (…) on the \
+                    lease keys: NoPerm: this user has no permissions to run the 'config|get' \
+                    command";
+        let why = format!(
+            "durability cannot be checked: CONFIG GET appendonly failed: at h:6379: CONFIG GET \
+             appendonly: {hint}; CONFIG GET maxmemory-policy failed: at h:6379: CONFIG GET \
+             maxmemory-policy: {hint}"
+        );
+        assert_eq!(
+            condense(&why),
+            "its persistence cannot be checked: CONFIG GET appendonly and maxmemory-policy \
+             failed (this user has no permissions to run the 'config|get' command)"
+        );
+        let off = "appendonly is off, so a restart loses every lease record";
+        assert_eq!(condense(off), off);
+    }
 
     #[test]
     fn query_keys_are_the_parameters_names() {
