@@ -123,7 +123,8 @@ impl Value {
         match self {
             Value::Raw(s) => s.clone(),
             Value::Str(s)
-                if s.is_empty() || s.contains(|c: char| c.is_whitespace() || c == '"' || c == '=') =>
+                if s.is_empty()
+                    || s.contains(|c: char| c.is_whitespace() || c == '"' || c == '=') =>
             {
                 format!("{s:?}")
             }
@@ -219,7 +220,11 @@ const KEY_END: char = '\u{1f}';
 struct Fields;
 
 impl<'writer> FormatFields<'writer> for Fields {
-    fn format_fields<R: RecordFields>(&self, mut writer: Writer<'writer>, fields: R) -> fmt::Result {
+    fn format_fields<R: RecordFields>(
+        &self,
+        mut writer: Writer<'writer>,
+        fields: R,
+    ) -> fmt::Result {
         let mut collect = Collect::default();
         fields.record(&mut collect);
         if let Some(message) = collect.message.take() {

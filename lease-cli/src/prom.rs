@@ -40,6 +40,9 @@ const BUCKETS: [f64; 12] = [
 /// A series' label pairs, in the order recorded.
 type Labels = Vec<(String, String)>;
 
+/// A family as rendered: its kind, its HELP text and its series.
+type Rendered<'a> = (&'a str, Option<&'a str>, Vec<(Labels, Series)>);
+
 /// One series' value.
 #[derive(Debug, Clone)]
 enum Series {
@@ -108,7 +111,13 @@ impl Registry {
 
     /// Applies `f` to the series `name`/`labels` (made with `fresh` when missing), keeps the
     /// derived series, and signals the change.
-    fn update(&self, name: &str, labels: &Labels, fresh: fn() -> Series, f: impl FnOnce(&mut Series)) {
+    fn update(
+        &self,
+        name: &str,
+        labels: &Labels,
+        fresh: fn() -> Series,
+        f: impl FnOnce(&mut Series),
+    ) {
         {
             let mut state = self.state();
             let series = state
@@ -173,8 +182,7 @@ impl Registry {
         let state = self.state();
         let now = Instant::now();
         let mut out = String::new();
-        let mut families: BTreeMap<&str, (&str, Option<&str>, Vec<(Labels, Series)>)> =
-            BTreeMap::new();
+        let mut families: BTreeMap<&str, Rendered<'_>> = BTreeMap::new();
         for (name, family) in &state.families {
             if family.series.is_empty() {
                 continue;
@@ -625,7 +633,10 @@ mod tests {
         ] {
             assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
         }
-        assert!(text.contains("# HELP lease_claims_total successful claims\n"), "{text}");
+        assert!(
+            text.contains("# HELP lease_claims_total successful claims\n"),
+            "{text}"
+        );
         // A family's TYPE comes before its samples, once.
         assert_eq!(text.matches("# TYPE lease_held gauge").count(), 1);
     }

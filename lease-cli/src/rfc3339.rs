@@ -55,6 +55,9 @@ mod tests {
         // A leap day, and the last millisecond of a leap year.
         assert_eq!(format(at(951_782_400, 0)), "2000-02-29T00:00:00.000Z");
         assert_eq!(format(at(1_735_689_599, 999)), "2024-12-31T23:59:59.999Z");
-        assert_eq!(format(UNIX_EPOCH - Duration::from_secs(5)), "1970-01-01T00:00:00.000Z");
+        assert_eq!(
+            format(UNIX_EPOCH - Duration::from_secs(5)),
+            "1970-01-01T00:00:00.000Z"
+        );
     }
 }

@@ -178,7 +178,9 @@ fn value(b: &[u8], i: &mut usize) -> Result<Json, String> {
                 *i += 1;
             }
             let t = std::str::from_utf8(&b[start..*i]).unwrap();
-            t.parse().map(Json::Num).map_err(|_| format!("bad number {t}"))
+            t.parse()
+                .map(Json::Num)
+                .map_err(|_| format!("bad number {t}"))
         }
         _ => Err(format!("no value at {i}")),
     }
@@ -221,7 +223,16 @@ fn json_log_is_one_object_per_line() {
     let name = unique_name("json");
     let out = lease(
         &store,
-        &["--log-format", "json", "run", "--ttl", "15s", &name, "--", "true"],
+        &[
+            "--log-format",
+            "json",
+            "run",
+            "--ttl",
+            "15s",
+            &name,
+            "--",
+            "true",
+        ],
     )
     .env("LEASE_LOG", "info")
     .output()
@@ -234,7 +245,11 @@ fn json_log_is_one_object_per_line() {
         .find(|o| o.get("message").and_then(Json::str) == Some("lease claimed"))
         .unwrap_or_else(|| panic!("no claim in {err}"));
     let fields = claimed.get("fields").unwrap();
-    assert_eq!(fields.get("name").and_then(Json::str), Some(name.as_str()), "{err}");
+    assert_eq!(
+        fields.get("name").and_then(Json::str),
+        Some(name.as_str()),
+        "{err}"
+    );
     assert_eq!(fields.get("term"), Some(&Json::Num(1.0)), "{err}");
     assert_eq!(claimed.get("level").and_then(Json::str), Some("INFO"));
     // The release happens in the term's span: its name and term come from there.
@@ -243,7 +258,11 @@ fn json_log_is_one_object_per_line() {
         .find(|o| o.get("message").and_then(Json::str) == Some("lease released"))
         .unwrap_or_else(|| panic!("no release in {err}"));
     let fields = released.get("fields").unwrap();
-    assert_eq!(fields.get("name").and_then(Json::str), Some(name.as_str()), "{err}");
+    assert_eq!(
+        fields.get("name").and_then(Json::str),
+        Some(name.as_str()),
+        "{err}"
+    );
     assert_eq!(fields.get("term"), Some(&Json::Num(1.0)), "{err}");
 
     // The environment variable, and lease's own exit line: a name held elsewhere.
@@ -251,7 +270,11 @@ fn json_log_is_one_object_per_line() {
         .spawn()
         .unwrap();
     assert!(wait_until(Duration::from_secs(10), || {
-        let out = lease_output(&store, &["status", "--json", &name], Duration::from_secs(10));
+        let out = lease_output(
+            &store,
+            &["status", "--json", &name],
+            Duration::from_secs(10),
+        );
         json_u64(&stdout(&out), "term") == Some(2)
     }));
     let out = lease(&store, &["run", &name, "--", "true"])
@@ -301,7 +324,10 @@ fn text_log_is_one_format_and_says_a_loss_once() {
     assert_eq!(code(out.status), 74, "{}", stderr(&out));
     let err = stderr(&out);
     for line in err.lines() {
-        assert!(line.starts_with("lease: "), "a line in another format: {line}\n{err}");
+        assert!(
+            line.starts_with("lease: "),
+            "a line in another format: {line}\n{err}"
+        );
         assert!(
             !line.as_bytes()[7..].first().is_some_and(u8::is_ascii_digit),
             "a timestamped line: {line}"
@@ -315,7 +341,10 @@ fn text_log_is_one_format_and_says_a_loss_once() {
     let losses = err.lines().filter(|l| l.contains(" lost")).count();
     assert_eq!(losses, 1, "the loss said {losses} times:\n{err}");
     assert!(
-        err.lines().last().unwrap().contains("lease's own exit code 74"),
+        err.lines()
+            .last()
+            .unwrap()
+            .contains("lease's own exit code 74"),
         "{err}"
     );
 }
@@ -392,7 +421,10 @@ fn parse_exposition(text: &str) -> Vec<Sample> {
                     .filter(|f| types.get(*f).is_some_and(|k| k == "histogram"))
             })
             .unwrap_or(name);
-        assert!(types.contains_key(family), "a sample before its TYPE: {line}");
+        assert!(
+            types.contains_key(family),
+            "a sample before its TYPE: {line}"
+        );
         samples.push(Sample {
             name: name.to_owned(),
             labels,
@@ -413,14 +445,18 @@ fn value_of(samples: &[Sample], metric: &str, lease: &str) -> Option<f64> {
 /// `GET /metrics` on `addr`: the body of a 200 answer.
 fn scrape(addr: &str) -> String {
     let mut conn = std::net::TcpStream::connect(addr).unwrap();
-    conn.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
     conn.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
         .unwrap();
     let mut answer = String::new();
     conn.read_to_string(&mut answer).unwrap();
     let (head, body) = answer.split_once("\r\n\r\n").unwrap();
     assert!(head.starts_with("HTTP/1.1 200 "), "{head}");
-    assert!(head.contains("Content-Type: text/plain; version=0.0.4"), "{head}");
+    assert!(
+        head.contains("Content-Type: text/plain; version=0.0.4"),
+        "{head}"
+    );
     body.to_owned()
 }
 
@@ -474,11 +510,23 @@ fn metrics_are_scraped_during_a_run_and_written_at_exit() {
     let text = std::fs::read_to_string(&file).unwrap();
     let samples = parse_exposition(&text);
     assert_eq!(value_of(&samples, "lease_term", &name), Some(1.0), "{text}");
-    assert_eq!(value_of(&samples, "lease_claims_total", &name), Some(1.0), "{text}");
+    assert_eq!(
+        value_of(&samples, "lease_claims_total", &name),
+        Some(1.0),
+        "{text}"
+    );
     let scraped = scrape(&addr);
     let samples = parse_exposition(&scraped);
-    assert_eq!(value_of(&samples, "lease_held", &name), Some(1.0), "{scraped}");
-    assert_eq!(value_of(&samples, "lease_term", &name), Some(1.0), "{scraped}");
+    assert_eq!(
+        value_of(&samples, "lease_held", &name),
+        Some(1.0),
+        "{scraped}"
+    );
+    assert_eq!(
+        value_of(&samples, "lease_term", &name),
+        Some(1.0),
+        "{scraped}"
+    );
     assert!(
         value_of(&samples, "lease_held_seconds_total", &name).is_some_and(|s| s > 0.0),
         "{scraped}"
@@ -496,9 +544,16 @@ fn metrics_are_scraped_during_a_run_and_written_at_exit() {
     let samples = parse_exposition(&text);
     assert_eq!(value_of(&samples, "lease_held", &name), Some(0.0), "{text}");
     assert_eq!(value_of(&samples, "lease_term", &name), Some(0.0), "{text}");
-    assert_eq!(value_of(&samples, "lease_claims_total", &name), Some(1.0), "{text}");
+    assert_eq!(
+        value_of(&samples, "lease_claims_total", &name),
+        Some(1.0),
+        "{text}"
+    );
     let held = value_of(&samples, "lease_held_seconds_total", &name).unwrap();
-    assert!((1.5..10.0).contains(&held), "held {held} s for a 2 s CMD:\n{text}");
+    assert!(
+        (1.5..10.0).contains(&held),
+        "held {held} s for a 2 s CMD:\n{text}"
+    );
     // Nothing but the file itself is left in its directory (no temporary file).
     let stray: Vec<String> = std::fs::read_dir(dir.path())
         .unwrap()
@@ -528,7 +583,8 @@ fn metrics_options_that_cannot_work_are_refused() {
     );
     assert_eq!(code(out.status), 64, "{}", stderr(&out));
     assert!(
-        stderr(&out).contains("--metrics-textfile") && stderr(&out).contains("directory that exists"),
+        stderr(&out).contains("--metrics-textfile")
+            && stderr(&out).contains("directory that exists"),
         "{}",
         stderr(&out)
     );
@@ -609,10 +665,21 @@ fn assert_refused_well(url: &str, why: &str) {
     sentences.sort_unstable();
     sentences.dedup();
     assert_eq!(sentences.len(), n, "a sentence said twice: {err}");
-    for rust in ["::", "TermScheme", "RedisConfig", "ClockFloor", "(true)", "allow_volatile("] {
+    for rust in [
+        "::",
+        "TermScheme",
+        "RedisConfig",
+        "ClockFloor",
+        "(true)",
+        "allow_volatile(",
+    ] {
         assert!(!err.contains(rust), "names {rust}: {err}");
     }
-    for param in ["?terms=clock_floor", "?allow_volatile=1", "appendfsync always"] {
+    for param in [
+        "?terms=clock_floor",
+        "?allow_volatile=1",
+        "appendfsync always",
+    ] {
         assert!(err.contains(param), "no {param}: {err}");
     }
     assert!(err.contains("Safe"), "which is safe? {err}");

@@ -410,14 +410,20 @@ mod tests {
              \"expires_at\":\"2026-12-07T13:45:16.023Z\"}\n"
         );
         let released = Event::Change(HolderChange::Released { term: 7 });
-        assert_eq!(line("job", &released, false, at()), "2026-12-07T13:45:01.123Z job: released (term 7)\n");
+        assert_eq!(
+            line("job", &released, false, at()),
+            "2026-12-07T13:45:01.123Z job: released (term 7)\n"
+        );
         assert_eq!(
             line("job", &released, true, at()),
             "{\"time\":\"2026-12-07T13:45:01.123Z\",\"name\":\"job\",\"event\":\"released\",\"holder\":null,\"term\":7,\"expires_in_ms\":null,\
              \"expires_at\":null}\n"
         );
         let expired = Event::Change(HolderChange::Expired { term: 8 });
-        assert!(line("job", &expired, false, at()).starts_with("2026-12-07T13:45:01.123Z job: expired (term 8)"));
+        assert!(
+            line("job", &expired, false, at())
+                .starts_with("2026-12-07T13:45:01.123Z job: expired (term 8)")
+        );
         assert_eq!(
             line("a\nb", &Event::Free { term: None }, false, at()),
             "2026-12-07T13:45:01.123Z a\\nb: free\n"
