@@ -349,6 +349,28 @@ fn text_log_is_one_format_and_says_a_loss_once() {
     );
 }
 
+/// The help of every subcommand names the log's format, its filter and the metrics' outlets.
+#[test]
+fn help_documents_the_log_and_the_metrics() {
+    for sub in ["run", "elect", "status", "watch"] {
+        let out = lease_output("", &[sub, "--help"], Duration::from_secs(10));
+        let help = stdout(&out);
+        for text in [
+            "--log-format <FORMAT>",
+            "LEASE_LOG_FORMAT",
+            "LEASE_LOG sets the filter",
+            "audit line per claim, release and loss",
+            "--metrics-textfile <PATH>",
+            "--metrics-listen <ADDR>",
+        ] {
+            assert!(
+                help.contains(text),
+                "lease {sub} --help lacks {text:?}:\n{help}"
+            );
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Metrics.
 
