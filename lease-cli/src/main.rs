@@ -23,6 +23,7 @@ mod commands;
 mod duration;
 mod exit;
 mod log;
+mod mismatch;
 mod observe;
 mod open_store;
 mod prom;
