@@ -55,9 +55,26 @@ pub(crate) fn format() -> LogFormat {
     FORMAT.get().copied().unwrap_or_default()
 }
 
+/// Sets the format of the lines `lease` writes itself, before (or without) [`init`].
+pub(crate) fn choose(format: LogFormat) {
+    let _ = FORMAT.set(format);
+}
+
+/// Whether the command line or the environment asks for JSON, read without clap (for a command
+/// line clap refused): `--log-format json`, `--log-format=json` or `LEASE_LOG_FORMAT=json`.
+pub(crate) fn json_asked(args: &[std::ffi::OsString]) -> bool {
+    let args: Vec<&str> = args.iter().filter_map(|a| a.to_str()).collect();
+    let flag = args
+        .windows(2)
+        .any(|w| w[0] == "--log-format" && w[1] == "json")
+        || args.contains(&"--log-format=json");
+    let env = std::env::var(FORMAT_VAR).is_ok_and(|v| v == "json");
+    flag || (env && !args.iter().any(|a| a.starts_with("--log-format")))
+}
+
 /// Installs the log: the filter from `LEASE_LOG` (else [`DEFAULT_LOG`]), written in `format`.
 pub(crate) fn init(format: LogFormat) {
-    let _ = FORMAT.set(format);
+    choose(format);
     let filter = EnvFilter::try_from_env(LOG_VAR).unwrap_or_else(|_| EnvFilter::new(DEFAULT_LOG));
     let json = format == LogFormat::Json;
     let _ = tracing_subscriber::fmt()

@@ -49,11 +49,11 @@ fn main() -> ExitCode {
     register_secrets(&args);
     let matches = match cli::command().try_get_matches_from(&args) {
         Ok(m) => m,
-        Err(e) => return clap_exit(&e),
+        Err(e) => return clap_exit(&e, &args),
     };
     let cli = match Cli::from_arg_matches(&matches) {
         Ok(cli) => cli,
-        Err(e) => return clap_exit(&e),
+        Err(e) => return clap_exit(&e, &args),
     };
     if let Command::Exec(exec) = &cli.command {
         // The shim: no runtime, no log, straight to `exec`.
@@ -131,13 +131,30 @@ fn register_secrets(args: &[OsString]) {
     }
 }
 
-/// Prints a clap outcome (help, version or a usage error) and picks the exit code.
-fn clap_exit(e: &clap::Error) -> ExitCode {
+/// Prints a clap outcome (help, version or a usage error) and picks the exit code; a usage
+/// error is one JSON object when `args` or the environment ask for the JSON log.
+fn clap_exit(e: &clap::Error, args: &[OsString]) -> ExitCode {
     use clap::error::ErrorKind;
     match e.kind() {
         ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
             let _ = e.print();
             ExitCode::SUCCESS
+        }
+        _ if log::json_asked(args) => {
+            // One JSON object, clap's text folded into its message.
+            log::choose(log::LogFormat::Json);
+            let text = e.render().to_string();
+            let text: Vec<&str> = text
+                .lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty() && !l.starts_with("For more information"))
+                .collect();
+            let usage = CliError::new(
+                Exit::Usage,
+                format!("bad command line: {}; see lease --help", text.join(" ")),
+            );
+            write_line_scrubbed(&log::exit_line(&usage));
+            ExitCode::from(usage.exit().code())
         }
         _ => {
             let text = e.render().to_string();

@@ -301,6 +301,39 @@ fn json_log_is_one_object_per_line() {
     );
 }
 
+/// A command line clap refuses is one JSON object too when the JSON log is asked for.
+#[test]
+fn json_log_covers_a_bad_command_line() {
+    for (args, env) in [
+        (vec!["--log-format", "json", "run", "job"], None),
+        (
+            vec!["run", "--no-such-option", "job", "--", "true"],
+            Some("json"),
+        ),
+    ] {
+        let mut cmd = lease("", &args);
+        if let Some(v) = env {
+            cmd.env("LEASE_LOG_FORMAT", v);
+        }
+        let out = cmd.output().unwrap();
+        assert_eq!(code(out.status), 64, "{}", stderr(&out));
+        let err = stderr(&out);
+        let lines: Vec<&str> = err.lines().collect();
+        assert_eq!(lines.len(), 1, "{err}");
+        let o = log_object(lines[0]);
+        assert_eq!(
+            o.get("fields").and_then(|f| f.get("exit")),
+            Some(&Json::Num(64.0))
+        );
+        let message = o.get("message").and_then(Json::str).unwrap();
+        assert!(
+            message.starts_with("bad command line: error: ")
+                && message.ends_with("see lease --help"),
+            "{message}"
+        );
+    }
+}
+
 /// In text, every line `lease` writes to stderr starts with `lease: ` — the log's audit lines
 /// (fields as key=value after the message) as well as its own — with no timestamp of the log
 /// library; and a loss is said once, in the line of exit code 74, not also as a warning.
