@@ -30,6 +30,9 @@ pub(crate) struct Cli {
     )]
     pub(crate) store: Option<String>,
 
+    #[command(flatten)]
+    pub(crate) observe: crate::observe::ObserveArgs,
+
     /// What to do.
     #[command(subcommand)]
     pub(crate) command: Command,
@@ -143,19 +146,25 @@ const WATCH_ABOUT: &str = "Print one line per change of each NAME's holder, unti
     and where it sends none lease reads every 2 to 2.5 s and at each holder's expiry. Changes \
     between two reads are coalesced: a holder that came and went between them is not shown, \
     and a release seen after the holder's expiry shows as expired.\n\n\
-    \x20 job: free (last term 6)\n\
-    \x20 job: claimed by web-1 (term 7, expires in 14.9s)\n\
-    \x20 job: released (term 7)\n\
-    \x20 job: expired (term 8): the holder stopped renewing\n\n\
+    Each line starts with the time lease read the change (this host's wall clock, RFC 3339 in \
+    UTC); a claim also gives its expiry as a time: the read's time plus what the store said \
+    was left, which is its holder's lease as the store sees it.\n\n\
+    \x20 2026-12-07T13:45:01.123Z job: free (last term 6)\n\
+    \x20 2026-12-07T13:45:02.417Z job: claimed by web-1 (term 7, expires in 14.9s at \
+    2026-12-07T13:45:17.317Z)\n\
+    \x20 2026-12-07T13:45:09.020Z job: released (term 7)\n\
+    \x20 2026-12-07T13:46:30.005Z job: expired (term 8): the holder stopped renewing\n\n\
     A counted name (lease run --permits N) gets the same lines per permit, each naming the \
     permit and how many of the name's permits were held at that read; its live permits at the \
     start show as claimed:\n\n\
-    \x20 pool: permit 1 claimed by web-2 (term 9, expires in 14.9s); 2 permits held\n\
-    \x20 pool: permit 0 released (term 8); 1 permit held\n\n\
-    With --json, one JSON object per line: name, event (free, claimed, released, expired), \
-    holder (null unless claimed), term (the last one issued; null when never claimed), \
-    expires_in_ms (null unless claimed); a permit's object also has permit (after name) and \
-    permits_held (last). SIGINT, SIGTERM and SIGHUP end it with code 0.";
+    \x20 2026-12-07T13:45:02.417Z pool: permit 1 claimed by web-2 (term 9, expires in 14.9s \
+    at 2026-12-07T13:45:17.317Z); 2 permits held\n\
+    \x20 2026-12-07T13:45:09.020Z pool: permit 0 released (term 8); 1 permit held\n\n\
+    With --json, one JSON object per line: time (as above), name, event (free, claimed, \
+    released, expired), holder (null unless claimed), term (the last one issued; null when \
+    never claimed), expires_in_ms and expires_at (the expiry as a time; both null unless \
+    claimed); a permit's object also has permit (after name) and permits_held (last). SIGINT, \
+    SIGTERM and SIGHUP end it with code 0.";
 
 const MEMBERS_ABOUT: &str = "Show the live members of SERVICE: node id, address, groups, time \
     left.\n\n\
@@ -461,8 +470,9 @@ pub(crate) struct WatchArgs {
     #[arg(required = true, num_args = 1..)]
     pub(crate) names: Vec<String>,
 
-    /// Print one JSON object per line instead of text: name, event, holder, term and
-    /// expires_in_ms (and, for a permit of a counted name, permit and permits_held).
+    /// Print one JSON object per line instead of text: time, name, event, holder, term,
+    /// expires_in_ms and expires_at (and, for a permit of a counted name, permit and
+    /// permits_held).
     #[arg(long)]
     pub(crate) json: bool,
 }
@@ -543,9 +553,10 @@ pub(crate) fn after_help() -> String {
          $XDG_STATE_HOME/lease/leases.db, else ~/.local/state/lease/leases.db, created when \
          missing).\n  Schemes: sqlite, postgres(ql), mysql, mariadb, redis(s), mongodb, nats; etcd when built with \
          --features etcd.\n  \
-         NATS: one bucket per lease duration (leases_<ms>ms); ?bucket=NAME picks one.\n  Redis: needs appendonly yes with appendfsync always; add \
-         ?allow_fsync_everysec=1 to accept appendfsync everysec, ?allow_volatile=1 or \
-         ?terms=clock_floor to accept a server without AOF.\n  Passwords in URLs are never printed.\n\n{}",
+         NATS: one bucket per lease duration (leases_<ms>ms); ?bucket=NAME picks one.\n  Redis: run and elect need appendonly yes with appendfsync always; add \
+         ?terms=clock_floor (safe while the server's clock never steps back), \
+         ?allow_fsync_everysec=1 (appendfsync everysec) or ?allow_volatile=1 (unsafe) to accept \
+         a server without it; commands that claim nothing need none.\n  Passwords in URLs are never printed.\n\n{}",
         default_store_help(),
         Exit::help_table()
     )

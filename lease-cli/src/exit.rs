@@ -134,7 +134,8 @@ impl Exit {
         }
         out.push_str(
             "  lease's own codes (64-78) are always announced on stderr with a line starting \
-             \"lease:\";\n  any other code is CMD's.",
+             \"lease:\"\n  (with --log-format json, an object with \"exit\" in its fields); any \
+             other code is CMD's.",
         );
         out
     }
@@ -186,7 +187,6 @@ impl CliError {
     }
 
     /// The message, without the exit code.
-    #[cfg(test)]
     pub(crate) fn message(&self) -> &str {
         &self.message
     }

@@ -22,9 +22,13 @@ mod cli;
 mod commands;
 mod duration;
 mod exit;
+mod log;
 mod mismatch;
+mod observe;
 mod open_store;
+mod prom;
 mod redact;
+mod rfc3339;
 mod signals;
 mod store_url;
 mod supervise;
@@ -34,31 +38,22 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::FromArgMatches;
-use tracing_subscriber::EnvFilter;
 
 use crate::cli::{Cli, Command};
 use crate::exit::{CliError, Exit};
-use crate::redact::{MakeScrubbedStderr, eprintln_scrubbed};
+use crate::redact::write_line_scrubbed;
 use crate::store_url::{STORE_VAR, StoreUrl};
-
-/// The environment variable with the log filter (tracing's `EnvFilter` syntax).
-const LOG_VAR: &str = "LEASE_LOG";
-
-/// The log filter when `LEASE_LOG` is unset: warnings from the lease crates, errors from the
-/// rest.
-const DEFAULT_LOG: &str = "error,lease=warn,lease_core=warn,lease_sql=warn,lease_redis=warn,\
-                           lease_mongo=warn";
 
 fn main() -> ExitCode {
     let args: Vec<OsString> = std::env::args_os().collect();
     register_secrets(&args);
     let matches = match cli::command().try_get_matches_from(&args) {
         Ok(m) => m,
-        Err(e) => return clap_exit(&e),
+        Err(e) => return clap_exit(&e, &args),
     };
     let cli = match Cli::from_arg_matches(&matches) {
         Ok(cli) => cli,
-        Err(e) => return clap_exit(&e),
+        Err(e) => return clap_exit(&e, &args),
     };
     if let Command::Exec(exec) = &cli.command {
         // The shim: no runtime, no log, straight to `exec`.
@@ -68,7 +63,7 @@ fn main() -> ExitCode {
         // The watchdog: no runtime, no log; a loop over poll(2).
         return ExitCode::from(child::watch(args));
     }
-    init_log();
+    log::init(cli.observe.log_format);
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -76,18 +71,25 @@ fn main() -> ExitCode {
         Ok(rt) => rt,
         Err(e) => {
             let e = CliError::new(Exit::CannotStart, format!("cannot start the runtime: {e}"));
-            eprintln_scrubbed(&e.to_string());
+            write_line_scrubbed(&log::exit_line(&e));
             return ExitCode::from(e.exit().code());
         }
     };
     // One thread: CMD is started from the main thread, so its parent-death signal is tied to
     // the life of the whole process, not of a worker thread.
-    let result = runtime.block_on(dispatch(cli));
+    let result = runtime.block_on(async {
+        let exporter = prom::start(&cli.observe).await?;
+        let result = dispatch(cli).await;
+        if let Some(exporter) = exporter {
+            exporter.finish();
+        }
+        result
+    });
     runtime.shutdown_timeout(Duration::from_millis(500));
     match result {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
-            eprintln_scrubbed(&e.to_string());
+            write_line_scrubbed(&log::exit_line(&e));
             ExitCode::from(e.exit().code())
         }
     }
@@ -129,13 +131,30 @@ fn register_secrets(args: &[OsString]) {
     }
 }
 
-/// Prints a clap outcome (help, version or a usage error) and picks the exit code.
-fn clap_exit(e: &clap::Error) -> ExitCode {
+/// Prints a clap outcome (help, version or a usage error) and picks the exit code; a usage
+/// error is one JSON object when `args` or the environment ask for the JSON log.
+fn clap_exit(e: &clap::Error, args: &[OsString]) -> ExitCode {
     use clap::error::ErrorKind;
     match e.kind() {
         ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
             let _ = e.print();
             ExitCode::SUCCESS
+        }
+        _ if log::json_asked(args) => {
+            // One JSON object, clap's text folded into its message.
+            log::choose(log::LogFormat::Json);
+            let text = e.render().to_string();
+            let text: Vec<&str> = text
+                .lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty() && !l.starts_with("For more information"))
+                .collect();
+            let usage = CliError::new(
+                Exit::Usage,
+                format!("bad command line: {}; see lease --help", text.join(" ")),
+            );
+            write_line_scrubbed(&log::exit_line(&usage));
+            ExitCode::from(usage.exit().code())
         }
         _ => {
             let text = e.render().to_string();
@@ -143,18 +162,8 @@ fn clap_exit(e: &clap::Error) -> ExitCode {
             let _ = std::io::Write::write_all(&mut err, redact::scrub(&text).as_bytes());
             drop(err);
             let usage = CliError::new(Exit::Usage, "bad command line; see lease --help");
-            eprintln_scrubbed(&usage.to_string());
+            write_line_scrubbed(&usage.to_string());
             ExitCode::from(usage.exit().code())
         }
     }
-}
-
-fn init_log() {
-    let filter = EnvFilter::try_from_env(LOG_VAR).unwrap_or_else(|_| EnvFilter::new(DEFAULT_LOG));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(MakeScrubbedStderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_target(false)
-        .try_init();
 }

@@ -38,8 +38,14 @@ pub(crate) fn scrub(text: &str) -> String {
     out
 }
 
-/// Writes one line to stderr, scrubbed.
+/// Writes one note of `lease`'s own (a line starting with `lease: `) to stderr, scrubbed, in
+/// the log's format ([`crate::log::note`]).
 pub(crate) fn eprintln_scrubbed(line: &str) {
+    write_line_scrubbed(&crate::log::note(line));
+}
+
+/// Writes one line to stderr as it is, scrubbed.
+pub(crate) fn write_line_scrubbed(line: &str) {
     let mut err = io::stderr().lock();
     let _ = writeln!(err, "{}", scrub(line));
 }

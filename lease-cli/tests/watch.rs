@@ -17,6 +17,7 @@ use rustix::process::Signal;
 struct Watch {
     child: Child,
     lines: mpsc::Receiver<String>,
+    json: bool,
 }
 
 impl Watch {
@@ -34,14 +35,17 @@ impl Watch {
                 }
             }
         });
-        Watch { child, lines }
+        let json = args.contains(&"--json");
+        Watch { child, lines, json }
     }
 
-    /// The next line, within `limit`, and how long it took.
+    /// The next line, within `limit`, and how long it took; its times are checked (see
+    /// [`untimed`] and [`untimed_json`]) and taken out.
     fn next(&self, limit: Duration) -> (String, Duration) {
         let asked = Instant::now();
         match self.lines.recv_timeout(limit) {
-            Ok(line) => (line, asked.elapsed()),
+            Ok(line) if self.json => (untimed_json(&line), asked.elapsed()),
+            Ok(line) => (untimed(&line), asked.elapsed()),
             Err(e) => panic!("no line from lease watch within {limit:?}: {e}"),
         }
     }
@@ -60,6 +64,89 @@ impl Watch {
         assert_eq!(code(out.status), 0, "{}", stderr(&out));
         assert!(stderr(&out).trim().is_empty(), "{}", stderr(&out));
     }
+}
+
+/// Milliseconds since the epoch of an RFC 3339 UTC time as `lease watch` prints it
+/// (`2026-12-07T13:45:01.123Z`); panics on anything else.
+fn epoch_ms(time: &str) -> i64 {
+    let b = time.as_bytes();
+    assert!(
+        b.len() == 24
+            && time.ends_with('Z')
+            && [4, 7].iter().all(|&i| b[i] == b'-')
+            && b[10] == b'T'
+            && [13, 16].iter().all(|&i| b[i] == b':')
+            && b[19] == b'.',
+        "not an RFC 3339 UTC time with milliseconds: {time:?}"
+    );
+    let n = |r: std::ops::Range<usize>| -> i64 { time[r].parse().unwrap() };
+    let (y, m, d) = (n(0..4), n(5..7), n(8..10));
+    // Howard Hinnant's days_from_civil.
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    ((days * 24 + n(11..13)) * 60 + n(14..16)) * 60_000 + n(17..19) * 1000 + n(20..23)
+}
+
+/// Now on this host's wall clock, in milliseconds since the epoch.
+fn now_ms() -> i64 {
+    i64::try_from(now_ns() / 1_000_000).unwrap()
+}
+
+/// Checks that `time` is an RFC 3339 UTC time within 10 s of now.
+fn assert_recent(time: &str, line: &str) -> i64 {
+    let at = epoch_ms(time);
+    assert!((at - now_ms()).abs() < 10_000, "{time} is not now: {line}");
+    at
+}
+
+/// A text line of the watch without its leading time, which is checked (RFC 3339, now); a
+/// claim's expiry time ("expires in D at T") is checked to lie after it, within the lease.
+fn untimed(line: &str) -> String {
+    let (time, rest) = line
+        .split_once(' ')
+        .unwrap_or_else(|| panic!("no time in {line:?}"));
+    let at = assert_recent(time, line);
+    if let Some((_, tail)) = rest.split_once(" at ") {
+        let expiry = epoch_ms(&tail[..24]);
+        assert!(
+            expiry > at && expiry <= at + 15_000,
+            "expiry {} not within the lease after {time}: {line}",
+            &tail[..24]
+        );
+        return rest.replacen(&format!(" at {}", &tail[..24]), "", 1);
+    }
+    rest.to_owned()
+}
+
+/// A JSON line of the watch without its `"time"` (first, checked as in [`untimed`]) and its
+/// `"expires_at"` (null, or for a claim the time plus `expires_in_ms`).
+fn untimed_json(line: &str) -> String {
+    let rest = line
+        .strip_prefix(r#"{"time":""#)
+        .unwrap_or_else(|| panic!("no time first in {line}"));
+    let at = assert_recent(&rest[..24], line);
+    let rest = rest[24..]
+        .strip_prefix(r#"","#)
+        .unwrap_or_else(|| panic!("{line}"));
+    let out = format!("{{{rest}");
+    if out.contains(r#","expires_at":null"#) {
+        return out.replacen(r#","expires_at":null"#, "", 1);
+    }
+    let (_, tail) = out
+        .split_once(r#","expires_at":""#)
+        .unwrap_or_else(|| panic!("no expires_at in {line}"));
+    let expiry = epoch_ms(&tail[..24]);
+    let left = i64::try_from(json_u64(line, "expires_in_ms").unwrap()).unwrap();
+    assert!(
+        expiry - at == left || expiry - at == left + 1,
+        "expires_at is not time + expires_in_ms: {line}"
+    );
+    out.replacen(&format!(r#","expires_at":"{}""#, &tail[..24]), "", 1)
 }
 
 /// `lease run --ttl TTL NAME -- sleep SECS`, spawned.

@@ -192,7 +192,8 @@ pub(crate) async fn open_for(
     for name in names {
         precheck_name(name)?;
     }
-    let store = open_store::open(url, lease::Timings::default().lease()).await?;
+    // They claim nothing: a Redis server that may lose records is not refused.
+    let store = open_store::open_to_read(url, lease::Timings::default().lease()).await?;
     for name in names {
         check_name(store.as_ref(), name)?;
     }
@@ -207,7 +208,7 @@ pub(crate) async fn open_group_for(
     name: &str,
 ) -> Result<Arc<Store>, CliError> {
     precheck_name_of(what, name)?;
-    let store = open_store::open_group(url, lease::Timings::default().lease()).await?;
+    let store = open_store::open_group_to_read(url, lease::Timings::default().lease()).await?;
     check_name_of(store.as_ref(), what, name)?;
     Ok(store)
 }

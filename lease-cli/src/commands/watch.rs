@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use lease::backend::clock::{Deadline, Stamp};
 use lease::backend::notify::Topic;
@@ -20,6 +20,7 @@ use crate::commands::open_for;
 use crate::commands::output::{self, json_string, printable};
 use crate::duration::human;
 use crate::exit::CliError;
+use crate::rfc3339;
 use crate::signals::StopSignals;
 use crate::store_url::StoreUrl;
 
@@ -73,7 +74,7 @@ pub(crate) async fn watch(url: &StoreUrl, args: WatchArgs) -> Result<u8, CliErro
                 .into_iter()
                 .chain(first_permits.iter().map(|p| p.term))
                 .max();
-            let _ = tx.send(line(&name, &Event::Free { term }, json));
+            let _ = tx.send(line(&name, &Event::Free { term }, json, SystemTime::now()));
         }
         let plain_tx = tx.clone();
         let plain_name = name.clone();
@@ -84,7 +85,12 @@ pub(crate) async fn watch(url: &StoreUrl, args: WatchArgs) -> Result<u8, CliErro
                     Ok(change) => {
                         failing = false;
                         if plain_tx
-                            .send(line(&plain_name, &Event::Change(change), json))
+                            .send(line(
+                                &plain_name,
+                                &Event::Change(change),
+                                json,
+                                SystemTime::now(),
+                            ))
                             .is_err()
                         {
                             return;
@@ -107,7 +113,7 @@ pub(crate) async fn watch(url: &StoreUrl, args: WatchArgs) -> Result<u8, CliErro
                     match permits.next().await {
                         Ok(event) => {
                             failing = false;
-                            if tx.send(line(&name, &event, json)).is_err() {
+                            if tx.send(line(&name, &event, json, SystemTime::now())).is_err() {
                                 return;
                             }
                         }
@@ -286,13 +292,19 @@ impl PermitWatch {
     }
 }
 
-/// One line for `event` of `name`, with its line feed.
+/// One line for `event` of `name`, read at `at` (this host's wall clock), with its line feed.
 ///
+/// Every line starts with `at` in RFC 3339 (UTC, milliseconds); a claim also gives its expiry
+/// as an absolute time: `at` plus the time the store said was left (the contract reads no
+/// store clock, so the store's view is its expiry, placed on this host's clock).
 /// A permit's line names the permit and how many of the name's permits were held at the read
-/// that saw the change: `NAME: permit P claimed by I (term T, expires in D); H permits held`;
-/// in JSON, the plain lease's object with `"permit":P` after the name and `"permits_held":H`
-/// at the end.
-pub(crate) fn line(name: &str, event: &Event, json: bool) -> String {
+/// that saw the change: `T NAME: permit P claimed by I (term T, expires in D at E); H permits
+/// held`; in JSON, the plain lease's object with `"permit":P` after the name and
+/// `"permits_held":H` at the end. A JSON object starts with `"time"` (`at`) and has
+/// `"expires_at"` after `"expires_in_ms"` (null unless claimed).
+pub(crate) fn line(name: &str, event: &Event, json: bool, at: SystemTime) -> String {
+    let time = rfc3339::format(at);
+    let expires_at = |left: &Duration| rfc3339::format(at.checked_add(*left).unwrap_or(at));
     if json {
         let n = json_string(name);
         let change_json = |change: &HolderChange| match change {
@@ -301,21 +313,26 @@ pub(crate) fn line(name: &str, event: &Event, json: bool) -> String {
                 term,
                 expires_in,
             } => format!(
-                "\"event\":\"claimed\",\"holder\":{},\"term\":{term},\"expires_in_ms\":{}",
+                "\"event\":\"claimed\",\"holder\":{},\"term\":{term},\"expires_in_ms\":{},\
+                 \"expires_at\":\"{}\"",
                 json_string(instance),
-                expires_in.as_millis()
+                expires_in.as_millis(),
+                expires_at(expires_in)
             ),
             HolderChange::Released { term } => format!(
-                "\"event\":\"released\",\"holder\":null,\"term\":{term},\"expires_in_ms\":null"
+                "\"event\":\"released\",\"holder\":null,\"term\":{term},\"expires_in_ms\":null,\
+                 \"expires_at\":null"
             ),
             HolderChange::Expired { term } => format!(
-                "\"event\":\"expired\",\"holder\":null,\"term\":{term},\"expires_in_ms\":null"
+                "\"event\":\"expired\",\"holder\":null,\"term\":{term},\"expires_in_ms\":null,\
+                 \"expires_at\":null"
             ),
             _ => "\"event\":\"unknown\"".to_owned(),
         };
         let body = match event {
             Event::Free { term } => format!(
-                "\"event\":\"free\",\"holder\":null,\"term\":{},\"expires_in_ms\":null",
+                "\"event\":\"free\",\"holder\":null,\"term\":{},\"expires_in_ms\":null,\
+                 \"expires_at\":null",
                 term.map_or_else(|| "null".to_owned(), |t| t.to_string())
             ),
             Event::Change(change) => change_json(change),
@@ -328,7 +345,7 @@ pub(crate) fn line(name: &str, event: &Event, json: bool) -> String {
                 change_json(change)
             ),
         };
-        return format!("{{\"name\":{n},{body}}}\n");
+        return format!("{{\"time\":\"{time}\",\"name\":{n},{body}}}\n");
     }
     let n = printable(name);
     let change_text = |change: &HolderChange| match change {
@@ -337,9 +354,10 @@ pub(crate) fn line(name: &str, event: &Event, json: bool) -> String {
             term,
             expires_in,
         } => format!(
-            "claimed by {} (term {term}, expires in {})",
+            "claimed by {} (term {term}, expires in {} at {})",
             printable(instance),
-            human(*expires_in)
+            human(*expires_in),
+            expires_at(expires_in)
         ),
         HolderChange::Released { term } => format!("released (term {term})"),
         HolderChange::Expired { term } => {
@@ -348,9 +366,9 @@ pub(crate) fn line(name: &str, event: &Event, json: bool) -> String {
         other => format!("{other:?}"),
     };
     match event {
-        Event::Free { term: Some(t) } => format!("{n}: free (last term {t})\n"),
-        Event::Free { term: None } => format!("{n}: free\n"),
-        Event::Change(change) => format!("{n}: {}\n", change_text(change)),
+        Event::Free { term: Some(t) } => format!("{time} {n}: free (last term {t})\n"),
+        Event::Free { term: None } => format!("{time} {n}: free\n"),
+        Event::Change(change) => format!("{time} {n}: {}\n", change_text(change)),
         Event::Permit {
             permit,
             change,
@@ -358,7 +376,7 @@ pub(crate) fn line(name: &str, event: &Event, json: bool) -> String {
         } => {
             let s = if *held == 1 { "" } else { "s" };
             format!(
-                "{n}: permit {permit} {}; {held} permit{s} held\n",
+                "{time} {n}: permit {permit} {}; {held} permit{s} held\n",
                 change_text(change)
             )
         }
@@ -368,7 +386,12 @@ pub(crate) fn line(name: &str, event: &Event, json: bool) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
+    use std::time::{Duration, UNIX_EPOCH};
+
+    /// 2026-12-07T13:45:01.123Z.
+    fn at() -> SystemTime {
+        UNIX_EPOCH + Duration::from_millis(1_796_651_101_123)
+    }
 
     #[test]
     fn lines_in_both_forms() {
@@ -378,28 +401,37 @@ mod tests {
             expires_in: Duration::from_millis(14_900),
         });
         assert_eq!(
-            line("job", &claimed, false),
-            "job: claimed by web-1 (term 7, expires in 14.9s)\n"
+            line("job", &claimed, false, at()),
+            "2026-12-07T13:45:01.123Z job: claimed by web-1 (term 7, expires in 14.9s at 2026-12-07T13:45:16.023Z)\n"
         );
         assert_eq!(
-            line("job", &claimed, true),
-            "{\"name\":\"job\",\"event\":\"claimed\",\"holder\":\"web-1\",\"term\":7,\"expires_in_ms\":14900}\n"
+            line("job", &claimed, true, at()),
+            "{\"time\":\"2026-12-07T13:45:01.123Z\",\"name\":\"job\",\"event\":\"claimed\",\"holder\":\"web-1\",\"term\":7,\"expires_in_ms\":14900,\
+             \"expires_at\":\"2026-12-07T13:45:16.023Z\"}\n"
         );
         let released = Event::Change(HolderChange::Released { term: 7 });
-        assert_eq!(line("job", &released, false), "job: released (term 7)\n");
         assert_eq!(
-            line("job", &released, true),
-            "{\"name\":\"job\",\"event\":\"released\",\"holder\":null,\"term\":7,\"expires_in_ms\":null}\n"
+            line("job", &released, false, at()),
+            "2026-12-07T13:45:01.123Z job: released (term 7)\n"
+        );
+        assert_eq!(
+            line("job", &released, true, at()),
+            "{\"time\":\"2026-12-07T13:45:01.123Z\",\"name\":\"job\",\"event\":\"released\",\"holder\":null,\"term\":7,\"expires_in_ms\":null,\
+             \"expires_at\":null}\n"
         );
         let expired = Event::Change(HolderChange::Expired { term: 8 });
-        assert!(line("job", &expired, false).starts_with("job: expired (term 8)"));
-        assert_eq!(
-            line("a\nb", &Event::Free { term: None }, false),
-            "a\\nb: free\n"
+        assert!(
+            line("job", &expired, false, at())
+                .starts_with("2026-12-07T13:45:01.123Z job: expired (term 8)")
         );
         assert_eq!(
-            line("job", &Event::Free { term: Some(3) }, true),
-            "{\"name\":\"job\",\"event\":\"free\",\"holder\":null,\"term\":3,\"expires_in_ms\":null}\n"
+            line("a\nb", &Event::Free { term: None }, false, at()),
+            "2026-12-07T13:45:01.123Z a\\nb: free\n"
+        );
+        assert_eq!(
+            line("job", &Event::Free { term: Some(3) }, true, at()),
+            "{\"time\":\"2026-12-07T13:45:01.123Z\",\"name\":\"job\",\"event\":\"free\",\"holder\":null,\"term\":3,\"expires_in_ms\":null,\
+             \"expires_at\":null}\n"
         );
     }
 
@@ -415,13 +447,13 @@ mod tests {
             held: 3,
         };
         assert_eq!(
-            line("pool", &claimed, false),
-            "pool: permit 2 claimed by web-1 (term 9, expires in 1.9s); 3 permits held\n"
+            line("pool", &claimed, false, at()),
+            "2026-12-07T13:45:01.123Z pool: permit 2 claimed by web-1 (term 9, expires in 1.9s at 2026-12-07T13:45:03.023Z); 3 permits held\n"
         );
         assert_eq!(
-            line("pool", &claimed, true),
-            "{\"name\":\"pool\",\"permit\":2,\"event\":\"claimed\",\"holder\":\"web-1\",\"term\":9,\
-             \"expires_in_ms\":1900,\"permits_held\":3}\n"
+            line("pool", &claimed, true, at()),
+            "{\"time\":\"2026-12-07T13:45:01.123Z\",\"name\":\"pool\",\"permit\":2,\"event\":\"claimed\",\"holder\":\"web-1\",\"term\":9,\
+             \"expires_in_ms\":1900,\"expires_at\":\"2026-12-07T13:45:03.023Z\",\"permits_held\":3}\n"
         );
         let released = Event::Permit {
             permit: 0,
@@ -429,8 +461,8 @@ mod tests {
             held: 1,
         };
         assert_eq!(
-            line("pool", &released, false),
-            "pool: permit 0 released (term 4); 1 permit held\n"
+            line("pool", &released, false, at()),
+            "2026-12-07T13:45:01.123Z pool: permit 0 released (term 4); 1 permit held\n"
         );
         let expired = Event::Permit {
             permit: 1,
@@ -438,13 +470,13 @@ mod tests {
             held: 0,
         };
         assert_eq!(
-            line("pool", &expired, false),
-            "pool: permit 1 expired (term 5): the holder stopped renewing; 0 permits held\n"
+            line("pool", &expired, false, at()),
+            "2026-12-07T13:45:01.123Z pool: permit 1 expired (term 5): the holder stopped renewing; 0 permits held\n"
         );
         assert_eq!(
-            line("pool", &expired, true),
-            "{\"name\":\"pool\",\"permit\":1,\"event\":\"expired\",\"holder\":null,\"term\":5,\
-             \"expires_in_ms\":null,\"permits_held\":0}\n"
+            line("pool", &expired, true, at()),
+            "{\"time\":\"2026-12-07T13:45:01.123Z\",\"name\":\"pool\",\"permit\":1,\"event\":\"expired\",\"holder\":null,\"term\":5,\
+             \"expires_in_ms\":null,\"expires_at\":null,\"permits_held\":0}\n"
         );
     }
 
