@@ -7,6 +7,7 @@ use rustix::process::Signal;
 
 use crate::duration::human;
 use crate::exit::{CliError, Exit};
+use crate::mismatch::agreed;
 use crate::signals::StopSignals;
 
 /// How a campaign ended.
@@ -61,7 +62,7 @@ pub(crate) async fn acquire_within(
             return Ok(Campaign::Interrupted(sig));
         }
         return match attempt {
-            Ok(term) => Ok(Campaign::Won(term)),
+            Ok(term) => Ok(Campaign::Won(agreed(coordinator, target, term).await?)),
             Err(e) if e.is(ErrorKind::Held) => Err(held(coordinator, target).await),
             Err(e) => Err(CliError::from_lease(&e)),
         };
@@ -95,7 +96,7 @@ pub(crate) async fn acquire_within(
         return Ok(Campaign::Interrupted(sig));
     }
     match attempt {
-        Ok(term) => Ok(Campaign::Won(term)),
+        Ok(term) => Ok(Campaign::Won(agreed(coordinator, target, term).await?)),
         // The limit passed behind a holder (a store that failed last is a failure's source).
         Err(e) if e.is(ErrorKind::Timeout) && std::error::Error::source(&e).is_none() => Err(
             CliError::new(Exit::Held, format!("{e}; CMD was not started")),
@@ -124,7 +125,20 @@ async fn held(coordinator: &Coordinator, target: &Target) -> CliError {
                         )
                     })
                     .collect();
-                format!(" by {}", live.join(", "))
+                let past = permits
+                    .iter()
+                    .filter(|p| p.live && p.permit >= n)
+                    .map(|p| p.permit)
+                    .max()
+                    .map(|top| {
+                        format!(
+                            " (permit {top} is past --permits {n}: another caller gives \
+                             --permits {} or more, and every caller must give the same)",
+                            top + 1
+                        )
+                    })
+                    .unwrap_or_default();
+                format!(" by {}{past}", live.join(", "))
             }
             Err(_) => String::new(),
         };

@@ -85,9 +85,13 @@ const RUN_ABOUT: &str = "Run CMD only while holding NAME: a cluster-wide flock.\
     silent: for cron and systemd, where only one host of many is meant to run CMD.\n\n\
     With --permits N, NAME is a counted lease: at most N CMDs run at once, each holding one \
     permit (the lowest free one, 0 to N-1, in LEASE_PERMIT) with a LEASE_TERM above every term \
-    issued for NAME before, across all its permits. Contenders should give the same N; a \
-    changed N applies to new claims only (nobody is stopped). A counted NAME and a plain NAME \
-    are separate leases. All N permits held counts as NAME held.\n\n\
+    issued for NAME before, across all its permits. Every caller of NAME must give the same N \
+    (or none): a claim that finds NAME held plainly while it asks for a permit, held by permit \
+    while it asks plainly, or a permit past its own N live, is released and refused before CMD \
+    starts (exit 64, naming both callers); of two such callers that start at once, at least one \
+    is refused. So a changed N takes over as callers move to it: nobody is stopped, and callers \
+    with a smaller N are refused while a permit past it is live. All N permits held counts as \
+    NAME held.\n\n\
     A waiting lease claims again when the store hints a release (within \
     milliseconds on stores that send hints), when the holder's lease runs out by the store's \
     clock, and, where the store sends no hints, every campaign retry (2/15 of the TTL) plus \

@@ -23,6 +23,7 @@ mod commands;
 mod duration;
 mod exit;
 mod help;
+mod mismatch;
 mod open_store;
 mod redact;
 mod signals;

@@ -1,7 +1,6 @@
 //! [`LeaseStore`] on the bucket: one key per lease name, compare-and-set on the key's revision,
 //! and the memory of this store object's own last writes that spares renew and release a read.
 
-use std::collections::HashMap;
 use std::sync::MutexGuard;
 use std::time::{Duration, Instant};
 
@@ -16,13 +15,14 @@ use lease_core::{
 };
 use tracing::debug;
 
-use crate::known_writes::Known;
+use crate::known_writes::{Known, KnownLeases};
 use crate::store::{MAX_TRIES, NatsStore, Seen};
 use crate::wire::codec::Record;
 use crate::wire::keys::{MAX_NAME_BYTES, encode_key};
 
-/// How many recent writes a store remembers (see "Round trips" in the crate docs).
-const MAX_KNOWN: usize = 4096;
+/// How many recent lease writes a store remembers before it first drops those older than a
+/// lease (see [`Recent`](crate::known_writes::Recent) and "Round trips" in the crate docs).
+pub(crate) const KNOWN_FLOOR: usize = 4096;
 
 impl NatsStore {
     /// Reads the key of `name`: one direct get.
@@ -140,7 +140,7 @@ impl NatsStore {
         Ok(purged)
     }
 
-    fn known_map(&self) -> MutexGuard<'_, HashMap<String, Known>> {
+    fn known_map(&self) -> MutexGuard<'_, KnownLeases> {
         self.inner.known.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -150,14 +150,7 @@ impl NatsStore {
 
     fn remember(&self, name: &str, known: Known) {
         let ttl = self.inner.ttl;
-        let mut map = self.known_map();
-        if map.len() >= MAX_KNOWN && !map.contains_key(name) {
-            map.retain(|_, k| k.sent_at.elapsed() < ttl);
-            if map.len() >= MAX_KNOWN {
-                map.clear();
-            }
-        }
-        map.insert(name.to_owned(), known);
+        self.known_map().remember(name.to_owned(), known, ttl);
     }
 
     pub(crate) fn forget(&self, name: &str) {

@@ -67,7 +67,9 @@
 //! the key changed since (the lease expired, someone else claimed it, another store object
 //! renewed it), the write or purge misses, the store reads the key, and acts only if the key
 //! still holds this holder's live lease. A keeper that claims and renews through one store
-//! object pays one round trip per operation.
+//! object pays one round trip per operation, however many names it holds: the memory drops a
+//! write only once it is older than a lease (then its lease has expired or another store object
+//! renews it), when it reaches a mark that doubles with what it keeps.
 //!
 //! # Expiry: the server's clock
 //!

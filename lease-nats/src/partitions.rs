@@ -20,8 +20,9 @@ use crate::store::{MAX_TRIES, NatsStore, Seen, pipelined};
 use crate::wire::codec::PartitionRecord;
 use crate::wire::keys::{decode_partition, partition_key, partition_prefix};
 
-/// How many recent partition writes a store remembers: several of the largest batches.
-const MAX_KNOWN_PARTITIONS: usize = 4 * MAX_PARTITIONS_PER_CALL;
+/// How many recent partition writes a store remembers before it first drops those older than
+/// a lease: several of the largest batches.
+pub(crate) const KNOWN_PARTITIONS_FLOOR: usize = 4 * MAX_PARTITIONS_PER_CALL;
 
 /// What the next step of an acquisition is.
 #[derive(Debug, Clone, Copy)]
@@ -58,13 +59,7 @@ impl NatsStore {
         let mut map = self.parts_map();
         for (partition, revision, epoch) in writes {
             let key = (group.to_owned(), partition);
-            if map.len() >= MAX_KNOWN_PARTITIONS && !map.contains_key(&key) {
-                map.retain(|_, k| k.sent_at.elapsed() < ttl);
-                if map.len() >= MAX_KNOWN_PARTITIONS {
-                    map.clear();
-                }
-            }
-            map.insert(
+            map.remember(
                 key,
                 KnownPartition {
                     owner: owner.to_owned(),
@@ -72,6 +67,7 @@ impl NatsStore {
                     epoch,
                     sent_at,
                 },
+                ttl,
             );
         }
     }

@@ -2,7 +2,6 @@
 //! [`NatsStore::with_client`]), and the requests every operation shares. Opening finds, creates
 //! and checks the buckets with `buckets.rs`, and names and checks the server with `server.rs`.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -27,7 +26,9 @@ use crate::buckets::{
 use crate::config::NatsConfig;
 use crate::error::Site;
 use crate::hints::{Watched, hint_subject, listen};
-use crate::known_writes::{KnownLeases, KnownPartitions};
+use crate::known_writes::{KnownLeases, KnownPartitions, Recent};
+use crate::leases::KNOWN_FLOOR;
+use crate::partitions::KNOWN_PARTITIONS_FLOOR;
 use crate::server::{check_replicas, reconnect_delay, server_of, url_label};
 use crate::wire::codec::Record;
 
@@ -344,8 +345,8 @@ impl NatsStore {
                 ttl,
                 op_timeout: bound,
                 server,
-                known: Mutex::new(HashMap::new()),
-                parts: Mutex::new(HashMap::new()),
+                known: Mutex::new(Recent::new(KNOWN_FLOOR)),
+                parts: Mutex::new(Recent::new(KNOWN_PARTITIONS_FLOOR)),
                 hub,
                 hint_subject: subject,
                 hint_client: Mutex::new(hint_client),

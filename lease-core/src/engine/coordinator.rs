@@ -82,10 +82,30 @@ impl Default for OnWorkError {
     }
 }
 
+/// The terms a coordinator has handed out, for `close` to end.
 #[derive(Default)]
 struct Terms {
     closed: bool,
+    /// Every term handed out since the last sweep; ended ones are swept out.
     live: Vec<Weak<TermShared>>,
+    /// The length at which the next claim sweeps ended terms out of `live` first: twice what
+    /// the last sweep left (at least [`Terms::SWEEP_FLOOR`]), so claiming N names costs O(N)
+    /// in all, not a scan of every held term per claim.
+    sweep_at: usize,
+}
+
+impl Terms {
+    /// The smallest sweep mark.
+    const SWEEP_FLOOR: usize = 64;
+
+    /// Keeps `term` for `close`.
+    fn add(&mut self, term: Weak<TermShared>) {
+        if self.live.len() >= self.sweep_at {
+            self.live.retain(|w| w.strong_count() > 0);
+            self.sweep_at = Self::SWEEP_FLOOR.max(self.live.len().saturating_mul(2));
+        }
+        self.live.push(term);
+    }
 }
 
 /// What a claim won: the permit (for a counted name) and the grant; `None` when held.
@@ -523,8 +543,7 @@ impl Coordinator {
         let registered = {
             let mut terms = self.terms.lock().unwrap_or_else(|p| p.into_inner());
             if !terms.closed {
-                terms.live.retain(|w| w.strong_count() > 0);
-                terms.live.push(Arc::downgrade(term.shared()));
+                terms.add(Arc::downgrade(term.shared()));
             }
             !terms.closed
         };
