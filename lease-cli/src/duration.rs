@@ -14,9 +14,8 @@ pub(crate) fn parse_duration(text: &str) -> Result<Duration, CliError> {
         )
     };
     // A message that says itself what to write.
-    let bad_exactly = |why: String| {
-        CliError::new(Exit::BadDuration, format!("bad duration '{text}': {why}"))
-    };
+    let bad_exactly =
+        |why: String| CliError::new(Exit::BadDuration, format!("bad duration '{text}': {why}"));
     let mut rest = text.trim();
     if rest.is_empty() {
         return Err(bad("it is empty"));
@@ -95,7 +94,10 @@ fn fractional(whole: &str, fraction_and_unit: &str) -> String {
             let write = [(3_600_000, "h"), (60_000, "m"), (1000, "s"), (1, "ms")]
                 .into_iter()
                 .find(|(size, _)| ms % size == 0)
-                .map_or_else(|| format!("{ms}ms"), |(size, u)| format!("{}{u}", ms / size));
+                .map_or_else(
+                    || format!("{ms}ms"),
+                    |(size, u)| format!("{}{u}", ms / size),
+                );
             format!("fractions are not accepted; write {write}")
         }
         None => "fractions are not accepted; write whole numbers of a smaller unit, e.g. \
@@ -141,7 +143,10 @@ mod tests {
             ("1.5", "write whole numbers of a smaller unit"),
             ("0", "it must be longer than zero"),
             ("00", "it must be longer than zero"),
-            ("15", "a number needs a unit (ms, s, m or h); write e.g. 15s"),
+            (
+                "15",
+                "a number needs a unit (ms, s, m or h); write e.g. 15s",
+            ),
             ("1m30", "a number needs a unit"),
         ] {
             let e = parse_duration(bad).unwrap_err();

@@ -9,7 +9,10 @@ use crate::exit::{CliError, Exit};
 /// The shared topics, with what each covers.
 pub(crate) const TOPICS: [(&str, &str); 2] = [
     ("stores", "the store URLs and the default per-user store"),
-    ("exit-codes", "every exit code, and those of a stop by a signal"),
+    (
+        "exit-codes",
+        "every exit code, and those of a stop by a signal",
+    ),
 ];
 
 /// The text of a shared topic, `None` for a word that names none.
@@ -93,9 +96,14 @@ mod tests {
 
     #[test]
     fn unknown_words_are_usage_errors() {
-        assert_eq!(print(&["nothing".to_owned()]).unwrap_err().exit(), Exit::Usage);
         assert_eq!(
-            print(&["run".to_owned(), "deeper".to_owned()]).unwrap_err().exit(),
+            print(&["nothing".to_owned()]).unwrap_err().exit(),
+            Exit::Usage
+        );
+        assert_eq!(
+            print(&["run".to_owned(), "deeper".to_owned()])
+                .unwrap_err()
+                .exit(),
             Exit::Usage
         );
     }

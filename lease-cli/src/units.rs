@@ -65,12 +65,18 @@ fn exec_start_runs_lease_with_arguments_it_accepts() {
             .try_get_matches_from(&words)
             .unwrap_or_else(|e| panic!("{file}: {e}"));
         let cli = Cli::from_arg_matches(&matches).unwrap();
-        assert!(cli.store.is_none(), "{file}: the store comes from LEASE_STORE");
+        assert!(
+            cli.store.is_none(),
+            "{file}: the store comes from LEASE_STORE"
+        );
         let (ttl, cmd) = match &cli.command {
             Command::Run(args) => {
                 assert!(file.starts_with("lease-run@"), "{file}");
                 let conflict = Conflict::from_args(args).unwrap();
-                assert!(args.quiet && conflict.code == Some(0), "{file}: quiet losers");
+                assert!(
+                    args.quiet && conflict.code == Some(0),
+                    "{file}: quiet losers"
+                );
                 (&args.hold.ttl, &args.cmd)
             }
             Command::Elect(args) => {
@@ -82,7 +88,9 @@ fn exec_start_runs_lease_with_arguments_it_accepts() {
         timings(ttl).unwrap();
         assert_eq!(args_name(&cli.command), "nightly-report", "{file}");
         assert!(
-            cmd[0].to_string_lossy().starts_with("/usr/local/lib/lease/"),
+            cmd[0]
+                .to_string_lossy()
+                .starts_with("/usr/local/lib/lease/"),
             "{file}: CMD by absolute path: {cmd:?}"
         );
         // The store every host shares comes from a file.
@@ -106,7 +114,10 @@ fn args_name(command: &Command) -> &str {
 fn a_stop_is_a_success_and_lease_alone_gets_sigterm() {
     for (file, text) in UNITS {
         assert_eq!(
-            format!("SuccessExitStatus={}", one(text, "Service", "SuccessExitStatus")),
+            format!(
+                "SuccessExitStatus={}",
+                one(text, "Service", "SuccessExitStatus")
+            ),
             success_exit_status(),
             "{file}"
         );
@@ -126,6 +137,9 @@ fn the_readme_shows_each_unit_as_it_is() {
             readme.contains(&format!("```ini\n# {file}")),
             "README.md shows no {file}"
         );
-        assert!(readme.contains(text), "README.md's {file} differs from the file");
+        assert!(
+            readme.contains(text),
+            "README.md's {file} differs from the file"
+        );
     }
 }

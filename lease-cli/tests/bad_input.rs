@@ -106,7 +106,10 @@ fn bad_durations() {
     let store = dir.sqlite();
     for (ttl, says) in [
         ("abc", "bad duration 'abc'"),
-        ("15", "a number needs a unit (ms, s, m or h); write e.g. 15s"),
+        (
+            "15",
+            "a number needs a unit (ms, s, m or h); write e.g. 15s",
+        ),
         ("0s", "longer than zero"),
         ("0ms", "longer than zero"),
         ("100ms", "minimum"),
@@ -122,7 +125,11 @@ fn bad_durations() {
         refused(&out, 66, &[says]);
         if ["25h", "1.5s", "0"].contains(&ttl) {
             for wrong in ["choose a longer", "a number needs a unit"] {
-                assert!(!stderr(&out).contains(wrong), "--ttl {ttl}: {}", stderr(&out));
+                assert!(
+                    !stderr(&out).contains(wrong),
+                    "--ttl {ttl}: {}",
+                    stderr(&out)
+                );
             }
         }
     }
@@ -245,7 +252,10 @@ fn messages_name_the_real_fault() {
         &["no such file"],
     );
     refused(
-        &run_on(&store, &["run", "x", "--", &dir.path().display().to_string()]),
+        &run_on(
+            &store,
+            &["run", "x", "--", &dir.path().display().to_string()],
+        ),
         71,
         &["is a directory"],
     );
@@ -258,7 +268,10 @@ fn messages_name_the_real_fault() {
     refused(
         &out,
         67,
-        &[&format!("the directory {} does not exist", missing.display()), "create it"],
+        &[
+            &format!("the directory {} does not exist", missing.display()),
+            "create it",
+        ],
     );
     assert!(!stderr(&out).contains("port"), "{}", stderr(&out));
     refused(&run_on(&url, &["status", "x"]), 67, &["does not exist"]);
@@ -286,7 +299,10 @@ fn the_default_store_is_one_per_user_file_created_when_missing() {
         text.contains(&format!("sqlite://{}", file.display())),
         "{text}"
     );
-    assert!(text.contains("excludes only this user on this host"), "{text}");
+    assert!(
+        text.contains("excludes only this user on this host"),
+        "{text}"
+    );
     let help = run(&["help", "exit-codes"]);
     assert_eq!(code(help.status), 0);
     let text = stdout(&help);
@@ -358,7 +374,11 @@ fn help_is_short_and_points_to_the_shared_topics() {
         stdout(&out)
     };
     let run = help(&["run", "--help"]);
-    assert!(run.lines().count() <= 60, "{} lines:\n{run}", run.lines().count());
+    assert!(
+        run.lines().count() <= 60,
+        "{} lines:\n{run}",
+        run.lines().count()
+    );
     for sub in [
         "run", "elect", "status", "watch", "members", "owners", "release", "fence",
     ] {
@@ -373,7 +393,10 @@ fn help_is_short_and_points_to_the_shared_topics() {
         // `lease help SUBCOMMAND` is the same text.
         assert_eq!(help(&["help", sub]), text, "{sub}");
     }
-    assert_eq!(help(&["help", "fence", "sql"]), help(&["fence", "sql", "--help"]));
+    assert_eq!(
+        help(&["help", "fence", "sql"]),
+        help(&["fence", "sql", "--help"])
+    );
     assert!(help(&["run", "--help"]).contains("--conflict-exit <N>"));
     let stores = help(&["help", "stores"]);
     assert!(stores.contains("appendfsync"), "{stores}");

@@ -50,7 +50,11 @@ fn a_held_name_exits_with_the_conflict_code_and_quiet_says_nothing() {
     // As before: 75 and one line.
     let out = loser(&[]);
     assert_eq!(code(out.status), 75, "{}", stderr(&out));
-    assert!(stderr(&out).contains("lease's own exit code 75"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("lease's own exit code 75"),
+        "{}",
+        stderr(&out)
+    );
 
     // flock -E: the chosen code, and the line says it was chosen.
     let out = loser(&["--conflict-exit", "3"]);
@@ -79,7 +83,17 @@ fn a_held_name_exits_with_the_conflict_code_and_quiet_says_nothing() {
     // The options do not change a free name: CMD runs and its code is lease's.
     let out = run_on(
         &store,
-        &["run", "-q", "--conflict-exit", "9", "job", "--", "sh", "-c", "exit 4"],
+        &[
+            "run",
+            "-q",
+            "--conflict-exit",
+            "9",
+            "job",
+            "--",
+            "sh",
+            "-c",
+            "exit 4",
+        ],
     );
     assert_eq!(code(out.status), 4, "{}", stderr(&out));
 }
@@ -109,11 +123,21 @@ fn wait_timeout_waits_at_most_that_long_then_exits_with_the_conflict_code() {
         err.contains("was not acquired within 1.5s") && err.contains("CMD was not started"),
         "{err}"
     );
-    assert!(took >= Duration::from_millis(1500), "gave up after {took:?}");
+    assert!(
+        took >= Duration::from_millis(1500),
+        "gave up after {took:?}"
+    );
     assert!(took < Duration::from_secs(15), "waited {took:?}");
 
     // With --conflict-exit, and quiet; --wait alongside changes nothing.
-    let (out, took) = waited(&["--wait", "--wait-timeout", "1s", "--conflict-exit", "0", "-q"]);
+    let (out, took) = waited(&[
+        "--wait",
+        "--wait-timeout",
+        "1s",
+        "--conflict-exit",
+        "0",
+        "-q",
+    ]);
     assert_eq!(code(out.status), 0, "{}", stderr(&out));
     assert_eq!(stderr(&out), "");
     assert!(took >= Duration::from_secs(1), "gave up after {took:?}");
@@ -135,9 +159,18 @@ fn bad_conflict_options_are_usage_errors() {
     let dir = TempDir::new("conflict-usage");
     let store = dir.sqlite();
     for (opts, says) in [
-        (&["--conflict-exit", "256"][..], "--conflict-exit 256: not an exit code"),
-        (&["--conflict-exit", "-1"][..], "give a whole number from 0 to 255"),
-        (&["--conflict-exit", "x"][..], "give a whole number from 0 to 255"),
+        (
+            &["--conflict-exit", "256"][..],
+            "--conflict-exit 256: not an exit code",
+        ),
+        (
+            &["--conflict-exit", "-1"][..],
+            "give a whole number from 0 to 255",
+        ),
+        (
+            &["--conflict-exit", "x"][..],
+            "give a whole number from 0 to 255",
+        ),
         (
             &["--wait", "--conflict-exit", "0"][..],
             "give --wait-timeout D to bound the wait, or drop --wait",
@@ -153,10 +186,15 @@ fn bad_conflict_options_are_usage_errors() {
         assert!(err.contains(says), "{opts:?}: {err}");
         assert!(err.contains("lease's own exit code 64"), "{err}");
     }
-    let out = run_on(&store, &["run", "--wait-timeout", "1.5s", "job", "--", "true"]);
+    let out = run_on(
+        &store,
+        &["run", "--wait-timeout", "1.5s", "job", "--", "true"],
+    );
     assert_eq!(code(out.status), 66, "{}", stderr(&out));
     assert!(
-        stderr(&out).contains("--wait-timeout: bad duration '1.5s': fractions are not accepted; write 1500ms"),
+        stderr(&out).contains(
+            "--wait-timeout: bad duration '1.5s': fractions are not accepted; write 1500ms"
+        ),
         "{}",
         stderr(&out)
     );
@@ -186,7 +224,10 @@ fn the_default_store_says_it_is_not_shared() {
     let err = stderr(&out);
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(
-        err.starts_with(&format!("lease: the default store sqlite://{} {NOTE}", file.display())),
+        err.starts_with(&format!(
+            "lease: the default store sqlite://{} {NOTE}",
+            file.display()
+        )),
         "{err}"
     );
     assert!(err.contains("--store or LEASE_STORE"), "{err}");
@@ -210,9 +251,12 @@ fn a_quiet_leader_says_nothing() {
     let store = dir.sqlite();
     let leading = dir.file("leading");
     let script = format!("touch '{}'; exec sleep 60", leading.display());
-    let leader = lease(&store, &["elect", "--quiet", "job", "--", "sh", "-c", &script])
-        .spawn()
-        .unwrap();
+    let leader = lease(
+        &store,
+        &["elect", "--quiet", "job", "--", "sh", "-c", &script],
+    )
+    .spawn()
+    .unwrap();
     wait_for_file(&leading, Duration::from_secs(20));
     send(leader.id(), Signal::TERM);
     let out = finish(leader, Duration::from_secs(10));

@@ -46,7 +46,9 @@ fn success_codes(unit: &str) -> Vec<i32> {
 #[test]
 fn systemd_analyze_verify_accepts_the_units() {
     let Ok(version) = Command::new("systemd-analyze").arg("--version").output() else {
-        println!("SKIPPED: systemd-analyze is not installed; the units' fields are checked by the unit tests");
+        println!(
+            "SKIPPED: systemd-analyze is not installed; the units' fields are checked by the unit tests"
+        );
         return;
     };
     assert!(version.status.success());

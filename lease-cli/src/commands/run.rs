@@ -155,7 +155,10 @@ mod tests {
         assert_eq!(c.wait, Some(Duration::from_secs(120)));
         assert_eq!(c.code, Some(0));
         assert!(c.quiet);
-        assert_eq!(conflict(&["--conflict-exit", "255"]).unwrap().code, Some(255));
+        assert_eq!(
+            conflict(&["--conflict-exit", "255"]).unwrap().code,
+            Some(255)
+        );
         for bad in ["256", "-1", "x", ""] {
             let e = conflict(&["--conflict-exit", bad]).unwrap_err();
             assert_eq!(e.exit(), Exit::Usage, "{bad}");
@@ -166,7 +169,11 @@ mod tests {
         assert!(e.message().contains("--wait-timeout"), "{}", e.message());
         let e = conflict(&["--wait-timeout", "soon"]).unwrap_err();
         assert_eq!(e.exit(), Exit::BadDuration);
-        assert!(e.message().starts_with("--wait-timeout: "), "{}", e.message());
+        assert!(
+            e.message().starts_with("--wait-timeout: "),
+            "{}",
+            e.message()
+        );
     }
 
     #[test]
