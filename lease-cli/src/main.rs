@@ -108,13 +108,10 @@ async fn dispatch(cli: Cli) -> Result<u8, CliError> {
         Command::Elect(args) => args.quiet,
         _ => false,
     };
-    let store = || {
-        let url = StoreUrl::choose(cli.store.as_deref())?;
-        if !quiet {
-            note_default_store(&url);
-        }
-        Ok::<StoreUrl, CliError>(url)
-    };
+    // The default store's note is said when the store is opened (after the arguments are
+    // checked), unless --quiet.
+    let store =
+        || StoreUrl::choose(cli.store.as_deref()).map(|url| url.noting_default(!quiet));
     match cli.command {
         Command::Run(args) => commands::run::run(&store()?, args).await,
         Command::Elect(args) => commands::elect::elect(&store()?, args).await,
@@ -127,18 +124,6 @@ async fn dispatch(cli: Cli) -> Result<u8, CliError> {
         Command::Help(args) => help::print(&args.words).map(|()| 0),
         Command::Watchdog(_) => Err(CliError::new(Exit::Usage, "__watchdog is internal")),
         Command::Exec(_) => Err(CliError::new(Exit::Usage, "__exec is internal")),
-    }
-}
-
-/// Says on stderr, in one line, that the default store is this user's on this host alone (the
-/// same command on another host, or by another user, is not excluded).
-fn note_default_store(url: &StoreUrl) {
-    if url.default_file().is_some() {
-        eprintln_scrubbed(&format!(
-            "lease: the default store {url} excludes only this user on this host; to exclude \
-             across hosts and users, give them all one shared store with --store or \
-             {STORE_VAR} (see `lease help stores`; --quiet leaves this line out)"
-        ));
     }
 }
 

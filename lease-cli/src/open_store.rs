@@ -67,6 +67,7 @@ fn require_groups(url: &StoreUrl, caps: &Capabilities) -> Result<(), CliError> {
 /// [`lease::Store`] carries leases and reaches partitions and membership through its accessors,
 /// so the callers use the one object for what they need.
 async fn connect(url: &StoreUrl, lease: Duration) -> Result<Store, CliError> {
+    url.note_default();
     if let Some(file) = url.default_file()
         && let Some(dir) = file.parent()
     {
