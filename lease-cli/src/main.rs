@@ -110,8 +110,7 @@ async fn dispatch(cli: Cli) -> Result<u8, CliError> {
     };
     // The default store's note is said when the store is opened (after the arguments are
     // checked), unless --quiet.
-    let store =
-        || StoreUrl::choose(cli.store.as_deref()).map(|url| url.noting_default(!quiet));
+    let store = || StoreUrl::choose(cli.store.as_deref()).map(|url| url.noting_default(!quiet));
     match cli.command {
         Command::Run(args) => commands::run::run(&store()?, args).await,
         Command::Elect(args) => commands::elect::elect(&store()?, args).await,

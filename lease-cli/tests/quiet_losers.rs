@@ -202,15 +202,14 @@ fn bad_conflict_options_are_usage_errors() {
 
 /// `lease` with no store chosen, under a private HOME.
 fn on_default_store(home: &TempDir, args: &[&str]) -> Output {
-    let out = Command::new(LEASE)
+    Command::new(LEASE)
         .args(args)
         .env_remove("LEASE_STORE")
         .env_remove("XDG_STATE_HOME")
         .env_remove("LEASE_LOG")
         .env("HOME", home.path())
         .output()
-        .unwrap();
-    out
+        .unwrap()
 }
 
 const NOTE: &str = "excludes only this user on this host";
@@ -235,7 +234,10 @@ fn the_default_store_says_it_is_not_shared() {
     let out = on_default_store(&home, &["status", "job"]);
     assert!(stderr(&out).contains(NOTE), "{}", stderr(&out));
     // A refused command line says only that: the note comes when the store is opened.
-    let out = on_default_store(&home, &["run", "--conflict-exit", "300", "job", "--", "true"]);
+    let out = on_default_store(
+        &home,
+        &["run", "--conflict-exit", "300", "job", "--", "true"],
+    );
     assert_eq!(code(out.status), 64);
     assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
     assert!(!stderr(&out).contains(NOTE), "{}", stderr(&out));
