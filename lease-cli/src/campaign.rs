@@ -37,8 +37,21 @@ pub(crate) async fn acquire(
     wait: bool,
     signals: &mut StopSignals,
 ) -> Result<Campaign, CliError> {
+    let limit = wait.then_some(Duration::MAX);
+    acquire_within(coordinator, target, limit, signals).await
+}
+
+/// [`acquire`], waiting at most `limit` (`None`: not at all, `Duration::MAX`: until won). When
+/// the limit passes with the name still held, the error is [`Exit::Held`], as without a wait;
+/// when the store's last answer was a failure, it is that failure's.
+pub(crate) async fn acquire_within(
+    coordinator: &Coordinator,
+    target: &Target,
+    limit: Option<Duration>,
+    signals: &mut StopSignals,
+) -> Result<Campaign, CliError> {
     let name = target.name();
-    if !wait {
+    let Some(limit) = limit else {
         let attempt = coordinator.try_acquire(target).await;
         if let Some(sig) = signals.pending().await {
             if let Ok(term) = attempt
@@ -53,7 +66,7 @@ pub(crate) async fn acquire(
             Err(e) if e.is(ErrorKind::Held) => Err(held(coordinator, target).await),
             Err(e) => Err(CliError::from_lease(&e)),
         };
-    }
+    };
     // One acquire for the whole wait: a new one would claim at once (and its predecessor once
     // more at its limit), so windows would cost claims; an idle waiter claims about once per
     // lease period (at the holder's expiry) or at a hint.
@@ -67,7 +80,7 @@ pub(crate) async fn acquire(
     };
     let attempt = tokio::select! {
         biased;
-        attempt = coordinator.acquire_reporting(target, Duration::MAX, failed) => attempt,
+        attempt = coordinator.acquire_reporting(target, limit, failed) => attempt,
         sig = signals.recv() => {
             // The claim in flight, if any, finishes and is released; close waits for it.
             let _ = coordinator.close().await;
@@ -84,6 +97,10 @@ pub(crate) async fn acquire(
     }
     match attempt {
         Ok(term) => Ok(Campaign::Won(agreed(coordinator, target, term).await?)),
+        // The limit passed behind a holder (a store that failed last is a failure's source).
+        Err(e) if e.is(ErrorKind::Timeout) && std::error::Error::source(&e).is_none() => Err(
+            CliError::new(Exit::Held, format!("{e}; CMD was not started")),
+        ),
         Err(e) => Err(CliError::from_lease(&e)),
     }
 }

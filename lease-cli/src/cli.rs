@@ -12,6 +12,7 @@ use crate::store_url::{STORE_VAR, default_store_help};
 #[command(
     name = "lease",
     version,
+    disable_help_subcommand = true,
     about = "A cluster-wide flock, leader-only daemons, and a view of who holds what.",
     long_about = "A cluster-wide flock, leader-only daemons, and a view of who holds what.\n\n\
         Processes that share a store agree that at most one of them holds a name at a time, and \
@@ -20,7 +21,8 @@ use crate::store_url::{STORE_VAR, default_store_help};
 )]
 pub(crate) struct Cli {
     /// The store, by URL: sqlite://PATH, postgres://…, mysql://… (mariadb://…), redis://…,
-    /// mongodb://…, nats://…, etcd://… [default: a per-user SQLite file, see below]
+    /// mongodb://…, nats://…, etcd://… [default: a per-user SQLite file that excludes only
+    /// this user on this host; see `lease help stores`]
     #[arg(
         long,
         global = true,
@@ -66,6 +68,9 @@ pub(crate) enum Command {
     /// newer term has written there.
     #[command(long_about = FENCE_ABOUT)]
     Fence(FenceArgs),
+    /// Print the help of a subcommand, or of a topic shared by all: stores, exit-codes.
+    #[command(long_about = HELP_ABOUT)]
+    Help(HelpArgs),
     /// Internal: the parent of CMD, which ends CMD and all its descendants at the local
     /// deadline, on request, and when `lease` dies.
     #[command(name = "__watchdog", hide = true)]
@@ -78,7 +83,9 @@ pub(crate) enum Command {
 const RUN_ABOUT: &str = "Run CMD only while holding NAME: a cluster-wide flock.\n\n\
     CMD gets LEASE_NAME, LEASE_TERM (the fencing token) and LEASE_INSTANCE in its environment. \
     Without --wait, lease exits at once with code 75 when someone else holds NAME; with --wait it \
-    waits until it gets NAME.\n\n\
+    waits until it gets NAME, with --wait-timeout D for at most D (then it exits as without \
+    --wait). --conflict-exit N makes that exit N instead of 75 (flock's -E), and --quiet makes it \
+    silent: for cron and systemd, where only one host of many is meant to run CMD.\n\n\
     With --permits N, NAME is a counted lease: at most N CMDs run at once, each holding one \
     permit (the lowest free one, 0 to N-1, in LEASE_PERMIT) with a LEASE_TERM above every term \
     issued for NAME before, across all its permits. Every caller of NAME must give the same N \
@@ -86,8 +93,8 @@ const RUN_ABOUT: &str = "Run CMD only while holding NAME: a cluster-wide flock.\
     while it asks plainly, or a permit past its own N live, is released and refused before CMD \
     starts (exit 64, naming both callers); of two such callers that start at once, at least one \
     is refused. So a changed N takes over as callers move to it: nobody is stopped, and callers \
-    with a smaller N are refused while a permit past it is live. Without --wait, lease exits 75 \
-    when all N permits are held.\n\n\
+    with a smaller N are refused while a permit past it is live. All N permits held counts as \
+    NAME held.\n\n\
     A waiting lease claims again when the store hints a release (within \
     milliseconds on stores that send hints), when the holder's lease runs out by the store's \
     clock, and, where the store sends no hints, every campaign retry (2/15 of the TTL) plus \
@@ -96,7 +103,8 @@ const RUN_ABOUT: &str = "Run CMD only while holding NAME: a cluster-wide flock.\
     SIGKILL after the step-down grace (4/15 of the TTL), and lease exits 74. SIGINT, SIGTERM and SIGHUP are \
     forwarded to CMD's process group; the lease is released once CMD has exited (what is left \
     of the term is then ended as on a loss, except that after a forwarded SIGTERM the group gets \
-    no second one: each process gets each signal once). Otherwise lease \
+    no second one: each process gets each signal once), and lease exits with CMD's code (143 \
+    when CMD dies of the SIGTERM); a stop signal before CMD started exits 72. Otherwise lease \
     exits with CMD's code.\n\n\
     CMD runs in its own process group (so it cannot read from a terminal) under a watchdog \
     process that is CMD's parent and a child subreaper, so every descendant of CMD stays in \
@@ -124,7 +132,17 @@ const ELECT_ABOUT: &str = "Campaign for NAME forever and run CMD while leader: a
     environment and supervision as with `lease run`: every descendant of CMD is ended before \
     the name is released and the next campaign starts, so no term's workers outlive it, and \
     what escapes is the same. SIGINT, SIGTERM and SIGHUP stop it: forwarded to CMD when it \
-    runs (lease then exits with CMD's code), exit 72 otherwise.";
+    runs (lease then exits with CMD's code: 143 when CMD dies of the SIGTERM of a systemctl \
+    stop), exit 72 otherwise (a follower, or a leader between terms); `lease help exit-codes` \
+    gives the SuccessExitStatus= line for a systemd unit. It says on stderr when it becomes \
+    leader and when CMD ends; --quiet leaves those lines out.";
+
+const HELP_ABOUT: &str = "Print the help of a subcommand, or of a topic shared by all.\n\n\
+    \x20 lease help stores       the store URLs, the default per-user store, and what each \
+    store needs\n\
+    \x20 lease help exit-codes   every exit code of lease, and those of a stop by a signal \
+    (systemctl stop)\n\
+    \x20 lease help SUBCOMMAND   the same as lease SUBCOMMAND --help";
 
 const STATUS_ABOUT: &str = "Show who holds each NAME: holder instance, term, time left.\n\n\
     Names must be given: the store contract has no listing of names. The term shown is the last \
@@ -399,6 +417,21 @@ pub(crate) struct RunArgs {
     #[arg(long)]
     pub(crate) wait: bool,
 
+    /// Wait at most DURATION for NAME (implies --wait), then exit as when NAME is held: 75, or
+    /// the --conflict-exit code (flock's -w).
+    #[arg(long, value_name = "DURATION")]
+    pub(crate) wait_timeout: Option<String>,
+
+    /// The exit code when NAME is held (without --wait, or after --wait-timeout) instead of 75,
+    /// 0 to 255 (flock's -E); e.g. 0 so that losing hosts do not fail.
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub(crate) conflict_exit: Option<String>,
+
+    /// Print nothing when NAME is held (the losing hosts of a cron job stay silent), nor the
+    /// note about the default store; errors are still printed.
+    #[arg(long, short = 'q')]
+    pub(crate) quiet: bool,
+
     /// Make NAME a counted lease: at most N holders at once (1 to 1024), each with a fencing
     /// token of its own. CMD also gets LEASE_PERMIT, the permit it holds (0 to N-1).
     #[arg(long, value_name = "N")]
@@ -423,6 +456,11 @@ pub(crate) struct ElectArgs {
 
     #[command(flatten)]
     pub(crate) hold: HoldArgs,
+
+    /// Leave out the lines on becoming leader and on CMD's end, and the note about the default
+    /// store; errors are still printed.
+    #[arg(long, short = 'q')]
+    pub(crate) quiet: bool,
 
     /// The command to run while leader, after `--`.
     #[arg(
@@ -512,6 +550,14 @@ pub(crate) struct ReleaseArgs {
     pub(crate) force: bool,
 }
 
+/// Options of `lease help`.
+#[derive(Debug, Args)]
+pub(crate) struct HelpArgs {
+    /// A topic (stores, exit-codes) or a subcommand (e.g. run, or fence sql).
+    #[arg(value_name = "TOPIC|SUBCOMMAND")]
+    pub(crate) words: Vec<String>,
+}
+
 /// Options of the internal `__exec`.
 #[derive(Debug, Args)]
 pub(crate) struct ExecArgs {
@@ -546,19 +592,35 @@ pub(crate) struct WatchdogArgs {
     pub(crate) cmd: Vec<OsString>,
 }
 
-/// The text after the options in every `--help`: the store and the exit codes.
+/// The text after the options in every `--help`: pointers to the store and the exit codes,
+/// which `lease help stores` and `lease help exit-codes` give whole.
 pub(crate) fn after_help() -> String {
     format!(
-        "Store:\n  --store URL, or {STORE_VAR}; default: {}\n  (one fixed file per user: \
+        "Store: --store URL, or {STORE_VAR}; without one, a per-user SQLite file that excludes \
+         only this user on this host. See `lease help stores`.\n\
+         Exit codes: lease's own are {}-{}, announced on stderr; CMD's are passed on. See \
+         `lease help exit-codes`.",
+        Exit::ALL[0].code(),
+        Exit::ALL[Exit::ALL.len() - 1].code()
+    )
+}
+
+/// The text of `lease help stores`: the store URLs, the default store and what each store needs.
+pub(crate) fn stores_help() -> String {
+    format!(
+        "Stores:\n  --store URL, or {STORE_VAR}; default: {}\n  (one fixed file per user: \
          $XDG_STATE_HOME/lease/leases.db, else ~/.local/state/lease/leases.db, created when \
-         missing).\n  Schemes: sqlite, postgres(ql), mysql, mariadb, redis(s), mongodb, nats; etcd when built with \
+         missing).\n  The default store excludes only this user on this host: another user, or \
+         the same command on another host, has a store of its own and runs at the same time. \
+         lease says so on stderr each time it uses it (not with --quiet). To exclude across \
+         hosts and users, give all of them the same shared store, e.g. \
+         {STORE_VAR}=postgres://lease@db.example/lease.\n  Schemes: sqlite, postgres(ql), mysql, mariadb, redis(s), mongodb, nats; etcd when built with \
          --features etcd.\n  \
          NATS: one bucket per lease duration (leases_<ms>ms); ?bucket=NAME picks one.\n  Redis: run and elect need appendonly yes with appendfsync always; add \
          ?terms=clock_floor (safe while the server's clock never steps back), \
          ?allow_fsync_everysec=1 (appendfsync everysec) or ?allow_volatile=1 (unsafe) to accept \
-         a server without it; commands that claim nothing need none.\n  Passwords in URLs are never printed.\n\n{}",
+         a server without it; commands that claim nothing need none.\n  Passwords in URLs are never printed.",
         default_store_help(),
-        Exit::help_table()
     )
 }
 
@@ -572,11 +634,14 @@ pub(crate) fn command() -> clap::Command {
         let text = after.clone();
         cmd = cmd.mut_subcommand(sub, |s| s.after_help(text));
     }
-    // `lease fence` writes to its URL or PATH, not to the store: its help shows the exit codes.
+    // `lease fence` writes to its URL or PATH, not to the store.
     let fence_after = format!(
         "--store and {STORE_VAR} are not used: the fence is in the database, server or \
-         directory named on the command line.\n\n{}",
-        Exit::help_table()
+         directory named on the command line.\n\
+         Exit codes: {} refused, nothing written; {} the write failed; all: see `lease help \
+         exit-codes`.",
+        Exit::Stale.code(),
+        Exit::StoreError.code()
     );
     cmd = cmd.mut_subcommand("fence", |f| f.after_help(fence_after.clone()));
     for sub in ["sql", "redis", "file"] {

@@ -20,7 +20,7 @@ pub(crate) enum Exit {
     BadName,
     /// A duration does not parse, is zero, or gives unsafe timings.
     BadDuration,
-    /// The store URL is malformed.
+    /// The store URL is malformed, or names a SQLite file in a directory that does not exist.
     BadUrl,
     /// The store URL's scheme is not supported by this build.
     UnsupportedStore,
@@ -97,7 +97,10 @@ impl Exit {
                  name (empty, too long, control characters)"
             }
             Exit::BadDuration => "bad duration (unparsable, zero) or unsafe timings for --ttl",
-            Exit::BadUrl => "bad store URL (or URL of lease fence)",
+            Exit::BadUrl => {
+                "bad store URL (malformed, or a SQLite file in a directory that does not exist; \
+                 or URL of lease fence)"
+            }
             Exit::UnsupportedStore => {
                 "store scheme not supported by this build (or by that lease fence subcommand)"
             }
@@ -112,7 +115,10 @@ impl Exit {
             Exit::Interrupted => "SIGINT/SIGTERM/SIGHUP while no CMD was running",
             Exit::StateDir => "cannot create the default store's directory or file",
             Exit::Lost => "the lease was lost while CMD ran; CMD was stopped",
-            Exit::Held => "NAME is held by someone else (run without --wait); CMD not started",
+            Exit::Held => {
+                "NAME is held by someone else (run without --wait, or --wait-timeout passed); CMD \
+                 not started; --conflict-exit N exits N instead"
+            }
             Exit::Stale => {
                 "lease fence refused: a newer term has written to the resource; nothing was \
                  written, stop"
@@ -134,9 +140,9 @@ impl Exit {
         }
         out.push_str(
             "  lease's own codes (64-78) are always announced on stderr with a line starting \
-             \"lease:\"\n  (with --log-format json, an object with \"exit\" in its fields); any \
-             other code is CMD's.",
+             \"lease:\" (with --log-format json, an object with \"exit\" in its fields), except a\n  conflict under --quiet; any other code is CMD's.\n\n",
         );
+        out.push_str(&stop_codes());
         out
     }
 
@@ -155,11 +161,49 @@ impl Exit {
     }
 }
 
+/// The signal `systemctl stop` sends (systemd's default `KillSignal=`).
+const SIGTERM: u8 = 15;
+
+/// The code `lease run` and `lease elect` exit with when SIGTERM stops them while CMD runs and
+/// CMD dies of the forwarded signal: 128 + 15, as a shell reports it.
+pub(crate) const CMD_ENDED_BY_SIGTERM: u8 = 128 + SIGTERM;
+
+/// The `SuccessExitStatus=` line recommended for systemd units of `lease run` and `lease elect`:
+/// the codes of a `systemctl stop` ([`Exit::Interrupted`] when no CMD ran,
+/// [`CMD_ENDED_BY_SIGTERM`] when CMD died of the forwarded SIGTERM).
+pub(crate) fn success_exit_status() -> String {
+    format!(
+        "SuccessExitStatus={} {CMD_ENDED_BY_SIGTERM}",
+        Exit::Interrupted.code()
+    )
+}
+
+/// What `lease run` and `lease elect` exit with when stopped by a signal, for the help.
+fn stop_codes() -> String {
+    format!(
+        "Stopped by SIGTERM (systemctl stop), SIGINT or SIGHUP (lease run, lease elect):\n  \
+         while CMD runs   the signal is forwarded to CMD's process group once; when CMD and its \
+         descendants are gone NAME is released and lease exits with CMD's code: \
+         {CMD_ENDED_BY_SIGTERM} (128+15) when CMD dies of SIGTERM, 130 of SIGINT, 129 of SIGHUP, \
+         CMD's own code when it handles the signal and exits\n  \
+         no CMD running   {} (lease run waiting or opening the store, an elect follower, an \
+         elect leader between terms)\n  \
+         systemd units:   {} with KillMode=mixed (SIGTERM to lease alone: it ends CMD and \
+         every descendant itself, in order)",
+        Exit::Interrupted.code(),
+        success_exit_status()
+    )
+}
+
 /// An error that ends `lease` with one of its own exit codes.
 #[derive(Debug, Clone)]
 pub(crate) struct CliError {
     exit: Exit,
     message: String,
+    /// The exit code when the user chose another one than [`Exit::code`] (`--conflict-exit`).
+    chosen: Option<u8>,
+    /// Nothing is printed (`--quiet` on a conflict).
+    quiet: bool,
 }
 
 impl CliError {
@@ -168,7 +212,38 @@ impl CliError {
         CliError {
             exit,
             message: message.into(),
+            chosen: None,
+            quiet: false,
         }
+    }
+
+    /// The same error, ending `lease` with `code` instead of its own (`--conflict-exit`).
+    pub(crate) fn with_code(mut self, code: u8) -> CliError {
+        self.chosen = Some(code);
+        self
+    }
+
+    /// The same error, printed (`quiet` false) or not (`--quiet`).
+    pub(crate) fn quiet(mut self, quiet: bool) -> CliError {
+        self.quiet = quiet;
+        self
+    }
+
+    /// The same error, its message led by `what` (the option it is about).
+    pub(crate) fn prefixed(mut self, what: &str) -> CliError {
+        self.message = format!("{what}: {}", self.message);
+        self
+    }
+
+    /// The code the process exits with: its own, or the one chosen with
+    /// [`with_code`](Self::with_code).
+    pub(crate) fn code(&self) -> u8 {
+        self.chosen.unwrap_or(self.exit.code())
+    }
+
+    /// `true` when nothing is to be printed ([`quiet`](Self::quiet)).
+    pub(crate) fn is_quiet(&self) -> bool {
+        self.quiet
     }
 
     /// A store or engine error, with the exit code its kind calls for.
@@ -206,11 +281,18 @@ impl fmt::Display for CliError {
             .split_whitespace()
             .collect::<Vec<_>>()
             .join(" ");
-        write!(
-            f,
-            "lease: {one_line} (lease's own exit code {})",
-            self.exit.code()
-        )
+        match self.chosen {
+            Some(code) if code != self.exit.code() => write!(
+                f,
+                "lease: {one_line} (exit code {code}, chosen by --conflict-exit for lease's own {})",
+                self.exit.code()
+            ),
+            _ => write!(
+                f,
+                "lease: {one_line} (lease's own exit code {})",
+                self.exit.code()
+            ),
+        }
     }
 }
 

@@ -109,7 +109,7 @@ pub(crate) fn exit_line(e: &CliError) -> String {
                 Exit::Held | Exit::Interrupted => "WARN",
                 _ => "ERROR",
             };
-            let code = e.exit().code().to_string();
+            let code = e.code().to_string();
             json_object(
                 &rfc3339::now(),
                 level,

@@ -22,6 +22,7 @@ mod cli;
 mod commands;
 mod duration;
 mod exit;
+mod help;
 mod log;
 mod mismatch;
 mod observe;
@@ -32,6 +33,8 @@ mod rfc3339;
 mod signals;
 mod store_url;
 mod supervise;
+#[cfg(test)]
+mod units;
 
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -55,6 +58,10 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => return clap_exit(&e, &args),
     };
+    if let Err(e) = name_before_dashes(&args, &cli.command) {
+        write_line_scrubbed(&log::exit_line(&e));
+        return ExitCode::from(e.code());
+    }
     if let Command::Exec(exec) = &cli.command {
         // The shim: no runtime, no log, straight to `exec`.
         return ExitCode::from(child::become_cmd(exec.parent, &exec.cmd));
@@ -89,14 +96,23 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
-            write_line_scrubbed(&log::exit_line(&e));
-            ExitCode::from(e.exit().code())
+            if !e.is_quiet() {
+                write_line_scrubbed(&log::exit_line(&e));
+            }
+            ExitCode::from(e.code())
         }
     }
 }
 
 async fn dispatch(cli: Cli) -> Result<u8, CliError> {
-    let store = || StoreUrl::choose(cli.store.as_deref());
+    let quiet = match &cli.command {
+        Command::Run(args) => args.quiet,
+        Command::Elect(args) => args.quiet,
+        _ => false,
+    };
+    // The default store's note is said when the store is opened (after the arguments are
+    // checked), unless --quiet.
+    let store = || StoreUrl::choose(cli.store.as_deref()).map(|url| url.noting_default(!quiet));
     match cli.command {
         Command::Run(args) => commands::run::run(&store()?, args).await,
         Command::Elect(args) => commands::elect::elect(&store()?, args).await,
@@ -106,9 +122,38 @@ async fn dispatch(cli: Cli) -> Result<u8, CliError> {
         Command::Owners(args) => commands::owners::owners(&store()?, args).await,
         Command::Release(args) => commands::release::release(&store()?, args).await,
         Command::Fence(args) => commands::fence::fence(args).await,
+        Command::Help(args) => help::print(&args.words).map(|()| 0),
         Command::Watchdog(_) => Err(CliError::new(Exit::Usage, "__watchdog is internal")),
         Command::Exec(_) => Err(CliError::new(Exit::Usage, "__exec is internal")),
     }
+}
+
+/// `lease run -- echo hi` parses as NAME `echo` and CMD `hi`: a NAME left out before a `--` that
+/// CMD follows. Then every word after the first `--` went to NAME and CMD (with NAME before
+/// `--`, only CMD's words follow it), which is refused with a usage error saying so.
+fn name_before_dashes(args: &[OsString], command: &Command) -> Result<(), CliError> {
+    let (sub, name, cmd) = match command {
+        Command::Run(run) => ("run", &run.name, &run.cmd),
+        Command::Elect(elect) => ("elect", &elect.name, &elect.cmd),
+        _ => return Ok(()),
+    };
+    let Some(dashes) = args.iter().position(|a| a == "--") else {
+        return Ok(());
+    };
+    if args.len() - dashes - 1 != cmd.len() + 1 {
+        return Ok(());
+    }
+    let words: Vec<String> = std::iter::once(name.clone())
+        .chain(cmd.iter().map(|w| w.to_string_lossy().into_owned()))
+        .collect();
+    Err(CliError::new(
+        Exit::Usage,
+        format!(
+            "lease {sub}: NAME is missing before `--`: '{name}' would be taken as the lease name \
+             and the rest as CMD; give the name first: lease {sub} NAME -- {}",
+            words.join(" ")
+        ),
+    ))
 }
 
 /// Registers the secrets of every URL on the command line and in `LEASE_STORE`, so that even

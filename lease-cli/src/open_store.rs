@@ -1,5 +1,7 @@
 //! Opening the store a URL names, with bad URLs told apart from stores that cannot be reached.
 
+use std::path::PathBuf;
+use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -123,6 +125,7 @@ fn require_groups(url: &StoreUrl, caps: &Capabilities) -> Result<(), CliError> {
 /// [`lease::Store`] carries leases and reaches partitions and membership through its accessors,
 /// so the callers use the one object for what they need.
 async fn connect(url: &StoreUrl, lease: Duration, how: Use) -> Result<Store, CliError> {
+    url.note_default();
     if let Some(file) = url.default_file()
         && let Some(dir) = file.parent()
     {
@@ -197,8 +200,24 @@ fn connect_error(url: &StoreUrl, e: &Error) -> CliError {
     if let Some(message) = redis_refusal(url, e) {
         return CliError::new(exit, message);
     }
+    if exit == Exit::Unavailable
+        && url.backend() == Backend::Sqlite
+        && let Some(dir) = missing_sqlite_dir(url)
+    {
+        return CliError::new(
+            Exit::BadUrl,
+            format!(
+                "store '{url}': the directory {} does not exist; create it, or give a file in \
+                 a directory that exists (the file itself is created when missing)",
+                dir.display()
+            ),
+        );
+    }
     let hint = match exit {
         Exit::BadUrl => "; check the store URL",
+        Exit::Unavailable if url.backend() == Backend::Sqlite => {
+            "; check the file's path and that this user may read and write it and its directory"
+        }
         Exit::Unavailable => {
             "; check that the store runs and the URL's host, port, path and credentials"
         }
@@ -277,6 +296,17 @@ fn condense(why: &str) -> String {
         "{risks}its persistence cannot be checked: CONFIG GET {} failed ({cause})",
         params.join(" and ")
     )
+}
+
+/// The directory of a SQLite store's file when it does not exist (SQLite creates a missing
+/// file, never its directory); `None` when it exists or the URL names no file.
+fn missing_sqlite_dir(url: &StoreUrl) -> Option<PathBuf> {
+    use lease::sql::sqlx::sqlite::SqliteConnectOptions;
+    // lease's own options (`?table=…`) are no concern of the driver's parser.
+    let bare = url.driver_url().split('?').next()?;
+    let options = SqliteConnectOptions::from_str(bare).ok()?;
+    let dir = options.get_filename().parent()?;
+    (!dir.as_os_str().is_empty() && !dir.exists()).then(|| dir.to_owned())
 }
 
 #[cfg(test)]

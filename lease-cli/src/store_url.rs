@@ -25,6 +25,8 @@ pub(crate) struct StoreUrl {
     driver_url: String,
     shown: String,
     default_file: Option<PathBuf>,
+    /// Say on stderr, when the store is opened, that the default store is not shared.
+    note_default: bool,
 }
 
 impl StoreUrl {
@@ -67,6 +69,7 @@ impl StoreUrl {
             driver_url: format!("sqlite://{encoded}"),
             shown: format!("sqlite://{path}"),
             default_file: Some(file.to_owned()),
+            note_default: false,
         })
     }
 
@@ -102,6 +105,7 @@ impl StoreUrl {
             driver_url: raw.to_owned(),
             shown,
             default_file: None,
+            note_default: false,
         })
     }
 
@@ -118,6 +122,26 @@ impl StoreUrl {
     /// The default store's file, when this is the default store.
     pub(crate) fn default_file(&self) -> Option<&Path> {
         self.default_file.as_deref()
+    }
+
+    /// The same URL; when it is the default store and `note` is true, opening it says on
+    /// stderr that it excludes only this user on this host (see [`StoreUrl::note_default`]).
+    pub(crate) fn noting_default(mut self, note: bool) -> StoreUrl {
+        self.note_default = note;
+        self
+    }
+
+    /// Says on stderr, in one line, that the default store is this user's on this host alone
+    /// (the same command on another host, or by another user, is not excluded): when this is
+    /// the default store and [`noting_default`](Self::noting_default) asked for it.
+    pub(crate) fn note_default(&self) {
+        if self.note_default && self.default_file.is_some() {
+            redact::eprintln_scrubbed(&format!(
+                "lease: the default store {self} excludes only this user on this host; to \
+                 exclude across hosts and users, give them all one shared store with --store or \
+                 {STORE_VAR} (see `lease help stores`; --quiet leaves this line out)"
+            ));
+        }
     }
 }
 

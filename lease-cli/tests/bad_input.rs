@@ -106,17 +106,32 @@ fn bad_durations() {
     let store = dir.sqlite();
     for (ttl, says) in [
         ("abc", "bad duration 'abc'"),
-        ("15", "unit"),
+        (
+            "15",
+            "a number needs a unit (ms, s, m or h); write e.g. 15s",
+        ),
         ("0s", "longer than zero"),
         ("0ms", "longer than zero"),
         ("100ms", "minimum"),
-        ("25h", "exceeds the maximum"),
+        // Too long: it says shorter (it said "choose a longer --ttl").
+        ("25h", "longer than lease's maximum of 24h00m"),
+        ("25h", "choose a shorter --ttl"),
+        // A fraction: it says so and how to write it (it said "a number needs a unit").
+        ("1.5s", "fractions are not accepted; write 1500ms"),
+        // Zero without a unit: it says zero is the fault (it said "a number needs a unit").
+        ("0", "it must be longer than zero"),
     ] {
-        refused(
-            &run_on(&store, &["run", "--ttl", ttl, "x", "--", "true"]),
-            66,
-            &[says],
-        );
+        let out = run_on(&store, &["run", "--ttl", ttl, "x", "--", "true"]);
+        refused(&out, 66, &[says]);
+        if ["25h", "1.5s", "0"].contains(&ttl) {
+            for wrong in ["choose a longer", "a number needs a unit"] {
+                assert!(
+                    !stderr(&out).contains(wrong),
+                    "--ttl {ttl}: {}",
+                    stderr(&out)
+                );
+            }
+        }
     }
     refused(
         &run_on(&store, &["elect", "--ttl", "0s", "x", "--", "true"]),
@@ -197,6 +212,72 @@ fn bad_commands() {
     assert_eq!(code(out.status), 64, "{}", stderr(&out));
 }
 
+/// The messages that named the wrong fault: each says what is wrong now, with the right code.
+#[test]
+fn messages_name_the_real_fault() {
+    let dir = TempDir::new("faults");
+    let store = dir.sqlite();
+    // NAME left out before `--`: `echo` would be the name and `hi` the command.
+    refused(
+        &run_on(&store, &["run", "--", "echo", "hi"]),
+        64,
+        &[
+            "NAME is missing before `--`",
+            "'echo' would be taken as the lease name",
+            "lease run NAME -- echo hi",
+        ],
+    );
+    refused(
+        &run_on(&store, &["elect", "--ttl", "2s", "--", "sleep", "1"]),
+        64,
+        &["lease elect NAME -- sleep 1"],
+    );
+    // The same words with NAME given run.
+    let out = run_on(&store, &["run", "n", "--", "echo", "hi"]);
+    assert_eq!(code(out.status), 0, "{}", stderr(&out));
+    assert_eq!(stdout(&out), "hi\n");
+
+    // A file that exists but is not executable: it says so (not "no such executable file").
+    let script = dir.file("job.sh");
+    std::fs::write(&script, "echo hi\n").unwrap();
+    let shown = script.display().to_string();
+    refused(
+        &run_on(&store, &["run", "x", "--", &shown]),
+        71,
+        &["the file is not executable", "chmod +x", "sh "],
+    );
+    refused(
+        &run_on(&store, &["run", "x", "--", &format!("{shown}.missing")]),
+        71,
+        &["no such file"],
+    );
+    refused(
+        &run_on(
+            &store,
+            &["run", "x", "--", &dir.path().display().to_string()],
+        ),
+        71,
+        &["is a directory"],
+    );
+
+    // A SQLite file in a directory that does not exist: a bad URL (67), not an unreachable
+    // server (69, "check host, port").
+    let missing = dir.path().join("no-such-dir");
+    let url = format!("sqlite://{}/x.db", missing.display());
+    let out = run_on(&url, &["run", "x", "--", "true"]);
+    refused(
+        &out,
+        67,
+        &[
+            &format!("the directory {} does not exist", missing.display()),
+            "create it",
+        ],
+    );
+    assert!(!stderr(&out).contains("port"), "{}", stderr(&out));
+    refused(&run_on(&url, &["status", "x"]), 67, &["does not exist"]);
+    assert!(!missing.exists(), "nothing was created");
+}
+
 #[test]
 fn the_default_store_is_one_per_user_file_created_when_missing() {
     let home = TempDir::new("home");
@@ -211,14 +292,23 @@ fn the_default_store_is_one_per_user_file_created_when_missing() {
             .unwrap()
     };
     let file = state.join("lease/leases.db");
-    let help = run(&["--help"]);
+    let help = run(&["help", "stores"]);
     assert_eq!(code(help.status), 0);
     let text = stdout(&help);
     assert!(
         text.contains(&format!("sqlite://{}", file.display())),
         "{text}"
     );
-    for code_listed in ["64", "65", "66", "67", "68", "69", "71", "72", "74", "75"] {
+    assert!(
+        text.contains("excludes only this user on this host"),
+        "{text}"
+    );
+    let help = run(&["help", "exit-codes"]);
+    assert_eq!(code(help.status), 0);
+    let text = stdout(&help);
+    for code_listed in [
+        "64", "65", "66", "67", "68", "69", "70", "71", "72", "73", "74", "75", "76", "78",
+    ] {
         assert!(text.contains(&format!("  {code_listed} ")), "{text}");
     }
     assert!(!file.exists());
@@ -268,6 +358,61 @@ fn help_never_shows_the_store_password() {
         let text = stdout(&out);
         assert!(text.contains(header), "{text}");
         assert!(text.contains("--json"), "{text}");
-        assert!(text.contains("  65 "), "{text}");
+        assert!(text.contains("`lease help exit-codes`"), "{text}");
     }
+}
+
+/// Each subcommand's --help is its own text and options, and points to the shared topics
+/// (`lease help stores`, `lease help exit-codes`) instead of repeating them.
+#[test]
+fn help_is_short_and_points_to_the_shared_topics() {
+    let dir = TempDir::new("help");
+    let store = dir.sqlite();
+    let help = |args: &[&str]| {
+        let out = run_on(&store, args);
+        assert_eq!(code(out.status), 0, "{args:?}: {}", stderr(&out));
+        stdout(&out)
+    };
+    let run = help(&["run", "--help"]);
+    // Its own text and options (70 lines with the store and exit-code text, 55 without; the
+    // global options of other parts of lease add some), then two lines of pointers.
+    assert!(
+        run.lines().count() <= 80,
+        "{} lines:\n{run}",
+        run.lines().count()
+    );
+    let trailer: Vec<&str> = run
+        .lines()
+        .skip_while(|l| !l.starts_with("Store: "))
+        .filter(|l| !l.trim().is_empty())
+        .collect();
+    assert_eq!(trailer.len(), 2, "after the options: {trailer:?}\n{run}");
+    for sub in [
+        "run", "elect", "status", "watch", "members", "owners", "release", "fence",
+    ] {
+        let text = help(&[sub, "--help"]);
+        assert!(text.contains("`lease help exit-codes`"), "{sub}: {text}");
+        // The exit-code table and the store details are not repeated.
+        assert!(!text.contains("  73 "), "{sub}: {text}");
+        assert!(!text.contains("appendfsync"), "{sub}: {text}");
+        if sub != "fence" {
+            assert!(text.contains("`lease help stores`"), "{sub}: {text}");
+        }
+        // `lease help SUBCOMMAND` is the same text.
+        assert_eq!(help(&["help", sub]), text, "{sub}");
+    }
+    assert_eq!(
+        help(&["help", "fence", "sql"]),
+        help(&["fence", "sql", "--help"])
+    );
+    assert!(help(&["run", "--help"]).contains("--conflict-exit <N>"));
+    let stores = help(&["help", "stores"]);
+    assert!(stores.contains("appendfsync"), "{stores}");
+    let codes = help(&["help", "exit-codes"]);
+    assert!(codes.contains("SuccessExitStatus=72 143"), "{codes}");
+    refused(
+        &run_on(&store, &["help", "nonsense"]),
+        64,
+        &["no help for 'nonsense'", "stores, exit-codes", "run, elect"],
+    );
 }

@@ -64,7 +64,7 @@ impl CmdLine {
             Some(_) => Ok(()),
             None if shown.contains('/') => Err(CliError::new(
                 Exit::CannotStart,
-                format!("cannot run '{shown}': no such executable file"),
+                format!("cannot run '{shown}': {}", why_not_executable(program)),
             )),
             None => Err(CliError::new(
                 Exit::CannotStart,
@@ -81,6 +81,21 @@ impl CmdLine {
     /// The arguments after the program.
     pub(crate) fn arguments(&self) -> &[OsString] {
         &self.args
+    }
+}
+
+/// Why the file at `path`, which [`is_executable`] refused, cannot be run, and what to do.
+fn why_not_executable(path: &Path) -> String {
+    match std::fs::metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => "no such file".to_owned(),
+        Err(e) => format!("cannot read it ({e})"),
+        Ok(m) if m.is_dir() => "it is a directory, not a program".to_owned(),
+        Ok(_) => format!(
+            "the file is not executable; make it so (chmod +x {}) or run it through its \
+             interpreter (e.g. -- sh {})",
+            path.display(),
+            path.display()
+        ),
     }
 }
 

@@ -30,6 +30,12 @@ pub(crate) fn backoff(retry: Duration, failures: u32) -> Duration {
 pub(crate) async fn elect(url: &StoreUrl, args: ElectArgs) -> Result<u8, CliError> {
     let cmd = CmdLine::new(args.cmd)?;
     let name = args.name;
+    // `--quiet` leaves out the lines on the way; errors are still printed.
+    let say = |line: &str| {
+        if !args.quiet {
+            eprintln_scrubbed(line);
+        }
+    };
     let mut holding = prepare(url, &name, &args.hold).await?;
     let mut watchdog = Watchdog::spawn(&cmd).await?;
     let retry = holding.coordinator.timings().retry();
@@ -48,7 +54,7 @@ pub(crate) async fn elect(url: &StoreUrl, args: ElectArgs) -> Result<u8, CliErro
                 return Err(interrupted(sig, &format!("while campaigning for '{name}'")));
             }
         };
-        eprintln_scrubbed(&format!(
+        say(&format!(
             "lease: leader for '{name}' (term {}); starting CMD",
             term.token()
         ));
@@ -90,7 +96,7 @@ pub(crate) async fn elect(url: &StoreUrl, args: ElectArgs) -> Result<u8, CliErro
                         human(extra)
                     )
                 };
-                eprintln_scrubbed(&format!(
+                say(&format!(
                     "lease: CMD exited with {} after {}; released '{name}'{why}",
                     describe(status),
                     human(ran_for)

@@ -14,6 +14,7 @@ pub(crate) mod watch;
 use std::sync::Arc;
 use std::time::Duration;
 
+use lease::backend::MAX_TTL;
 use lease::backend::permits::MAX_PERMITS;
 use lease::{
     Coordinator, LeaseStore, Permits, Store, Timings, backend::LeaseStoreExt, coordinator::Target,
@@ -121,10 +122,21 @@ pub(crate) fn timings(ttl: &str) -> Result<Timings, CliError> {
             ),
         ));
     }
+    if lease > MAX_TTL {
+        return Err(CliError::new(
+            Exit::BadDuration,
+            format!(
+                "--ttl {ttl} is longer than lease's maximum of {}: a lease is kept alive by \
+                 renewal, so it need not outlast the work; choose a shorter --ttl (seconds to \
+                 minutes, e.g. the default 15s)",
+                human(MAX_TTL)
+            ),
+        ));
+    }
     Timings::from_lease(lease).map_err(|e| {
         CliError::new(
             Exit::BadDuration,
-            format!("--ttl {ttl} gives unsafe timings: {e}; choose a longer --ttl"),
+            format!("--ttl {ttl} gives unsafe timings: {e}; choose another --ttl, e.g. 15s"),
         )
     })
 }
