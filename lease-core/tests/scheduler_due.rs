@@ -225,16 +225,29 @@ async fn a_round_cut_short_is_rerun_once_by_the_next_pass() {
         got,
         [
             (i0, Some((true, false, RoundEnded::Finished, 0))),
-            (i0 + ms(PERIOD), Some((false, true, RoundEnded::Finished, 0))),
-            (i0 + 2 * ms(PERIOD), Some((false, false, RoundEnded::Finished, 0))),
+            (
+                i0 + ms(PERIOD),
+                Some((false, true, RoundEnded::Finished, 0))
+            ),
+            (
+                i0 + 2 * ms(PERIOD),
+                Some((false, false, RoundEnded::Finished, 0))
+            ),
         ]
     );
     // Once: the next pass finds the instant taken, and nothing to rerun.
     let again = b.run_due(window).await.unwrap();
     assert_eq!(again.len(), 1, "{again:?}");
-    assert!(matches!(again[0].outcome, DueOutcome::Taken { .. }), "{again:?}");
+    assert!(
+        matches!(again[0].outcome, DueOutcome::Taken { .. }),
+        "{again:?}"
+    );
     let per = starts.per_instant();
-    assert_eq!(per.get(&i0), Some(&2), "the first round and its one rerun: {per:?}");
+    assert_eq!(
+        per.get(&i0),
+        Some(&2),
+        "the first round and its one rerun: {per:?}"
+    );
     assert_eq!(per.values().sum::<usize>(), 4);
 }
 

@@ -161,7 +161,10 @@ async fn pass(
     scheduler: &Scheduler,
     window: Duration,
     signals: &mut StopSignals,
-) -> (lease::Result<Vec<DueInstant>>, Option<rustix::process::Signal>) {
+) -> (
+    lease::Result<Vec<DueInstant>>,
+    Option<rustix::process::Signal>,
+) {
     let due = scheduler.run_due(window);
     tokio::pin!(due);
     tokio::select! {
@@ -308,7 +311,8 @@ fn schedule(args: &CronArgs) -> Result<Schedule, CliError> {
         ));
     };
     let period = positive("--every", every)?;
-    Schedule::every(period).map_err(|e| CliError::new(Exit::BadDuration, format!("--every {every}: {e}")))
+    Schedule::every(period)
+        .map_err(|e| CliError::new(Exit::BadDuration, format!("--every {every}: {e}")))
 }
 
 /// A positive duration given to `flag`.

@@ -567,7 +567,10 @@ async fn claim_due(s: &Inner, job: &Job, ask: SlotAsk) -> Result<Claimed> {
                 };
                 let ahead = u64::try_from(instant.saturating_sub(now_ms)).unwrap_or(0);
                 debug!(job = &*job.name, instant = %Schedule::format(instant), ahead_ms = ahead, "the store's clock has not reached the instant; waiting");
-                if !s.nap(Duration::from_millis(ahead.max(1)).min(MAX_NAP)).await {
+                if !s
+                    .nap(Duration::from_millis(ahead.max(1)).min(MAX_NAP))
+                    .await
+                {
                     return Ok(Claimed::Closed);
                 }
             }
@@ -601,10 +604,8 @@ async fn due_job(s: &Inner, job: &Job, window_ms: i64, out: &mut Vec<DueInstant>
     };
     // Reruns first: a later instant's claim would supersede them.
     let names = [name.to_owned()];
-    let Some(unfinished) = read_due(s, "looking for unfinished rounds", || {
-        s.unfinished(&names)
-    })
-    .await?
+    let Some(unfinished) =
+        read_due(s, "looking for unfinished rounds", || s.unfinished(&names)).await?
     else {
         return Ok(());
     };
