@@ -5,6 +5,8 @@
 //! --test cron` builds `lease` with each process claiming under a name of its own, so the
 //! hosts' claims never meet.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::collections::BTreeMap;

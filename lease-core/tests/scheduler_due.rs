@@ -99,7 +99,10 @@ async fn sleep_until_ms(clock: &TokioClock, at: i64) {
     }
 }
 
-fn ran(d: &DueInstant) -> Option<(bool, bool, RoundEnded, u64)> {
+/// A round this replica ran: (rerun, late, how it ended, instants skipped).
+type Ran = (bool, bool, RoundEnded, u64);
+
+fn ran(d: &DueInstant) -> Option<Ran> {
     match d.outcome {
         DueOutcome::Ran {
             rerun,
@@ -219,7 +222,7 @@ async fn a_round_cut_short_is_rerun_once_by_the_next_pass() {
     // Past its expiry: the rerun, then the two instants since, late and on time.
     sleep_until_ms(&clock, i0 + 2 * ms(PERIOD) + 500).await;
     let due = b.run_due(window).await.unwrap();
-    let got: Vec<(i64, Option<(bool, bool, RoundEnded, u64)>)> =
+    let got: Vec<(i64, Option<Ran>)> =
         due.iter().map(|d| (d.instant_ms, ran(d))).collect();
     assert_eq!(
         got,
