@@ -236,7 +236,7 @@ async fn report(
                     ))),
                 };
                 if *skipped > 0 {
-                    tracing::info!(job = %d.job, %instant, skipped, "the round overran later instants; they are skipped");
+                    tracing::info!(job = %d.job, %instant, instant_ms = d.instant_ms, skipped, "the round overran later instants; they are skipped");
                 }
                 if verdict.is_none() {
                     verdict = failed;
