@@ -55,9 +55,9 @@ pub(crate) const CRON_ABOUT: &str = "Run CMD once per instant of a schedule acro
     overruns are skipped, recorded and counted; with --once, an instant whose job is still \
     running elsewhere is left to that round.\n\n\
     Each instant a lease process dealt with is logged as one line, at level info (shown with \
-    LEASE_LOG=info): 'ran here' with the host (instance), term, exit code, rerun and late; \
-    'taken' (another host ran it; its last holder); 'busy' (an earlier round still holds \
-    the job). A round whose CMD fails is logged at warn (shown by default), with its exit code. Hosts that find the \
+    LEASE_LOG=info): 'ran here' with the host (instance), term, exit code and rerun; with \
+    --once also 'taken' (another host ran it; its last holder) and 'busy' (an earlier round \
+    still holds the job). A round whose CMD fails is logged at warn (shown by default), with its exit code. Hosts that find the \
     instant taken are quiet: nothing on stderr.\n\n\
     Exit codes of --once: 0 when nothing failed here: each due instant ran here with CMD \
     exiting 0, or another host ran it (or is running it), or nothing was due; CMD's code \
@@ -66,9 +66,9 @@ pub(crate) const CRON_ABOUT: &str = "Run CMD once per instant of a schedule acro
     signal before any CMD ran; lease's other codes as for `lease run`. The daemon exits 0 when \
     stopped by a signal, and with lease's own code when it cannot go on (a bad store, a name \
     the store refuses).\n\n\
-    Bad input: a cron expression that does not parse or never matches, an unknown --tz, and \
-    an unparsable --every exit 64 (a zero or unparsable --every or --catch-up exits 66), \
-    each with a message saying what to write instead. The store must keep scheduler slots \
+    Bad input: a cron expression that does not parse or never matches, an unknown --tz, or \
+    --tz with --every exits 64; a zero or unparsable --every or --catch-up exits 66; each \
+    with a message saying what to write instead. The store must keep scheduler slots \
     (every store lease supports does).";
 
 /// How CMD's run for one round ended, as the round's work saw it.
