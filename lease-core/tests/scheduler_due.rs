@@ -222,8 +222,7 @@ async fn a_round_cut_short_is_rerun_once_by_the_next_pass() {
     // Past its expiry: the rerun, then the two instants since, late and on time.
     sleep_until_ms(&clock, i0 + 2 * ms(PERIOD) + 500).await;
     let due = b.run_due(window).await.unwrap();
-    let got: Vec<(i64, Option<Ran>)> =
-        due.iter().map(|d| (d.instant_ms, ran(d))).collect();
+    let got: Vec<(i64, Option<Ran>)> = due.iter().map(|d| (d.instant_ms, ran(d))).collect();
     assert_eq!(
         got,
         [
