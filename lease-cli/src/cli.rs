@@ -49,6 +49,9 @@ pub(crate) enum Command {
     /// Campaign for NAME forever and run CMD while leader: a leader-only daemon.
     #[command(long_about = ELECT_ABOUT)]
     Elect(ElectArgs),
+    /// Run CMD once per instant of a schedule across all hosts: a cluster-wide cron.
+    #[command(long_about = crate::commands::cron::CRON_ABOUT)]
+    Cron(CronArgs),
     /// Show who holds each NAME: holder instance, term, time left.
     #[command(long_about = STATUS_ABOUT)]
     Status(StatusArgs),
@@ -448,6 +451,49 @@ pub(crate) struct RunArgs {
     pub(crate) cmd: Vec<OsString>,
 }
 
+/// Options of `lease cron` (its help text is in `commands::cron`).
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("when").required(true).args(["schedule", "every"])))]
+pub(crate) struct CronArgs {
+    /// The job's name: its lease name, the same on every host that runs the job.
+    pub(crate) name: String,
+
+    /// A cron expression: 5 fields (minute hour day-of-month month day-of-week), 6 with
+    /// seconds first, or @hourly, @daily, @weekly…
+    #[arg(long, value_name = "EXPR")]
+    pub(crate) schedule: Option<String>,
+
+    /// The IANA time zone --schedule is read in, e.g. Europe/Berlin [default: UTC].
+    #[arg(long, value_name = "ZONE")]
+    pub(crate) tz: Option<String>,
+
+    /// Instead of --schedule: every DURATION, at the multiples of it since the Unix epoch.
+    #[arg(long, value_name = "DURATION")]
+    pub(crate) every: Option<String>,
+
+    /// How late an instant no host has run may still run.
+    #[arg(long, value_name = "DURATION", default_value = "5m")]
+    pub(crate) catch_up: String,
+
+    /// One pass, then exit: run the instants due now (if no host has), for a crontab line or
+    /// a systemd timer.
+    #[arg(long)]
+    pub(crate) once: bool,
+
+    #[command(flatten)]
+    pub(crate) hold: HoldArgs,
+
+    /// The command to run for each instant, after `--`.
+    #[arg(
+        required = true,
+        num_args = 1..,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "CMD"
+    )]
+    pub(crate) cmd: Vec<OsString>,
+}
+
 /// Options of `lease elect`.
 #[derive(Debug, Args)]
 pub(crate) struct ElectArgs {
@@ -629,7 +675,7 @@ pub(crate) fn command() -> clap::Command {
     let after = after_help();
     let mut cmd = Cli::command().after_help(after.clone());
     for sub in [
-        "run", "elect", "status", "watch", "members", "owners", "release",
+        "run", "elect", "cron", "status", "watch", "members", "owners", "release",
     ] {
         let text = after.clone();
         cmd = cmd.mut_subcommand(sub, |s| s.after_help(text));

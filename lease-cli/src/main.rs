@@ -3,6 +3,7 @@
 //! ```text
 //! lease run NAME [--ttl D] [--wait] -- CMD…   run CMD only while holding NAME
 //! lease elect NAME [--ttl D] -- CMD…          run CMD while leader, forever
+//! lease cron NAME --schedule E [--once] -- CMD…  run CMD once per instant across hosts
 //! lease status NAME… [--json]                 who holds what
 //! lease watch NAME… [--json]                  one line per change of holder
 //! lease members SERVICE [--json]              the live members of a service
@@ -116,6 +117,7 @@ async fn dispatch(cli: Cli) -> Result<u8, CliError> {
     match cli.command {
         Command::Run(args) => commands::run::run(&store()?, args).await,
         Command::Elect(args) => commands::elect::elect(&store()?, args).await,
+        Command::Cron(args) => commands::cron::cron(&store()?, args).await,
         Command::Status(args) => commands::status::status(&store()?, args).await,
         Command::Watch(args) => commands::watch::watch(&store()?, args).await,
         Command::Members(args) => commands::members::members(&store()?, args).await,

@@ -64,11 +64,22 @@ pub(crate) async fn supervise(
     watchdog: &mut Watchdog,
     signals: &mut StopSignals,
 ) -> Result<Outcome, CliError> {
+    supervise_with(term, Vec::new(), watchdog, signals).await
+}
+
+/// [`supervise`], with `extra` added to CMD's environment (`lease cron`'s LEASE_INSTANT).
+pub(crate) async fn supervise_with(
+    term: &Term,
+    extra: Vec<(&'static str, String)>,
+    watchdog: &mut Watchdog,
+    signals: &mut StopSignals,
+) -> Result<Outcome, CliError> {
     let mut env = vec![
         ("LEASE_NAME", term.name().to_owned()),
         ("LEASE_TERM", term.token().to_string()),
         ("LEASE_INSTANCE", term.instance().to_owned()),
     ];
+    env.extend(extra);
     if let Some(permit) = term.permit() {
         env.push(("LEASE_PERMIT", permit.to_string()));
     }

@@ -1,6 +1,7 @@
 //! The subcommands, and what they share: checking input, opening the store, building the
 //! coordinator.
 
+pub(crate) mod cron;
 pub(crate) mod elect;
 pub(crate) mod fence;
 pub(crate) mod members;

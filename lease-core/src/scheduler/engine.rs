@@ -13,6 +13,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
 
 use super::clock::WallClock;
+use super::due::{DueInstant, DueOutcome};
 use super::job::{CatchUp, Job};
 use super::round::{RoundEnv, run_round};
 use super::schedule::Schedule;
@@ -412,7 +413,7 @@ pub(crate) async fn job_loop(s: Arc<Inner>, job: Job) -> Result<()> {
                     let late_ms = s.clock.now_ms().saturating_sub(instant);
                     info!(job = name, instant = %Schedule::format(instant), late_ms, term = term.token(), "instant claimed late: the round of an earlier instant held the job's lease when it came, and ended without recording it");
                 }
-                let end = run_round(&s.round_env(), &job, instant, term, false).await;
+                let end = run_round(&s.round_env(), &job, instant, term, false, None).await;
                 next_late = end.next_late;
                 end.cursor
             }
@@ -483,7 +484,7 @@ pub(crate) async fn rerun_loop(s: Arc<Inner>) -> Result<()> {
                     running.spawn(async move {
                         // A rerun leaves its overrun to the job's own loop, which has
                         // moved on to the latest instant meanwhile.
-                        run_round(&s.round_env(), &job, instant, term, true).await;
+                        run_round(&s.round_env(), &job, instant, term, true, None).await;
                         name
                     });
                 }
@@ -498,5 +499,213 @@ pub(crate) async fn rerun_loop(s: Arc<Inner>) -> Result<()> {
         }
     }
     while running.join_next().await.is_some() {}
+    Ok(())
+}
+
+/// The most instants one pass of [`run_due`] considers per job (the oldest first).
+const MAX_DUE: usize = 1000;
+
+/// How many times a pass of [`run_due`] tries a store operation that fails for a reason
+/// retrying can fix, before it gives up with the error.
+const DUE_ATTEMPTS: u32 = 3;
+
+/// One pass over every job: each instant due within `window` runs once (see
+/// [`Scheduler::run_due`](crate::Scheduler::run_due)).
+pub(crate) async fn run_due(s: &Inner, window: Duration) -> Result<Vec<DueInstant>> {
+    let window_ms = i64::try_from(window.as_millis()).unwrap_or(i64::MAX);
+    let mut out = Vec::new();
+    for job in &s.jobs {
+        if s.stopping.is_cancelled() {
+            break;
+        }
+        due_job(s, job, window_ms, &mut out).await?;
+    }
+    Ok(out)
+}
+
+/// Reads the store with `read`, retried on failures retrying can fix; `None` on shutdown.
+async fn read_due<T, F, Fut>(s: &Inner, what: &str, mut read: F) -> Result<Option<T>>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    let t = s.coordinator.timings();
+    let mut attempts = 0;
+    loop {
+        if s.stopping.is_cancelled() {
+            return Ok(None);
+        }
+        attempts += 1;
+        let e = match timeout(t.attempt_timeout(), read()).await {
+            Ok(Ok(v)) => return Ok(Some(v)),
+            Ok(Err(e)) if fatal(&e) => return Err(e),
+            Ok(Err(e)) => e,
+            Err(_) => Error::timeout(what, t.attempt_timeout()),
+        };
+        if attempts >= DUE_ATTEMPTS {
+            return Err(e);
+        }
+        warn!(error = %e, "{what} failed; retrying");
+        if !s.nap(s.retry_pause()).await {
+            return Ok(None);
+        }
+    }
+}
+
+/// Claims `ask` for `job`, waiting while the store's clock has not reached the instant and
+/// retrying failures retrying can fix; `Closed` on shutdown.
+async fn claim_due(s: &Inner, job: &Job, ask: SlotAsk) -> Result<Claimed> {
+    let mut attempts = 0;
+    loop {
+        if s.stopping.is_cancelled() {
+            return Ok(Claimed::Closed);
+        }
+        match s.claim(&job.name, ask).await {
+            Claimed::Early { now_ms } => {
+                let instant = match ask {
+                    SlotAsk::Instant(i) | SlotAsk::Rerun(i) => i,
+                };
+                let ahead = u64::try_from(instant.saturating_sub(now_ms)).unwrap_or(0);
+                debug!(job = &*job.name, instant = %Schedule::format(instant), ahead_ms = ahead, "the store's clock has not reached the instant; waiting");
+                if !s
+                    .nap(Duration::from_millis(ahead.max(1)).min(MAX_NAP))
+                    .await
+                {
+                    return Ok(Claimed::Closed);
+                }
+            }
+            Claimed::Failed(e) if fatal(&e) => return Err(e),
+            Claimed::Failed(e) => {
+                attempts += 1;
+                if attempts >= DUE_ATTEMPTS {
+                    return Err(e);
+                }
+                warn!(job = &*job.name, error = %e, "claiming a due instant failed; retrying");
+                if !s.nap(s.retry_pause()).await {
+                    return Ok(Claimed::Closed);
+                }
+            }
+            other => return Ok(other),
+        }
+    }
+}
+
+/// [`run_due`] for one job.
+async fn due_job(s: &Inner, job: &Job, window_ms: i64, out: &mut Vec<DueInstant>) -> Result<()> {
+    let name: &str = &job.name;
+    let now = s.clock.now_ms();
+    let oldest = now.saturating_sub(window_ms);
+    let push = |out: &mut Vec<DueInstant>, instant_ms: i64, outcome: DueOutcome| {
+        out.push(DueInstant {
+            job: name.to_owned(),
+            instant_ms,
+            outcome,
+        });
+    };
+    // Reruns first: a later instant's claim would supersede them.
+    let names = [name.to_owned()];
+    let Some(unfinished) =
+        read_due(s, "looking for unfinished rounds", || s.unfinished(&names)).await?
+    else {
+        return Ok(());
+    };
+    for (_, instant) in unfinished.into_iter().filter(|(n, _)| n == name) {
+        if instant < oldest {
+            debug!(job = name, instant = %Schedule::format(instant), "an unfinished round older than the window is not rerun");
+            continue;
+        }
+        match claim_due(s, job, SlotAsk::Rerun(instant)).await? {
+            Claimed::Term { term, .. } => {
+                let token = term.token();
+                // The rerun takes no later instant along: they are this pass's to claim.
+                let before = Some(instant.saturating_add(1));
+                let end = run_round(&s.round_env(), job, instant, term, true, before).await;
+                push(
+                    out,
+                    instant,
+                    DueOutcome::Ran {
+                        token,
+                        rerun: true,
+                        late: false,
+                        ended: end.ended,
+                        skipped: end.skipped,
+                    },
+                );
+            }
+            Claimed::Closed => return Ok(()),
+            _ => {
+                debug!(job = name, instant = %Schedule::format(instant), "rerun claimed elsewhere, or no longer due");
+            }
+        }
+    }
+    let Some(record) = read_due(s, "reading the job's last slot", || s.last_slot(name)).await?
+    else {
+        return Ok(());
+    };
+    let Some(latest) = job
+        .schedule
+        .latest_at_or_before(now)
+        .filter(|l| *l >= oldest)
+    else {
+        debug!(job = name, "no instant within the window");
+        return Ok(());
+    };
+    let due = match record.and_then(|r| r.last_ms) {
+        // A job that never ran catches nothing up: only its latest instant is due.
+        None => vec![latest],
+        // This period's instant is on record: another replica ran it (or runs it).
+        Some(last) if latest <= last => {
+            push(out, latest, DueOutcome::Taken { last_ms: last });
+            return Ok(());
+        }
+        Some(last) => job
+            .schedule
+            .between(last.max(oldest.saturating_sub(1)), now, MAX_DUE),
+    };
+    for (i, &instant) in due.iter().enumerate() {
+        match claim_due(s, job, SlotAsk::Instant(instant)).await? {
+            Claimed::Term {
+                term,
+                superseded_ms,
+            } => {
+                let token = term.token();
+                report_superseded(job, superseded_ms, instant, token);
+                let late = job
+                    .schedule
+                    .latest_at_or_before(s.clock.now_ms())
+                    .is_some_and(|l| l > instant);
+                if late {
+                    telemetry::job(telemetry::INSTANTS_LATE, name, 1);
+                    info!(job = name, instant = %Schedule::format(instant), term = token, "catching up: a missed instant within the window is claimed late");
+                }
+                // The next due instant is this pass's to claim, not the finish's to skip.
+                let before = due.get(i + 1).copied();
+                let end = run_round(&s.round_env(), job, instant, term, false, before).await;
+                push(
+                    out,
+                    instant,
+                    DueOutcome::Ran {
+                        token,
+                        rerun: false,
+                        late,
+                        ended: end.ended,
+                        skipped: end.skipped,
+                    },
+                );
+            }
+            Claimed::Taken { last_ms } => push(out, instant, DueOutcome::Taken { last_ms }),
+            Claimed::Held => match held_by(s, name, instant).await {
+                HeldBy::Claimed { last_ms } => push(out, instant, DueOutcome::Taken { last_ms }),
+                HeldBy::Earlier { .. } => {
+                    debug!(job = name, instant = %Schedule::format(instant), "the round of an earlier instant holds the job's lease; leaving the instant to it or to a later pass");
+                    push(out, instant, DueOutcome::Busy);
+                    return Ok(());
+                }
+            },
+            Claimed::Closed => return Ok(()),
+            // `claim_due` resolves these itself.
+            Claimed::Early { .. } | Claimed::Failed(_) => return Ok(()),
+        }
+    }
     Ok(())
 }

@@ -12,7 +12,7 @@ use tokio_util::task::TaskTracker;
 use tracing::error;
 
 use super::engine::{self, IDLE, Inner, RAN, RUNNING};
-use super::{Job, SystemClock, WallClock};
+use super::{DueInstant, Job, SystemClock, WallClock};
 use crate::engine::coordinator::Coordinator;
 use crate::engine::step_down::{FailAction, StepDownFailure, default_fail_action};
 use crate::store::error::{Error, ErrorKind, Result};
@@ -116,6 +116,52 @@ impl Scheduler {
             }
         }
         first_error.map_or(Ok(()), Err)
+    }
+
+    /// One pass for callers started by cron or a systemd timer: runs each job's instants due
+    /// now, each once across the cluster, and returns what became of each; then the caller
+    /// exits (or calls again next period).
+    ///
+    /// For each job, in order:
+    ///
+    /// 1. a round cut short whose instant came within `window` is rerun once, if no replica has
+    ///    claimed its rerun (as the rerun check of [`run`](Scheduler::run) does);
+    /// 2. the instants of the schedule that came within `window` (at or after now − `window`,
+    ///    at or before now) and are later than the last instant on record are claimed, oldest
+    ///    first, and run here when this replica wins ([`DueOutcome::Ran`](super::DueOutcome);
+    ///    `late` when a later instant had come by then: a missed instant caught up). A job that
+    ///    never ran has only its latest instant due (if within `window`): it catches nothing up,
+    ///    as with [`CatchUp`](super::CatchUp). At most 1,000 instants per job and pass.
+    ///
+    /// An instant another replica claimed first is [`Taken`](super::DueOutcome::Taken) (when the
+    /// latest instant within `window` is on record already, the pass claims nothing and reports
+    /// it so); one the
+    /// job's lease is held through by the round of an earlier instant is
+    /// [`Busy`](super::DueOutcome::Busy), and the pass leaves that job (a round still running
+    /// takes the instant along as skipped when it ends, the next pass runs it otherwise). The
+    /// pass never waits for another replica's round; it waits only while the store's clock has
+    /// not reached an instant. A round's overrun past the next due instant of the pass is not
+    /// taken along: that instant is claimed next; an overrun past the last one is skipped and
+    /// counted as in `run`.
+    ///
+    /// Instants older than `window`, never claimed, are left alone: no replica runs them.
+    /// A zero `window` runs an instant only when the pass starts on its very millisecond: give
+    /// the delay the caller may start with (cron's, a timer's `RandomizedDelaySec=` and
+    /// `AccuracySec=`), or more to catch up missed instants.
+    ///
+    /// Store failures are retried twice; then the error is returned (as are the errors `run`
+    /// returns). [`shutdown`](Scheduler::shutdown) from another task stops the pass: a round in
+    /// flight is told to stop, the rest is not claimed, and the pass returns what it did. Do
+    /// not call it while [`run`](Scheduler::run) runs on the same scheduler (it would claim
+    /// alongside `run`'s loops; the store keeps each instant once all the same).
+    pub async fn run_due(&self, window: Duration) -> Result<Vec<DueInstant>> {
+        if self.inner.stopping.is_cancelled() {
+            return Err(Error::new(
+                ErrorKind::Closed,
+                "this scheduler has been shut down; build a new one",
+            ));
+        }
+        engine::run_due(&self.inner, window).await
     }
 
     /// Stops the scheduler: no new instant is claimed; every round in flight is told to stop

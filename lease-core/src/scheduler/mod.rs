@@ -46,6 +46,12 @@
 //! ran, or run the latest of them once. The store's record tells a job that never ran (no
 //! catch-up) from one that missed instants.
 //!
+//! **One-shot**: a process started by cron or a systemd timer every period calls
+//! [`Scheduler::run_due`](crate::Scheduler::run_due) instead of `run`: one pass that runs the
+//! instants due now (each missed one within a window, oldest first, and the reruns of rounds cut
+//! short within it), each once across the cluster, and returns what became of each
+//! ([`DueInstant`]).
+//!
 //! Every round's log lines (target `lease_core::scheduler`, level info; cut-short, failed and
 //! superseded rounds at warn) carry the job, the instant, the term (fencing token) and whether
 //! it is a rerun; the work runs inside a `round` span with the same fields. Counters in
@@ -112,6 +118,7 @@
 //! [`TokioClock`] in tests in paused tokio time.
 
 mod clock;
+mod due;
 mod engine;
 pub(crate) mod handle;
 pub(crate) mod job;
@@ -123,6 +130,7 @@ pub use chrono;
 pub use chrono_tz;
 pub use chrono_tz::Tz;
 pub use clock::{SystemClock, TokioClock, WallClock};
+pub use due::{DueInstant, DueOutcome, RoundEnded};
 pub(crate) use job::Job;
 pub use job::{CatchUp, JobBuilder, Round};
 

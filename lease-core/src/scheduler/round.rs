@@ -7,6 +7,7 @@ use tokio::time::{Instant, sleep, timeout};
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::clock::WallClock;
+use super::due::RoundEnded;
 use super::job::{Job, Round, WorkFuture};
 use super::schedule::Schedule;
 use super::telemetry;
@@ -45,16 +46,22 @@ pub(crate) struct RoundEnd {
     /// The next instant is claimed late: the round held the job through it without recording
     /// it.
     pub(crate) next_late: bool,
+    /// How the round ended.
+    pub(crate) ended: RoundEnded,
+    /// The instants the round overran and recorded as skipped.
+    pub(crate) skipped: u64,
 }
 
 /// Runs the round of `instant_ms` under `term` and finishes it; see [`RoundEnd`] for what it
-/// returns.
+/// returns. `passed_before`: the instants the finish may take along as overrun end before it
+/// (the next instant a one-shot pass means to claim itself); `None`: no limit.
 pub(crate) async fn run_round(
     s: &RoundEnv<'_>,
     job: &Job,
     instant_ms: i64,
     term: Term,
     rerun: bool,
+    passed_before: Option<i64>,
 ) -> RoundEnd {
     let name: &str = &job.name;
     let token = term.token();
@@ -69,6 +76,8 @@ pub(crate) async fn run_round(
         return RoundEnd {
             cursor: instant_ms,
             next_late: false,
+            ended: RoundEnded::CutShort,
+            skipped: 0,
         };
     }
     info!(job = name, %instant, instant_ms, term = token, rerun, instance = %term.instance(), "round started");
@@ -95,17 +104,25 @@ pub(crate) async fn run_round(
     let verdict = execute(&term, fut).await;
     let elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     let now_ms = s.clock.now_ms();
+    let until_ms = passed_before.map_or(now_ms, |b| now_ms.min(b.saturating_sub(1)));
     let passed_ms = job
         .schedule
-        .latest_at_or_before(now_ms)
+        .latest_at_or_before(until_ms)
         .filter(|p| *p > instant_ms);
     let mut end = RoundEnd {
         cursor: passed_ms.unwrap_or(instant_ms),
         next_late: false,
+        ended: RoundEnded::CutShort,
+        skipped: 0,
     };
     match verdict {
         Verdict::Finished(error) => {
             let failed = error.is_some();
+            end.ended = if failed {
+                RoundEnded::Failed
+            } else {
+                RoundEnded::Finished
+            };
             let finish = finish(s, &term, instant_ms, passed_ms).await;
             guard.armed = false;
             drop(guard);
@@ -130,6 +147,7 @@ pub(crate) async fn run_round(
                         Some(passed) if f.passed_taken => {
                             let n = job.schedule.count_between(instant_ms, passed, 1_000_000);
                             telemetry::job(telemetry::INSTANTS_SKIPPED, name, n);
+                            end.skipped = n;
                             info!(job = name, %instant, term = token, rerun, skipped = n, through = %Schedule::format(passed), "round overran {n} instant(s); they are skipped");
                         }
                         Some(passed) if f.recorded => {
@@ -146,10 +164,8 @@ pub(crate) async fn run_round(
                                 warn!(job = name, %instant, term = token, rerun, missed, through = %Schedule::format(passed), "round overran {missed} instant(s) but could not record them as skipped (its lease was lost, or the store's clock has not reached them); they never ran");
                             }
                             debug!(job = name, %instant, term = token, rerun, passed = %Schedule::format(passed), "overrun not recorded; claiming the latest instant that has come");
-                            end = RoundEnd {
-                                cursor: passed.saturating_sub(1),
-                                next_late: true,
-                            };
+                            end.cursor = passed.saturating_sub(1);
+                            end.next_late = true;
                         }
                         Some(passed) => {
                             debug!(job = name, %instant, term = token, rerun, passed = %Schedule::format(passed), "overrun instants not recorded: a later instant has been claimed meanwhile");
@@ -174,6 +190,7 @@ pub(crate) async fn run_round(
             }
         }
         Verdict::Abandoned(e) => {
+            end.ended = RoundEnded::Abandoned;
             guard.armed = false;
             drop(guard);
             telemetry::round(telemetry::ROUNDS_CUT_SHORT, name, rerun);
