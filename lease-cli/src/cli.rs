@@ -148,9 +148,13 @@ const HELP_ABOUT: &str = "Print the help of a subcommand, or of a topic shared b
     \x20 lease help SUBCOMMAND   the same as lease SUBCOMMAND --help";
 
 const STATUS_ABOUT: &str = "Show who holds each NAME: holder instance, term, time left.\n\n\
-    Names must be given: the store contract has no listing of names. The term shown is the last \
-    one issued, also when nobody holds the name now; '-' means none. Times are by the store's \
-    clock.\n\n\
+    With --prefix P instead of NAMEs: every name the store keeps a record of that starts with P \
+    (byte for byte; no character of P is special), in byte order, at most 10000 (past that the \
+    first 10000 are shown and a line on stderr says more were left out; narrow P). Which names \
+    have a record is the store's: SQL stores, Redis, MongoDB and the memory store keep every \
+    name ever claimed (held or not); etcd and NATS only those held now. Redis Cluster is \
+    refused (SCAN sees one node). The term shown is the last one issued, also when nobody holds \
+    the name now; '-' means none. Times are by the store's clock.\n\n\
     A counted name (lease run --permits N) shows one row per permit, with its number in the \
     PERMIT column: the permit's holder, last term and time left. With --json its object gets \
     \"permits_held\" (how many of its permits are live) and a \"permits\" array: permit, held, \
@@ -536,9 +540,15 @@ pub(crate) struct HoldArgs {
 /// Options of `lease status`.
 #[derive(Debug, Args)]
 pub(crate) struct StatusArgs {
-    /// The lease names to show (at least one).
-    #[arg(required = true, num_args = 1..)]
+    /// The lease names to show (at least one, unless --prefix is given).
+    #[arg(required_unless_present = "prefix", num_args = 1..)]
     pub(crate) names: Vec<String>,
+
+    /// Show every name under PREFIX the store keeps a record of (plain leases and counted
+    /// names), in byte order, instead of NAMEs. PREFIX is literal (no wildcard) and may be empty
+    /// (every name).
+    #[arg(long, value_name = "PREFIX", conflicts_with = "names")]
+    pub(crate) prefix: Option<String>,
 
     /// Print JSON instead of a table: one object per name with name, held, holder, term and
     /// expires_in_ms (and, for a counted name, permits_held and permits: one object per

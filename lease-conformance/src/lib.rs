@@ -372,6 +372,7 @@ macro_rules! conformance_suite {
             bad_ttls_are_refused,
             bad_input_is_refused_before_any_io,
             force_release_ends_a_live_lease_and_keeps_the_term,
+            names_under_a_prefix_are_listed_literally_in_byte_order,
             coordinator_reports_held_and_the_observer_names_the_holder,
             coordinator_resign_hands_over_at_once,
             coordinator_close_signals_and_releases,

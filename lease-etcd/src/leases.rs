@@ -114,6 +114,9 @@ impl EtcdStore {
     }
 }
 
+/// How many permit keys one read of a listing of names takes.
+const PERMIT_KEYS_PER_READ: usize = 1000;
+
 #[async_trait]
 impl LeaseStore for EtcdStore {
     fn backend(&self) -> &'static str {
@@ -127,6 +130,7 @@ impl LeaseStore for EtcdStore {
             // etcd deletes the key when its lease ends.
             keeps_ended_records: false,
             force_release: true,
+            list_names: true,
             // A key per permit (see `permits.rs`).
             // A range read of the group, then the keep-alives of the owner's etcd leases it
             // found (sent with the read when this store renewed the group before): at most two
@@ -378,6 +382,77 @@ impl LeaseStore for EtcdStore {
             live: left.is_some(),
             expires_in: left.unwrap_or_default(),
         }))
+    }
+
+    /// Range reads of the key space, never a pattern: the lease keys from `<prefix>l/<name
+    /// prefix>` to its range end (one read of at most `limit + 1` keys), and the permit keys from
+    /// `<prefix>c/<name prefix>` the same way, 1,000 keys per read, each read starting past the
+    /// last counted name seen (`<name>\x01`: its permit keys end with `\0` and digits). Keys are
+    /// the names' bytes, so the range is exactly the names under the prefix, in byte order, and
+    /// no character of the prefix is special. A key is there while its etcd lease lives (and
+    /// until etcd's sweep removes it once expired): held names show, released ones do not.
+    async fn names(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<lease_core::backend::names::NamePage> {
+        use lease_core::backend::names::{NamePage, counted_name, lease_name};
+        check::names(self, prefix, after, limit)?;
+        let site = self.site(Operation::Names, prefix);
+        let store_prefix = &self.inner.prefix;
+        // From the prefix, or from past `after` (`trailer`: the least byte past a name's keys).
+        let bounds = |space: Vec<u8>, trailer: u8| {
+            let mut from = space.clone();
+            from.extend_from_slice(prefix.as_bytes());
+            let end = keys::range_end(&from);
+            if let Some(after) = after {
+                let mut past = space;
+                past.extend_from_slice(after.as_bytes());
+                past.push(trailer);
+                from = from.max(past);
+            }
+            (from, end)
+        };
+        let space = keys::lease_space(store_prefix);
+        let (from, end) = bounds(space.clone(), 0);
+        let lease_keys = self.range_keys(site, &from, &end, limit + 1).await?;
+        let mut found: Vec<_> = lease_keys
+            .iter()
+            .filter_map(|k| k.strip_prefix(space.as_slice()))
+            .filter_map(|n| String::from_utf8(n.to_vec()).ok())
+            .map(lease_name)
+            .collect();
+        let space = keys::permit_space(store_prefix);
+        let (mut from, end) = bounds(space.clone(), 1);
+        let mut counted = 0;
+        loop {
+            let page = self
+                .range_keys(site, &from, &end, PERMIT_KEYS_PER_READ)
+                .await?;
+            let mut last = None;
+            for key in &page {
+                let Some(name) = key
+                    .strip_prefix(space.as_slice())
+                    .and_then(keys::counted_of)
+                else {
+                    continue;
+                };
+                if last.as_ref() != Some(&name) {
+                    counted += 1;
+                    last = Some(name.clone());
+                    found.push(counted_name(name));
+                }
+            }
+            let Some(last) = last else { break };
+            if page.len() < PERMIT_KEYS_PER_READ || counted > limit {
+                break;
+            }
+            from = space.clone();
+            from.extend_from_slice(last.as_bytes());
+            from.push(1);
+        }
+        Ok(NamePage::from_found(found, limit))
     }
 
     async fn force_release(&self, name: &str) -> Result<bool> {

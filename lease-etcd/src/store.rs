@@ -520,6 +520,30 @@ impl EtcdStore {
         Ok(resp.take_kvs())
     }
 
+    /// The keys (no values) from `start` up to `end` (excluded), by key, at most `limit`, by a
+    /// linearizable read.
+    pub(crate) async fn range_keys(
+        &self,
+        site: Site<'_>,
+        start: &[u8],
+        end: &[u8],
+        limit: usize,
+    ) -> Result<Vec<Vec<u8>>> {
+        let mut kv = self.inner.client.kv_client();
+        let options = GetOptions::new()
+            .with_range(end.to_vec())
+            .with_keys_only()
+            .with_limit(i64::try_from(limit).unwrap_or(i64::MAX));
+        let mut resp = self
+            .bounded(site, kv.get(start.to_vec(), Some(options)))
+            .await?;
+        Ok(resp
+            .take_kvs()
+            .into_iter()
+            .map(|kv| kv.key().to_vec())
+            .collect())
+    }
+
     /// One transaction.
     pub(crate) async fn txn(&self, site: Site<'_>, txn: Txn) -> Result<TxnResponse> {
         let mut kv = self.inner.client.kv_client();

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use lease_core::backend::names::{self, ListedName, NamePage};
 use lease_core::backend::notify::{Topic, Wakeups};
 use lease_core::backend::{Grant, HolderToken, async_trait, check, slots::SlotRecord};
 use lease_core::{
@@ -26,6 +27,7 @@ impl LeaseStore for MemoryStore {
         Capabilities {
             expiry: self.expiry,
             force_release: true,
+            list_names: true,
             watch: true,
             ..lease_core::backend::derived_capabilities(self)
         }
@@ -154,6 +156,27 @@ impl LeaseStore for MemoryStore {
             }
             _ => Ok(false),
         }
+    }
+
+    /// Walks the lease and permit maps under the lock (no await while it is held): every lease
+    /// record (held, released or expired: the store keeps them all) and every counted name.
+    async fn names(&self, prefix: &str, after: Option<&str>, limit: usize) -> Result<NamePage> {
+        check::names(self, prefix, after, limit)?;
+        let st = self.lock();
+        let leases = st
+            .leases
+            .keys()
+            .filter(|n| names::in_range(n, prefix, after));
+        let counted = st
+            .permits
+            .keys()
+            .filter(|n| names::in_range(n, prefix, after));
+        let found: Vec<ListedName> = leases
+            .map(names::lease_name)
+            .chain(counted.map(names::counted_name))
+            .collect();
+        drop(st);
+        Ok(NamePage::from_found(found, limit))
     }
 
     fn changes(&self, topic: &Topic) -> Option<Wakeups> {

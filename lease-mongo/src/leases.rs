@@ -29,6 +29,7 @@ impl LeaseStore for MongoStore {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             force_release: true,
+            list_names: true,
             // One document per counted name (see `permits.rs`).
             max_name_bytes: MAX_NAME_BYTES,
             // The multi-document `update`, then the `aggregate` that reads back the documents
@@ -161,6 +162,41 @@ impl LeaseStore for MongoStore {
             .read_one(Operation::Get, name, wire::get_pipeline(name))
             .await?;
         doc.map(|d| wire::info_from_get(name, &d)).transpose()
+    }
+
+    /// Two `aggregate`s, one per kind of document, each a range of strings (`_id` through its
+    /// index, and the counted names' `_id.c`; see `wire/names.rs`), at most `limit + 1` each, sent
+    /// together. The lease
+    /// documents are kept after release and expiry, so every name ever claimed shows.
+    async fn names(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<lease_core::backend::names::NamePage> {
+        use lease_core::backend::names::{NamePage, counted_name, lease_name, prefix_end};
+        check::names(self, prefix, after, limit)?;
+        let op = Operation::Names;
+        let end = prefix_end(prefix);
+        let n = i32::try_from(limit + 1).unwrap_or(i32::MAX);
+        let batch = u32::try_from(limit + 2).unwrap_or(u32::MAX);
+        let leases = wire::lease_names_pipeline(prefix, end.as_deref(), after, n);
+        let counted = wire::counted_names_pipeline(prefix, end.as_deref(), after, n);
+        let (leases, counted) = futures::try_join!(
+            self.read_all(&self.leases, op, prefix, leases, batch),
+            self.read_all(&self.leases, op, prefix, counted, batch),
+        )?;
+        let found = leases
+            .iter()
+            .filter_map(wire::listed_name)
+            .map(lease_name)
+            .chain(
+                counted
+                    .iter()
+                    .filter_map(wire::listed_name)
+                    .map(counted_name),
+            );
+        Ok(NamePage::from_found(found, limit))
     }
 
     async fn force_release(&self, name: &str) -> Result<bool> {

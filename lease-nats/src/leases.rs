@@ -192,6 +192,7 @@ impl LeaseStore for NatsStore {
             // A KV watch and the release subject (see the crate docs, *Hints*).
             watch: true,
             force_release: true,
+            list_names: true,
             // A key per permit (see the crate docs, *Counted leases*).
             max_name_bytes: MAX_NAME_BYTES,
             // No multi-key operation: one compare-and-set per partition, all sent before any
@@ -408,6 +409,43 @@ impl LeaseStore for NatsStore {
             }
         }
         Err(self.racing(Operation::ForceRelease, name))
+    }
+
+    /// Two `STREAM.INFO` requests with a subject filter (see `wire::keys::NAME_FILTERS`): the
+    /// lease keys (`*`) and the permit keys (`permit.*.*`), sent together. A subject filter
+    /// matches whole tokens and a name is one escaped token, so the server cannot narrow them to
+    /// the prefix: every key of the kind is listed, decoded, and compared with the prefix byte
+    /// for byte (no character of the prefix is special). A key has a message only while its
+    /// record is live (release purges it, the bucket's max age removes an expired one), so only
+    /// held names show.
+    async fn names(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<lease_core::backend::names::NamePage> {
+        use lease_core::backend::names::{self, ListedName, NamePage};
+        check::names(self, prefix, after, limit)?;
+        let [(leases_at, leases), (permits_at, permits)] = crate::wire::keys::NAME_FILTERS;
+        let (lease_keys, permit_keys) = futures::try_join!(
+            self.list_matching(Operation::Names, prefix, leases_at, leases),
+            self.list_matching(Operation::Names, prefix, permits_at, permits),
+        )?;
+        let listed = |at: &'static str| {
+            move |key: &String| {
+                let (name, counted) = crate::wire::keys::listed_name(at, key)?;
+                names::in_range(&name, prefix, after).then_some(ListedName {
+                    name,
+                    lease: !counted,
+                    counted,
+                })
+            }
+        };
+        let found = lease_keys
+            .iter()
+            .filter_map(listed(leases_at))
+            .chain(permit_keys.iter().filter_map(listed(permits_at)));
+        Ok(NamePage::from_found(found, limit))
     }
 
     /// Hints from the bucket's KV watch and the release subject (see the crate docs,

@@ -699,9 +699,23 @@ impl NatsStore {
         name: &str,
         prefix: &str,
     ) -> Result<Vec<String>> {
+        self.list_matching(op, name, prefix, ">").await
+    }
+
+    /// The keys under `prefix` that the subject filter `filter` (wildcards `*` and `>`) matches
+    /// after it, without the prefix: one `$JS.API.STREAM.INFO` request (one more per 100,000
+    /// keys). Every key with a message shows: the store releases by purging, so that is every
+    /// record the store keeps (and a marker another tool wrote).
+    pub(crate) async fn list_matching(
+        &self,
+        op: Operation,
+        name: &str,
+        prefix: &str,
+        filter: &str,
+    ) -> Result<Vec<String>> {
         let api = format!("STREAM.INFO.KV_{}", self.inner.bucket);
         let subject_prefix = format!("{}{prefix}", self.inner.subject_prefix);
-        let filter = format!("{subject_prefix}>");
+        let filter = format!("{subject_prefix}{filter}");
         let mut keys = Vec::new();
         let mut offset = 0usize;
         loop {

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use lease_core::backend::names::{self, ListedName, NamePage};
 use lease_core::backend::notify::{Topic, Wakeups};
 use lease_core::backend::{Grant, HolderToken, async_trait, ceil_millis, check};
 use lease_core::layer::Operation;
@@ -20,7 +21,7 @@ use crate::config::TermScheme;
 use crate::error::During;
 use crate::store::{MAX_NAME_BYTES, RedisStore};
 use crate::wire::codec::{HolderHex, grant};
-use crate::wire::keys::{name_of, record_key, scan_pattern};
+use crate::wire::keys::{listed_name, name_of, names_pattern, record_key, scan_pattern};
 use crate::wire::scripts::SCRIPTS;
 
 impl<C> RedisStore<C>
@@ -101,6 +102,60 @@ where
     }
 }
 
+/// How many keys one `SCAN` of a listing of names asks the server to look at.
+const SCAN_COUNT: u32 = 1000;
+
+impl<C> RedisStore<C>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    /// `Unsupported` on a Redis Cluster node (`INFO cluster` says `cluster_enabled:1`), where a
+    /// `SCAN` sees one node's keys only; asked once per store, and again after a failed ask.
+    async fn refuse_cluster(&self, prefix: &str) -> Result<()> {
+        let cluster = self
+            .inner
+            .cluster
+            .get_or_try_init(|| async {
+                let info: redis::Value = self
+                    .bounded(During::Op(Operation::Names, prefix), async {
+                        let mut conn = self.conn.clone();
+                        redis::cmd("INFO")
+                            .arg("cluster")
+                            .query_async(&mut conn)
+                            .await
+                    })
+                    .await?;
+                Ok::<bool, lease_core::Error>(says_cluster(&info))
+            })
+            .await?;
+        if *cluster {
+            return Err(lease_core::Error::unsupported(format!(
+                "{} is a Redis Cluster node: listing names walks the keys with SCAN, which sees \
+                 one node only, so it is refused rather than answered partly; name the leases \
+                 instead",
+                self.inner.server
+            ))
+            .during(Operation::Names, prefix));
+        }
+        Ok(())
+    }
+}
+
+/// Whether an `INFO cluster` answer (one text, or one per node) says cluster mode is on.
+fn says_cluster(info: &redis::Value) -> bool {
+    match info {
+        redis::Value::BulkString(bytes) => String::from_utf8_lossy(bytes)
+            .lines()
+            .any(|l| l.trim() == "cluster_enabled:1"),
+        redis::Value::VerbatimString { text, .. } | redis::Value::SimpleString(text) => {
+            text.lines().any(|l| l.trim() == "cluster_enabled:1")
+        }
+        redis::Value::Array(items) | redis::Value::Set(items) => items.iter().any(says_cluster),
+        redis::Value::Map(pairs) => pairs.iter().any(|(_, v)| says_cluster(v)),
+        _ => false,
+    }
+}
+
 #[async_trait]
 impl<C> LeaseStore for RedisStore<C>
 where
@@ -116,6 +171,7 @@ where
             // with gaps.
             consecutive_terms: self.config().get_term_scheme() == TermScheme::Counter,
             force_release: true,
+            list_names: true,
             // Hints cover other processes only with a subscriber connection.
             watch: self.listens(),
             max_name_bytes: MAX_NAME_BYTES,
@@ -294,6 +350,72 @@ where
             self.changed(&Topic::lease(name));
         }
         Ok(n == 1)
+    }
+
+    /// `SCAN … MATCH <key prefix>{<escaped name prefix>*` (never `KEYS`, which blocks the server
+    /// for the whole keyspace), both prefixes glob-escaped (see `wire::keys::names_pattern`), over
+    /// the whole keyspace: Redis keeps no order, so the page is the least `limit` names found,
+    /// kept in a bounded set while the walk goes on (one round trip per 1,000 keys looked at).
+    /// Lease records and counted names' permit hashes are listed; partition and member keys are
+    /// not. A record stays until [`forget`](RedisStore::forget) or
+    /// [`purge_expired`](RedisStore::purge_expired) deletes it, so released and expired leases
+    /// show.
+    ///
+    /// On Redis Cluster, where one connection's `SCAN` walks one node only, the listing is
+    /// refused with `Unsupported` (the store asks `INFO cluster` once) rather than answered from
+    /// one node's keys.
+    async fn names(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<lease_core::backend::names::NamePage> {
+        check::names(self, prefix, after, limit)?;
+        self.refuse_cluster(prefix).await?;
+        let key_prefix = self.config().get_key_prefix();
+        let pattern = names_pattern(key_prefix, prefix);
+        let mut kept: std::collections::BTreeMap<String, ListedName> = Default::default();
+        let mut cursor: u64 = 0;
+        loop {
+            let mut scan = redis::cmd("SCAN");
+            scan.arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(SCAN_COUNT);
+            let (next, keys): (u64, Vec<Vec<u8>>) = self
+                .bounded(During::Op(Operation::Names, prefix), async {
+                    let mut conn = self.conn.clone();
+                    scan.query_async(&mut conn).await
+                })
+                .await?;
+            for key in keys {
+                let Some((name, counted)) = std::str::from_utf8(&key)
+                    .ok()
+                    .and_then(|k| listed_name(key_prefix, k))
+                else {
+                    continue;
+                };
+                if !names::in_range(&name, prefix, after) {
+                    continue;
+                }
+                let entry = kept.entry(name.clone()).or_insert(ListedName {
+                    name,
+                    lease: false,
+                    counted: false,
+                });
+                entry.lease |= !counted;
+                entry.counted |= counted;
+                // The least `limit + 1` names are all a page needs.
+                if kept.len() > limit.saturating_add(1) {
+                    kept.pop_last();
+                }
+            }
+            if next == 0 {
+                return Ok(NamePage::from_found(kept.into_values(), limit));
+            }
+            cursor = next;
+        }
     }
 
     /// Hints for `topic` (see the crate documentation, *Hints*): from every process while the

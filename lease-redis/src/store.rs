@@ -56,6 +56,9 @@ pub(crate) struct Inner {
     /// passed on (a later connection may reach a promoted replica, which is checked again);
     /// 0 before any (generations count from 1).
     pub(crate) checked_primary: AtomicU64,
+    /// Whether the server is a Redis Cluster node (`INFO cluster`), once asked: listing names
+    /// is refused there.
+    pub(crate) cluster: OnceCell<bool>,
     /// The hints of [`LeaseStore::changes`](lease_core::LeaseStore::changes) and their listener.
     pub(crate) hints: Hints,
     /// Tests: run once right after the next start-up check passed, before its result is
@@ -143,6 +146,7 @@ where
                 server,
                 started: OnceCell::new(),
                 checked_primary: AtomicU64::new(0),
+                cluster: OnceCell::new(),
                 hints: Hints::local(),
                 #[cfg(test)]
                 after_check: std::sync::Mutex::new(None),

@@ -443,6 +443,15 @@ impl LeaseStore for Reopenable {
         self.store()?.force_release(name).await
     }
 
+    async fn names(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<lease::backend::names::NamePage> {
+        self.store()?.names(prefix, after, limit).await
+    }
+
     fn changes(
         &self,
         topic: &lease::backend::notify::Topic,
@@ -662,6 +671,9 @@ mod tests {
                 .is_some()
         );
         assert!(reopenable.force_release("n").await.unwrap());
+        // So does the listing of names.
+        let listed = reopenable.names("n", None, 10).await.unwrap();
+        assert_eq!(listed.names.first().map(|n| n.name.as_str()), Some("n"));
         // Closed for the restart, it is unavailable; reopened, available again.
         reopenable.close().await;
         let closed = reopenable.available().await;

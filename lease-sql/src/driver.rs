@@ -65,6 +65,7 @@ impl<DB: Driver> lease_core::LeaseStore for SqlStore<DB> {
         Capabilities {
             verify_in_transaction: true,
             force_release: true,
+            list_names: true,
             watch: self.inner.watch,
             max_name_bytes: self.inner.config.max_name_bytes,
             ..lease_core::backend::derived_capabilities(self)
@@ -182,6 +183,43 @@ impl<DB: Driver> lease_core::LeaseStore for SqlStore<DB> {
             self.inner.hints.wrote(&Topic::lease(name));
         }
         Ok(ended)
+    }
+
+    /// One statement over the lease table and the permit table (made ready first, as for
+    /// `permits`): a range of the primary key of each, `prefix <= name < end` (see
+    /// [`prefix_end`](lease_core::backend::names::prefix_end)), never a `LIKE`, so no character
+    /// of the prefix is special; every lease row shows, held, released or expired.
+    async fn names(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<lease_core::backend::names::NamePage> {
+        use lease_core::backend::names::{NamePage, counted_name, lease_name, prefix_end};
+        lease_core::backend::check::names(self, prefix, after, limit)?;
+        let during = |e: lease_core::Error| e.during(Operation::Names, prefix);
+        self.group_table_ready(crate::store::Table::Permits)
+            .await
+            .map_err(during)?;
+        // Above every name the table can hold: longer than the longest, of the greatest
+        // character.
+        let top = || "\u{10FFFF}".repeat(self.inner.config.max_name_bytes / 4 + 1);
+        let end = prefix_end(prefix).unwrap_or_else(top);
+        let bounds = crate::leases::NameBounds {
+            lower: prefix,
+            after: after.unwrap_or(""),
+            end: &end,
+            limit: i64::try_from(limit).unwrap_or(i64::MAX),
+        };
+        let rows = DB::name_rows(self, bounds).await.map_err(during)?;
+        let found = rows.into_iter().map(|(name, kind)| {
+            if kind == 0 {
+                lease_name(name)
+            } else {
+                counted_name(name)
+            }
+        });
+        Ok(NamePage::from_found(found, limit))
     }
 
     /// Always `Some`: what the hints cover is in each dialect's docs (PostgreSQL:

@@ -10,6 +10,20 @@ use lease_core::Result;
 use lease_core::backend::notify::{Topic, Wakeups};
 
 use crate::store::{SqlStore, Table, Token};
+
+/// The bounds of one listing of names, as the statement binds them (see
+/// `wire::names_statement`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct NameBounds<'a> {
+    /// The prefix: the least name listed.
+    pub(crate) lower: &'a str,
+    /// Names are greater than this (`""` for no cursor).
+    pub(crate) after: &'a str,
+    /// Names are less than this.
+    pub(crate) end: &'a str,
+    /// At most this many of each kind.
+    pub(crate) limit: i64,
+}
 use crate::wire::conns::LeaseDb;
 
 /// The lease table's part of the `Driver` (`driver.rs`): what a database runs for the lease
@@ -75,6 +89,13 @@ pub(crate) trait LeaseDriver: LeaseDb {
         store: &SqlStore<Self>,
         name: &str,
     ) -> impl Future<Output = Result<Option<(String, i64, i64)>>> + Send;
+
+    /// The listing of names (see `wire::names_statement`): `(name, 0)` per lease row and
+    /// `(name, 1)` per counted name, at most `limit` of each, in the range the bounds give.
+    fn name_rows(
+        store: &SqlStore<Self>,
+        bounds: NameBounds<'_>,
+    ) -> impl Future<Output = Result<Vec<(String, i64)>>> + Send;
 
     /// The verify inside the caller's transaction on `conn`: whether the lease is still held
     /// under `token`.

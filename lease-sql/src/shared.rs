@@ -225,6 +225,22 @@ where
         })
     }
 
+    /// The listing of names on every database (see `wire::names_statement`); MySQL's positional
+    /// parameters take the bounds `times` = 2 times, the others once.
+    pub(crate) async fn shared_name_rows(
+        &self,
+        b: crate::leases::NameBounds<'_>,
+        times: usize,
+    ) -> Result<Vec<(String, i64)>> {
+        with_conn!(self, Operation::Names, |c| {
+            let mut q = sqlx::query_as(&self.inner.stmts.names);
+            for _ in 0..times {
+                q = q.bind(b.lower).bind(b.after).bind(b.end).bind(b.limit);
+            }
+            q.fetch_all(c)
+        })
+    }
+
     /// The verify inside the caller's transaction on every database: whether the lease is
     /// still held under `token`. The database's clock for it, when it has no server's, is bound
     /// after the other parameters.
@@ -726,6 +742,13 @@ where
         name: &str,
     ) -> impl Future<Output = Result<Option<(String, i64, i64)>>> + Send {
         store.shared_get_row(name)
+    }
+
+    fn name_rows(
+        store: &SqlStore<DB>,
+        bounds: crate::leases::NameBounds<'_>,
+    ) -> impl Future<Output = Result<Vec<(String, i64)>>> + Send {
+        store.shared_name_rows(bounds, 1)
     }
 
     fn verify_locked(

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lease_core::backend::membership::MembershipStore;
+use lease_core::backend::names::NamePage;
 use lease_core::backend::notify::{Topic, Wakeups};
 use lease_core::backend::partitions::PartitionStore;
 use lease_core::backend::permits::PermitStore;
@@ -160,6 +161,10 @@ impl LeaseStore for Store {
 
     async fn force_release(&self, name: &str) -> Result<bool> {
         self.inner.force_release(name).await
+    }
+
+    async fn names(&self, prefix: &str, after: Option<&str>, limit: usize) -> Result<NamePage> {
+        self.inner.names(prefix, after, limit).await
     }
 
     fn changes(&self, topic: &Topic) -> Option<Wakeups> {

@@ -1,14 +1,19 @@
-//! `lease status NAME… [--json]`: who holds what, by the store's clock; for a counted name,
-//! every permit.
+//! `lease status NAME… [--json]` or `lease status --prefix P [--json]`: who holds what, by the
+//! store's clock; for a counted name, every permit.
 
+use lease::LeaseStore;
 use lease::backend::{LeaseInfo, LeaseStoreExt, permits::PermitInfo};
 
 use crate::cli::StatusArgs;
 use crate::commands::open_for;
 use crate::commands::output::{self, json_string, printable};
 use crate::duration::human;
-use crate::exit::CliError;
+use crate::exit::{CliError, Exit};
+use crate::redact::eprintln_scrubbed;
 use crate::store_url::StoreUrl;
+
+/// The most names `status --prefix` shows; past it, the first ones and a line on stderr.
+pub(crate) const MAX_PREFIX_NAMES: usize = 10_000;
 
 /// One name's row.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,25 +45,93 @@ impl Row {
 
 /// Runs the `status` subcommand.
 pub(crate) async fn status(url: &StoreUrl, args: StatusArgs) -> Result<u8, CliError> {
-    let store = open_for(url, &args.names).await?;
-    let counted = store.capabilities().permits;
-    let mut rows = Vec::with_capacity(args.names.len());
-    for name in args.names {
-        let info = store.get(&name).await?;
-        let permits = if counted {
-            store.permits(&name).await?
-        } else {
-            Vec::new()
-        };
-        rows.push(Row {
-            name,
-            info,
-            permits,
-        });
-    }
+    let rows = match &args.prefix {
+        Some(prefix) => under_prefix(url, prefix).await?,
+        None => named(url, args.names).await?,
+    };
     let text = if args.json { json(&rows) } else { table(&rows) };
     output::write_stdout(&text, "the status")?;
     Ok(0)
+}
+
+/// The rows of the names given.
+async fn named(url: &StoreUrl, names: Vec<String>) -> Result<Vec<Row>, CliError> {
+    let store = open_for(url, &names).await?;
+    let counted = store.capabilities().permits;
+    let mut rows = Vec::with_capacity(names.len());
+    for name in names {
+        rows.push(row(store.as_ref(), name, true, counted).await?);
+    }
+    Ok(rows)
+}
+
+/// The rows of every name under `prefix` the store lists (at most [`MAX_PREFIX_NAMES`], in byte
+/// order): each name's lease where it has one, its permits where it is counted.
+async fn under_prefix(url: &StoreUrl, prefix: &str) -> Result<Vec<Row>, CliError> {
+    check_prefix(prefix)?;
+    let store = open_for(url, &[]).await?;
+    let listed = store
+        .names_upto(prefix, MAX_PREFIX_NAMES)
+        .await
+        .map_err(|e| prefix_error(prefix, &e))?;
+    if listed.more {
+        eprintln_scrubbed(&format!(
+            "lease: more than {MAX_PREFIX_NAMES} names start with {}; showing the first \
+             {MAX_PREFIX_NAMES}: give a longer --prefix",
+            json_string(prefix)
+        ));
+    }
+    let mut rows = Vec::with_capacity(listed.names.len());
+    for n in listed.names {
+        rows.push(row(store.as_ref(), n.name, n.lease, n.counted).await?);
+    }
+    Ok(rows)
+}
+
+/// One name's row: its lease record when `lease`, its permits when `counted`.
+async fn row(
+    store: &dyn LeaseStore,
+    name: String,
+    lease: bool,
+    counted: bool,
+) -> Result<Row, CliError> {
+    let info = if lease { store.get(&name).await? } else { None };
+    let permits = if counted && store.capabilities().permits {
+        store.permits(&name).await?
+    } else {
+        Vec::new()
+    };
+    Ok(Row {
+        name,
+        info,
+        permits,
+    })
+}
+
+/// Refuses a prefix no name can start with (a control character) before the store is opened.
+fn check_prefix(prefix: &str) -> Result<(), CliError> {
+    match prefix.char_indices().find(|(_, c)| c.is_control()) {
+        Some((at, c)) => Err(CliError::new(
+            Exit::BadName,
+            format!(
+                "--prefix {}: holds the control character {c:?} at byte {at}, which no lease \
+                 name holds; use printable characters",
+                json_string(prefix)
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// The error of a listing, naming `--prefix` where the store refused the prefix.
+fn prefix_error(prefix: &str, e: &lease::Error) -> CliError {
+    match e.kind() {
+        lease::ErrorKind::InvalidName => CliError::new(
+            Exit::BadName,
+            format!("--prefix {}: {}", json_string(prefix), e.message()),
+        ),
+        _ => CliError::from_lease(e),
+    }
 }
 
 /// The rows as an aligned table with a header. When some name is counted, a PERMIT column

@@ -104,6 +104,29 @@ pub async fn bad_input_is_refused_before_any_io(h: &Harness) {
     )
     .await;
     refused(h, "force_release ''", InvalidName, store.force_release("")).await;
+    if h.caps().list_names {
+        refused(
+            h,
+            "names under a prefix with a line feed",
+            InvalidName,
+            store.names("a\nb", None, 10),
+        )
+        .await;
+        refused(
+            h,
+            "names under a long prefix",
+            InvalidName,
+            store.names(&long, None, 10),
+        )
+        .await;
+        refused(
+            h,
+            "names, limit 0",
+            InvalidArgument,
+            store.names("a", None, 0),
+        )
+        .await;
+    }
 
     if let Some(g) = h.groups_via_faults.clone() {
         let g = g.as_ref();

@@ -1,7 +1,7 @@
 //! One argument check per store operation, run before any I/O.
 //!
 //! Every backend calls exactly one of these first in each operation, so the rules — which
-//! names, labels, durations and batches a store takes — are written once and every store
+//! names, prefixes, labels, durations and batches a store takes — are written once and every store
 //! refuses the same input with the same kind and message. Each check is pure: it reads only
 //! the store's [`capabilities`](crate::LeaseStore::capabilities).
 //!
@@ -106,6 +106,19 @@ pub fn renew<S: LeaseStore + ?Sized>(store: &S, name: &str, ttl: Duration) -> Re
 /// [`SlotStore::last_slot`](crate::backend::slots::SlotStore::last_slot).
 pub fn name<S: LeaseStore + ?Sized>(store: &S, name: &str) -> Result<()> {
     store.validate_name(name)
+}
+
+/// [`LeaseStore::names`]: the prefix like a name, though it may be empty (no control character,
+/// at most the store's [`max_name_bytes`](crate::backend::Capabilities::max_name_bytes)), `after`
+/// a name when given, and `limit` from 1 to
+/// [`MAX_NAMES_PER_PAGE`](crate::backend::names::MAX_NAMES_PER_PAGE).
+pub fn names<S: LeaseStore + ?Sized>(
+    store: &S,
+    prefix: &str,
+    after: Option<&str>,
+    limit: usize,
+) -> Result<()> {
+    crate::store::names::check(prefix, after, limit, store.capabilities().max_name_bytes)
 }
 
 /// [`SlotStore::unfinished`](crate::backend::slots::SlotStore::unfinished): every name.

@@ -33,7 +33,7 @@ pub mod listen;
 mod url_param;
 
 pub use crate::engine::wait;
-pub use crate::store::{membership, notify, partitions, permits, polling, slots};
+pub use crate::store::{membership, names, notify, partitions, permits, polling, slots};
 
 pub use crate::store::capabilities::Capabilities;
 pub use crate::store::error::BoxError;

@@ -37,6 +37,9 @@ pub struct Capabilities {
     pub slots: bool,
     /// [`LeaseStore::force_release`](crate::LeaseStore::force_release) is supported.
     pub force_release: bool,
+    /// [`LeaseStore::names`](crate::LeaseStore::names) lists the names under a prefix (the
+    /// default of the trait answers `Unsupported`).
+    pub list_names: bool,
     /// Counted leases are supported: [`LeaseStore::permit_store`](crate::LeaseStore::permit_store)
     /// answers `Some`, with
     /// [`PermitStore::claim_permit`](crate::backend::permits::PermitStore::claim_permit) and the
@@ -67,6 +70,7 @@ impl Default for Capabilities {
             membership: false,
             slots: false,
             force_release: false,
+            list_names: false,
             permits: false,
             max_name_bytes: DEFAULT_MAX_NAME_BYTES,
             batch_renew: BatchRenew::default(),

@@ -52,6 +52,7 @@ use crate::store::capabilities::Capabilities;
 use crate::store::error::Result;
 use crate::store::lease_store::{LeaseStore, membership_of, partitions_of, permits_of, slots_of};
 use crate::store::membership::{Member, MembershipStore};
+use crate::store::names::NamePage;
 use crate::store::notify::{Topic, Wakeups};
 use crate::store::partitions::{PartitionLease, PartitionStore};
 use crate::store::permits::{PermitGrant, PermitInfo, PermitStore};
@@ -68,7 +69,8 @@ pub struct Call<'a> {
     /// Which operation.
     pub operation: Operation,
     /// The name it is about: the lease or job name, the group, or the service; the first of
-    /// the names for [`Operation::Unfinished`]; empty for [`Operation::Available`].
+    /// the names for [`Operation::Unfinished`]; the prefix for [`Operation::Names`]; empty for
+    /// [`Operation::Available`].
     pub name: &'a str,
     /// Who asks, where the operation names one: the instance label of a claim, the owner id of
     /// a partition operation, the node id of a membership operation.
@@ -255,6 +257,12 @@ impl<S: LeaseStore, H: Hook> LeaseStore for Intercept<S, H> {
     async fn force_release(&self, name: &str) -> Result<bool> {
         let call = Call::new(Operation::ForceRelease, name);
         let op = self.inner.force_release(name);
+        self.hook.around(call, Box::pin(op)).await
+    }
+
+    async fn names(&self, prefix: &str, after: Option<&str>, limit: usize) -> Result<NamePage> {
+        let call = Call::new(Operation::Names, prefix);
+        let op = self.inner.names(prefix, after, limit);
         self.hook.around(call, Box::pin(op)).await
     }
 

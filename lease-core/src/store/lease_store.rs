@@ -13,6 +13,7 @@ use async_trait::async_trait;
 use crate::store::capabilities::Capabilities;
 use crate::store::error::{Error, Result};
 use crate::store::membership::MembershipStore;
+use crate::store::names::NamePage;
 use crate::store::notify::{Topic, Wakeups};
 use crate::store::partitions::PartitionStore;
 use crate::store::permits::PermitStore;
@@ -95,6 +96,23 @@ pub trait LeaseStore: Send + Sync + fmt::Debug + 'static {
         let _ = name;
         Err(Error::unsupported(format!(
             "the {} store does not support force release",
+            self.backend()
+        )))
+    }
+
+    /// One page of the names under `prefix` this store keeps a record of (a plain lease, held
+    /// or not, or permits of a counted name), in byte order: at most `limit` (1 to
+    /// [`MAX_NAMES_PER_PAGE`](crate::backend::names::MAX_NAMES_PER_PAGE)), only those greater
+    /// than `after` when given. [`NamePage::more`] says whether more follow. `prefix` is literal
+    /// (no character is special) and may be empty; the rules are in
+    /// [`backend::names`](crate::backend::names). Read-only.
+    ///
+    /// The default answers `Unsupported` (and
+    /// [`Capabilities::list_names`] is `false`); every backend of this workspace lists.
+    async fn names(&self, prefix: &str, after: Option<&str>, limit: usize) -> Result<NamePage> {
+        let _ = (prefix, after, limit);
+        Err(Error::unsupported(format!(
+            "the {} store cannot list its names; name the leases instead",
             self.backend()
         )))
     }
@@ -244,6 +262,14 @@ macro_rules! forward_lease_store {
             }
             async fn force_release(&self, name: &str) -> Result<bool> {
                 (**self).force_release(name).await
+            }
+            async fn names(
+                &self,
+                prefix: &str,
+                after: Option<&str>,
+                limit: usize,
+            ) -> Result<NamePage> {
+                (**self).names(prefix, after, limit).await
             }
             fn changes(&self, topic: &Topic) -> Option<Wakeups> {
                 (**self).changes(topic)

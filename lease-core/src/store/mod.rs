@@ -11,6 +11,7 @@ pub(crate) mod error;
 pub mod layer;
 pub(crate) mod lease_store;
 pub mod membership;
+pub mod names;
 pub mod notify;
 mod operation;
 pub mod partitions;

@@ -20,6 +20,8 @@ pub enum Operation {
     Get,
     /// [`LeaseStore::force_release`](crate::LeaseStore::force_release).
     ForceRelease,
+    /// [`LeaseStore::names`](crate::LeaseStore::names).
+    Names,
     /// [`PartitionStore::acquire_partition`](crate::backend::partitions::PartitionStore::acquire_partition).
     AcquirePartition,
     /// [`PartitionStore::renew_partitions`](crate::backend::partitions::PartitionStore::renew_partitions).
@@ -73,6 +75,7 @@ impl Operation {
             Operation::Verify => "verify",
             Operation::Get => "get",
             Operation::ForceRelease => "force_release",
+            Operation::Names => "names",
             Operation::AcquirePartition => "acquire_partition",
             Operation::RenewPartitions => "renew_partitions",
             Operation::ReleasePartitions => "release_partitions",
@@ -105,6 +108,7 @@ impl Operation {
             Operation::Available
                 | Operation::Verify
                 | Operation::Get
+                | Operation::Names
                 | Operation::Owners
                 | Operation::Members
                 | Operation::Unfinished

@@ -7,6 +7,7 @@ use async_trait::async_trait;
 use crate::store::error::{Error, Result};
 use crate::store::layer::{Hook, Intercept};
 use crate::store::lease_store::{LeaseStore, permits_of, permits_unsupported};
+use crate::store::names::{MAX_NAMES_PER_PAGE, NamePage};
 use crate::store::permits::{PermitGrant, PermitInfo};
 use crate::store::record::{Grant, HolderToken};
 use crate::store::validate::{validate_name, validate_ttl};
@@ -111,6 +112,37 @@ pub trait LeaseStoreExt: LeaseStore {
     /// leases.
     async fn permits(&self, name: &str) -> Result<Vec<PermitInfo>> {
         permits_of(self)?.permits(name).await
+    }
+
+    /// Every name under `prefix` the store keeps a record of, in byte order, up to `max` of
+    /// them: [`names`](LeaseStore::names) page after page (one call per
+    /// [`MAX_NAMES_PER_PAGE`] names). [`NamePage::more`] is `true` when names past the first
+    /// `max` were left out. The pages are read one after the other, so this is not a snapshot:
+    /// a name claimed or removed meanwhile may or may not show.
+    async fn names_upto(&self, prefix: &str, max: usize) -> Result<NamePage> {
+        if max == 0 {
+            let first = self.names(prefix, None, 1).await?;
+            return Ok(NamePage {
+                names: Vec::new(),
+                more: !first.names.is_empty(),
+            });
+        }
+        let mut names = Vec::new();
+        let mut after: Option<String> = None;
+        loop {
+            let want = (max - names.len()).clamp(1, MAX_NAMES_PER_PAGE);
+            let page = self.names(prefix, after.as_deref(), want).await?;
+            let empty = page.names.is_empty();
+            names.extend(page.names);
+            if !page.more || empty {
+                return Ok(NamePage { names, more: false });
+            }
+            if names.len() >= max {
+                names.truncate(max);
+                return Ok(NamePage { names, more: true });
+            }
+            after = names.last().map(|n| n.name.clone());
+        }
     }
 
     /// This store with `hook` run around every operation (see [`crate::layer`]).

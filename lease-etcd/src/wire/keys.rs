@@ -64,6 +64,36 @@ pub(crate) fn member_of(service_prefix: &[u8], key: &[u8]) -> Option<String> {
     String::from_utf8(node.to_vec()).ok()
 }
 
+/// The start of every lease key: `<prefix>l/`.
+pub(crate) fn lease_space(prefix: &str) -> Vec<u8> {
+    join(prefix, "l/", "", None)
+}
+
+/// The start of every permit key: `<prefix>c/`.
+pub(crate) fn permit_space(prefix: &str) -> Vec<u8> {
+    join(prefix, "c/", "", None)
+}
+
+/// The counted name a permit key (after [`permit_space`]) belongs to.
+pub(crate) fn counted_of(tail: &[u8]) -> Option<String> {
+    let end = tail.iter().position(|&b| b == 0)?;
+    String::from_utf8(tail.get(..end)?.to_vec()).ok()
+}
+
+/// The least key greater than every key that starts with `key` (etcd's prefix range end):
+/// `key` with its last byte below `0xFF` raised by one and what follows dropped; `[0]` (to the
+/// end of the keyspace) when there is none.
+pub(crate) fn range_end(key: &[u8]) -> Vec<u8> {
+    let mut end = key.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xFF {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
+}
+
 fn join(prefix: &str, space: &str, name: &str, tail: Option<&str>) -> Vec<u8> {
     let mut key = Vec::with_capacity(prefix.len() + space.len() + name.len() + 12);
     key.extend_from_slice(prefix.as_bytes());

@@ -56,6 +56,7 @@ use mongodb::bson::{Bson, DateTime, Document, doc};
 
 mod leases;
 mod membership;
+mod names;
 mod partitions;
 mod permits;
 mod schema;
@@ -65,6 +66,7 @@ mod tests;
 
 pub(crate) use leases::*;
 pub(crate) use membership::*;
+pub(crate) use names::*;
 pub(crate) use partitions::*;
 pub(crate) use permits::*;
 pub(crate) use schema::*;

@@ -91,6 +91,28 @@ pub(crate) fn permit_prefix(name: &str) -> String {
     format!("{PERMIT_TOKEN}.{}.", encode_key(name))
 }
 
+/// The key prefix and subject filter under which a listing of names finds the lease keys
+/// (`*`: one token, which a lease key is and no other key is) and the permit keys
+/// (`permit.*.*`). A subject filter matches whole tokens only, and a lease key is one token, so
+/// the server cannot narrow either to a name prefix: the store decodes each key and compares
+/// the name.
+pub(crate) const NAME_FILTERS: [(&str, &str); 2] = [("", "*"), ("permit.", "*.*")];
+
+/// The name a key listed under [`NAME_FILTERS`] holds (after the filter's prefix), and whether
+/// it is a counted name's (a permit key) rather than a lease's; `None` for a key of another
+/// form.
+pub(crate) fn listed_name(filter_prefix: &str, key: &str) -> Option<(String, bool)> {
+    if filter_prefix.is_empty() {
+        if key.contains('.') {
+            return None;
+        }
+        return decode_key(key).map(|name| (name, false));
+    }
+    let (name, permit) = key.rsplit_once('.')?;
+    decode_partition(permit)?;
+    decode_key(name).map(|name| (name, true))
+}
+
 /// The key of `node`'s membership of `service`.
 pub(crate) fn member_key(service: &str, node: &str) -> String {
     format!("{}{}", member_prefix(service), encode_key(node))
@@ -159,6 +181,20 @@ mod tests {
         }
         let longest = "ü".repeat(MAX_NAME_BYTES / 2);
         assert!(encode_key(&longest).len() <= 3 * MAX_NAME_BYTES);
+    }
+
+    #[test]
+    fn listed_keys_tell_their_kind() {
+        let name = "a.b*>";
+        assert_eq!(
+            listed_name("", &encode_key(name)),
+            Some((name.to_owned(), false))
+        );
+        let permit = permit_key(name, 3);
+        let tail = permit.strip_prefix(NAME_FILTERS[1].0).unwrap();
+        assert_eq!(listed_name("permit.", tail), Some((name.to_owned(), true)));
+        assert_eq!(listed_name("permit.", "x.03"), None);
+        assert_eq!(listed_name("", "part.x.1"), None);
     }
 
     #[test]

@@ -37,7 +37,7 @@ pub(crate) fn partitions_key(prefix: &str, group: &str) -> String {
 
 /// The hash holding every permit of the counted name `name` and the name's greatest term.
 pub(crate) fn permits_key(prefix: &str, name: &str) -> String {
-    tagged(prefix, name, ":permits")
+    tagged(prefix, name, PERMITS_SUFFIX)
 }
 
 /// The hash holding `service`'s member records (node id → address and groups).
@@ -55,6 +55,16 @@ fn tagged(prefix: &str, name: &str, suffix: &str) -> String {
     let mut key = String::with_capacity(prefix.len() + name.len() + suffix.len() + 2);
     key.push_str(prefix);
     key.push('{');
+    escape_into(&mut key, name);
+    key.push('}');
+    key.push_str(suffix);
+    key
+}
+
+/// `name` escaped (`%`, `{`, `}` as `%25`, `%7B`, `%7D`) onto `key`. Each character escapes
+/// on its own, and no escape is the start of another, so a name starts with a prefix exactly
+/// when its escape starts with the prefix's.
+fn escape_into(key: &mut String, name: &str) {
     // Most names hold nothing to escape: copy them whole.
     let mut rest = name;
     while let Some(at) = rest.find(['%', '{', '}']) {
@@ -69,9 +79,6 @@ fn tagged(prefix: &str, name: &str, suffix: &str) -> String {
         rest = tail.as_str();
     }
     key.push_str(rest);
-    key.push('}');
-    key.push_str(suffix);
-    key
 }
 
 /// The lease name held in `key`, when `key` is a record key under `prefix`.
@@ -158,14 +165,47 @@ pub(crate) fn hinted_topics(
 /// A `SCAN … MATCH` pattern for every record key under `prefix`.
 pub(crate) fn scan_pattern(prefix: &str) -> String {
     let mut pattern = String::with_capacity(prefix.len() + 4);
-    for c in prefix.chars() {
+    glob_escape_into(&mut pattern, prefix);
+    let _ = write!(pattern, "{{*}}");
+    pattern
+}
+
+/// A `SCAN … MATCH` pattern for every key under the key prefix `prefix` of a name that starts
+/// with `name_prefix`: `<prefix>{<escaped name prefix>*`, with the glob's special characters
+/// (`*`, `?`, `[`, `]`, `\`) of both taken literally. It matches the record keys and the permit
+/// keys of those names, and their partition and member keys too: [`listed_name`] tells them
+/// apart.
+pub(crate) fn names_pattern(prefix: &str, name_prefix: &str) -> String {
+    let mut escaped = String::with_capacity(name_prefix.len());
+    escape_into(&mut escaped, name_prefix);
+    let mut pattern = String::with_capacity(prefix.len() + escaped.len() + 4);
+    glob_escape_into(&mut pattern, prefix);
+    pattern.push('{');
+    glob_escape_into(&mut pattern, &escaped);
+    pattern.push('*');
+    pattern
+}
+
+/// The name a key holds, and whether it is a counted name's (its permits' key) rather than a
+/// lease's (its record key); `None` for any other key.
+pub(crate) fn listed_name(prefix: &str, key: &str) -> Option<(String, bool)> {
+    if let Some(record) = key.strip_suffix(PERMITS_SUFFIX) {
+        return name_of(prefix, record).map(|name| (name, true));
+    }
+    name_of(prefix, key).map(|name| (name, false))
+}
+
+/// What a permit key ends with, after its tag.
+const PERMITS_SUFFIX: &str = ":permits";
+
+/// `text` onto `pattern` with every glob character escaped.
+fn glob_escape_into(pattern: &mut String, text: &str) {
+    for c in text.chars() {
         if matches!(c, '*' | '?' | '[' | ']' | '\\') {
             pattern.push('\\');
         }
         pattern.push(c);
     }
-    let _ = write!(pattern, "{{*}}");
-    pattern
 }
 
 #[cfg(test)]
@@ -268,6 +308,27 @@ mod tests {
         }
         assert!(hinted_topics("p:", b"lease \xff").is_empty());
         assert_eq!(changes_channel("lease:"), "lease:changes");
+    }
+
+    #[test]
+    fn name_patterns_escape_both_prefixes_and_keys_tell_their_kind() {
+        assert_eq!(names_pattern("lease:", "a*b"), "lease:{a\\*b*");
+        assert_eq!(
+            names_pattern("k[", "%{}?[]\\"),
+            "k\\[{%25%7B%7D\\?\\[\\]\\\\*"
+        );
+        let name = "x*{y}%";
+        assert_eq!(
+            listed_name("p:", &record_key("p:", name)),
+            Some((name.to_owned(), false))
+        );
+        assert_eq!(
+            listed_name("p:", &permits_key("p:", name)),
+            Some((name.to_owned(), true))
+        );
+        assert_eq!(listed_name("p:", &partitions_key("p:", name)), None);
+        assert_eq!(listed_name("p:", &members_key("p:", name)), None);
+        assert_eq!(listed_name("p:", &member_expiry_key("p:", name)), None);
     }
 
     #[test]

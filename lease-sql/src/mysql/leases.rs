@@ -128,6 +128,13 @@ impl LeaseDriver for MySql {
         store.shared_get_row(name)
     }
 
+    fn name_rows(
+        store: &MySqlStore,
+        bounds: crate::leases::NameBounds<'_>,
+    ) -> impl Future<Output = Result<Vec<(String, i64)>>> + Send {
+        store.shared_name_rows(bounds, 2)
+    }
+
     fn verify_locked(
         store: &MySqlStore,
         conn: &mut Self::Connection,

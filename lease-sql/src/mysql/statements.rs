@@ -60,6 +60,7 @@ pub(crate) fn statements(t: &str) -> Statements {
             "SELECT CAST(instance AS CHAR CHARACTER SET utf8mb4), term, \
                      expires_at_ms - {now} FROM {t} WHERE name = ?"
         ),
+        names: crate::wire::names_statement(dialect, t),
         now: format!("SELECT {now}"),
         create: schema_sql(dialect, t),
         hint_channel: String::new(),

@@ -77,6 +77,7 @@ fn renumber(s: Statements, f: impl Fn(String) -> String) -> Statements {
         verify: f(s.verify),
         verify_locking: f(s.verify_locking),
         get: f(s.get),
+        names: s.names,
         now: s.now,
         create: s.create,
         hint_channel: s.hint_channel,

@@ -30,6 +30,8 @@ pub(crate) struct Statements {
     pub(crate) verify: String,
     pub(crate) verify_locking: String,
     pub(crate) get: String,
+    /// The listing of names: see [`names_statement`].
+    pub(crate) names: String,
     pub(crate) now: String,
     pub(crate) create: String,
     /// PostgreSQL's `NOTIFY` channel, when its statements send hints (empty otherwise).
@@ -89,6 +91,48 @@ impl PermitStatements {
             ..PermitStatements::default()
         }
     }
+}
+
+/// The listing of names ([`LeaseStore::names`](lease_core::LeaseStore::names)) on the lease
+/// table `t` and its permit table, in `dialect`: `(name, 0)` for each lease row and `(name, 1)`
+/// for each counted name (a name with permit rows; its counter row alone does not count), in
+/// the range `lower <= name`, `after < name`, `name < end`, at most `limit` of each kind (the
+/// store merges them and keeps the first `limit`). The parameters: `lower` (the prefix), `after`
+/// (`''` for none: no name is empty), `end` (the prefix's end, see
+/// [`prefix_end`](lease_core::backend::names::prefix_end), or a bound above every name), `limit`;
+/// MySQL takes the four twice, in that order, as positional `?`.
+///
+/// A range, not `LIKE`: `name` compares byte for byte on every dialect (PostgreSQL `COLLATE
+/// "C"`, MySQL `VARBINARY`, SQLite's `BINARY`), so "starts with the prefix" is exactly that range,
+/// which the primary key reads in order, and no character of the prefix is special (`LIKE`
+/// would make `%` and `_` wildcards, and SQLite's `LIKE` ignores ASCII case).
+pub(crate) fn names_statement(dialect: Dialect, t: &str) -> String {
+    let p = permits_table(t);
+    let (name, zero, one, [lower, after, end, limit]) = match dialect {
+        Dialect::Postgres => (
+            "name",
+            "CAST(0 AS BIGINT)",
+            "CAST(1 AS BIGINT)",
+            ["$1", "$2", "$3", "$4"],
+        ),
+        Dialect::Sqlite => ("name", "0", "1", ["?1", "?2", "?3", "?4"]),
+        // VARBINARY comes back as bytes: ask for text (names are UTF-8).
+        Dialect::MySql => (
+            "CAST(name AS CHAR CHARACTER SET utf8mb4)",
+            "0",
+            "1",
+            ["?"; 4],
+        ),
+    };
+    let range = format!("name >= {lower} AND name > {after} AND name < {end}");
+    format!(
+        "SELECT {name}, {zero} FROM \
+         (SELECT name FROM {t} WHERE {range} ORDER BY name LIMIT {limit}) l \
+         UNION ALL \
+         SELECT {name}, {one} FROM \
+         (SELECT DISTINCT name FROM {p} WHERE {range} AND permit_no >= 0 \
+         ORDER BY name LIMIT {limit}) c"
+    )
 }
 
 /// The permit table's name for the lease table `table`.

@@ -32,6 +32,7 @@ pub(crate) fn statements(dialect: Dialect, t: &str) -> Statements {
              WHERE name = $1 AND holder = $2 AND expires_at_ms > {now}"
         ),
         get: format!("SELECT instance, term, expires_at_ms - {now} FROM {t} WHERE name = $1"),
+        names: super::names_statement(dialect, t),
         // SQLite's start-up check of its clock function (the boot clock is the store's own).
         now: format!("SELECT {wall}"),
         create: schema_sql(dialect, t),
