@@ -64,8 +64,8 @@ impl Hook for Switch {
 /// memory store of lease-local ([`crate::memory::MemoryStore`]): the full store contract, with
 /// partitions, membership, counted leases and slots.
 ///
-/// Clones share one store. Hand [`store`](TestStore::store) (or a [`coordinator`]
-/// (TestStore::coordinator) built on it) to the code under test; keep the `TestStore` to drive
+/// Clones share one store. Hand [`store`](TestStore::store) (or a
+/// [`coordinator`](TestStore::coordinator) built on it) to the code under test; keep the `TestStore` to drive
 /// it. The handles act on the store itself, past the [`Fault`]: [`lose`](TestStore::lose) and
 /// [`hand_over`](TestStore::hand_over) work while the store is stalled or cut for its users.
 #[derive(Debug, Clone)]
@@ -103,8 +103,8 @@ impl TestStore {
     }
 
     /// A coordinator builder over [`store`](TestStore::store) with instance label `instance`,
-    /// whose fail action records the failure (see [`step_down_failures`]
-    /// (TestStore::step_down_failures)) instead of ending the process. Set timings on it as the
+    /// whose fail action records the failure (see
+    /// [`step_down_failures`](TestStore::step_down_failures)) instead of ending the process. Set timings on it as the
     /// code under test does, then `build()`.
     pub fn coordinator(&self, instance: &str) -> CoordinatorBuilder {
         let failures = self.failures.clone();
