@@ -44,7 +44,8 @@
 //!   your own;
 //! - [`backend`]: what a backend author implements and builds a store with (the capability
 //!   traits, the lease protocol's types, the argument checks);
-//! - one module per backend, below.
+//! - one module per backend, below;
+//! - `testing` (feature `testing`): a test kit for your own code that holds leases.
 //!
 //! # Backends and features
 //!
@@ -61,6 +62,7 @@
 //! | `memory` | `memory://` (a new in-process store per call) | lease-local, `memory` |
 //! | `fence` | (downstream fences: files, and each resource whose feature above is on) | lease-fence, `fence` |
 //! | `fence-http` | (the HTTP fences, tower layers: `fence::http`; turns `fence` on) | lease-fence, `fence::http` |
+//! | `testing` | (a test kit for your own code, in paused time: `testing`; turns `memory` on) | lease-local, `testing` |
 //!
 //! Each module re-exports its backend crate whole, for its configuration and its own API; the
 //! per-backend crates stay available for programs that want one dependency each. A URL whose
@@ -178,6 +180,9 @@ pub mod fence {
 pub mod memory {
     pub use lease_local::*;
 }
+
+#[cfg(feature = "testing")]
+pub mod testing;
 
 /// Opens the store `url` names, with `options`, and checks that it can carry leases.
 ///

@@ -218,8 +218,10 @@ impl CoordinatorBuilder {
     }
 
     /// What to do when work under a lost lease does not return within the step-down grace
-    /// (default: log, then end the process with exit code
-    /// [`FAIL_EXIT_CODE`](crate::coordinator::FAIL_EXIT_CODE)). Tests record it instead.
+    /// (default: [`default_fail_action`](crate::coordinator::default_fail_action), a line on
+    /// stderr and a log at error level, then the end of the process with exit code
+    /// [`FAIL_EXIT_CODE`](crate::coordinator::FAIL_EXIT_CODE)). Tests record it instead (the
+    /// facade's `lease::testing::TestStore::coordinator` does).
     pub fn fail_action(
         mut self,
         action: impl Fn(&StepDownFailure) + Send + Sync + 'static,

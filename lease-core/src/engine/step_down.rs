@@ -1,6 +1,7 @@
 //! What happens when work under a lost lease does not stop in time: the [`FailAction`] and
 //! its default, which ends the process.
 
+use std::io::Write;
 use std::sync::Arc;
 
 use tracing::error;
@@ -27,10 +28,21 @@ pub struct StepDownFailure {
 /// Called when work under a lost lease has not returned within the step-down grace.
 pub type FailAction = Arc<dyn Fn(&StepDownFailure) + Send + Sync>;
 
-/// The default fail action: log at error level, then end the process with
+/// The default fail action: say why on stderr, log at error level, then end the process with
 /// [`FAIL_EXIT_CODE`]. Another process may hold the lease by now, and this one's work is still
 /// running; ending the process is the only way left to stop it.
+///
+/// The line on stderr is written whatever the program does with `tracing` (no subscriber, or
+/// one that writes elsewhere), so the process never dies without saying why:
+///
+/// ```text
+/// lease: work under lease "jobs" (term 7, instance "worker-1") did not return within the
+/// step-down grace after the lease was lost (lost: ...); exiting with code 70
+/// ```
 pub fn default_fail_action(failure: &StepDownFailure) {
+    let line = fail_message(failure);
+    // Straight to the file descriptor: a failed write (stderr closed) must not stop the exit.
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
     error!(
         name = %failure.name,
         term = failure.term,
@@ -39,4 +51,13 @@ pub fn default_fail_action(failure: &StepDownFailure) {
         "work did not return within the step-down grace after the lease was lost; exiting"
     );
     std::process::exit(FAIL_EXIT_CODE);
+}
+
+/// The line [`default_fail_action`] writes to stderr before it ends the process.
+pub(crate) fn fail_message(failure: &StepDownFailure) -> String {
+    format!(
+        "lease: work under lease {:?} (term {}, instance {:?}) did not return within the \
+         step-down grace after the lease was lost ({}); exiting with code {FAIL_EXIT_CODE}",
+        failure.name, failure.term, failure.instance, failure.error
+    )
 }
