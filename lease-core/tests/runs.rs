@@ -468,7 +468,11 @@ async fn run_elected_restarts_failed_work_with_a_backoff_by_default() {
         );
     }
     // At once, within the first-claim spread of run_elected (16 ms, and a timer tick).
-    assert!(starts[0].1 - t0 <= Duration::from_millis(17), "{:?}", starts[0].1 - t0);
+    assert!(
+        starts[0].1 - t0 <= Duration::from_millis(17),
+        "{:?}",
+        starts[0].1 - t0
+    );
     assert!(held_while_working.load(Ordering::SeqCst));
     assert_eq!(rec.counter(telemetry::WORK_FAILURES, &[("name", "job")]), 4);
     assert_eq!(

@@ -8,8 +8,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lease_core::layer::{Answer, Call, Hook, Intercept, Operation};
 use lease_core::backend::LeaseStoreExt;
+use lease_core::layer::{Answer, Call, Hook, Intercept, Operation};
 use lease_core::{Coordinator, LeaseStore, Term, Timings};
 use lease_local::MemoryStore;
 use tokio::time::{Instant, sleep};

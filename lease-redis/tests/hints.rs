@@ -15,7 +15,9 @@ use lease_core::backend::HolderToken;
 use lease_core::backend::notify::Topic;
 use lease_redis::RedisStore;
 use lease_redis::redis::aio::{ConnectionManager, MultiplexedConnection};
-use lease_redis::redis::{AsyncConnectionConfig, Client, ProtocolVersion, PushInfo, PushKind, Value};
+use lease_redis::redis::{
+    AsyncConnectionConfig, Client, ProtocolVersion, PushInfo, PushKind, Value,
+};
 use tokio::sync::mpsc::UnboundedReceiver;
 
 const TTL: Duration = Duration::from_secs(5);
