@@ -82,6 +82,9 @@ pub use timings::Timings;
 /// coordinator claims ([`Target`](coordinator::Target): a name or one permit of a counted name),
 /// what to do when work fails or a step-down cannot finish, and the watch an observer hands out.
 pub mod coordinator {
+    pub use crate::engine::campaign::{
+        FIRST_CLAIM_SPREAD_MIN, FIRST_CLAIM_SPREAD_ROUND_TRIPS, first_claim_window,
+    };
     pub use crate::engine::coordinator::{CoordinatorBuilder, OnWorkError};
     pub use crate::engine::observer::{HolderChange, HolderWatch};
     pub use crate::engine::step_down::{

@@ -1,9 +1,13 @@
 //! The hint state one store shares with its clones: the hub its waiters subscribe to, the
-//! listener feeding it, and what decides whether it may say it is connected (a live
-//! subscription, and the right to publish).
+//! listener feeding it, what decides whether it may say it is connected (a live
+//! subscription, and the right to publish), and the names whose waiters' marks its subscriber
+//! keeps set ([`Marks`]).
 
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
+
+use tokio::sync::Notify;
 
 use lease_core::backend::listen::{Link, Listener};
 use lease_core::backend::notify::Hub;
@@ -12,6 +16,57 @@ use lease_core::backend::notify::Hub;
 /// found at the first ping after it, within the operation timeout (5 s).
 pub(crate) const PING_EVERY: Duration = Duration::from_secs(5);
 
+/// How long a name's waiters' mark (`<prefix>{<name>}:waiting`) lives after it was last set:
+/// three of the subscriber's refreshes (one per [`PING_EVERY`]), so a mark outlives a slow
+/// refresh and is gone within 15 s of its last waiter.
+pub(crate) const MARK_TTL: Duration = Duration::from_secs(15);
+
+/// The lease names this store's waiters wait on (shared by its clones): its subscriber
+/// connection sets each one's waiters' mark at once, and again every [`PING_EVERY`] while
+/// anyone still waits on it, so the lease scripts of every process publish their hint for it
+/// (`scripts/waited.lua`); a name nobody waits on costs no `PUBLISH`.
+#[derive(Debug, Default)]
+pub(crate) struct Marks {
+    names: Mutex<MarkSet>,
+    /// Woken when a name is added, so the subscriber marks it at once.
+    pub(crate) added: Notify,
+}
+
+#[derive(Debug, Default)]
+struct MarkSet {
+    /// Every name marked, until a refresh finds nobody waiting on it.
+    all: HashSet<String>,
+    /// The names added since the subscriber last marked.
+    new: Vec<String>,
+}
+
+impl Marks {
+    /// A waiter on `name` subscribed: its mark is set at once (when the subscriber is up; else
+    /// when it has subscribed) and kept while anyone waits on `name`.
+    pub(crate) fn add(&self, name: &str) {
+        let mut m = locked(&self.names);
+        if m.all.insert(name.to_owned()) {
+            m.new.push(name.to_owned());
+            drop(m);
+            self.added.notify_one();
+        }
+    }
+
+    /// The names added since the last call (or refresh), to mark at once.
+    pub(crate) fn take_new(&self) -> Vec<String> {
+        std::mem::take(&mut locked(&self.names).new)
+    }
+
+    /// Every name someone still waits on (by `waited`), to mark again; the others are
+    /// forgotten (their marks run out).
+    pub(crate) fn refresh(&self, waited: impl Fn(&str) -> bool) -> Vec<String> {
+        let mut m = locked(&self.names);
+        m.all.retain(|n| waited(n));
+        m.new.clear();
+        m.all.iter().cloned().collect()
+    }
+}
+
 /// The hints of one store (shared by its clones): the hub, and the listener feeding it.
 #[derive(Debug)]
 pub(crate) struct Hints {
@@ -19,6 +74,8 @@ pub(crate) struct Hints {
     listener: Mutex<Option<(Listener, String)>>,
     /// Whether the hub may say it is connected, shared with the listener's sessions.
     pub(crate) link: Arc<Mutex<LinkState>>,
+    /// The names whose waiters' marks the listener's sessions keep set.
+    pub(crate) marks: Arc<Marks>,
 }
 
 /// What decides whether a store's hints are connected: its subscriber, and its right to
@@ -50,6 +107,7 @@ impl Hints {
                 subscribed: 0,
                 publishes: true,
             })),
+            marks: Arc::new(Marks::default()),
         }
     }
 

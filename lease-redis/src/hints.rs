@@ -10,6 +10,17 @@
 //! any loss ([`lease_core::backend::listen`]); meanwhile the hints say they are disconnected.
 //! A store built with [`RedisStore::with_client`] alone has no client to open one from: its
 //! hints cover only the changes made through the store itself, and say so (disconnected).
+//!
+//! **Waiters' marks.** The lease scripts (`claim`, `release`, `force_release`) publish only
+//! while the name's mark `<prefix>{<name>}:waiting` lives (`wire/scripts/waited.lua`), so a
+//! claim and release nobody waits for cost no `PUBLISH`. Every waiter on a name's
+//! [`Topic::Lease`] registers the name ([`Marks`]); the subscriber connection sets the mark
+//! (`SET … PX` [`MARK_TTL`]) at once, on every (re)subscription for all names, and again at each
+//! ping while anyone still waits on the name, before it says it is connected. A mark write
+//! that fails ends the session like a failed ping: the hints say they are disconnected (and
+//! waiters poll) until a new session has set them. The subscriber sets a new waiter's mark
+//! about a round trip after the waiter subscribed: a change in that window is not hinted, and
+//! the waiter finds it at the holder's expiry or its poll, as with any lost hint.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -21,9 +32,9 @@ use redis::aio::ConnectionLike;
 use redis::{AsyncConnectionConfig, Client, ProtocolVersion, PushKind, Value};
 
 use crate::error::{self, During};
-use crate::hint_state::{LinkState, PING_EVERY, Subscribed};
+use crate::hint_state::{LinkState, MARK_TTL, Marks, PING_EVERY, Subscribed};
 use crate::store::RedisStore;
-use crate::wire::keys::{changes_channel, hinted_topics};
+use crate::wire::keys::{changes_channel, hinted_topics, waiting_key};
 
 impl<C> RedisStore<C>
 where
@@ -65,6 +76,7 @@ where
         );
         let session_name = name.clone();
         let state = self.inner.hints.link.clone();
+        let marks = self.inner.hints.marks.clone();
         let listener = Listener::spawn(
             what,
             &self.inner.hints.hub,
@@ -77,7 +89,7 @@ where
                     session_name.clone(),
                     label.clone(),
                     timeouts,
-                    (state.clone(), link),
+                    (state.clone(), marks.clone(), link),
                 )
             },
         )?;
@@ -111,9 +123,15 @@ where
         self.changed(&Topic::lease(name));
     }
 
-    /// [`LeaseStore::changes`](lease_core::LeaseStore::changes).
+    /// [`LeaseStore::changes`](lease_core::LeaseStore::changes): a waiter on a lease name also
+    /// registers the name, so the subscriber keeps its waiters' mark set (see the module
+    /// documentation).
     pub(crate) fn wakeups(&self, topic: &Topic) -> Wakeups {
-        self.inner.hints.hub.subscribe(topic)
+        let wakeups = self.inner.hints.hub.subscribe(topic);
+        if let Topic::Lease(name) = topic {
+            self.inner.hints.marks.add(name);
+        }
+        wakeups
     }
 }
 
@@ -126,7 +144,7 @@ async fn session(
     name: String,
     label: Option<String>,
     (connect_timeout, op_timeout): (Duration, Option<Duration>),
-    (state, link): (Arc<Mutex<LinkState>>, Link),
+    (state, marks, link): (Arc<Mutex<LinkState>>, Arc<Marks>, Link),
 ) -> Result<()> {
     let failed = |e: redis::RedisError| {
         error::from_redis(e, During::Task("hint listener"), label.as_deref())
@@ -149,6 +167,10 @@ async fn session(
         tracing::debug!(error = %e, "the hint listener could not name its connection");
     }
     conn.subscribe(&channel).await.map_err(failed)?;
+    let waited = |name: &str| link.hub().is_subscribed(&Topic::lease(name));
+    set_marks(&mut conn, &prefix, &marks.refresh(waited))
+        .await
+        .map_err(failed)?;
     let _subscribed = Subscribed::up(&state, &link);
     let mut ping = tokio::time::interval(PING_EVERY);
     ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -171,10 +193,37 @@ async fn session(
                     _ => {}
                 }
             }
+            () = marks.added.notified() => {
+                set_marks(&mut conn, &prefix, &marks.take_new()).await.map_err(failed)?;
+            }
             _ = ping.tick() => {
                 let pong: redis::RedisResult<Value> = redis::cmd("PING").query_async(&mut conn).await;
                 pong.map_err(failed)?;
+                set_marks(&mut conn, &prefix, &marks.refresh(waited)).await.map_err(failed)?;
             }
         }
     }
+}
+
+/// Sets the waiters' mark of each of `names` (`SET <prefix>{<name>}:waiting 1 PX` [`MARK_TTL`]),
+/// in one pipeline; nothing for no names.
+async fn set_marks(
+    conn: &mut redis::aio::MultiplexedConnection,
+    prefix: &str,
+    names: &[String],
+) -> redis::RedisResult<()> {
+    if names.is_empty() {
+        return Ok(());
+    }
+    let ttl = u64::try_from(MARK_TTL.as_millis()).unwrap_or(u64::MAX);
+    let mut pipe = redis::pipe();
+    for name in names {
+        pipe.cmd("SET")
+            .arg(waiting_key(prefix, name))
+            .arg(1)
+            .arg("PX")
+            .arg(ttl)
+            .ignore();
+    }
+    pipe.query_async(conn).await
 }

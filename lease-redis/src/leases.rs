@@ -21,7 +21,9 @@ use crate::config::TermScheme;
 use crate::error::During;
 use crate::store::{MAX_NAME_BYTES, RedisStore};
 use crate::wire::codec::{HolderHex, grant};
-use crate::wire::keys::{listed_name, name_of, names_pattern, record_key, scan_pattern};
+use crate::wire::keys::{
+    listed_name, name_of, names_pattern, record_key, scan_pattern, waiting_key,
+};
 use crate::wire::scripts::SCRIPTS;
 
 impl<C> RedisStore<C>
@@ -228,6 +230,7 @@ where
         let during = During::Op(Operation::Claim, name);
         let on = self.started(during).await?;
         let key = record_key(self.config().get_key_prefix(), name);
+        let mark = waiting_key(self.config().get_key_prefix(), name);
         let holder = HolderHex::new(holder);
         let ttl = ceil_millis(ttl);
         let flag = self.config().get_term_scheme().script_flag();
@@ -235,7 +238,7 @@ where
             .eval_with(
                 during,
                 &SCRIPTS.claim,
-                &[key.as_bytes()],
+                &[key.as_bytes(), mark.as_bytes()],
                 4,
                 32 + instance.len() + 20 + 1,
                 |cmd| {
@@ -277,12 +280,13 @@ where
     async fn release(&self, name: &str, holder: &HolderToken) -> Result<bool> {
         check::name(self, name)?;
         let key = record_key(self.config().get_key_prefix(), name);
+        let mark = waiting_key(self.config().get_key_prefix(), name);
         let holder = HolderHex::new(holder);
         let n: i64 = self
             .eval_with(
                 During::Op(Operation::Release, name),
                 &SCRIPTS.release,
-                &[key.as_bytes()],
+                &[key.as_bytes(), mark.as_bytes()],
                 1,
                 32,
                 |cmd| {
@@ -338,11 +342,12 @@ where
     async fn force_release(&self, name: &str) -> Result<bool> {
         check::name(self, name)?;
         let key = record_key(self.config().get_key_prefix(), name);
+        let mark = waiting_key(self.config().get_key_prefix(), name);
         let n: i64 = self
-            .eval(
+            .eval_keys(
                 During::Op(Operation::ForceRelease, name),
                 &SCRIPTS.force_release,
-                key.as_bytes(),
+                &[key.as_bytes(), mark.as_bytes()],
                 &[],
             )
             .await?;

@@ -198,7 +198,19 @@
 //! `<kind> <key>` on the channel
 //! `<prefix>changes` (e.g. `lease:changes`) inside the script, only when they changed the
 //! record (`scripts/notify.lua`, joined to them at build time); renewals, reads and failed
-//! claims publish nothing. Membership changes (`heartbeat`, `leave`) publish nothing either: a
+//! claims publish nothing. **The lease scripts (`claim`, `release`, `force_release`) publish
+//! only while someone waits on the name:** every store whose waiters (a campaign, an
+//! `acquire`, an observer's watch, any subscriber of the name's
+//! [`Topic::Lease`](lease_core::backend::notify::Topic::Lease)) wait on a name keeps the
+//! name's mark `<prefix>{<name>}:waiting` set from its subscriber connection (`SET … PX 15000`
+//! at once, again every 5 s while anyone waits, on every resubscription before it says it is
+//! connected), and the scripts check it (`EXISTS`, `scripts/waited.lua`) before they publish.
+//! So a claim and release nobody waits for — the common cycle — cost no `PUBLISH` and wake no
+//! subscriber; a hand-over to a waiter costs one mark per waiting store per 5 s. The mark
+//! reaches the server about a round trip after the waiter subscribed: a change in that window
+//! is not hinted, and the waiter finds it at the holder's expiry or its poll, as with any lost
+//! hint. A failed mark write ends the subscriber's session (hints disconnected, waiters poll)
+//! until a new one has set the marks, so grant the store's user `SET` on its prefix. Membership changes (`heartbeat`, `leave`) publish nothing either: a
 //! group worker finds a member that joined or left at its next poll of the members
 //! (`lease_conformance::hints::member_changes_wake_the_group` is not run on Redis for that
 //! reason). The store's own subscriber connection turns each message into a hint
@@ -217,7 +229,8 @@
 //! 6 or later; on an older server the listener stops with a warning and hints stay local),
 //! named `lease-hints-<hex>` ([`RedisStore::listener_name`]); it ends when the last clone of
 //! the store is dropped. `capabilities().watch` is `true` with a subscriber connection. The
-//! cost in the scripts is one `PUBLISH` per change of hands, nothing per renewal. **Redis
+//! cost in the scripts is one `PUBLISH` per change of hands (of a lease, only while someone
+//! waits on it; one `EXISTS` otherwise), nothing per renewal. **Redis
 //! Cluster:** `PUBLISH` is broadcast to every node, so a subscriber on any node hears every
 //! hint.
 //!
@@ -248,13 +261,14 @@
 //! | `<prefix>{<service>}:members` | hash | a service's member records (see *Membership*) |
 //! | `<prefix>{<service>}:members:expiry` | sorted set | their expiries |
 //! | `<prefix>{<name>}:permits` | hash | a counted name's permits and its greatest term (see *Counted leases*) |
+//! | `<prefix>{<name>}:waiting` | string, 15 s TTL | the mark that someone waits on the name (see *Hints*); holds nothing else |
 //!
 //! Lease names, groups and services are escaped the same way (below). A lease key ends with the
 //! `}` the store adds and the others never do, so no group or service key is ever taken for a
 //! lease record, whatever the names (a lease, a group and a service may even share a name).
 //!
 //! **Redis Cluster:** the braces make the whole name the key's hash tag, so each operation touches
-//! one key in one slot. Names may hold `{` and `}`: the name is escaped inside the tag (`%` →
+//! one slot (a lease script touches the record and the name's waiters' mark, under one tag). Names may hold `{` and `}`: the name is escaped inside the tag (`%` →
 //! `%25`, `{` → `%7B`, `}` → `%7D`, nothing else changes), so the tag always ends at the closing
 //! brace the store adds, and the prefix may not hold braces ([`RedisConfig::validate`]). For
 //! example `orders{eu}` is stored at `lease:{orders%7Beu%7D}`, and a group of that name at

@@ -1,6 +1,7 @@
 //! Store hints on the test server: the scripts' `PUBLISH` reaches another store's subscriber
-//! connection, renewals publish nothing, a killed subscriber reports itself disconnected and
-//! comes back, and a store without a client to subscribe with says its hints are local.
+//! connection, renewals publish nothing, a lease's claim and release publish only while some
+//! store waits on the name (its waiters' mark), a killed subscriber reports itself disconnected
+//! and comes back, and a store without a client to subscribe with says its hints are local.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -8,13 +9,16 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use lease_conformance::hints::{self, HINT_BOUND, connected, woken_within};
+use lease_conformance::hints::{self, HINT_BOUND, QUIET, connected, woken_within};
 use lease_core::LeaseStore;
 use lease_core::backend::HolderToken;
 use lease_core::backend::notify::Topic;
 use lease_redis::RedisStore;
-use lease_redis::redis::Client;
 use lease_redis::redis::aio::{ConnectionManager, MultiplexedConnection};
+use lease_redis::redis::{
+    AsyncConnectionConfig, Client, ProtocolVersion, PushInfo, PushKind, Value,
+};
+use tokio::sync::mpsc::UnboundedReceiver;
 
 const TTL: Duration = Duration::from_secs(5);
 
@@ -171,4 +175,85 @@ async fn the_subscriber_ends_with_the_last_clone_of_the_store() {
 async fn a_permit_claimed_or_released_by_another_store_wakes_the_names_waiters() {
     let Some((a, b)) = pair().await else { return };
     hints::another_store_wakes_a_permit_waiter(&a, &b, TTL, "redis").await;
+}
+
+/// A subscriber of our own on `<prefix>changes` (RESP3 pushes): what the scripts publish.
+async fn tap(url: &str, prefix: &str) -> (MultiplexedConnection, UnboundedReceiver<PushInfo>) {
+    let info = Client::open(url).unwrap().get_connection_info().clone();
+    let settings = info
+        .redis_settings()
+        .clone()
+        .set_protocol(ProtocolVersion::RESP3);
+    let client = Client::open(info.set_redis_settings(settings)).unwrap();
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let config = AsyncConnectionConfig::new().set_push_sender(tx);
+    let mut conn = client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .unwrap();
+    conn.subscribe(format!("{prefix}changes")).await.unwrap();
+    (conn, rx)
+}
+
+/// The hints `tap` hears within `within` (not the start-up check's `publish-check`).
+async fn heard(tap: &mut UnboundedReceiver<PushInfo>, within: Duration) -> Vec<String> {
+    let mut payloads = Vec::new();
+    let until = tokio::time::Instant::now() + within;
+    while let Ok(Some(push)) = tokio::time::timeout_at(until, tap.recv()).await {
+        if push.kind == PushKind::Message
+            && let [_, Value::BulkString(p)] = push.data.as_slice()
+        {
+            let payload = String::from_utf8_lossy(p).into_owned();
+            if payload != "publish-check" {
+                payloads.push(payload);
+            }
+        }
+    }
+    payloads
+}
+
+/// The claim+release cycle nobody waits for publishes nothing (it published twice per cycle,
+/// delivered to every store's subscriber: the cost that held the store at 0.4× `rslock`); a
+/// waiter on a name in one store makes another store's claim and release of it publish, and
+/// its mark lives at most 15 s.
+#[tokio::test]
+async fn a_lease_publishes_its_changes_only_while_someone_waits_on_it() {
+    let Some((a, b)) = pair().await else { return };
+    let url = common::url().unwrap();
+    let prefix = a.config().get_key_prefix().to_owned();
+    let (_conn, mut tap) = tap(&url, &prefix).await;
+
+    let h = HolderToken::mint();
+    b.claim("quiet", &h, "b", TTL).await.unwrap().unwrap();
+    assert!(b.release("quiet", &h).await.unwrap());
+    let quiet = heard(&mut tap, QUIET).await;
+    assert!(
+        quiet.is_empty(),
+        "a claim and release nobody waits for published {quiet:?}"
+    );
+
+    let mut w = a.changes(&Topic::lease("loud")).unwrap();
+    connected(&mut w).await;
+    let mut raw = common::raw(&url).await;
+    let ttl: i64 = lease_redis::redis::cmd("PTTL")
+        .arg(format!("{prefix}{{loud}}:waiting"))
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert!(
+        (1..=15_000).contains(&ttl),
+        "the waiter's mark has PTTL {ttl}"
+    );
+    let h = HolderToken::mint();
+    b.claim("loud", &h, "b", TTL).await.unwrap().unwrap();
+    woken_within(&mut w, HINT_BOUND)
+        .await
+        .expect("the claim of a name someone waits on woke the waiter");
+    assert!(b.release("loud", &h).await.unwrap());
+    woken_within(&mut w, HINT_BOUND)
+        .await
+        .expect("the release of a name someone waits on woke the waiter");
+    let loud = heard(&mut tap, Duration::from_millis(100)).await;
+    let hint = format!("lease {prefix}{{loud}}");
+    assert_eq!(loud, vec![hint.clone(), hint], "what was published");
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 
-use crate::clock::Deadline;
+use crate::clock::{Deadline, Stamp};
 use crate::engine::coordinator::Coordinator;
 use crate::engine::term::Term;
 use crate::engine::wait::{Holder, Seen, Waiter, Wake};
@@ -14,6 +14,44 @@ use crate::store::notify::Topic;
 use crate::store::record::LeaseInfo;
 use crate::store::store_ext::LeaseStoreExt;
 use crate::store::target::Target;
+use crate::timings::Timings;
+
+/// The narrowest window over which [`Coordinator::run_elected`] spreads its first claim of a
+/// name it found free (see [`first_claim_window`]): 16 ms, 16 ticks of tokio's millisecond
+/// timer, so candidates of one process started together fall on different ticks.
+pub const FIRST_CLAIM_SPREAD_MIN: Duration = Duration::from_millis(16);
+
+/// The first-claim window of [`Coordinator::run_elected`] in round trips of its first read:
+/// 32, so that of candidates started together, about one in 16 asks again before the first
+/// claim among them is seen by the others (a claim being about two round trips: the read
+/// that finds the name free and the claim).
+pub const FIRST_CLAIM_SPREAD_ROUND_TRIPS: u32 = 32;
+
+/// The window over which [`Coordinator::run_elected`] spreads its first claim, given the round
+/// trip of its first read of the name (on the boot clock): [`FIRST_CLAIM_SPREAD_ROUND_TRIPS`]
+/// round trips, at least [`FIRST_CLAIM_SPREAD_MIN`], at most the timings'
+/// [`jitter`](Timings::jitter) (so timings without jitter claim at once, as before).
+///
+/// ```
+/// use std::time::Duration;
+/// use lease_core::Timings;
+/// use lease_core::coordinator::first_claim_window;
+///
+/// let t = Timings::from_lease(Duration::from_secs(15)).unwrap();
+/// // A 0.2 ms round trip: the floor.
+/// assert_eq!(first_claim_window(&t, Duration::from_micros(200)), Duration::from_millis(16));
+/// // A 2 ms round trip (a remote store): 64 ms.
+/// assert_eq!(first_claim_window(&t, Duration::from_millis(2)), Duration::from_millis(64));
+/// // No jitter in the timings: no spread.
+/// let flat = t.to_builder().jitter(Duration::ZERO).build().unwrap();
+/// assert_eq!(first_claim_window(&flat, Duration::from_millis(2)), Duration::ZERO);
+/// ```
+pub fn first_claim_window(timings: &Timings, round_trip: Duration) -> Duration {
+    round_trip
+        .saturating_mul(FIRST_CLAIM_SPREAD_ROUND_TRIPS)
+        .max(FIRST_CLAIM_SPREAD_MIN)
+        .min(timings.jitter())
+}
 
 impl Coordinator {
     /// Claims `name`, waiting up to `timeout` for it to be free.
@@ -189,6 +227,59 @@ impl Coordinator {
                     }
                     Err(e) => Err(e),
                 };
+            }
+        }
+    }
+
+    /// Before [`run_elected`](Coordinator::run_elected)'s first claim: no start-up herd.
+    ///
+    /// It reads the name first (one `get`, timed on the boot clock). Free at that first read,
+    /// it pauses for a random share of [`first_claim_window`] (at least
+    /// [`FIRST_CLAIM_SPREAD_MIN`], about [`FIRST_CLAIM_SPREAD_ROUND_TRIPS`] round trips of that
+    /// read) and reads again; free then, it returns and the campaign claims. Held at either
+    /// read, it claims nothing yet: it waits once as a campaign waits after a "held" answer
+    /// (the holder's expiry by the store's clock, a hint, the retry pace where hints may be
+    /// missing) and returns, so the campaign claims at that wake-up (a hand-over after a
+    /// release hint is not slowed by the spread). Candidates started together thus read at once but
+    /// claim one after another: the first claim lands before most others read again, and they
+    /// see it held. A lone candidate claims within the window (16 ms on a local store) plus two
+    /// reads. A failed read returns at once: the campaign's claim meets the same error and
+    /// rides it out at the retry pace. `seen` hears of each live holder read.
+    pub(crate) async fn before_first_claim(
+        &self,
+        waiter: &mut Waiter,
+        mut seen: impl FnMut(&Holder),
+    ) -> Result<()> {
+        let t = self.timings();
+        let mut first = true;
+        loop {
+            let sent = Stamp::now();
+            let read = waiter.look().await;
+            let round_trip = sent.elapsed();
+            let closing = self.closing();
+            match read {
+                Ok(Some(info)) if info.live => {
+                    seen(&Holder::Live(info));
+                    tokio::select! {
+                        biased;
+                        () = closing.cancelled() => return Err(Error::closed()),
+                        _ = waiter.wait(Deadline::never()) => return Ok(()),
+                    }
+                }
+                Ok(_) if first => {
+                    first = false;
+                    let window = first_claim_window(&t, round_trip);
+                    if window.is_zero() {
+                        return Ok(());
+                    }
+                    let pause = window.mul_f64(rand::random::<f64>());
+                    tokio::select! {
+                        biased;
+                        () = closing.cancelled() => return Err(Error::closed()),
+                        () = tokio::time::sleep(pause) => {}
+                    }
+                }
+                _ => return Ok(()),
             }
         }
     }

@@ -636,6 +636,14 @@ impl Coordinator {
         let mut pause: Option<Duration> = None;
         // The holder last logged while following, so a line is written when it changes.
         let mut followed: Option<(String, u64)> = None;
+        // No start-up herd: read first, and spread the first claim of a free name.
+        let first = self.before_first_claim(&mut waiter, |holder| {
+            telemetry::campaign(name, "held");
+            self.follow(name, holder, &mut followed);
+        });
+        if first.await.is_err() {
+            return self.election_ended(name, Ok(()));
+        }
         loop {
             if let Some(pause) = pause.take() {
                 tokio::select! {

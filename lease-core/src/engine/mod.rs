@@ -5,7 +5,7 @@
 //! It builds on the store contract (`crate::store`), `clock`, `timings` and `telemetry`; the
 //! group worker and the scheduler build on it.
 
-mod campaign;
+pub(crate) mod campaign;
 mod context;
 pub(crate) mod coordinator;
 pub(crate) mod leadership;

@@ -245,6 +245,14 @@ impl Hub {
         *self.inner.link.borrow()
     }
 
+    /// `true` while someone holds a subscription to `topic` (a store that tells its server
+    /// which topics are waited on asks this).
+    pub fn is_subscribed(&self, topic: &Topic) -> bool {
+        self.lock()
+            .get(topic)
+            .is_some_and(|tx| tx.receiver_count() > 0)
+    }
+
     /// How many topics have live subscribers (for tests and metrics).
     pub fn subscribed_topics(&self) -> usize {
         self.lock()

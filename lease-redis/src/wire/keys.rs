@@ -14,6 +14,8 @@
 //!
 //! - `<prefix>{<escaped group>}:partitions`: a group's partition leases (one hash);
 //! - `<prefix>{<escaped name>}:permits`: a counted name's permits (one hash);
+//! - `<prefix>{<escaped name>}:waiting`: the mark that the name has waiters (a plain key with a
+//!   TTL of [`MARK_TTL`](crate::hint_state::MARK_TTL), set by the stores that wait on it);
 //! - `<prefix>{<escaped service>}:members`: a service's member records (one hash), and
 //!   `<prefix>{<escaped service>}:members:expiry`: their expiries (one sorted set).
 //!
@@ -28,6 +30,13 @@ use std::fmt::Write as _;
 /// The record key of `name` under `prefix`.
 pub(crate) fn record_key(prefix: &str, name: &str) -> String {
     tagged(prefix, name, "")
+}
+
+/// The mark that `name` has waiters: `<prefix>{<escaped name>}:waiting`, a plain key with a
+/// short TTL that every store with waiters on `name` keeps set from its subscriber connection
+/// (see `hints.rs`); the lease scripts publish their hint only while it lives.
+pub(crate) fn waiting_key(prefix: &str, name: &str) -> String {
+    tagged(prefix, name, ":waiting")
 }
 
 /// The hash holding every partition lease of `group`.

@@ -8,6 +8,10 @@
 //! change hands (those five, `release`, `force_release`, `release_partitions`, `finish_slot`,
 //! `release_permit`) have `scripts/notify.lua` joined to them too: the one copy of the hint
 //! (`changed(kind)`, a `PUBLISH` on `<prefix>changes`; see the crate documentation, *Hints*).
+//! The lease scripts among them (`claim`, `release`, `force_release`) also have
+//! `scripts/waited.lua` after it, and hint through `changed_if_waited(kind)`: only while the
+//! name's waiters' mark, their `KEYS[2]`, lives (a claim and release nobody waits for publish
+//! nothing).
 //! The scripts on a name's permits (`claim_permit`, `renew_permit`, `release_permit`,
 //! `verify_permit`, `permits`) have `scripts/permit.lua` joined to them last: the one copy of
 //! the permit record's form (`permit(field, value)`, `permit_value(…)`).
@@ -16,7 +20,9 @@
 //! milliseconds (only `last_slot`, a plain read, needs no clock). Each touches exactly one key,
 //! `KEYS[1]`, so Redis Cluster routes it by that key's hash tag — except the membership scripts
 //! (`heartbeat`, `members`, `leave`), which touch a service's two keys, `KEYS[1]` and `KEYS[2]`,
-//! both under the service's hash tag, so one slot too.
+//! both under the service's hash tag, and the lease scripts that hint (`claim`, `release`,
+//! `force_release`), whose `KEYS[2]` is the name's waiters' mark under the name's hash tag: one
+//! slot too.
 
 use std::sync::LazyLock;
 
@@ -113,6 +119,27 @@ macro_rules! with_prelude {
     };
 }
 
+/// The source of the lease script `scripts/<file>` with the hint `scripts/notify.lua` and the
+/// waiters' check `scripts/waited.lua` in front (and the term prelude before them, for the
+/// claim), joined at build time: the lease scripts hint only while a waiter's mark lives.
+macro_rules! with_waited {
+    ($file:literal) => {
+        concat!(
+            include_str!("scripts/notify.lua"),
+            include_str!("scripts/waited.lua"),
+            include_str!(concat!("scripts/", $file))
+        )
+    };
+    (prelude, $file:literal) => {
+        concat!(
+            include_str!("scripts/prelude.lua"),
+            include_str!("scripts/notify.lua"),
+            include_str!("scripts/waited.lua"),
+            include_str!(concat!("scripts/", $file))
+        )
+    };
+}
+
 /// The source of `scripts/<file>` with the hint `scripts/notify.lua` in front, joined at build
 /// time: for the scripts that change hands without making a term.
 macro_rules! with_notify {
@@ -176,13 +203,17 @@ macro_rules! with_permit {
 #[cfg(test)]
 const PRELUDE: &str = include_str!("scripts/prelude.lua");
 
+/// The waiters' check joined after the hint to the lease scripts.
+#[cfg(test)]
+const WAITED: &str = include_str!("scripts/waited.lua");
+
 /// The scripts, hashed once per process.
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
-    claim: LuaScript::new("claim", with_prelude!("claim.lua")),
+    claim: LuaScript::new("claim", with_waited!(prelude, "claim.lua")),
     renew: LuaScript::new("renew", include_str!("scripts/renew.lua")),
     verify: LuaScript::new("verify", include_str!("scripts/verify.lua")),
-    release: LuaScript::new("release", with_notify!("release.lua")),
-    force_release: LuaScript::new("force_release", with_notify!("force_release.lua")),
+    release: LuaScript::new("release", with_waited!("release.lua")),
+    force_release: LuaScript::new("force_release", with_waited!("force_release.lua")),
     get: LuaScript::new("get", include_str!("scripts/get.lua")),
     forget: LuaScript::new("forget", include_str!("scripts/forget.lua")),
     claim_slot: LuaScript::new("claim_slot", with_instants!(prelude, "claim_slot.lua")),
@@ -211,9 +242,21 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     permits: LuaScript::new("permits", with_permit!("permits.lua")),
 });
 
-/// The scripts that touch two keys (a service's records and their expiries).
+/// The scripts that touch two keys: a service's records and their expiries; a name's record
+/// and its waiters' mark.
 #[cfg(test)]
-const TWO_KEY_SCRIPTS: [&str; 3] = ["heartbeat", "members", "leave"];
+const TWO_KEY_SCRIPTS: [&str; 6] = [
+    "heartbeat",
+    "members",
+    "leave",
+    "claim",
+    "release",
+    "force_release",
+];
+
+/// The lease scripts that hint only while a waiter's mark lives (`scripts/waited.lua`).
+#[cfg(test)]
+const WAITED_SCRIPTS: [&str; 3] = ["claim", "release", "force_release"];
 
 /// The scripts that make a term or an epoch: the ones the prelude is joined to.
 #[cfg(test)]
@@ -288,12 +331,32 @@ mod tests {
         );
         for s in SCRIPTS.all() {
             let hints = HINT_SCRIPTS.contains(&s.name);
+            let waited = WAITED_SCRIPTS.contains(&s.name);
             let body = s.source.strip_prefix(PRELUDE).unwrap_or(s.source);
             let body = body.strip_prefix(instants).unwrap_or(body);
             assert_eq!(body.starts_with(notify), hints, "{}", s.name);
             let own = body.strip_prefix(notify).unwrap_or(body);
+            assert_eq!(own.starts_with(WAITED), waited, "{}", s.name);
+            let own = own.strip_prefix(WAITED).unwrap_or(own);
             assert!(!own.contains("PUBLISH"), "{} publishes by itself", s.name);
-            assert_eq!(own.contains("changed('"), hints, "{}", s.name);
+            assert!(!own.contains("EXISTS"), "{} checks marks by itself", s.name);
+            // The lease scripts hint only through the waiters' check; the others always.
+            assert_eq!(own.contains("changed_if_waited('"), waited, "{}", s.name);
+            assert_eq!(own.contains("changed('"), hints && !waited, "{}", s.name);
+        }
+    }
+
+    #[test]
+    fn the_lease_scripts_hint_only_while_a_waiters_mark_lives() {
+        assert!(WAITED.contains("local function changed_if_waited("));
+        assert!(WAITED.contains("redis.call('EXISTS', KEYS[2])"));
+        for s in SCRIPTS.all() {
+            assert_eq!(
+                s.source.contains("changed_if_waited("),
+                WAITED_SCRIPTS.contains(&s.name),
+                "{}",
+                s.name
+            );
         }
     }
 

@@ -1,4 +1,4 @@
--- claim: KEYS[1] = the name's record (a hash).
+-- claim: KEYS[1] = the name's record (a hash), KEYS[2] = its waiters' mark (see notify.lua).
 -- ARGV[1] = holder token (hex), ARGV[2] = instance label, ARGV[3] = ttl in ms,
 -- ARGV[4] = '1' to floor the term at the server's clock in microseconds, '0' otherwise.
 -- Returns {term, ttl_ms} when the name was free (never claimed, released or expired by the
@@ -22,5 +22,5 @@ redis.call('HSET', KEYS[1],
   'instance', ARGV[2],
   'term', string.format('%d', term),
   'expires_at_ms', string.format('%d', now + ttl))
-changed('lease')
+changed_if_waited('lease')
 return {term, ttl}

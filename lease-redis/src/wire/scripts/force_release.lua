@@ -1,4 +1,4 @@
--- force_release: KEYS[1] = the name's record.
+-- force_release: KEYS[1] = the name's record, KEYS[2] = its waiters' mark (see notify.lua).
 -- Ends whoever's live lease: its expiry becomes now, the record and its term stay.
 -- Returns 1 when a live lease was ended, 0 otherwise.
 local t = redis.call('TIME')
@@ -8,5 +8,5 @@ if not exp or exp <= now then
   return 0
 end
 redis.call('HSET', KEYS[1], 'expires_at_ms', string.format('%d', now))
-changed('lease')
+changed_if_waited('lease')
 return 1
