@@ -34,8 +34,8 @@
 #                   timeout (1 s minimum lease), as ci/start-services.sh runs it
 #   mongo-emulator  the mongoeco wire emulator's Debian 13 chroot (ci/mongo-emulator/start.sh
 #                   builds it), with the current launcher.py, port 27017
-# Each image's CMD starts its server directly, which says once that it is ready (the line
-# lease-conformance waits for).
+# Each image's CMD starts its server directly, which says once that it is ready with the line
+# lease-conformance waits for (lease-conformance/src/docker.rs; the emulator's gets MongoDB's).
 #
 # Idempotent; progress and how long each step took on stderr. Exit status 1 when the engine
 # cannot be started; an image that cannot be built is reported (`image X: FAILED (why)`) and
@@ -168,7 +168,9 @@ ensure_engine() {
   VERSION_etcd=3.4
 
   EXPOSE_mongo_emulator=27017
-  CMD_mongo_emulator='["/opt/mongoeco/bin/python", "/opt/lease-ci/launcher.py", "--host", "0.0.0.0", "--port", "27017"]'
+  # The emulator says `lease-ci: mongoeco listening on …`; lease-conformance waits for MongoDB's
+  # own `Waiting for connections` on stdout, which sed adds to that line.
+  CMD_mongo_emulator='["/bin/sh", "-c", "/opt/mongoeco/bin/python /opt/lease-ci/launcher.py --host 0.0.0.0 --port 27017 2>&1 | sed -u \"s/mongoeco listening on .*/& (Waiting for connections)/\""]'
   USER_mongo_emulator=root
   VERSION_mongo_emulator=mongoeco
 }
@@ -257,7 +259,6 @@ build_image() {
   ref=$(image_ref "$server")
   if dk image inspect "$ref" >/dev/null 2>&1; then
     log "image $server: $ref present"
-    BUILT+=("$server=$ref")
     return 0
   fi
   if [[ $server == mongo-emulator ]]; then
@@ -302,7 +303,6 @@ build_image() {
     rm -rf "$dir"
   fi
   log "image $server: built $ref in $((SECONDS - start)) s ($(dk image inspect -f '{{.Size}}' "$ref" | awk '{printf "%d MB", $1/1e6}'))"
-  BUILT+=("$server=$ref")
 }
 
 # The environment variable lease-conformance reads each server's image from.
@@ -319,14 +319,28 @@ image_var() {
 
 ALL_SERVERS="redis postgres nats etcd mariadb mongo-emulator"
 
+# build_images SERVER... : builds the absent ones, LEASE_CI_DOCKER_JOBS (default 3) at a time
+# (debootstrap mostly waits on the mirror), and records the ones present afterwards in BUILT.
 build_images() {
   if ! command -v debootstrap >/dev/null 2>&1; then timed "install debootstrap" apt_install debootstrap; fi
   # shellcheck source=ci/debian-mirror.sh
   source "$HERE/debian-mirror.sh"
-  local server
+  local server results running=0 jobs=${LEASE_CI_DOCKER_JOBS:-3} start=$SECONDS
+  results=$(mktemp "$LOG_DIR/built.XXXXXX")
   for server in "$@"; do
-    timed "image $server" build_image "$server" || true
+    (timed "image $server" build_image "$server" && echo "$server=$(image_ref "$server")" >>"$results") &
+    running=$((running + 1))
+    if ((running >= jobs)); then
+      wait -n || true
+      running=$((running - 1))
+    fi
   done
+  wait || true
+  log "images: $((SECONDS - start)) s"
+  for server in "$@"; do
+    if grep -q "^$server=" "$results"; then BUILT+=("$(grep "^$server=" "$results" | head -n 1)"); fi
+  done
+  rm -f "$results"
 }
 
 # ------------------------------------------------------------------- clean
