@@ -6,6 +6,11 @@
 //! runtime of their own, so every container is started on a private multi-thread runtime that
 //! lives as long as the process, and the caller waits on a plain channel.
 //!
+//! Each backend's image is `LEASE_TEST_<BACKEND>_IMAGE` when set (`name:tag`, e.g.
+//! `lease-ci/redis:7.0-…`, the images `ci/docker.sh` builds from Debian's packages), else the
+//! public image of the table in [`crate::env`]. An image named in the environment runs with its
+//! own command, and is ready when its server's ready line appears once.
+//!
 //! Because statics are never dropped, testcontainers' remove-on-drop never runs for these
 //! containers. A Ryuk reaper (`testcontainers/ryuk`, the reaper every other testcontainers
 //! implementation uses) removes them instead: it is started once per process, told the
@@ -14,10 +19,17 @@
 //! `TESTCONTAINERS_RYUK_DISABLED=true` turns the reaper off (the containers then outlive the
 //! process), `TESTCONTAINERS_RYUK_PRIVILEGED=true` runs it privileged (SELinux hosts), and
 //! `TESTCONTAINERS_DOCKER_SOCKET_OVERRIDE` names the engine's socket as the engine sees it (by
-//! default `/var/run/docker.sock`). A reaper that cannot be started costs one warning line, not
-//! the test run.
+//! default the path of a `unix://` `DOCKER_HOST`, else `/var/run/docker.sock`).
+//!
+//! A reaper that cannot be started (its image absent and no registry to pull it from, as in this
+//! project's CI) costs one line, not the test run: a watcher process (`sh` and the `docker` CLI)
+//! is started instead, which holds a pipe from this process and, when the pipe closes (the
+//! process exits, however it exits), removes every container with this process's label. Without
+//! a `docker` CLI either, the line says how to remove them by hand. Every container carries the
+//! label `org.lease.conformance.session`, so `ci/docker.sh clean` finds any left.
 
 use std::io::Write;
+use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, OnceLock, mpsc};
 use std::time::{Duration, Instant};
 
@@ -66,6 +78,7 @@ pub(crate) struct Spec {
 
 impl Spec {
     /// `image:tag`.
+    #[cfg(test)]
     fn image_ref(&self) -> String {
         format!("{}:{}", self.image, self.tag)
     }
@@ -80,8 +93,9 @@ impl Spec {
         }
     }
 
-    fn wait_for(&self) -> WaitFor {
-        let (stream, message, times) = self.ready;
+    /// The ready line, seen `times` times.
+    fn wait_for(&self, times: usize) -> WaitFor {
+        let (stream, message, _) = self.ready;
         let strategy = match stream {
             Stream::Stdout => LogWaitStrategy::stdout(message),
             Stream::Stderr => LogWaitStrategy::stderr(message),
@@ -139,6 +153,29 @@ const SPECS: &[Spec] = &[
         ready: (Stream::Stderr, "Server is ready", 1),
     },
     Spec {
+        backend: "etcd",
+        // etcd's own registry (there is no official Docker Hub image).
+        image: "gcr.io/etcd-development/etcd",
+        tag: "v3.5.17",
+        port: 2379,
+        env: &[],
+        // A 50 ms heartbeat and a 500 ms election timeout make the shortest lease 1 s, as
+        // ci/start-services.sh runs it.
+        cmd: &[
+            "etcd",
+            "--listen-client-urls",
+            "http://0.0.0.0:2379",
+            "--advertise-client-urls",
+            "http://127.0.0.1:2379",
+            "--heartbeat-interval",
+            "50",
+            "--election-timeout",
+            "500",
+        ],
+        // Logged once the member serves clients (etcd 3.4 and 3.5 alike).
+        ready: (Stream::Either, "serving client traffic", 1),
+    },
+    Spec {
         backend: "mongodb",
         image: "mongo",
         tag: "7",
@@ -148,6 +185,62 @@ const SPECS: &[Spec] = &[
         ready: (Stream::Stdout, "Waiting for connections", 1),
     },
 ];
+
+/// The environment variable that names `backend`'s image: `LEASE_TEST_<BACKEND>_IMAGE`.
+pub(crate) fn image_var(backend: &str) -> String {
+    format!(
+        "LEASE_TEST_{}_IMAGE",
+        backend.to_ascii_uppercase().replace('-', "_")
+    )
+}
+
+/// The image a container is started from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Chosen {
+    name: String,
+    tag: String,
+    /// Named by [`image_var`] (its own command, ready at the first ready line), not the default.
+    from_env: bool,
+}
+
+impl Chosen {
+    fn image_ref(&self) -> String {
+        format!("{}:{}", self.name, self.tag)
+    }
+}
+
+/// Splits `name[:tag]` (a registry's `host:port/` prefix is part of the name); the tag is
+/// `latest` when absent.
+fn split_image(image: &str) -> (String, String) {
+    let image = image.trim();
+    let slash = image.rfind('/').map_or(0, |i| i + 1);
+    match image[slash..].rfind(':') {
+        Some(colon) => (
+            image[..slash + colon].to_owned(),
+            image[slash + colon + 1..].to_owned(),
+        ),
+        None => (image.to_owned(), "latest".to_owned()),
+    }
+}
+
+/// `spec`'s image: `value` of [`image_var`] when set and not blank, else the default.
+fn choose(spec: &Spec, value: Option<&str>) -> Chosen {
+    match value.map(str::trim).filter(|v| !v.is_empty()) {
+        Some(image) => {
+            let (name, tag) = split_image(image);
+            Chosen {
+                name,
+                tag,
+                from_env: true,
+            }
+        }
+        None => Chosen {
+            name: spec.image.to_owned(),
+            tag: spec.tag.to_owned(),
+            from_env: false,
+        },
+    }
+}
 
 /// The container for `backend`, or `None` for a backend that needs none (sqlite is embedded)
 /// or that this crate does not know.
@@ -214,17 +307,31 @@ fn runtime() -> Result<&'static tokio::runtime::Runtime, String> {
 /// Runs [`start`] on the private runtime and waits for it: safe to call from inside another
 /// runtime, since this thread only waits on a channel.
 fn start_blocking(spec: &'static Spec) -> Result<String, String> {
+    let var = image_var(spec.backend);
+    let chosen = choose(spec, std::env::var(&var).ok().as_deref());
+    let image = chosen.image_ref();
+    note(&format!(
+        "lease-conformance: starting {image} for {} ({})",
+        spec.backend,
+        if chosen.from_env {
+            format!("from {var}")
+        } else {
+            format!("the default; {var} names another")
+        }
+    ));
+    let began = Instant::now();
     let (tx, rx) = mpsc::channel();
     runtime()?.spawn(async move {
-        let _ = tx.send(start(spec).await);
+        let _ = tx.send(start(spec, chosen).await);
     });
-    let url = rx
+    let (url, id) = rx
         .recv()
-        .map_err(|_| format!("starting {} panicked", spec.image_ref()))??;
+        .map_err(|_| format!("starting {image} panicked"))??;
     note(&format!(
-        "lease-conformance: started {} for {} at {url}",
-        spec.image_ref(),
-        spec.backend
+        "lease-conformance: {image} for {} ready at {url} in {:.1} s (container {})",
+        spec.backend,
+        began.elapsed().as_secs_f64(),
+        id.get(..12).unwrap_or(&id)
     ));
     Ok(url)
 }
@@ -232,21 +339,24 @@ fn start_blocking(spec: &'static Spec) -> Result<String, String> {
 /// The containers this process started, kept until it exits.
 static KEPT: Mutex<Vec<ContainerAsync<GenericImage>>> = Mutex::new(Vec::new());
 
-async fn start(spec: &'static Spec) -> Result<String, String> {
+/// Starts `spec`'s server from `chosen` and waits until it is ready: its URL and container id.
+async fn start(spec: &'static Spec, chosen: Chosen) -> Result<(String, String), String> {
     let session = reaper().await;
-    let image = spec.image_ref();
-    let mut request = GenericImage::new(spec.image, spec.tag)
+    let image = chosen.image_ref();
+    let times = if chosen.from_env { 1 } else { spec.ready.2 };
+    let mut request = GenericImage::new(chosen.name.clone(), chosen.tag.clone())
         .with_exposed_port(spec.port.tcp())
-        .with_wait_for(spec.wait_for())
+        .with_wait_for(spec.wait_for(times))
         .with_label(SESSION_LABEL, session)
         .with_startup_timeout(STARTUP_TIMEOUT);
     for (name, value) in spec.env {
         request = request.with_env_var(*name, *value);
     }
-    if !spec.cmd.is_empty() {
+    if !spec.cmd.is_empty() && !chosen.from_env {
         request = request.with_cmd(spec.cmd.iter().copied());
     }
     let container = request.start().await.map_err(|e| format!("{image}: {e}"))?;
+    let id = container.id().to_owned();
     let host = container
         .get_host()
         .await
@@ -258,7 +368,7 @@ async fn start(spec: &'static Spec) -> Result<String, String> {
     KEPT.lock()
         .unwrap_or_else(|p| p.into_inner())
         .push(container);
-    Ok(spec.url(&url_host(&host.to_string()), port))
+    Ok((spec.url(&url_host(&host.to_string()), port), id))
 }
 
 /// This process's session label value, after making sure (once) that a reaper removes the
@@ -274,11 +384,18 @@ async fn reaper() -> &'static str {
                 return;
             }
             if let Err(why) = start_reaper(session).await {
-                note(&format!(
-                    "lease-conformance: no reaper ({why}); the test containers will outlive \
-                     this process: remove them with \
-                     `docker rm -f $(docker ps -aq --filter label={SESSION_LABEL})`"
-                ));
+                let filter = format!("label={SESSION_LABEL}={session}");
+                match start_watcher(&filter) {
+                    Ok(()) => note(&format!(
+                        "lease-conformance: no reaper ({why}); a watcher process removes this \
+                         process's containers ({filter}) when it exits"
+                    )),
+                    Err(no_watcher) => note(&format!(
+                        "lease-conformance: no reaper ({why}) and no watcher ({no_watcher}); the \
+                         test containers will outlive this process: remove them with \
+                         `docker rm -f $(docker ps -aq --filter {filter})`"
+                    )),
+                }
             }
         })
         .await;
@@ -292,10 +409,10 @@ static REAPER_KEPT: Mutex<Vec<(ContainerAsync<GenericImage>, std::net::TcpStream
 
 async fn start_reaper(session: &str) -> Result<(), String> {
     let (name, tag) = REAPER_IMAGE;
-    let socket = std::env::var("TESTCONTAINERS_DOCKER_SOCKET_OVERRIDE")
-        .ok()
-        .filter(|s| !s.trim().is_empty())
-        .unwrap_or_else(|| "/var/run/docker.sock".to_owned());
+    let socket = reaper_socket(
+        std::env::var("TESTCONTAINERS_DOCKER_SOCKET_OVERRIDE").ok(),
+        std::env::var("DOCKER_HOST").ok(),
+    );
     let container = GenericImage::new(name, tag)
         .with_exposed_port(REAPER_PORT.tcp())
         .with_wait_for(WaitFor::message_on_either_std("Started"))
@@ -332,6 +449,57 @@ async fn start_reaper(session: &str) -> Result<(), String> {
         .unwrap_or_else(|p| p.into_inner())
         .push((container, stream));
     Ok(())
+}
+
+/// The watcher process, kept (with the write end of its stdin) until this process exits.
+static WATCHER: Mutex<Vec<Child>> = Mutex::new(Vec::new());
+
+/// What the watcher runs: it waits for its stdin to close, then removes the containers that
+/// `$1` (a `docker ps` filter) selects, one `removed container` line each on stderr.
+const WATCHER_SCRIPT: &str = r#"cat >/dev/null
+ids=$(docker ps -aq --filter "$1") || exit 1
+for id in $ids; do
+  if docker rm -f -v "$id" >/dev/null; then
+    echo "lease-conformance: removed container $id ($1)" >&2
+  fi
+done"#;
+
+/// Starts the reaper's stand-in: `sh` running [`WATCHER_SCRIPT`] for `filter`, with a pipe
+/// from this process as its stdin. Fails when there is no `docker` CLI (or no `sh`).
+fn start_watcher(filter: &str) -> Result<(), String> {
+    let probe = Command::new("docker")
+        .args(["version", "--format", "{{.Server.Version}}"])
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("no docker CLI: {e}"))?;
+    if !probe.status.success() {
+        return Err(format!(
+            "the docker CLI does not reach the engine: {}",
+            String::from_utf8_lossy(&probe.stderr).trim()
+        ));
+    }
+    let child = Command::new("sh")
+        .args(["-c", WATCHER_SCRIPT, "lease-conformance-watcher", filter])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(|e| format!("cannot run sh: {e}"))?;
+    WATCHER
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push(child);
+    Ok(())
+}
+
+/// The engine's socket as the reaper mounts it: `TESTCONTAINERS_DOCKER_SOCKET_OVERRIDE`, else the
+/// path of a `unix://` `DOCKER_HOST` (an engine on a socket of its own, as `ci/docker.sh` runs
+/// it), else `/var/run/docker.sock`.
+fn reaper_socket(over: Option<String>, docker_host: Option<String>) -> String {
+    let set = |v: Option<String>| v.filter(|s| !s.trim().is_empty());
+    set(over)
+        .or_else(|| set(docker_host).and_then(|h| h.strip_prefix("unix://").map(str::to_owned)))
+        .unwrap_or_else(|| "/var/run/docker.sock".to_owned())
 }
 
 /// Connects to the reaper, sends it `filter` and waits for its `ACK`.
@@ -373,11 +541,11 @@ mod tests {
 
     #[test]
     fn every_server_backend_has_an_image_and_sqlite_has_none() {
-        for backend in ["postgres", "mysql", "redis", "nats", "mongodb"] {
+        for backend in ["postgres", "mysql", "redis", "nats", "mongodb", "etcd"] {
             assert!(spec(backend).is_some(), "{backend}");
         }
         assert!(spec("sqlite").is_none());
-        assert!(spec("etcd").is_none());
+        assert!(spec("etcd-cluster").is_none());
         assert_eq!(spec("Postgres").map(|s| s.backend), Some("postgres"));
         assert!(server_url("sqlite").is_err());
     }
@@ -390,6 +558,10 @@ mod tests {
         assert_eq!(image("redis").as_deref(), Some("redis:7"));
         assert_eq!(image("nats").as_deref(), Some("nats:2.10"));
         assert_eq!(image("mongodb").as_deref(), Some("mongo:7"));
+        assert_eq!(
+            image("etcd").as_deref(),
+            Some("gcr.io/etcd-development/etcd:v3.5.17")
+        );
         let mysql = spec("mysql").unwrap();
         assert!(
             mysql
@@ -417,6 +589,49 @@ mod tests {
         assert_eq!(url("redis"), "redis://127.0.0.1:40000");
         assert_eq!(url("nats"), "nats://127.0.0.1:40000");
         assert_eq!(url("mongodb"), "mongodb://127.0.0.1:40000/lease");
+    }
+
+    #[test]
+    fn an_image_named_in_the_environment_replaces_the_default() {
+        assert_eq!(image_var("redis"), "LEASE_TEST_REDIS_IMAGE");
+        assert_eq!(image_var("mongodb"), "LEASE_TEST_MONGODB_IMAGE");
+        let redis = spec("redis").unwrap();
+        let chosen = choose(redis, Some(" lease-ci/redis:7.0-e9838139de "));
+        assert_eq!(chosen.image_ref(), "lease-ci/redis:7.0-e9838139de");
+        assert!(chosen.from_env);
+        for unset in [None, Some(""), Some("  ")] {
+            let chosen = choose(redis, unset);
+            assert_eq!(chosen.image_ref(), "redis:7", "{unset:?}");
+            assert!(!chosen.from_env);
+        }
+        let split = |i: &str| split_image(i);
+        assert_eq!(split("redis"), ("redis".into(), "latest".into()));
+        assert_eq!(
+            split("registry.local:5000/lease-ci/pg"),
+            ("registry.local:5000/lease-ci/pg".into(), "latest".into())
+        );
+        assert_eq!(
+            split("registry.local:5000/lease-ci/pg:15"),
+            ("registry.local:5000/lease-ci/pg".into(), "15".into())
+        );
+    }
+
+    #[test]
+    fn the_reaper_mounts_the_engines_own_socket() {
+        let s = |o: Option<&str>, h: Option<&str>| {
+            reaper_socket(o.map(str::to_owned), h.map(str::to_owned))
+        };
+        assert_eq!(s(None, None), "/var/run/docker.sock");
+        assert_eq!(
+            s(None, Some("unix:///run/lease-ci-docker/docker.sock")),
+            "/run/lease-ci-docker/docker.sock"
+        );
+        assert_eq!(s(None, Some("tcp://10.0.0.1:2375")), "/var/run/docker.sock");
+        assert_eq!(
+            s(Some("/custom.sock"), Some("unix:///other.sock")),
+            "/custom.sock"
+        );
+        assert_eq!(s(Some(" "), None), "/var/run/docker.sock");
     }
 
     #[test]

@@ -16,15 +16,23 @@
 //! `LEASE_TEST_REQUIRE=postgres,mysql,…` (or `all`) turns such a skip into a failure, so a
 //! server that CI has can never be skipped silently.
 //!
-//! The images the `docker` feature starts, and the URLs [`server_url`] then returns:
+//! The images the `docker` feature starts, and the URLs [`server_url`] then returns. Each image
+//! is replaced by `LEASE_TEST_<BACKEND>_IMAGE` when set (`name:tag`, e.g. the
+//! `lease-ci/redis:…` images `ci/docker.sh` builds from Debian's packages); such an image runs
+//! with its own command, must start the server as the table says, and is ready when the server's
+//! ready line appears once.
 //!
-//! | backend    | image                                        | URL                                                      |
+//! | backend    | default image                                | URL                                                      |
 //! |------------|----------------------------------------------|----------------------------------------------------------|
 //! | `postgres` | `postgres:16-alpine`                         | `postgres://postgres:postgres@127.0.0.1:<port>/postgres` |
 //! | `mysql`    | `mariadb:11`, empty root password, db `test` | `mysql://root@127.0.0.1:<port>/test`                     |
 //! | `redis`    | `redis:7 redis-server --appendonly yes`      | `redis://127.0.0.1:<port>`                               |
 //! | `nats`     | `nats:2.10 -js`                              | `nats://127.0.0.1:<port>`                                |
 //! | `mongodb`  | `mongo:7` (standalone)                       | `mongodb://127.0.0.1:<port>/lease`                       |
+//! | `etcd`     | `gcr.io/etcd-development/etcd:v3.5.17`, 1 s minimum lease | `etcd://127.0.0.1:<port>`                   |
+//!
+//! The host is the engine's: `127.0.0.1` for a local socket, the bridge's gateway when the tests
+//! themselves run in a container (testcontainers' rule), the engine's host for a remote one.
 //!
 //! `sqlite` is embedded and never gets a container. A container that cannot be started is a
 //! skip like any other, with the reason in the `SKIPPED` line.

@@ -27,11 +27,12 @@
 //! early with a note.
 //!
 //! Test servers come from `LEASE_TEST_<BACKEND>_URL`; when that is unset and a Docker engine
-//! answers, the opt-in `docker` feature (off by default, so CI builds without testcontainers)
-//! makes [`env::server_url`] start the backend's server in a container with testcontainers —
-//! `postgres:16-alpine`, `mariadb:11`, `redis:7` with AOF, `nats:2.10` with JetStream or
-//! `mongo:7` — once per backend and test process, kept until the process exits; run a backend's
-//! tests with `--features lease-conformance/docker` to get it. Without a URL or a container, the
+//! answers, the opt-in `docker` feature (off by default; CI's main run builds without
+//! testcontainers) makes [`env::server_url`] start the backend's server in a container with
+//! testcontainers — `postgres:16-alpine`, `mariadb:11`, `redis:7` with AOF, `nats:2.10` with
+//! JetStream, `mongo:7` or etcd 3.5, each replaceable by `LEASE_TEST_<BACKEND>_IMAGE` — once per
+//! backend and test process, kept until the process exits; run a backend's tests with
+//! `--features lease-conformance/docker` to get it. Without a URL or a container, the
 //! cases skip loudly (see [`env`](mod@env)).
 
 pub mod audit;
