@@ -123,6 +123,7 @@ pub(crate) async fn cron(url: &StoreUrl, args: CronArgs) -> Result<u8, CliError>
         ends: Mutex::new(HashMap::new()),
     });
     let work_ctx = ctx.clone();
+    let instants = schedule.clone();
     let job = Job::builder(job_name(&args.name), schedule)
         // Catch-up is the window's pass, made before the loops start.
         .catch_up(CatchUp::Skip)
@@ -139,18 +140,27 @@ pub(crate) async fn cron(url: &StoreUrl, args: CronArgs) -> Result<u8, CliError>
         builder = builder.instance(instance.clone());
     }
     let scheduler = builder.build().map_err(|e| CliError::from_lease(&e))?;
-    let (due, stopped) = pass(&scheduler, window, &mut signals).await;
-    let due = due.map_err(|e| CliError::from_lease(&e))?;
-    let verdict = report(&scheduler, &*store, &ctx, &due).await;
-    if args.once {
-        return match (verdict, stopped) {
-            (Some(v), _) => v,
-            (None, Some(sig)) => Err(interrupted(sig, "during the pass")),
-            (None, None) => Ok(0),
-        };
-    }
-    if stopped.is_some() {
-        return Ok(0);
+    loop {
+        let latest_before = instants.latest_at_or_before(wall_ms());
+        let (due, stopped) = pass(&scheduler, window, &mut signals).await;
+        let due = due.map_err(|e| CliError::from_lease(&e))?;
+        let verdict = report(&scheduler, &*store, &ctx, &due).await;
+        if args.once {
+            return match (verdict, stopped) {
+                (Some(v), _) => v,
+                (None, Some(sig)) => Err(interrupted(sig, "during the pass")),
+                (None, None) => Ok(0),
+            };
+        }
+        if stopped.is_some() {
+            return Ok(0);
+        }
+        // The daemon's loop starts with the first instant after its start; an instant that
+        // came while the pass ran (its round can take a while) is the next pass's, so none
+        // falls between the pass and the loop.
+        if instants.latest_at_or_before(wall_ms()) == latest_before {
+            break;
+        }
     }
     daemon(&scheduler, &mut signals).await
 }
@@ -409,4 +419,11 @@ async fn run_cmd(ctx: &Ctx, round: &Round) -> CmdEnd {
             CmdEnd::NotRun(e)
         }
     }
+}
+
+/// This host's wall clock in milliseconds since the epoch, as the scheduler's clock reads it.
+fn wall_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
