@@ -130,16 +130,7 @@ fn mismatched_callers_are_refused_on_sqlite() {
 
 #[test]
 fn mismatched_callers_are_refused_on_servers() {
-    // Not etcd: the `lease` binary has it only when built with lease's `etcd` feature.
-    for backend in ["postgres", "mysql", "redis", "nats", "mongodb"] {
-        let Some(mut url) = lease_conformance::env::server_url(backend) else {
-            continue;
-        };
-        if backend == "redis" {
-            // A test server without AOF, as the other CLI tests accept it.
-            let sep = if url.contains('?') { '&' } else { '?' };
-            url = format!("{url}{sep}allow_volatile=1");
-        }
+    for (backend, url) in cli_servers() {
         let dir = TempDir::new(&format!("mismatch-{backend}"));
         mismatched_callers_are_refused(&url, &dir);
     }

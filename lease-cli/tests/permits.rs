@@ -312,15 +312,7 @@ fn ten_contenders_on_three_permits_on_sqlite() {
 /// The same on every server backend whose test URL is set.
 #[test]
 fn ten_contenders_on_three_permits_on_servers() {
-    for backend in ["postgres", "mysql", "redis", "nats", "mongodb"] {
-        let Some(mut url) = lease_conformance::env::server_url(backend) else {
-            continue;
-        };
-        if backend == "redis" {
-            // A test server without AOF, as the other CLI tests accept it.
-            let sep = if url.contains('?') { '&' } else { '?' };
-            url = format!("{url}{sep}allow_volatile=1");
-        }
+    for (backend, url) in cli_servers() {
         let _serial = timing_lock();
         let dir = TempDir::new(&format!("permits-{backend}"));
         ten_contenders_on_three_permits(&url, backend, &dir);

@@ -141,16 +141,7 @@ fn status_prefix_on_sqlite() {
 /// The same on every server backend whose test URL is set.
 #[test]
 fn status_prefix_on_servers() {
-    // Not etcd: the `lease` binary has it only when built with lease's `etcd` feature.
-    for backend in ["postgres", "mysql", "redis", "nats", "mongodb"] {
-        let Some(mut url) = lease_conformance::env::server_url(backend) else {
-            continue;
-        };
-        if backend == "redis" {
-            // A test server without AOF, as the other CLI tests accept it.
-            let sep = if url.contains('?') { '&' } else { '?' };
-            url = format!("{url}{sep}allow_volatile=1");
-        }
+    for (backend, url) in cli_servers() {
         let _serial = timing_lock();
         names_under_a_prefix(&url, backend, !matches!(backend, "nats" | "etcd"));
     }

@@ -397,3 +397,21 @@ pub(crate) fn wait_for_file(file: &Path, limit: Duration) {
         file.display()
     );
 }
+
+/// The server stores a default `lease` binary reaches whose `LEASE_TEST_<BACKEND>_URL` is set
+/// (each absent one skipped loudly by `server_url`), as (backend, URL for `--store`). Not etcd:
+/// the binary has it only when built with lease's `etcd` feature. Redis gets
+/// `allow_volatile=1`: the test server runs without AOF, as the CLI tests accept it.
+pub(crate) fn cli_servers() -> Vec<(&'static str, String)> {
+    ["postgres", "mysql", "redis", "nats", "mongodb"]
+        .into_iter()
+        .filter_map(|backend| {
+            let url = lease_conformance::env::server_url(backend)?;
+            if backend != "redis" {
+                return Some((backend, url));
+            }
+            let sep = if url.contains('?') { '&' } else { '?' };
+            Some((backend, format!("{url}{sep}allow_volatile=1")))
+        })
+        .collect()
+}
