@@ -231,8 +231,9 @@ fn connect_error(url: &StoreUrl, e: &Error) -> CliError {
 /// other error.
 ///
 /// lease-redis says why (the server's settings) between "could repeat: " and ". Turn on" of
-/// its own message, which goes on in terms of its Rust API; the facade adds the URL
-/// parameters and keeps that message as the source, so shown whole it says everything twice.
+/// its own message, which goes on in terms of its Rust API; the facade appends the URL
+/// parameters, in its own words. The source chain is searched too, for an error that comes
+/// wrapped.
 fn redis_refusal(url: &StoreUrl, e: &Error) -> Option<String> {
     if url.backend() != Backend::Redis || e.kind() != ErrorKind::Unsupported {
         return None;

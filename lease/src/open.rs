@@ -147,13 +147,11 @@ fn redis_hint(e: Error) -> Error {
     if e.kind() != ErrorKind::Unsupported {
         return e;
     }
+    // The same error, said once: lease-redis's message with the URL's ways to accept it.
     let message = format!(
         "{} (to accept it: add ?allow_fsync_everysec=1 (AOF with appendfsync everysec), \
          ?allow_volatile=1 or ?terms=clock_floor to the store URL)",
         e.message()
     );
-    let temporary = e.is_temporary();
-    Error::new(ErrorKind::Unsupported, message)
-        .with_temporary(temporary)
-        .with_source(e)
+    e.with_message(message)
 }

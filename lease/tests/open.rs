@@ -308,6 +308,13 @@ async fn redis() {
         Err(e) => {
             assert_eq!(e.kind(), ErrorKind::Unsupported, "{e}");
             assert!(e.message().contains("?allow_volatile=1"), "{e}");
+            // Said once: lease-redis's reason is in the message, not repeated as a source.
+            let shown = e.to_string();
+            assert_eq!(
+                shown.matches("may lose lease records").count(),
+                1,
+                "{shown}"
+            );
         }
     }
     let sep = if url.contains('?') { '&' } else { '?' };

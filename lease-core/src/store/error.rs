@@ -125,6 +125,14 @@ impl Error {
         self
     }
 
+    /// Replaces the message, keeping the kind, the verdict, the source and the context: for a
+    /// caller that says the same failure better (e.g. in its own terms, with the fix it offers)
+    /// without repeating the original as a source.
+    pub fn with_message(mut self, message: impl Into<String>) -> Self {
+        self.message = message.into();
+        self
+    }
+
     /// Overrides the temporary/permanent verdict.
     pub fn with_temporary(mut self, temporary: bool) -> Self {
         self.temporary = temporary;
