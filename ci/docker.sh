@@ -111,7 +111,9 @@ ensure_engine() {
   echo '{}' >"$ROOT/daemon.json"
   log "starting dockerd on $SOCK (data $ROOT/data, log $LOG_DIR/dockerd.log)"
   echo "=== $(date -u +%FT%TZ) start" >>"$LOG_DIR/dockerd.log"
-  setsid dockerd \
+  # Started from a subshell that exits at once, so dockerd is not a child of this script: the
+  # `wait` for the image builds below would otherwise wait for dockerd, for ever.
+  (setsid dockerd \
     --host "unix://$SOCK" \
     --config-file "$ROOT/daemon.json" \
     --data-root "$ROOT/data" \
@@ -123,7 +125,7 @@ ensure_engine() {
     --exec-opt native.cgroupdriver=cgroupfs \
     --cgroup-parent lease-ci-docker \
     --bip "$BIP" \
-    </dev/null >>"$LOG_DIR/dockerd.log" 2>&1 &
+    </dev/null >>"$LOG_DIR/dockerd.log" 2>&1 &)
   local deadline=$((SECONDS + WAIT_SECS))
   until engine_answers; do
     ((SECONDS < deadline)) || die "dockerd not answering on $SOCK after ${WAIT_SECS}s: $(last_line "$LOG_DIR/dockerd.log")"
