@@ -260,6 +260,7 @@ mod config;
 mod error;
 mod hint_state;
 mod hints;
+mod holder_sessions;
 mod known_leases;
 mod leases;
 mod membership;

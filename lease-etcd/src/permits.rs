@@ -201,7 +201,7 @@ impl PermitStore for EtcdStore {
             return Ok(None);
         };
         let Some((_, granted, since)) =
-            self.fit(site, &key, kv.lease(), granted, sent, ttl).await?
+            self.fit(site, &key, kv.lease(), granted, sent, ttl, true).await?
         else {
             return Ok(None);
         };

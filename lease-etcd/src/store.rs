@@ -19,6 +19,7 @@ use lease_core::{Error, Result};
 use crate::config::EtcdConfig;
 use crate::error::{Site, lease_not_found};
 use crate::hint_state::Hints;
+use crate::holder_sessions::HolderSessions;
 use crate::known_leases::KnownLeases;
 use crate::sessions::Sessions;
 
@@ -61,6 +62,8 @@ pub(crate) struct Inner {
     pub(crate) known: Mutex<KnownLeases>,
     /// The owners' etcd leases that partition keys hang on.
     pub(crate) sessions: Sessions,
+    /// The holders' sessions that lease keys hang on (see `holder_sessions.rs`).
+    pub(crate) holder_sessions: HolderSessions,
     /// Per (group, owner), the etcd leases this store's last batch renewal found the owner's
     /// keys on: the next renewal keeps them alive together with its read.
     pub(crate) group_leases: Mutex<HashMap<(String, String), Vec<i64>>>,
@@ -209,6 +212,7 @@ impl EtcdStore {
                 keepers: Mutex::default(),
                 known: Mutex::default(),
                 sessions: Sessions::default(),
+                holder_sessions: HolderSessions::default(),
                 group_leases: Mutex::default(),
                 #[cfg(test)]
                 revoke_grants: std::sync::atomic::AtomicUsize::new(0),
@@ -316,6 +320,7 @@ impl EtcdStore {
     }
 
     /// Revokes `id` now; `false` when it was not granted any more.
+    #[cfg(test)]
     pub(crate) async fn revoke(&self, site: Site<'_>, id: i64) -> Result<bool> {
         self.forget_lease(id);
         let mut lease = self.inner.client.lease_client();
