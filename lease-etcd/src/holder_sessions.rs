@@ -98,6 +98,8 @@ pub(crate) struct HolderSessions {
     by_id: Mutex<HashMap<i64, Arc<Session>>>,
     /// How many sessions this store object granted.
     opened: AtomicU64,
+    /// How many flights (session keep-alives) this store object sent.
+    flights: AtomicU64,
 }
 
 impl Session {
@@ -200,9 +202,17 @@ impl EtcdStore {
         &self.inner.holder_sessions
     }
 
-    /// How many sessions this store object granted so far.
+    /// How many sessions (etcd leases for its holders' names) this store object granted so
+    /// far: one per holder and TTL while the session lives and carries fewer than 10,000
+    /// names. For tests and monitoring.
     pub fn sessions_opened(&self) -> u64 {
         self.sessions().opened.load(Ordering::Relaxed)
+    }
+
+    /// How many session keep-alives this store object sent so far: one per flight, shared by
+    /// every claim and renewal on the session that joined it. For tests and monitoring.
+    pub fn session_keep_alives(&self) -> u64 {
+        self.sessions().flights.load(Ordering::Relaxed)
     }
 
     /// The session with etcd lease id `id`, when it is one of this store object's and not lost.
@@ -404,6 +414,7 @@ async fn run_flight(store: Weak<Inner>, session: Arc<Session>, id: u64) -> Fligh
             .partition(|(_, t)| *t > 0);
         (names, known, unknown)
     };
+    store.sessions().flights.fetch_add(1, Ordering::Relaxed);
     let site = store.site(Operation::Renew, "");
     let mut read: Vec<String> = names.clone();
     read.extend(unknown.iter().map(|(n, _)| n.clone()));
