@@ -1,0 +1,79 @@
+//! Claim + release cycles per second of the store against etcd's own lock API, side by side in
+//! one run (issue 30's "etcd store ÷ etcd's own lock API"). Ignored by default; run it on an
+//! idle machine, in release:
+//!
+//! ```text
+//! LEASE_TEST_ETCD_URL=etcd://127.0.0.1:2379 \
+//!   cargo test --release -p lease-etcd --test cycles -- --ignored --nocapture
+//! ```
+//!
+//! The store's cycle is `claim` + `release` of one name by one holder with a 15 s TTL (the
+//! coordinator's default); the lock's is `lock` + `unlock` of one name under a lease the client
+//! keeps (as lease-bench's `etcd-lock` subject). Rounds alternate, `ROUND` each, so drift hits
+//! both alike; the figure is the median round.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::{Duration, Instant};
+
+use lease_conformance::env;
+use lease_core::LeaseStore;
+use lease_core::backend::HolderToken;
+use lease_etcd::etcd_client::{Client, LockOptions};
+use lease_etcd::{EtcdConfig, EtcdStore};
+
+const ROUND: Duration = Duration::from_secs(2);
+const ROUNDS: usize = 5;
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement: run it alone, in release, with --ignored --nocapture"]
+async fn store_cycles_against_etcd_lock() {
+    let Some(url) = env::server_url("etcd") else {
+        return;
+    };
+    let store = EtcdStore::connect(&url, EtcdConfig::new().prefix("lease-cycles/"))
+        .await
+        .unwrap();
+    let holder = HolderToken::mint();
+    let ttl = Duration::from_secs(15);
+    let mut client: Client = store.client().clone();
+    let mut lease = client.lease_grant(60, None).await.unwrap().id();
+    let mut granted = Instant::now();
+    let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+    for _ in 0..ROUNDS {
+        let start = Instant::now();
+        let mut n = 0u64;
+        while start.elapsed() < ROUND {
+            let grant = store.claim("cycle", &holder, "bench", ttl).await.unwrap();
+            assert!(grant.is_some(), "the name is free");
+            assert!(store.release("cycle", &holder).await.unwrap());
+            n += 1;
+        }
+        ours.push(n as f64 / start.elapsed().as_secs_f64());
+        let start = Instant::now();
+        let mut n = 0u64;
+        while start.elapsed() < ROUND {
+            if granted.elapsed() > Duration::from_secs(30) {
+                lease = client.lease_grant(60, None).await.unwrap().id();
+                granted = Instant::now();
+            }
+            let locked = client
+                .lock("lease-cycles-lock", Some(LockOptions::new().with_lease(lease)))
+                .await
+                .unwrap();
+            client.unlock(locked.key().to_vec()).await.unwrap();
+            n += 1;
+        }
+        theirs.push(n as f64 / start.elapsed().as_secs_f64());
+    }
+    let (ours, theirs) = (median(ours), median(theirs));
+    println!(
+        "etcd claim+release cycles/s: store {ours:.0}, etcd lock {theirs:.0}, store ÷ lock {:.2}×",
+        ours / theirs
+    );
+}
