@@ -1,5 +1,5 @@
-//! The holders' sessions: one etcd lease per (holder token, TTL in whole seconds) per store
-//! object, which the lease keys the holder claims through the store hang on (see the crate
+//! The sessions: one etcd lease per TTL (in whole seconds) per store object, which the lease
+//! keys of every claim through the store hang on, whatever its holder token (see the crate
 //! docs, *Sessions*).
 //!
 //! A session remembers the names it carries (`owned`: term and the name's own deadline) and the
@@ -24,7 +24,7 @@ use crate::error::Site;
 use crate::leases::held_by;
 use crate::store::{EtcdStore, Inner, lock, server_seconds};
 
-/// How many names one session carries at most; the holder's next claim opens a new session.
+/// How many names one session carries at most; the next claim opens a new session.
 pub(crate) const MAX_KEYS_PER_SESSION: usize = 10_000;
 
 /// What a flight answers every caller that joined it.
@@ -46,11 +46,11 @@ pub(crate) struct Flown {
     pub(crate) kvs: HashMap<String, KeyValue>,
 }
 
-/// A name a session carries: its term (0 while a claim's outcome is unknown) and its own
-/// deadline, `since + bound`.
-#[derive(Debug, Clone, Copy)]
+/// A name a session carries: its term, its holder and its own deadline, `since + bound`.
+#[derive(Debug, Clone)]
 pub(crate) struct Owned {
     pub(crate) term: u64,
+    pub(crate) holder: HolderToken,
     pub(crate) since: Stamp,
     pub(crate) bound: Duration,
 }
@@ -62,11 +62,25 @@ impl Owned {
     }
 }
 
-/// One holder's session: an etcd lease and what hangs on it.
+/// A claim sent on a session whose outcome is not known yet (or was lost).
+#[derive(Debug, Clone, Copy)]
+struct Pending {
+    since: Stamp,
+    bound: Duration,
+}
+
+/// A key to delete: its term (0: a claim of unknown outcome, resolved by a read) and holder.
+#[derive(Debug, Clone)]
+struct Doom {
+    term: u64,
+    holder: HolderToken,
+}
+
+/// A session: an etcd lease of the store object's, for its claims of one TTL, and what hangs
+/// on it.
 pub(crate) struct Session {
     pub(crate) id: i64,
     secs: i64,
-    holder: HolderToken,
     state: Mutex<State>,
     /// Held by the flight in the air.
     in_air: tokio::sync::Mutex<()>,
@@ -78,8 +92,8 @@ struct State {
     /// and the TTL it gave.
     proven: (Stamp, Duration),
     owned: HashMap<String, Owned>,
-    /// Keys to delete (name → term; 0: a claim of unknown outcome, resolved by a read).
-    doomed: HashMap<String, u64>,
+    pending: HashMap<(String, HolderToken), Pending>,
+    doomed: HashMap<String, Doom>,
     open: Option<Open>,
     flights: u64,
 }
@@ -94,7 +108,7 @@ struct Open {
 /// The sessions of a store object.
 #[derive(Default)]
 pub(crate) struct HolderSessions {
-    current: Mutex<HashMap<(HolderToken, i64), Arc<Session>>>,
+    current: Mutex<HashMap<i64, Arc<Session>>>,
     by_id: Mutex<HashMap<i64, Arc<Session>>>,
     /// How many sessions this store object granted.
     opened: AtomicU64,
@@ -109,38 +123,68 @@ impl Session {
 
     /// The name's entry, if the session carries it.
     pub(crate) fn owned(&self, name: &str) -> Option<Owned> {
-        self.state().owned.get(name).copied()
+        self.state().owned.get(name).cloned()
     }
 
-    /// Starts a claim of `name`: its entry (term 0) replaces any before; answers the one it
-    /// replaced, to put back when the claim finds the name held.
-    pub(crate) fn begin_claim(&self, name: &str, owned: Owned) -> Option<Owned> {
-        self.state().owned.insert(name.to_owned(), owned)
+    /// A claim of `name` by `holder` is about to be sent: remembered until its outcome is
+    /// known, so a claim of unknown outcome is read back, or deleted once its deadline passed.
+    pub(crate) fn begin_claim(&self, name: &str, holder: &HolderToken, since: Stamp, bound: Duration) {
+        self.state()
+            .pending
+            .insert((name.to_owned(), holder.clone()), Pending { since, bound });
     }
 
-    /// A claim of `name` that found it held: the entry before it comes back.
-    pub(crate) fn restore(&self, name: &str, prev: Option<Owned>) {
+    /// The claim found the name held: nothing was written.
+    pub(crate) fn claim_failed(&self, name: &str, holder: &HolderToken) {
+        self.state().pending.remove(&(name.to_owned(), holder.clone()));
+    }
+
+    /// The claim landed with term `term`; the name is carried, its deadline `since + bound`.
+    pub(crate) fn claimed(
+        &self,
+        name: &str,
+        holder: &HolderToken,
+        term: u64,
+        since: Stamp,
+        bound: Duration,
+    ) {
         let mut st = self.state();
-        match prev {
-            Some(prev) => st.owned.insert(name.to_owned(), prev),
-            None => st.owned.remove(name),
-        };
-    }
-
-    /// `name`'s term is known (a claim landed, or was read back): the entry takes it, and a
-    /// doomed claim of unknown outcome of the name is moot (the key was vacant).
-    pub(crate) fn set_term(&self, name: &str, term: u64) -> bool {
-        let mut st = self.state();
-        if st.doomed.get(name) == Some(&0) {
+        st.pending.remove(&(name.to_owned(), holder.clone()));
+        // A claim of unknown outcome of the name is moot: the key was vacant.
+        if st.doomed.get(name).is_some_and(|d| d.term == 0) {
             st.doomed.remove(name);
         }
-        match st.owned.get_mut(name) {
-            Some(o) if o.term == 0 || o.term == term => {
-                o.term = term;
-                true
-            }
-            _ => false,
+        st.owned.insert(
+            name.to_owned(),
+            Owned {
+                term,
+                holder: holder.clone(),
+                since,
+                bound,
+            },
+        );
+    }
+
+    /// `holder`'s key of `name` with term `term` was read on this session: a claim of unknown
+    /// outcome is carried from now on. `true` when the session carries that term (now, or
+    /// already).
+    pub(crate) fn resolve(&self, name: &str, holder: &HolderToken, term: u64) -> bool {
+        let mut st = self.state();
+        if let Some(p) = st.pending.remove(&(name.to_owned(), holder.clone())) {
+            st.owned.insert(
+                name.to_owned(),
+                Owned {
+                    term,
+                    holder: holder.clone(),
+                    since: p.since,
+                    bound: p.bound,
+                },
+            );
+            return true;
         }
+        st.owned
+            .get(name)
+            .is_some_and(|o| o.term == term && o.holder == *holder)
     }
 
     /// A renewal of `name`'s term `term` answered: its own deadline counts from `since`.
@@ -162,7 +206,7 @@ impl Session {
         if st.owned.get(name).is_some_and(|o| o.term == term) {
             st.owned.remove(name);
         }
-        if st.doomed.get(name) == Some(&term) {
+        if st.doomed.get(name).is_some_and(|d| d.term == term) {
             st.doomed.remove(name);
         }
     }
@@ -172,28 +216,23 @@ impl Session {
         let mut st = self.state();
         st.owned.remove(name);
         st.doomed.remove(name);
+        st.pending.retain(|(n, _), _| n != name);
     }
 
-    /// `name`'s term `term` ended but its key may still hang on the session: the next flight
-    /// deletes it.
-    pub(crate) fn doom(&self, name: &str, term: u64) {
+    /// `holder`'s term `term` of `name` ended but its key may still hang on the session: the
+    /// next flight deletes it.
+    pub(crate) fn doom(&self, name: &str, term: u64, holder: &HolderToken) {
         let mut st = self.state();
         if st.owned.get(name).is_some_and(|o| o.term == term) {
             st.owned.remove(name);
         }
-        st.doomed.insert(name.to_owned(), term);
-    }
-
-    /// The names this session carries.
-    #[cfg(test)]
-    pub(crate) fn carried(&self) -> usize {
-        self.state().owned.len()
-    }
-
-    /// How many keys wait to be deleted.
-    #[cfg(test)]
-    pub(crate) fn doomed(&self) -> usize {
-        self.state().doomed.len()
+        st.doomed.insert(
+            name.to_owned(),
+            Doom {
+                term,
+                holder: holder.clone(),
+            },
+        );
     }
 }
 
@@ -202,9 +241,9 @@ impl EtcdStore {
         &self.inner.holder_sessions
     }
 
-    /// How many sessions (etcd leases for its holders' names) this store object granted so
-    /// far: one per holder and TTL while the session lives and carries fewer than 10,000
-    /// names. For tests and monitoring.
+    /// How many sessions (etcd leases its lease keys hang on) this store object granted so
+    /// far: one per TTL while the session lives and carries fewer than 10,000 names. For tests
+    /// and monitoring.
     pub fn sessions_opened(&self) -> u64 {
         self.sessions().opened.load(Ordering::Relaxed)
     }
@@ -223,26 +262,25 @@ impl EtcdStore {
         lock(&self.sessions().by_id).get(&id).cloned()
     }
 
-    /// The session `holder`'s claims of `ttl` attach to now, when there is one that takes more.
-    pub(crate) fn current_session(&self, holder: &HolderToken, ttl: Duration) -> Option<Arc<Session>> {
-        let key = (holder.clone(), server_seconds(ttl));
+    /// The session this store object's claims of `ttl` attach to now, when there is one that
+    /// takes more.
+    pub(crate) fn current_session(&self, ttl: Duration) -> Option<Arc<Session>> {
         let current = lock(&self.sessions().current);
         current
-            .get(&key)
+            .get(&server_seconds(ttl))
             .filter(|s| {
                 let st = s.state();
-                !st.lost && st.owned.len() < MAX_KEYS_PER_SESSION
+                !st.lost && st.owned.len() + st.pending.len() < MAX_KEYS_PER_SESSION
             })
             .cloned()
     }
 
-    /// Grants a new session for `holder`'s claims of `ttl` and makes it the current one.
-    /// Answers it and the TTL etcd granted; the session lives at least that long from a stamp
-    /// taken before this call.
+    /// Grants a new session for this store object's claims of `ttl` and makes it the current
+    /// one. Answers it and the TTL etcd granted; the session lives at least that long from a
+    /// stamp taken before this call.
     pub(crate) async fn open_session(
         &self,
         site: Site<'_>,
-        holder: &HolderToken,
         ttl: Duration,
     ) -> Result<(Arc<Session>, Duration)> {
         let sent = Stamp::now();
@@ -251,11 +289,11 @@ impl EtcdStore {
         let session = Arc::new(Session {
             id,
             secs,
-            holder: holder.clone(),
             state: Mutex::new(State {
                 lost: false,
                 proven: (sent, granted),
                 owned: HashMap::new(),
+                pending: HashMap::new(),
                 doomed: HashMap::new(),
                 open: None,
                 flights: 0,
@@ -277,7 +315,7 @@ impl EtcdStore {
             by_id.insert(id, session.clone());
             let mut current = lock(&self.sessions().current);
             current.retain(|_, s| by_id.contains_key(&s.id));
-            current.insert((holder.clone(), secs), session.clone());
+            current.insert(secs, session.clone());
         }
         Ok((session, granted))
     }
@@ -289,13 +327,13 @@ impl EtcdStore {
             let mut st = session.state();
             st.lost = true;
             st.owned.clear();
+            st.pending.clear();
             st.doomed.clear();
         }
         lock(&self.sessions().by_id).remove(&session.id);
         let mut current = lock(&self.sessions().current);
-        let key = (session.holder.clone(), session.secs);
-        if current.get(&key).is_some_and(|s| s.id == session.id) {
-            current.remove(&key);
+        if current.get(&session.secs).is_some_and(|s| s.id == session.id) {
+            current.remove(&session.secs);
         }
         drop(current);
         self.forget_lease(session.id);
@@ -396,22 +434,40 @@ async fn run_flight(store: Weak<Inner>, session: Arc<Session>, id: u64) -> Fligh
                 Vec::new()
             }
         };
-        // Terms whose own deadline passed: their keys go, whatever the session does.
-        let ended: Vec<(String, u64)> = st
+        // Terms whose own deadline passed, and claims of unknown outcome whose deadline
+        // passed: their keys go, whatever the session does.
+        let ended: Vec<(String, Doom)> = st
             .owned
             .iter()
             .filter(|(_, o)| o.ended())
-            .map(|(n, o)| (n.clone(), o.term))
+            .map(|(n, o)| {
+                let doom = Doom {
+                    term: o.term,
+                    holder: o.holder.clone(),
+                };
+                (n.clone(), doom)
+            })
             .collect();
-        for (name, term) in ended {
+        for (name, doom) in ended {
             st.owned.remove(&name);
-            st.doomed.insert(name, term);
+            st.doomed.insert(name, doom);
+        }
+        let lapsed: Vec<(String, HolderToken)> = st
+            .pending
+            .iter()
+            .filter(|(_, p)| p.since.remaining(p.bound).is_zero())
+            .map(|(k, _)| k.clone())
+            .collect();
+        for (name, holder) in lapsed {
+            st.pending.remove(&(name.clone(), holder.clone()));
+            st.doomed.entry(name).or_insert(Doom { term: 0, holder });
         }
         let (known, unknown): (Vec<_>, Vec<_>) = st
             .doomed
             .iter()
-            .map(|(n, t)| (n.clone(), *t))
-            .partition(|(_, t)| *t > 0);
+            .map(|(n, d)| (n.clone(), d.clone()))
+            .partition(|(_, d)| d.term > 0);
+        let known: Vec<(String, u64)> = known.into_iter().map(|(n, d)| (n, d.term)).collect();
         (names, known, unknown)
     };
     store.sessions().flights.fetch_add(1, Ordering::Relaxed);
@@ -426,17 +482,17 @@ async fn run_flight(store: Weak<Inner>, session: Arc<Session>, id: u64) -> Fligh
         store.read_names(site, &read),
         store.delete_terms(site, &known),
     );
-    // Claims of unknown outcome whose deadline passed: their key, if it is there on this
-    // session under this holder and no claim of the name is under way, is deleted by its
+    // Claims of unknown outcome whose deadline passed: their key, when it is there on this
+    // session under their holder and the session carries no live term of it, is deleted by its
     // create revision now read.
     let mut resolved = Vec::new();
     if let Ok(kvs) = &kvs {
         let st = session.state();
-        for (name, _) in &unknown {
+        for (name, doom) in &unknown {
             match kvs.get(name) {
                 Some(kv)
                     if kv.lease() == session.id
-                        && held_by(kv, &session.holder)
+                        && held_by(kv, &doom.holder)
                         && !st.owned.contains_key(name) =>
                 {
                     resolved.push((name.clone(), u64::try_from(kv.create_revision()).unwrap_or(0)));
@@ -449,24 +505,22 @@ async fn run_flight(store: Weak<Inner>, session: Arc<Session>, id: u64) -> Fligh
     {
         let mut st = session.state();
         for (name, term, answered) in deleted {
-            if answered && st.doomed.get(&name) == Some(&term) {
+            if answered && st.doomed.get(&name).is_some_and(|d| d.term == term) {
                 st.doomed.remove(&name);
             }
         }
         if kvs.is_ok() {
-            for (name, _) in &unknown {
-                let pending = st.owned.get(name).is_some_and(|o| o.term == 0);
+            for (name, doom) in &unknown {
                 let failed = resolved_answers
                     .iter()
                     .any(|(n, _, answered)| n == name && !answered);
-                if st.doomed.get(name) == Some(&0) && !pending && !failed {
+                if st.doomed.get(name).is_some_and(|d| d.term == 0) {
                     st.doomed.remove(name);
                 }
-            }
-        }
-        for (name, term, answered) in &resolved_answers {
-            if !answered {
-                st.doomed.insert(name.clone(), *term);
+                if failed && let Some((_, term, _)) = resolved_answers.iter().find(|(n, _, _)| n == name) {
+                    let doom = Doom { term: *term, holder: doom.holder.clone() };
+                    st.doomed.insert(name.clone(), doom);
+                }
             }
         }
     }

@@ -1,4 +1,4 @@
-//! [`LeaseStore`] on etcd: one key per name, hung on an etcd lease granted for each claim.
+//! [`LeaseStore`] on etcd: one key per name, hung on its holder's session (`holder_sessions.rs`).
 
 use std::time::Duration;
 
@@ -18,7 +18,7 @@ use lease_core::{
 use std::sync::Arc;
 
 use crate::error::{Site, lease_not_found};
-use crate::holder_sessions::{Owned, Session};
+use crate::holder_sessions::Session;
 use crate::known_leases::Held;
 use crate::store::{EtcdStore, Move, lock, revision};
 use crate::wire::codec::LeaseValue;
@@ -137,23 +137,20 @@ impl EtcdStore {
         None
     }
 
-    /// A claim found `name` held by `kv`: when that is this holder's key on a session of this
-    /// store's that does not carry it as a live term (a claim of unknown outcome, or a term
-    /// that ended), the session learns its term — and deletes it, if its term ended.
-    fn own_key_seen(&self, name: &str, holder: &HolderToken, kv: &KeyValue) {
-        if !held_by(kv, holder) {
+    /// A claim found `name` held by `kv`: when that key is on a session of this store object's
+    /// that does not carry it as a live term, it is a claim of unknown outcome (the session
+    /// carries it from now on, to its own deadline) or a term that ended (deleted at the
+    /// session's next flight).
+    fn own_key_seen(&self, name: &str, kv: &KeyValue) {
+        let Some(value) = LeaseValue::decode(kv.value()) else {
             return;
-        }
+        };
         let Some(session) = self.session_by_id(kv.lease()) else {
             return;
         };
         let term = term_of(kv);
-        match session.owned(name) {
-            Some(o) if o.term == term => {}
-            Some(o) if o.term == 0 => {
-                session.set_term(name, term);
-            }
-            _ => session.doom(name, term),
+        if !session.resolve(name, &value.holder, term) {
+            session.doom(name, term, &value.holder);
         }
     }
 
@@ -176,7 +173,7 @@ impl EtcdStore {
             Some(o) if o.term == term && !o.ended() => {}
             // Its own deadline passed: the term ended, its key goes.
             Some(o) if o.term == term => {
-                session.doom(name, term);
+                session.doom(name, term, holder);
                 return Ok(self.lost(name, holder));
             }
             _ => return Ok(self.lost(name, holder)),
@@ -238,9 +235,7 @@ impl EtcdStore {
         ttl: Duration,
     ) -> Result<Option<Grant>> {
         let sent = Stamp::now();
-        let current = self
-            .current_session(holder, ttl)
-            .filter(|s| s.id != from.id);
+        let current = self.current_session(ttl).filter(|s| s.id != from.id);
         let (target, proof) = match current {
             Some(target) => {
                 let flown = self.fly(&target, None).await?;
@@ -250,19 +245,12 @@ impl EtcdStore {
                 }
             }
             None => {
-                let (target, granted) = self.open_session(site, holder, ttl).await?;
+                let (target, granted) = self.open_session(site, ttl).await?;
                 (target, (sent, granted))
             }
         };
         let bound = ttl.min(proof.1);
-        target.begin_claim(
-            name,
-            Owned {
-                term,
-                since: proof.0,
-                bound,
-            },
-        );
+        target.claimed(name, holder, term, proof.0, bound);
         let same_term = Compare::create_revision(
             key.to_vec(),
             CompareOp::Equal,
@@ -369,7 +357,7 @@ impl EtcdStore {
         };
         let term = term_of(&kv);
         let known = if held.term == 0 {
-            session.set_term(name, term)
+            session.resolve(name, holder, term)
         } else {
             held.term == term
         };
@@ -448,24 +436,17 @@ impl LeaseStore for EtcdStore {
         let mut tries = 0;
         loop {
             let sent = Stamp::now();
-            let (session, granted) = match self.current_session(holder, ttl) {
+            let (session, granted) = match self.current_session(ttl) {
                 Some(session) => (session, None),
                 None => {
-                    let (session, granted) = self.open_session(site, holder, ttl).await?;
+                    let (session, granted) = self.open_session(site, ttl).await?;
                     (session, Some(granted))
                 }
             };
             let bound = ttl.min(granted.unwrap_or(ttl));
             // Remembered before the transaction is sent, so that a claim of unknown outcome is
             // read back (`verify`) or, when nobody adopts it, deleted once its deadline passed.
-            let prev = session.begin_claim(
-                name,
-                Owned {
-                    term: 0,
-                    since: sent,
-                    bound,
-                },
-            );
+            session.begin_claim(name, holder, sent, bound);
             let prev_held = lock(&self.inner.known).get(name, holder);
             lock(&self.inner.known).insert(
                 name,
@@ -520,15 +501,15 @@ impl LeaseStore for EtcdStore {
                 Err(e) => return Err(site.etcd(e)),
             };
             if !resp.succeeded() {
-                session.restore(name, prev);
+                session.claim_failed(name, holder);
                 restore_held(prev_held);
                 if let Some(kv) = first_kv(&resp) {
-                    self.own_key_seen(name, holder, &kv);
+                    self.own_key_seen(name, &kv);
                 }
                 return Ok(None);
             }
             let term = revision(site, &resp)?;
-            session.set_term(name, term);
+            session.claimed(name, holder, term, sent, bound);
             return match alive {
                 Ok(Some(granted)) => {
                     let bound = ttl.min(granted);
@@ -643,7 +624,7 @@ impl LeaseStore for EtcdStore {
                 // The term ended but its key may stay on a session that lives on: the
                 // session's next keep-alive deletes it.
                 if let Some(session) = &session {
-                    session.doom(name, term);
+                    session.doom(name, term, holder);
                 }
                 Err(e)
             }

@@ -33,14 +33,15 @@ pub(crate) const MOVED_TRIES: usize = 3;
 
 /// A lease store on etcd v3.
 ///
-/// One key per name under the configured prefix; each claim grants an etcd lease and attaches
-/// the key to it, so etcd deletes the key when the lease's TTL runs out by the server's clock.
+/// One key per name under the configured prefix, hung on its holder's session (an etcd lease
+/// the store keeps per holder and TTL), so etcd deletes the key when the session's TTL runs out
+/// by the server's clock; the store deletes it when the name's own term ends first.
 /// Claims are transactions comparing the key's create revision with 0 (vacant), and the key's
 /// create revision is the fencing token. See the [crate docs](crate) for the whole protocol,
 /// its guarantees and its round trips.
 ///
-/// Cloning is cheap and shares the connection, the open keep-alive streams and the memory of
-/// this store's own claims.
+/// Cloning is cheap and shares the connection, the open keep-alive streams, the sessions and
+/// the memory of this store's own claims.
 #[derive(Clone)]
 pub struct EtcdStore {
     pub(crate) inner: Arc<Inner>,

@@ -7,8 +7,8 @@
 //!   cargo test --release -p lease-etcd --test cycles -- --ignored --nocapture
 //! ```
 //!
-//! The store's cycle is `claim` + `release` of one name by one holder with a 15 s TTL (the
-//! coordinator's default); the lock's is `lock` + `unlock` of one name under a lease the client
+//! The store's cycle is `claim` + `release` of one name (a holder token minted per claim, as the
+//! coordinator does) with a 15 s TTL (the coordinator's default); the lock's is `lock` + `unlock` of one name under a lease the client
 //! keeps (as lease-bench's `etcd-lock` subject). Rounds alternate, `ROUND` each, so drift hits
 //! both alike; the figure is the median round.
 
@@ -39,7 +39,6 @@ async fn store_cycles_against_etcd_lock() {
     let store = EtcdStore::connect(&url, EtcdConfig::new().prefix("lease-cycles/"))
         .await
         .unwrap();
-    let holder = HolderToken::mint();
     let ttl = Duration::from_secs(15);
     let mut client: Client = store.client().clone();
     let mut lease = client.lease_grant(60, None).await.unwrap().id();
@@ -49,6 +48,8 @@ async fn store_cycles_against_etcd_lock() {
         let start = Instant::now();
         let mut n = 0u64;
         while start.elapsed() < ROUND {
+            // A holder token per claim, as the coordinator mints them.
+            let holder = HolderToken::mint();
             let grant = store.claim("cycle", &holder, "bench", ttl).await.unwrap();
             assert!(grant.is_some(), "the name is free");
             assert!(store.release("cycle", &holder).await.unwrap());

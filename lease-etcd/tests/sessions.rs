@@ -1,6 +1,6 @@
-//! Holder sessions on a real etcd: the names a holder claims through one store hang on one etcd
-//! lease (its session), renewals of them share keep-alives, and a name's term still ends on its
-//! own — released, forced out, past its own deadline, or with a release that failed — while the
+//! Sessions on a real etcd: the names claimed through one store (a holder token per claim, as
+//! the coordinator mints them) hang on one etcd lease per TTL (its session), renewals of them
+//! share keep-alives, and a name's term still ends on its own — released, forced out, past its own deadline, or with a release that failed — while the
 //! session lives on; a session lost ends all its names. Needs `LEASE_TEST_ETCD_URL`; skips
 //! loudly without it.
 
@@ -68,22 +68,29 @@ async fn many_names_share_one_session_and_one_keep_alive() {
     let Some(store) = store(&config).await else {
         return;
     };
-    let holder = HolderToken::mint();
+    // A holder token per claim, as the coordinator mints them: all on the store's one session.
     let names: Vec<String> = (0..300).map(|i| format!("job-{i}")).collect();
+    let holders: Vec<HolderToken> = names.iter().map(|_| HolderToken::mint()).collect();
     let mut terms = Vec::new();
-    for name in &names {
-        let grant = store.claim(name, &holder, "a", TTL).await.unwrap().unwrap();
+    for (name, holder) in names.iter().zip(&holders) {
+        let grant = store.claim(name, holder, "a", TTL).await.unwrap().unwrap();
         terms.push(grant.term);
     }
     let leases = key_leases(&store, &config).await;
     assert_eq!(leases.len(), names.len());
     let distinct: HashSet<i64> = leases.into_iter().collect();
-    assert_eq!(distinct.len(), 1, "every name hangs on the holder's one session");
+    assert_eq!(distinct.len(), 1, "every name hangs on the store's one session");
     assert_eq!(store.sessions_opened(), 1);
 
     // All renewed at once: each answered with its own term, through a handful of keep-alives.
     let before = store.session_keep_alives();
-    let renewed = join_all(names.iter().map(|n| store.renew(n, &holder, TTL))).await;
+    let renewed = join_all(
+        names
+            .iter()
+            .zip(&holders)
+            .map(|(n, h)| store.renew(n, h, TTL)),
+    )
+    .await;
     let flights = store.session_keep_alives() - before;
     for ((name, term), renewed) in names.iter().zip(&terms).zip(renewed) {
         let grant = renewed.unwrap().unwrap_or_else(|| panic!("{name} renewed"));
@@ -91,10 +98,16 @@ async fn many_names_share_one_session_and_one_keep_alive() {
     }
     println!("300 concurrent renewals: {flights} session keep-alives");
     assert!(flights <= 3, "300 renewals took {flights} keep-alives");
+    // A renewal by another holder token of a name on the session is refused.
+    assert!(store.renew(&names[0], &holders[1], TTL).await.unwrap().is_none());
 
-    // Another holder's names get a session of their own.
+    // Another TTL gets a session of its own.
     let other = HolderToken::mint();
-    store.claim("other", &other, "b", TTL).await.unwrap().unwrap();
+    store
+        .claim("other", &other, "b", 2 * TTL)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(store.sessions_opened(), 2);
     let distinct: HashSet<i64> = key_leases(&store, &config).await.into_iter().collect();
     assert_eq!(distinct.len(), 2);
@@ -109,9 +122,9 @@ async fn a_release_that_failed_does_not_leave_its_name_held_while_the_session_li
     let direct = EtcdStore::connect(&env::server_url("etcd").unwrap(), config.clone())
         .await
         .unwrap();
-    let holder = HolderToken::mint();
+    let (holder, sibling) = (HolderToken::mint(), HolderToken::mint());
     store.claim("a", &holder, "a", TTL).await.unwrap().unwrap();
-    store.claim("b", &holder, "a", TTL).await.unwrap().unwrap();
+    store.claim("b", &sibling, "a", TTL).await.unwrap().unwrap();
 
     proxy.set_mode(FaultMode::Cut);
     let failed = store.release("a", &holder).await;
@@ -123,7 +136,7 @@ async fn a_release_that_failed_does_not_leave_its_name_held_while_the_session_li
     // deletes the key the release left.
     let mut renewed = None;
     for _ in 0..20 {
-        match store.renew("b", &holder, TTL).await {
+        match store.renew("b", &sibling, TTL).await {
             Ok(answer) => {
                 renewed = answer;
                 break;
@@ -150,13 +163,13 @@ async fn a_term_past_its_own_deadline_ends_though_its_session_lives() {
         return;
     };
     let ttl = Duration::from_secs(2);
-    let holder = HolderToken::mint();
+    let (holder, sibling) = (HolderToken::mint(), HolderToken::mint());
     store.claim("a", &holder, "a", ttl).await.unwrap().unwrap();
-    store.claim("b", &holder, "a", ttl).await.unwrap().unwrap();
+    store.claim("b", &sibling, "a", ttl).await.unwrap().unwrap();
     // Only b is renewed, for twice a's TTL: every keep-alive renews the whole session.
     let until = Instant::now() + 2 * ttl;
     while Instant::now() < until {
-        assert!(store.renew("b", &holder, ttl).await.unwrap().is_some());
+        assert!(store.renew("b", &sibling, ttl).await.unwrap().is_some());
         tokio::time::sleep(Duration::from_millis(400)).await;
     }
     assert!(
@@ -167,7 +180,7 @@ async fn a_term_past_its_own_deadline_ends_though_its_session_lives() {
     assert!(store.verify("a", &holder).await.unwrap().is_none());
     let other = HolderToken::mint();
     assert!(store.claim("a", &other, "b", ttl).await.unwrap().is_some());
-    assert!(store.verify("b", &holder).await.unwrap().is_some());
+    assert!(store.verify("b", &sibling).await.unwrap().is_some());
 }
 
 #[tokio::test]
@@ -177,18 +190,19 @@ async fn a_forced_release_ends_that_name_only() {
         return;
     };
     let store = store(&config).await.unwrap();
-    let holder = HolderToken::mint();
+    let (holder, sibling) = (HolderToken::mint(), HolderToken::mint());
     store.claim("a", &holder, "a", TTL).await.unwrap().unwrap();
-    store.claim("b", &holder, "a", TTL).await.unwrap().unwrap();
+    store.claim("b", &sibling, "a", TTL).await.unwrap().unwrap();
     assert!(admin.force_release("a").await.unwrap());
     assert!(store.renew("a", &holder, TTL).await.unwrap().is_none());
-    assert!(store.renew("b", &holder, TTL).await.unwrap().is_some());
-    // Taken by another, then renewed by the old holder: still not its.
-    store.claim("b2", &holder, "a", TTL).await.unwrap().unwrap();
-    assert!(admin.force_release("b2").await.unwrap());
+    assert!(store.renew("b", &sibling, TTL).await.unwrap().is_some());
+    // Forced out, then taken by another: renewed by the old holder, still not its.
+    let late = HolderToken::mint();
+    store.claim("c", &late, "a", TTL).await.unwrap().unwrap();
+    assert!(admin.force_release("c").await.unwrap());
     let other = HolderToken::mint();
-    admin.claim("b2", &other, "b", TTL).await.unwrap().unwrap();
-    assert!(store.renew("b2", &holder, TTL).await.unwrap().is_none());
+    admin.claim("c", &other, "b", TTL).await.unwrap().unwrap();
+    assert!(store.renew("c", &late, TTL).await.unwrap().is_none());
 }
 
 #[tokio::test]
@@ -197,22 +211,23 @@ async fn a_lost_session_ends_all_its_names_and_the_next_claim_opens_another() {
     let Some(store) = store(&config).await else {
         return;
     };
-    let holder = HolderToken::mint();
     let names = ["x", "y", "z"];
-    for name in names {
-        store.claim(name, &holder, "a", TTL).await.unwrap().unwrap();
+    let holders: Vec<HolderToken> = names.iter().map(|_| HolderToken::mint()).collect();
+    for (name, holder) in names.iter().zip(&holders) {
+        store.claim(name, holder, "a", TTL).await.unwrap().unwrap();
     }
     let session = key_leases(&store, &config).await[0];
     // The session ends (as when etcd lost it: its keep-alive now answers TTL 0).
     let mut client = store.client().clone();
     client.lease_revoke(session).await.unwrap();
-    for name in names {
-        assert!(store.renew(name, &holder, TTL).await.unwrap().is_none(), "{name}");
-        assert!(store.verify(name, &holder).await.unwrap().is_none(), "{name}");
+    for (name, holder) in names.iter().zip(&holders) {
+        assert!(store.renew(name, holder, TTL).await.unwrap().is_none(), "{name}");
+        assert!(store.verify(name, holder).await.unwrap().is_none(), "{name}");
     }
-    let grant = store.claim("x", &holder, "a", TTL).await.unwrap();
-    assert!(grant.is_some(), "the holder claims again on a new session");
+    let again = HolderToken::mint();
+    let grant = store.claim("x", &again, "a", TTL).await.unwrap();
+    assert!(grant.is_some(), "the next claim lands on a new session");
     assert_eq!(store.sessions_opened(), 2);
     assert_ne!(key_leases(&store, &config).await, vec![session]);
-    assert!(store.renew("x", &holder, TTL).await.unwrap().is_some());
+    assert!(store.renew("x", &again, TTL).await.unwrap().is_some());
 }
