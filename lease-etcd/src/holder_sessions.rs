@@ -16,7 +16,8 @@ use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, KeyValue, Txn, TxnOp, TxnOpResponse};
 use futures::future::{BoxFuture, FutureExt, Shared, join_all};
-use lease_core::backend::{HolderToken, clock::Stamp};
+use lease_core::backend::HolderToken;
+use lease_core::backend::clock::{Deadline, Stamp};
 use lease_core::layer::Operation;
 use lease_core::{Error, ErrorKind, Result};
 
@@ -26,6 +27,10 @@ use crate::store::{EtcdStore, Inner, lock, server_seconds};
 
 /// How many names one session carries at most; the next claim opens a new session.
 pub(crate) const MAX_KEYS_PER_SESSION: usize = 10_000;
+
+/// How much of a session's last proof must be left for a claim to attach to it (at most a
+/// quarter of its TTL).
+const FRESH_MARGIN: Duration = Duration::from_secs(1);
 
 /// What a flight answers every caller that joined it.
 pub(crate) type FlightResult = std::result::Result<Arc<Flown>, Error>;
@@ -96,6 +101,8 @@ struct State {
     doomed: HashMap<String, Doom>,
     open: Option<Open>,
     flights: u64,
+    /// A sweeper task runs (see [`sweep`]).
+    sweeper: bool,
 }
 
 /// The flight that has not left yet: callers join it.
@@ -219,6 +226,13 @@ impl Session {
         st.pending.retain(|(n, _), _| n != name);
     }
 
+    /// The time the session is known to live from now: its last proof (a stamp before an
+    /// accepted keep-alive, or the grant) plus the TTL that gave.
+    pub(crate) fn proven_left(&self) -> Duration {
+        let (since, ttl) = self.state().proven;
+        since.remaining(ttl)
+    }
+
     /// `holder`'s term `term` of `name` ended but its key may still hang on the session: the
     /// next flight deletes it.
     pub(crate) fn doom(&self, name: &str, term: u64, holder: &HolderToken) {
@@ -269,8 +283,15 @@ impl EtcdStore {
         current
             .get(&server_seconds(ttl))
             .filter(|s| {
+                // A session whose last proof is about to run out may be gone by the time the
+                // claim's keep-alive lands (and nobody kept it alive lately): a new one is
+                // granted instead.
                 let st = s.state();
-                !st.lost && st.owned.len() + st.pending.len() < MAX_KEYS_PER_SESSION
+                let (since, ttl) = st.proven;
+                let margin = (ttl / 4).min(FRESH_MARGIN);
+                !st.lost
+                    && st.owned.len() + st.pending.len() < MAX_KEYS_PER_SESSION
+                    && since.remaining(ttl) > margin
             })
             .cloned()
     }
@@ -284,7 +305,9 @@ impl EtcdStore {
         ttl: Duration,
     ) -> Result<(Arc<Session>, Duration)> {
         let sent = Stamp::now();
-        let (id, granted) = self.grant(site, ttl).await?;
+        let (id, granted) = self
+            .grant(site, ttl.saturating_add(self.inner.session_slack))
+            .await?;
         let secs = server_seconds(ttl);
         let session = Arc::new(Session {
             id,
@@ -297,6 +320,7 @@ impl EtcdStore {
                 doomed: HashMap::new(),
                 open: None,
                 flights: 0,
+                sweeper: false,
             }),
             in_air: tokio::sync::Mutex::new(()),
         });
@@ -318,6 +342,18 @@ impl EtcdStore {
             current.insert(secs, session.clone());
         }
         Ok((session, granted))
+    }
+
+    /// Makes sure a sweeper runs for `session` (see [`sweep`]), now that it carries a name.
+    pub(crate) fn arm_sweeper(&self, session: &Arc<Session>) {
+        {
+            let mut st = session.state();
+            if st.sweeper || st.lost {
+                return;
+            }
+            st.sweeper = true;
+        }
+        tokio::spawn(sweep(Arc::downgrade(&self.inner), session.clone()));
     }
 
     /// The session is gone (a keep-alive found it expired or revoked, or etcd refused a write
@@ -395,7 +431,7 @@ impl EtcdStore {
 
     /// Deletes each `(name, term)`'s key if it still has that create revision; answers, per
     /// name, whether etcd answered (deleted, or the key was not that term's any more).
-    async fn delete_terms(&self, site: Site<'_>, doomed: &[(String, u64)]) -> Vec<(String, u64, bool)> {
+    pub(crate) async fn delete_terms(&self, site: Site<'_>, doomed: &[(String, u64)]) -> Vec<(String, u64, bool)> {
         let answers = join_all(doomed.iter().map(|(name, term)| {
             let key = self.key(name);
             let term = i64::try_from(*term).unwrap_or(i64::MAX);
@@ -436,22 +472,7 @@ async fn run_flight(store: Weak<Inner>, session: Arc<Session>, id: u64) -> Fligh
         };
         // Terms whose own deadline passed, and claims of unknown outcome whose deadline
         // passed: their keys go, whatever the session does.
-        let ended: Vec<(String, Doom)> = st
-            .owned
-            .iter()
-            .filter(|(_, o)| o.ended())
-            .map(|(n, o)| {
-                let doom = Doom {
-                    term: o.term,
-                    holder: o.holder.clone(),
-                };
-                (n.clone(), doom)
-            })
-            .collect();
-        for (name, doom) in ended {
-            st.owned.remove(&name);
-            st.doomed.insert(name, doom);
-        }
+        ended_terms(&mut st);
         let lapsed: Vec<(String, HolderToken)> = st
             .pending
             .iter()
@@ -537,4 +558,73 @@ async fn run_flight(store: Weak<Inner>, session: Arc<Session>, id: u64) -> Fligh
         granted,
         kvs,
     }))
+}
+
+/// Moves the terms whose own deadline passed from what the session carries to what it deletes;
+/// answers the keys to delete whose term is known.
+fn ended_terms(st: &mut State) -> Vec<(String, u64)> {
+    let ended: Vec<(String, Doom)> = st
+        .owned
+        .iter()
+        .filter(|(_, o)| o.ended())
+        .map(|(n, o)| {
+            let doom = Doom {
+                term: o.term,
+                holder: o.holder.clone(),
+            };
+            (n.clone(), doom)
+        })
+        .collect();
+    for (name, doom) in ended {
+        st.owned.remove(&name);
+        st.doomed.insert(name, doom);
+    }
+    st.doomed
+        .iter()
+        .filter(|(_, d)| d.term > 0)
+        .map(|(n, d)| (n.clone(), d.term))
+        .collect()
+}
+
+/// The session's sweeper: a task per session that carries names, waking at the earliest of its
+/// names' own deadlines to delete the keys of those whose deadline passed without a renewal —
+/// at their deadline, as an expiry would, rather than at the session's next keep-alive (which
+/// siblings renewing every period would otherwise delay). Ends when the session carries nothing
+/// (a claim starts it again), is lost, or the store is dropped.
+async fn sweep(store: Weak<Inner>, session: Arc<Session>) {
+    loop {
+        let next = {
+            let mut st = session.state();
+            let next = st
+                .owned
+                .values()
+                .map(|o| Deadline::after(o.since, o.bound))
+                .reduce(Deadline::min);
+            match next {
+                Some(next) if !st.lost => next,
+                _ => {
+                    st.sweeper = false;
+                    return;
+                }
+            }
+        };
+        next.reached().await;
+        let Some(inner) = store.upgrade() else {
+            lock(&session.state).sweeper = false;
+            return;
+        };
+        let store = EtcdStore { inner };
+        let known = ended_terms(&mut session.state());
+        if known.is_empty() {
+            continue;
+        }
+        let site = store.site(Operation::Release, "");
+        let deleted = store.delete_terms(site, &known).await;
+        let mut st = session.state();
+        for (name, term, answered) in deleted {
+            if answered && st.doomed.get(&name).is_some_and(|d| d.term == term) {
+                st.doomed.remove(&name);
+            }
+        }
+    }
 }

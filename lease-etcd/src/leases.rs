@@ -251,6 +251,7 @@ impl EtcdStore {
         };
         let bound = ttl.min(proof.1);
         target.claimed(name, holder, term, proof.0, bound);
+        self.arm_sweeper(&target);
         let same_term = Compare::create_revision(
             key.to_vec(),
             CompareOp::Equal,
@@ -437,6 +438,12 @@ impl LeaseStore for EtcdStore {
         loop {
             let sent = Stamp::now();
             let (session, granted) = match self.current_session(ttl) {
+                // Known to live the claim's whole TTL from before the claim (a session granted
+                // longer than asked, kept alive lately): no keep-alive needed.
+                Some(session) if session.proven_left() >= ttl => {
+                    let left = session.proven_left();
+                    (session, Some(left))
+                }
                 Some(session) => (session, None),
                 None => {
                     let (session, granted) = self.open_session(site, ttl).await?;
@@ -473,9 +480,10 @@ impl LeaseStore for EtcdStore {
                     Some(PutOptions::new().with_lease(session.id)),
                 )])
                 .or_else([TxnOp::get(key.clone(), None)]);
-            // A session granted for this claim is proven live by its grant; one granted before
-            // is kept alive together with the transaction (joining its flight that has not
-            // left yet), so the name lives its TTL from before the claim was sent.
+            // A session granted for this claim is proven live by its grant (and one known to
+            // live the TTL already, by its last keep-alive); any other is kept alive together
+            // with the transaction (joining its flight that has not left yet), so the name lives
+            // its TTL from before the claim was sent.
             let (alive, answer) = match granted {
                 Some(granted) => (Ok(Some(granted)), self.txn_raw(site, txn).await),
                 None => {
@@ -510,6 +518,7 @@ impl LeaseStore for EtcdStore {
             }
             let term = revision(site, &resp)?;
             session.claimed(name, holder, term, sent, bound);
+            self.arm_sweeper(&session);
             return match alive {
                 Ok(Some(granted)) => {
                     let bound = ttl.min(granted);
@@ -529,9 +538,16 @@ impl LeaseStore for EtcdStore {
                         expires_in: sent.remaining(bound),
                     }))
                 }
-                // The session ended as the claim landed: the key goes with it, nothing is held.
+                // The session ended as the claim landed: nothing is held. The key (on an
+                // expired etcd lease etcd has not swept yet) is deleted now, and the claim made
+                // again on a new session.
                 Ok(None) => {
                     lock(&self.inner.known).remove(name, holder, Some(session.id));
+                    self.delete_terms(site, &[(name.to_owned(), term)]).await;
+                    tries += 1;
+                    if tries < GONE_TRIES {
+                        continue;
+                    }
                     Err(site.session_ended())
                 }
                 // The key is there but the session's keep-alive got no answer: the claim is

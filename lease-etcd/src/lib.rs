@@ -101,8 +101,11 @@
 //!
 //! A claim's keep-alive goes out with its transaction, after the claim's start: the session then
 //! lives at least its TTL from before the claim was sent, which is what the holder's deadline
-//! counts on. A claim that landed on a session its keep-alive found gone answers a temporary
-//! error (the key goes with the session; nothing is held).
+//! counts on. A claim does not attach to a session whose last proof (a stamp before its last
+//! accepted keep-alive or its grant, plus its TTL) is within a second (or a quarter of the TTL)
+//! of running out: it grants a new one. A claim that landed on a session its keep-alive found
+//! gone deletes the key it made (nothing is held) and claims again on a new session, up to 3
+//! times before a temporary error.
 //!
 //! **What a session's loss means.** A session ends when no keep-alive reached etcd for its TTL
 //! (the holder's process stopped, or was cut off from etcd) or someone revoked it; etcd then

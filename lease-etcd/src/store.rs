@@ -52,6 +52,8 @@ pub(crate) struct Inner {
     pub(crate) prefix: String,
     op_timeout: Duration,
     pub(crate) max_txn_ops: usize,
+    /// Added to each session's TTL ([`EtcdConfig::session_slack`]).
+    pub(crate) session_slack: Duration,
     server: String,
     /// The etcd leases this store granted and their TTL, so a first keep-alive needs no second
     /// exchange to learn it.
@@ -208,6 +210,7 @@ impl EtcdStore {
                 prefix: config.prefix,
                 op_timeout: config.op_timeout,
                 max_txn_ops: config.max_txn_ops,
+                session_slack: config.session_slack,
                 server,
                 grants: Mutex::default(),
                 keepers: Mutex::default(),

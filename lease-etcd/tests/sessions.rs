@@ -231,3 +231,28 @@ async fn a_lost_session_ends_all_its_names_and_the_next_claim_opens_another() {
     assert_ne!(key_leases(&store, &config).await, vec![session]);
     assert!(store.renew("x", &again, TTL).await.unwrap().is_some());
 }
+
+#[tokio::test]
+async fn an_unrenewed_name_ends_at_its_own_deadline_not_at_the_next_keep_alive() {
+    let config = config("sweep");
+    let Some(store) = store(&config).await else {
+        return;
+    };
+    let observer = store(&config).await.unwrap();
+    let ttl = Duration::from_secs(2);
+    let (holder, sibling) = (HolderToken::mint(), HolderToken::mint());
+    let claimed = Instant::now();
+    store.claim("a", &holder, "a", ttl).await.unwrap().unwrap();
+    store.claim("b", &sibling, "a", ttl).await.unwrap().unwrap();
+    // One renewal of b keeps the session alive well past a's deadline; then nothing flies.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(store.renew("b", &sibling, ttl).await.unwrap().is_some());
+    tokio::time::sleep((ttl + Duration::from_millis(300)).saturating_sub(claimed.elapsed())).await;
+    assert!(
+        !key_exists(&observer, &config, "a").await,
+        "a's key went at its own deadline, though the session lives"
+    );
+    let other = HolderToken::mint();
+    assert!(observer.claim("a", &other, "b", ttl).await.unwrap().is_some());
+    assert!(store.verify("b", &sibling).await.unwrap().is_some());
+}
