@@ -235,10 +235,10 @@ async fn a_lost_session_ends_all_its_names_and_the_next_claim_opens_another() {
 #[tokio::test]
 async fn an_unrenewed_name_ends_at_its_own_deadline_not_at_the_next_keep_alive() {
     let config = config("sweep");
-    let Some(store) = store(&config).await else {
+    let Some(observer) = store(&config).await else {
         return;
     };
-    let observer = store(&config).await.unwrap();
+    let store = store(&config).await.unwrap();
     let ttl = Duration::from_secs(2);
     let (holder, sibling) = (HolderToken::mint(), HolderToken::mint());
     let claimed = Instant::now();
