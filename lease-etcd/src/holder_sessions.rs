@@ -135,7 +135,13 @@ impl Session {
 
     /// A claim of `name` by `holder` is about to be sent: remembered until its outcome is
     /// known, so a claim of unknown outcome is read back, or deleted once its deadline passed.
-    pub(crate) fn begin_claim(&self, name: &str, holder: &HolderToken, since: Stamp, bound: Duration) {
+    pub(crate) fn begin_claim(
+        &self,
+        name: &str,
+        holder: &HolderToken,
+        since: Stamp,
+        bound: Duration,
+    ) {
         self.state()
             .pending
             .insert((name.to_owned(), holder.clone()), Pending { since, bound });
@@ -143,7 +149,9 @@ impl Session {
 
     /// The claim found the name held: nothing was written.
     pub(crate) fn claim_failed(&self, name: &str, holder: &HolderToken) {
-        self.state().pending.remove(&(name.to_owned(), holder.clone()));
+        self.state()
+            .pending
+            .remove(&(name.to_owned(), holder.clone()));
     }
 
     /// The claim landed with term `term`; the name is carried, its deadline `since + bound`.
@@ -368,7 +376,10 @@ impl EtcdStore {
         }
         lock(&self.sessions().by_id).remove(&session.id);
         let mut current = lock(&self.sessions().current);
-        if current.get(&session.secs).is_some_and(|s| s.id == session.id) {
+        if current
+            .get(&session.secs)
+            .is_some_and(|s| s.id == session.id)
+        {
             current.remove(&session.secs);
         }
         drop(current);
@@ -400,7 +411,11 @@ impl EtcdStore {
 
     /// The keys of `names`, read together (one read-only transaction per
     /// [`max_txn_ops`](crate::EtcdConfig::max_txn_ops) keys, all sent at once).
-    async fn read_names(&self, site: Site<'_>, names: &[String]) -> Result<HashMap<String, KeyValue>> {
+    async fn read_names(
+        &self,
+        site: Site<'_>,
+        names: &[String],
+    ) -> Result<HashMap<String, KeyValue>> {
         let mut out = HashMap::new();
         if names.is_empty() {
             return Ok(out);
@@ -431,14 +446,22 @@ impl EtcdStore {
 
     /// Deletes each `(name, term)`'s key if it still has that create revision; answers, per
     /// name, whether etcd answered (deleted, or the key was not that term's any more).
-    pub(crate) async fn delete_terms(&self, site: Site<'_>, doomed: &[(String, u64)]) -> Vec<(String, u64, bool)> {
+    pub(crate) async fn delete_terms(
+        &self,
+        site: Site<'_>,
+        doomed: &[(String, u64)],
+    ) -> Vec<(String, u64, bool)> {
         let answers = join_all(doomed.iter().map(|(name, term)| {
             let key = self.key(name);
             let term = i64::try_from(*term).unwrap_or(i64::MAX);
             self.txn(
                 site,
                 Txn::new()
-                    .when([Compare::create_revision(key.clone(), CompareOp::Equal, term)])
+                    .when([Compare::create_revision(
+                        key.clone(),
+                        CompareOp::Equal,
+                        term,
+                    )])
                     .and_then([TxnOp::delete(key, None)]),
             )
         }))
@@ -516,7 +539,10 @@ async fn run_flight(store: Weak<Inner>, session: Arc<Session>, id: u64) -> Fligh
                         && held_by(kv, &doom.holder)
                         && !st.owned.contains_key(name) =>
                 {
-                    resolved.push((name.clone(), u64::try_from(kv.create_revision()).unwrap_or(0)));
+                    resolved.push((
+                        name.clone(),
+                        u64::try_from(kv.create_revision()).unwrap_or(0),
+                    ));
                 }
                 _ => {}
             }
@@ -538,8 +564,13 @@ async fn run_flight(store: Weak<Inner>, session: Arc<Session>, id: u64) -> Fligh
                 if st.doomed.get(name).is_some_and(|d| d.term == 0) {
                     st.doomed.remove(name);
                 }
-                if failed && let Some((_, term, _)) = resolved_answers.iter().find(|(n, _, _)| n == name) {
-                    let doom = Doom { term: *term, holder: doom.holder.clone() };
+                if failed
+                    && let Some((_, term, _)) = resolved_answers.iter().find(|(n, _, _)| n == name)
+                {
+                    let doom = Doom {
+                        term: *term,
+                        holder: doom.holder.clone(),
+                    };
                     st.doomed.insert(name.clone(), doom);
                 }
             }

@@ -89,6 +89,7 @@ impl EtcdStore {
     /// left it; a lease key's may be a session other keys hang on, never revoked. Answers the
     /// lease the key hangs on, the TTL it counts and the stamp taken before that TTL started;
     /// `None` when the key moved on or lapsed.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn fit(
         &self,
         site: Site<'_>,
@@ -198,7 +199,16 @@ impl EtcdStore {
         }
         if granted < ttl {
             return self
-                .move_to_session(site, name, holder, key, session, term, (flown.stamp, granted), ttl)
+                .move_to_session(
+                    site,
+                    name,
+                    holder,
+                    key,
+                    session,
+                    term,
+                    (flown.stamp, granted),
+                    ttl,
+                )
                 .await;
         }
         let bound = ttl.min(granted);
@@ -616,10 +626,9 @@ impl LeaseStore for EtcdStore {
             },
         };
         // On a session of this store's, the term is live until its own deadline.
-        let live = session.as_ref().is_none_or(|s| {
-            s.owned(name)
-                .is_some_and(|o| o.term == term && !o.ended())
-        });
+        let live = session
+            .as_ref()
+            .is_none_or(|s| s.owned(name).is_some_and(|o| o.term == term && !o.ended()));
         let txn = Txn::new()
             .when([Compare::create_revision(
                 key.clone(),

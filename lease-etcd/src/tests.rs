@@ -142,7 +142,15 @@ async fn a_move_onto_a_longer_etcd_lease_that_may_have_landed_after_the_old_one_
     }
     let key = store.key("job");
     let fitted = store
-        .fit(site, &key, lease, granted, proof, Duration::from_secs(5), true)
+        .fit(
+            site,
+            &key,
+            lease,
+            granted,
+            proof,
+            Duration::from_secs(5),
+            true,
+        )
         .await
         .unwrap();
     assert_eq!(

@@ -78,7 +78,10 @@ async fn store_cycles_against_etcd_lock() {
                 granted = Instant::now();
             }
             let locked = client
-                .lock("lease-cycles-lock", Some(LockOptions::new().with_lease(lease)))
+                .lock(
+                    "lease-cycles-lock",
+                    Some(LockOptions::new().with_lease(lease)),
+                )
                 .await
                 .unwrap();
             client.unlock(locked.key().to_vec()).await.unwrap();

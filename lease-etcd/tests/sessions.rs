@@ -79,7 +79,11 @@ async fn many_names_share_one_session_and_one_keep_alive() {
     let leases = key_leases(&store, &config).await;
     assert_eq!(leases.len(), names.len());
     let distinct: HashSet<i64> = leases.into_iter().collect();
-    assert_eq!(distinct.len(), 1, "every name hangs on the store's one session");
+    assert_eq!(
+        distinct.len(),
+        1,
+        "every name hangs on the store's one session"
+    );
     assert_eq!(store.sessions_opened(), 1);
 
     // All renewed at once: each answered with its own term, through a handful of keep-alives.
@@ -99,7 +103,13 @@ async fn many_names_share_one_session_and_one_keep_alive() {
     println!("300 concurrent renewals: {flights} session keep-alives");
     assert!(flights <= 3, "300 renewals took {flights} keep-alives");
     // A renewal by another holder token of a name on the session is refused.
-    assert!(store.renew(&names[0], &holders[1], TTL).await.unwrap().is_none());
+    assert!(
+        store
+            .renew(&names[0], &holders[1], TTL)
+            .await
+            .unwrap()
+            .is_none()
+    );
 
     // Another TTL gets a session of its own.
     let other = HolderToken::mint();
@@ -130,7 +140,10 @@ async fn a_release_that_failed_does_not_leave_its_name_held_while_the_session_li
     let failed = store.release("a", &holder).await;
     assert!(failed.is_err(), "the release cannot reach etcd: {failed:?}");
     proxy.set_mode(FaultMode::Pass);
-    assert!(key_exists(&direct, &config, "a").await, "the failed release left the key");
+    assert!(
+        key_exists(&direct, &config, "a").await,
+        "the failed release left the key"
+    );
 
     // The holder keeps renewing its other name: the session lives on, and its keep-alive
     // deletes the key the release left.
@@ -221,8 +234,14 @@ async fn a_lost_session_ends_all_its_names_and_the_next_claim_opens_another() {
     let mut client = store.client().clone();
     client.lease_revoke(session).await.unwrap();
     for (name, holder) in names.iter().zip(&holders) {
-        assert!(store.renew(name, holder, TTL).await.unwrap().is_none(), "{name}");
-        assert!(store.verify(name, holder).await.unwrap().is_none(), "{name}");
+        assert!(
+            store.renew(name, holder, TTL).await.unwrap().is_none(),
+            "{name}"
+        );
+        assert!(
+            store.verify(name, holder).await.unwrap().is_none(),
+            "{name}"
+        );
     }
     let again = HolderToken::mint();
     let grant = store.claim("x", &again, "a", TTL).await.unwrap();
@@ -253,6 +272,12 @@ async fn an_unrenewed_name_ends_at_its_own_deadline_not_at_the_next_keep_alive()
         "a's key went at its own deadline, though the session lives"
     );
     let other = HolderToken::mint();
-    assert!(observer.claim("a", &other, "b", ttl).await.unwrap().is_some());
+    assert!(
+        observer
+            .claim("a", &other, "b", ttl)
+            .await
+            .unwrap()
+            .is_some()
+    );
     assert!(store.verify("b", &sibling).await.unwrap().is_some());
 }
