@@ -162,7 +162,7 @@ impl Site<'_> {
         )
     }
 
-    /// The holder's session (the etcd lease its names hang on) was found ended (expired or
+    /// A claim's session (the etcd lease the store's names hang on) was found ended (expired or
     /// revoked) as a claim landed on it: temporary, nothing is held.
     pub(crate) fn session_ended(&self) -> Error {
         self.attach(

@@ -1,4 +1,4 @@
-//! [`LeaseStore`] on etcd: one key per name, hung on its holder's session (`holder_sessions.rs`).
+//! [`LeaseStore`] on etcd: one key per name, hung on the store's session for its TTL (`holder_sessions.rs`).
 
 use std::time::Duration;
 
@@ -229,7 +229,7 @@ impl EtcdStore {
         }))
     }
 
-    /// A renewal asking a longer TTL than `from`'s: the key moves onto the holder's session of
+    /// A renewal asking a longer TTL than `from`'s: the key moves onto the store's session of
     /// that TTL, its create revision (the term) kept, if the move lands while `from` is live
     /// (`live`: the keep-alive's stamp and TTL; see [`move_live`](EtcdStore::move_live)).
     #[allow(clippy::too_many_arguments)]

@@ -26,13 +26,13 @@
 //!
 //! Each lease name is one key, `<prefix>l/<name>` (the name as it is: etcd keys are bytes),
 //! whose value is `lease1;<holder token>;<instance>`. A key that exists is a live lease; a key
-//! that does not is free. Every key a holder claims through a store object hangs on that
-//! holder's **session** (see *Sessions* below): one etcd lease per holder and TTL, so etcd
+//! that does not is free. Every key claimed through a store object hangs on that store
+//! object's **session** (see *Sessions* below): one etcd lease per TTL, so etcd
 //! deletes the key when the session ends, and the store deletes it when its own term ends first.
 //!
 //! | operation | what is sent | round trips |
 //! |---|---|---|
-//! | `claim` | `Txn(if create_revision(key) == 0 then put(key, value, lease = session) else get(key))` and a keep-alive of the session, together: succeeded and the session kept alive → claimed, term = the transaction's revision (the key's create revision); failed → held | 1 (2 on the holder's first claim with a TTL, or after its session was lost: `LeaseGrant` first) |
+//! | `claim` | `Txn(if create_revision(key) == 0 then put(key, value, lease = session) else get(key))` and a keep-alive of the session, together: succeeded and the session kept alive → claimed, term = the transaction's revision (the key's create revision); failed → held | 1 (2 on the store object's first claim of a TTL, or after its session was lost: `LeaseGrant` first) |
 //! | `renew` | a keep-alive of the session and a read of the key (still this term's, on the session?), together — shared by every renewal of the session's names that joins it | 1, shared (2 when this store object did not make the claim: a read first, then a keep-alive of the key's etcd lease) |
 //! | `release` | `Txn(if create_revision(key) == term then delete(key))`; the session is not revoked | 1 (2 when this store object did not make the claim: a read first) |
 //! | `verify` | a read of the key (a claim of unknown outcome: a keep-alive of the session with it) | 1 (2 when this store object did not make the claim: `LeaseTimeToLive` for the time left) |
@@ -77,7 +77,7 @@
 //! keep-alive that moved the expiry by less than a second may go unnoticed; then `get` is
 //! early by up to a second, as without the watch.
 //!
-//! A renewal asking a longer TTL than the name's session has moves the key onto the holder's
+//! A renewal asking a longer TTL than the name's session has moves the key onto the store's
 //! session of that TTL (`Txn(if create_revision(key) == term and lease(key) == old then put(key,
 //! ignore_value, new session))`: the key, and so its create revision and the term, stay). A
 //! shorter one keeps the longer session: the server's expiry is later than asked, the holder's
@@ -85,10 +85,10 @@
 //!
 //! # Sessions
 //!
-//! A store object keeps, for each holder token and TTL (in etcd's whole seconds), one etcd
-//! lease its claims hang on, as etcd's own `concurrency.Session` does: granted on the holder's
-//! first claim, kept while it lives and carries fewer than 10,000 names (the next claim then
-//! opens another). So a claim is one transaction, and renewing every name of a session is one
+//! A store object keeps, for each TTL (in etcd's whole seconds), one etcd lease its claims hang
+//! on, whatever their holder token (the coordinator mints one per claim), as etcd's own
+//! `concurrency.Session` does for a client: granted on the first claim of that TTL, kept while
+//! it lives and carries fewer than 10,000 names (the next claim then opens another). So a claim is one transaction, and renewing every name of a session is one
 //! keep-alive. Every keep-alive of a session is a **flight**: the keep-alive, one read of the
 //! keys of the names that asked (read-only transactions of
 //! [`max_txn_ops`](EtcdConfig::max_txn_ops) gets each, all sent at once) and the deletes of the
@@ -110,21 +110,27 @@
 //! **What a session's loss means.** A session ends when no keep-alive reached etcd for its TTL
 //! (the holder's process stopped, or was cut off from etcd) or someone revoked it; etcd then
 //! deletes all its keys at once: **all its names end together**. A keep-alive answering TTL ≤ 0
-//! marks the session lost; every term on it answers `None` to renew and verify, and the
-//! holder's next claim grants a new session. **Each name's own deadline is honoured**: its term
+//! marks the session lost; every term on it answers `None` to renew and verify, and the next
+//! claim grants a new session. **Each name's own deadline is honoured**: its term
 //! ends when no claim or renewal of it succeeded within its TTL (counted from before the
-//! request was sent), even while its siblings keep the session alive — the next flight of the
-//! session deletes its key (`if create_revision == term`), and a renewal of it answers `None`.
-//! Otherwise a name nobody renews any more would stay held as long as the session lives.
+//! request was sent), even while its siblings keep the session alive: the session's sweeper (a
+//! task per session that carries names, asleep until the earliest of their deadlines) deletes
+//! its key then (`if create_revision == term`), as does any flight after it, and a renewal of it
+//! answers `None`. Otherwise a name nobody renews any more would stay held as long as the
+//! session lives.
 //!
 //! **A release that fails** (no answer, no connection) leaves a term that ended but whose key
 //! may still hang on the living session: the store remembers it and deletes it at each of the
 //! session's flights until etcd answers. A claim of unknown outcome the engine never adopts is
-//! deleted likewise once its deadline passed (its create revision read first). Limits: these
-//! deletes ride the session's next keep-alive — if no flight comes, the session, and the key,
-//! end by their TTL; and a holder token whose claims go through two store objects renews, from
-//! the second, the first one's session as a whole (its keep-alive), including names the first
-//! would delete at its next flight.
+//! deleted likewise once its deadline passed (its create revision read first). Limits: the
+//! deletes of failed releases and of unknown claims ride the session's next flight (or the
+//! sweeper's next wake) — if none comes, the session, and the key, end by their TTL; a delete
+//! that fails keeps the name held until one succeeds or the session ends; and a renewal through
+//! another store object of a claim this one made keeps this one's whole session alive.
+//!
+//! [`EtcdConfig::session_slack`] (off by default) grants sessions longer than the TTL asked, so
+//! a claim within the slack of the session's last keep-alive sends none; crashed holders' names
+//! then free up to the slack later.
 //!
 //! # The fencing token
 //!
