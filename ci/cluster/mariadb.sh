@@ -128,7 +128,7 @@ sync-binlog = 1
 innodb-flush-log-at-trx-commit = 1
 innodb-buffer-pool-size = 16M
 performance-schema = OFF
-max-connections = 60
+max-connections = 1000
 skip-name-resolve = ON
 relay-log = $NODE_DIR/$n/relay
 CONF

@@ -23,7 +23,8 @@
 # attaches (no fallback to async, as Patroni's synchronous_mode_strict): that is what keeps a
 # failover from losing an acknowledged commit.
 #
-# Small servers (shared_buffers 16MB, 40 connections). Data, config and logs under
+# Small servers (shared_buffers 16MB; 1000 connections: sessions waiting for a synchronous
+# standby keep theirs, and the soak's clients open new ones meanwhile). Data, config and logs under
 # $CLUSTER_DIR/postgres (see lib.sh), owned by the postgres user (the server refuses root).
 # Uses Debian's PostgreSQL 15 binaries (/usr/lib/postgresql/15/bin; apt-get installs
 # postgresql-15 when missing) and socat. The machine's server on 5432 is never touched.
@@ -119,7 +120,8 @@ write_conf() {
   cat >"$d/postgresql.conf" <<CONF
 listen_addresses = '127.0.0.1'
 unix_socket_directories = ''
-max_connections = 40
+max_connections = 1000
+superuser_reserved_connections = 10
 shared_buffers = 16MB
 wal_level = replica
 max_wal_senders = 4
@@ -176,6 +178,7 @@ basebackup() {
 start_pg() {
   local n=$1
   running "$n" && return 0
+  write_conf "$n"
   log "starting $n on $(node_port "$n")"
   spawn "$n" setpriv --reuid=postgres --regid=postgres --init-groups -- \
     "$PGBIN/postgres" -D "$NODE_DIR/$n" -c port="$(node_port "$n")"

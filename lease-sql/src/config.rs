@@ -240,7 +240,10 @@ impl SqlConfig {
     /// - **PostgreSQL**: a replica in `pg_stat_replication` while `synchronous_standby_names`
     ///   is empty, or `synchronous_commit` is `local` or `off` for the store's connections.
     ///   Accepted: a synchronous standby with `synchronous_commit` `on`, `remote_apply` or
-    ///   `remote_write` (the last loses a commit only if the replica's host crashes too).
+    ///   `remote_write` (the last loses a commit only if the replica's host crashes too), and
+    ///   `statement_timeout` 0 (a timeout cancels the wait for the standby, and PostgreSQL then
+    ///   answers the commit as done though the standby may not have it; so does a cancelled or
+    ///   terminated session, `pg_cancel_backend`, which the check cannot see).
     /// - **MariaDB/MySQL**: a replica connected (`Slaves_connected`, MariaDB; `SHOW REPLICAS`,
     ///   MySQL) while semi-synchronous replication is off (`rpl_semi_sync_master_enabled`), not
     ///   active now (`Rpl_semi_sync_master_status`), or waits `AFTER_COMMIT`

@@ -377,17 +377,29 @@ impl SqlStore<Postgres> {
     /// [`SqlConfig::allow_async_replication`]): a replica streams from it (a row of
     /// `pg_stat_replication`) while commits do not wait for a synchronous standby
     /// (`synchronous_standby_names` empty, or `synchronous_commit` `local`/`off` for this
-    /// connection: a role's, a database's or the server's setting). A server in recovery is a
+    /// connection: a role's, a database's or the server's setting), or a `statement_timeout`
+    /// can cancel that wait (PostgreSQL then answers the commit as done, with a warning, though
+    /// the standby may not have it). A server in recovery is a
     /// replica itself and refused by the lease table's write check before this.
     async fn check_replication(&self) -> Result<()> {
-        let (replicas, names, commit): (i64, String, String) =
+        let (replicas, names, commit, timeout): (i64, String, String, String) =
             with_conn!(self, "start-up check", |c| sqlx::query_as(
                 "SELECT (SELECT count(*) FROM pg_stat_replication), \
                  current_setting('synchronous_standby_names'), \
-                 current_setting('synchronous_commit')",
+                 current_setting('synchronous_commit'), current_setting('statement_timeout')",
             )
             .fetch_one(c))?;
-        self.replication_verdict(replication_risk(replicas, &names, &commit))
+        let risk = replication_risk(replicas, &names, &commit).or_else(|| {
+            (replicas > 0 && timeout.trim() != "0").then(|| {
+                format!(
+                    "statement_timeout is {timeout} for this connection: a commit whose wait \
+                     for the synchronous standby it cancels is answered as committed (with a \
+                     warning) before the standby has it; set statement_timeout = 0 for the \
+                     store's role or database (ALTER ROLE ... SET statement_timeout = 0)"
+                )
+            })
+        });
+        self.replication_verdict(risk)
     }
 
     /// The check of the partition or member table, on its first use.
