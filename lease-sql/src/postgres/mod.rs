@@ -457,27 +457,6 @@ fn replication_risk(replicas: i64, names: &str, commit: &str) -> Option<String> 
 /// PostgreSQL reads its own clock in every statement: nothing to do besides the operation.
 impl crate::wire::conns::LeaseDb for Postgres {}
 
-#[cfg(test)]
-mod tests {
-    use super::replication_risk;
-
-    #[test]
-    fn replication_risks() {
-        assert_eq!(replication_risk(0, "", "on"), None);
-        assert_eq!(replication_risk(1, "FIRST 1 (pg2)", "on"), None);
-        assert_eq!(replication_risk(2, "ANY 1 (*)", "remote_apply"), None);
-        assert_eq!(replication_risk(1, "*", "remote_write"), None);
-        let risk = replication_risk(1, "", "on").unwrap_or_default();
-        assert!(
-            risk.contains("synchronous_standby_names is empty"),
-            "{risk}"
-        );
-        let risk = replication_risk(1, "*", "local").unwrap_or_default();
-        assert!(risk.contains("synchronous_commit is local"), "{risk}");
-        assert!(replication_risk(1, "*", "OFF").is_some());
-    }
-}
-
 /// A batch as PostgreSQL's `bigint[]`, for `partition_no = ANY($2)`.
 fn parts(partitions: &[u32]) -> Vec<i64> {
     partitions.iter().map(|p| i64::from(*p)).collect()
@@ -528,5 +507,26 @@ impl Returning for Postgres {
         names: &[String],
     ) -> impl Future<Output = Result<Vec<(Vec<u8>, i64)>>> + Send {
         slots::unfinished_rows(store, names)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::replication_risk;
+
+    #[test]
+    fn replication_risks() {
+        assert_eq!(replication_risk(0, "", "on"), None);
+        assert_eq!(replication_risk(1, "FIRST 1 (pg2)", "on"), None);
+        assert_eq!(replication_risk(2, "ANY 1 (*)", "remote_apply"), None);
+        assert_eq!(replication_risk(1, "*", "remote_write"), None);
+        let risk = replication_risk(1, "", "on").unwrap_or_default();
+        assert!(
+            risk.contains("synchronous_standby_names is empty"),
+            "{risk}"
+        );
+        let risk = replication_risk(1, "*", "local").unwrap_or_default();
+        assert!(risk.contains("synchronous_commit is local"), "{risk}");
+        assert!(replication_risk(1, "*", "OFF").is_some());
     }
 }

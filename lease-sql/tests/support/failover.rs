@@ -2,7 +2,7 @@
 //! cluster of `ci/cluster/` (its script drives the faults), through the address that moves to
 //! the current primary (the script's proxy).
 //!
-//! 1. With the replica streaming, A claims `kept` (120 s) and `renewed` (4 s): both acknowledged.
+//! 1. With the replica streaming, A claims `kept` (120 s) and `renewed` (10 s): both acknowledged.
 //! 2. The replica stops receiving (`detach-replica`).
 //! 3. A renews `renewed` for 120 s and claims the new name `claimed` for 120 s, concurrently.
 //!    Under asynchronous replication both are acknowledged at once, from the primary alone; under
@@ -11,7 +11,7 @@
 //! 4. The primary is SIGKILLed, the replica promoted (the proxy moves to it), the old primary
 //!    reattached as the new one's replica.
 //! 5. B, another store, claims the three names through the moved address, once `renewed`'s first
-//!    expiry (4 s) has passed; A verifies.
+//!    expiry (10 s) has passed; A verifies.
 //!
 //! What a user counts on: a lease A was told it holds (a claim or renewal acknowledged) is still
 //! A's after the failover — B's claim is refused and A's verify finds it — so no term is handed
@@ -59,6 +59,11 @@ impl Cluster {
         .unwrap()
     }
 }
+
+/// The first lease of `renewed`: long enough that its renewal, sent after the replica is cut
+/// off, still finds it live on a loaded machine (with both cores busy 4 s was too short: the
+/// renewal came after the expiry and was refused).
+const RENEWED_TTL: Duration = Duration::from_secs(10);
 
 /// Serializes the cases of one test process: they share the cluster.
 pub(crate) static CLUSTER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -117,7 +122,7 @@ pub(crate) async fn scenario(
     let kept_grant = kept_grant.expect("kept: a new name is free");
     let renewed_at = Instant::now();
     let first = a
-        .claim(&renewed, &holder_a, "a", Duration::from_secs(4))
+        .claim(&renewed, &holder_a, "a", RENEWED_TTL)
         .await
         .unwrap()
         .expect("renewed: a new name is free");
@@ -174,7 +179,7 @@ pub(crate) async fn scenario(
     );
 
     // `renewed`'s first expiry has passed: only the renewal can keep it A's.
-    let wait = Duration::from_secs(5).saturating_sub(renewed_at.elapsed());
+    let wait = (RENEWED_TTL + Duration::from_secs(1)).saturating_sub(renewed_at.elapsed());
     tokio::time::sleep(wait).await;
 
     let mut breaches = Vec::new();
