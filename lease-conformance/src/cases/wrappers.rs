@@ -151,23 +151,23 @@ pub async fn capabilities_agree_with_what_the_store_does(h: &Harness) {
         );
     }
     let name = h.name("caps-never-claimed");
-    if caps.force_release {
-        if let Err(e) = h.store.force_release(&name).await {
-            assert!(
-                !e.is(ErrorKind::Unsupported),
-                "{b}: capabilities().force_release is true but force_release() answers {e}: \
-                 implement LeaseStore::force_release, or say force_release: false"
-            );
-        }
+    if caps.force_release
+        && let Err(e) = h.store.force_release(&name).await
+    {
+        assert!(
+            !e.is(ErrorKind::Unsupported),
+            "{b}: capabilities().force_release is true but force_release() answers {e}: \
+             implement LeaseStore::force_release, or say force_release: false"
+        );
     }
-    if caps.list_names {
-        if let Err(e) = h.store.names(&name, None, 1).await {
-            assert!(
-                !e.is(ErrorKind::Unsupported),
-                "{b}: capabilities().list_names is true but names() answers {e}: implement \
-                 LeaseStore::names, or say list_names: false"
-            );
-        }
+    if caps.list_names
+        && let Err(e) = h.store.names(&name, None, 1).await
+    {
+        assert!(
+            !e.is(ErrorKind::Unsupported),
+            "{b}: capabilities().list_names is true but names() answers {e}: implement \
+             LeaseStore::names, or say list_names: false"
+        );
     }
     if caps.expiry {
         assert!(
