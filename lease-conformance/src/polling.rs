@@ -1,6 +1,6 @@
 //! The suite for the minimal [`PollingStore`] contract (a conditional put and a conditional
 //! delete: memcached `add`/`cas`, an RDBMS row, a file…), which the
-//! [`PollingLeaser`](lease_core::backend::polling::PollingLeaser) runs over.
+//! `PollingLeaser` runs over.
 //!
 //! A store that implements only `PollingStore` issues no fencing token, so there is no term to
 //! check; what it must do is hand a name to one holder at a time, keep it while that holder

@@ -1,6 +1,6 @@
 //! How [`conformance_suite!`](crate::conformance_suite) runs its cases and counts them: each case
 //! on a runtime of this crate's (so the caller needs no `tokio` of its own), bounded by
-//! [`CASE_TIME_LIMIT`](crate::CASE_TIME_LIMIT), and its outcome recorded; a last test of the
+//! [`CASE_TIME_LIMIT`], and its outcome recorded; a last test of the
 //! suite, `zz_conformance_summary`, waits for the others and prints one summary that counts
 //! the cases that ran in full, did not apply (in whole or in part), were not run on this server
 //! or failed.
