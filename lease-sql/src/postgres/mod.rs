@@ -414,6 +414,12 @@ impl Returning for Postgres {
         parts(partitions)
     }
 
+    type Texts = Vec<String>;
+
+    fn texts(items: &[&str]) -> Vec<String> {
+        items.iter().map(|s| (*s).to_owned()).collect()
+    }
+
     fn check_available(store: &PostgresStore) -> impl Future<Output = Result<()>> + Send {
         store.check_available()
     }
