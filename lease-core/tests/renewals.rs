@@ -252,3 +252,30 @@ async fn per_term_renewals_can_still_be_chosen() {
     assert_eq!(store.hook().singles.load(Ordering::SeqCst), 4);
     assert_eq!(batches(&store), 0);
 }
+
+/// A batch that answers after its oldest term's deadline still renews the others: a, never
+/// renewed, is lost at its deadline (10 s) while the batch sent at 7 s is in flight; b,
+/// claimed at 5 s, is renewed by that batch when it answers at 11 s, its deadline then 7 s +
+/// 10 s.
+#[tokio::test(start_paused = true)]
+async fn a_slow_batch_ends_its_oldest_term_and_renews_the_others() {
+    let (store, coordinator) = rig();
+    let t0 = Instant::now();
+    store.hook().set(Mode::Stall);
+    let a = coordinator.try_acquire("a").await.unwrap();
+    sleep(5 * S).await;
+    let b = coordinator.try_acquire("b").await.unwrap();
+    sleep(Duration::from_millis(1500)).await;
+    // The batch sent at 2 s stalls until its attempt timeout at 7 s; the next, sent at once,
+    // answers 4 s later.
+    store.hook().set(Mode::SlowOnce(4 * S));
+    a.lost().await;
+    assert_eq!(t0.elapsed(), 10 * S, "a: claimed at 0 s, + 10 s");
+    assert!(b.is_live());
+    sleep(Duration::from_millis(1001)).await;
+    assert_eq!(
+        b.deadline_in(),
+        Duration::from_millis(5999),
+        "b renewed by the batch sent at 7 s"
+    );
+}

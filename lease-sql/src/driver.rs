@@ -144,7 +144,7 @@ impl<DB: Driver> lease_core::LeaseStore for SqlStore<DB> {
     /// PostgreSQL and SQLite: one statement (see the stores' docs); MySQL: one `renew` after
     /// the other. On PostgreSQL a lease whose row another transaction has locked (a verified
     /// transaction of its holder, a concurrent renewal) is passed by, not waited for, and then
-    /// renewed alone, all such renewals together waiting at most [`SKIPPED_WAIT`]; one still
+    /// renewed alone, all such renewals together waiting at most 1 s; one still
     /// waiting then is answered `Timeout` (its outcome unknown, retried like any renewal).
     async fn renew_many(
         &self,

@@ -101,7 +101,7 @@ pub fn renew<S: LeaseStore + ?Sized>(store: &S, name: &str, ttl: Duration) -> Re
 }
 
 /// [`LeaseStore::renew_many`]: the lease duration, each name as [`renew`] checks it, at most
-/// [`MAX_RENEWALS_PER_CALL`] items, and no name twice (one answer per name, in order, would be
+/// [`MAX_RENEWALS_PER_CALL`](crate::backend::MAX_RENEWALS_PER_CALL) items, and no name twice (one answer per name, in order, would be
 /// ambiguous for a name sent twice). `Batch::Empty` for an empty list, answered with no I/O.
 pub fn renew_many<S: LeaseStore + ?Sized>(
     store: &S,

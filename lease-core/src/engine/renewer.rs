@@ -8,9 +8,10 @@
 //!   taken before the request is sent);
 //! - an answer `None` for a name ends exactly that term (lost, the store said so);
 //! - an error, an unknown outcome or a timeout moves no deadline: the next tick sends again;
-//! - a batch is bounded by its oldest term's deadline (and the attempt timeout), so a slow
-//!   batch never keeps a term past its own deadline; batches are split at
-//!   [`MAX_RENEWALS_PER_CALL`], oldest deadline first;
+//! - a batch is bounded by the attempt timeout, and while it is in flight each of its terms
+//!   is lost at its own deadline (the batch goes on for the others), so a slow batch never
+//!   keeps a term past its deadline; batches are split at [`MAX_RENEWALS_PER_CALL`], oldest
+//!   deadline first;
 //! - a term is renewed at most one renew period after its last attempt; terms whose last
 //!   attempt is at least a quarter period old ride along with a due batch, so the terms of a
 //!   coordinator settle on one batch per period.
@@ -156,15 +157,20 @@ impl Renewer {
         }
     }
 
-    /// One batch: sent at once, bounded by the attempt timeout and the oldest term's deadline.
+    /// One batch: sent at once and bounded by the attempt timeout. While it is in flight, each
+    /// term of it whose own deadline passes is lost then and there, without cutting the batch
+    /// short for the others (a batch cut at its oldest term's deadline would leave every term
+    /// of it unrenewed whenever the store is slower than that term's time left).
     async fn renew_chunk(&self, chunk: &[Arc<TermShared>]) {
         let t = self.timings;
-        let Some(oldest) = chunk.first() else {
-            return;
-        };
-        let deadline = Deadline::after(oldest.last_ok(), t.deadline());
-        if deadline.has_passed() {
-            // The sweep ends it at the next turn.
+        let deadline_of = |term: &TermShared| Deadline::after(term.last_ok(), t.deadline());
+        let chunk: Vec<Arc<TermShared>> = chunk
+            .iter()
+            .filter(|term| !deadline_of(term).has_passed())
+            .cloned()
+            .collect();
+        if chunk.is_empty() {
+            // The sweep ends them at the next turn.
             return;
         }
         let items: Vec<RenewItem<'_>> = chunk
@@ -174,20 +180,45 @@ impl Renewer {
                 holder: &term.holder,
             })
             .collect();
-        let bound = t.attempt_timeout().min(deadline.remaining());
+        let bound = t.attempt_timeout();
         // Every deadline this batch moves counts from here: before the request is sent.
         let start = Stamp::now();
-        for term in chunk {
+        for term in &chunk {
             term.attempted(start);
         }
         let attempt = timeout(bound, self.store.renew_many(&items, t.lease()));
-        let outcome = tokio::select! {
-            biased;
-            r = attempt => r,
-            // The timeout runs on tokio's clock; a suspend during the batch must still end the
-            // oldest term at its deadline (the sweep does, at the next turn).
-            () = deadline.reached() => return,
+        tokio::pin!(attempt);
+        let outcome = loop {
+            // The first deadline among the terms of the batch still live; the timers run on
+            // the boot clock, so a suspend during the batch still ends each term on time.
+            let next = chunk
+                .iter()
+                .filter(|term| !term.lost.is_cancelled())
+                .map(|term| deadline_of(term))
+                .fold(Deadline::never(), Deadline::min);
+            tokio::select! {
+                biased;
+                r = &mut attempt => break r,
+                () = next.reached() => {
+                    for term in &chunk {
+                        if !term.lost.is_cancelled() && deadline_of(term).has_passed() {
+                            term.lose(
+                                format_args!(
+                                    "no renewal succeeded within the local deadline of {:?}",
+                                    t.deadline()
+                                ),
+                                LossCause::Deadline,
+                            );
+                        }
+                    }
+                }
+            }
         };
+        let chunk = &chunk[..];
+        let deadline = chunk
+            .iter()
+            .map(|term| deadline_of(term))
+            .fold(Deadline::never(), Deadline::min);
         let took = start.elapsed();
         #[cfg(any(test, feature = "test-util"))]
         let start = if testing::stamps_at_answer() {
@@ -239,6 +270,10 @@ impl Renewer {
         let mut lost = false;
         for (term, answer) in chunk.iter().zip(answers) {
             telemetry::renew_answered(&term.name, took);
+            if term.lost.is_cancelled() {
+                // Ended at its deadline while the batch was in flight: lost stays lost.
+                continue;
+            }
             match answer {
                 Ok(Some(grant)) => {
                     let left = term.renewed(start, grant, t.deadline());
