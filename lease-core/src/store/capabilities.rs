@@ -53,7 +53,7 @@ pub struct Capabilities {
     pub batch_renew: BatchRenew,
     /// [`LeaseStore::renew_many`](crate::LeaseStore::renew_many) reaches the server in a fixed
     /// number of requests however many names it renews (one statement, one script per hash
-    /// slot), rather than the trait's default of one `renew` per name. The coordinator's
+    /// slot), rather than the trait's default of one `renew` per name. A coordinator built with
     /// [`Renewals::Auto`](crate::coordinator::Renewals::Auto) renews the terms it holds in
     /// batches exactly when this is `true`.
     pub renew_many: bool,
