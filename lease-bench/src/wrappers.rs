@@ -106,8 +106,7 @@ impl Hook for Counting {
                     answer
                 });
             }
-            // A batch of renewals is one store operation.
-            Operation::Renew | Operation::RenewMany => &self.renews,
+            Operation::Renew => &self.renews,
             Operation::Release => &self.releases,
             Operation::Verify | Operation::Get => &self.reads,
             _ => return op,
