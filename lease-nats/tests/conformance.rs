@@ -27,9 +27,7 @@ async fn setup() -> Option<Harness> {
             return None;
         }
     };
-    // The proxy dials the URL's first server, not the address the server reports of itself
-    // (in a container that is 0.0.0.0:4222, which on the host is another server).
-    let proxy = FaultProxy::start(first_server(&url))
+    let proxy = FaultProxy::start(store.server().to_owned())
         .await
         .expect("fault proxy starts");
     let proxied = NatsStore::connect(&format!("nats://{}", proxy.local_addr()), config)
@@ -44,11 +42,3 @@ async fn setup() -> Option<Harness> {
 }
 
 lease_conformance::conformance_suite!(setup);
-
-/// host:port of the first server of a NATS URL list, without scheme or credentials.
-fn first_server(url: &str) -> String {
-    let first = url.split(',').next().unwrap_or(url).trim();
-    let first = first.split_once("://").map_or(first, |(_, rest)| rest);
-    let first = first.rsplit_once('@').map_or(first, |(_, rest)| rest);
-    first.trim_end_matches('/').to_owned()
-}
