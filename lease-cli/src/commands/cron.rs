@@ -12,7 +12,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lease::scheduler::{CatchUp, DueInstant, DueOutcome, Round, RoundEnded, Tz};
+use lease::scheduler::{
+    CatchUp, DueInstant, DueOutcome, Round, RoundEnded, SystemClock, Tz, WallClock,
+};
 use lease::{Job, LeaseStore, Schedule, Scheduler};
 
 use crate::child::{CmdLine, Watchdog, exit_code};
@@ -141,7 +143,7 @@ pub(crate) async fn cron(url: &StoreUrl, args: CronArgs) -> Result<u8, CliError>
     }
     let scheduler = builder.build().map_err(|e| CliError::from_lease(&e))?;
     loop {
-        let latest_before = instants.latest_at_or_before(wall_ms());
+        let latest_before = instants.latest_at_or_before(SystemClock.now_ms());
         let (due, stopped) = pass(&scheduler, window, &mut signals).await;
         let due = due.map_err(|e| CliError::from_lease(&e))?;
         let verdict = report(&scheduler, &*store, &ctx, &due).await;
@@ -158,7 +160,7 @@ pub(crate) async fn cron(url: &StoreUrl, args: CronArgs) -> Result<u8, CliError>
         // The daemon's loop starts with the first instant after its start; an instant that
         // came while the pass ran (its round can take a while) is the next pass's, so none
         // falls between the pass and the loop.
-        if instants.latest_at_or_before(wall_ms()) == latest_before {
+        if instants.latest_at_or_before(SystemClock.now_ms()) == latest_before {
             break;
         }
     }
@@ -419,11 +421,4 @@ async fn run_cmd(ctx: &Ctx, round: &Round) -> CmdEnd {
             CmdEnd::NotRun(e)
         }
     }
-}
-
-/// This host's wall clock in milliseconds since the epoch, as the scheduler's clock reads it.
-fn wall_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
