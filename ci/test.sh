@@ -35,6 +35,18 @@ if bash ci/cluster/redis-sentinel.sh start; then
   up+=",redis-sentinel"
 fi
 
+# The SQL primary + replica clusters (lease-sql/tests/failover_postgres.rs, failover_mysql.rs),
+# in their safe modes: synchronous (PostgreSQL) and semi-synchronous AFTER_SYNC (MariaDB). The
+# tests kill, promote and reattach their primaries.
+if bash ci/cluster/postgres.sh start sync; then
+  export LEASE_TEST_POSTGRES_CLUSTER_URL=${LEASE_TEST_POSTGRES_CLUSTER_URL:-$(bash ci/cluster/postgres.sh url)}
+  up+=",postgres-cluster"
+fi
+if bash ci/cluster/mariadb.sh start semisync; then
+  export LEASE_TEST_MARIADB_CLUSTER_URL=${LEASE_TEST_MARIADB_CLUSTER_URL:-$(bash ci/cluster/mariadb.sh url)}
+  up+=",mariadb-cluster"
+fi
+
 echo "test.sh: servers up: ${up:-none}; LEASE_TEST_REQUIRE=${LEASE_TEST_REQUIRE:-}" >&2
 # lease-redis's `sentinel` feature: the Sentinel failover case (lease-soak turns it on too).
 exec cargo test --workspace --features lease-redis/sentinel "$@"

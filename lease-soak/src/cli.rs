@@ -30,12 +30,13 @@ pub(crate) struct Args {
     )]
     pub(crate) backends: Vec<BackendKind>,
 
-    /// Soak these 3-node clusters instead of the backends, comma-separated: `etcd`, `nats`,
-    /// `redis` (the clusters of `ci/cluster/`, started by their scripts when not running). The
-    /// leader (or Redis primary) is SIGKILLed and restarted twice, cut off once (etcd, NATS:
-    /// through a fault proxy per node; Redis: frozen with SIGSTOP), the whole cluster restarted
-    /// once, on top of the usual stalls and cuts; the report adds each kill's and the cut's
-    /// recovery time.
+    /// Soak these clusters instead of the backends, comma-separated: `etcd`, `nats`, `redis`,
+    /// `postgres`, `mariadb` (the clusters of `ci/cluster/`, started by their scripts when not
+    /// running). The leader (or primary) is SIGKILLed twice — restarted on etcd, NATS and Redis;
+    /// on PostgreSQL and MariaDB the replica is promoted and the old primary reattached as its
+    /// replica — cut off once (etcd, NATS: through a fault proxy per node; Redis: frozen with
+    /// SIGSTOP; the SQL clusters: none), the whole cluster restarted once, on top of the usual
+    /// stalls and cuts; the report adds each kill's and the cut's recovery time.
     #[arg(long, value_delimiter = ',')]
     pub(crate) cluster: Vec<ClusterKind>,
 
@@ -219,6 +220,13 @@ pub(crate) enum ClusterKind {
     Nats,
     /// A Redis primary, 2 replicas and 3 Sentinels (`ci/cluster/redis-sentinel.sh`).
     Redis,
+    /// A PostgreSQL primary and a synchronous streaming replica behind an address that moves
+    /// to the primary (`ci/cluster/postgres.sh`).
+    Postgres,
+    /// A MariaDB primary and a semi-synchronous (AFTER_SYNC) replica behind an address that
+    /// moves to the primary (`ci/cluster/mariadb.sh`).
+    #[value(alias = "mysql")]
+    Mariadb,
 }
 
 impl ClusterKind {
@@ -228,7 +236,15 @@ impl ClusterKind {
             ClusterKind::Etcd => "etcd-cluster",
             ClusterKind::Nats => "nats-cluster",
             ClusterKind::Redis => "redis-sentinel",
+            ClusterKind::Postgres => "postgres-cluster",
+            ClusterKind::Mariadb => "mariadb-cluster",
         }
+    }
+
+    /// Whether the cluster is a SQL primary + replica: no leader election, the scripts
+    /// promote the replica and move the clients' address to it.
+    pub(crate) fn promotes(self) -> bool {
+        matches!(self, ClusterKind::Postgres | ClusterKind::Mariadb)
     }
 }
 
@@ -304,6 +320,11 @@ mod tests {
                 .is_empty()
         );
         assert!(Args::try_parse_from(["lease-soak", "--cluster", "mongo"]).is_err());
+        let args = Args::try_parse_from(["lease-soak", "--cluster", "postgres,mysql"]).unwrap();
+        assert_eq!(
+            args.cluster,
+            vec![ClusterKind::Postgres, ClusterKind::Mariadb]
+        );
     }
 
     #[test]

@@ -23,6 +23,13 @@
 //!   same partition epoch granted twice, which `replica_acks(1, …)` does not prevent;
 //! - the whole cluster is restarted once.
 //!
+//! On the SQL clusters (`--cluster postgres,mariadb`: a primary and one replica, synchronous
+//! on PostgreSQL and semi-synchronous AFTER_SYNC on MariaDB, the modes the stores' start-up
+//! check accepts) there is no election: each kill SIGKILLs the primary, the script promotes the
+//! replica at once and moves the clients' address (its proxy) to it, and the old primary is
+//! reattached as the new one's replica after the node's down time (until then the synchronous
+//! primary takes no write). No cut: the address the clients use is the one that moves.
+//!
 //! Each kill's and the cut's recovery is measured from the history: the time until a fenced
 //! section is entered under a claim or renewal that was sent after the kill or the cut began.
 
@@ -59,6 +66,8 @@ impl Cluster {
             ClusterKind::Etcd => "etcd.sh",
             ClusterKind::Nats => "nats.sh",
             ClusterKind::Redis => "redis-sentinel.sh",
+            ClusterKind::Postgres => "postgres.sh",
+            ClusterKind::Mariadb => "mariadb.sh",
         };
         format!("{SCRIPTS}/{file}")
     }
@@ -66,7 +75,7 @@ impl Cluster {
     /// The word the script's `kill` takes for the node everything goes through.
     fn leader_word(self) -> &'static str {
         match self.kind {
-            ClusterKind::Redis => "primary",
+            ClusterKind::Redis | ClusterKind::Postgres | ClusterKind::Mariadb => "primary",
             _ => "leader",
         }
     }
@@ -105,9 +114,14 @@ impl Cluster {
     /// proxies that URL goes through: on etcd and NATS one [`FaultProxy`] per node (the URL
     /// lists the proxies), on Redis none (the URL names the Sentinels).
     pub(crate) async fn start(self) -> Result<(String, Arc<Proxies>), String> {
-        self.run(&["start"]).await?;
+        // The SQL clusters in their safe modes: what the stores' start-up check accepts.
+        match self.kind {
+            ClusterKind::Postgres => self.run(&["start", "sync"]).await?,
+            ClusterKind::Mariadb => self.run(&["start", "semisync"]).await?,
+            _ => self.run(&["start"]).await?,
+        };
         let url = self.run(&["url"]).await?;
-        if self.kind == ClusterKind::Redis {
+        if self.kind == ClusterKind::Redis || self.kind.promotes() {
             return Ok((url, Arc::new(Proxies(Vec::new()))));
         }
         // `status` names each node and its client address: `e1 up 127.0.0.1:23791`.
@@ -177,6 +191,14 @@ impl Cluster {
                 lease::LeaseStore::available(&store).await?;
                 Ok(Arc::new(store))
             }
+            // Default options: the start-up check refuses a primary whose replica can miss an
+            // acknowledged commit.
+            ClusterKind::Postgres => Ok(Arc::new(
+                lease::sql::PostgresStore::connect(url, lease::sql::SqlConfig::default()).await?,
+            )),
+            ClusterKind::Mariadb => Ok(Arc::new(
+                lease::sql::MySqlStore::connect(url, lease::sql::SqlConfig::default()).await?,
+            )),
         }
     }
 
@@ -249,6 +271,11 @@ impl Cluster {
                     .unwrap_or(faults_end)
                     .checked_sub(length + RECOVERY_BUDGET);
                 match before {
+                    _ if !cut && self.kind.promotes() => notes.push(
+                        "no cut: the clients' address is the script's proxy, which moves with \
+                         the primary (the kills cover a primary gone)"
+                            .to_owned(),
+                    ),
                     _ if !cut => notes.push(
                         "the primary is not frozen (the Redis cut: see --freeze-primary)"
                             .to_owned(),
@@ -279,7 +306,12 @@ impl Cluster {
                     break;
                 }
             }
-            let node = match self.run(&["kill", self.leader_word()]).await {
+            let kill = if self.kind.promotes() {
+                self.run(&["kill-primary"]).await
+            } else {
+                self.run(&["kill", self.leader_word()]).await
+            };
+            let node = match kill {
                 Ok(node) => node,
                 Err(e) => {
                     errors.push(format!("killing the {}: {e}", self.leader_word()));
@@ -289,9 +321,22 @@ impl Cluster {
             // The script answers once the process is gone (it finds the leader first, which
             // takes a few requests): a grant asked after this moment was asked without it.
             let killed_at = Instant::now();
-            tokio::time::sleep(down).await;
-            if let Err(e) = self.run(&["restart", &node]).await {
-                errors.push(format!("restarting {node}: {e}"));
+            if self.kind.promotes() {
+                // What a failover tool does once it sees the primary gone: the replica promoted,
+                // the clients' address moved to it. The old primary comes back as its replica
+                // (until then a synchronous primary takes no write).
+                if let Err(e) = self.run(&["promote"]).await {
+                    errors.push(format!("promoting the replica after killing {node}: {e}"));
+                }
+                tokio::time::sleep(down).await;
+                if let Err(e) = self.run(&["reattach"]).await {
+                    errors.push(format!("reattaching {node}: {e}"));
+                }
+            } else {
+                tokio::time::sleep(down).await;
+                if let Err(e) = self.run(&["restart", &node]).await {
+                    errors.push(format!("restarting {node}: {e}"));
+                }
             }
             kills.push(Outage {
                 kind: OutageKind::Kill,

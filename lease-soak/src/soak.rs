@@ -667,7 +667,10 @@ async fn drive(
                     (start, schedule.restart_at.map(|at| start + at)),
                     (timings.lease(), restart_pause(timings.lease())),
                     end.checked_sub(timings.lease() * 2).unwrap_or(start),
-                    (proxies, c.kind != ClusterKind::Redis || args.freeze_primary),
+                    (
+                        proxies,
+                        !c.kind.promotes() && (c.kind != ClusterKind::Redis || args.freeze_primary),
+                    ),
                     restart_tx.subscribe(),
                 )
                 .await

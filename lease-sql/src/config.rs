@@ -28,6 +28,7 @@ pub struct SqlConfig {
     pub(crate) max_name_bytes: usize,
     pub(crate) lease_connections: u32,
     pub(crate) hints: bool,
+    pub(crate) allow_async_replication: bool,
 }
 
 /// The default table name.
@@ -63,6 +64,7 @@ impl Default for SqlConfig {
             max_name_bytes: NAME_COLUMN_BYTES,
             lease_connections: 2,
             hints: true,
+            allow_async_replication: false,
         }
     }
 }
@@ -221,6 +223,51 @@ impl SqlConfig {
     pub fn hints(mut self, on: bool) -> Self {
         self.hints = on;
         self
+    }
+
+    /// Accepts a primary whose replicas may miss acknowledged commits (default `false`).
+    ///
+    /// A failover that promotes a replica which had not received the last commits loses them:
+    /// a claim acknowledged with term N is gone on the new primary, so the next claim of the
+    /// name gets term N again (a fencing token handed out twice) and the holder's live lease is
+    /// gone while it still counts on it (`lease-sql/tests/failover_postgres.rs` and
+    /// `failover_mysql.rs` show both). So [`available`](lease_core::LeaseStore::available) (run
+    /// before the first operation however the store was built) reads the replication settings
+    /// and fails with [`ErrorKind::Unsupported`](lease_core::ErrorKind::Unsupported), naming
+    /// the setting to change, when a replica streams from the server and a commit is
+    /// acknowledged before one has it:
+    ///
+    /// - **PostgreSQL**: a replica in `pg_stat_replication` while `synchronous_standby_names`
+    ///   is empty, or `synchronous_commit` is `local` or `off` for the store's connections.
+    ///   Accepted: a synchronous standby with `synchronous_commit` `on`, `remote_apply` or
+    ///   `remote_write` (the last loses a commit only if the replica's host crashes too), and
+    ///   `statement_timeout` 0 (a timeout cancels the wait for the standby, and PostgreSQL then
+    ///   answers the commit as done though the standby may not have it; so does a cancelled or
+    ///   terminated session, `pg_cancel_backend`, which the check cannot see).
+    /// - **MariaDB/MySQL**: a replica connected (`Slaves_connected`, MariaDB; `SHOW REPLICAS`,
+    ///   MySQL) while semi-synchronous replication is off (`rpl_semi_sync_master_enabled`), not
+    ///   active now (`Rpl_semi_sync_master_status`), or waits `AFTER_COMMIT`
+    ///   (`rpl_semi_sync_master_wait_point` must be `AFTER_SYNC`).
+    ///
+    /// With `true` the store logs the risk as a warning and goes on. Set it only where a repeated
+    /// term cannot hurt (nothing is fenced) or where replication is made safe in a way the
+    /// server cannot show (storage-level replication such as RDS Multi-AZ's instances).
+    ///
+    /// Limits of the check: it runs once, at start-up, on the server the store reached; a
+    /// replica attached later, a primary that falls back to asynchronous replication later
+    /// (MariaDB's `rpl_semi_sync_master_timeout`, 10 s by default; PostgreSQL never does), a
+    /// failover tool that promotes a replica that was not synchronous, or a standalone server
+    /// whose replicas are all down at start-up are not seen. URL parameter:
+    /// `allow_async_replication=1`.
+    pub fn allow_async_replication(mut self, allow: bool) -> Self {
+        self.allow_async_replication = allow;
+        self
+    }
+
+    /// Whether a primary with asynchronous replicas is accepted (see
+    /// [`allow_async_replication`](Self::allow_async_replication)).
+    pub fn async_replication_allowed(&self) -> bool {
+        self.allow_async_replication
     }
 
     /// Whether hints to other processes are on (see [`hints`](Self::hints)).

@@ -155,6 +155,31 @@ impl<DB: Database> SqlStore<DB> {
         crate::error::map(e, doing.into(), &self.inner.server)
     }
 
+    /// The end of the replication check (see [`SqlConfig::allow_async_replication`]): `risk`,
+    /// when there is one, refused with `Unsupported` naming what to change, or logged as a
+    /// warning when the configuration accepts it.
+    ///
+    /// [`SqlConfig::allow_async_replication`]: crate::SqlConfig::allow_async_replication
+    pub(crate) fn replication_verdict(&self, risk: Option<String>) -> Result<()> {
+        let Some(why) = risk else { return Ok(()) };
+        if self.inner.config.allow_async_replication {
+            tracing::warn!(
+                server = %self.inner.server,
+                %why,
+                "a failover can lose acknowledged lease records; terms and partition epochs \
+                 (fencing tokens) could then repeat and live leases vanish; accepted by \
+                 allow_async_replication"
+            );
+            return Ok(());
+        }
+        Err(self.at_server(Error::unsupported(format!(
+            "a failover can lose acknowledged lease records, and a lost claim hands its term \
+             (fencing token) out again while its holder still counts on the lease: {why}; or \
+             accept the risk with SqlConfig::allow_async_replication(true) \
+             (URL: allow_async_replication=1)"
+        ))))
+    }
+
     /// `e` with this store's server attached, unless it has one (the start-up checks' messages
     /// leave it out).
     pub(crate) fn at_server(&self, e: Error) -> Error {

@@ -5,8 +5,9 @@ use lease_core::backend::{ParamError, UrlParam};
 
 use crate::SqlConfig;
 
-/// What a store URL's query sets for a SQL store: `table=NAME` ([`SqlConfig::table`]) and
-/// `hints=on|off` ([`SqlConfig::hints`]). Every other pair is the driver's (e.g. SQLite's
+/// What a store URL's query sets for a SQL store: `table=NAME` ([`SqlConfig::table`]),
+/// `hints=on|off` ([`SqlConfig::hints`]) and `allow_async_replication=1`
+/// ([`SqlConfig::allow_async_replication`]). Every other pair is the driver's (e.g. SQLite's
 /// `mode=rwc`) and is left alone.
 ///
 /// [`take`](Self::take) reads one pair; [`apply`](Self::apply) sets what was read on a config.
@@ -35,11 +36,13 @@ pub struct SqlUrlParams {
     pub table: Option<String>,
     /// `hints=on|off` (also `1|0`, `true|false`).
     pub hints: Option<bool>,
+    /// `allow_async_replication=1|0`.
+    pub allow_async_replication: Option<bool>,
 }
 
 impl SqlUrlParams {
     /// The parameters read here, as messages list them.
-    pub const NAMES: &'static str = "table=NAME, hints=on|off";
+    pub const NAMES: &'static str = "table=NAME, hints=on|off, allow_async_replication=1";
 
     /// Reads `param` when it is one of lease-sql's: `Ok(true)` when taken (a later pair of the
     /// same name replaces it), `Ok(false)` when it is not lease-sql's, an error when its value
@@ -60,6 +63,7 @@ impl SqlUrlParams {
                     "on or off",
                 )?);
             }
+            "allow_async_replication" => self.allow_async_replication = Some(param.flag()?),
             _ => return Ok(false),
         }
         Ok(true)
@@ -70,6 +74,9 @@ impl SqlUrlParams {
     pub fn apply(&self, mut config: SqlConfig) -> Result<SqlConfig> {
         if let Some(on) = self.hints {
             config = config.hints(on);
+        }
+        if let Some(allow) = self.allow_async_replication {
+            config = config.allow_async_replication(allow);
         }
         match &self.table {
             Some(table) => config.table(table),
@@ -92,6 +99,13 @@ mod tests {
         assert!(!p.take(UrlParam::parse("mode=rwc")).unwrap());
         assert_eq!(p.table.as_deref(), Some("jobs"));
         assert_eq!(p.hints, Some(false));
+        assert!(p.take(UrlParam::parse("allow_async_replication")).unwrap());
+        assert_eq!(p.allow_async_replication, Some(true));
+        assert!(
+            p.apply(SqlConfig::default())
+                .unwrap()
+                .async_replication_allowed()
+        );
         let e = p.take(UrlParam::parse("hints=maybe")).unwrap_err();
         assert_eq!(e.to_string(), "hints takes on or off, not 'maybe'");
         let e = p.take(UrlParam::parse("table=")).unwrap_err();

@@ -76,7 +76,8 @@
 //!
 //! - SQL: `table=NAME`, the lease table ([`OpenOptions::sql_table`]); `hints=on|off`, the
 //!   store's push hints to waiters in other processes ([`OpenOptions::hints`]; SQL only: the
-//!   other backends' listeners have no switch).
+//!   other backends' listeners have no switch); `allow_async_replication=1`, accepting a
+//!   primary whose replicas may miss acknowledged commits (`lease_sql::SqlConfig::allow_async_replication`).
 //! - Redis: `allow_volatile=1`, `allow_fsync_everysec=1`, `terms=counter|clock_floor`,
 //!   `key_prefix=PREFIX` ([`OpenOptions::redis_allow_volatile`] and the like).
 //! - NATS: `bucket=NAME`: that bucket, whatever its max age ([`OpenOptions::nats_bucket`]).

@@ -206,6 +206,8 @@ impl Resolved {
             sql.hints = agree(target, "hints", &url.hints, &options.hints, |b: &bool| {
                 if *b { "on" } else { "off" }.to_owned()
             })?;
+            // URL only: no option of its own (OpenOptions has none for it).
+            sql.allow_async_replication = url.allow_async_replication;
         }
         #[cfg(feature = "redis")]
         {

@@ -331,7 +331,7 @@ impl From<UrlError> for Error {
 /// backend crate that reads them holds them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Params {
-    /// SQL: `table=NAME`, `hints=on|off`.
+    /// SQL: `table=NAME`, `hints=on|off`, `allow_async_replication=1`.
     #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
     pub(crate) sql: lease_sql::SqlUrlParams,
     /// Redis: `allow_volatile`, `allow_fsync_everysec`, `terms`, `key_prefix`.

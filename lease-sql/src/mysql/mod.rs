@@ -328,7 +328,59 @@ impl SqlStore<MySql> {
                 };
                 (t, w)
             }),
+        )?;
+        self.check_replication().await
+    }
+
+    /// Whether a failover can lose a commit this server acknowledged (see
+    /// [`SqlConfig::allow_async_replication`](crate::SqlConfig::allow_async_replication)): a
+    /// replica connected (MariaDB's `Slaves_connected`) while commits do not wait for a
+    /// replica's acknowledgement before they are visible (semi-synchronous replication off, not
+    /// active now, or waiting `AFTER_COMMIT`). Reads MariaDB's names and MySQL 8's
+    /// (`rpl_semi_sync_source_*`); MySQL has no `Slaves_connected`, so there the check sees no
+    /// replica and accepts.
+    async fn check_replication(&self) -> Result<()> {
+        let status: Vec<(String, String)> =
+            with_conn!(self, "start-up check", |c| sqlx::query_as(
+                "SHOW GLOBAL STATUS WHERE Variable_name IN ('Slaves_connected', \
+             'Rpl_semi_sync_master_status', 'Rpl_semi_sync_source_status')"
+            )
+            .fetch_all(c))?;
+        let vars: Vec<(String, String)> = with_conn!(self, "start-up check", |c| sqlx::query_as(
+            "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('rpl_semi_sync_master_enabled', \
+             'rpl_semi_sync_master_wait_point', 'rpl_semi_sync_source_enabled', \
+             'rpl_semi_sync_source_wait_point')"
         )
+        .fetch_all(c))?;
+        let get = |rows: &[(String, String)], names: [&str; 2]| {
+            rows.iter()
+                .find(|(n, _)| names.iter().any(|m| n.eq_ignore_ascii_case(m)))
+                .map(|(_, v)| v.trim().to_ascii_uppercase())
+        };
+        let replicas = get(&status, ["Slaves_connected", "Slaves_connected"])
+            .and_then(|v| v.parse::<i64>().ok())
+            .unwrap_or(0);
+        let semi = Semi {
+            enabled: get(
+                &vars,
+                [
+                    "rpl_semi_sync_master_enabled",
+                    "rpl_semi_sync_source_enabled",
+                ],
+            ),
+            active: get(
+                &status,
+                ["Rpl_semi_sync_master_status", "Rpl_semi_sync_source_status"],
+            ),
+            wait_point: get(
+                &vars,
+                [
+                    "rpl_semi_sync_master_wait_point",
+                    "rpl_semi_sync_source_wait_point",
+                ],
+            ),
+        };
+        self.replication_verdict(replication_risk(replicas, &semi))
     }
 
     /// The check of the partition or member table, on its first use: widths (VARBINARY and
@@ -433,5 +485,84 @@ mod tests {
         assert!(!takes_nowait_claims("10.2.44-MariaDB"));
         assert!(!takes_nowait_claims("8.0.36"));
         assert!(!takes_nowait_claims("8.4.0-commercial"));
+    }
+}
+
+/// MariaDB's (or MySQL's) semi-synchronous replication settings, upper-cased; `None` when the
+/// server has no such variable.
+struct Semi {
+    enabled: Option<String>,
+    active: Option<String>,
+    wait_point: Option<String>,
+}
+
+/// What can make a failover lose an acknowledged commit, given the replicas connected and the
+/// semi-synchronous settings; `None` when nothing can.
+fn replication_risk(replicas: i64, semi: &Semi) -> Option<String> {
+    if replicas <= 0 {
+        return None;
+    }
+    let fix = "turn on semi-synchronous replication on the primary \
+               (rpl_semi_sync_master_enabled = ON, rpl_semi_sync_master_wait_point = AFTER_SYNC, \
+               a long rpl_semi_sync_master_timeout) and rpl_semi_sync_slave_enabled = ON on the \
+               replicas, and promote only a replica that acknowledged";
+    if semi.enabled.as_deref() != Some("ON") {
+        return Some(format!(
+            "{replicas} replica(s) replicate from this primary asynchronously \
+             (rpl_semi_sync_master_enabled is {}), so a commit is acknowledged before any \
+             replica has it and promoting one loses it; {fix}",
+            semi.enabled.as_deref().unwrap_or("absent")
+        ));
+    }
+    if semi.active.as_deref() != Some("ON") {
+        return Some(format!(
+            "semi-synchronous replication is enabled but not active \
+             (Rpl_semi_sync_master_status is {}: no replica acknowledges, or it fell back to \
+             asynchronous after rpl_semi_sync_master_timeout), so commits are acknowledged \
+             before a replica has them; {fix}",
+            semi.active.as_deref().unwrap_or("absent")
+        ));
+    }
+    if semi.wait_point.as_deref() != Some("AFTER_SYNC") {
+        return Some(format!(
+            "rpl_semi_sync_master_wait_point is {}, so a commit is visible to other clients \
+             before a replica has it (a lease read or verified there can vanish in a \
+             failover); {fix}",
+            semi.wait_point.as_deref().unwrap_or("absent")
+        ));
+    }
+    None
+}
+
+#[cfg(test)]
+mod replication_tests {
+    use super::{Semi, replication_risk};
+
+    fn semi(enabled: &str, active: &str, wait_point: &str) -> Semi {
+        let v = |s: &str| (!s.is_empty()).then(|| s.to_owned());
+        Semi {
+            enabled: v(enabled),
+            active: v(active),
+            wait_point: v(wait_point),
+        }
+    }
+
+    #[test]
+    fn replication_risks() {
+        assert!(replication_risk(0, &semi("OFF", "OFF", "AFTER_COMMIT")).is_none());
+        assert!(replication_risk(1, &semi("ON", "ON", "AFTER_SYNC")).is_none());
+        let risk = replication_risk(1, &semi("OFF", "OFF", "AFTER_SYNC")).unwrap_or_default();
+        assert!(
+            risk.contains("rpl_semi_sync_master_enabled is OFF"),
+            "{risk}"
+        );
+        let risk = replication_risk(1, &semi("ON", "OFF", "AFTER_SYNC")).unwrap_or_default();
+        assert!(
+            risk.contains("Rpl_semi_sync_master_status is OFF"),
+            "{risk}"
+        );
+        let risk = replication_risk(2, &semi("ON", "ON", "AFTER_COMMIT")).unwrap_or_default();
+        assert!(risk.contains("wait_point is AFTER_COMMIT"), "{risk}");
+        assert!(replication_risk(1, &semi("", "", "")).is_some());
     }
 }

@@ -369,7 +369,37 @@ impl SqlStore<Postgres> {
             .bind(name)
             .bind(schema)
             .fetch_optional(c))?;
-        crate::store::name_width(self, width.map(|(t, w)| (t, w.map(i64::from))))
+        crate::store::name_width(self, width.map(|(t, w)| (t, w.map(i64::from))))?;
+        self.check_replication().await
+    }
+
+    /// Whether a failover can lose a commit this server acknowledged (see
+    /// [`SqlConfig::allow_async_replication`]): a replica streams from it (a row of
+    /// `pg_stat_replication`) while commits do not wait for a synchronous standby
+    /// (`synchronous_standby_names` empty, or `synchronous_commit` `local`/`off` for this
+    /// connection: a role's, a database's or the server's setting), or a `statement_timeout`
+    /// can cancel that wait (PostgreSQL then answers the commit as done, with a warning, though
+    /// the standby may not have it). A server in recovery is a
+    /// replica itself and refused by the lease table's write check before this.
+    async fn check_replication(&self) -> Result<()> {
+        let (replicas, names, commit, timeout): (i64, String, String, String) =
+            with_conn!(self, "start-up check", |c| sqlx::query_as(
+                "SELECT (SELECT count(*) FROM pg_stat_replication), \
+                 current_setting('synchronous_standby_names'), \
+                 current_setting('synchronous_commit'), current_setting('statement_timeout')",
+            )
+            .fetch_one(c))?;
+        let risk = replication_risk(replicas, &names, &commit).or_else(|| {
+            (replicas > 0 && timeout.trim() != "0").then(|| {
+                format!(
+                    "statement_timeout is {timeout} for this connection: a commit whose wait \
+                     for the synchronous standby it cancels is answered as committed (with a \
+                     warning) before the standby has it; set statement_timeout = 0 for the \
+                     store's role or database (ALTER ROLE ... SET statement_timeout = 0)"
+                )
+            })
+        });
+        self.replication_verdict(risk)
     }
 
     /// The check of the partition or member table, on its first use.
@@ -396,6 +426,31 @@ impl SqlStore<Postgres> {
             .collect();
         self.check_group_columns(table, &have).await?;
         Ok(())
+    }
+}
+
+/// What can make a failover lose an acknowledged commit, given the replicas streaming from the
+/// server and its `synchronous_standby_names` and `synchronous_commit`; `None` when nothing can.
+fn replication_risk(replicas: i64, names: &str, commit: &str) -> Option<String> {
+    if replicas == 0 {
+        return None;
+    }
+    if names.trim().is_empty() {
+        return Some(format!(
+            "{replicas} replica(s) stream from this primary asynchronously \
+             (synchronous_standby_names is empty), so a commit is acknowledged before any \
+             replica has it and promoting one loses it; set synchronous_standby_names (e.g. \
+             'FIRST 1 (replica1, replica2)' or 'ANY 1 (*)') with synchronous_commit = on or \
+             remote_apply, and promote only a synchronous standby"
+        ));
+    }
+    match commit.trim().to_ascii_lowercase().as_str() {
+        "local" | "off" => Some(format!(
+            "synchronous_commit is {commit} for this connection, so a commit is acknowledged \
+             before the synchronous standby ({names}) has it; set synchronous_commit = on or \
+             remote_apply (server, database or role: ALTER ROLE ... SET synchronous_commit)"
+        )),
+        _ => None,
     }
 }
 
@@ -452,5 +507,26 @@ impl Returning for Postgres {
         names: &[String],
     ) -> impl Future<Output = Result<Vec<(Vec<u8>, i64)>>> + Send {
         slots::unfinished_rows(store, names)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::replication_risk;
+
+    #[test]
+    fn replication_risks() {
+        assert_eq!(replication_risk(0, "", "on"), None);
+        assert_eq!(replication_risk(1, "FIRST 1 (pg2)", "on"), None);
+        assert_eq!(replication_risk(2, "ANY 1 (*)", "remote_apply"), None);
+        assert_eq!(replication_risk(1, "*", "remote_write"), None);
+        let risk = replication_risk(1, "", "on").unwrap_or_default();
+        assert!(
+            risk.contains("synchronous_standby_names is empty"),
+            "{risk}"
+        );
+        let risk = replication_risk(1, "*", "local").unwrap_or_default();
+        assert!(risk.contains("synchronous_commit is local"), "{risk}");
+        assert!(replication_risk(1, "*", "OFF").is_some());
     }
 }
