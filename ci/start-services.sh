@@ -9,6 +9,8 @@
 #             when 27017 is taken by something that is not MongoDB)
 #   etcd      etcd v3 (Debian's etcd-server, 3.4) 127.0.0.1:2379, one member,
 #             data in /var/lib/lease-etcd, log in /var/log/lease-etcd.log
+#   memcached Debian's memcached 127.0.0.1:11211 with -M (never evicts), for the worked
+#             example backend (examples/memcached-store), log in /var/log/lease-memcached.log
 # and installs `faketime` and `protoc` (Debian's protobuf-compiler, which the
 # etcd-client crate's build script runs) when they are missing.
 #
@@ -21,7 +23,7 @@
 # Output: progress on stderr; on stdout one line per service
 # (`service postgres: up` or `service mysql: DOWN (why)`), then as the last line
 # `LEASE_TEST_MONGODB_URL=mongodb://127.0.0.1:PORT` when mongodb is up, and as the last line
-# `LEASE_SERVICES_UP=postgres,mysql,redis,nats,mongodb,etcd` (the ones that are up), which a
+# `LEASE_SERVICES_UP=postgres,mysql,redis,nats,mongodb,etcd,memcached` (the ones that are up), which a
 # caller can `eval` or grep. Exit status is 0 even when a service is down.
 set -euo pipefail
 
@@ -285,9 +287,34 @@ ensure_etcd() {
   fi
 }
 
+# ---------------------------------------------------------------------- memcached
+# `version` answered on 127.0.0.1:11211 (bash's /dev/tcp: no client package needed).
+probe_memcached() {
+  timeout 3 bash -c 'exec 3<>/dev/tcp/127.0.0.1/11211 && printf "version\r\n" >&3 &&
+    IFS= read -r line <&3 && [[ $line == VERSION* ]]' 2>/dev/null
+}
+
+ensure_memcached() {
+  if probe_memcached; then return 0; fi
+  if ! command -v memcached >/dev/null 2>&1; then
+    apt_install memcached || return 1
+    if probe_memcached; then return 0; fi
+  fi
+  # -M: refuse to evict (an evicted lease would free its name while its holder works);
+  # -U 0: no UDP.
+  if ! memcached -d -u memcache -l 127.0.0.1 -p 11211 -U 0 -M -m 64 -c 1024 \
+    -P /run/lease-memcached.pid >>/var/log/lease-memcached.log 2>&1; then
+    log "memcached failed: $(last_line /var/log/lease-memcached.log)"
+  fi
+  if ! wait_for probe_memcached; then
+    WHY="not answering on 127.0.0.1:11211 after ${WAIT_SECS}s: $(last_line /var/log/lease-memcached.log)"
+    return 1
+  fi
+}
+
 # ---------------------------------------------------------------------- main
 declare -a up=() summary=()
-for service in postgres mysql redis nats mongodb etcd; do
+for service in postgres mysql redis nats mongodb etcd memcached; do
   WHY=""
   if "ensure_$service"; then
     up+=("$service")

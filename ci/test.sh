@@ -21,6 +21,7 @@ if has nats; then export LEASE_TEST_NATS_URL=${LEASE_TEST_NATS_URL:-nats://127.0
 mongodb_url=$(echo "$summary" | sed -n 's/^LEASE_TEST_MONGODB_URL=//p' | tail -n 1)
 if has mongodb; then export LEASE_TEST_MONGODB_URL=${LEASE_TEST_MONGODB_URL:-${mongodb_url:-mongodb://127.0.0.1:27017}}; fi
 if has etcd; then export LEASE_TEST_ETCD_URL=${LEASE_TEST_ETCD_URL:-etcd://127.0.0.1:2379}; fi
+if has memcached; then export LEASE_TEST_MEMCACHED_URL=${LEASE_TEST_MEMCACHED_URL:-memcached://127.0.0.1:11211}; fi
 
 # The 3-node clusters (ci/cluster/, idempotent: a cluster already up is left alone): the etcd
 # suite's cluster run (lease-etcd/tests/cluster.rs) and the Redis failover case under Sentinel

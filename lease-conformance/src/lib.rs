@@ -24,7 +24,10 @@
 //! Each case works under its own random name prefix, so cases run in parallel against one
 //! database, and uses TTLs of a few hundred milliseconds, so a backend's suite runs in seconds.
 //! Cases that need a capability the store lacks (expiry, force release, a fault path) return
-//! early with a note.
+//! early with a `NOT APPLICABLE` line, and the suite's last test prints a `CONFORMANCE SUMMARY`
+//! line that counts them (see [`suite`]): libtest itself counts such a case as passed. The
+//! macro needs no `tokio` in the caller's dependencies: it runs each case on a runtime of this
+//! crate's.
 //!
 //! Test servers come from `LEASE_TEST_<BACKEND>_URL`; when that is unset and a Docker engine
 //! answers, the opt-in `docker` feature (off by default; CI's main run builds without
@@ -45,7 +48,9 @@ pub mod env;
 pub mod faults;
 pub mod hints;
 pub mod history;
+pub mod polling;
 pub mod proxy;
+pub mod suite;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -162,6 +167,8 @@ pub struct Harness {
     skips: Vec<(&'static str, String)>,
     /// Kept until the last clone of the harness drops (see [`Harness::holding`]).
     held: Option<Arc<dyn std::any::Any + Send + Sync>>,
+    /// What did not apply in the case running on this harness (see [`Harness::not_applicable`]).
+    notes: Arc<Mutex<Vec<String>>>,
 }
 
 impl Harness {
@@ -185,6 +192,7 @@ impl Harness {
             failures: Arc::default(),
             skips: Vec::new(),
             held: None,
+            notes: Arc::default(),
         }
     }
 
@@ -317,17 +325,32 @@ impl Harness {
             .clone()
     }
 
-    /// Notes that a case does not apply to this backend.
+    /// Notes that a case (or the part of it named `case`) does not apply to this backend, for
+    /// `why`: one `NOT APPLICABLE <backend> <case>: <why>` line on the process's stderr, past
+    /// the test harness's capture, and the case counts as "did not apply" in the suite's
+    /// summary (see [`suite`]).
     pub fn not_applicable(&self, case: &str, why: &str) {
-        eprintln!("{}: {case} does not apply: {why}", self.backend());
+        env::not_applicable(self.backend(), case, why);
+        self.notes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(format!("{case}: {why}"));
     }
 
-    /// Notes, loudly, that a case does not apply to this backend: one
-    /// `NOT APPLICABLE <backend> <case>: <why>` line on the process's stderr, past the test
-    /// harness's capture (for a case whose absence a reader of the CI log must see, such as a
-    /// store without hints).
+    /// The same as [`Harness::not_applicable`] (which is now as loud).
     pub fn not_applicable_loudly(&self, case: &str, why: &str) {
-        env::not_applicable(self.backend(), case, why);
+        self.not_applicable(case, why);
+    }
+
+    /// What the case that ran on this harness did: [`suite::CaseOutcome::Ran`], or
+    /// [`suite::CaseOutcome::NotApplicable`] with the notes of what did not apply.
+    pub fn outcome(&self) -> suite::CaseOutcome {
+        let notes = self.notes.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if notes.is_empty() {
+            suite::CaseOutcome::Ran
+        } else {
+            suite::CaseOutcome::NotApplicable(notes)
+        }
     }
 }
 
@@ -350,8 +373,12 @@ where
     }
 }
 
-/// Stamps out every case in [`cases`] as its own `#[tokio::test]`, each calling `setup()` for a
-/// fresh [`Harness`] (an `async fn() -> Option<Harness>`; `None` skips).
+/// Stamps out every case in [`cases`] as its own `#[test]`, each calling `setup()` for a fresh
+/// [`Harness`] (an `async fn() -> Option<Harness>`; `None` skips) and running the case on a
+/// two-worker tokio runtime of this crate's (the caller needs no `tokio` of its own), within
+/// [`CASE_TIME_LIMIT`]; then a last test, `zz_conformance_summary`, that prints the suite's
+/// [`suite`] summary: how many cases ran in full, did not apply, were not run on this server
+/// or failed.
 #[macro_export]
 macro_rules! conformance_suite {
     ($setup:path) => {
@@ -410,23 +437,35 @@ macro_rules! conformance_suite {
             claims_of_different_counts_keep_each_claims_limit,
             claims_of_different_counts_keep_each_claims_limit_under_chaos,
             a_permit_release_wakes_a_waiter_at_once,
-            wrappers_report_the_stores_capabilities_and_availability
+            wrappers_report_the_stores_capabilities_and_availability,
+            capabilities_agree_with_what_the_store_does
         );
     };
     (@each $setup:path; $($case:ident),* $(,)?) => {
+        static __LEASE_CONFORMANCE_SUITE: $crate::suite::SuiteRecord =
+            $crate::suite::SuiteRecord::new();
         $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $case() {
-                let Some(harness) = $setup().await else { return };
-                if let Some(why) = harness.skip_reason(stringify!($case)) {
-                    $crate::env::skip_case(harness.backend(), stringify!($case), why);
-                    return;
-                }
-                let limit = $crate::CASE_TIME_LIMIT;
-                if tokio::time::timeout(limit, $crate::cases::$case(&harness)).await.is_err() {
-                    panic!("{} did not finish within {limit:?}", stringify!($case));
-                }
+            #[test]
+            fn $case() {
+                $crate::suite::run_case(&__LEASE_CONFORMANCE_SUITE, stringify!($case), async {
+                    let Some(harness) = $setup().await else {
+                        return (None, $crate::suite::CaseOutcome::NoServer);
+                    };
+                    let backend = Some(harness.backend());
+                    if let Some(why) = harness.skip_reason(stringify!($case)) {
+                        $crate::env::skip_case(harness.backend(), stringify!($case), why);
+                        return (backend, $crate::suite::CaseOutcome::NotRun(why.to_owned()));
+                    }
+                    $crate::cases::$case(&harness).await;
+                    (backend, harness.outcome())
+                });
             }
         )*
+        /// Prints the suite's summary once its other cases are done (its name sorts last).
+        #[test]
+        fn zz_conformance_summary() {
+            let total = [$(stringify!($case)),*].len();
+            $crate::suite::summarize(&__LEASE_CONFORMANCE_SUITE, module_path!(), total);
+        }
     };
 }

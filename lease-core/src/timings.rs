@@ -116,6 +116,37 @@ impl Timings {
         TimingsBuilder { t: *self }
     }
 
+    /// Checks that these timings keep back a store clock of `granularity` in full:
+    /// `deadline + grace + granularity ≤ lease − 1 % drift margin`. Every valid `Timings` keeps
+    /// back [`STORE_CLOCK_GRANULARITY`]; a store whose clock is coarser (it says so in
+    /// [`Capabilities::clock_granularity`](crate::backend::Capabilities::clock_granularity):
+    /// memcached's ticks in whole seconds) can end a lease up to `granularity` early, and a
+    /// [`Coordinator`](crate::Coordinator) over it is built only when this holds.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lease_core::Timings;
+    ///
+    /// let t = Timings::default(); // lease 15 s, deadline 10 s, grace 4 s
+    /// assert!(t.check_clock_granularity(Duration::from_millis(500)).is_ok());
+    /// let err = t.check_clock_granularity(Duration::from_secs(1)).unwrap_err();
+    /// assert!(err.to_string().contains("clock granularity"), "{err}");
+    /// ```
+    pub fn check_clock_granularity(&self, granularity: Duration) -> Result<()> {
+        let margin = self.lease * DRIFT_MARGIN_PERCENT / 100;
+        let kept_back = margin + granularity.max(STORE_CLOCK_GRANULARITY);
+        if self.deadline + self.grace > self.lease.saturating_sub(kept_back) {
+            return Err(Error::invalid_timings(format!(
+                "deadline + grace ≤ lease − {DRIFT_MARGIN_PERCENT}% drift margin − store clock \
+                 granularity does not hold: {:?} + {:?} > {:?} − {margin:?} − {granularity:?} \
+                 (the store's clock ticks in steps of {granularity:?}, so a lease can end that \
+                 much early); lengthen the lease or shorten the deadline or grace",
+                self.deadline, self.grace, self.lease
+            )));
+        }
+        Ok(())
+    }
+
     /// How long the store keeps the lease after a claim or a renewal.
     pub fn lease(&self) -> Duration {
         self.lease

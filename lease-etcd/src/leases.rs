@@ -400,6 +400,8 @@ impl LeaseStore for EtcdStore {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities {
+            // etcd counts a lease's TTL in whole seconds but rounds it up and expires it in a
+            // sweep: never before the TTL asked for, so the default clock granularity.
             // The term is the key's create revision: the cluster's revision at the claim.
             consecutive_terms: false,
             // etcd deletes the key when its lease ends.

@@ -26,6 +26,9 @@ impl LeaseStore for MemoryStore {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             expiry: self.expiry,
+            consecutive_terms: true,
+            keeps_ended_records: true,
+            // Expiry by the process's monotonic clock (nanoseconds); the default 1 ms.
             force_release: true,
             list_names: true,
             watch: true,

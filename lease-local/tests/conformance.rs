@@ -39,3 +39,16 @@ mod never_expiring {
 
     lease_conformance::conformance_suite!(setup);
 }
+
+/// The `PollingStore` suite on the in-memory store's polling leases.
+mod polling {
+    use lease_conformance::polling::PollingHarness;
+
+    use super::*;
+
+    async fn setup() -> Option<PollingHarness> {
+        Some(PollingHarness::new(Arc::new(MemoryStore::new())).with_backend("memory"))
+    }
+
+    lease_conformance::polling_suite!(setup);
+}

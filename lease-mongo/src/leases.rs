@@ -28,6 +28,9 @@ impl LeaseStore for MongoStore {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities {
+            consecutive_terms: true,
+            keeps_ended_records: true,
+            // Expiries by the server's `$$NOW`, in milliseconds: the default granularity.
             force_release: true,
             list_names: true,
             // One document per counted name (see `permits.rs`).

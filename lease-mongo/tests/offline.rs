@@ -393,7 +393,13 @@ async fn configuration_is_checked_and_capabilities_are_declared() {
     let store = MongoStore::with_client(client, MongoConfig::new("app")).unwrap();
     assert_eq!(store.backend(), "mongodb");
     let caps = store.capabilities();
-    assert!(caps.expiry && caps.fencing && caps.force_release && caps.slots);
+    assert!(
+        caps.expiry
+            && caps.consecutive_terms
+            && caps.keeps_ended_records
+            && caps.force_release
+            && caps.slots
+    );
     assert!(caps.partitions && caps.membership && !caps.watch);
     assert_eq!(
         store.capabilities().batch_renew,

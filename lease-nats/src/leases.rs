@@ -183,7 +183,6 @@ impl LeaseStore for NatsStore {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             expiry: true,
-            fencing: true,
             // The term is the stream sequence of the claim: strictly increasing, with gaps.
             consecutive_terms: false,
             // The server removes an expired entry, and release purges it.

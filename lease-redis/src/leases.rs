@@ -172,6 +172,9 @@ where
             // ClockFloor takes terms (and partition epochs) from the server clock: increasing,
             // with gaps.
             consecutive_terms: self.config().get_term_scheme() == TermScheme::Counter,
+            // Records are kept (never evicted: `available()` checks the eviction policy).
+            keeps_ended_records: true,
+            // Expiries in the server's milliseconds: the default clock granularity.
             force_release: true,
             list_names: true,
             // Hints cover other processes only with a subscriber connection.

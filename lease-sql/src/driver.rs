@@ -64,6 +64,10 @@ impl<DB: Driver> lease_core::LeaseStore for SqlStore<DB> {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             verify_in_transaction: true,
+            consecutive_terms: true,
+            keeps_ended_records: true,
+            // Expiries by the database's clock, in milliseconds or finer: the default
+            // granularity.
             force_release: true,
             list_names: true,
             watch: self.inner.watch,

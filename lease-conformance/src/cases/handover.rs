@@ -56,6 +56,12 @@ pub async fn a_release_wakes_a_waiter_at_once(h: &Harness) {
         return;
     }
     let name = h.name("wake");
+    assert!(
+        h.store.changes(&Topic::lease(&name)).is_some(),
+        "{}: capabilities().watch is true but changes() answers None: no hint can wake a \
+         waiter; implement LeaseStore::changes, or say watch: false",
+        h.backend()
+    );
     let slow = h
         .timings
         .to_builder()
@@ -260,15 +266,17 @@ pub async fn a_crashed_holder_is_succeeded_at_the_stores_expiry_not_before(h: &H
         at.saturating_duration_since(last_live)
     );
     assert!(t2.token() > t1.token());
+    // A store whose clock is coarser than the tolerance may end the lease up to one step early.
+    let tolerance = EXPIRY_TOLERANCE.max(h.caps().clock_granularity);
     assert!(
-        at + EXPIRY_TOLERANCE >= earliest,
+        at + tolerance >= earliest,
         "{}: the successor held the name {:?} before the store's expiry of the crashed \
          holder's lease",
         h.backend(),
         earliest - at
     );
     assert!(
-        at + EXPIRY_TOLERANCE >= last_live,
+        at + tolerance >= last_live,
         "{}: the successor held the name before the store last answered that the crashed \
          holder's lease was live",
         h.backend()

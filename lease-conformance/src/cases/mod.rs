@@ -105,7 +105,7 @@ pub async fn claim_of_a_free_name_reports_term_and_expiry(h: &Harness) {
     assert_first_term(h, g.term, "claim of a free name");
     if h.caps().expiry {
         assert!(
-            g.expires_in <= h.ttl && g.expires_in + h.slack >= h.ttl,
+            g.expires_in <= h.ttl && g.expires_in + h.slack + h.caps().clock_granularity >= h.ttl,
             "expires_in {:?} should be close to the ttl {:?}",
             g.expires_in,
             h.ttl
@@ -215,7 +215,7 @@ pub async fn renew_extends_the_expiry(h: &Harness) {
         assert_eq!(r.term, g.term, "renewal keeps the term");
         if h.caps().expiry {
             assert!(
-                r.expires_in + h.slack >= h.ttl,
+                r.expires_in + h.slack + h.caps().clock_granularity >= h.ttl,
                 "renewal reports {:?}",
                 r.expires_in
             );
@@ -245,20 +245,34 @@ pub async fn renew_after_expiry_fails(h: &Harness) {
     }
 }
 
-/// Renewal by someone who does not hold the lease fails and leaves the record as it was.
+/// Renewal by someone who does not hold the lease fails and leaves the record as it was: the
+/// time left it reports after the refused renewal is what it reported before, less the time
+/// that passed in between, give or take one step of the store's clock (a clock that ticks in
+/// whole seconds may report the same time left a third of a lease later).
 pub async fn renew_by_a_non_holder_fails_and_changes_nothing(h: &Harness) {
     let name = h.name("renew-other");
     let a = mint();
     let g = must_claim(h, &name, &a, "a").await;
     let before = h.store.get(&name).await.unwrap().unwrap();
+    let read = Instant::now();
     sleep(h.ttl / 3).await;
     assert_eq!(h.store.renew(&name, &mint(), h.ttl).await.unwrap(), None);
+    let asked = Instant::now();
     let after = h.store.get(&name).await.unwrap().unwrap();
     assert_eq!((after.instance.as_str(), after.term), ("a", g.term));
     if h.caps().expiry {
+        // Between the two reads at least `asked - read` passed on the store's clock too, so the
+        // time left went down by at least that much; a clock of granularity G may hide up to G
+        // of it.
+        let passed = asked - read;
         assert!(
-            after.expires_in < before.expires_in,
-            "a non-holder's renewal extended the lease"
+            after.expires_in + passed <= before.expires_in + h.caps().clock_granularity,
+            "{}: a non-holder's renewal extended the lease: {:?} left before it, {:?} after, \
+             {passed:?} later (clock granularity {:?})",
+            h.backend(),
+            before.expires_in,
+            after.expires_in,
+            h.caps().clock_granularity
         );
     }
     assert_eq!(
@@ -305,29 +319,69 @@ pub async fn release_frees_at_once_and_keeps_the_term(h: &Harness) {
     assert_next_term(h, g.term, next, "after release");
 }
 
+/// The last stretch before `ttl − clock_granularity` that the "not before" probe keeps
+/// probing densely: a store whose leases end early is caught however little early.
+const PROBE_STEP_MIN: Duration = Duration::from_millis(5);
+
 /// Without renewal a lease can be claimed by another holder once its TTL has passed by the
-/// store's clock, and not before.
+/// store's clock (within the harness's slack: lateness is allowed), and **not before**: every
+/// claim whose answer arrives sooner than `ttl − clock_granularity` after the first claim was
+/// sent must be refused (the unsafe direction has no slack beyond the store's declared clock
+/// granularity, see [`Capabilities::clock_granularity`](lease_core::backend::Capabilities)).
+/// The probes come closer together towards that bound, down to every 5 ms.
 pub async fn unrenewed_lease_is_claimable_after_ttl_and_not_before(h: &Harness) {
     if !needs_expiry(h, "unrenewed_lease_is_claimable_after_ttl") {
         return;
     }
     let name = h.name("expiry");
+    let granularity = h.caps().clock_granularity;
+    let sent = Instant::now();
     let g = must_claim(h, &name, &mint(), "a").await;
-    let start = Instant::now();
+    // A correct store ends the lease no sooner than `sent + ttl − granularity`.
+    let bound = sent + h.ttl.saturating_sub(granularity);
     let b = mint();
-    while start.elapsed() + h.slack < h.ttl {
-        assert_eq!(
-            claim(h, &name, &b, "b").await,
-            None,
-            "claimed {:?} into a {:?} lease",
-            start.elapsed(),
-            h.ttl
-        );
-        sleep(h.ttl / 6).await;
+    let mut probes = 0u32;
+    loop {
+        let got = claim(h, &name, &b, "b").await;
+        let answered = Instant::now();
+        if answered >= bound {
+            // This claim may have reached the store past the bound: its answer proves nothing.
+            if let Some(g2) = got {
+                assert_next_term(h, g.term, g2.term, "after expiry");
+                assert!(h.store.release(&name, &b).await.unwrap());
+            }
+            break;
+        }
+        probes += 1;
+        if let Some(g2) = got {
+            panic!(
+                "{}: the lease ended early: another holder claimed it (term {}) {:?} after the \
+                 claim of a {:?} lease was sent, {:?} before ttl − clock granularity ({:?}) had \
+                 passed; a store whose clock is coarser must say so in \
+                 Capabilities::clock_granularity",
+                h.backend(),
+                g2.term,
+                answered - sent,
+                h.ttl,
+                bound - answered,
+                granularity
+            );
+        }
+        let left = bound.saturating_duration_since(Instant::now());
+        sleep((h.ttl / 6).min(left / 2).max(PROBE_STEP_MIN)).await;
     }
-    sleep((h.ttl + h.slack).saturating_sub(start.elapsed())).await;
-    let g2 = must_claim(h, &name, &b, "b").await;
-    assert_next_term(h, g.term, g2.term, "after expiry");
+    assert!(
+        probes >= 1,
+        "{}: no claim was answered before ttl − clock granularity ({:?} − {granularity:?}): give \
+         the harness a TTL of at least twice the clock granularity (Harness::with_ttl)",
+        h.backend(),
+        h.ttl
+    );
+    // Lateness: generous, the harness's slack past the TTL.
+    sleep_until(sent + h.ttl + h.slack).await;
+    let c = mint();
+    let g3 = must_claim(h, &name, &c, "c").await;
+    assert!(g3.term > g.term, "term {} after {}", g3.term, g.term);
 }
 
 /// Verify answers the term for the holder of a live lease and nothing for anyone else.
@@ -361,7 +415,8 @@ pub async fn get_tells_the_truth(h: &Harness) {
     assert!(info.live);
     if h.caps().expiry {
         assert!(
-            info.expires_in <= h.ttl && info.expires_in + h.slack >= h.ttl,
+            info.expires_in <= h.ttl
+                && info.expires_in + h.slack + h.caps().clock_granularity >= h.ttl,
             "{info:?}"
         );
         sleep(h.ttl + h.slack).await;

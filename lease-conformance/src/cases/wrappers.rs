@@ -101,3 +101,82 @@ pub async fn wrappers_report_the_stores_capabilities_and_availability(h: &Harnes
         h.backend()
     );
 }
+
+/// The store's capability flags say what it does, and nothing more: each of `permits`,
+/// `partitions`, `membership` and `slots` matches its accessor (a `Capabilities` written by
+/// hand or copied from another store, instead of taken from `derived_capabilities`, fails
+/// here with the flag named); `watch` comes with hints from
+/// [`LeaseStore::changes`](lease_core::LeaseStore::changes); `force_release` and `list_names`
+/// come with the operations (not `Unsupported`); the clock granularity leaves room for the
+/// harness's TTL.
+pub async fn capabilities_agree_with_what_the_store_does(h: &Harness) {
+    let caps = h.caps();
+    let b = h.backend();
+    for (flag, accessor, claimed, has) in [
+        (
+            "permits",
+            "permit",
+            caps.permits,
+            h.store.permit_store().is_some(),
+        ),
+        (
+            "partitions",
+            "partition",
+            caps.partitions,
+            h.store.partition_store().is_some(),
+        ),
+        (
+            "membership",
+            "membership",
+            caps.membership,
+            h.store.membership_store().is_some(),
+        ),
+        ("slots", "slot", caps.slots, h.store.slot_store().is_some()),
+    ] {
+        assert_eq!(
+            claimed,
+            has,
+            "{b}: capabilities().{flag} is {claimed} but {accessor}_store() answers \
+             {}: take the four flags permits, partitions, membership and slots from \
+             `..derived_capabilities(self)` instead of writing or copying them",
+            if has { "Some" } else { "None" }
+        );
+    }
+    let topic = lease_core::backend::notify::Topic::lease(h.name("caps-watch"));
+    if caps.watch {
+        assert!(
+            h.store.changes(&topic).is_some(),
+            "{b}: capabilities().watch is true but changes() answers None for a lease's topic: \
+             implement LeaseStore::changes, or say watch: false (waiters then poll)"
+        );
+    }
+    let name = h.name("caps-never-claimed");
+    if caps.force_release
+        && let Err(e) = h.store.force_release(&name).await
+    {
+        assert!(
+            !e.is(ErrorKind::Unsupported),
+            "{b}: capabilities().force_release is true but force_release() answers {e}: \
+             implement LeaseStore::force_release, or say force_release: false"
+        );
+    }
+    if caps.list_names
+        && let Err(e) = h.store.names(&name, None, 1).await
+    {
+        assert!(
+            !e.is(ErrorKind::Unsupported),
+            "{b}: capabilities().list_names is true but names() answers {e}: implement \
+             LeaseStore::names, or say list_names: false"
+        );
+    }
+    if caps.expiry {
+        assert!(
+            caps.clock_granularity * 2 <= h.ttl,
+            "{b}: the harness's TTL {:?} is less than twice the store's clock granularity {:?}: \
+             no claim could be checked before the lease may end; give the harness a longer TTL \
+             (Harness::with_ttl)",
+            h.ttl,
+            caps.clock_granularity
+        );
+    }
+}

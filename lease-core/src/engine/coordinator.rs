@@ -244,6 +244,8 @@ impl CoordinatorBuilder {
         let instance = self.instance.unwrap_or_else(default_instance);
         validate_instance(&instance)?;
         self.store.validate_ttl(self.timings.lease())?;
+        self.timings
+            .check_clock_granularity(self.store.capabilities().clock_granularity)?;
         if let OnWorkError::Restart { max_backoff } = self.on_work_error
             && max_backoff > MAX_TTL
         {

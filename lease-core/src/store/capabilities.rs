@@ -4,21 +4,49 @@
 use std::time::Duration;
 
 use crate::store::validate::DEFAULT_MAX_NAME_BYTES;
+use crate::timings::STORE_CLOCK_GRANULARITY;
 
 /// What a store can do, so callers and the conformance suite choose what to use.
+///
+/// The [`Default`] claims only what every [`LeaseStore`](crate::LeaseStore) must do anyway
+/// (leases that expire, strictly increasing terms, a millisecond clock, names up to
+/// [`DEFAULT_MAX_NAME_BYTES`]): every stronger guarantee or extra operation is `false` until the
+/// store opts in, so a store that forgets a flag is tested for less, never accused of more. A
+/// store writes the flags it has and `..derived_capabilities(self)`
+/// ([`derived_capabilities`](crate::backend::derived_capabilities)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Capabilities {
     /// Leases expire when not renewed. `false` only for stores whose terms never expire.
     pub expiry: bool,
-    /// Terms strictly increase every time a name changes hands, across release and expiry.
+    /// Read nowhere, and kept only so that existing struct literals compile: every
+    /// [`LeaseStore`](crate::LeaseStore) must issue strictly increasing terms (its contract),
+    /// and the conformance suite checks that on every store whatever this says. A store with
+    /// no fencing token implements [`PollingStore`](crate::backend::polling::PollingStore)
+    /// instead. To be removed in the next breaking release.
+    #[deprecated(
+        since = "0.1.0",
+        note = "read nowhere: every LeaseStore fences (its contract); a store without fencing \
+                tokens implements PollingStore"
+    )]
     pub fencing: bool,
-    /// Terms start at 1 and go up by exactly one per change of hands. `false` where the term is
-    /// taken from elsewhere, e.g. a stream sequence: still strictly increasing, with gaps.
+    /// Terms start at 1 and go up by exactly one per change of hands (opt in). `false` (the
+    /// default) where the term is taken from elsewhere, e.g. a stream sequence or a revision:
+    /// still strictly increasing, with gaps.
     pub consecutive_terms: bool,
     /// After release or expiry, [`LeaseStore::get`](crate::LeaseStore::get) still reports the
-    /// name's last term (the record is kept). `false` where the server removes expired records
-    /// itself.
+    /// name's last term (the record is kept; opt in). `false` (the default) where the server
+    /// removes ended records itself.
     pub keeps_ended_records: bool,
+    /// The coarsest step of the clock the store judges expiry by: a lease claimed or renewed
+    /// for `ttl` may end up to this much before `ttl` has passed since the request was sent
+    /// (a store whose clock ticks in whole seconds, such as memcached's, says 1 s), and never
+    /// earlier. The default is [`STORE_CLOCK_GRANULARITY`] (1 ms), what [`Timings`](crate::Timings)
+    /// keep back anyway; a [`Coordinator`](crate::Coordinator) over a store with a coarser clock
+    /// refuses timings that do not keep back the whole step (see
+    /// [`Timings::check_clock_granularity`](crate::Timings::check_clock_granularity)). The
+    /// conformance suite refuses any claim of an unrenewed lease sooner than `ttl − clock_granularity`
+    /// after the claim was sent.
+    pub clock_granularity: Duration,
     /// A transaction can verify the lease as its first statement (SQL stores).
     pub verify_in_transaction: bool,
     /// The store pushes hints of changes ([`LeaseStore::changes`](crate::LeaseStore::changes)
@@ -57,13 +85,17 @@ pub struct Capabilities {
 }
 
 impl Default for Capabilities {
-    /// Leases with expiry and fencing, names up to [`DEFAULT_MAX_NAME_BYTES`], nothing else.
+    /// Leases that expire, by a clock of [`STORE_CLOCK_GRANULARITY`], names up to
+    /// [`DEFAULT_MAX_NAME_BYTES`], one-round-trip batch renewal, and nothing else: terms not
+    /// claimed consecutive, ended records not claimed kept, no optional operation.
+    #[allow(deprecated)]
     fn default() -> Self {
         Capabilities {
             expiry: true,
             fencing: true,
-            consecutive_terms: true,
-            keeps_ended_records: true,
+            consecutive_terms: false,
+            keeps_ended_records: false,
+            clock_granularity: STORE_CLOCK_GRANULARITY,
             verify_in_transaction: false,
             watch: false,
             partitions: false,
