@@ -65,6 +65,15 @@ pub(crate) struct Args {
     )]
     pub(crate) held: Vec<usize>,
 
+    /// Names held by one coordinator in the held-names runs (comma-separated).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "N,…",
+        default_values_t = [1_000usize, 10_000]
+    )]
+    pub(crate) held_names: Vec<usize>,
+
     /// Renewals in flight at once in the bounded-concurrency renew run.
     #[arg(long, value_name = "N", default_value_t = 16)]
     pub(crate) renew_concurrency: usize,
@@ -346,6 +355,9 @@ pub(crate) enum Section {
     Failover,
     /// Renewing 1, 100, 10,000 held leases once.
     RenewCost,
+    /// 1,000 and 10,000 names held by one coordinator for three renew periods, renewed per
+    /// term and coalesced: terms lost, store renewals per period.
+    Held,
     /// Renewing K partitions with one `renew_partitions` call against K leases one by one.
     Partitions,
     /// Many candidates on one name through `run_elected`.

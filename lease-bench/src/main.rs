@@ -37,6 +37,7 @@ mod cycles;
 mod failover;
 mod fences;
 mod handover;
+mod held;
 mod machine;
 mod peers;
 mod renew_cost;
@@ -154,6 +155,12 @@ async fn run(args: Args) -> Result<()> {
         for &b in &backends {
             progress(started, &format!("renew cost: {}", b.label()));
             report.renew.extend(renew_cost::run(&args, &env, b).await);
+        }
+    }
+    if args.runs(Section::Held) {
+        for &b in &backends {
+            progress(started, &format!("held names: {}", b.label()));
+            report.held.extend(held::run(&args, &env, b).await);
         }
     }
     if args.runs(Section::Partitions) {

@@ -18,7 +18,7 @@ use futures::{StreamExt, TryStreamExt, stream};
 use lease::{
     LeaseStore,
     backend::{
-        HolderToken,
+        HolderToken, MAX_RENEWALS_PER_CALL, RenewItem,
         partitions::{BatchRenew, owner_id},
     },
 };
@@ -51,6 +51,13 @@ pub(crate) struct RenewRow {
     pub(crate) sequential: Option<Duration>,
     /// Wall time of renewing all once, `concurrency` in flight.
     pub(crate) concurrent: Option<Duration>,
+    /// Wall time of renewing all once with `LeaseStore::renew_many` (one call per
+    /// `MAX_RENEWALS_PER_CALL` names, one after the other), as the coordinator's renewer does.
+    pub(crate) batched: Option<Duration>,
+    /// Whether the store batches natively (`Capabilities::renew_many`).
+    pub(crate) native_batch: bool,
+    /// Round trips of renewing all once with `renew_many` (servers only).
+    pub(crate) rt_batched: Option<u64>,
     /// Round trips of renewing all once, one at a time (servers only).
     pub(crate) rt_sequential: Option<u64>,
     /// Round trips of renewing all once, `concurrency` in flight (servers only).
@@ -69,6 +76,9 @@ pub(crate) async fn run(args: &Args, env: &Env, backend: Backend) -> Vec<RenewRo
             concurrency: args.renew_concurrency,
             sequential: None,
             concurrent: None,
+            batched: None,
+            native_batch: false,
+            rt_batched: None,
             rt_sequential: None,
             rt_concurrent: None,
             error: None,
@@ -99,6 +109,9 @@ async fn one(env: &Env, row: &mut RenewRow) -> Result<()> {
     held.renew_concurrent(c).await?;
     row.sequential = Some(held.renew_sequential().await?);
     row.concurrent = Some(held.renew_concurrent(c).await?);
+    row.native_batch = held.store.capabilities().renew_many;
+    held.renew_batched().await?;
+    row.batched = Some(held.renew_batched().await?);
     held.release(c).await?;
 
     if backend.has_server() {
@@ -113,6 +126,10 @@ async fn one(env: &Env, row: &mut RenewRow) -> Result<()> {
         proxy.reset_stats();
         held.renew_concurrent(c).await?;
         row.rt_concurrent = Some(proxy.stats().round_trips);
+        held.renew_batched().await?;
+        proxy.reset_stats();
+        held.renew_batched().await?;
+        row.rt_batched = Some(proxy.stats().round_trips);
         held.release(c).await?;
     }
     Ok(())
@@ -371,6 +388,24 @@ impl Held {
                 grant.is_some(),
                 "the renewal of {name} found the lease lost"
             );
+        }
+        Ok(start.elapsed())
+    }
+
+    async fn renew_batched(&self) -> Result<Duration> {
+        let start = Instant::now();
+        for chunk in self.leases.chunks(MAX_RENEWALS_PER_CALL) {
+            let items: Vec<RenewItem<'_>> = chunk
+                .iter()
+                .map(|(name, holder)| RenewItem { name, holder })
+                .collect();
+            let answers = self.store.renew_many(&items, self.ttl).await?;
+            for ((name, _), answer) in chunk.iter().zip(answers) {
+                ensure!(
+                    answer?.is_some(),
+                    "the batched renewal of {name} found the lease lost"
+                );
+            }
         }
         Ok(start.elapsed())
     }

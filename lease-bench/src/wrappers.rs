@@ -106,7 +106,8 @@ impl Hook for Counting {
                     answer
                 });
             }
-            Operation::Renew => &self.renews,
+            // A batch of renewals is one store operation.
+            Operation::Renew | Operation::RenewMany => &self.renews,
             Operation::Release => &self.releases,
             Operation::Verify | Operation::Get => &self.reads,
             _ => return op,

@@ -249,7 +249,10 @@ impl Faults {
             | Operation::AcquirePartition
             | Operation::PollAcquire
             | Operation::ClaimPermit => &c.claims,
-            Operation::Renew | Operation::RenewPartitions | Operation::RenewPermit => &c.renews,
+            Operation::Renew
+            | Operation::RenewMany
+            | Operation::RenewPartitions
+            | Operation::RenewPermit => &c.renews,
             Operation::Release
             | Operation::ReleasePartitions
             | Operation::PollRelease

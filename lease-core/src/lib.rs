@@ -85,13 +85,22 @@ pub mod coordinator {
     pub use crate::engine::campaign::{
         FIRST_CLAIM_SPREAD_MIN, FIRST_CLAIM_SPREAD_ROUND_TRIPS, first_claim_window,
     };
-    pub use crate::engine::coordinator::{CoordinatorBuilder, OnWorkError};
+    pub use crate::engine::coordinator::{CoordinatorBuilder, OnWorkError, Renewals};
     pub use crate::engine::observer::{HolderChange, HolderWatch};
     pub use crate::engine::step_down::{
         FAIL_EXIT_CODE, FailAction, StepDownFailure, default_fail_action,
     };
     pub use crate::store::target::Target;
     pub use crate::timings::TimingsBuilder;
+
+    /// Test tools of the coordinator (feature `test-util`).
+    #[cfg(feature = "test-util")]
+    #[doc(hidden)]
+    pub mod testing {
+        /// Deliberately broken, for proving the renewer's tests: on the calling thread, a
+        /// batch's deadlines count from its answer instead of its start.
+        pub use crate::engine::renewer::testing::stamp_batches_at_answer;
+    }
 }
 
 /// The README's examples, compiled as doc tests so they stay true.

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use lease_core::backend::names::{self, ListedName, NamePage};
 use lease_core::backend::notify::{Topic, Wakeups};
-use lease_core::backend::{Grant, HolderToken, async_trait, check, slots::SlotRecord};
+use lease_core::backend::{Grant, HolderToken, RenewItem, async_trait, check, slots::SlotRecord};
 use lease_core::{
     LeaseStore, Result,
     backend::{
@@ -32,6 +32,7 @@ impl LeaseStore for MemoryStore {
             force_release: true,
             list_names: true,
             watch: true,
+            renew_many: true,
             ..lease_core::backend::derived_capabilities(self)
         }
     }
@@ -102,6 +103,33 @@ impl LeaseStore for MemoryStore {
             }
             _ => Ok(None),
         }
+    }
+
+    /// Every item under one lock, by one reading of the clock.
+    async fn renew_many(
+        &self,
+        items: &[RenewItem<'_>],
+        ttl: Duration,
+    ) -> Result<Vec<Result<Option<Grant>>>> {
+        if check::renew_many(self, items, ttl)? == check::Batch::Empty {
+            return Ok(Vec::new());
+        }
+        let now = Instant::now();
+        let until = self.until(now, ttl);
+        let mut st = self.lock();
+        Ok(items
+            .iter()
+            .map(|item| match st.leases.get_mut(item.name) {
+                Some(r) if r.holder == *item.holder && r.live(now) => {
+                    r.until = until;
+                    Ok(Some(Grant {
+                        term: r.term,
+                        expires_in: r.expires_in(now),
+                    }))
+                }
+                _ => Ok(None),
+            })
+            .collect())
     }
 
     async fn release(&self, name: &str, holder: &HolderToken) -> Result<bool> {

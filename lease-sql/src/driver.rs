@@ -8,7 +8,11 @@
 //! (the term comes back with `RETURNING`) and every database's reads through `shared.rs`,
 //! MySQL's writes in `mysql/leases.rs` (through `LAST_INSERT_ID`).
 
+use std::collections::HashMap;
 use std::time::Duration;
+
+use lease_core::backend::RenewItem;
+use lease_core::backend::check::Batch;
 
 use lease_core::backend::notify::{Topic, Wakeups};
 use lease_core::backend::{Grant, HolderToken};
@@ -27,6 +31,10 @@ use crate::slots::SlotDriver;
 use crate::store::{
     Fence, SqlStore, Token, lost_in_transaction, permit_not_verifiable, remaining, ttl_ms,
 };
+
+/// How long the leases of a [`renew_many`](lease_core::LeaseStore::renew_many) whose rows were
+/// locked by another transaction are waited for, all together, once the others are renewed.
+pub(crate) const SKIPPED_WAIT: Duration = Duration::from_secs(1);
 
 /// What one database brings to the store, in one part per store trait ([`LeaseDriver`] for the
 /// lease table, its start-up checks, hints and verified transactions; [`PartitionDriver`],
@@ -70,6 +78,7 @@ impl<DB: Driver> lease_core::LeaseStore for SqlStore<DB> {
             // granularity.
             force_release: true,
             list_names: true,
+            renew_many: DB::RENEW_MANY,
             watch: self.inner.watch,
             max_name_bytes: self.inner.config.max_name_bytes,
             ..lease_core::backend::derived_capabilities(self)
@@ -134,6 +143,69 @@ impl<DB: Driver> lease_core::LeaseStore for SqlStore<DB> {
             term,
             expires_in: remaining(ms),
         }))
+    }
+
+    /// PostgreSQL and SQLite: one statement (see the stores' docs); MySQL: one `renew` after
+    /// the other. On PostgreSQL a lease whose row another transaction has locked (a verified
+    /// transaction of its holder, a concurrent renewal) is passed by, not waited for, and then
+    /// renewed alone, all such renewals together waiting at most 1 s; one still
+    /// waiting then is answered `Timeout` (its outcome unknown, retried like any renewal).
+    async fn renew_many(
+        &self,
+        items: &[RenewItem<'_>],
+        ttl: Duration,
+    ) -> Result<Vec<Result<Option<Grant>>>> {
+        if lease_core::backend::check::renew_many(self, items, ttl)? == Batch::Empty {
+            return Ok(Vec::new());
+        }
+        let mut answers = Vec::with_capacity(items.len());
+        if !DB::RENEW_MANY {
+            for item in items {
+                answers.push(self.renew(item.name, item.holder, ttl).await);
+            }
+            return Ok(answers);
+        }
+        let ms = ttl_ms(ttl);
+        let names: Vec<&str> = items.iter().map(|i| i.name).collect();
+        let hexes: Vec<String> = items.iter().map(|i| i.holder.to_hex()).collect();
+        let hex_refs: Vec<&str> = hexes.iter().map(String::as_str).collect();
+        let first = names.first().copied().unwrap_or_default();
+        let rows = DB::renew_many_rows(self, &names, &hex_refs, ms)
+            .await
+            .map_err(|e| e.during(Operation::RenewMany, first))?;
+        let mut found: HashMap<String, (Option<i64>, bool)> = rows
+            .into_iter()
+            .map(|(name, term, skipped)| (name, (term, skipped != 0)))
+            .collect();
+        let skipped_until = tokio::time::Instant::now() + SKIPPED_WAIT;
+        for item in items {
+            let answer = match found.remove(item.name) {
+                Some((Some(term), _)) => self.term_from(term).map(|term| {
+                    Some(Grant {
+                        term,
+                        expires_in: remaining(ms),
+                    })
+                }),
+                Some((None, true)) => {
+                    match tokio::time::timeout_at(
+                        skipped_until,
+                        self.renew(item.name, item.holder, ttl),
+                    )
+                    .await
+                    {
+                        Ok(answer) => answer,
+                        Err(_) => Err(lease_core::Error::timeout(
+                            "the renewal of a lease whose row another transaction locked",
+                            SKIPPED_WAIT,
+                        )
+                        .during(Operation::RenewMany, item.name)),
+                    }
+                }
+                _ => Ok(None),
+            };
+            answers.push(answer);
+        }
+        Ok(answers)
     }
 
     async fn release(&self, name: &str, holder: &HolderToken) -> Result<bool> {

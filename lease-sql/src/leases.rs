@@ -64,6 +64,20 @@ pub(crate) trait LeaseDriver: LeaseDb {
         ms: i64,
     ) -> impl Future<Output = Result<Option<u64>>> + Send;
 
+    /// Whether [`renew_many_rows`](LeaseDriver::renew_many_rows) renews many leases in one statement;
+    /// `false` (MySQL): the store renews them one by one.
+    const RENEW_MANY: bool = false;
+
+    /// The renewal of many leases in one statement (see `Statements::renew_many`): `(name,
+    /// term, skipped)` for each lease found live under its holder, `skipped` non-zero when
+    /// the statement passed its locked row by. Called only when `RENEW_MANY`.
+    fn renew_many_rows(
+        store: &SqlStore<Self>,
+        names: &[&str],
+        hexes: &[&str],
+        ms: i64,
+    ) -> impl Future<Output = Result<Vec<(String, Option<i64>, i64)>>> + Send;
+
     /// The release: whether the holder's live lease ended.
     fn release_row(
         store: &SqlStore<Self>,

@@ -426,6 +426,28 @@ where
         row.map(|(epoch,)| self.epoch_from(epoch)).transpose()
     }
 
+    /// PostgreSQL's and SQLite's renewal of many leases in one statement, `names` and `hexes`
+    /// as the database binds a list of text: `(name, term, skipped)` for each lease found live
+    /// under its holder (see `Statements::renew_many`).
+    #[cfg(any(feature = "postgres", feature = "sqlite"))]
+    pub(crate) async fn shared_renew_many<T>(
+        &self,
+        names: T,
+        hexes: T,
+        ms: i64,
+    ) -> Result<Vec<(String, Option<i64>, i64)>>
+    where
+        T: for<'q> Encode<'q, DB> + Type<DB>,
+    {
+        with_conn!(write self, Operation::RenewMany, |c| {
+            sqlx::query_as(&self.inner.stmts.renew_many)
+                .bind(&names)
+                .bind(&hexes)
+                .bind(ms)
+                .fetch_all(c)
+        })
+    }
+
     /// PostgreSQL's and SQLite's renewal of a batch, `parts` its partitions as the database
     /// binds them: every lease renewed gets the statement's one expiry, `ms` left.
     #[cfg(any(feature = "postgres", feature = "sqlite"))]
@@ -625,6 +647,13 @@ pub(crate) trait Returning: LeaseDb + Sized {
     /// The batch `partitions` as one parameter.
     fn parts(partitions: &[u32]) -> Self::Parts;
 
+    /// A list of text as the database binds it, in one parameter (PostgreSQL: an array,
+    /// SQLite: a JSON array).
+    type Texts: for<'q> Encode<'q, Self> + Type<Self> + Send + Sync;
+
+    /// `items` as one parameter.
+    fn texts(items: &[&str]) -> Self::Texts;
+
     /// The start-up checks of [`available`](lease_core::LeaseStore::available).
     fn check_available(store: &SqlStore<Self>) -> impl Future<Output = Result<()>> + Send;
 
@@ -712,6 +741,17 @@ where
         ms: i64,
     ) -> impl Future<Output = Result<Option<u64>>> + Send {
         store.shared_renew_row(name, hex, ms)
+    }
+
+    const RENEW_MANY: bool = true;
+
+    fn renew_many_rows(
+        store: &SqlStore<DB>,
+        names: &[&str],
+        hexes: &[&str],
+        ms: i64,
+    ) -> impl Future<Output = Result<Vec<(String, Option<i64>, i64)>>> + Send {
+        store.shared_renew_many(DB::texts(names), DB::texts(hexes), ms)
     }
 
     fn release_row(

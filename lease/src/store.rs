@@ -11,7 +11,7 @@ use lease_core::backend::notify::{Topic, Wakeups};
 use lease_core::backend::partitions::PartitionStore;
 use lease_core::backend::permits::PermitStore;
 use lease_core::backend::slots::SlotStore;
-use lease_core::backend::{Capabilities, Grant, HolderToken, LeaseInfo, async_trait};
+use lease_core::backend::{Capabilities, Grant, HolderToken, LeaseInfo, RenewItem, async_trait};
 use lease_core::{LeaseStore, Result};
 
 use crate::Backend;
@@ -145,6 +145,14 @@ impl LeaseStore for Store {
         ttl: Duration,
     ) -> Result<Option<Grant>> {
         self.inner.renew(name, holder, ttl).await
+    }
+
+    async fn renew_many(
+        &self,
+        items: &[RenewItem<'_>],
+        ttl: Duration,
+    ) -> Result<Vec<Result<Option<Grant>>>> {
+        self.inner.renew_many(items, ttl).await
     }
 
     async fn release(&self, name: &str, holder: &HolderToken) -> Result<bool> {

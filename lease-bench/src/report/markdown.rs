@@ -27,6 +27,9 @@ pub(super) fn render(r: &Report) -> String {
     if !r.renew.is_empty() {
         renew(r, &mut s);
     }
+    if !r.held.is_empty() {
+        held(r, &mut s);
+    }
     if !r.contention.is_empty() {
         contention(r, &mut s);
     }
@@ -265,9 +268,10 @@ fn renew(r: &Report, s: &mut String) {
     let _ = writeln!(
         s,
         "| backend | held | all once, 1 in flight | per renewal | share of a 2 s renew period | \
-         all once, bounded concurrency | round trips, 1 in flight | round trips, concurrent |"
+         all once, bounded concurrency | all once, renew_many | round trips, 1 in flight | \
+         round trips, concurrent | round trips, renew_many |"
     );
-    let _ = writeln!(s, "|---|--:|--:|--:|--:|--:|--:|--:|");
+    let _ = writeln!(s, "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|");
     for x in &r.renew {
         let per = x
             .sequential
@@ -285,14 +289,50 @@ fn renew(r: &Report, s: &mut String) {
             .unwrap_or_default();
         let _ = writeln!(
             s,
-            "| {}{err} | {} | {} | {per} | {share} | {} ({} in flight) | {} | {} |",
+            "| {}{err} | {} | {} | {per} | {share} | {} ({} in flight) | {} ({}) | {} | {} | {} |",
             x.backend.label(),
             fmt_rate(x.held as f64),
             opt_dur(x.sequential),
             opt_dur(x.concurrent),
             x.concurrency,
+            opt_dur(x.batched),
+            if x.native_batch { "native" } else { "loop" },
             rt(x.rt_sequential),
             rt(x.rt_concurrent),
+            rt(x.rt_batched),
+        );
+    }
+    s.push('\n');
+}
+
+fn held(r: &Report, s: &mut String) {
+    let _ = writeln!(
+        s,
+        "## Held names (one coordinator, three renew periods of the default timings)\n"
+    );
+    let _ = writeln!(
+        s,
+        "| backend | held | renewals | terms lost | store renewal operations per renew period |"
+    );
+    let _ = writeln!(s, "|---|--:|---|--:|--:|");
+    for x in &r.held {
+        let err = x
+            .error
+            .as_ref()
+            .map(|e| format!(" (error: {e})"))
+            .unwrap_or_default();
+        let _ = writeln!(
+            s,
+            "| {}{err} | {} | {} | {} | {} |",
+            x.backend.label(),
+            fmt_rate(x.held as f64),
+            x.renewals,
+            x.lost
+                .map(|n| n.to_string())
+                .unwrap_or_else(|| "–".to_owned()),
+            x.ops_per_period
+                .map(|n| format!("{n:.1}"))
+                .unwrap_or_else(|| "–".to_owned()),
         );
     }
     s.push('\n');

@@ -18,6 +18,7 @@ use crate::cycles::CycleRow;
 use crate::failover::FailoverRow;
 use crate::fences::FenceRow;
 use crate::handover::HandoverRow;
+use crate::held::HeldRow;
 use crate::machine::Machine;
 use crate::peers::SubjectId;
 use crate::renew_cost::{PartitionRow, RenewRow};
@@ -56,6 +57,8 @@ pub(crate) struct Report {
     pub(crate) failover: Vec<FailoverRow>,
     /// Renew cost.
     pub(crate) renew: Vec<RenewRow>,
+    /// Held names, per term against coalesced.
+    pub(crate) held: Vec<HeldRow>,
     /// Contention.
     pub(crate) contention: Vec<ContentionRow>,
     /// Batch renewal of partitions against single renewals.

@@ -23,6 +23,7 @@ mod handover;
 mod inputs;
 mod names;
 mod permits;
+mod renew_many;
 mod slots;
 mod wrappers;
 pub use groups::*;
@@ -30,6 +31,7 @@ pub use handover::*;
 pub use inputs::*;
 pub use names::*;
 pub use permits::*;
+pub use renew_many::*;
 pub use slots::*;
 pub use wrappers::*;
 

@@ -14,7 +14,7 @@ use crate::store::error::{Error, Result};
 use crate::store::lease_store::LeaseStore;
 use crate::store::membership::{MAX_ADDRESS_BYTES, MAX_GROUPS_PER_MEMBER, MAX_NODE_ID_BYTES};
 use crate::store::partitions::MAX_PARTITIONS_PER_CALL;
-use crate::store::record::{MAX_INSTANCE_BYTES, validate_instance};
+use crate::store::record::{MAX_INSTANCE_BYTES, RenewItem, check_renewals, validate_instance};
 use crate::store::store_ext::LeaseStoreExt;
 
 /// What a batch check found: whether the operation has anything to send.
@@ -98,6 +98,19 @@ fn permit_index(permit: u32) -> Result<()> {
 pub fn renew<S: LeaseStore + ?Sized>(store: &S, name: &str, ttl: Duration) -> Result<()> {
     store.validate_name(name)?;
     store.validate_ttl(ttl)
+}
+
+/// [`LeaseStore::renew_many`]: the lease duration, each name as [`renew`] checks it, at most
+/// [`MAX_RENEWALS_PER_CALL`](crate::backend::MAX_RENEWALS_PER_CALL) items, and no name twice (one answer per name, in order, would be
+/// ambiguous for a name sent twice). `Batch::Empty` for an empty list, answered with no I/O.
+pub fn renew_many<S: LeaseStore + ?Sized>(
+    store: &S,
+    items: &[RenewItem<'_>],
+    ttl: Duration,
+) -> Result<Batch> {
+    store.validate_ttl(ttl)?;
+    check_renewals(items, store.capabilities().max_name_bytes)?;
+    Ok(Batch::of(items))
 }
 
 /// The operations that take a name alone: [`LeaseStore::release`], `verify`, `get`,

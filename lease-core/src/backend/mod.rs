@@ -38,7 +38,8 @@ pub use crate::store::{membership, names, notify, partitions, permits, polling, 
 pub use crate::store::capabilities::Capabilities;
 pub use crate::store::error::BoxError;
 pub use crate::store::record::{
-    Grant, HolderToken, LeaseInfo, MAX_INSTANCE_BYTES, validate_instance,
+    Grant, HolderToken, LeaseInfo, MAX_INSTANCE_BYTES, MAX_RENEWALS_PER_CALL, RenewItem,
+    validate_instance,
 };
 pub use crate::store::store_ext::LeaseStoreExt;
 pub use crate::store::validate::{

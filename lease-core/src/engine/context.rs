@@ -9,6 +9,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::clock::Stamp;
 use crate::engine::leadership::Board;
+use crate::engine::renewer::Renewer;
 use crate::engine::step_down::FailAction;
 use crate::store::lease_store::LeaseStore;
 use crate::timings::Timings;
@@ -26,6 +27,9 @@ pub(crate) struct CoordShared {
     pub(crate) closing: CancellationToken,
     /// The leadership state of every name asked for or claimed.
     pub(crate) leadership: Board,
+    /// The renewer of this coordinator's plain leases, when they are renewed in batches
+    /// ([`Renewals`](crate::coordinator::Renewals)); `None` when each term renews on its own.
+    pub(crate) renewer: Option<Arc<Renewer>>,
 }
 
 impl CoordShared {

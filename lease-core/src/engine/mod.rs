@@ -10,6 +10,7 @@ mod context;
 pub(crate) mod coordinator;
 pub(crate) mod leadership;
 pub(crate) mod observer;
+pub(crate) mod renewer;
 pub(crate) mod run;
 pub(crate) mod step_down;
 pub(crate) mod term;

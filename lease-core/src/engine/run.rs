@@ -214,10 +214,10 @@ async fn watch<T: Send + 'static>(shared: Arc<TermShared>, mut task: JoinHandle<
             // Release in the background (the store may be what failed), and only once the
             // aborted task is gone: an abort takes effect at the work's next await point.
             // Whoever still holds a handle on the lost term does not hold up the release.
-            let stop = shared.stop.clone();
+            let stopping = shared.clone();
             tokio::spawn(async move {
                 let _gone = task.await;
-                stop.cancel();
+                stopping.signal_stop();
             });
             Ended::Abandoned(error)
         }
@@ -359,7 +359,7 @@ impl Term {
         }
         if self.is_lost() {
             // Release in the background: the store may be what failed.
-            shared.stop.cancel();
+            shared.signal_stop();
             let lost = self
                 .err()
                 .unwrap_or_else(|| Error::lost(&shared.name, "lost"));

@@ -10,6 +10,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::clock::{Deadline, Stamp};
 use crate::engine::context::CoordShared;
+use crate::engine::renewer::Renewer;
 use crate::store::error::{Error, ErrorKind, Result};
 use crate::store::lease_store::LeaseStore;
 use crate::store::lease_store::{permits_of, slots_of};
@@ -50,7 +51,7 @@ struct TermHandle {
 
 impl Drop for TermHandle {
     fn drop(&mut self) {
-        self.shared.stop.cancel();
+        self.shared.signal_stop();
     }
 }
 
@@ -71,6 +72,10 @@ enum Ending {
 struct Status {
     /// Start of the last claim or renewal known to have succeeded.
     last_ok: Stamp,
+    /// Start of the last renewal attempt (of the claim before the first), for the renewer.
+    last_attempt: Stamp,
+    /// The store answered that the lease is gone: nothing to release.
+    store_says_gone: bool,
     /// Time left by the store's clock, as of `last_ok`'s answer.
     expires_in: Duration,
     /// The error the term ended with; `None` while live or when resigned.
@@ -109,6 +114,9 @@ pub(crate) struct TermShared {
     pub(crate) stop: CancellationToken,
     /// Fires when the keeper has finished (released or given up).
     pub(crate) finished: CancellationToken,
+    /// The coordinator's renewer, when it renews this term (coalesced renewals); `None` when
+    /// the term's own keeper task does.
+    renewer: Option<Arc<Renewer>>,
     status: Mutex<Status>,
 }
 
@@ -166,6 +174,44 @@ impl TermShared {
                     .await
             }
         }
+    }
+
+    /// Tells whoever renews this term to stop and release it.
+    pub(crate) fn signal_stop(&self) {
+        self.stop.cancel();
+        if let Some(renewer) = &self.renewer {
+            renewer.stopped();
+        }
+    }
+
+    /// Start of the last claim or renewal known to have succeeded.
+    pub(crate) fn last_ok(&self) -> Stamp {
+        self.status().last_ok
+    }
+
+    /// Start of the last renewal attempt (the claim's, before the first).
+    pub(crate) fn last_attempt(&self) -> Stamp {
+        self.status().last_attempt
+    }
+
+    /// A renewal attempt starts at `at`.
+    pub(crate) fn attempted(&self, at: Stamp) {
+        self.status().last_attempt = at;
+    }
+
+    /// A renewal sent at `start` succeeded with `grant`: the deadline now counts from `start`.
+    /// Returns the time that was left before the old deadline.
+    pub(crate) fn renewed(&self, start: Stamp, grant: Grant, deadline: Duration) -> Duration {
+        let mut st = self.status();
+        let left = st.last_ok.remaining(deadline);
+        st.last_ok = start;
+        st.expires_in = grant.expires_in;
+        left
+    }
+
+    /// The store answered that the lease is gone: the release at the end is skipped.
+    pub(crate) fn gone_from_store(&self) {
+        self.status().store_says_gone = true;
     }
 
     fn status(&self) -> MutexGuard<'_, Status> {
@@ -252,10 +298,12 @@ impl TermShared {
     /// done) otherwise. Decided under the lock that `try_add_run` takes.
     pub(crate) fn stop_if_unused(&self) -> bool {
         let st = self.status();
-        if st.runs == 0 {
-            self.stop.cancel();
+        let unused = st.runs == 0;
+        drop(st);
+        if unused {
+            self.signal_stop();
         }
-        st.runs == 0
+        unused
     }
 
     /// Ends the term as lost, logged at warn and counted under `cause` (once per term).
@@ -269,7 +317,7 @@ impl TermShared {
 
     /// Stops the keeper and waits for its release.
     pub(crate) async fn stop_and_wait(&self) -> Result<bool> {
-        self.stop.cancel();
+        self.signal_stop();
         self.finished.cancelled().await;
         self.status().released.clone().unwrap_or(Ok(false))
     }
@@ -285,6 +333,13 @@ impl Term {
         grant: Grant,
         coord: Arc<CoordShared>,
     ) -> Term {
+        let expires = coord.store.capabilities().expiry;
+        // Plain leases go to the coordinator's renewer when it has one; permits keep their own
+        // keeper.
+        let renewer = match (&coord.renewer, permit) {
+            (Some(renewer), None) if expires => Some(renewer.clone()),
+            _ => None,
+        };
         let shared = Arc::new(TermShared {
             name,
             permit,
@@ -293,14 +348,17 @@ impl Term {
             holder,
             store: coord.store.clone(),
             timings: coord.timings,
-            expires: coord.store.capabilities().expiry,
+            expires,
             coord,
             done: CancellationToken::new(),
             lost: CancellationToken::new(),
             stop: CancellationToken::new(),
             finished: CancellationToken::new(),
+            renewer,
             status: Mutex::new(Status {
                 last_ok: claimed_at,
+                last_attempt: claimed_at,
+                store_says_gone: false,
                 expires_in: grant.expires_in,
                 end: None,
                 ended_at: None,
@@ -314,7 +372,12 @@ impl Term {
         shared.coord.term_started(&shared.name, token, claimed_at);
         let span =
             info_span!("lease", name = %shared.name, term = token, instance = %shared.instance);
-        tokio::spawn(keep(shared.clone()).instrument(span));
+        match &shared.renewer {
+            Some(renewer) => renewer.add(shared.clone()),
+            None => {
+                tokio::spawn(keep(shared.clone()).instrument(span));
+            }
+        }
         Term {
             handle: Arc::new(TermHandle { shared }),
         }
@@ -473,7 +536,6 @@ impl fmt::Debug for Term {
 async fn keep(shared: Arc<TermShared>) {
     let t = shared.timings;
     let mut last_attempt = shared.status().last_ok;
-    let mut store_says_gone = false;
     loop {
         if !shared.expires {
             break;
@@ -538,7 +600,7 @@ async fn keep(shared: Arc<TermShared>) {
                 debug!(expires_in = ?grant.expires_in, "renewed");
             }
             Ok(Ok(None)) => {
-                store_says_gone = true;
+                shared.gone_from_store();
                 shared.lose(
                     "the store reports the lease is no longer held",
                     LossCause::Store,
@@ -555,9 +617,16 @@ async fn keep(shared: Arc<TermShared>) {
             }
         }
     }
-    // Lost or stopped. Work under a lost term may still be winding down: release only once the
-    // holder says stop, and never after the store said the lease is gone.
+    finish(shared).await;
+}
+
+/// The end of a term's keeping, once it is lost or told to stop: waits for the stop (work under
+/// a lost term may still be winding down), then releases, unless the store said the lease is
+/// gone, and marks the term finished.
+pub(crate) async fn finish(shared: Arc<TermShared>) {
+    let t = shared.timings;
     shared.stop.cancelled().await;
+    let store_says_gone = shared.status().store_says_gone;
     let released = if store_says_gone {
         Ok(false)
     } else {

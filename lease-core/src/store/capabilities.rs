@@ -79,6 +79,12 @@ pub struct Capabilities {
     /// How a batch renewal of partitions reaches the server (see
     /// [`PartitionStore::renew_partitions`](crate::backend::partitions::PartitionStore::renew_partitions)).
     pub batch_renew: BatchRenew,
+    /// [`LeaseStore::renew_many`](crate::LeaseStore::renew_many) reaches the server in a fixed
+    /// number of requests however many names it renews (one statement, one script per hash
+    /// slot), rather than the trait's default of one `renew` per name. A coordinator built with
+    /// [`Renewals::Auto`](crate::coordinator::Renewals::Auto) renews the terms it holds in
+    /// batches exactly when this is `true`.
+    pub renew_many: bool,
     /// When set, the only lease duration the store accepts (a store whose expiry is fixed
     /// server-side, such as a bucket's max age).
     pub fixed_ttl: Option<Duration>,
@@ -106,6 +112,7 @@ impl Default for Capabilities {
             permits: false,
             max_name_bytes: DEFAULT_MAX_NAME_BYTES,
             batch_renew: BatchRenew::default(),
+            renew_many: false,
             fixed_ttl: None,
         }
     }

@@ -57,7 +57,7 @@ use crate::store::notify::{Topic, Wakeups};
 use crate::store::partitions::{PartitionLease, PartitionStore};
 use crate::store::permits::{PermitGrant, PermitInfo, PermitStore};
 use crate::store::polling::PollingStore;
-use crate::store::record::{Grant, HolderToken, LeaseInfo};
+use crate::store::record::{Grant, HolderToken, LeaseInfo, RenewItem};
 use crate::store::slots::{SlotClaim, SlotFinish, SlotRecord, SlotStore};
 
 pub use crate::store::operation::Operation;
@@ -79,6 +79,8 @@ pub struct Call<'a> {
     pub ttl: Option<Duration>,
     /// The partitions named, for partition operations (one for an acquire).
     pub partitions: &'a [u32],
+    /// The leases named, for [`Operation::RenewMany`] (whose `name` is the first of them).
+    pub renewals: &'a [RenewItem<'a>],
 }
 
 impl<'a> Call<'a> {
@@ -89,6 +91,7 @@ impl<'a> Call<'a> {
             who: None,
             ttl: None,
             partitions: &[],
+            renewals: &[],
         }
     }
 
@@ -234,6 +237,18 @@ impl<S: LeaseStore, H: Hook> LeaseStore for Intercept<S, H> {
     ) -> Result<Option<Grant>> {
         let call = Call::new(Operation::Renew, name).ttl(ttl);
         let op = self.inner.renew(name, holder, ttl);
+        self.hook.around(call, Box::pin(op)).await
+    }
+
+    async fn renew_many(
+        &self,
+        items: &[RenewItem<'_>],
+        ttl: Duration,
+    ) -> Result<Vec<Result<Option<Grant>>>> {
+        let first = items.first().map_or("", |i| i.name);
+        let mut call = Call::new(Operation::RenewMany, first).ttl(ttl);
+        call.renewals = items;
+        let op = self.inner.renew_many(items, ttl);
         self.hook.around(call, Box::pin(op)).await
     }
 

@@ -17,8 +17,9 @@ use crate::store::names::NamePage;
 use crate::store::notify::{Topic, Wakeups};
 use crate::store::partitions::PartitionStore;
 use crate::store::permits::PermitStore;
-use crate::store::record::{Grant, HolderToken, LeaseInfo};
+use crate::store::record::{Grant, HolderToken, LeaseInfo, RenewItem, check_renewals};
 use crate::store::slots::SlotStore;
+use crate::store::validate::validate_ttl;
 
 /// The backend contract: atomic lease operations, each one round trip to the store.
 ///
@@ -77,6 +78,41 @@ pub trait LeaseStore: Send + Sync + fmt::Debug + 'static {
     /// revived, even if nobody claimed it since.
     async fn renew(&self, name: &str, holder: &HolderToken, ttl: Duration)
     -> Result<Option<Grant>>;
+
+    /// Renews many leases at once, each exactly as [`renew`](LeaseStore::renew) would: extended
+    /// to `ttl` from now by the store's clock while live under its holder token, never revived
+    /// once expired.
+    ///
+    /// Answers one result per item, in the order given: `Ok(Some(grant))` renewed,
+    /// `Ok(None)` not live under this holder (lost), `Err` when that item's outcome is unknown
+    /// or failed. The outer `Err` means nothing is known of any item: an argument refused
+    /// before any I/O (see [`check::renew_many`](crate::backend::check::renew_many): at most
+    /// [`MAX_RENEWALS_PER_CALL`](crate::backend::MAX_RENEWALS_PER_CALL) items, no name twice,
+    /// each name as `renew` checks it), or a request whose answer was lost. An empty list is
+    /// answered at once, with no I/O.
+    ///
+    /// **Cancel safety**: as for `renew`. If the future is dropped or times out after the
+    /// request was sent, some, all or none of the items may have been renewed; each renewal
+    /// is atomic and keeps the rules, so the caller retries the batch like an unknown renewal,
+    /// counting each lease's deadline from the last renewal known to have succeeded.
+    ///
+    /// The default renews one item after the other with `renew` (so a store of one's own keeps
+    /// working, at one round trip per item) and answers
+    /// [`Capabilities::renew_many`] `false`; a store that renews them in one request or a fixed
+    /// few overrides it and says so with `renew_many: true`.
+    async fn renew_many(
+        &self,
+        items: &[RenewItem<'_>],
+        ttl: Duration,
+    ) -> Result<Vec<Result<Option<Grant>>>> {
+        validate_ttl(ttl)?;
+        check_renewals(items, self.capabilities().max_name_bytes)?;
+        let mut answers = Vec::with_capacity(items.len());
+        for item in items {
+            answers.push(self.renew(item.name, item.holder, ttl).await);
+        }
+        Ok(answers)
+    }
 
     /// Ends the live lease `holder` has on `name`, keeping the record and its term, so the next
     /// claim gets a higher term at once. `true` when this call ended a live lease.
@@ -250,6 +286,13 @@ macro_rules! forward_lease_store {
                 ttl: Duration,
             ) -> Result<Option<Grant>> {
                 (**self).renew(name, holder, ttl).await
+            }
+            async fn renew_many(
+                &self,
+                items: &[RenewItem<'_>],
+                ttl: Duration,
+            ) -> Result<Vec<Result<Option<Grant>>>> {
+                (**self).renew_many(items, ttl).await
             }
             async fn release(&self, name: &str, holder: &HolderToken) -> Result<bool> {
                 (**self).release(name, holder).await

@@ -12,6 +12,8 @@ pub enum Operation {
     Claim,
     /// [`LeaseStore::renew`](crate::LeaseStore::renew).
     Renew,
+    /// [`LeaseStore::renew_many`](crate::LeaseStore::renew_many).
+    RenewMany,
     /// [`LeaseStore::release`](crate::LeaseStore::release).
     Release,
     /// [`LeaseStore::verify`](crate::LeaseStore::verify).
@@ -71,6 +73,7 @@ impl Operation {
             Operation::Available => "available",
             Operation::Claim => "claim",
             Operation::Renew => "renew",
+            Operation::RenewMany => "renew_many",
             Operation::Release => "release",
             Operation::Verify => "verify",
             Operation::Get => "get",

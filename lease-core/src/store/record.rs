@@ -10,6 +10,43 @@ use crate::store::validate::validate_name;
 /// The longest instance label, in bytes, every store must keep.
 pub const MAX_INSTANCE_BYTES: usize = 128;
 
+/// The most items one [`LeaseStore::renew_many`](crate::LeaseStore::renew_many) takes; a
+/// caller with more sends several calls (the engine chunks at this size).
+pub const MAX_RENEWALS_PER_CALL: usize = 10_000;
+
+/// One lease to renew in a [`LeaseStore::renew_many`](crate::LeaseStore::renew_many): its name
+/// and the holder token it was claimed under.
+#[derive(Debug, Clone, Copy)]
+pub struct RenewItem<'a> {
+    /// The lease's name.
+    pub name: &'a str,
+    /// The holder token the lease was claimed under.
+    pub holder: &'a HolderToken,
+}
+
+/// The rules of a [`RenewItem`] list: at most [`MAX_RENEWALS_PER_CALL`] items, each name one a
+/// store of `max_name_bytes` can hold, no name twice.
+pub(crate) fn check_renewals(items: &[RenewItem<'_>], max_name_bytes: usize) -> Result<()> {
+    if items.len() > MAX_RENEWALS_PER_CALL {
+        return Err(Error::invalid_argument(format!(
+            "{} leases to renew in one call; at most {MAX_RENEWALS_PER_CALL} are taken, so send \
+             them in several calls",
+            items.len()
+        )));
+    }
+    let mut seen = std::collections::HashSet::with_capacity(items.len());
+    for item in items {
+        validate_name(item.name, max_name_bytes)?;
+        if !seen.insert(item.name) {
+            return Err(Error::invalid_argument(format!(
+                "the lease '{}' is named twice in one renew_many; name each lease once",
+                item.name
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// A holder token: 128 random bits minted for one claim and never reused.
 ///
 /// The store keeps it in the lease's record; renew, verify and release match on it, so a claim

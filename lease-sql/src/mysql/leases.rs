@@ -80,6 +80,16 @@ impl LeaseDriver for MySql {
         ))
     }
 
+    /// Not called: MySQL renews many leases one by one (`RENEW_MANY` is `false`).
+    async fn renew_many_rows(
+        _store: &MySqlStore,
+        _names: &[&str],
+        _hexes: &[&str],
+        _ms: i64,
+    ) -> Result<Vec<(String, Option<i64>, i64)>> {
+        Ok(Vec::new())
+    }
+
     async fn release_row(store: &MySqlStore, name: &str, hex: &str) -> Result<bool> {
         let q = sqlx::query(&store.inner.stmts.release).bind(name).bind(hex);
         Ok(store

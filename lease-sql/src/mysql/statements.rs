@@ -24,6 +24,8 @@ pub(crate) fn statements(t: &str) -> Statements {
     let dialect = Dialect::MySql;
     let now = dialect.expiry_ms();
     let s = Statements {
+        // MySQL renews many leases one by one (`renew_many`'s loop).
+        renew_many: String::new(),
         claim: format!(
             "INSERT INTO {t} (name, holder, instance, term, expires_at_ms) \
                      VALUES (?, ?, ?, LAST_INSERT_ID(1), {now} + ?) \

@@ -109,6 +109,23 @@ fn plain(t: &str) -> Statements {
             "SELECT term FROM {t} \
              WHERE name = $1 AND holder = $2 AND term = $3 AND expires_at_ms > {now} FOR SHARE"
         ),
+        // `s`: the leases live under their holders, as the statement's snapshot reads them;
+        // `k`: the same rows locked, passing by a row another transaction has locked (a
+        // verified transaction's FOR SHARE, a concurrent renewal) rather than waiting for it;
+        // `u`: the locked rows renewed, live checked again on their latest version. A row of
+        // `s` not in `k` is answered as skipped, and the store renews it alone.
+        renew_many: format!(
+            "WITH n AS (SELECT {now} AS now), \
+             i AS (SELECT a.name, a.holder FROM unnest($1::text[], $2::text[]) AS a(name, holder)), \
+             s AS (SELECT l.name FROM n, {t} AS l JOIN i ON l.name = i.name AND l.holder = i.holder \
+             WHERE l.expires_at_ms > n.now), \
+             k AS (SELECT l.name FROM n, {t} AS l JOIN i ON l.name = i.name AND l.holder = i.holder \
+             WHERE l.expires_at_ms > n.now FOR UPDATE OF l SKIP LOCKED), \
+             u AS (UPDATE {t} AS l SET expires_at_ms = n.now + $3 FROM n, k \
+             WHERE l.name = k.name AND l.expires_at_ms > n.now RETURNING l.name, l.term) \
+             SELECT s.name::text, u.term, CASE WHEN k.name IS NULL THEN 1 ELSE 0 END::int8 AS skipped \
+             FROM s LEFT JOIN k ON k.name = s.name LEFT JOIN u ON u.name = s.name"
+        ),
         groups: groups(t),
         permits: PermitStatements {
             claim: permit_claim(&crate::wire::permits_table(t), "1"),

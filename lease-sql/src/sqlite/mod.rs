@@ -288,6 +288,29 @@ fn parts(partitions: &[u32]) -> String {
     format!("[{}]", list.join(","))
 }
 
+/// Texts as one JSON array of strings, for `json_each(?1)`.
+fn json_texts(items: &[&str]) -> String {
+    let mut out = String::with_capacity(items.iter().map(|s| s.len() + 3).sum::<usize>() + 2);
+    out.push('[');
+    for (i, item) in items.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push('"');
+        for c in item.chars() {
+            match c {
+                '"' => out.push_str("\\\""),
+                '\\' => out.push_str("\\\\"),
+                c if u32::from(c) < 0x20 => out.push_str(&format!("\\u{:04x}", u32::from(c))),
+                c => out.push(c),
+            }
+        }
+        out.push('"');
+    }
+    out.push(']');
+    out
+}
+
 impl Returning for Sqlite {
     const BEGIN: Option<&'static str> = Some("BEGIN IMMEDIATE");
 
@@ -295,6 +318,12 @@ impl Returning for Sqlite {
 
     fn parts(partitions: &[u32]) -> String {
         parts(partitions)
+    }
+
+    type Texts = String;
+
+    fn texts(items: &[&str]) -> String {
+        json_texts(items)
     }
 
     fn check_available(store: &SqliteStore) -> impl Future<Output = Result<()>> + Send {

@@ -29,6 +29,15 @@ pub(crate) fn statements(t: &str) -> Statements {
             "SELECT term FROM {t} \
              WHERE name = $1 AND holder = $2 AND term = $3 AND expires_at_ms > $4"
         ),
+        // One statement, in the write transaction (whose clock is read once): the names and
+        // holders as two JSON arrays, paired by position.
+        renew_many: format!(
+            "UPDATE {t} AS l SET expires_at_ms = {now} + $3 \
+             FROM (SELECT n.value AS name, h.value AS holder \
+             FROM json_each($1) AS n JOIN json_each($2) AS h ON h.key = n.key) AS i \
+             WHERE l.name = i.name AND l.holder = i.holder AND l.expires_at_ms > {now} \
+             RETURNING name, term, 0"
+        ),
         groups: groups(t),
         permits: permits(t),
         slots: SlotStatements {
@@ -72,6 +81,7 @@ fn renumber(s: Statements, f: impl Fn(String) -> String) -> Statements {
         claim: f(s.claim),
         claim_nowait: s.claim_nowait,
         renew: f(s.renew),
+        renew_many: f(s.renew_many),
         release: f(s.release),
         force_release: f(s.force_release),
         verify: f(s.verify),

@@ -25,6 +25,14 @@ pub(crate) struct Statements {
     #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
     pub(crate) claim_nowait: String,
     pub(crate) renew: String,
+    /// The renewal of many leases in one statement (PostgreSQL's and SQLite's; empty on
+    /// MySQL, whose store renews them one by one): `$1` the names and `$2` their holders, as
+    /// the database binds a list of text (see `Returning::texts`), `$3` the TTL in
+    /// milliseconds. One row `(name, term, skipped)` per lease found live under its holder:
+    /// `term` NULL when it was not renewed, `skipped` when its row was locked by another
+    /// transaction and the statement passed it by (PostgreSQL).
+    #[cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
+    pub(crate) renew_many: String,
     pub(crate) release: String,
     pub(crate) force_release: String,
     pub(crate) verify: String,

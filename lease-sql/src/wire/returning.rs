@@ -20,6 +20,8 @@ pub(crate) fn statements(dialect: Dialect, t: &str) -> Statements {
             "UPDATE {t} SET expires_at_ms = {now} + $3 \
              WHERE name = $1 AND holder = $2 AND expires_at_ms > {now} RETURNING term"
         ),
+        // Each dialect writes its own.
+        renew_many: String::new(),
         release: format!(
             "UPDATE {t} SET expires_at_ms = 0 \
              WHERE name = $1 AND holder = $2 AND expires_at_ms > {now}"
