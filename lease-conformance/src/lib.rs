@@ -220,10 +220,54 @@ impl Harness {
         self
     }
 
-    /// Adds a fault path.
+    /// Adds a fault path: `store` must reach the same server as [`Harness::store`] (see
+    /// [`Harness::checked_fault_path`]).
     pub fn with_faults(mut self, store: Arc<dyn LeaseStore>, switch: Arc<dyn FaultSwitch>) -> Self {
         self.faults = Some(FaultPath { store, switch });
         self
+    }
+
+    /// Checks that the fault path's store reaches the same server as the store under test: a
+    /// lease claimed through the store under test is read back through the fault path's store
+    /// (same term, same instance label), then released. Panics, saying what to change, when
+    /// it is not: a proxy pointed at another server (one at the same address as the server
+    /// reports of itself, say, when that is a container's own) makes every case on the fault
+    /// path fail in ways that look like the store's bugs. Without a fault path, does nothing.
+    /// The probe is one claim, one read and one release under this harness's name prefix,
+    /// with the switch as the case finds it (passing, on a fresh harness).
+    pub async fn checked_fault_path(self) -> Self {
+        let Some(faults) = &self.faults else {
+            return self;
+        };
+        let name = self.name("fault-path-probe");
+        let holder = lease_core::backend::HolderToken::mint();
+        let instance = format!("probe-{:08x}", rand::random::<u32>());
+        let backend = self.backend();
+        let grant = match self.store.claim(&name, &holder, &instance, self.ttl).await {
+            Ok(Some(grant)) => grant,
+            Ok(None) => {
+                panic!("{backend}: the fault path check could not claim the new name {name}")
+            }
+            Err(e) => panic!("{backend}: the fault path check could not claim {name}: {e}"),
+        };
+        let seen = faults.store.get(&name).await;
+        // Released before judging, so a failed check leaves nothing held.
+        let _ = self.store.release(&name, &holder).await;
+        match seen {
+            Ok(Some(info)) if info.term == grant.term && info.instance == instance => self,
+            Ok(other) => panic!(
+                "{backend}: the fault path's store does not reach the store under test's \
+                 server: {name}, claimed through the store under test (term {}, instance \
+                 {instance}), reads through the fault path's store as {other:?}. Point the \
+                 fault path (its proxy) at the server the store under test connected to: the \
+                 address in the test server's URL, not one the server reports of itself",
+                grant.term
+            ),
+            Err(e) => panic!(
+                "{backend}: the fault path check could not read {name} through the fault \
+                 path's store: {e}"
+            ),
+        }
     }
 
     /// Adds the store's slot operations (the same store as [`Harness::store`]).

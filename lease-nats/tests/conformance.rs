@@ -4,7 +4,8 @@
 //! The harness takes the store's fixed TTL (the bucket's max age, 1.5 s here) for both the
 //! store-level cases and the coordinator timings. Scheduler slots, partitions and membership run
 //! on the same store (slots in the bucket's slot bucket, which has no max age); the fault
-//! path's store counts the round trips of a batch renewal.
+//! path's store counts the round trips of a batch renewal. Each case first checks that the
+//! fault path reaches the same server (`Harness::checked_fault_path`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -37,7 +38,9 @@ async fn setup() -> Option<Harness> {
         Harness::new(Arc::new(store.clone()))
             .with_slots(Arc::new(store.clone()))
             .with_faults(Arc::new(proxied.clone()), Arc::new(proxy))
-            .with_groups(Arc::new(store), Some(Arc::new(proxied))),
+            .with_groups(Arc::new(store), Some(Arc::new(proxied)))
+            .checked_fault_path()
+            .await,
     )
 }
 

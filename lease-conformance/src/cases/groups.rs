@@ -327,19 +327,52 @@ pub async fn batch_renewal_of_1000_partitions_takes_fixed_round_trips(h: &Harnes
         .filter(|(_, switch)| switch.round_trips().is_some());
     let Some((via, switch)) = counted else {
         let renewed = g.renew_partitions(&group, &all, owner, ttl).await.unwrap();
-        assert_eq!(partitions_of(&renewed), all.iter().copied().collect());
+        // All 1,000 are live only if the renewal came within the TTL of the first acquire.
+        if acquiring.elapsed() < ttl {
+            assert_eq!(partitions_of(&renewed), all.iter().copied().collect());
+        }
         g.release_partitions(&group, &all, owner).await.unwrap();
         return h.not_applicable(CASE, "no round-trip counter on this store's fault path");
     };
-    // Warm the fault path's connection, then count.
-    via.renew_partitions(&group, &all[..10], owner, ttl)
+    // Warm the fault path's connection, then count. With a short fixed TTL the first ten,
+    // acquired first, may have run out while the other 990 were acquired (NATS's 1.5 s in a
+    // container, or with both cores busy): those are acquired again through the store under
+    // test, and the fault path renews the ten once more, so the counted renewal renews ten
+    // live leases that the fault path's store wrote last.
+    let warm_sent = std::time::Instant::now();
+    let warm = via
+        .renew_partitions(&group, &all[..10], owner, ttl)
         .await
         .unwrap();
+    let ran_out: Vec<u32> = all[..10]
+        .iter()
+        .copied()
+        .filter(|p| !partitions_of(&warm).contains(p))
+        .collect();
+    if !ran_out.is_empty() {
+        eprintln!(
+            "{}: {CASE}: {} of the first 10 ran out {:?} after the first acquire (the {ttl:?} \
+             TTL): acquired again",
+            h.backend(),
+            ran_out.len(),
+            acquiring.elapsed()
+        );
+        for &p in &ran_out {
+            let got = g.acquire_partition(&group, p, owner, ttl).await;
+            assert!(matches!(got, Ok(Some(_))), "acquire of {p} again: {got:?}");
+        }
+        via.renew_partitions(&group, &all[..10], owner, ttl)
+            .await
+            .unwrap();
+    }
     switch.reset_round_trips();
+    let ten_sent = std::time::Instant::now();
     let ten = via
         .renew_partitions(&group, &all[..10], owner, ttl)
         .await
         .unwrap();
+    // Every one of the ten was written after `warm_sent`: live until `warm_sent + ttl`.
+    let ten_in_time = warm_sent.elapsed() < ttl;
     let rt_ten = switch.round_trips().unwrap_or(0);
     switch.reset_round_trips();
     let renewal_sent = std::time::Instant::now();
@@ -348,7 +381,28 @@ pub async fn batch_renewal_of_1000_partitions_takes_fixed_round_trips(h: &Harnes
         .await
         .unwrap();
     let rt_thousand = switch.round_trips().unwrap_or(0);
-    assert_eq!(ten.len(), 10);
+    if ten_in_time {
+        assert_eq!(
+            partitions_of(&ten),
+            (0..10).collect(),
+            "{}: the ten leases, each written within the TTL, renewed",
+            h.backend()
+        );
+    } else {
+        assert!(
+            partitions_of(&ten).is_subset(&(0..10).collect()),
+            "{}: renewed {:?} of the first ten",
+            h.backend(),
+            partitions_of(&ten)
+        );
+        eprintln!(
+            "{}: {CASE}: the renewal of ten came {:?} after the warm-up, past the {ttl:?} TTL: \
+             {} of 10 renewed",
+            h.backend(),
+            ten_sent.duration_since(warm_sent),
+            ten.len()
+        );
+    }
     // Every expiry was set after `acquiring`: a renewal answered before `acquiring + ttl` found
     // all 1,000 live. A later one (a short fixed TTL on a loaded machine) may rightly renew
     // fewer, never one it does not hold.
@@ -397,22 +451,24 @@ pub async fn batch_renewal_of_1000_partitions_takes_fixed_round_trips(h: &Harnes
             );
         }
     }
-    // The renewal set every expiry after `renewal_sent`: a release answered before
-    // `renewal_sent + ttl` found all 1,000 live. One answered later (a loaded machine, or a
-    // store whose fixed TTL is short) may find some run out, and then not releasing them is
-    // right; it still releases no more than it holds.
+    // The renewal set the expiry of each lease it renewed after `renewal_sent`: a release
+    // answered before `renewal_sent + ttl` found every one of them live (and none of those it
+    // did not renew: they had run out). One answered later (a loaded machine, or a store whose
+    // fixed TTL is short) may find some run out, and then not releasing them is right; it
+    // still releases no more than it holds.
+    let renewed = thousand.len();
     let released = g.release_partitions(&group, &all, owner).await.unwrap();
     if renewal_sent.elapsed() < ttl {
         assert_eq!(
             released,
-            1000,
-            "{}: the release of 1,000 live leases",
+            renewed,
+            "{}: the release of the {renewed} leases just renewed",
             h.backend()
         );
     } else {
         assert!(
-            released <= 1000,
-            "{}: released {released} of 1,000",
+            released <= renewed,
+            "{}: released {released}; {renewed} were renewed",
             h.backend()
         );
         eprintln!(
