@@ -160,6 +160,7 @@ impl<DB: Database> SqlStore<DB> {
     /// warning when the configuration accepts it.
     ///
     /// [`SqlConfig::allow_async_replication`]: crate::SqlConfig::allow_async_replication
+    #[cfg(any(feature = "postgres", feature = "mysql"))]
     pub(crate) fn replication_verdict(&self, risk: Option<String>) -> Result<()> {
         let Some(why) = risk else { return Ok(()) };
         if self.inner.config.allow_async_replication {
