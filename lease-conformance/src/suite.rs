@@ -237,7 +237,7 @@ mod tests {
             ),
             "{text}"
         );
-        assert!(text.contains("  did not apply: b: b: no slots\n"), "{text}");
+        assert!(text.contains("  did not apply: b: no slots\n"), "{text}");
         assert!(text.contains("  FAILED: c\n"), "{text}");
     }
 }
