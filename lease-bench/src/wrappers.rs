@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use lease::backend::Grant;
 use lease::layer::{Answer, Call, Hook, Intercept, Operation, peek};
@@ -54,6 +54,9 @@ pub(crate) struct Counting {
     releases: AtomicU64,
     reads: AtomicU64,
     stamps: Mutex<Vec<Instant>>,
+    /// Renewal calls (`renew`, `renew_many`) timed, their total and longest time in µs.
+    renew_micros: AtomicU64,
+    renew_max_micros: AtomicU64,
 }
 
 /// A store whose operations are counted ([`Counting`]).
@@ -74,6 +77,34 @@ impl Counting {
             releases: self.releases.load(Ordering::Relaxed),
             reads: self.reads.load(Ordering::Relaxed),
         }
+    }
+
+    /// The mean and the longest time of one renewal call (`renew` or `renew_many`) since
+    /// `earlier` (the counts then), and since the last [`Counting::reset_renew_max`] for the
+    /// longest; `None` without a call.
+    pub(crate) fn renew_times(
+        &self,
+        earlier: &Counts,
+        earlier_micros: u64,
+    ) -> Option<(Duration, Duration)> {
+        let calls = self.renews.load(Ordering::Relaxed) - earlier.renews;
+        let micros = self.renew_micros.load(Ordering::Relaxed) - earlier_micros;
+        (calls > 0).then(|| {
+            (
+                Duration::from_micros(micros / calls),
+                Duration::from_micros(self.renew_max_micros.load(Ordering::Relaxed)),
+            )
+        })
+    }
+
+    /// The total time of the renewal calls so far, in µs (for [`Counting::renew_times`]).
+    pub(crate) fn renew_micros(&self) -> u64 {
+        self.renew_micros.load(Ordering::Relaxed)
+    }
+
+    /// Forgets the longest renewal call so far.
+    pub(crate) fn reset_renew_max(&self) {
+        self.renew_max_micros.store(0, Ordering::Relaxed);
     }
 
     /// The instants at which claims were sent.
@@ -107,7 +138,17 @@ impl Hook for Counting {
                 });
             }
             // A batch of renewals is one store operation.
-            Operation::Renew | Operation::RenewMany => &self.renews,
+            Operation::Renew | Operation::RenewMany => {
+                self.renews.fetch_add(1, Ordering::Relaxed);
+                return Box::pin(async move {
+                    let started = Instant::now();
+                    let answer = op.await;
+                    let micros = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+                    self.renew_micros.fetch_add(micros, Ordering::Relaxed);
+                    self.renew_max_micros.fetch_max(micros, Ordering::Relaxed);
+                    answer
+                });
+            }
             Operation::Release => &self.releases,
             Operation::Verify | Operation::Get => &self.reads,
             _ => return op,

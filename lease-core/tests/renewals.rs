@@ -232,6 +232,25 @@ async fn a_resign_releases_at_once() {
     assert_eq!(batches(&store), 0);
 }
 
+/// The default (`Renewals::Auto`) coalesces on a store with native batches: one batch per
+/// period for both terms, no single renewal.
+#[tokio::test(start_paused = true)]
+async fn the_default_coalesces_on_a_store_with_batches() {
+    let store = Arc::new(MemoryStore::new().with_hook(Batches {
+        mode: Mutex::new(Mode::Pass),
+        batches: AtomicU64::new(0),
+        singles: AtomicU64::new(0),
+        releases: AtomicU64::new(0),
+    }));
+    assert!(store.capabilities().renew_many);
+    let coordinator = Coordinator::builder(store.clone()).build().unwrap();
+    let _a = coordinator.try_acquire("a").await.unwrap();
+    let _b = coordinator.try_acquire("b").await.unwrap();
+    sleep(Duration::from_millis(4500)).await;
+    assert_eq!(batches(&store), 2, "batches at 2 s and 4 s");
+    assert_eq!(store.hook().singles.load(Ordering::SeqCst), 0);
+}
+
 /// The per-term path is still there: one renew per term per period, no batch.
 #[tokio::test(start_paused = true)]
 async fn per_term_renewals_can_still_be_chosen() {

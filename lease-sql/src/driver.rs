@@ -145,11 +145,14 @@ impl<DB: Driver> lease_core::LeaseStore for SqlStore<DB> {
         }))
     }
 
-    /// PostgreSQL and SQLite: one statement (see the stores' docs); MySQL: one `renew` after
-    /// the other. On PostgreSQL a lease whose row another transaction has locked (a verified
-    /// transaction of its holder, a concurrent renewal) is passed by, not waited for, and then
-    /// renewed alone, all such renewals together waiting at most 1 s; one still
-    /// waiting then is answered `Timeout` (its outcome unknown, retried like any renewal).
+    /// PostgreSQL and SQLite: one statement (see the stores' docs), whose time grows with the
+    /// number of names, not with its square; MySQL: one `renew` after the other. On
+    /// PostgreSQL a lease whose row another transaction has locked (a verified transaction of
+    /// its holder, a concurrent renewal) is passed by, not waited for, and then renewed alone,
+    /// all such renewals together waiting at most 1 s; one still waiting then is answered
+    /// `Timeout` (its outcome unknown, retried like any renewal), never "not held": only a
+    /// lease the statement did not find live under its holder, or that its renewal alone
+    /// found so, is answered `None`.
     async fn renew_many(
         &self,
         items: &[RenewItem<'_>],
@@ -173,10 +176,19 @@ impl<DB: Driver> lease_core::LeaseStore for SqlStore<DB> {
         let rows = DB::renew_many_rows(self, &names, &hex_refs, ms)
             .await
             .map_err(|e| e.during(Operation::RenewMany, first))?;
-        let mut found: HashMap<String, (Option<i64>, bool)> = rows
-            .into_iter()
-            .map(|(name, term, skipped)| (name, (term, skipped != 0)))
-            .collect();
+        // A name may come twice (PostgreSQL: renewed, and live in the snapshot): its term wins.
+        let mut found: HashMap<String, (Option<i64>, bool)> = HashMap::with_capacity(rows.len());
+        for (name, term, skipped) in rows {
+            let row = (term, term.is_none() && skipped != 0);
+            found
+                .entry(name)
+                .and_modify(|seen| {
+                    if term.is_some() {
+                        *seen = row;
+                    }
+                })
+                .or_insert(row);
+        }
         let skipped_until = tokio::time::Instant::now() + SKIPPED_WAIT;
         for item in items {
             let answer = match found.remove(item.name) {

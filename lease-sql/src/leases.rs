@@ -69,8 +69,10 @@ pub(crate) trait LeaseDriver: LeaseDb {
     const RENEW_MANY: bool = false;
 
     /// The renewal of many leases in one statement (see `Statements::renew_many`): `(name,
-    /// term, skipped)` for each lease found live under its holder, `skipped` non-zero when
-    /// the statement passed its locked row by. Called only when `RENEW_MANY`.
+    /// term, skipped)` rows; a name with a row carrying a term was renewed, one whose rows
+    /// carry none but `skipped` non-zero was found live and passed by (its row locked by
+    /// another transaction), one without a row was not live under its holder. A name may come
+    /// twice. Called only when `RENEW_MANY`.
     fn renew_many_rows(
         store: &SqlStore<Self>,
         names: &[&str],

@@ -427,8 +427,8 @@ where
     }
 
     /// PostgreSQL's and SQLite's renewal of many leases in one statement, `names` and `hexes`
-    /// as the database binds a list of text: `(name, term, skipped)` for each lease found live
-    /// under its holder (see `Statements::renew_many`).
+    /// as the database binds a list of text: `(name, term, skipped)` rows (see
+    /// `Statements::renew_many`).
     #[cfg(any(feature = "postgres", feature = "sqlite"))]
     pub(crate) async fn shared_renew_many<T>(
         &self,

@@ -312,9 +312,11 @@ fn held(r: &Report, s: &mut String) {
     );
     let _ = writeln!(
         s,
-        "| backend | held | renewals | terms lost | store renewal operations per renew period |"
+        "| backend | held | renewals | terms lost | store renewal operations per renew period | \
+         one renewal call, mean / longest | client CPU per held name per period | \
+         client memory per held name |"
     );
-    let _ = writeln!(s, "|---|--:|---|--:|--:|");
+    let _ = writeln!(s, "|---|--:|---|--:|--:|--:|--:|--:|");
     for x in &r.held {
         let err = x
             .error
@@ -323,7 +325,7 @@ fn held(r: &Report, s: &mut String) {
             .unwrap_or_default();
         let _ = writeln!(
             s,
-            "| {}{err} | {} | {} | {} | {} |",
+            "| {}{err} | {} | {} | {} | {} | {} | {} | {} |",
             x.backend.label(),
             fmt_rate(x.held as f64),
             x.renewals,
@@ -332,6 +334,15 @@ fn held(r: &Report, s: &mut String) {
                 .unwrap_or_else(|| "–".to_owned()),
             x.ops_per_period
                 .map(|n| format!("{n:.1}"))
+                .unwrap_or_else(|| "–".to_owned()),
+            x.call_time
+                .map(|(mean, max)| format!("{} / {}", fmt_dur(mean), fmt_dur(max)))
+                .unwrap_or_else(|| "–".to_owned()),
+            x.cpu_per_name
+                .map(fmt_dur)
+                .unwrap_or_else(|| "–".to_owned()),
+            x.rss_per_name
+                .map(|b| format!("{:.0} B", b.max(0.0)))
                 .unwrap_or_else(|| "–".to_owned()),
         );
     }

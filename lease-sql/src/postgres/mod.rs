@@ -62,8 +62,9 @@ use crate::wire::schema::Dialect;
 /// -- renew
 /// UPDATE leases SET expires_at_ms = :now + $3
 ///  WHERE name = $1 AND holder = $2 AND expires_at_ms > :now RETURNING term;
-/// -- renew_many ($1 names, $2 holders: text[]; a row another transaction locked is passed
-/// -- by (skipped = 1) and renewed alone afterwards, at most 1 s waited for all of them)
+/// -- renew_many ($1 names, $2 holders: text[]; the renewed rows with their terms, then every
+/// -- live row with skipped = 1: one without a renewed row was passed by, as another
+/// -- transaction had locked it, and is renewed alone afterwards, at most 1 s waited for all)
 /// WITH n AS (SELECT :now AS now),
 ///      i AS (SELECT a.name, a.holder FROM unnest($1::text[], $2::text[]) AS a(name, holder)),
 ///      s AS (SELECT l.name FROM n, leases AS l JOIN i ON l.name = i.name AND l.holder = i.holder
@@ -72,8 +73,8 @@ use crate::wire::schema::Dialect;
 ///             WHERE l.expires_at_ms > n.now FOR UPDATE OF l SKIP LOCKED),
 ///      u AS (UPDATE leases AS l SET expires_at_ms = n.now + $3 FROM n, k
 ///             WHERE l.name = k.name AND l.expires_at_ms > n.now RETURNING l.name, l.term)
-/// SELECT s.name::text, u.term, CASE WHEN k.name IS NULL THEN 1 ELSE 0 END::int8 AS skipped
-///   FROM s LEFT JOIN k ON k.name = s.name LEFT JOIN u ON u.name = s.name;
+/// SELECT u.name::text, u.term, 0::int8 FROM u
+/// UNION ALL SELECT s.name::text, NULL::int8, 1::int8 FROM s;
 /// -- release (keeps the row and its term)
 /// UPDATE leases SET expires_at_ms = 0 WHERE name = $1 AND holder = $2 AND expires_at_ms > :now;
 /// -- verify

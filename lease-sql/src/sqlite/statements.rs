@@ -30,11 +30,14 @@ pub(crate) fn statements(t: &str) -> Statements {
              WHERE name = $1 AND holder = $2 AND term = $3 AND expires_at_ms > $4"
         ),
         // One statement, in the write transaction (whose clock is read once): the names and
-        // holders as two JSON arrays, paired by position.
+        // holders as two JSON arrays, paired by position. The holders are materialized first,
+        // so SQLite pairs them through an automatic index on their position: joined directly,
+        // `json_each($2)` was scanned (and $2 parsed) once per name, 21 s for 10,000 names.
         renew_many: format!(
-            "UPDATE {t} AS l SET expires_at_ms = {now} + $3 \
+            "WITH h AS MATERIALIZED (SELECT key, value FROM json_each($2)) \
+             UPDATE {t} AS l SET expires_at_ms = {now} + $3 \
              FROM (SELECT n.value AS name, h.value AS holder \
-             FROM json_each($1) AS n JOIN json_each($2) AS h ON h.key = n.key) AS i \
+             FROM json_each($1) AS n JOIN h ON h.key = n.key) AS i \
              WHERE l.name = i.name AND l.holder = i.holder AND l.expires_at_ms > {now} \
              RETURNING name, term, 0"
         ),

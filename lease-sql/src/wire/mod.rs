@@ -28,9 +28,10 @@ pub(crate) struct Statements {
     /// The renewal of many leases in one statement (PostgreSQL's and SQLite's; empty on
     /// MySQL, whose store renews them one by one): `$1` the names and `$2` their holders, as
     /// the database binds a list of text (see `Returning::texts`), `$3` the TTL in
-    /// milliseconds. One row `(name, term, skipped)` per lease found live under its holder:
-    /// `term` NULL when it was not renewed, `skipped` when its row was locked by another
-    /// transaction and the statement passed it by (PostgreSQL).
+    /// milliseconds. Rows `(name, term, skipped)`: one with the term per lease renewed, and on
+    /// PostgreSQL also one `(name, NULL, 1)` per lease found live under its holder (a name
+    /// with only that row was passed by, its row locked by another transaction). A name
+    /// without a row was not live under its holder.
     #[cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
     pub(crate) renew_many: String,
     pub(crate) release: String,
