@@ -6,6 +6,9 @@
 #   proxy 127.0.0.1:33060: where clients connect; forwards to the current primary (a socat the
 #   script restarts on `promote`, as ci/cluster/postgres.sh: an address that moves, shared by
 #   separate processes and switched by the script that promotes; see there).
+# CLUSTER_PORT_OFFSET (default 0) is added to every one of these ports (both nodes and the
+# proxy): a second cluster beside the one CI uses, e.g. CLUSTER_PORT_OFFSET=1000 (34061, 34062,
+# proxy 34060) with a CLUSTER_DIR of its own. Give the same offset to every call on one cluster.
 #
 # Replication mode (kept in $NODE_DIR/mode, set by `start MODE` or `mode MODE`):
 #   async     MariaDB's default: a commit is acknowledged once in the primary's binlog; a
@@ -39,13 +42,15 @@ source "$(dirname "$0")/lib.sh"
 NODE_DIR=$CLUSTER_DIR/mariadb
 NODES="m1 m2"
 LEADER_WORD=primary
-PROXY_PORT=33060
+PORT_OFFSET=${CLUSTER_PORT_OFFSET:-0}
+[[ $PORT_OFFSET =~ ^[0-9]+$ ]] || die "CLUSTER_PORT_OFFSET=$PORT_OFFSET: give a whole number of ports (e.g. 1000)"
+PROXY_PORT=$((33060 + PORT_OFFSET))
 DB=test
 
 node_port() {
   case $1 in
-    m1) echo 33061 ;;
-    m2) echo 33062 ;;
+    m1) echo $((33061 + PORT_OFFSET)) ;;
+    m2) echo $((33062 + PORT_OFFSET)) ;;
   esac
 }
 other() { if [[ $1 == m1 ]]; then echo m2; else echo m1; fi; }
