@@ -477,7 +477,7 @@ pub(crate) const RECOVERY_BUDGET: Duration = Duration::from_secs(8);
 /// [`RECOVERY_BUDGET`] on the SQL clusters: the promotion, the node's down time and the old
 /// primary's reattachment (`pg_rewind`, or a fresh MariaDB replica), during which the
 /// synchronous primary takes no write. Seen here (2026-12-07, debug build, loaded 2-core
-/// machine): 9.4–18.1 s from the kill until a holder works again. With 8 s the second kill's
+/// machine): 9.4–18.6 s from the kill until a holder works again. With 8 s the second kill's
 /// recovery ran past the group phase's calm, and the assignment was judged unsettled while the
 /// primary still took no write.
 pub(crate) const SQL_RECOVERY_BUDGET: Duration = Duration::from_secs(25);
