@@ -6,6 +6,9 @@
 #   proxy 127.0.0.1:33060: where clients connect; forwards to the current primary (a socat the
 #   script restarts on `promote`, as ci/cluster/postgres.sh: an address that moves, shared by
 #   separate processes and switched by the script that promotes; see there).
+# CLUSTER_PORT_OFFSET (default 0) is added to every one of these ports (both nodes and the
+# proxy): a second cluster beside the one CI uses, e.g. CLUSTER_PORT_OFFSET=1000 (34061, 34062,
+# proxy 34060) with a CLUSTER_DIR of its own. Give the same offset to every call on one cluster.
 #
 # Replication mode (kept in $NODE_DIR/mode, set by `start MODE` or `mode MODE`):
 #   async     MariaDB's default: a commit is acknowledged once in the primary's binlog; a
@@ -16,10 +19,17 @@
 #             log), rpl_semi_sync_master_timeout 1 h (MariaDB's 10 s default falls back to
 #             asynchronous replication, silently, after 10 s without a replica).
 # `promote` stops the replica's receiving, waits until it applied all it received
-# (MASTER_GTID_WAIT on its Gtid_IO_Pos), then opens it for writes; `reattach` makes the old
-# primary a fresh replica of the new one (a new data directory replicating the new primary's
-# whole binlog, which log_slave_updates keeps complete: a killed primary can hold commits the
-# new one never had, and GTID replication would refuse its diverged history).
+# (MASTER_GTID_WAIT on its Gtid_IO_Pos, up to APPLY_SECS, default 120), then opens it for
+# writes; `reattach` makes the old primary a fresh replica of the new one (a new data directory
+# replicating the new primary's whole binlog, which log_slave_updates keeps complete: a killed
+# primary can hold commits the new one never had, and GTID replication would refuse its
+# diverged history). The semi-synchronous acknowledgement comes once a transaction is in the
+# replica's relay log, not once applied, and a reattached replica replays that whole binlog
+# (one soak run found its SQL thread 13,000 transactions behind 40 s after the reattach): so a
+# replica applies without flushing each transaction (innodb_flush_log_at_trx_commit = 2,
+# sync_binlog = 0: the scripts kill server processes, never the host, and the relay log it
+# acknowledged from is what a promotion relies on), and the node promoted flushes every commit
+# again (both = 1) before it takes writes.
 #
 # Galera (Debian's galera-4 26.4 is installed on this machine kind) is not run: see
 # README, "Guarantees per backend" (left for later, not shown here).
@@ -39,13 +49,15 @@ source "$(dirname "$0")/lib.sh"
 NODE_DIR=$CLUSTER_DIR/mariadb
 NODES="m1 m2"
 LEADER_WORD=primary
-PROXY_PORT=33060
+PORT_OFFSET=${CLUSTER_PORT_OFFSET:-0}
+[[ $PORT_OFFSET =~ ^[0-9]+$ ]] || die "CLUSTER_PORT_OFFSET=$PORT_OFFSET: give a whole number of ports (e.g. 1000)"
+PROXY_PORT=$((33060 + PORT_OFFSET))
 DB=test
 
 node_port() {
   case $1 in
-    m1) echo 33061 ;;
-    m2) echo 33062 ;;
+    m1) echo $((33061 + PORT_OFFSET)) ;;
+    m2) echo $((33062 + PORT_OFFSET)) ;;
   esac
 }
 other() { if [[ $1 == m1 ]]; then echo m2; else echo m1; fi; }
@@ -53,6 +65,12 @@ url() { echo "mysql://root@127.0.0.1:$PROXY_PORT/$DB"; }
 
 # q NODE SQL : the answer of NODE (tab-separated, no headers; empty when it does not answer).
 q() { timeout 10 mariadb -h 127.0.0.1 -P "$(node_port "$1")" -u root -N -B -e "$2" 2>/dev/null || true; }
+# q_for SECS NODE SQL : as q, for a statement that may take up to SECS (a MASTER_GTID_WAIT).
+q_for() { timeout "$(($1 + 10))" mariadb -h 127.0.0.1 -P "$(node_port "$2")" -u root -N -B -e "$3" 2>/dev/null || true; }
+# APPLY_SECS : how long `promote` waits for the replica to apply what it received (a
+# reattached replica replays the new primary's whole binlog, which grows with every run on the
+# cluster). q's own 10 s bound cut the wait short before.
+APPLY_SECS=${APPLY_SECS:-120}
 # slave_status NODE : NODE's SHOW SLAVE STATUS, one "Field: value" a line.
 slave_status() { timeout 10 mariadb -h 127.0.0.1 -P "$(node_port "$1")" -u root -B -e 'SHOW SLAVE STATUS\G' 2>/dev/null || true; }
 # qs NODE SQL : SQL over NODE's socket (before the TCP user exists).
@@ -98,7 +116,11 @@ mode_sql() {
     semisync) slave=ON; if [[ $2 == primary ]]; then master=ON; fi ;;
     *) die "mode $1: give async or semisync" ;;
   esac
-  echo "SET GLOBAL rpl_semi_sync_master_wait_point = AFTER_SYNC; SET GLOBAL rpl_semi_sync_master_timeout = 3600000; SET GLOBAL rpl_semi_sync_slave_enabled = $slave; SET GLOBAL rpl_semi_sync_master_enabled = $master"
+  # Durable commits on the primary; a replica applies without a flush per transaction (see the
+  # header).
+  local flush=1 sync=1
+  if [[ $2 == replica ]]; then flush=2 sync=0; fi
+  echo "SET GLOBAL innodb_flush_log_at_trx_commit = $flush; SET GLOBAL sync_binlog = $sync; SET GLOBAL rpl_semi_sync_master_wait_point = AFTER_SYNC; SET GLOBAL rpl_semi_sync_master_timeout = 3600000; SET GLOBAL rpl_semi_sync_slave_enabled = $slave; SET GLOBAL rpl_semi_sync_master_enabled = $master"
 }
 # mode_conf MODE : what a node starts with (as a replica; `start` and `promote` turn the
 # primary's side on).
@@ -245,7 +267,8 @@ cmd_promote() {
   log "promoting $r"
   q "$r" 'STOP SLAVE IO_THREAD' >/dev/null
   io=$(slave_status "$r" | sed -n 's/^ *Gtid_IO_Pos: //p')
-  [[ $(q "$r" "SELECT MASTER_GTID_WAIT('$io', 30)") == 0 ]] || die "$r did not apply its relay log ($io) within 30 s"
+  [[ $(q_for "$APPLY_SECS" "$r" "SELECT MASTER_GTID_WAIT('$io', $APPLY_SECS)") == 0 ]] ||
+    die "$r did not apply its relay log ($io) within $APPLY_SECS s"
   q "$r" "STOP SLAVE; RESET SLAVE ALL; $(mode_sql "$(mode)" primary); SET GLOBAL read_only = OFF" >/dev/null
   start_proxy "$r"
   echo "$r"

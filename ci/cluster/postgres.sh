@@ -4,6 +4,9 @@
 #   pg1 127.0.0.1:55432 (the first primary)
 #   pg2 127.0.0.1:55433 (its streaming replica, a fresh pg_basebackup)
 #   proxy 127.0.0.1:55430: where clients connect; forwards to the current primary.
+# CLUSTER_PORT_OFFSET (default 0) is added to every one of these ports (both nodes and the
+# proxy): a second cluster beside the one CI uses, e.g. CLUSTER_PORT_OFFSET=1000 (56432, 56433,
+# proxy 56430) with a CLUSTER_DIR of its own. Give the same offset to every call on one cluster.
 # Clients reach the primary through the proxy, a socat (Debian's) that the script restarts
 # pointing at the new primary on `promote`: the address that moves, as a virtual IP, HAProxy or
 # a cloud endpoint does in production. Restarting it drops every connection it carried, as a
@@ -48,13 +51,15 @@ NODE_DIR=$CLUSTER_DIR/postgres
 NODES="pg1 pg2"
 LEADER_WORD=primary
 PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
-PROXY_PORT=55430
+PORT_OFFSET=${CLUSTER_PORT_OFFSET:-0}
+[[ $PORT_OFFSET =~ ^[0-9]+$ ]] || die "CLUSTER_PORT_OFFSET=$PORT_OFFSET: give a whole number of ports (e.g. 1000)"
+PROXY_PORT=$((55430 + PORT_OFFSET))
 DB=test
 
 node_port() {
   case $1 in
-    pg1) echo 55432 ;;
-    pg2) echo 55433 ;;
+    pg1) echo $((55432 + PORT_OFFSET)) ;;
+    pg2) echo $((55433 + PORT_OFFSET)) ;;
     proxy) echo $PROXY_PORT ;;
   esac
 }

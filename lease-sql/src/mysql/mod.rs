@@ -141,19 +141,22 @@ type MySqlColumn = (
 ///   epoch = IF(expires_at_ms <= :now, LAST_INSERT_ID(epoch + 1),
 ///              IF(owner = :owner, LAST_INSERT_ID(epoch), epoch + LAST_INSERT_ID(0))),
 ///   owner = IF(expires_at_ms <= :now, :owner, owner),
-///   expires_at_ms = IF(expires_at_ms <= :now OR owner = :owner, :now + :ttl, expires_at_ms);
+///   expires_at_ms = IF(expires_at_ms <= :now OR owner = :owner,
+///                      GREATEST(expires_at_ms, :now + :ttl), expires_at_ms);
+/// -- (:now is fixed at the statement's start, before it waits for the row's lock: an owner's
+/// -- acquire or renewal that waited may land after a later one, and never moves the expiry back)
 ///
 /// -- renew_partitions: one text-protocol request of three statements (one round trip, no
 /// -- prepare whatever the batch's size): :group and :owner as hex literals (X'…'),
 /// -- :partitions and :ttl as decimal integers — nothing else is interpolated.
 /// SET @lease_sql_renewal_ms = :now + :ttl;                 -- one expiry for the batch
-/// UPDATE leases_partitions SET expires_at_ms = @lease_sql_renewal_ms
+/// UPDATE leases_partitions SET expires_at_ms = GREATEST(expires_at_ms, @lease_sql_renewal_ms)
 ///  WHERE group_name = :group AND partition_no IN (:partitions) AND owner = :owner
 ///    AND expires_at_ms > :now                              -- never revives an expired lease
 ///    AND @lease_sql_renewal_ms > :now;                     -- never an expiry already past
 /// SELECT partition_no, epoch, expires_at_ms - :now FROM leases_partitions
 ///  WHERE group_name = :group AND partition_no IN (:partitions) AND owner = :owner
-///    AND expires_at_ms = @lease_sql_renewal_ms AND expires_at_ms > :now;  -- those it renewed
+///    AND expires_at_ms >= @lease_sql_renewal_ms AND expires_at_ms > :now;  -- those it renewed
 ///
 /// -- release_partitions (text protocol, as the renewal): the row and its epoch stay
 /// UPDATE leases_partitions SET expires_at_ms = :now

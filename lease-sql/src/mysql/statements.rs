@@ -205,7 +205,10 @@ fn permits(t: &str) -> PermitStatements {
 fn groups(table: &str) -> GroupStatements {
     let now = Dialect::MySql.expiry_ms();
     let (p, m) = crate::wire::group_tables(table);
-    // MySQL: `:now` is fixed at the statement's start. ON DUPLICATE KEY UPDATE assigns left
+    // MySQL: `:now` is fixed at the statement's start, before any wait for the row's lock
+    // (or for a semi-synchronous acknowledgement of a write ahead of it): an acquire or
+    // renewal of an owner that waited may land after a later one of the same owner, so
+    // neither moves an expiry back (`GREATEST`; see the PostgreSQL statements). ON DUPLICATE KEY UPDATE assigns left
     // to right, each assignment seeing the columns already assigned: the epoch is computed
     // first (from the old owner and expiry), expires_at_ms assigned last, and its condition
     // holds whether it reads the old owner or the new one. LAST_INSERT_ID is the epoch when
@@ -218,20 +221,22 @@ fn groups(table: &str) -> GroupStatements {
                  epoch = IF(expires_at_ms <= {now}, LAST_INSERT_ID(epoch + 1), \
                  IF(owner = ?, LAST_INSERT_ID(epoch), epoch + LAST_INSERT_ID(0))), \
                  owner = IF(expires_at_ms <= {now}, ?, owner), \
-                 expires_at_ms = IF(expires_at_ms <= {now} OR owner = ?, {now} + ?, expires_at_ms)"
+                 expires_at_ms = IF(expires_at_ms <= {now} OR owner = ?, \
+                 GREATEST(expires_at_ms, {now} + ?), expires_at_ms)"
         ),
         // Text protocol, one round trip for all three statements: the SET fixes one expiry
         // for the batch, the UPDATE extends the live leases of the owner (never to an
-        // expiry already past), the SELECT reads back exactly those it extended.
+        // expiry already past, never below the expiry a later renewal gave it), the SELECT
+        // reads back exactly those it extended (or found extended further).
         renew: format!(
             "SET @lease_sql_renewal_ms = {now} + {TTL_MARKER}; \
-                 UPDATE {p} SET expires_at_ms = @lease_sql_renewal_ms \
+                 UPDATE {p} SET expires_at_ms = GREATEST(expires_at_ms, @lease_sql_renewal_ms) \
                  WHERE group_name = {GROUP_MARKER} AND partition_no IN ({PARTITIONS_MARKER}) \
                  AND owner = {OWNER_MARKER} AND expires_at_ms > {now} \
                  AND @lease_sql_renewal_ms > {now}; \
                  SELECT partition_no, epoch, expires_at_ms - {now} FROM {p} \
                  WHERE group_name = {GROUP_MARKER} AND partition_no IN ({PARTITIONS_MARKER}) \
-                 AND owner = {OWNER_MARKER} AND expires_at_ms = @lease_sql_renewal_ms \
+                 AND owner = {OWNER_MARKER} AND expires_at_ms >= @lease_sql_renewal_ms \
                  AND expires_at_ms > {now}"
         ),
         release: format!(

@@ -137,7 +137,11 @@ use crate::wire::schema::Dialect;
 /// membership ([`MembershipStore`](lease_core::backend::membership::MembershipStore)), on the
 /// tables `leases_partitions` and `leases_members` (named after the lease table, see
 /// [`partitions_schema_sql`](crate::partitions_schema_sql)). Every operation is one statement, one
-/// round trip; `clock_timestamp()` moves during a statement, so each statement reads it once:
+/// round trip; `clock_timestamp()` moves during a statement, so each statement reads it once.
+/// That read comes before the statement waits for the row's lock (a concurrent write, or one
+/// whose commit waits for a synchronous standby), so an owner's acquire or renewal can land
+/// seconds after a later one of the same owner: `GREATEST` keeps it from moving the expiry
+/// back, which would end the lease before the deadline the later answer gave its holder.
 ///
 /// ```sql
 /// -- acquire_partition: a free lease or the owner's own; the epoch kept while the owner holds
@@ -148,12 +152,12 @@ use crate::wire::schema::Dialect;
 ///        epoch = CASE WHEN p.owner = excluded.owner
 ///                      AND p.expires_at_ms > excluded.expires_at_ms - $4
 ///                     THEN p.epoch ELSE p.epoch + 1 END,
-///        expires_at_ms = excluded.expires_at_ms
+///        expires_at_ms = GREATEST(p.expires_at_ms, excluded.expires_at_ms)
 ///  WHERE p.owner = excluded.owner OR p.expires_at_ms <= excluded.expires_at_ms - $4
 /// RETURNING p.epoch;                                   -- no row: another owner holds it
 /// -- renew_partitions ($2: bigint[], one expiry for the whole batch)
 /// WITH n AS (SELECT :now AS now)
-/// UPDATE leases_partitions AS p SET expires_at_ms = n.now + $4 FROM n
+/// UPDATE leases_partitions AS p SET expires_at_ms = GREATEST(p.expires_at_ms, n.now + $4) FROM n
 ///  WHERE p.group_name = $1 AND p.partition_no = ANY($2) AND p.owner = $3
 ///    AND p.expires_at_ms > n.now
 /// RETURNING p.partition_no, p.epoch;

@@ -175,6 +175,15 @@ fn groups(table: &str) -> GroupStatements {
     // PostgreSQL reads clock_timestamp() anew at every call, so every statement that needs
     // "now" twice (or once per row) reads it once, in a CTE (never inlined: volatile) — or,
     // in the acquire, back from the expiry it just computed.
+    //
+    // That "now" is read when the statement starts, before it waits for the row's lock (a
+    // concurrent write of the row, or one whose commit waits for a synchronous standby), so
+    // it can be seconds old when the row is written. An owner's acquire or renewal that waited
+    // that long may land after a later one of the same owner: its expiry is never moved
+    // back (`GREATEST`), else the stale write would end the lease before the deadline the
+    // later answer gave its holder, and another owner could take it meanwhile (seen in
+    // `lease-soak --cluster postgres`: statements queued behind a synchronous commit during a
+    // failover, applied once the standby came back).
     GroupStatements {
         acquire: format!(
             "INSERT INTO {p} AS p (group_name, partition_no, owner, epoch, expires_at_ms) \
@@ -184,13 +193,13 @@ fn groups(table: &str) -> GroupStatements {
                  epoch = CASE WHEN p.owner = excluded.owner \
                  AND p.expires_at_ms > excluded.expires_at_ms - $4 \
                  THEN p.epoch ELSE p.epoch + 1 END, \
-                 expires_at_ms = excluded.expires_at_ms \
+                 expires_at_ms = GREATEST(p.expires_at_ms, excluded.expires_at_ms) \
                  WHERE p.owner = excluded.owner OR p.expires_at_ms <= excluded.expires_at_ms - $4 \
                  RETURNING p.epoch"
         ),
         renew: format!(
             "WITH n AS (SELECT {now} AS now) \
-                 UPDATE {p} AS p SET expires_at_ms = n.now + $4 FROM n \
+                 UPDATE {p} AS p SET expires_at_ms = GREATEST(p.expires_at_ms, n.now + $4) FROM n \
                  WHERE p.group_name = $1 AND p.partition_no = ANY($2) AND p.owner = $3 \
                  AND p.expires_at_ms > n.now \
                  RETURNING p.partition_no, p.epoch"
