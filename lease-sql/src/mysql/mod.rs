@@ -66,8 +66,10 @@ type MySqlColumn = (
 /// -- LAST_INSERT_ID() = 0: held; otherwise the new term. On MariaDB 10.3 or later the claim
 /// -- runs as `SET STATEMENT innodb_lock_wait_timeout = 0 FOR INSERT …`: a row locked by a
 /// -- verified transaction fails it at once (1205), answered as held.
-/// UPDATE leases SET expires_at_ms = :now + ?, term = LAST_INSERT_ID(term)
+/// UPDATE leases SET expires_at_ms = GREATEST(expires_at_ms, :now + ?), term = LAST_INSERT_ID(term)
 ///  WHERE name = ? AND holder = ? AND expires_at_ms > :now;               -- renew
+/// -- (:now is fixed when the statement starts: a renewal that waited for the row's lock and
+/// -- lands after a later one of the same holder never moves the expiry back)
 /// UPDATE leases SET expires_at_ms = 0, term = LAST_INSERT_ID(term)
 ///  WHERE name = ? AND holder = ? AND expires_at_ms > :now;               -- release
 /// SELECT term, expires_at_ms - :now FROM leases
@@ -217,7 +219,8 @@ type MySqlColumn = (
 /// SELECT IF(@ok, @pick, NULL), IF(@ok, @term, NULL);                    -- NULL: full
 /// -- (the variables are named @lease_sql_…)
 /// -- renew_permit, release_permit: the term through LAST_INSERT_ID (0: not live under holder)
-/// UPDATE leases_permits SET expires_at_ms = :now + ?, term = LAST_INSERT_ID(term)
+/// UPDATE leases_permits SET expires_at_ms = GREATEST(expires_at_ms, :now + ?),
+///   term = LAST_INSERT_ID(term)
 ///  WHERE name = ? AND permit_no = ? AND holder = ? AND expires_at_ms > :now;
 /// UPDATE leases_permits SET expires_at_ms = 0, term = LAST_INSERT_ID(term)
 ///  WHERE name = ? AND permit_no = ? AND holder = ? AND expires_at_ms > :now;

@@ -37,7 +37,8 @@ pub(crate) fn statements(t: &str) -> Statements {
         ),
         claim_nowait: String::new(),
         renew: format!(
-            "UPDATE {t} SET expires_at_ms = {now} + ?, term = LAST_INSERT_ID(term) \
+            "UPDATE {t} SET expires_at_ms = GREATEST(expires_at_ms, {now} + ?), \
+                     term = LAST_INSERT_ID(term) \
                      WHERE name = ? AND holder = ? AND expires_at_ms > {now}"
         ),
         release: format!(
@@ -179,7 +180,8 @@ fn permits(t: &str) -> PermitStatements {
              IF(@lease_sql_ok, @lease_sql_term, NULL)"
         ),
         renew: format!(
-            "UPDATE {p} SET expires_at_ms = {now} + ?, term = LAST_INSERT_ID(term) \
+            "UPDATE {p} SET expires_at_ms = GREATEST(expires_at_ms, {now} + ?), \
+             term = LAST_INSERT_ID(term) \
              WHERE name = ? AND permit_no = ? AND holder = ? AND expires_at_ms > {now}"
         ),
         release: format!(

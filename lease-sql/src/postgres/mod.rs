@@ -71,7 +71,8 @@ use crate::wire::schema::Dialect;
 ///             WHERE l.expires_at_ms > n.now),
 ///      k AS (SELECT l.name FROM n, leases AS l JOIN i ON l.name = i.name AND l.holder = i.holder
 ///             WHERE l.expires_at_ms > n.now FOR UPDATE OF l SKIP LOCKED),
-///      u AS (UPDATE leases AS l SET expires_at_ms = n.now + $3 FROM n, k
+///      u AS (UPDATE leases AS l SET expires_at_ms = GREATEST(l.expires_at_ms, n.now + $3)
+///             FROM n, k
 ///             WHERE l.name = k.name AND l.expires_at_ms > n.now RETURNING l.name, l.term)
 /// SELECT u.name::text, u.term, 0::int8 FROM u
 /// UNION ALL SELECT s.name::text, NULL::int8, 1::int8 FROM s;

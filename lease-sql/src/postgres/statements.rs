@@ -117,7 +117,9 @@ fn plain(t: &str) -> Statements {
         // of `s` without a row of `u` was passed by, and the store renews it alone. No two
         // CTEs are joined to each other: the planner estimates a CTE at a handful of rows and
         // joins two of them in a nested loop, which made a batch of 10,000 names compare 10^8
-        // pairs (78 s on PostgreSQL 15; see lease-sql/tests/renew_many.rs).
+        // pairs (78 s on PostgreSQL 15; see lease-sql/tests/renew_many.rs). `n.now` is read
+        // once, when the statement starts: GREATEST keeps a batch that lands after a later
+        // renewal of the same lease from moving its expiry back (tests/late_write.rs).
         renew_many: format!(
             "WITH n AS (SELECT {now} AS now), \
              i AS (SELECT a.name, a.holder FROM unnest($1::text[], $2::text[]) AS a(name, holder)), \
@@ -125,7 +127,7 @@ fn plain(t: &str) -> Statements {
              WHERE l.expires_at_ms > n.now), \
              k AS (SELECT l.name FROM n, {t} AS l JOIN i ON l.name = i.name AND l.holder = i.holder \
              WHERE l.expires_at_ms > n.now FOR UPDATE OF l SKIP LOCKED), \
-             u AS (UPDATE {t} AS l SET expires_at_ms = n.now + $3 FROM n, k \
+             u AS (UPDATE {t} AS l SET expires_at_ms = GREATEST(l.expires_at_ms, n.now + $3) FROM n, k \
              WHERE l.name = k.name AND l.expires_at_ms > n.now RETURNING l.name, l.term) \
              SELECT u.name::text, u.term, 0::int8 FROM u \
              UNION ALL SELECT s.name::text, NULL::int8, 1::int8 FROM s"
