@@ -334,7 +334,8 @@ impl CoordinatorBuilder {
         if self.lock_delays.any() && !self.store.capabilities().lock_delay {
             return Err(Error::unsupported(format!(
                 "the {} store has no lock-delay; leave the lock-delay unset (zero) or use a \
-                 store that has it (memory, SQLite, PostgreSQL, MySQL/MariaDB)",
+                 store that has it (Capabilities::lock_delay; in this workspace, the memory \
+                 store so far)",
                 self.store.backend()
             )));
         }
