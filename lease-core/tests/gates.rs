@@ -16,7 +16,10 @@ use tokio::time::{Instant, sleep};
 const S: Duration = Duration::from_secs(1);
 const DELAY: Duration = Duration::from_secs(10);
 
-fn builder(store: Arc<dyn LeaseStore>, instance: &str) -> lease_core::coordinator::CoordinatorBuilder {
+fn builder(
+    store: Arc<dyn LeaseStore>,
+    instance: &str,
+) -> lease_core::coordinator::CoordinatorBuilder {
     Coordinator::builder(store)
         .instance(instance)
         .timings(Timings::default())
@@ -62,7 +65,11 @@ async fn crash_and_wait_for_successor(delay_for_job: Option<Duration>) -> (Durat
     let (t2, at) = w.await.unwrap();
     t1.lost().await;
     let t2 = t2.unwrap();
-    assert!(at >= expiry, "successor {:?} before the expiry", expiry - at);
+    assert!(
+        at >= expiry,
+        "successor {:?} before the expiry",
+        expiry - at
+    );
     (at - expiry, t1.token(), t2.token())
 }
 
@@ -93,7 +100,10 @@ async fn a_per_name_delay_of_zero_lets_the_successor_in_at_the_expiry() {
 #[tokio::test(start_paused = true)]
 async fn a_resigned_holder_with_a_lock_delay_is_succeeded_at_once() {
     let store: Arc<dyn LeaseStore> = Arc::new(MemoryStore::new());
-    let a = builder(store.clone(), "a").lock_delay(DELAY).build().unwrap();
+    let a = builder(store.clone(), "a")
+        .lock_delay(DELAY)
+        .build()
+        .unwrap();
     let b = builder(store.clone(), "b").build().unwrap();
     let t1 = a.try_acquire("job").await.unwrap();
     let w = waiting(&b, "job", 60 * S);
@@ -108,7 +118,10 @@ async fn a_resigned_holder_with_a_lock_delay_is_succeeded_at_once() {
 #[tokio::test(start_paused = true)]
 async fn hand_over_goes_to_the_chosen_waiter_and_no_other() {
     let store: Arc<dyn LeaseStore> = Arc::new(MemoryStore::new());
-    let a = builder(store.clone(), "a").lock_delay(DELAY).build().unwrap();
+    let a = builder(store.clone(), "a")
+        .lock_delay(DELAY)
+        .build()
+        .unwrap();
     let b = builder(store.clone(), "b").build().unwrap();
     let c = builder(store.clone(), "c").build().unwrap();
     let t1 = a.try_acquire("job").await.unwrap();
@@ -148,15 +161,24 @@ async fn a_hand_over_to_an_absent_successor_opens_to_anyone_after_the_window() {
     assert!(t1.hand_over("nobody", window).await.unwrap());
     let (tb, at) = wb.await.unwrap();
     let took = at - handed;
-    assert!(took >= window, "b claimed {took:?} into a window of {window:?}");
-    assert!(took <= window + poll_late(), "b claimed {took:?} after the hand-over");
+    assert!(
+        took >= window,
+        "b claimed {took:?} into a window of {window:?}"
+    );
+    assert!(
+        took <= window + poll_late(),
+        "b claimed {took:?} after the hand-over"
+    );
     assert_eq!(tb.unwrap().token(), t1.token() + 1);
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_store_without_gates_refuses_them_and_keeps_the_term() {
     let store: Arc<dyn LeaseStore> = Arc::new(MemoryStore::never_expiring());
-    let err = builder(store.clone(), "a").lock_delay(DELAY).build().unwrap_err();
+    let err = builder(store.clone(), "a")
+        .lock_delay(DELAY)
+        .build()
+        .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Unsupported, "{err}");
     assert!(err.to_string().contains("lock-delay"), "{err}");
     let err = builder(Arc::new(MemoryStore::new()), "a")

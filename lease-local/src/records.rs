@@ -46,9 +46,7 @@ impl Record {
         match self.until {
             Until::Never => false,
             Until::At(at) if at > now => false,
-            Until::At(at) => {
-                at + self.gate <= now || self.gate_for.as_deref() == Some(instance)
-            }
+            Until::At(at) => at + self.gate <= now || self.gate_for.as_deref() == Some(instance),
         }
     }
 

@@ -30,7 +30,10 @@ async fn needs_lock_delay(h: &Harness, case: &str) -> bool {
         "{}: claim_gated without the capability: {err}",
         h.backend()
     );
-    h.not_applicable(case, "the store has no lock-delay (Capabilities::lock_delay)");
+    h.not_applicable(
+        case,
+        "the store has no lock-delay (Capabilities::lock_delay)",
+    );
     false
 }
 
@@ -57,7 +60,10 @@ async fn needs_hand_over(h: &Harness, case: &str) -> bool {
 async fn gated(h: &Harness, name: &str, holder: &HolderToken, delay: Duration) -> Grant {
     match h.store.claim_gated(name, holder, "a", h.ttl, delay).await {
         Ok(Some(g)) => g,
-        Ok(None) => panic!("{}: gated claim of free name {name} was refused", h.backend()),
+        Ok(None) => panic!(
+            "{}: gated claim of free name {name} was refused",
+            h.backend()
+        ),
         Err(e) => panic!("{}: gated claim of {name} failed: {e}", h.backend()),
     }
 }
@@ -75,7 +81,7 @@ async fn refused_until(
     let mut probes = 0u32;
     let b = mint();
     loop {
-        let got = if probes % 2 == 0 {
+        let got = if probes.is_multiple_of(2) {
             claim(h, name, &b, who).await
         } else {
             h.store
@@ -162,7 +168,12 @@ pub async fn lock_delay_does_not_hold_a_released_name(h: &Harness) {
         let g3 = gated(h, &name, &c, long).await;
         assert!(h.store.force_release(&name).await.unwrap());
         let g4 = must_claim(h, &name, &mint(), "d").await;
-        assert_next_term(h, g3.term, g4.term, "after a force release of a gated lease");
+        assert_next_term(
+            h,
+            g3.term,
+            g4.term,
+            "after a force release of a gated lease",
+        );
     }
 }
 
@@ -180,7 +191,12 @@ pub async fn hand_over_lets_only_the_chosen_instance_claim_in_the_window(h: &Har
     let g = must_claim(h, &name, &a, "a").await;
     let window = (h.ttl * 20).min(MAX_LOCK_DELAY);
     // Nobody but the holder hands over.
-    assert!(!h.store.hand_over(&name, &mint(), "c", window).await.unwrap());
+    assert!(
+        !h.store
+            .hand_over(&name, &mint(), "c", window)
+            .await
+            .unwrap()
+    );
     assert!(h.store.verify(&name, &a).await.unwrap().is_some());
     assert!(h.store.hand_over(&name, &a, "b", window).await.unwrap());
     assert_eq!(h.store.verify(&name, &a).await.unwrap(), None);
@@ -191,7 +207,12 @@ pub async fn hand_over_lets_only_the_chosen_instance_claim_in_the_window(h: &Har
         h.backend()
     );
     let c = mint();
-    assert_eq!(claim(h, &name, &c, "c").await, None, "{}: others wait", h.backend());
+    assert_eq!(
+        claim(h, &name, &c, "c").await,
+        None,
+        "{}: others wait",
+        h.backend()
+    );
     assert_eq!(
         h.store
             .claim_gated(&name, &c, "c", h.ttl, Duration::ZERO)
@@ -234,7 +255,12 @@ pub async fn hand_over_opens_to_anyone_after_the_window(h: &Harness) {
     }
     sleep_until(sent + window + h.slack).await;
     let gc = must_claim(h, &name, &mint(), "c").await;
-    assert_next_term(h, late.unwrap_or(g.term), gc.term, "after the hand-over window");
+    assert_next_term(
+        h,
+        late.unwrap_or(g.term),
+        gc.term,
+        "after the hand-over window",
+    );
 }
 
 /// A name through every kind of gate keeps its term order: a gated claim, its release, a
@@ -256,8 +282,16 @@ pub async fn a_gated_name_keeps_its_term_order(h: &Harness) {
         let g = must_claim(h, &name, &holder, &who).await;
         assert_next_term(h, last, g.term, "a claim after a gate");
         last = g.term;
-        assert!(h.store.hand_over(&name, &holder, "next", window).await.unwrap());
-        assert_eq!(h.store.get(&name).await.unwrap().map(|i| i.live), Some(false));
+        assert!(
+            h.store
+                .hand_over(&name, &holder, "next", window)
+                .await
+                .unwrap()
+        );
+        assert_eq!(
+            h.store.get(&name).await.unwrap().map(|i| i.live),
+            Some(false)
+        );
         let n = mint();
         let g = h
             .store
@@ -267,7 +301,10 @@ pub async fn a_gated_name_keeps_its_term_order(h: &Harness) {
             .expect("the chosen successor claims with a delay of its own");
         assert_next_term(h, last, g.term, "the successor of a hand-over");
         last = g.term;
-        assert_eq!(h.store.get(&name).await.unwrap().map(|i| i.term), Some(last));
+        assert_eq!(
+            h.store.get(&name).await.unwrap().map(|i| i.term),
+            Some(last)
+        );
         assert!(h.store.release(&name, &n).await.unwrap());
     }
     let err = h

@@ -326,8 +326,8 @@ impl CoordinatorBuilder {
                  {MAX_TTL:?}; choose seconds to minutes"
             )));
         }
-        let delays = std::iter::once(self.lock_delays.all)
-            .chain(self.lock_delays.named.values().copied());
+        let delays =
+            std::iter::once(self.lock_delays.all).chain(self.lock_delays.named.values().copied());
         for delay in delays {
             validate_lock_delay(delay)?;
         }
