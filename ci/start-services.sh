@@ -29,6 +29,10 @@ set -euo pipefail
 
 WAIT_SECS=${WAIT_SECS:-30}
 export DEBIAN_FRONTEND=noninteractive
+# The clusters' ports are reserved from the kernel's ephemeral range before anything else opens
+# connections (ci/cluster/lib.sh, reserve_ports): a connection given one of them as its local
+# port would keep a cluster node from starting.
+(source "$(dirname "${BASH_SOURCE[0]}")/cluster/lib.sh") || true
 LOG_DIR=${LOG_DIR:-/tmp/lease-start-services}
 mkdir -p "$LOG_DIR"
 

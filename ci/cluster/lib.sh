@@ -18,6 +18,26 @@ if [[ -z ${CLUSTER_DIR:-} ]]; then
 fi
 WAIT_SECS=${WAIT_SECS:-30}
 
+# reserve_ports RANGE... : adds port ranges (e.g. 42220-42243) to the kernel's reserved ports, so
+# that no outgoing connection is given one of them as its local port. The clusters' fixed ports
+# lie in Linux's ephemeral range (32768-60999): a test's or soak's connection could hold one when
+# a node starts, which then fails to bind ("address already in use": seen on the NATS cluster's
+# route port 42232 in .ci/run, after which it had no JetStream meta leader). Explicit binds still
+# work on reserved ports. Root only (elsewhere a no-op); the list is the network namespace's, and
+# a reboot clears it.
+reserve_ports() {
+  local file=/proc/sys/net/ipv4/ip_local_reserved_ports current IFS=,
+  [[ -w $file ]] || return 0
+  current=$(cat "$file" 2>/dev/null || true)
+  echo "${current:+$current,}$*" >"$file" 2>/dev/null || true
+}
+# Every cluster's ports in the ephemeral range (etcd's 237xx/238xx, Redis's 263xx/637xx are
+# below or above it): NATS 42220-42243; the MariaDB and PostgreSQL clusters' nodes and proxies,
+# moved by CLUSTER_PORT_OFFSET as their scripts move them.
+reserve_ports 42220-42243 \
+  "$((33060 + ${CLUSTER_PORT_OFFSET:-0}))-$((33062 + ${CLUSTER_PORT_OFFSET:-0}))" \
+  "$((55430 + ${CLUSTER_PORT_OFFSET:-0}))-$((55433 + ${CLUSTER_PORT_OFFSET:-0}))"
+
 log() { echo "${CLUSTER_NAME:-cluster}: $*" >&2; }
 die() {
   log "$*"
