@@ -80,13 +80,18 @@ impl Hook for Batches {
 
 type Store = Arc<Intercept<MemoryStore, Batches>>;
 
-fn rig() -> (Store, Coordinator) {
-    let store = Arc::new(MemoryStore::new().with_hook(Batches {
+/// A memory store (native batches) whose renewals and releases are counted, passing through.
+fn counted_store() -> Store {
+    Arc::new(MemoryStore::new().with_hook(Batches {
         mode: Mutex::new(Mode::Pass),
         batches: AtomicU64::new(0),
         singles: AtomicU64::new(0),
         releases: AtomicU64::new(0),
-    }));
+    }))
+}
+
+fn rig() -> (Store, Coordinator) {
+    let store = counted_store();
     let coordinator = Coordinator::builder(store.clone())
         .instance("a")
         .timings(Timings::default())
@@ -236,12 +241,7 @@ async fn a_resign_releases_at_once() {
 /// period for both terms, no single renewal.
 #[tokio::test(start_paused = true)]
 async fn the_default_coalesces_on_a_store_with_batches() {
-    let store = Arc::new(MemoryStore::new().with_hook(Batches {
-        mode: Mutex::new(Mode::Pass),
-        batches: AtomicU64::new(0),
-        singles: AtomicU64::new(0),
-        releases: AtomicU64::new(0),
-    }));
+    let store = counted_store();
     assert!(store.capabilities().renew_many);
     let coordinator = Coordinator::builder(store.clone()).build().unwrap();
     let _a = coordinator.try_acquire("a").await.unwrap();
@@ -254,12 +254,7 @@ async fn the_default_coalesces_on_a_store_with_batches() {
 /// The per-term path is still there: one renew per term per period, no batch.
 #[tokio::test(start_paused = true)]
 async fn per_term_renewals_can_still_be_chosen() {
-    let store = Arc::new(MemoryStore::new().with_hook(Batches {
-        mode: Mutex::new(Mode::Pass),
-        batches: AtomicU64::new(0),
-        singles: AtomicU64::new(0),
-        releases: AtomicU64::new(0),
-    }));
+    let store = counted_store();
     assert!(store.capabilities().renew_many);
     let coordinator = Coordinator::builder(store.clone())
         .renewals(Renewals::PerTerm)
