@@ -13,6 +13,9 @@
 #   bash ci/docker.sh down     clean, then stop the project's dockerd (its images are kept)
 #   bash ci/docker.sh images   build only the images named after it (default: all), e.g.
 #                              `bash ci/docker.sh images redis postgres`
+#   bash ci/docker.sh engine   only what needs apt (docker.io, debootstrap) and the engine:
+#                              after it, `images` installs nothing, so it can run in the
+#                              background while other scripts use apt (.ci/run does)
 #
 # The engine never touches a system Docker a developer may have: its own socket, --data-root,
 # --exec-root, pid file, config file and cgroup parent, all under $LEASE_CI_ROOT/docker (default
@@ -34,6 +37,8 @@
 #                   timeout (1 s minimum lease), as ci/start-services.sh runs it
 #   mongo-emulator  the mongoeco wire emulator's Debian 13 chroot (ci/mongo-emulator/start.sh
 #                   builds it), with the current launcher.py, port 27017
+#   memcached       memcached 1.6 (bookworm), port 11211, -M (never evicts), for the worked
+#                   example backend (examples/memcached-store)
 # Each image's CMD starts its server directly, which says once that it is ready with the line
 # lease-conformance waits for (lease-conformance/src/docker.rs; the emulator's gets MongoDB's).
 #
@@ -169,6 +174,15 @@ ensure_engine() {
   USER_etcd=root
   VERSION_etcd=3.4
 
+  # The worked example backend (examples/memcached-store). -M: refuse to evict (an evicted
+  # lease frees its name while its holder works), as ci/start-services.sh runs it; -vv makes it
+  # say `server listening`, the line lease-conformance waits for.
+  PACKAGES_memcached=memcached
+  EXPOSE_memcached=11211
+  CMD_memcached='["/usr/bin/memcached", "-l", "0.0.0.0", "-p", "11211", "-U", "0", "-M", "-m", "64", "-c", "1024", "-vv"]'
+  USER_memcached=memcache
+  VERSION_memcached=1.6
+
   EXPOSE_mongo_emulator=27017
   # The emulator says `lease-ci: mongoeco listening on …`; lease-conformance waits for MongoDB's
   # own `Waiting for connections` on stdout, which sed adds to that line.
@@ -215,6 +229,8 @@ recipe_redis() {
 recipe_nats() { mkdir -p var/lib/nats; }
 
 recipe_etcd() { mkdir -p var/lib/etcd; }
+
+recipe_memcached() { :; }
 
 # image_ref SERVER : lease-ci/<server>:<version>-<hash of its recipe>.
 image_ref() {
@@ -316,10 +332,11 @@ image_var() {
     nats) echo LEASE_TEST_NATS_IMAGE ;;
     etcd) echo LEASE_TEST_ETCD_IMAGE ;;
     mongo-emulator) echo LEASE_TEST_MONGODB_IMAGE ;;
+    memcached) echo LEASE_TEST_MEMCACHED_IMAGE ;;
   esac
 }
 
-ALL_SERVERS="redis postgres nats etcd mariadb mongo-emulator"
+ALL_SERVERS="redis postgres nats etcd mariadb mongo-emulator memcached"
 
 # build_images SERVER... : builds the absent ones, LEASE_CI_DOCKER_JOBS (default 3) at a time
 # (debootstrap mostly waits on the mirror), and records the ones present afterwards in BUILT.
@@ -377,6 +394,11 @@ case $cmd in
     build_images $ALL_SERVERS
     log "up in $((SECONDS - total)) s"
     ;;
+  engine)
+    timed "engine" ensure_engine
+    if ! command -v debootstrap >/dev/null 2>&1; then timed "install debootstrap" apt_install debootstrap; fi
+    exit 0
+    ;;
   images)
     shift
     ensure_engine
@@ -397,7 +419,7 @@ case $cmd in
     exit 0
     ;;
   *)
-    echo "usage: $0 [up | images [SERVER...] | clean | down]" >&2
+    echo "usage: $0 [up | engine | images [SERVER...] | clean | down]" >&2
     exit 2
     ;;
 esac

@@ -26,7 +26,9 @@
 //! is started instead, which holds a pipe from this process and, when the pipe closes (the
 //! process exits, however it exits), removes every container with this process's label. Without
 //! a `docker` CLI either, the line says how to remove them by hand. Every container carries the
-//! label `org.lease.conformance.session`, so `ci/docker.sh clean` finds any left.
+//! label `org.lease.conformance.session`, so `ci/docker.sh clean` finds any left, and, when
+//! `LEASE_TEST_CONTAINER_RUN` is set, `org.lease.conformance.run=<its value>`, so that a run of
+//! several test processes (`.ci/run`) can check that none of its own containers is left.
 
 use std::io::Write;
 use std::process::{Child, Command, Stdio};
@@ -44,6 +46,13 @@ const STARTUP_TIMEOUT: Duration = Duration::from_secs(180);
 
 /// The label every container of this process carries, for the reaper.
 const SESSION_LABEL: &str = "org.lease.conformance.session";
+
+/// The label every container carries when [`RUN_VAR`] is set: its value, so that a CI run can
+/// check that none of its containers is left, whichever test process started them.
+const RUN_LABEL: &str = "org.lease.conformance.run";
+
+/// The environment variable whose value goes into [`RUN_LABEL`].
+const RUN_VAR: &str = "LEASE_TEST_CONTAINER_RUN";
 
 /// The reaper's image and the port it listens on.
 const REAPER_IMAGE: (&str, &str) = ("testcontainers/ryuk", "0.12.0");
@@ -174,6 +183,18 @@ const SPECS: &[Spec] = &[
         ],
         // Logged once the member serves clients (etcd 3.4 and 3.5 alike).
         ready: (Stream::Either, "serving client traffic", 1),
+    },
+    Spec {
+        // The worked example backend (examples/memcached-store).
+        backend: "memcached",
+        image: "memcached",
+        tag: "1.6",
+        port: 11211,
+        env: &[],
+        // -M: refuse to evict (an evicted lease frees its name while its holder works); -vv
+        // makes it say when it listens.
+        cmd: &["memcached", "-M", "-vv"],
+        ready: (Stream::Stderr, "server listening", 1),
     },
     Spec {
         backend: "mongodb",
@@ -349,6 +370,9 @@ async fn start(spec: &'static Spec, chosen: Chosen) -> Result<(String, String), 
         .with_wait_for(spec.wait_for(times))
         .with_label(SESSION_LABEL, session)
         .with_startup_timeout(STARTUP_TIMEOUT);
+    if let Some(run) = run_label() {
+        request = request.with_label(RUN_LABEL, run);
+    }
     for (name, value) in spec.env {
         request = request.with_env_var(*name, *value);
     }
@@ -523,6 +547,14 @@ async fn register_with_reaper(
     stream.into_std()
 }
 
+/// The value of [`RUN_VAR`], when set and not blank.
+fn run_label() -> Option<String> {
+    std::env::var(RUN_VAR)
+        .ok()
+        .map(|v| v.trim().to_owned())
+        .filter(|v| !v.is_empty())
+}
+
 /// `true` when the environment variable `name` is `true` (or `1`).
 fn env_flag(name: &str) -> bool {
     std::env::var(name).is_ok_and(|v| v.trim().eq_ignore_ascii_case("true") || v.trim() == "1")
@@ -541,7 +573,15 @@ mod tests {
 
     #[test]
     fn every_server_backend_has_an_image_and_sqlite_has_none() {
-        for backend in ["postgres", "mysql", "redis", "nats", "mongodb", "etcd"] {
+        for backend in [
+            "postgres",
+            "mysql",
+            "redis",
+            "nats",
+            "mongodb",
+            "etcd",
+            "memcached",
+        ] {
             assert!(spec(backend).is_some(), "{backend}");
         }
         assert!(spec("sqlite").is_none());
@@ -558,6 +598,8 @@ mod tests {
         assert_eq!(image("redis").as_deref(), Some("redis:7"));
         assert_eq!(image("nats").as_deref(), Some("nats:2.10"));
         assert_eq!(image("mongodb").as_deref(), Some("mongo:7"));
+        assert_eq!(image("memcached").as_deref(), Some("memcached:1.6"));
+        assert!(spec("memcached").unwrap().cmd.contains(&"-M"));
         assert_eq!(
             image("etcd").as_deref(),
             Some("gcr.io/etcd-development/etcd:v3.5.17")
@@ -589,6 +631,7 @@ mod tests {
         assert_eq!(url("redis"), "redis://127.0.0.1:40000");
         assert_eq!(url("nats"), "nats://127.0.0.1:40000");
         assert_eq!(url("mongodb"), "mongodb://127.0.0.1:40000/lease");
+        assert_eq!(url("memcached"), "memcached://127.0.0.1:40000");
     }
 
     #[test]

@@ -30,6 +30,7 @@
 //! | `nats`     | `nats:2.10 -js`                              | `nats://127.0.0.1:<port>`                                |
 //! | `mongodb`  | `mongo:7` (standalone)                       | `mongodb://127.0.0.1:<port>/lease`                       |
 //! | `etcd`     | `gcr.io/etcd-development/etcd:v3.5.17`, 1 s minimum lease | `etcd://127.0.0.1:<port>`                   |
+//! | `memcached`| `memcached:1.6 memcached -M -vv` (never evicts) | `memcached://127.0.0.1:<port>`                      |
 //!
 //! The host is the engine's: `127.0.0.1` for a local socket, the bridge's gateway when the tests
 //! themselves run in a container (testcontainers' rule), the engine's host for a remote one.
