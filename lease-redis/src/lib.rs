@@ -380,6 +380,7 @@ mod leases;
 mod membership;
 mod partitions;
 mod permits;
+mod renewals;
 #[cfg(feature = "sentinel")]
 mod sentinel;
 mod slots;
