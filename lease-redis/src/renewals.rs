@@ -11,8 +11,11 @@
 //! renews those names one by one, concurrently, as `renew` does: one request per name, about one
 //! round trip of latency.
 //!
-//! Redis runs nothing else while a script runs; a call of 1,000 names holds the server for about
-//! 1 ms (see BENCHMARKS.md), and other clients' commands run between the calls of a pipeline.
+//! Redis runs nothing else while a script runs, so a batch is cut into calls of [`CHUNK`] names
+//! and other clients' commands run between the calls of its pipeline. A call of 1,000 names held
+//! a private `redis-server` for 5–7 ms in `INFO commandstats` on the loaded 2-vCPU test machine
+//! (load average 10), where one `renew.lua` call took 26 µs measured the same way (26 ms for
+//! 1,000 names one by one): each name costs the server about a quarter of a renewal of its own.
 
 use std::ops::Range;
 use std::time::Duration;

@@ -1,6 +1,6 @@
 -- renew_many: KEYS = the records of the names to renew (each its own hash tag: one server,
 -- never a Redis Cluster, see renewals.rs), ARGV[1] = ttl in ms, ARGV[1 + i] = the holder token
--- (hex) the lease of KEYS[i] was claimed under.
+-- (hex) the lease of the i-th key was claimed under.
 -- Each name exactly as renew.lua renews one: a lease live by the server's clock and held under
 -- its token is extended to ttl from now (one `now` for the whole call); an expired or released
 -- lease is never revived, a lease held under another token never touched. Returns one integer
