@@ -223,3 +223,52 @@ async fn too_few_replica_acks_fail_every_item() {
         let _ = plain.forget(name, Duration::ZERO).await;
     }
 }
+
+/// A coordinator with the default renewals (`Auto`) holding 50 names on Redis renews them in
+/// batches: a handful of round trips per renew period, not one per name, and every term stays
+/// live.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_coordinator_coalesces_its_renewals_on_redis() {
+    let Some(url) = common::url() else { return };
+    let Some((store, proxy)) = common::proxied(&url, common::config()).await else {
+        return;
+    };
+    let Some(direct) = common::direct(&url, common::config()).await else {
+        return;
+    };
+    let lease = Duration::from_secs(3);
+    let coordinator = lease_core::Coordinator::builder(store)
+        .instance("coalesced")
+        .timings(lease_core::Timings::from_lease(lease).unwrap())
+        .build()
+        .unwrap();
+    let prefix = common::unique("manycoord");
+    let mut terms = Vec::new();
+    for i in 0..50 {
+        terms.push(
+            coordinator
+                .try_acquire(format!("{prefix}{i}"))
+                .await
+                .unwrap(),
+        );
+    }
+    proxy.reset_stats();
+    tokio::time::sleep(lease * 2).await;
+    let trips = proxy.stats().round_trips;
+    eprintln!("50 names held for {:?}: {trips} round trips", lease * 2);
+    // Two lease lengths are at least two renew periods: one per name would be ≥ 100.
+    assert!(
+        trips < 25,
+        "{trips} round trips: the renewals were not coalesced"
+    );
+    for i in 0..50 {
+        let info = direct.get(&format!("{prefix}{i}")).await.unwrap().unwrap();
+        assert!(info.live, "name {i} stayed held");
+    }
+    for term in terms {
+        term.resign().await.unwrap();
+    }
+    for i in 0..50 {
+        let _ = direct.forget(&format!("{prefix}{i}"), Duration::ZERO).await;
+    }
+}
