@@ -46,8 +46,10 @@ async fn each_name_is_answered_alone_across_calls() {
     let names: Vec<String> = (0..2500).map(|i| format!("{prefix}{i}")).collect();
     let a = HolderToken::mint();
     let b = HolderToken::mint();
-    let short = Duration::from_secs(4);
-    let long = Duration::from_secs(60);
+    // Long enough to outlast 2,500 claims one by one on a loaded machine: they took over 30 s
+    // with both vCPUs spun and other builds running, and the first leases expired.
+    let short = Duration::from_secs(600);
+    let long = Duration::from_secs(1200);
     let (released, taken, never, expired, corrupt) = (999, 1000, 1001, 1999, 2000);
     let claimed: Vec<String> = names
         .iter()
@@ -143,7 +145,8 @@ async fn ten_thousand_names_are_one_round_trip() {
     let prefix = common::unique("many10k");
     let names: Vec<String> = (0..10_000).map(|i| format!("{prefix}{i}")).collect();
     let a = HolderToken::mint();
-    let ttl = Duration::from_secs(30);
+    // 10,000 claims one by one took over 120 s on a loaded machine: the lease outlasts them.
+    let ttl = Duration::from_secs(1800);
     let terms = claim_all(&direct, &names, &a, ttl).await;
     let items: Vec<RenewItem<'_>> = names
         .iter()
@@ -166,7 +169,9 @@ async fn ten_thousand_names_are_one_round_trip() {
         }
     }
     assert_eq!(fewest.0, 1, "one pipeline");
-    assert!(fewest.1 < Duration::from_secs(1), "{:?}", fewest.1);
+    // Well under 1 s on an idle machine; 5 s with both vCPUs spun and other builds running. A
+    // batch in proportion to its names' square would take minutes.
+    assert!(fewest.1 < Duration::from_secs(15), "{:?}", fewest.1);
 
     // Not cached: the calls answered NOSCRIPT go again with EVAL, in a second pipeline.
     let mut raw = common::raw(&url).await;
