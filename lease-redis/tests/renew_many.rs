@@ -164,11 +164,20 @@ async fn ten_thousand_names_are_one_round_trip() {
         let trips = proxy.stats().round_trips;
         eprintln!("renew_many of 10,000 names: {took:?}, {trips} round trip(s)");
         fewest = (fewest.0.min(trips), fewest.1.min(took));
+        // One pipeline of 10 calls (a call per 1,000 names would be 10 round trips, a renewal
+        // per name 10,000). The proxy counts exchanges: on a loaded machine the server answers
+        // the first calls of this 700 KB pipeline while the rest is still arriving, which it
+        // counts as a second or third.
+        assert!(trips <= 4, "{trips} round trips");
         for (answer, term) in answers.into_iter().zip(&terms) {
             assert_eq!(answer.unwrap().map(|g| g.term), Some(*term));
         }
     }
-    assert_eq!(fewest.0, 1, "one pipeline");
+    assert!(
+        fewest.0 <= 2,
+        "one pipeline: {} round trips at best",
+        fewest.0
+    );
     // Well under 1 s on an idle machine; 5 s with both vCPUs spun and other builds running. A
     // batch in proportion to its names' square would take minutes.
     assert!(fewest.1 < Duration::from_secs(15), "{:?}", fewest.1);
