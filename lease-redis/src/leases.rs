@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use lease_core::backend::names::{self, ListedName, NamePage};
 use lease_core::backend::notify::{Topic, Wakeups};
-use lease_core::backend::{Grant, HolderToken, async_trait, ceil_millis, check};
+use lease_core::backend::{Grant, HolderToken, RenewItem, async_trait, ceil_millis, check};
 use lease_core::layer::Operation;
 use lease_core::{
     LeaseStore, Result,
@@ -180,6 +180,8 @@ where
             // Hints cover other processes only with a subscriber connection.
             watch: self.listens(),
             max_name_bytes: MAX_NAME_BYTES,
+            // Up to 10,000 names in one pipeline of `renew_many.lua` calls (renewals.rs).
+            renew_many: true,
             ..lease_core::backend::derived_capabilities(self)
         }
     }
@@ -278,6 +280,23 @@ where
             )
             .await?;
         Ok(reply.map(grant))
+    }
+
+    /// Every name checked exactly as [`renew`](LeaseStore::renew) checks one, in calls of
+    /// `renew_many.lua` of at most 1,000 names each, all in **one pipeline: one round trip**
+    /// for up to 10,000 names (two when the server had not cached the script). Each call is
+    /// atomic and reads the server's clock once; each name gets its own answer, and a lost name
+    /// ends exactly that lease. With
+    /// [`replica_acks`](crate::RedisConfig::replica_acks) the pipeline ends with `PUBLISH` and
+    /// `WAIT`; too few acknowledgements turn every renewal into an error (its outcome is unknown
+    /// to a failover). On Redis Cluster, which refuses a call over many hash slots, the names
+    /// are renewed one by one, concurrently. No I/O for an empty list.
+    async fn renew_many(
+        &self,
+        items: &[RenewItem<'_>],
+        ttl: Duration,
+    ) -> Result<Vec<Result<Option<Grant>>>> {
+        self.renew_batch(items, ttl).await
     }
 
     async fn release(&self, name: &str, holder: &HolderToken) -> Result<bool> {

@@ -48,6 +48,7 @@
 //! |---|---|---|
 //! | `claim` | free (missing, or expiry ≤ now)? term + 1, set holder, instance, expiry = now + ttl | `{term, ttl_ms}` or nil |
 //! | `renew` | live and holder matches? expiry = now + ttl | `{term, ttl_ms}` or nil |
+//! | `renew_many` | per name, as `renew`, up to 1,000 names a call (one `TIME`), the calls of a batch in one pipeline | per name: term, 0 (lost) or -1 (term not a number) |
 //! | `verify` | live and holder matches? (writes nothing) | `{term, remaining_ms}` or nil |
 //! | `release` | live and holder matches? expiry = now, term kept | 1 or 0 |
 //! | `force_release` | live? expiry = now, term kept | 1 or 0 |
@@ -380,6 +381,7 @@ mod leases;
 mod membership;
 mod partitions;
 mod permits;
+mod renewals;
 #[cfg(feature = "sentinel")]
 mod sentinel;
 mod slots;

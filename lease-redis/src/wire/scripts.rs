@@ -20,9 +20,11 @@
 //! milliseconds (only `last_slot`, a plain read, needs no clock). Each touches exactly one key,
 //! `KEYS[1]`, so Redis Cluster routes it by that key's hash tag — except the membership scripts
 //! (`heartbeat`, `members`, `leave`), which touch a service's two keys, `KEYS[1]` and `KEYS[2]`,
-//! both under the service's hash tag, and the lease scripts that hint (`claim`, `release`,
+//! both under the service's hash tag, the lease scripts that hint (`claim`, `release`,
 //! `force_release`), whose `KEYS[2]` is the name's waiters' mark under the name's hash tag: one
-//! slot too.
+//! slot too, and `renew_many`, which renews every name of its `KEYS` (up to 1,000 names, each
+//! its own hash tag): one server only — Redis Cluster refuses it (`CROSSSLOT`) and the store then
+//! renews the names one by one (`renewals.rs`).
 
 use std::sync::LazyLock;
 
@@ -49,6 +51,7 @@ impl LuaScript {
 pub(crate) struct Scripts {
     pub(crate) claim: LuaScript,
     pub(crate) renew: LuaScript,
+    pub(crate) renew_many: LuaScript,
     pub(crate) verify: LuaScript,
     pub(crate) release: LuaScript,
     pub(crate) force_release: LuaScript,
@@ -76,10 +79,11 @@ pub(crate) struct Scripts {
 
 impl Scripts {
     /// All of them, for loading at start-up.
-    pub(crate) fn all(&self) -> [&LuaScript; 25] {
+    pub(crate) fn all(&self) -> [&LuaScript; 26] {
         [
             &self.claim,
             &self.renew,
+            &self.renew_many,
             &self.verify,
             &self.release,
             &self.force_release,
@@ -211,6 +215,7 @@ const WAITED: &str = include_str!("scripts/waited.lua");
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     claim: LuaScript::new("claim", with_waited!(prelude, "claim.lua")),
     renew: LuaScript::new("renew", include_str!("scripts/renew.lua")),
+    renew_many: LuaScript::new("renew_many", include_str!("scripts/renew_many.lua")),
     verify: LuaScript::new("verify", include_str!("scripts/verify.lua")),
     release: LuaScript::new("release", with_waited!("release.lua")),
     force_release: LuaScript::new("force_release", with_waited!("force_release.lua")),
@@ -358,6 +363,26 @@ mod tests {
                 s.name
             );
         }
+    }
+
+    #[test]
+    fn renew_many_checks_each_name_as_renew_does() {
+        let renew = include_str!("scripts/renew.lua");
+        let many = SCRIPTS.renew_many.source;
+        // The same liveness and holder check, the holder of the i-th key being ARGV[i + 1].
+        assert!(renew.contains("if not exp or exp <= now or rec[1] ~= ARGV[1] then"));
+        assert!(many.contains("if not exp or exp <= now or rec[1] ~= ARGV[i + 1] then"));
+        assert!(many.contains("redis.call('HMGET', key, 'holder', 'term', 'expires_at_ms')"));
+        // It alone walks a list of keys; it never hints (a renewal changes no hands).
+        for s in SCRIPTS.all() {
+            assert_eq!(
+                s.source.contains("ipairs(KEYS)"),
+                s.name == "renew_many",
+                "{}",
+                s.name
+            );
+        }
+        assert!(!many.contains("changed"));
     }
 
     #[test]
