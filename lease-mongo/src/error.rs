@@ -176,7 +176,9 @@ fn unreadable(
 ) -> Error {
     Error::new(
         ErrorKind::Backend,
-        format!("MongoDB reported a {what} that cannot be read ({e}): {reply}; the outcome is unknown"),
+        format!(
+            "MongoDB reported a {what} that cannot be read ({e}): {reply}; the outcome is unknown"
+        ),
     )
     .with_temporary(true)
     .during(op, name)

@@ -210,10 +210,7 @@ impl LeaseStore for MongoStore {
                 renew_statements(&items[from..], &hexes[from..], ttl_ms, &renewal_id);
             let to = from + to;
             let command = wire::renew_many_command(self.leases.name(), statements, wtimeout);
-            let update = db
-                .run_command(command)
-                .session(&mut session)
-                .into_future();
+            let update = db.run_command(command).session(&mut session).into_future();
             let reply = self
                 .bounded(op, first, update)
                 .await?
@@ -237,7 +234,9 @@ impl LeaseStore for MongoStore {
                     )));
                 }
             }
-            let matched = reply.get("n").and_then(|n| n.as_i64().or(n.as_i32().map(i64::from)));
+            let matched = reply
+                .get("n")
+                .and_then(|n| n.as_i64().or(n.as_i32().map(i64::from)));
             if matched != Some(0) {
                 let names: Vec<&str> = items[from..to].iter().map(|i| i.name).collect();
                 let batch = u32::try_from(names.len().saturating_add(1)).unwrap_or(u32::MAX);
@@ -279,10 +278,7 @@ impl LeaseStore for MongoStore {
             }
             from = to;
         }
-        Ok(answers
-            .into_iter()
-            .map(|a| a.unwrap_or(Ok(None)))
-            .collect())
+        Ok(answers.into_iter().map(|a| a.unwrap_or(Ok(None))).collect())
     }
 
     async fn release(&self, name: &str, holder: &HolderToken) -> Result<bool> {

@@ -343,7 +343,14 @@ async fn renew_many_takes_two_commands_and_two_round_trips() {
     let names: Vec<String> = (0..n).map(|i| format!("{prefix}-{i}")).collect();
     let mut terms = Vec::new();
     for name in &names {
-        terms.push(direct.claim(name, &a, "a", ttl).await.unwrap().unwrap().term);
+        terms.push(
+            direct
+                .claim(name, &a, "a", ttl)
+                .await
+                .unwrap()
+                .unwrap()
+                .term,
+        );
     }
     let other = format!("{prefix}-other");
     direct.claim(&other, &b, "b", ttl).await.unwrap().unwrap();
@@ -357,12 +364,14 @@ async fn renew_many_takes_two_commands_and_two_round_trips() {
         name: &other,
         holder: &a,
     });
-    let (answers, trips, took) =
-        count_group(&direct, &proxy, store.renew_many(&items, ttl)).await;
+    let (answers, trips, took) = count_group(&direct, &proxy, store.renew_many(&items, ttl)).await;
     let answers = answers.unwrap();
     assert_eq!(answers.len(), n + 1);
     for (i, term) in terms.iter().enumerate() {
-        let grant = answers[i].as_ref().unwrap().expect("a held name is renewed");
+        let grant = answers[i]
+            .as_ref()
+            .unwrap()
+            .expect("a held name is renewed");
         assert_eq!(grant.term, *term, "{}", names[i]);
     }
     assert_eq!(answers[n].as_ref().unwrap(), &None, "another holder's name");
@@ -379,10 +388,13 @@ async fn renew_many_takes_two_commands_and_two_round_trips() {
         name: &other,
         holder: &a,
     }];
-    let (answers, trips, took) =
-        count_group(&direct, &proxy, store.renew_many(&theirs, ttl)).await;
+    let (answers, trips, took) = count_group(&direct, &proxy, store.renew_many(&theirs, ttl)).await;
     assert_eq!(answers.unwrap()[0].as_ref().unwrap(), &None);
-    assert_eq!((trips, took), (1, [0, 1, 0]), "a renew_many that renews none");
+    assert_eq!(
+        (trips, took),
+        (1, [0, 1, 0]),
+        "a renew_many that renews none"
+    );
 }
 
 async fn count_group<T>(

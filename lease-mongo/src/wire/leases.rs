@@ -217,7 +217,9 @@ pub(crate) fn renewed_many_pipeline(names: &[&str], renewal_id: &str) -> Vec<Doc
 }
 
 /// The read-back's documents ([`renewed_many_pipeline`]) as `(name, holder token, term)`.
-pub(crate) fn renewed_many_from_replies(replies: &[Document]) -> Result<Vec<(String, String, u64)>> {
+pub(crate) fn renewed_many_from_replies(
+    replies: &[Document],
+) -> Result<Vec<(String, String, u64)>> {
     replies
         .iter()
         .map(|r| {

@@ -613,7 +613,10 @@ fn renew_many_reads_its_answers_and_failures() {
     let err = renewed_many_from_replies(&[doc! { "_id": "a", "epoch": 1_i64 }]).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Backend);
 
-    assert_eq!(update_failures(&doc! { "ok": 1, "n": 2 }), UpdateFailures::default());
+    assert_eq!(
+        update_failures(&doc! { "ok": 1, "n": 2 }),
+        UpdateFailures::default()
+    );
     let failed = update_failures(&doc! {
         "ok": 1,
         "n": 1,
@@ -625,7 +628,10 @@ fn renew_many_reads_its_answers_and_failures() {
     });
     assert_eq!(
         failed.statements,
-        vec![(1, doc! { "index": 1, "code": 112, "errmsg": "write conflict" })]
+        vec![(
+            1,
+            doc! { "index": 1, "code": 112, "errmsg": "write conflict" }
+        )]
     );
     assert_eq!(
         failed.write_concern,
