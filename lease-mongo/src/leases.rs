@@ -169,10 +169,10 @@ impl LeaseStore for MongoStore {
     }
 
     /// One `update` command carrying one statement per name (each with its holder check,
-    /// [`held_filter`](crate::wire::held_filter), and this call's fresh random `renewal_id`),
+    /// `held_filter`, and this call's fresh random `renewal_id`),
     /// then, when it renewed any, one `aggregate` reading back the documents carrying that
     /// renewal id in the same causally consistent session: two round trips per
-    /// [`BATCH_COMMAND_BYTES`] of statements (one command for 10,000 names of up to about
+    /// 8 MiB of statements (one command for 10,000 names of up to about
     /// 300 bytes). A statement the server failed answers that item's error; a write concern
     /// error fails the whole call (every outcome unknown); a name the read-back does not find
     /// live under its holder with this renewal id is answered `None`.
