@@ -126,6 +126,65 @@ impl<T> MongoResultExt<T> for Result<T, MongoError> {
     }
 }
 
+/// A statement's error from an `update` command's reply (`writeErrors[i]`: `{index, code,
+/// errmsg}`), met during `op` on `name`: the verdict of any write error ([`map_error`]).
+pub(crate) fn statement_error(
+    reply: &mongodb::bson::Document,
+    op: Operation,
+    name: &str,
+    server: &str,
+) -> Error {
+    match mongodb::bson::from_document::<mongodb::error::WriteError>(reply.clone()) {
+        Ok(w) => map_error(
+            MongoError::from(MongoKind::Write(WriteFailure::WriteError(w))),
+            op,
+            name,
+            server,
+        ),
+        Err(e) => unreadable("write error", reply, e, op, name, server),
+    }
+}
+
+/// The write concern error of an `update` command's reply (`writeConcernError`: `{code,
+/// errmsg}`), met during `op` on `name`: temporary, the outcome of the writes unknown.
+pub(crate) fn write_concern_error(
+    reply: &mongodb::bson::Document,
+    op: Operation,
+    name: &str,
+    server: &str,
+) -> Error {
+    match mongodb::bson::from_document::<mongodb::error::WriteConcernError>(reply.clone()) {
+        Ok(w) => map_error(
+            MongoError::from(MongoKind::Write(WriteFailure::WriteConcernError(w))),
+            op,
+            name,
+            server,
+        ),
+        Err(e) => unreadable("write concern error", reply, e, op, name, server),
+    }
+}
+
+/// A failure the server reported in a form the driver cannot read: temporary (the outcome of
+/// the write is unknown), the server's document in the message.
+fn unreadable(
+    what: &str,
+    reply: &mongodb::bson::Document,
+    e: impl std::fmt::Display,
+    op: Operation,
+    name: &str,
+    server: &str,
+) -> Error {
+    Error::new(
+        ErrorKind::Backend,
+        format!(
+            "MongoDB reported a {what} that cannot be read ({e}): {reply}; the outcome is unknown"
+        ),
+    )
+    .with_temporary(true)
+    .during(op, name)
+    .at_server(server)
+}
+
 /// How a message names what the failed command was for.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Said<'a> {

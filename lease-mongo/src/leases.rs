@@ -2,10 +2,15 @@
 //! operation one command on the primary, every "now" the server's `$$NOW`. The documents are
 //! in the `wire` module (`wire/leases.rs`).
 
+use std::collections::HashMap;
 use std::future::IntoFuture;
 use std::time::Duration;
 
-use lease_core::backend::{Grant, HolderToken, async_trait, check, partitions::BatchRenew};
+use futures::TryStreamExt;
+
+use lease_core::backend::{
+    Grant, HolderToken, RenewItem, async_trait, check, partitions::BatchRenew,
+};
 use lease_core::layer::Operation;
 use lease_core::{
     LeaseStore, Result,
@@ -14,11 +19,40 @@ use lease_core::{
         permits::PermitStore, slots::SlotStore,
     },
 };
+use mongodb::bson::Document;
 use mongodb::options::ReturnDocument;
 
 use crate::error::is_duplicate_id;
 use crate::store::{MAX_NAME_BYTES, MongoStore, ttl_millis};
 use crate::wire;
+
+/// The most bytes of statements one `update` command of `renew_many` carries: half of the
+/// server's 16 MiB limit on a command, so the command and its envelope always fit.
+const BATCH_COMMAND_BYTES: usize = 8 << 20;
+
+/// `renew_many`'s statements from the start of `items` (with their holder tokens `hexes`), as
+/// many as fit in [`BATCH_COMMAND_BYTES`] (one at least), and how many were taken.
+fn renew_statements(
+    items: &[RenewItem<'_>],
+    hexes: &[String],
+    ttl_ms: i64,
+    renewal_id: &str,
+) -> (Vec<Document>, usize) {
+    let mut statements = Vec::new();
+    let mut bytes = 0;
+    for (item, hex) in items.iter().zip(hexes) {
+        let statement = wire::renew_many_statement(item.name, hex, ttl_ms, renewal_id);
+        // The encoded size; a statement that cannot be encoded is sized as the largest.
+        let size = mongodb::bson::to_vec(&statement).map_or(BATCH_COMMAND_BYTES, |v| v.len());
+        if !statements.is_empty() && bytes + size > BATCH_COMMAND_BYTES {
+            break;
+        }
+        bytes += size;
+        statements.push(statement);
+    }
+    let taken = statements.len();
+    (statements, taken)
+}
 
 #[async_trait]
 impl LeaseStore for MongoStore {
@@ -38,6 +72,10 @@ impl LeaseStore for MongoStore {
             // The multi-document `update`, then the `aggregate` that reads back the documents
             // carrying this renewal's id: two round trips however many partitions.
             batch_renew: BatchRenew::Fixed { round_trips: 2 },
+            // `renew_many`: one `update` command of one statement per name, then one
+            // `aggregate` reading back the documents it renewed (two round trips per 8 MiB of
+            // statements).
+            renew_many: true,
             // Counted leases, slots, partitions and membership: from the accessors.
             ..lease_core::backend::derived_capabilities(self)
         }
@@ -128,6 +166,119 @@ impl LeaseStore for MongoStore {
             )
             .await?;
         doc.map(|d| wire::grant_from_update(&d, ttl)).transpose()
+    }
+
+    /// One `update` command carrying one statement per name (each with its holder check,
+    /// `held_filter`, and this call's fresh random `renewal_id`),
+    /// then, when it renewed any, one `aggregate` reading back the documents carrying that
+    /// renewal id in the same causally consistent session: two round trips per
+    /// 8 MiB of statements (one command for 10,000 names of up to about
+    /// 300 bytes). A statement the server failed answers that item's error; a write concern
+    /// error fails the whole call (every outcome unknown); a name the read-back does not find
+    /// live under its holder with this renewal id is answered `None`.
+    async fn renew_many(
+        &self,
+        items: &[RenewItem<'_>],
+        ttl: Duration,
+    ) -> Result<Vec<Result<Option<Grant>>>> {
+        if check::renew_many(self, items, ttl)? == check::Batch::Empty {
+            return Ok(Vec::new());
+        }
+        let op = Operation::RenewMany;
+        let first = items.first().map_or("", |i| i.name);
+        let ttl_ms = ttl_millis(ttl);
+        let wtimeout = i64::try_from(self.op_timeout().as_millis()).unwrap_or(i64::MAX);
+        // 128 fresh random bits per call: the documents carry them only if this call renewed
+        // them.
+        let renewal_id = HolderToken::mint().to_hex();
+        let hexes: Vec<String> = items.iter().map(|i| i.holder.to_hex()).collect();
+        let start = self
+            .client()
+            .start_session()
+            .causal_consistency(true)
+            .into_future();
+        let mut session = self
+            .bounded(op, first, start)
+            .await?
+            .map_err(|e| self.map(op, first, e))?;
+        let mut answers: Vec<Option<Result<Option<Grant>>>> =
+            std::iter::repeat_with(|| None).take(items.len()).collect();
+        let db = self.database();
+        let mut from = 0;
+        while from < items.len() {
+            let (statements, to) =
+                renew_statements(&items[from..], &hexes[from..], ttl_ms, &renewal_id);
+            let to = from + to;
+            let command = wire::renew_many_command(self.leases.name(), statements, wtimeout);
+            let update = db.run_command(command).session(&mut session).into_future();
+            let reply = self
+                .bounded(op, first, update)
+                .await?
+                .map_err(|e| self.map(op, first, e))?;
+            let failures = wire::update_failures(&reply);
+            if let Some(concern) = &failures.write_concern {
+                return Err(crate::error::write_concern_error(
+                    concern,
+                    op,
+                    first,
+                    self.server(),
+                ));
+            }
+            for (i, failure) in &failures.statements {
+                if let Some(item) = items.get(from + i) {
+                    answers[from + i] = Some(Err(crate::error::statement_error(
+                        failure,
+                        op,
+                        item.name,
+                        self.server(),
+                    )));
+                }
+            }
+            let matched = reply
+                .get("n")
+                .and_then(|n| n.as_i64().or(n.as_i32().map(i64::from)));
+            if matched != Some(0) {
+                let names: Vec<&str> = items[from..to].iter().map(|i| i.name).collect();
+                let batch = u32::try_from(names.len().saturating_add(1)).unwrap_or(u32::MAX);
+                let read = async {
+                    let mut cursor = self
+                        .leases
+                        .aggregate(wire::renewed_many_pipeline(&names, &renewal_id))
+                        .batch_size(batch)
+                        .max_time(self.op_timeout())
+                        .session(&mut session)
+                        .await?;
+                    cursor
+                        .stream(&mut session)
+                        .try_collect::<Vec<Document>>()
+                        .await
+                };
+                let replies = self
+                    .bounded(op, first, read)
+                    .await?
+                    .map_err(|e| self.map(op, first, e))?;
+                let place: HashMap<&str, usize> = names
+                    .iter()
+                    .enumerate()
+                    .map(|(i, n)| (*n, from + i))
+                    .collect();
+                for (name, holder, term) in wire::renewed_many_from_replies(&replies)
+                    .map_err(|e| e.during(op, first).at_server(self.server()))?
+                {
+                    let Some(&i) = place.get(name.as_str()) else {
+                        continue;
+                    };
+                    if hexes[i] == holder && answers[i].is_none() {
+                        answers[i] = Some(Ok(Some(Grant {
+                            term,
+                            expires_in: ttl,
+                        })));
+                    }
+                }
+            }
+            from = to;
+        }
+        Ok(answers.into_iter().map(|a| a.unwrap_or(Ok(None))).collect())
     }
 
     async fn release(&self, name: &str, holder: &HolderToken) -> Result<bool> {

@@ -80,6 +80,14 @@
 //! - **Renew**, **release** and **verify** act only on the document live by `$$NOW` under the
 //!   caller's holder token. Release sets `expires_at` to 1970 and keeps the document, so the
 //!   epoch continues. **Force release** does the same for whoever holds the name live.
+//! - **Renew many** (`renew_many`, `capabilities().renew_many`): one `update` command carrying
+//!   one statement per name, each with its own holder check (the renew's filter) and the same
+//!   pipeline (`expires_at` = `$$NOW` + TTL) plus a fresh random `renewal_id` per call; then,
+//!   when it matched any, one `aggregate` reading back the documents of the batch carrying that
+//!   `renewal_id` and live by `$$NOW`, with their holder tokens (a name counts as renewed only
+//!   under the holder its item named), in one causally consistent session. Two round trips per
+//!   8 MiB of statements (one command for 10,000 names of up to about 300 bytes); a statement
+//!   the server failed answers its item's error, a write concern error fails the call.
 //! - **Time left** is always the server's: claim and renew set `expires_at` = `$$NOW` + TTL and
 //!   report the TTL; verify and get compute `expires_at − $$NOW` in the aggregation.
 //!
@@ -146,7 +154,7 @@
 //!
 //! Each lease operation is one command, one round trip on a warm connection (the driver may
 //! retry a write once after a network error; retryable writes make that retry apply at most
-//! once). A batch renewal of partitions takes two; every other partition or membership
+//! once), `renew_many` two. A batch renewal of partitions takes two; every other partition or membership
 //! operation one.
 //!
 //! # Guarantees and their limits

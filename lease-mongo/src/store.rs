@@ -42,13 +42,14 @@ const INDEX_OPTIONS_CONFLICT: i32 = 85;
 /// unless the answer is larger (tens of thousands of records).
 pub(crate) const READ_BATCH: u32 = 1_000_000;
 
-/// Leases on MongoDB: one document per name, every operation one command on the primary, every
-/// "now" the server's `$$NOW`.
+/// Leases on MongoDB: one document per name, every operation one command on the primary (but
+/// `renew_many`: two), every "now" the server's `$$NOW`.
 ///
-/// | operation | command (one round trip) |
+/// | operation | command (one round trip unless said) |
 /// |---|---|
 /// | claim | `findAndModify` upsert, filter `claim_filter`, conditional pipeline `claim_update`; held when the document comes back without this call's claim id, or on a duplicate `_id` |
 /// | renew | `findAndModify`, filter `held_filter`, pipeline `renew_update` |
+/// | renew_many | `update` of one statement per name (filter `held_filter` each, pipeline: expiry `$$NOW` + TTL and a fresh random `renewal_id`), then, when it matched any, `aggregate` `renewed_many_pipeline` reading back the documents carrying that renewal id (holder compared on the client), in one causally consistent session: two round trips per 8 MiB of statements |
 /// | release | `findAndModify`, filter `held_filter`, update `release_update` |
 /// | force release | `findAndModify`, filter `live_filter`, update `release_update` |
 /// | verify | `aggregate` `verify_pipeline` |
@@ -385,7 +386,7 @@ impl MongoStore {
         Ok(())
     }
 
-    fn database(&self) -> Database {
+    pub(crate) fn database(&self) -> Database {
         self.client.database(self.config.database_name())
     }
 

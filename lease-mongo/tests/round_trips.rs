@@ -317,6 +317,86 @@ async fn slot_operations_take_the_documented_commands() {
 
 /// Runs `op` and returns its result with the proxy's round trips and the server's counts of
 /// `findAndModify`, `update` and `aggregate` it took.
+/// `renew_many` of a batch is one `update` (a statement per name) and one `aggregate` (the
+/// read-back): two round trips however many names; one when it renews none. Each name keeps its
+/// own holder check: one held by another holder in the batch is answered `None` and not
+/// extended. (With the trait's default loop it was one `findAndModify` per name.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renew_many_takes_two_commands_and_two_round_trips() {
+    let _serial = SERIAL.lock().await;
+    let Some((direct, store, proxy)) = common::stores(true).await else {
+        return;
+    };
+    let prefix = format!("rtmany{:08x}", rand_suffix());
+    let ttl = Duration::from_secs(5);
+    store.available().await.unwrap();
+    store.get(&prefix).await.unwrap();
+    assert!(store.capabilities().renew_many);
+    // As for the partitions: fewer names on the emulator, where 200 do not fit the proxied
+    // store's 500 ms operation timeout.
+    let n: usize = if common::emulated(&direct).await {
+        EMULATOR_BATCH as usize
+    } else {
+        200
+    };
+    let (a, b) = (HolderToken::mint(), HolderToken::mint());
+    let names: Vec<String> = (0..n).map(|i| format!("{prefix}-{i}")).collect();
+    let mut terms = Vec::new();
+    for name in &names {
+        terms.push(
+            direct
+                .claim(name, &a, "a", ttl)
+                .await
+                .unwrap()
+                .unwrap()
+                .term,
+        );
+    }
+    let other = format!("{prefix}-other");
+    direct.claim(&other, &b, "b", ttl).await.unwrap().unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let before = direct.get(&other).await.unwrap().unwrap().expires_in;
+    let mut items: Vec<lease_core::backend::RenewItem<'_>> = names
+        .iter()
+        .map(|name| lease_core::backend::RenewItem { name, holder: &a })
+        .collect();
+    items.push(lease_core::backend::RenewItem {
+        name: &other,
+        holder: &a,
+    });
+    let (answers, trips, took) = count_group(&direct, &proxy, store.renew_many(&items, ttl)).await;
+    let answers = answers.unwrap();
+    assert_eq!(answers.len(), n + 1);
+    for (i, term) in terms.iter().enumerate() {
+        let grant = answers[i]
+            .as_ref()
+            .unwrap()
+            .expect("a held name is renewed");
+        assert_eq!(grant.term, *term, "{}", names[i]);
+    }
+    assert_eq!(answers[n].as_ref().unwrap(), &None, "another holder's name");
+    assert_eq!(
+        (trips, took),
+        (2, [0, 1, 1]),
+        "renew_many of {} names: update, then the read-back",
+        n + 1
+    );
+    let after = direct.get(&other).await.unwrap().unwrap().expires_in;
+    assert!(after <= before, "another holder's lease was extended");
+
+    let theirs = [lease_core::backend::RenewItem {
+        name: &other,
+        holder: &a,
+    }];
+    let (answers, trips, took) = count_group(&direct, &proxy, store.renew_many(&theirs, ttl)).await;
+    assert_eq!(answers.unwrap()[0].as_ref().unwrap(), &None);
+    assert_eq!(
+        (trips, took),
+        (1, [0, 1, 0]),
+        "a renew_many that renews none"
+    );
+}
+
 async fn count_group<T>(
     direct: &MongoStore,
     proxy: &FaultProxy,

@@ -4,7 +4,9 @@
 use std::sync::MutexGuard;
 use std::time::{Duration, Instant};
 
-use lease_core::backend::{Grant, HolderToken, async_trait, check, partitions::BatchRenew};
+use lease_core::backend::{
+    Grant, HolderToken, RenewItem, async_trait, check, partitions::BatchRenew,
+};
 use lease_core::layer::Operation;
 use lease_core::{
     LeaseStore, Result,
@@ -16,7 +18,7 @@ use lease_core::{
 use tracing::debug;
 
 use crate::known_writes::{Known, KnownLeases};
-use crate::store::{MAX_TRIES, NatsStore, Seen};
+use crate::store::{MAX_TRIES, NatsStore, Seen, pipelined};
 use crate::wire::codec::Record;
 use crate::wire::keys::{MAX_NAME_BYTES, encode_key};
 
@@ -197,6 +199,9 @@ impl LeaseStore for NatsStore {
             // No multi-key operation: one compare-and-set per partition, all sent before any
             // answer is awaited.
             batch_renew: BatchRenew::Pipelined,
+            // `renew_many`: likewise, one compare-and-set per name, all sent before any answer
+            // is awaited (bursts of 1,000).
+            renew_many: true,
             fixed_ttl: Some(self.inner.ttl),
             // Counted leases, partitions, membership and slots: derived from the accessors.
             ..lease_core::backend::derived_capabilities(self)
@@ -305,6 +310,113 @@ impl LeaseStore for NatsStore {
             );
         }
         Err(self.racing(Operation::Renew, name))
+    }
+
+    /// Each item as [`renew`](LeaseStore::renew) renews it — a compare-and-set on the key's
+    /// revision, so a lease that changed hands, expired or was released is never renewed — but
+    /// pipelined: the direct gets of the names this store object did not write last are all
+    /// sent before any answer is awaited, then the compare-and-sets likewise (bursts of at most
+    /// 1,000 requests, one after the other). One burst of writes when this store object made
+    /// each lease's last write (a coordinator's renewals), reads first otherwise; a key that
+    /// changed between the read and the write is read and written again, at most three times
+    /// in all, then answered with an error. Each item gets its own answer: its term, `None`
+    /// when the key is not live under its holder, or the error of its own request.
+    async fn renew_many(
+        &self,
+        items: &[RenewItem<'_>],
+        ttl: Duration,
+    ) -> Result<Vec<Result<Option<Grant>>>> {
+        if check::renew_many(self, items, ttl)? == check::Batch::Empty {
+            return Ok(Vec::new());
+        }
+        const OP: Operation = Operation::RenewMany;
+        let keys: Vec<String> = items.iter().map(|i| encode_key(i.name)).collect();
+        let mut answers: Vec<Option<Result<Option<Grant>>>> =
+            std::iter::repeat_with(|| None).take(items.len()).collect();
+        // Each item's (revision, term, instance, job) to compare-and-set against, when known.
+        let mut targets: Vec<Option<(u64, u64, String, bool)>> = items
+            .iter()
+            .map(|i| {
+                self.known(i.name)
+                    .filter(|k| k.holder == *i.holder)
+                    .map(|k| (k.revision, k.term, k.instance, k.job))
+            })
+            .collect();
+        for _ in 0..MAX_TRIES {
+            // Read, pipelined, what this store does not know.
+            let unknown: Vec<usize> = (0..items.len())
+                .filter(|&i| answers[i].is_none() && targets[i].is_none())
+                .collect();
+            let seen = pipelined(&unknown, |&i| {
+                self.read_own(OP, items[i].name, &keys[i], items[i].holder)
+            })
+            .await;
+            for (&i, s) in unknown.iter().zip(seen) {
+                match s {
+                    Ok(Some(t)) => targets[i] = Some(t),
+                    Ok(None) => {
+                        self.forget_holder(items[i].name, items[i].holder);
+                        answers[i] = Some(Ok(None));
+                    }
+                    Err(e) => answers[i] = Some(Err(e)),
+                }
+            }
+            // Write, pipelined: each a compare-and-set on the revision read or remembered.
+            let jobs: Vec<(usize, u64, Record)> = (0..items.len())
+                .filter(|&i| answers[i].is_none())
+                .filter_map(|i| {
+                    let (revision, term, instance, job) = targets[i].take()?;
+                    let record = Record {
+                        holder: items[i].holder.clone(),
+                        term,
+                        instance,
+                        job,
+                    };
+                    Some((i, revision, record))
+                })
+                .collect();
+            if jobs.is_empty() {
+                break;
+            }
+            let sent_at = Instant::now();
+            let written = pipelined(&jobs, |(i, revision, record)| {
+                self.write(OP, items[*i].name, &keys[*i], record.encode(), *revision)
+            })
+            .await;
+            for ((i, revision, record), w) in jobs.into_iter().zip(written) {
+                match w {
+                    Ok(Some(new)) => {
+                        let term = record.term;
+                        self.remember(
+                            items[i].name,
+                            Known {
+                                holder: record.holder,
+                                revision: new,
+                                term,
+                                instance: record.instance,
+                                job: record.job,
+                                sent_at,
+                            },
+                        );
+                        answers[i] = Some(Ok(Some(Grant {
+                            term,
+                            expires_in: self.left_since(sent_at),
+                        })));
+                    }
+                    // The key changed since it was read or written: read it again.
+                    Ok(None) => debug!(
+                        name = items[i].name,
+                        revision, "renewal found the key changed; reading it again"
+                    ),
+                    Err(e) => answers[i] = Some(Err(e)),
+                }
+            }
+        }
+        Ok(answers
+            .into_iter()
+            .zip(items)
+            .map(|(a, item)| a.unwrap_or_else(|| Err(self.racing(OP, item.name))))
+            .collect())
     }
 
     async fn release(&self, name: &str, holder: &HolderToken) -> Result<bool> {

@@ -42,6 +42,7 @@
 //! |---|---|---|
 //! | `claim` | a publish to `$KV.<bucket>.<key>` with `Nats-Expected-Last-Subject-Sequence: 0` (create): stored → claimed, term = its stream sequence; error 10071 (wrong last sequence) → held | 1 |
 //! | `renew` | a publish with `Nats-Expected-Last-Subject-Sequence: <revision of the holder's last write>` and the term copied into the value | 1 (2 when this store object did not make the last write: a read first) |
+//! | `renew_many` | each name as `renew`, pipelined: the direct gets of the names whose last write this store object did not make, all sent before any answer is awaited, then the updates likewise (bursts of at most 1,000 requests); `capabilities().renew_many` is `true` | one burst of N updates (a coordinator's renewals); two (gets, then updates) through a store object that did not make the last writes |
 //! | `verify`, `get` | a direct get of the key's last message (`$JS.API.DIRECT.GET.KV_<bucket>.$KV.<bucket>.<key>`; on a replicated bucket `$JS.API.STREAM.MSG.GET`, see [Clusters](#clusters)) | 1 (`verify` of a job's lease: 2, see [Scheduler slots](#scheduler-slots)) |
 //! | `release` | `$JS.API.STREAM.PURGE.KV_<bucket>` with `{"filter": "$KV.<bucket>.<key>", "seq": <revision> + 1}` | 1 (2 when this store object did not make the last write) |
 //! | `force_release` | a direct get, then the purge up to the revision read | 2 |

@@ -280,6 +280,7 @@ async fn each_operation_costs_what_the_docs_say() {
         "KV create over a delete marker: update, get, update"
     );
 
+    renew_many_costs_what_the_docs_say(&proxy, &server, &store, &other).await;
     groups_cost_what_the_docs_say(&proxy, &server, &store, &other).await;
     permits_cost_what_the_docs_say(&proxy, &server, &store).await;
     slots_cost_what_the_docs_say(&proxy, &server, &store, &other, store.slot_bucket()).await;
@@ -470,6 +471,80 @@ async fn slots_cost_what_the_docs_say(
 /// many requests of each kind went out, and the proxy shows that they did not wait for each
 /// other (far fewer round trips than requests; how few depends on how the client's writes and
 /// the server's answers interleave, so only a bound is asserted).
+/// `renew_many`: one compare-and-set per name, pipelined (with the `renew_partitions` burst's
+/// bound of two requests per round trip at most); by a store object that did not write the
+/// keys last, pipelined gets first. A name of another holder is answered `None` and not
+/// written; with the trait's default loop each name was a round trip of its own.
+async fn renew_many_costs_what_the_docs_say(
+    proxy: &FaultProxy,
+    server: &Server,
+    store: &NatsStore,
+    other: &NatsStore,
+) {
+    use lease_core::backend::RenewItem;
+    const N: usize = 100;
+    assert!(store.capabilities().renew_many);
+    let (a, b) = (HolderToken::mint(), HolderToken::mint());
+    let names: Vec<String> = (0..N).map(|i| format!("many-{i}")).collect();
+    let mut terms = Vec::new();
+    for name in &names {
+        terms.push(store.claim(name, &a, "a", TTL).await.unwrap().unwrap().term);
+    }
+    store
+        .claim("many-theirs", &b, "b", TTL)
+        .await
+        .unwrap()
+        .unwrap();
+    let mut items: Vec<RenewItem<'_>> = names
+        .iter()
+        .map(|name| RenewItem { name, holder: &a })
+        .collect();
+    items.push(RenewItem {
+        name: "many-theirs",
+        holder: &a,
+    });
+    let pipelined = |what: &str, trips: u64, requests: u64| {
+        eprintln!("{what}: {requests} requests in {trips} round trips");
+        assert!(
+            trips > 0 && 2 * trips <= requests,
+            "{what}: {requests} requests took {trips} round trips: not pipelined"
+        );
+    };
+    let check = |answers: Vec<lease_core::Result<Option<lease_core::backend::Grant>>>| {
+        assert_eq!(answers.len(), N + 1);
+        for (i, term) in terms.iter().enumerate() {
+            let grant = answers[i]
+                .as_ref()
+                .unwrap()
+                .expect("a held name is renewed");
+            assert_eq!(grant.term, *term, "{}", names[i]);
+        }
+        assert_eq!(answers[N].as_ref().unwrap(), &None, "another holder's name");
+    };
+
+    // `store` made every key's last write but the other holder's: updates, and one get.
+    let (c, g) = cost(proxy, server, store.renew_many(&items, TTL)).await;
+    check(g.unwrap());
+    let (trips, stored, api) = c;
+    assert_eq!((stored, api), (N as u64, 0), "one update per held name");
+    pipelined("renew_many, revisions known", trips, N as u64 + 1);
+    // `other` knows none: pipelined gets, then pipelined updates.
+    let (c, g) = cost(proxy, server, other.renew_many(&items, TTL)).await;
+    check(g.unwrap());
+    let (trips, stored, api) = c;
+    assert_eq!((stored, api), (N as u64, 0), "one update per held name");
+    pipelined("renew_many, revisions unknown", trips, 2 * N as u64 + 1);
+    // `store`'s revisions are stale now: updates that miss, gets, updates.
+    let (c, g) = cost(proxy, server, store.renew_many(&items, TTL)).await;
+    check(g.unwrap());
+    let (trips, stored, _) = c;
+    assert_eq!(stored, N as u64, "one update per held name");
+    pipelined("renew_many, revisions stale", trips, 3 * N as u64 + 1);
+    for name in names.iter().map(String::as_str).chain(["many-theirs"]) {
+        store.force_release(name).await.unwrap();
+    }
+}
+
 async fn groups_cost_what_the_docs_say(
     proxy: &FaultProxy,
     server: &Server,

@@ -78,7 +78,7 @@ impl<DB: Driver> lease_core::LeaseStore for SqlStore<DB> {
             // granularity.
             force_release: true,
             list_names: true,
-            renew_many: DB::RENEW_MANY,
+            renew_many: DB::renews_many(self),
             watch: self.inner.watch,
             max_name_bytes: self.inner.config.max_name_bytes,
             ..lease_core::backend::derived_capabilities(self)
@@ -146,13 +146,14 @@ impl<DB: Driver> lease_core::LeaseStore for SqlStore<DB> {
     }
 
     /// PostgreSQL and SQLite: one statement (see the stores' docs), whose time grows with the
-    /// number of names, not with its square; MySQL: one `renew` after the other. On
-    /// PostgreSQL a lease whose row another transaction has locked (a verified transaction of
-    /// its holder, a concurrent renewal) is passed by, not waited for, and then renewed alone,
-    /// all such renewals together waiting at most 1 s; one still waiting then is answered
-    /// `Timeout` (its outcome unknown, retried like any renewal), never "not held": only a
-    /// lease the statement did not find live under its holder, or that its renewal alone
-    /// found so, is answered `None`.
+    /// number of names, not with its square; MariaDB 10.6 or later: one request (a few for
+    /// long names, one per MiB of batch), as linear; MySQL and older MariaDB: one `renew`
+    /// after the other. On PostgreSQL and MariaDB a lease whose row another transaction has
+    /// locked (a verified transaction of its holder, a concurrent renewal) is passed by, not
+    /// waited for, and then renewed alone, all such renewals together waiting at most 1 s;
+    /// one still waiting then is answered `Timeout` (its outcome unknown, retried like any
+    /// renewal), never "not held": only a lease the statement did not find live under its
+    /// holder, or that its renewal alone found so, is answered `None`.
     async fn renew_many(
         &self,
         items: &[RenewItem<'_>],
@@ -162,7 +163,7 @@ impl<DB: Driver> lease_core::LeaseStore for SqlStore<DB> {
             return Ok(Vec::new());
         }
         let mut answers = Vec::with_capacity(items.len());
-        if !DB::RENEW_MANY {
+        if !DB::renews_many(self) {
             for item in items {
                 answers.push(self.renew(item.name, item.holder, ttl).await);
             }

@@ -64,15 +64,25 @@ pub(crate) trait LeaseDriver: LeaseDb {
         ms: i64,
     ) -> impl Future<Output = Result<Option<u64>>> + Send;
 
-    /// Whether [`renew_many_rows`](LeaseDriver::renew_many_rows) renews many leases in one statement;
-    /// `false` (MySQL): the store renews them one by one.
+    /// Whether [`renew_many_rows`](LeaseDriver::renew_many_rows) renews many leases in one statement
+    /// on every server of the database; `false`: see
+    /// [`renews_many`](LeaseDriver::renews_many).
     const RENEW_MANY: bool = false;
 
-    /// The renewal of many leases in one statement (see `Statements::renew_many`): `(name,
-    /// term, skipped)` rows; a name with a row carrying a term was renewed, one whose rows
-    /// carry none but `skipped` non-zero was found live and passed by (its row locked by
-    /// another transaction), one without a row was not live under its holder. A name may come
-    /// twice. Called only when `RENEW_MANY`.
+    /// Whether this store's server renews many leases in one request
+    /// ([`renew_many_rows`](LeaseDriver::renew_many_rows)); otherwise the store renews them one
+    /// by one. [`RENEW_MANY`](LeaseDriver::RENEW_MANY) unless the database decides by its
+    /// server's version at start-up (MySQL/MariaDB: MariaDB 10.6 or later).
+    fn renews_many(_store: &SqlStore<Self>) -> bool {
+        Self::RENEW_MANY
+    }
+
+    /// The renewal of many leases in one statement or one request (see
+    /// `Statements::renew_many`): `(name, term, skipped)` rows; a name with a row carrying a
+    /// term was renewed, one whose rows carry none but `skipped` non-zero was found live and
+    /// passed by (its row locked by another transaction), one without a row was not live under
+    /// its holder. A name may come twice. Called only when
+    /// [`renews_many`](LeaseDriver::renews_many).
     fn renew_many_rows(
         store: &SqlStore<Self>,
         names: &[&str],

@@ -40,6 +40,11 @@ pub(crate) struct Inner<DB: Database> {
     /// 10.3 or later), so claims use [`Statements::claim_nowait`]; found at start-up.
     #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
     pub(crate) nowait_claims: std::sync::atomic::AtomicBool,
+    /// MySQL/MariaDB: the server renews many leases in one request (`JSON_TABLE` and `SKIP
+    /// LOCKED` in a derived table: MariaDB 10.6 or later), so `renew_many` sends
+    /// [`Statements::renew_many`]; found at start-up.
+    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+    pub(crate) batch_renewals: std::sync::atomic::AtomicBool,
     /// The partition, member and permit tables (by
     /// [`Table::index`]), checked (and created when missing) on
     /// their first use, not at start-up.
@@ -108,6 +113,7 @@ impl<DB: Database> SqlStore<DB> {
                 server,
                 dialect,
                 nowait_claims: std::sync::atomic::AtomicBool::new(false),
+                batch_renewals: std::sync::atomic::AtomicBool::new(false),
                 group_tables: Default::default(),
                 hints,
                 watch,

@@ -88,7 +88,8 @@ impl Default for OnWorkError {
 /// Terms of counted names (permits) are renewed by their own keeper whichever is chosen.
 ///
 /// The default is [`Auto`](Renewals::Auto): coalesced on the stores that renew many leases in
-/// one request (PostgreSQL, SQLite, Redis, the memory store), per term on the others. The bench's
+/// one request or one pipelined burst (PostgreSQL, MariaDB 10.6 or later, MongoDB, NATS, Redis,
+/// SQLite, the memory store), per term on the others (MySQL, older MariaDB, etcd). The bench's
 /// "held names" section (BENCHMARKS.md) holds 1,000 and 10,000 names both ways in one run:
 /// coalesced, no term is lost and a renew period costs a handful of store operations instead
 /// of one per name. (Coalesced renewals once lost most of 10,000 terms on PostgreSQL: its

@@ -81,7 +81,8 @@ pub struct Capabilities {
     pub batch_renew: BatchRenew,
     /// [`LeaseStore::renew_many`](crate::LeaseStore::renew_many) reaches the server in a fixed
     /// number of requests however many names it renews (one statement, one script per hash
-    /// slot), rather than the trait's default of one `renew` per name. A coordinator built with
+    /// slot), or in requests all sent before any answer is awaited (pipelined bursts, NATS),
+    /// rather than the trait's default of one `renew` after the other, a round trip per name. A coordinator built with
     /// [`Renewals::Auto`](crate::coordinator::Renewals::Auto) renews the terms it holds in
     /// batches exactly when this is `true`.
     pub renew_many: bool,

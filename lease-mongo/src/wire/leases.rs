@@ -8,7 +8,8 @@ use lease_core::{Result, backend::LeaseInfo};
 use mongodb::bson::{Bson, Document, doc};
 
 use super::{
-    EPOCH, EXPIRES_AT, HOLDER, INSTANCE, REMAINING_MS, if_free, live, remaining_of, term_of,
+    EPOCH, EXPIRES_AT, HOLDER, INSTANCE, REMAINING_MS, RENEWAL_ID, if_free, live, number,
+    remaining_of, term_of,
 };
 
 /// The field holding the random id of the claim that last won the name: how a claim tells
@@ -159,4 +160,107 @@ pub(crate) fn info_from_get(name: &str, reply: &Document) -> Result<LeaseInfo> {
         live: !expires_in.is_zero(),
         expires_in,
     })
+}
+
+/// One statement of `renew_many`'s `update` command ([`renew_many_command`]): the name's
+/// document while live under this holder token ([`held_filter`], checked per name), its expiry
+/// `ttl_ms` after the statement's `$$NOW` (as [`renew_update`] sets it) and the call's
+/// `renewal_id` (fresh and random per call), which the read-back ([`renewed_many_pipeline`])
+/// looks for. One document at most (`multi: false`), never inserted.
+pub(crate) fn renew_many_statement(
+    name: &str,
+    holder_hex: &str,
+    ttl_ms: i64,
+    renewal_id: &str,
+) -> Document {
+    doc! {
+        "q": held_filter(name, holder_hex),
+        "u": [{ "$set": {
+            EXPIRES_AT: { "$add": ["$$NOW", ttl_ms] },
+            RENEWAL_ID: { "$literal": renewal_id },
+        } }],
+        "multi": false,
+        "upsert": false,
+    }
+}
+
+/// `renew_many`'s write: one `update` command on `collection` carrying one statement per name
+/// ([`renew_many_statement`]), unordered (a statement that fails does not stop the others), with
+/// the store's write concern (`{w: "majority", j: true}`, `wtimeout` the operation timeout).
+pub(crate) fn renew_many_command(
+    collection: &str,
+    statements: Vec<Document>,
+    wtimeout_ms: i64,
+) -> Document {
+    doc! {
+        "update": collection,
+        "updates": statements,
+        "ordered": false,
+        "writeConcern": { "w": "majority", "j": true, "wtimeout": wtimeout_ms },
+    }
+}
+
+/// `renew_many`'s read-back (`aggregate`, in the same causally consistent session as the
+/// update): the documents of `names` that carry this call's `renewal_id` and are live by
+/// `$$NOW`, with their holder token and term. The client keeps those whose holder is the one
+/// its item named: a document renewed by this call and then released, expired and claimed by
+/// another holder would still carry the renewal id.
+pub(crate) fn renewed_many_pipeline(names: &[&str], renewal_id: &str) -> Vec<Document> {
+    vec![
+        doc! { "$match": {
+            "_id": { "$in": names },
+            RENEWAL_ID: renewal_id,
+            "$expr": live(),
+        } },
+        doc! { "$project": { "_id": 1, HOLDER: 1, EPOCH: 1 } },
+    ]
+}
+
+/// The read-back's documents ([`renewed_many_pipeline`]) as `(name, holder token, term)`.
+pub(crate) fn renewed_many_from_replies(
+    replies: &[Document],
+) -> Result<Vec<(String, String, u64)>> {
+    replies
+        .iter()
+        .map(|r| {
+            let name = r.get_str("_id").map_err(|_| super::malformed("_id", r))?;
+            let holder = r.get_str(HOLDER).map_err(|_| super::malformed(HOLDER, r))?;
+            Ok((name.to_owned(), holder.to_owned(), term_of(r)?))
+        })
+        .collect()
+}
+
+/// What an `update` command's reply says went wrong: the statements that failed, by their index
+/// in the command (`writeErrors`: `{index, code, errmsg}`), and the write concern error
+/// (`writeConcernError`: `{code, errmsg}`) when the writes were not confirmed as asked, which
+/// leaves the outcome of every statement unknown. The documents are the server's, for the
+/// driver's error types to read.
+#[derive(Debug, Default, PartialEq)]
+pub(crate) struct UpdateFailures {
+    pub(crate) statements: Vec<(usize, Document)>,
+    pub(crate) write_concern: Option<Document>,
+}
+
+/// The failures an `update` command's reply reports (see [`UpdateFailures`]); a write error
+/// without a valid index is left out (no statement can be blamed; the read-back still answers
+/// for every name).
+pub(crate) fn update_failures(reply: &Document) -> UpdateFailures {
+    let statements = reply
+        .get_array("writeErrors")
+        .map(|errors| {
+            errors
+                .iter()
+                .filter_map(Bson::as_document)
+                .filter_map(|e| {
+                    let index = e.get("index").and_then(number)?;
+                    Some((usize::try_from(index).ok()?, e.clone()))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let write_concern = reply.get_document("writeConcernError").ok().cloned();
+    UpdateFailures {
+        statements,
+        write_concern,
+    }
 }

@@ -78,6 +78,37 @@ type MySqlColumn = (
 ///    AND expires_at_ms > :now LOCK IN SHARE MODE;                       -- verify in a transaction
 /// ```
 ///
+/// `renew_many` on MariaDB 10.6 or later: one text-protocol request (one per MiB of batch:
+/// one for 10,000 names of up to about 50 bytes), the batch a JSON array of `[name, holder]`
+/// pairs sent as a hex literal, each statement committed on its own. The batch is read as a
+/// table (`JSON_TABLE`), each name looked up by the primary key (`STRAIGHT_JOIN`: the batch
+/// first, so the work grows with the batch and the `UPDATE` touches no other row), and a row
+/// another transaction holds locked is passed by (`SKIP LOCKED`), then renewed alone by the
+/// `renew` above (all such renewals together waiting at most 1 s; one still waiting is
+/// answered `Timeout`). On MySQL and older MariaDB, `renew_many` renews one lease after the
+/// other (`capabilities().renew_many` is `false`); MySQL 8 has what the request needs, but it
+/// has not been run against a MySQL server.
+///
+/// ```sql
+/// SET @lease_sql_batch = CONVERT(:batch USING utf8mb4);  -- [["name","holder"],…]
+/// SET @lease_sql_renewal_ms = :now + :ttl;                -- one expiry for the batch
+/// UPDATE (SELECT k.name
+///           FROM JSON_TABLE(@lease_sql_batch, '$[*]' COLUMNS (item FOR ORDINALITY,
+///                  name VARBINARY(:max_name_bytes) PATH '$[0]',
+///                  holder VARBINARY(64) PATH '$[1]')) AS i
+///           STRAIGHT_JOIN leases AS k ON k.name = i.name AND k.holder = i.holder
+///          WHERE k.expires_at_ms > :now
+///          FOR UPDATE SKIP LOCKED) AS s                   -- locked here, or passed by
+///   STRAIGHT_JOIN leases AS l ON l.name = s.name
+///    SET l.expires_at_ms = GREATEST(l.expires_at_ms, @lease_sql_renewal_ms)
+///  WHERE l.expires_at_ms > :now AND @lease_sql_renewal_ms > :now;
+/// SELECT i.item, l.term, l.expires_at_ms >= @lease_sql_renewal_ms  -- 0: passed by
+///   FROM JSON_TABLE(…) AS i STRAIGHT_JOIN leases AS l
+///     ON l.name = i.name AND l.holder = i.holder
+///  WHERE l.expires_at_ms > :now;                          -- no row: not live under holder
+/// SET @lease_sql_batch = NULL;
+/// ```
+///
 /// Scheduler slots ([`SlotStore`](lease_core::backend::slots::SlotStore)), on the same row. In the
 /// finish, `held`, `rec` and `took` stand for the conditions below, written out in the statement
 /// (one `?` per use); an `UPDATE` assigns left to right, so each assignment reads only columns
@@ -293,6 +324,9 @@ impl SqlStore<MySql> {
         self.inner
             .nowait_claims
             .store(takes_nowait_claims(&version), Ordering::Relaxed);
+        self.inner
+            .batch_renewals
+            .store(renews_in_batches(&version), Ordering::Relaxed);
         let table = &self.inner.config.table;
         let (schema, name) = split_table(table);
         let column: Option<NameColumn> = with_conn!(self, "start-up check", |c| sqlx::query_as(
@@ -466,6 +500,20 @@ fn takes_nowait_claims(version: &str) -> bool {
     (major, minor) >= (10, 3)
 }
 
+/// `true` for MariaDB 10.6 or later, which renews many leases in one request (`JSON_TABLE`,
+/// and `FOR UPDATE SKIP LOCKED` in a derived table: see `Statements::renew_many`). MySQL 8 has
+/// both too, but the request has not been run against a MySQL server: there, as on older
+/// MariaDB, `renew_many` renews one lease after the other.
+fn renews_in_batches(version: &str) -> bool {
+    if !version.to_ascii_lowercase().contains("mariadb") {
+        return false;
+    }
+    let mut parts = version.split(|c: char| !c.is_ascii_digit());
+    let major: u32 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+    let minor: u32 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+    (major, minor) >= (10, 6)
+}
+
 /// MySQL reads its own clock in every statement: nothing to do besides the operation.
 impl crate::wire::conns::LeaseDb for MySql {}
 
@@ -481,7 +529,17 @@ impl SqlStore<MySql> {
 
 #[cfg(test)]
 mod tests {
-    use super::takes_nowait_claims;
+    use super::{renews_in_batches, takes_nowait_claims};
+
+    #[test]
+    fn batch_renewals_on_mariadb_10_6_and_later() {
+        assert!(renews_in_batches("10.11.19-MariaDB-0+deb12u1"));
+        assert!(renews_in_batches("10.6.0-MariaDB"));
+        assert!(renews_in_batches("11.4.2-MariaDB-log"));
+        assert!(!renews_in_batches("10.5.27-MariaDB"));
+        assert!(!renews_in_batches("8.0.36"));
+        assert!(!renews_in_batches("8.4.0-commercial"));
+    }
 
     #[test]
     fn nowait_claims_on_mariadb_10_3_and_later() {

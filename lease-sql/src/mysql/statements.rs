@@ -3,9 +3,9 @@
 
 use crate::wire::schema::{Dialect, schema_sql};
 use crate::wire::{
-    COUNT_MARKER, GROUP_MARKER, GroupStatements, HOLDER_MARKER, INSTANCE_MARKER, NAME_MARKER,
-    NAMES_MARKER, OWNER_MARKER, PARTITIONS_MARKER, PermitStatements, SlotStatements, Statements,
-    TTL_MARKER,
+    BATCH_MARKER, COUNT_MARKER, GROUP_MARKER, GroupStatements, HOLDER_MARKER, INSTANCE_MARKER,
+    NAME_MARKER, NAMES_MARKER, OWNER_MARKER, PARTITIONS_MARKER, PermitStatements, SlotStatements,
+    Statements, TTL_MARKER, WIDTH_MARKER,
 };
 
 /// The statements of a MySQL/MariaDB store on the lease table `t`.
@@ -24,8 +24,7 @@ pub(crate) fn statements(t: &str) -> Statements {
     let dialect = Dialect::MySql;
     let now = dialect.expiry_ms();
     let s = Statements {
-        // MySQL renews many leases one by one (`renew_many`'s loop).
-        renew_many: String::new(),
+        renew_many: renew_many(t, now),
         claim: format!(
             "INSERT INTO {t} (name, holder, instance, term, expires_at_ms) \
                      VALUES (?, ?, ?, LAST_INSERT_ID(1), {now} + ?) \
@@ -76,6 +75,48 @@ pub(crate) fn statements(t: &str) -> Statements {
         claim_nowait: format!("SET STATEMENT innodb_lock_wait_timeout = 0 FOR {}", s.claim),
         ..s
     }
+}
+
+/// MariaDB's renewal of many leases (10.6 or later: `JSON_TABLE`, and `SKIP LOCKED` in a
+/// derived table), one text-protocol request of four statements, each committed on its own:
+///
+/// - the batch, a JSON array of `[name, holder]` pairs sent as a hex literal (nothing else is
+///   interpolated but integers), into a session variable;
+/// - one expiry for the whole batch, the statement's now + TTL;
+/// - the `UPDATE`: its derived table `s` reads the batch as a table (`JSON_TABLE`, one row per
+///   pair, numbered) and looks up each name by the primary key, locking the rows live under
+///   their holders and passing by (`SKIP LOCKED`) a row another transaction holds locked (a
+///   verified transaction's share lock, a concurrent renewal); the rows of `s`, locked by this
+///   statement, then get `GREATEST(expiry, the batch's expiry)` while still live by the
+///   statement's now — never revived, never moved back (ARCHITECTURE.md "A write that waited
+///   never moves an expiry back");
+/// - the answer: each pair whose name is live under its holder, with its term and whether its
+///   expiry now reaches the batch's (renewed by the `UPDATE`, or further by another renewal);
+///   one that does not was passed by, and the store renews it alone.
+///
+/// `STRAIGHT_JOIN` fixes the plan: the batch first, then one primary-key lookup per pair, so the
+/// work grows with the batch, never with its square, and the `UPDATE` touches no row outside
+/// `s` (a scan of the table would lock rows it does not renew and wait for rows others hold).
+/// The `UPDATE` never waits for a lock, so it is never part of a deadlock.
+fn renew_many(t: &str, now: &str) -> String {
+    let batch = format!(
+        "JSON_TABLE(@lease_sql_batch, '$[*]' COLUMNS (item FOR ORDINALITY, \
+         name VARBINARY({WIDTH_MARKER}) PATH '$[0]', holder VARBINARY(64) PATH '$[1]')) AS i"
+    );
+    format!(
+        "SET @lease_sql_batch = CONVERT({BATCH_MARKER} USING utf8mb4); \
+         SET @lease_sql_renewal_ms = {now} + {TTL_MARKER}; \
+         UPDATE (SELECT k.name FROM {batch} STRAIGHT_JOIN {t} AS k \
+         ON k.name = i.name AND k.holder = i.holder WHERE k.expires_at_ms > {now} \
+         FOR UPDATE SKIP LOCKED) AS s STRAIGHT_JOIN {t} AS l ON l.name = s.name \
+         SET l.expires_at_ms = GREATEST(l.expires_at_ms, @lease_sql_renewal_ms) \
+         WHERE l.expires_at_ms > {now} AND @lease_sql_renewal_ms > {now}; \
+         SELECT CAST(i.item AS SIGNED), l.term, \
+         CAST(l.expires_at_ms >= @lease_sql_renewal_ms AS SIGNED) \
+         FROM {batch} STRAIGHT_JOIN {t} AS l ON l.name = i.name AND l.holder = i.holder \
+         WHERE l.expires_at_ms > {now}; \
+         SET @lease_sql_batch = NULL"
+    )
 }
 
 /// MySQL's slot statements. No RETURNING on UPDATE: the term (or the finish's outcome) comes

@@ -25,14 +25,18 @@ pub(crate) struct Statements {
     #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
     pub(crate) claim_nowait: String,
     pub(crate) renew: String,
-    /// The renewal of many leases in one statement (PostgreSQL's and SQLite's; empty on
-    /// MySQL, whose store renews them one by one): `$1` the names and `$2` their holders, as
-    /// the database binds a list of text (see `Returning::texts`), `$3` the TTL in
-    /// milliseconds. Rows `(name, term, skipped)`: one with the term per lease renewed, and on
-    /// PostgreSQL also one `(name, NULL, 1)` per lease found live under its holder (a name
-    /// with only that row was passed by, its row locked by another transaction). A name
-    /// without a row was not live under its holder.
-    #[cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
+    /// The renewal of many leases in one statement (PostgreSQL's and SQLite's): `$1` the
+    /// names and `$2` their holders, as the database binds a list of text (see
+    /// `Returning::texts`), `$3` the TTL in milliseconds. Rows `(name, term, skipped)`: one
+    /// with the term per lease renewed, and on PostgreSQL also one `(name, NULL, 1)` per lease
+    /// found live under its holder (a name with only that row was passed by, its row locked by
+    /// another transaction). A name without a row was not live under its holder.
+    ///
+    /// On MySQL/MariaDB a text-protocol template of one request (see [`BATCH_MARKER`],
+    /// [`WIDTH_MARKER`] and [`TTL_MARKER`]) whose last statement answers `(item, term,
+    /// renewed)` per lease found live under its holder: `item` its place in the batch from 1,
+    /// `renewed` 1 when the request renewed it (or found it renewed further), 0 when it passed
+    /// by its locked row.
     pub(crate) renew_many: String,
     pub(crate) release: String,
     pub(crate) force_release: String,
@@ -198,7 +202,8 @@ pub(crate) const OWNER_MARKER: &str = "/*owner*/";
 /// In MySQL's renew and release templates: the partition numbers, as decimal integers.
 #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
 pub(crate) const PARTITIONS_MARKER: &str = "/*partitions*/";
-/// In MySQL's renew template: the TTL in milliseconds, as a decimal integer.
+/// In MySQL's partition renew and lease `renew_many` templates: the TTL in milliseconds, as a
+/// decimal integer.
 #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
 pub(crate) const TTL_MARKER: &str = "/*ttl*/";
 
@@ -214,6 +219,15 @@ pub(crate) const INSTANCE_MARKER: &str = "/*instance*/";
 /// In MySQL's permit claim template: the permit count, as a decimal integer.
 #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
 pub(crate) const COUNT_MARKER: &str = "/*count*/";
+
+/// In MySQL's `renew_many` template: the batch, a JSON array of `[name, holder]` pairs, as a
+/// hex literal.
+#[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+pub(crate) const BATCH_MARKER: &str = "/*batch*/";
+/// In MySQL's `renew_many` template: the longest name in bytes (the width of the batch's name
+/// column), as a decimal integer.
+#[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+pub(crate) const WIDTH_MARKER: &str = "/*width*/";
 
 /// The marker in MySQL's `unfinished` statement replaced with one `?` per name.
 #[cfg_attr(not(feature = "mysql"), allow(dead_code))]

@@ -551,3 +551,90 @@ fn old_servers_are_refused() {
     assert!(e.message().contains("db:27017"), "{e}");
     assert!(check_build_info(&doc! {}, "db").is_err());
 }
+
+#[test]
+fn renew_many_checks_each_holder_and_tags_the_call() {
+    let holder = "00112233445566778899aabbccddeeff";
+    let id = "0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f";
+    let statement = renew_many_statement("orders", holder, 15_000, id);
+    assert_eq!(
+        statement,
+        doc! {
+            "q": {
+                "_id": "orders",
+                "holder": "00112233445566778899aabbccddeeff",
+                "$expr": { "$gt": ["$expires_at", "$$NOW"] },
+            },
+            "u": [{ "$set": {
+                "expires_at": { "$add": ["$$NOW", Bson::Int64(15_000)] },
+                "renewal_id": { "$literal": "0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f" },
+            } }],
+            "multi": false,
+            "upsert": false,
+        }
+    );
+    let command = renew_many_command("leases", vec![statement.clone()], 5_000);
+    assert_eq!(
+        command,
+        doc! {
+            "update": "leases",
+            "updates": [statement],
+            "ordered": false,
+            "writeConcern": { "w": "majority", "j": true, "wtimeout": Bson::Int64(5_000) },
+        }
+    );
+    assert_eq!(
+        renewed_many_pipeline(&["a", "b"], id),
+        vec![
+            doc! { "$match": {
+                "_id": { "$in": ["a", "b"] },
+                "renewal_id": "0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f",
+                "$expr": { "$gt": ["$expires_at", "$$NOW"] },
+            } },
+            doc! { "$project": { "_id": 1, "holder": 1, "epoch": 1 } },
+        ]
+    );
+}
+
+#[test]
+fn renew_many_reads_its_answers_and_failures() {
+    let renewed = renewed_many_from_replies(&[
+        doc! { "_id": "a", "holder": "h1", "epoch": Bson::Int64(3) },
+        doc! { "_id": "b", "holder": "h2", "epoch": 7_i32 },
+    ])
+    .unwrap();
+    assert_eq!(
+        renewed,
+        vec![
+            ("a".to_owned(), "h1".to_owned(), 3),
+            ("b".to_owned(), "h2".to_owned(), 7)
+        ]
+    );
+    let err = renewed_many_from_replies(&[doc! { "_id": "a", "epoch": 1_i64 }]).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Backend);
+
+    assert_eq!(
+        update_failures(&doc! { "ok": 1, "n": 2 }),
+        UpdateFailures::default()
+    );
+    let failed = update_failures(&doc! {
+        "ok": 1,
+        "n": 1,
+        "writeErrors": [
+            { "index": 1, "code": 112, "errmsg": "write conflict" },
+            { "code": 2, "errmsg": "no index" },
+        ],
+        "writeConcernError": { "code": 64, "errmsg": "waiting for replication timed out" },
+    });
+    assert_eq!(
+        failed.statements,
+        vec![(
+            1,
+            doc! { "index": 1, "code": 112, "errmsg": "write conflict" }
+        )]
+    );
+    assert_eq!(
+        failed.write_concern,
+        Some(doc! { "code": 64, "errmsg": "waiting for replication timed out" })
+    );
+}
