@@ -416,3 +416,17 @@ fn help_is_short_and_points_to_the_shared_topics() {
         &["no help for 'nonsense'", "stores, exit-codes", "run, elect"],
     );
 }
+
+/// `--lock-delay` on a store without lock-delay is refused before CMD starts, saying so; a bad
+/// duration is refused as for `--ttl`.
+#[test]
+fn lock_delay_on_a_store_without_it() {
+    let dir = TempDir::new("lock-delay");
+    let store = dir.sqlite();
+    for cmd in ["run", "elect"] {
+        let out = run_on(&store, &[cmd, "--lock-delay", "5s", "x", "--", "true"]);
+        refused(&out, 78, &["no lock-delay"]);
+        let out = run_on(&store, &[cmd, "--lock-delay", "5", "x", "--", "true"]);
+        refused(&out, 66, &["bad duration '5'"]);
+    }
+}

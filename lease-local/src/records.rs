@@ -21,6 +21,11 @@ pub(crate) struct Record {
     pub(crate) term: u64,
     pub(crate) until: Until,
     pub(crate) slot: SlotRecord,
+    /// The claim gate once the lease has ended: nobody may claim until `gate` after `until`,
+    /// except the instance `gate_for` when set (a hand-over). While the lease is live, `gate`
+    /// is the lock-delay its holder declared; a release sets it to zero.
+    pub(crate) gate: Duration,
+    pub(crate) gate_for: Option<String>,
 }
 
 impl Record {
@@ -33,6 +38,23 @@ impl Record {
 
     pub(crate) fn live(&self, now: Instant) -> bool {
         !self.expires_in(now).is_zero()
+    }
+
+    /// `true` when `instance` may claim the name now: the lease is not live, and its gate is
+    /// open (its time has passed) or names this instance.
+    pub(crate) fn claimable(&self, now: Instant, instance: &str) -> bool {
+        match self.until {
+            Until::Never => false,
+            Until::At(at) if at > now => false,
+            Until::At(at) => at + self.gate <= now || self.gate_for.as_deref() == Some(instance),
+        }
+    }
+
+    /// The lease ends gracefully now: the gate opens at once.
+    pub(crate) fn end_now(&mut self, now: Instant) {
+        self.until = Until::At(now);
+        self.gate = Duration::ZERO;
+        self.gate_for = None;
     }
 }
 
