@@ -423,7 +423,7 @@ pub(crate) struct RunArgs {
     /// Lock-delay: should this holder's lease end without a release (the process killed, the
     /// host or its network gone), nobody may claim NAME until the lease's expiry plus DURATION,
     /// by the store's clock, e.g. 15s. A normal exit releases at once as without it. Needs a
-    /// store with lock-delay (memory); refused on others.
+    /// store with lock-delay (memory, PostgreSQL, MySQL/MariaDB, SQLite); refused on others.
     #[arg(long, value_name = "DURATION")]
     pub(crate) lock_delay: Option<String>,
 
@@ -517,7 +517,7 @@ pub(crate) struct ElectArgs {
     /// Lock-delay: should this holder's lease end without a release (the process killed, the
     /// host or its network gone), nobody may claim NAME until the lease's expiry plus DURATION,
     /// by the store's clock, e.g. 15s. A normal exit releases at once as without it. Needs a
-    /// store with lock-delay (memory); refused on others.
+    /// store with lock-delay (memory, PostgreSQL, MySQL/MariaDB, SQLite); refused on others.
     #[arg(long, value_name = "DURATION")]
     pub(crate) lock_delay: Option<String>,
 

@@ -417,16 +417,31 @@ fn help_is_short_and_points_to_the_shared_topics() {
     );
 }
 
-/// `--lock-delay` on a store without lock-delay is refused before CMD starts, saying so; a bad
-/// duration is refused as for `--ttl`.
+/// `--lock-delay` on a store without lock-delay (Redis, NATS, MongoDB) is refused before CMD
+/// starts, saying so; on one with it (SQLite) CMD runs; a bad duration is refused as for
+/// `--ttl`.
 #[test]
 fn lock_delay_on_a_store_without_it() {
     let dir = TempDir::new("lock-delay");
-    let store = dir.sqlite();
+    let sqlite = dir.sqlite();
+    let without: Vec<(&str, String)> = cli_servers()
+        .into_iter()
+        .filter(|(backend, _)| !matches!(*backend, "postgres" | "mysql"))
+        .collect();
+    assert!(
+        !without.is_empty(),
+        "no server without lock-delay to try (set LEASE_TEST_REDIS_URL)"
+    );
     for cmd in ["run", "elect"] {
-        let out = run_on(&store, &[cmd, "--lock-delay", "5s", "x", "--", "true"]);
-        refused(&out, 78, &["no lock-delay"]);
-        let out = run_on(&store, &[cmd, "--lock-delay", "5", "x", "--", "true"]);
+        for (backend, store) in &without {
+            let name = unique_name("lock-delay");
+            let out = run_on(store, &[cmd, "--lock-delay", "5s", &name, "--", "true"]);
+            assert_eq!(code(out.status), 78, "{backend}: {}", stderr(&out));
+            refused(&out, 78, &["no lock-delay"]);
+        }
+        let out = run_on(&sqlite, &[cmd, "--lock-delay", "5s", "x", "--", "true"]);
+        assert_eq!(code(out.status), 0, "sqlite has lock-delay: {}", stderr(&out));
+        let out = run_on(&sqlite, &[cmd, "--lock-delay", "5", "x", "--", "true"]);
         refused(&out, 66, &["bad duration '5'"]);
     }
 }

@@ -489,6 +489,7 @@ macro_rules! conformance_suite {
             hand_over_lets_only_the_chosen_instance_claim_in_the_window,
             hand_over_opens_to_anyone_after_the_window,
             a_gated_name_keeps_its_term_order,
+            a_gate_does_not_hold_back_the_token_that_held_the_lease,
             wrappers_report_the_stores_capabilities_and_availability,
             capabilities_agree_with_what_the_store_does
         );

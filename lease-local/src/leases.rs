@@ -255,7 +255,7 @@ impl MemoryStore {
         let until = self.until(now, ttl);
         let mut st = self.lock();
         let (term, slot) = match st.leases.get(name) {
-            Some(r) if !r.claimable(now, instance) => return Ok(None),
+            Some(r) if !r.claimable(now, instance, holder) => return Ok(None),
             Some(r) => (r.term + 1, r.slot),
             None => (1, SlotRecord::default()),
         };

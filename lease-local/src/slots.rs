@@ -38,7 +38,7 @@ impl SlotStore for MemoryStore {
         let until = self.until(now, ttl);
         let mut st = self.lock();
         let (term, slot) = match st.leases.get(name) {
-            Some(r) if !r.claimable(now, instance) => return Ok(SlotClaim::Held),
+            Some(r) if !r.gate_open(now) => return Ok(SlotClaim::Held),
             Some(r) => (r.term + 1, r.slot),
             None => (1, SlotRecord::default()),
         };
@@ -145,7 +145,7 @@ impl SlotStore for MemoryStore {
         let eligible = s.unfinished_ms == Some(instant_ms)
             && s.last_ms == Some(instant_ms)
             && s.rerun_ms != Some(instant_ms)
-            && r.claimable(now, instance);
+            && r.gate_open(now);
         if !eligible {
             return Ok(None);
         }

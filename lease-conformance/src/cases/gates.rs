@@ -323,3 +323,60 @@ pub async fn a_gated_name_keeps_its_term_order(h: &Harness) {
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidTimings, "{err}");
 }
+
+/// A claim gate holds back other holders only: after a lease claimed with a lock-delay expired,
+/// a claim under the *same* holder token (that holder's own; the engine mints a new one per
+/// claim, so only a caller of the store can do this) passes at once with the next term, while
+/// a claim under another token, made just before, is refused — and, refused, changes nothing:
+/// the same token's claim still passes, and a live lease under a token answers held to it.
+pub async fn a_gate_does_not_hold_back_the_token_that_held_the_lease(h: &Harness) {
+    let case = "a_gate_does_not_hold_back_the_token_that_held_the_lease";
+    if !needs_expiry(h, case) || !needs_lock_delay(h, case).await {
+        return;
+    }
+    let name = h.name("gate-own-token");
+    let long = (h.ttl * 20).min(MAX_LOCK_DELAY);
+    let a = mint();
+    let g = gated(h, &name, &a, long).await;
+    assert_eq!(
+        h.store
+            .claim_gated(&name, &a, "a", h.ttl, long)
+            .await
+            .unwrap(),
+        None,
+        "{}: a live lease answers held to its own token",
+        h.backend()
+    );
+    sleep(h.ttl + h.slack).await;
+    assert_eq!(
+        h.store.verify(&name, &a).await.unwrap(),
+        None,
+        "{}: the lease expired",
+        h.backend()
+    );
+    for who in ["b", "a"] {
+        assert_eq!(
+            claim(h, &name, &mint(), who).await,
+            None,
+            "{}: another token ({who}) is held back by the lock-delay",
+            h.backend()
+        );
+    }
+    let again = h
+        .store
+        .claim_gated(&name, &a, "a", h.ttl, long)
+        .await
+        .unwrap()
+        .unwrap_or_else(|| {
+            panic!(
+                "{}: the token that held the lease was held back by its own lock-delay",
+                h.backend()
+            )
+        });
+    assert_next_term(h, g.term, again.term, "the same token's claim after expiry");
+    let info = h.store.get(&name).await.unwrap().unwrap();
+    assert!(info.live && info.term == again.term, "{}: {info:?}", h.backend());
+    assert!(h.store.release(&name, &a).await.unwrap());
+    let next = must_claim(h, &name, &mint(), "c").await;
+    assert_next_term(h, again.term, next.term, "after the release");
+}

@@ -337,7 +337,7 @@ impl CoordinatorBuilder {
             return Err(Error::unsupported(format!(
                 "the {} store has no lock-delay; leave the lock-delay unset (zero) or use a \
                  store that has it (Capabilities::lock_delay; in this workspace, the memory \
-                 store so far)",
+                 store and the SQL stores)",
                 self.store.backend()
             )));
         }

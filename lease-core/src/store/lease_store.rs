@@ -135,7 +135,10 @@ pub trait LeaseStore: Send + Sync + fmt::Debug + 'static {
     /// configuration), or a hand-over's window ([`hand_over`](LeaseStore::hand_over)) in which
     /// only the chosen instance may claim. A store with
     /// [`Capabilities::lock_delay`] or [`Capabilities::hand_over`] honours gates in `claim`
-    /// too, so a claimant that sets no delay cannot slip past one.
+    /// too, so a claimant that sets no delay cannot slip past one. One exception, on every
+    /// store that has gates: a claim under the holder token of the lease that ended passes
+    /// its gate (that holder's own token; the engine mints a new token for every claim, so
+    /// only a direct caller of the store can do this). The gate holds back other holders.
     ///
     /// The term of a gated claim is one more than the last, as for every claim. An unknown
     /// outcome is read back with [`verify`](LeaseStore::verify) under the holder token, as for
