@@ -134,7 +134,6 @@ where
                 Err(e) => return Err(self.err(e, "create the lease table")),
             }
         }
-        self.check_gate_columns(&have).await?;
         let probe = format!("UPDATE {} SET term = term WHERE 1 = 0", inner.config.table);
         let probed = raw_conn!(self, "start-up check", |c| {
             sqlx::query::<DB>(&probe).execute(c)
@@ -159,12 +158,21 @@ where
         Ok(())
     }
 
-    /// The claim-gate columns of the lease table (`have` its columns, none when it was just
-    /// created): each one missing is added (`ALTER TABLE`, migration `0005`) when DDL is on; when
+    /// The claim-gate columns of the lease table, read from the catalog: each one missing is added (`ALTER TABLE`, migration `0005`) when DDL is on; when
     /// it is off, the store is refused with the statements that add them, since every claim
     /// writes them.
-    async fn check_gate_columns(&self, have: &[String]) -> Result<()> {
+    ///
+    /// Each dialect runs it last among its lease table's checks (SQLite before its boot clock,
+    /// whose rebase writes them), so a table wrong in other ways is refused for that first.
+    pub(crate) async fn check_gate_columns(&self) -> Result<()> {
         let inner = &self.inner;
+        let (schema, bare) = split_table(&inner.config.table);
+        let have: Vec<String> = with_conn!(self, "start-up check", |c| {
+            sqlx::query_scalar::<DB, String>(inner.dialect.columns_sql())
+                .bind(bare)
+                .bind(schema)
+                .fetch_all(c)
+        })?;
         let missing: Vec<&String> = crate::wire::schema::GATE_COLUMNS
             .iter()
             .zip(&inner.stmts.gates)

@@ -349,6 +349,7 @@ impl SqlStore<MySql> {
                 (t, w)
             }),
         )?;
+        self.check_gate_columns().await?;
         self.check_replication().await
     }
 

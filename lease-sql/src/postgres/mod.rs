@@ -398,6 +398,7 @@ impl SqlStore<Postgres> {
             .bind(schema)
             .fetch_optional(c))?;
         crate::store::name_width(self, width.map(|(t, w)| (t, w.map(i64::from))))?;
+        self.check_gate_columns().await?;
         self.check_replication().await
     }
 
