@@ -4,8 +4,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use lease_sql::{
-    DEFAULT_TABLE, Dialect, SqlConfig, gates_schema_sql, members_schema_sql,
-    partitions_schema_sql, permits_schema_sql, schema_sql, sqlite_boot_clock_sql,
+    DEFAULT_TABLE, Dialect, SqlConfig, gates_schema_sql, members_schema_sql, partitions_schema_sql,
+    permits_schema_sql, schema_sql, sqlite_boot_clock_sql,
 };
 
 fn check(path: &std::path::Path, want: &str) {

@@ -525,7 +525,10 @@ async fn a_lease_table_without_the_gate_columns_gets_them_or_is_refused() {
     async fn check<DB: sqlx::Database, S: LeaseStore>(
         dialect: Dialect,
         pool: sqlx::Pool<DB>,
-        build: impl Fn(SqlConfig) -> std::pin::Pin<Box<dyn std::future::Future<Output = lease_core::Result<S>>>>,
+        build: impl Fn(
+            SqlConfig,
+        )
+            -> std::pin::Pin<Box<dyn std::future::Future<Output = lease_core::Result<S>>>>,
     ) where
         for<'c> &'c sqlx::Pool<DB>: sqlx::Executor<'c, Database = DB>,
         for<'q> <DB as sqlx::Database>::Arguments<'q>: sqlx::IntoArguments<'q, DB>,
@@ -536,7 +539,10 @@ async fn a_lease_table_without_the_gate_columns_gets_them_or_is_refused() {
             .execute(&pool)
             .await
             .unwrap();
-        let e = build(config.clone().ddl(Ddl::None)).await.map(drop).unwrap_err();
+        let e = build(config.clone().ddl(Ddl::None))
+            .await
+            .map(drop)
+            .unwrap_err();
         let msg = e.to_string();
         assert_eq!(e.kind(), ErrorKind::Schema, "{}: {msg}", dialect.as_str());
         assert!(!e.is_temporary(), "{msg}");
@@ -553,7 +559,13 @@ async fn a_lease_table_without_the_gate_columns_gets_them_or_is_refused() {
             .unwrap()
             .unwrap();
         assert!(store.hand_over("job", &a, "b", TTL).await.unwrap());
-        assert_eq!(store.claim("job", &HolderToken::mint(), "c", TTL).await.unwrap(), None);
+        assert_eq!(
+            store
+                .claim("job", &HolderToken::mint(), "c", TTL)
+                .await
+                .unwrap(),
+            None
+        );
         let again = build(config.clone().ddl(Ddl::None)).await.unwrap();
         let gb = again
             .claim("job", &HolderToken::mint(), "b", TTL)
@@ -569,7 +581,9 @@ async fn a_lease_table_without_the_gate_columns_gets_them_or_is_refused() {
     }
 
     let url = support::sqlite_url();
-    let sqlite = SqliteStore::connect(&url, SqlConfig::default()).await.unwrap();
+    let sqlite = SqliteStore::connect(&url, SqlConfig::default())
+        .await
+        .unwrap();
     let pool = sqlite.app_pool().clone();
     check(Dialect::Sqlite, pool, |c| {
         let url = url.clone();
@@ -577,7 +591,9 @@ async fn a_lease_table_without_the_gate_columns_gets_them_or_is_refused() {
     })
     .await;
     if let Some(url) = lease_conformance::env::server_url("postgres") {
-        let store = PostgresStore::connect(&url, SqlConfig::default()).await.unwrap();
+        let store = PostgresStore::connect(&url, SqlConfig::default())
+            .await
+            .unwrap();
         let pool = store.app_pool().clone();
         check(Dialect::Postgres, pool, |c| {
             let url = url.clone();
@@ -586,7 +602,9 @@ async fn a_lease_table_without_the_gate_columns_gets_them_or_is_refused() {
         .await;
     }
     if let Some(url) = lease_conformance::env::server_url("mysql") {
-        let store = MySqlStore::connect(&url, SqlConfig::default()).await.unwrap();
+        let store = MySqlStore::connect(&url, SqlConfig::default())
+            .await
+            .unwrap();
         let pool = store.app_pool().clone();
         check(Dialect::MySql, pool, |c| {
             let url = url.clone();

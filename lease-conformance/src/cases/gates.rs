@@ -375,7 +375,11 @@ pub async fn a_gate_does_not_hold_back_the_token_that_held_the_lease(h: &Harness
         });
     assert_next_term(h, g.term, again.term, "the same token's claim after expiry");
     let info = h.store.get(&name).await.unwrap().unwrap();
-    assert!(info.live && info.term == again.term, "{}: {info:?}", h.backend());
+    assert!(
+        info.live && info.term == again.term,
+        "{}: {info:?}",
+        h.backend()
+    );
     assert!(h.store.release(&name, &a).await.unwrap());
     let next = must_claim(h, &name, &mint(), "c").await;
     assert_next_term(h, again.term, next.term, "after the release");
