@@ -416,3 +416,45 @@ fn help_is_short_and_points_to_the_shared_topics() {
         &["no help for 'nonsense'", "stores, exit-codes", "run, elect"],
     );
 }
+
+/// `--lock-delay` on a store without lock-delay (Redis, NATS, MongoDB) is refused before CMD
+/// starts, saying so; on one with it (SQLite) CMD runs; a bad duration is refused as for
+/// `--ttl`.
+#[test]
+fn lock_delay_on_a_store_without_it() {
+    let dir = TempDir::new("lock-delay");
+    let sqlite = dir.sqlite();
+    let without: Vec<(&str, String)> = cli_servers()
+        .into_iter()
+        .filter(|(backend, _)| !matches!(*backend, "postgres" | "mysql"))
+        .collect();
+    assert!(
+        !without.is_empty(),
+        "no server without lock-delay to try (set LEASE_TEST_REDIS_URL)"
+    );
+    for cmd in ["run", "elect"] {
+        for (backend, store) in &without {
+            let name = unique_name("lock-delay");
+            let out = run_on(store, &[cmd, "--lock-delay", "5s", &name, "--", "true"]);
+            // (Redis may warn first that its records are volatile: the refusal is the last
+            // line.)
+            let err = stderr(&out);
+            assert_eq!(code(out.status), 78, "{backend}: {err}");
+            let last = err.lines().last().unwrap_or_default();
+            assert!(
+                last.starts_with("lease: ")
+                    && last.contains("no lock-delay")
+                    && last.contains("lease's own exit code 78"),
+                "{backend}: {err}"
+            );
+        }
+        if cmd == "run" {
+            // (`elect` campaigns again once CMD exits: only `run` ends here.)
+            let out = run_on(&sqlite, &[cmd, "--lock-delay", "5s", "x", "--", "true"]);
+            let err = stderr(&out);
+            assert_eq!(code(out.status), 0, "sqlite has lock-delay: {err}");
+        }
+        let out = run_on(&sqlite, &[cmd, "--lock-delay", "5", "x", "--", "true"]);
+        refused(&out, 66, &["bad duration '5'"]);
+    }
+}

@@ -38,7 +38,7 @@ impl SlotStore for MemoryStore {
         let until = self.until(now, ttl);
         let mut st = self.lock();
         let (term, slot) = match st.leases.get(name) {
-            Some(r) if r.live(now) => return Ok(SlotClaim::Held),
+            Some(r) if !r.gate_open(now) => return Ok(SlotClaim::Held),
             Some(r) => (r.term + 1, r.slot),
             None => (1, SlotRecord::default()),
         };
@@ -58,6 +58,8 @@ impl SlotStore for MemoryStore {
                 unfinished_ms: Some(instant_ms),
                 rerun_ms: slot.rerun_ms,
             },
+            gate: Duration::ZERO,
+            gate_for: None,
         };
         let expires_in = rec.expires_in(now);
         st.leases.insert(name.to_owned(), rec);
@@ -96,7 +98,7 @@ impl SlotStore for MemoryStore {
             }
         }
         if held {
-            r.until = Until::At(now);
+            r.end_now(now);
             out.released = true;
         }
         drop(st);
@@ -143,7 +145,7 @@ impl SlotStore for MemoryStore {
         let eligible = s.unfinished_ms == Some(instant_ms)
             && s.last_ms == Some(instant_ms)
             && s.rerun_ms != Some(instant_ms)
-            && !r.live(now);
+            && r.gate_open(now);
         if !eligible {
             return Ok(None);
         }
@@ -151,6 +153,8 @@ impl SlotStore for MemoryStore {
         r.instance = instance.to_owned();
         r.term += 1;
         r.until = until;
+        r.gate = Duration::ZERO;
+        r.gate_for = None;
         r.slot.rerun_ms = Some(instant_ms);
         let grant = Grant {
             term: r.term,

@@ -18,6 +18,7 @@ use tokio::time::{Instant, sleep, sleep_until, timeout};
 use crate::Harness;
 use crate::history::History;
 
+mod gates;
 mod groups;
 mod handover;
 mod inputs;
@@ -26,6 +27,7 @@ mod permits;
 mod renew_many;
 mod slots;
 mod wrappers;
+pub use gates::*;
 pub use groups::*;
 pub use handover::*;
 pub use inputs::*;
