@@ -19,6 +19,7 @@ use lease_core::{Error, Result};
 use crate::config::EtcdConfig;
 use crate::error::{Site, lease_not_found};
 use crate::hint_state::Hints;
+use crate::holder_sessions::HolderSessions;
 use crate::known_leases::KnownLeases;
 use crate::sessions::Sessions;
 
@@ -32,14 +33,15 @@ pub(crate) const MOVED_TRIES: usize = 3;
 
 /// A lease store on etcd v3.
 ///
-/// One key per name under the configured prefix; each claim grants an etcd lease and attaches
-/// the key to it, so etcd deletes the key when the lease's TTL runs out by the server's clock.
+/// One key per name under the configured prefix, hung on its holder's session (an etcd lease
+/// the store keeps per holder and TTL), so etcd deletes the key when the session's TTL runs out
+/// by the server's clock; the store deletes it when the name's own term ends first.
 /// Claims are transactions comparing the key's create revision with 0 (vacant), and the key's
 /// create revision is the fencing token. See the [crate docs](crate) for the whole protocol,
 /// its guarantees and its round trips.
 ///
-/// Cloning is cheap and shares the connection, the open keep-alive streams and the memory of
-/// this store's own claims.
+/// Cloning is cheap and shares the connection, the open keep-alive streams, the sessions and
+/// the memory of this store's own claims.
 #[derive(Clone)]
 pub struct EtcdStore {
     pub(crate) inner: Arc<Inner>,
@@ -50,6 +52,8 @@ pub(crate) struct Inner {
     pub(crate) prefix: String,
     op_timeout: Duration,
     pub(crate) max_txn_ops: usize,
+    /// Added to each session's TTL ([`EtcdConfig::session_slack`]).
+    pub(crate) session_slack: Duration,
     server: String,
     /// The etcd leases this store granted and their TTL, so a first keep-alive needs no second
     /// exchange to learn it.
@@ -61,6 +65,8 @@ pub(crate) struct Inner {
     pub(crate) known: Mutex<KnownLeases>,
     /// The owners' etcd leases that partition keys hang on.
     pub(crate) sessions: Sessions,
+    /// The holders' sessions that lease keys hang on (see `holder_sessions.rs`).
+    pub(crate) holder_sessions: HolderSessions,
     /// Per (group, owner), the etcd leases this store's last batch renewal found the owner's
     /// keys on: the next renewal keeps them alive together with its read.
     pub(crate) group_leases: Mutex<HashMap<(String, String), Vec<i64>>>,
@@ -204,11 +210,13 @@ impl EtcdStore {
                 prefix: config.prefix,
                 op_timeout: config.op_timeout,
                 max_txn_ops: config.max_txn_ops,
+                session_slack: config.session_slack,
                 server,
                 grants: Mutex::default(),
                 keepers: Mutex::default(),
                 known: Mutex::default(),
                 sessions: Sessions::default(),
+                holder_sessions: HolderSessions::default(),
                 group_leases: Mutex::default(),
                 #[cfg(test)]
                 revoke_grants: std::sync::atomic::AtomicUsize::new(0),
@@ -316,6 +324,7 @@ impl EtcdStore {
     }
 
     /// Revokes `id` now; `false` when it was not granted any more.
+    #[cfg(test)]
     pub(crate) async fn revoke(&self, site: Site<'_>, id: i64) -> Result<bool> {
         self.forget_lease(id);
         let mut lease = self.inner.client.lease_client();
