@@ -58,12 +58,23 @@ pub(crate) struct Owned {
     pub(crate) holder: HolderToken,
     pub(crate) since: Stamp,
     pub(crate) bound: Duration,
+    /// When the answer that set `since` arrived (etcd took the request before it): its key is
+    /// deleted once `bound` passed from here, when etcd's clock surely passed the deadline.
+    answered: Stamp,
 }
 
 impl Owned {
     /// `true` once the name's own deadline has passed: its term ended, whatever the session.
     pub(crate) fn ended(&self) -> bool {
         self.since.remaining(self.bound).is_zero()
+    }
+
+    /// When the key of a term not renewed is deleted: its TTL from the answer's arrival, so
+    /// that another store, which counts the TTL from when its watch saw the put (see
+    /// [`EtcdStore::time_left_of`]), sees the deletion after the deadline it counts. Later
+    /// than the holder's deadline by a round trip: never sooner.
+    fn sweep_at(&self) -> Deadline {
+        Deadline::after(self.answered, self.bound)
     }
 }
 
@@ -176,6 +187,7 @@ impl Session {
                 holder: holder.clone(),
                 since,
                 bound,
+                answered: Stamp::now(),
             },
         );
     }
@@ -193,6 +205,7 @@ impl Session {
                     holder: holder.clone(),
                     since: p.since,
                     bound: p.bound,
+                    answered: Stamp::now(),
                 },
             );
             return true;
@@ -209,9 +222,20 @@ impl Session {
             Some(o) if o.term == term => {
                 o.since = since;
                 o.bound = bound;
+                o.answered = Stamp::now();
                 true
             }
             _ => false,
+        }
+    }
+
+    /// `name`'s term `term` was just written (a renewal's move landed): its key is swept
+    /// counting from now ([`Owned::sweep_at`]).
+    pub(crate) fn answered(&self, name: &str, term: u64) {
+        if let Some(o) = self.state().owned.get_mut(name)
+            && o.term == term
+        {
+            o.answered = Stamp::now();
         }
     }
 
@@ -597,7 +621,7 @@ fn ended_terms(st: &mut State) -> Vec<(String, u64)> {
     let ended: Vec<(String, Doom)> = st
         .owned
         .iter()
-        .filter(|(_, o)| o.ended())
+        .filter(|(_, o)| o.sweep_at().has_passed())
         .map(|(n, o)| {
             let doom = Doom {
                 term: o.term,
@@ -629,7 +653,7 @@ async fn sweep(store: Weak<Inner>, session: Arc<Session>) {
             let next = st
                 .owned
                 .values()
-                .map(|o| Deadline::after(o.since, o.bound))
+                .map(Owned::sweep_at)
                 .reduce(Deadline::min);
             match next {
                 Some(next) if !st.lost => next,

@@ -193,8 +193,15 @@ impl EtcdStore {
             session.forget(name, term);
             return Ok(self.lost(name, holder));
         }
-        if session.owned(name).is_none_or(|o| o.term != term) {
-            // The flight found its deadline passed and deletes it.
+        // Its own deadline passed before the flight's keep-alive was sent: the term ended (its
+        // key goes at its sweep, `Owned::sweep_at`, or went with the flight).
+        let ended_before = |o: &crate::holder_sessions::Owned| {
+            o.since.elapsed() >= o.bound.saturating_add(flown.stamp.elapsed())
+        };
+        if session
+            .owned(name)
+            .is_none_or(|o| o.term != term || ended_before(&o))
+        {
             return Ok(self.lost(name, holder));
         }
         if granted < ttl {
@@ -273,6 +280,7 @@ impl EtcdStore {
         {
             Move::Moved => {
                 from.forget(name, term);
+                target.answered(name, term);
                 lock(&self.inner.known).insert(
                     name,
                     holder,
@@ -488,7 +496,7 @@ impl LeaseStore for EtcdStore {
                 .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
                 .and_then([TxnOp::put(
                     key.clone(),
-                    LeaseValue::encode(holder, instance),
+                    LeaseValue::encode_claim(holder, instance, bound),
                     Some(PutOptions::new().with_lease(session.id)),
                 )])
                 .or_else([TxnOp::get(key.clone(), None)]);
@@ -692,7 +700,7 @@ impl LeaseStore for EtcdStore {
         let known = lock(&self.inner.known).by_lease(name, kv.lease());
         let (kv, left) = match known {
             Some(held) => (kv, Some(held.since.remaining(held.bound))),
-            None => match self.time_left_of(site, kv.lease()).await? {
+            None => match self.time_left_of(site, &kv).await? {
                 Some(left) => (kv, Some(left)),
                 // Gone, or the key moved onto another etcd lease since it was read.
                 None => match self.followed(site, &kv).await? {

@@ -25,7 +25,8 @@
 //! # The protocol
 //!
 //! Each lease name is one key, `<prefix>l/<name>` (the name as it is: etcd keys are bytes),
-//! whose value is `lease1;<holder token>;<instance>`. A key that exists is a live lease; a key
+//! whose value is `lease2;<TTL in ms>;<holder token>;<instance>` (the TTL the term counts; an
+//! earlier version wrote `lease1;<holder token>;<instance>`, still read). A key that exists is a live lease; a key
 //! that does not is free. Every key claimed through a store object hangs on that store
 //! object's **session** (see *Sessions* below): one etcd lease per TTL, so etcd
 //! deletes the key when the session ends, and the store deletes it when its own term ends first.
@@ -63,19 +64,27 @@
 //!
 //! **Time left** (`expires_in`) after a claim or renewal is the requested TTL (or the server's,
 //! if shorter) minus the time since the request was sent, by the boot clock: it never
-//! overstates. `verify` and `get` answer the same way for a claim this store object made; for
-//! another's they ask etcd (`LeaseTimeToLive`), which answers whole seconds rounded down — so
-//! the expiry lies up to a second later, and a watch judging a release against it would take
-//! one in the lease's last second for an expiry. `get` narrows that second when this store's
-//! watch (see *Hints*) saw the key put on its etcd lease (the claim, or a renewal's move onto a
-//! longer one): the lease was granted before that moment, so its TTL as granted runs out
-//! before that moment plus the TTL; `get` answers that bound when it lies within etcd's
-//! second (else a keep-alive moved the expiry since, and the whole seconds stand). It may
-//! exceed the server's time left by the time between the grant and the put reaching the watch
-//! (milliseconds; never more than etcd's second); `verify`, which a holder's deadline may rest
-//! on, keeps the whole seconds. A
-//! keep-alive that moved the expiry by less than a second may go unnoticed; then `get` is
-//! early by up to a second, as without the watch.
+//! overstates. `verify` and `get` answer the same way for a claim this store object made. For
+//! another's, `verify` asks etcd (`LeaseTimeToLive`), which answers whole seconds rounded down
+//! — the expiry lies up to a second later. `get`, which an observer's watch judges releases
+//! against (a key that vanished before the time left last read was released, after it
+//! expired), must answer the *name's* time left, and the key hangs on its holder's session,
+//! which may be longer than the name's TTL and kept alive by its other names while the
+//! holder's store deletes the key at the name's own deadline (see *Sessions*). So a claim
+//! writes its TTL into the value, this store's watch (see *Hints*) remembers when it saw the
+//! last put of each lease key, and `get` answers the least of: that TTL counted from when the
+//! watch saw the put that wrote the key as read (etcd took the put before; the holder counts
+//! from before it sent it), while that has not run out; else the session's whole seconds less
+//! what the session's TTL exceeds the name's, at most the TTL; and in any case the session's
+//! whole seconds plus etcd's second, less that excess (the key never outlives its session).
+//! The holder's store deletes an unrenewed key a round trip after the name's deadline, so an
+//! observer sees an expiry after the time it counted, and a release in the name's last second
+//! before it. Limits: renewals write nothing, so a name renewed since the put and then left
+//! unrenewed while its session's other names keep the session alive is answered the
+//! session's time left, and its expiry may be reported as a release; a key moved onto a longer
+//! session keeps its value and counts its older TTL (early: a release may be reported as an
+//! expiry); an observer whose watch lags the put by more than a round trip beyond the delete
+//! may still report an expiry as a release.
 //!
 //! A renewal asking a longer TTL than the name's session has moves the key onto the store's
 //! session of that TTL (`Txn(if create_revision(key) == term and lease(key) == old then put(key,
