@@ -650,11 +650,7 @@ async fn sweep(store: Weak<Inner>, session: Arc<Session>) {
     loop {
         let next = {
             let mut st = session.state();
-            let next = st
-                .owned
-                .values()
-                .map(Owned::sweep_at)
-                .reduce(Deadline::min);
+            let next = st.owned.values().map(Owned::sweep_at).reduce(Deadline::min);
             match next {
                 Some(next) if !st.lost => next,
                 _ => {

@@ -739,7 +739,7 @@ mod tests {
         // The put seen a TTL ago or more, or not seen: the session's, less its excess, at most
         // the TTL.
         assert_eq!(name_time_left(s(4), s(5), s(3), Some(ms(3100))), s(2));
-        assert_eq!(name_time_left(s(9), s(10), s(3), None), s(3));
+        assert_eq!(name_time_left(s(9), s(10), s(3), None), s(2));
         assert_eq!(name_time_left(s(1), s(3), s(3), None), s(1));
     }
 

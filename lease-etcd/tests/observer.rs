@@ -164,9 +164,10 @@ async fn an_expiry_at_a_names_own_deadline_on_a_longer_session_is_reported_expir
     };
     let prefix = format!("lease-observer-{:016x}/", rand_u64());
     let config = EtcdConfig::new().prefix(prefix.clone());
-    let holder_store = EtcdStore::connect(&url, config.clone().session_slack(Duration::from_secs(3)))
-        .await
-        .unwrap();
+    let holder_store =
+        EtcdStore::connect(&url, config.clone().session_slack(Duration::from_secs(3)))
+            .await
+            .unwrap();
     let store = EtcdStore::connect(&url, config).await.unwrap();
     let observer = Coordinator::builder(store.clone())
         .instance("observer")

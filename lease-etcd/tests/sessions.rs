@@ -266,7 +266,9 @@ async fn an_unrenewed_name_ends_at_its_own_deadline_not_at_the_next_keep_alive()
     // One renewal of b keeps the session alive well past a's deadline; then nothing flies.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert!(store.renew("b", &sibling, ttl).await.unwrap().is_some());
-    tokio::time::sleep((ttl + Duration::from_millis(300)).saturating_sub(claimed.elapsed())).await;
+    // The session lives to at least 3.5 s after the claim (b's renewal at 1.5 s); a's key goes
+    // a round trip after its deadline, 2 s (counted from its claim's answer).
+    tokio::time::sleep((ttl + Duration::from_millis(600)).saturating_sub(claimed.elapsed())).await;
     assert!(
         !key_exists(&observer, &config, "a").await,
         "a's key went at its own deadline, though the session lives"

@@ -110,7 +110,10 @@ mod tests {
         assert_eq!(v.ttl, None);
         let ttl = Duration::from_millis(2500);
         let v = LeaseValue::decode(&LeaseValue::encode_claim(&h, "w;1", ttl)).unwrap();
-        assert_eq!((v.holder, v.instance.as_str(), v.ttl), (h, "w;1", Some(ttl)));
+        assert_eq!(
+            (v.holder, v.instance.as_str(), v.ttl),
+            (h, "w;1", Some(ttl))
+        );
         assert_eq!(LeaseValue::decode(b"lease2;;00;x"), None);
         assert_eq!(LeaseValue::decode(b"lease2;+5;00;x"), None);
         assert_eq!(LeaseValue::decode(b"hello"), None);
