@@ -643,8 +643,9 @@ fn ended_terms(st: &mut State) -> Vec<(String, u64)> {
 
 /// The session's sweeper: a task per session that carries names, waking at the earliest of its
 /// names' own deadlines to delete the keys of those whose deadline passed without a renewal —
-/// at their deadline, as an expiry would, rather than at the session's next keep-alive (which
-/// siblings renewing every period would otherwise delay). Ends when the session carries nothing
+/// at their deadline (counted from the answer's arrival, [`Owned::sweep_at`]), as an expiry
+/// would, rather than at the session's next keep-alive (which siblings renewing every period
+/// would otherwise delay). Ends when the session carries nothing
 /// (a claim starts it again), is lost, or the store is dropped.
 async fn sweep(store: Weak<Inner>, session: Arc<Session>) {
     loop {

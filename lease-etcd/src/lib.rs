@@ -125,7 +125,10 @@
 //! request was sent), even while its siblings keep the session alive: the session's sweeper (a
 //! task per session that carries names, asleep until the earliest of their deadlines) deletes
 //! its key then (`if create_revision == term`), as does any flight after it, and a renewal of it
-//! answers `None`. Otherwise a name nobody renews any more would stay held as long as the
+//! answers `None`. The delete counts the TTL from when the answer of the claim or last renewal
+//! arrived, a round trip after the holder's deadline, so that another store's observer, which
+//! counts it from when its watch saw the put, sees an expiry after the deadline it counts (see
+//! *Expiry: the server's clock*). Otherwise a name nobody renews any more would stay held as long as the
 //! session lives.
 //!
 //! **A release that fails** (no answer, no connection) leaves a term that ended but whose key
