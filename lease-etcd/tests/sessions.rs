@@ -68,12 +68,15 @@ async fn many_names_share_one_session_and_one_keep_alive() {
     let Some(store) = store(&config).await else {
         return;
     };
+    // Long enough that no name reaches its own deadline while the 300 claims are made one
+    // after the other, even on a starved machine (5 s was not, with both cores busy).
+    let ttl = Duration::from_secs(30);
     // A holder token per claim, as the coordinator mints them: all on the store's one session.
     let names: Vec<String> = (0..300).map(|i| format!("job-{i}")).collect();
     let holders: Vec<HolderToken> = names.iter().map(|_| HolderToken::mint()).collect();
     let mut terms = Vec::new();
     for (name, holder) in names.iter().zip(&holders) {
-        let grant = store.claim(name, holder, "a", TTL).await.unwrap().unwrap();
+        let grant = store.claim(name, holder, "a", ttl).await.unwrap().unwrap();
         terms.push(grant.term);
     }
     let leases = key_leases(&store, &config).await;
@@ -92,7 +95,7 @@ async fn many_names_share_one_session_and_one_keep_alive() {
         names
             .iter()
             .zip(&holders)
-            .map(|(n, h)| store.renew(n, h, TTL)),
+            .map(|(n, h)| store.renew(n, h, ttl)),
     )
     .await;
     let flights = store.session_keep_alives() - before;
@@ -105,7 +108,7 @@ async fn many_names_share_one_session_and_one_keep_alive() {
     // A renewal by another holder token of a name on the session is refused.
     assert!(
         store
-            .renew(&names[0], &holders[1], TTL)
+            .renew(&names[0], &holders[1], ttl)
             .await
             .unwrap()
             .is_none()
@@ -114,7 +117,7 @@ async fn many_names_share_one_session_and_one_keep_alive() {
     // Another TTL gets a session of its own.
     let other = HolderToken::mint();
     store
-        .claim("other", &other, "b", 2 * TTL)
+        .claim("other", &other, "b", 2 * ttl)
         .await
         .unwrap()
         .unwrap();
