@@ -200,8 +200,9 @@ impl PermitStore for EtcdStore {
         let Some(granted) = self.keep_alive(site, kv.lease()).await? else {
             return Ok(None);
         };
-        let Some((_, granted, since)) =
-            self.fit(site, &key, kv.lease(), granted, sent, ttl).await?
+        let Some((_, granted, since)) = self
+            .fit(site, &key, kv.lease(), granted, sent, ttl, true)
+            .await?
         else {
             return Ok(None);
         };

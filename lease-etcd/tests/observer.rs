@@ -152,3 +152,73 @@ async fn an_expiry_of_another_stores_lease_is_reported_expired() {
     }
     panic!("only {judged} of {ROUNDS} rounds could be judged");
 }
+
+/// A claim's key hangs on its holder's session, which may live longer than the name: here the
+/// session is 3 s longer (`session_slack`), and the name, never renewed, ends at its own
+/// deadline (the holder's store deletes its key) while etcd keeps the session. Another store's
+/// observer must count the name's TTL, not the session's: it reports an expiry, never a release.
+#[tokio::test]
+async fn an_expiry_at_a_names_own_deadline_on_a_longer_session_is_reported_expired() {
+    let Some(url) = env::server_url("etcd") else {
+        return;
+    };
+    let prefix = format!("lease-observer-{:016x}/", rand_u64());
+    let config = EtcdConfig::new().prefix(prefix.clone());
+    let holder_store =
+        EtcdStore::connect(&url, config.clone().session_slack(Duration::from_secs(3)))
+            .await
+            .unwrap();
+    let store = EtcdStore::connect(&url, config).await.unwrap();
+    let observer = Coordinator::builder(store.clone())
+        .instance("observer")
+        .timings(Timings::from_lease(Duration::from_secs(6)).unwrap())
+        .build()
+        .unwrap()
+        .observer();
+    let ttl = Duration::from_secs(2);
+    for round in 0..JUDGED {
+        let name = format!("job-{round}");
+        let mut hints = store.changes(&Topic::lease(&name)).unwrap();
+        connected(&mut hints).await;
+        let mut watch = observer.watch(&name).unwrap();
+        let sent = Instant::now();
+        let grant = holder_store
+            .claim(&name, &HolderToken::mint(), "a", ttl)
+            .await
+            .unwrap()
+            .unwrap();
+        woken_within(&mut hints, HINT_BOUND)
+            .await
+            .expect("the claim was hinted");
+        let claimed = watch.next().await.unwrap();
+        assert!(
+            matches!(claimed, HolderChange::Claimed { term, .. } if term == grant.term),
+            "{claimed:?}"
+        );
+        let session_ttl = {
+            let mut client = store.client().clone();
+            let key = format!("{prefix}l/{name}").into_bytes();
+            let kv = client.get(key, None).await.unwrap().kvs()[0].clone();
+            let ttl = client.lease_time_to_live(kv.lease(), None).await.unwrap();
+            Duration::from_secs(u64::try_from(ttl.granted_ttl()).unwrap())
+        };
+        assert!(
+            session_ttl >= ttl + Duration::from_secs(3),
+            "the session is granted {session_ttl:?}: the slack was not applied"
+        );
+        // Never renewed, never released: it ends at its own deadline, with the session alive.
+        let change = watch.next().await.unwrap();
+        let seen = sent.elapsed();
+        assert!(
+            seen < session_ttl,
+            "round {round}: the name ended {seen:?} after the claim, with its session \
+             ({session_ttl:?}): not at its own deadline"
+        );
+        assert_eq!(
+            change,
+            HolderChange::Expired { term: grant.term },
+            "round {round}: an expiry at the name's own deadline ({ttl:?}, seen {seen:?} after \
+             the claim was sent) was reported as {change:?}"
+        );
+    }
+}
