@@ -32,7 +32,6 @@ pub struct EtcdConfig {
     pub(crate) op_timeout: Duration,
     pub(crate) max_txn_ops: usize,
     pub(crate) server_label: Option<String>,
-    pub(crate) session_slack: Duration,
 }
 
 impl Default for EtcdConfig {
@@ -51,7 +50,6 @@ impl EtcdConfig {
             op_timeout: DEFAULT_OP_TIMEOUT,
             max_txn_ops: DEFAULT_MAX_TXN_OPS,
             server_label: None,
-            session_slack: Duration::ZERO,
         }
     }
 
@@ -108,19 +106,6 @@ impl EtcdConfig {
     /// [`connect`](crate::EtcdStore::connect), by host and port.
     pub fn server_label(mut self, label: impl Into<String>) -> Self {
         self.server_label = Some(label.into());
-        self
-    }
-
-    /// Grants each session (the etcd lease a store's claims of one TTL hang on) this much
-    /// longer than the TTL asked, in whole seconds rounded up: a claim made within `slack` of the
-    /// session's last keep-alive then needs no keep-alive of its own (the session already lives
-    /// its TTL from before the claim), so claims in quick succession cost one transaction each,
-    /// with one keep-alive per `slack` between them. The price: a holder that crashed or was cut
-    /// off frees its names up to `slack` later than their TTL (on top of etcd's rounding and
-    /// sweep); a holder that resigns or releases frees them at once as before. Default zero:
-    /// every claim sends a keep-alive of its session with its transaction.
-    pub fn session_slack(mut self, slack: Duration) -> Self {
-        self.session_slack = slack;
         self
     }
 

@@ -162,21 +162,6 @@ impl Site<'_> {
         )
     }
 
-    /// A claim's session (the etcd lease the store's names hang on) was found ended (expired or
-    /// revoked) as a claim landed on it: temporary, nothing is held.
-    pub(crate) fn session_ended(&self) -> Error {
-        self.attach(
-            Error::new(
-                ErrorKind::Backend,
-                self.say(
-                    "the etcd session (lease) this claim hung on ended as the claim landed; \
-                     nothing is held, try again",
-                ),
-            )
-            .with_temporary(true),
-        )
-    }
-
     /// An answer that lacks what every etcd answer carries.
     pub(crate) fn malformed(&self, what: &str) -> Error {
         self.attach(Error::new(

@@ -1,6 +1,6 @@
 //! The store's hint state, shared by its clones: the hub its waiters subscribe to, the watch
-//! feeding it (its client and running listener), and when the last put of each lease key was
-//! seen.
+//! feeding it (its client and running listener), and the first put of a lease key seen on each
+//! etcd lease.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -9,19 +9,17 @@ use etcd_client::Client;
 use lease_core::backend::listen::Listener;
 use lease_core::backend::{clock::Stamp, notify::Hub};
 
-/// When this store's watch saw the last put of each lease key, by key: the put's mod revision
-/// and the moment. The put (a claim, or a renewal's move onto a longer session) was taken by
-/// etcd before that moment, after the holder started counting its term's TTL, so the name's
-/// own deadline as that put set it is before that moment plus the TTL (see
-/// [`EtcdStore::time_left_of`](crate::EtcdStore::time_left_of)). A key's entry goes with its
-/// deletion.
-pub(crate) type PutsSeen = Arc<std::sync::Mutex<HashMap<Vec<u8>, (i64, Stamp)>>>;
+/// When this store's watch first saw a lease key put on each etcd lease: by etcd's order, after
+/// the lease was granted, so the lease's TTL as granted runs out before that moment plus the
+/// TTL, unless a keep-alive moved it later (see
+/// [`EtcdStore::time_left_of`](crate::EtcdStore::time_left_of)).
+pub(crate) type PutsSeen = Arc<std::sync::Mutex<HashMap<i64, Stamp>>>;
 
 /// The store's hints: the hub waiters subscribe to, and the watch feeding it.
 pub(crate) struct Hints {
     pub(crate) hub: Hub,
     pub(crate) watch: std::sync::Mutex<Watch>,
-    /// The last put of each lease key seen, by key.
+    /// The first put of a lease key seen on each etcd lease.
     pub(crate) puts_seen: PutsSeen,
 }
 

@@ -17,8 +17,8 @@
 //! heartbeat, an owner acquiring its own partition again — wakes nobody, and keep-alives are no
 //! events at all.
 //!
-//! The watch also remembers when it saw the last put of each lease key, which bounds that
-//! name's own deadline for `get` (see the crate docs, *Expiry: the server's clock*).
+//! The watch also remembers when it first saw a lease key put on each etcd lease, which bounds
+//! that lease's expiry for `get` (see the crate docs, *Expiry: the server's clock*).
 //!
 //! The watch starts on the first wait and runs until the store is dropped, on the store's
 //! client (or the one given to [`EtcdStore::with_watch_client`]). Every [`PROGRESS_EVERY`] it
@@ -42,7 +42,7 @@ use crate::wire::codec::decode_member;
 /// How often the listener asks etcd for a progress report (its check that the watch is alive).
 pub(crate) const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 
-/// How many lease keys [`PutsSeen`] remembers at most (then it forgets them all).
+/// How many etcd leases [`PutsSeen`] remembers at most (then it forgets them all).
 const MAX_PUTS_SEEN: usize = 10_000;
 
 impl EtcdStore {
@@ -157,8 +157,7 @@ async fn session(mut client: Client, prefix: Vec<u8>, puts: PutsSeen, link: Link
     }
 }
 
-/// Remembers `at` as the sighting of the put of a lease key by `event` (its mod revision), or
-/// forgets the key when `event` deleted it.
+/// Remembers `at` as the first sighting of the etcd lease a lease key was put on by `event`.
 fn remember_put(puts: &PutsSeen, prefix: &[u8], event: &Event, at: Stamp) {
     let Some(kv) = event.kv() else {
         return;
@@ -167,24 +166,14 @@ fn remember_put(puts: &PutsSeen, prefix: &[u8], event: &Event, at: Stamp) {
         .key()
         .strip_prefix(prefix)
         .is_some_and(|k| k.starts_with(b"l/"));
-    if !lease_key {
+    if event.event_type() != EventType::Put || kv.lease() == 0 || !lease_key {
         return;
     }
     let mut puts = lock(puts);
-    match event.event_type() {
-        EventType::Delete => {
-            puts.remove(kv.key());
-        }
-        EventType::Put if kv.lease() == 0 => {
-            puts.remove(kv.key());
-        }
-        EventType::Put => {
-            if puts.len() >= MAX_PUTS_SEEN && !puts.contains_key(kv.key()) {
-                puts.clear();
-            }
-            puts.insert(kv.key().to_vec(), (kv.mod_revision(), at));
-        }
+    if puts.len() >= MAX_PUTS_SEEN && !puts.contains_key(&kv.lease()) {
+        puts.clear();
     }
+    puts.entry(kv.lease()).or_insert(at);
 }
 
 /// The topics an event under the store's `prefix` hints: none for a put on an existing key.

@@ -1,4 +1,4 @@
-//! [`LeaseStore`] on etcd: one key per name, hung on the store's session for its TTL (`holder_sessions.rs`).
+//! [`LeaseStore`] on etcd: one key per name, hung on an etcd lease granted for each claim.
 
 use std::time::Duration;
 
@@ -15,10 +15,7 @@ use lease_core::{
     },
 };
 
-use std::sync::Arc;
-
 use crate::error::{Site, lease_not_found};
-use crate::holder_sessions::Session;
 use crate::known_leases::Held;
 use crate::store::{EtcdStore, Move, lock, revision};
 use crate::wire::codec::LeaseValue;
@@ -33,14 +30,6 @@ pub(crate) const GONE_TRIES: usize = 3;
 /// nobody).
 pub(crate) fn held_by(kv: &KeyValue, holder: &HolderToken) -> bool {
     LeaseValue::decode(kv.value()).is_some_and(|v| v.holder == *holder)
-}
-
-/// The key-value a transaction's `else` read found, if any.
-pub(crate) fn first_kv(resp: &etcd_client::TxnResponse) -> Option<KeyValue> {
-    resp.op_responses().into_iter().find_map(|op| match op {
-        etcd_client::TxnOpResponse::Get(get) => get.kvs().first().cloned(),
-        _ => None,
-    })
 }
 
 /// The create revision of a key as a term.
@@ -84,12 +73,9 @@ impl EtcdStore {
     /// is shorter than `ttl`, moves the key to a new etcd lease of `ttl` (the key and its
     /// create revision stay: the term is kept), if it still hangs on `lease` and the move
     /// lands while `lease` is live ([`move_live`](EtcdStore::move_live): an expired lease is
-    /// never revived through a move, even before etcd's sweep deleted its key). `revoke_old`:
-    /// the old etcd lease carried this key alone (a permit's), so it is revoked once the key
-    /// left it; a lease key's may be a session other keys hang on, never revoked. Answers the
+    /// never revived through a move, even before etcd's sweep deleted its key). Answers the
     /// lease the key hangs on, the TTL it counts and the stamp taken before that TTL started;
     /// `None` when the key moved on or lapsed.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn fit(
         &self,
         site: Site<'_>,
@@ -98,7 +84,6 @@ impl EtcdStore {
         granted: Duration,
         sent: Stamp,
         ttl: Duration,
-        revoke_old: bool,
     ) -> Result<Option<(i64, Duration, Stamp)>> {
         if granted >= ttl {
             return Ok(Some((lease, granted, sent)));
@@ -110,9 +95,7 @@ impl EtcdStore {
             .await?
         {
             Move::Moved => {
-                if revoke_old {
-                    self.revoke_later(lease);
-                }
+                self.revoke_later(lease);
                 Ok(Some((longer, longer_granted, since)))
             }
             Move::Changed => {
@@ -121,279 +104,13 @@ impl EtcdStore {
             }
             Move::Lapsed => {
                 self.revoke_later(longer);
-                if revoke_old {
-                    self.revoke_later(lease);
-                }
+                self.revoke_later(lease);
                 Ok(None)
             }
             // The new etcd lease ended before the move landed (nothing was written): a
             // temporary error, the renewal is tried again.
             Move::TargetGone(e) => Err(site.etcd(e)),
         }
-    }
-
-    /// Forgets `holder`'s claim of `name`: answers `None`, the lease being lost.
-    fn lost<T>(&self, name: &str, holder: &HolderToken) -> Option<T> {
-        lock(&self.inner.known).remove(name, holder, None);
-        None
-    }
-
-    /// A claim found `name` held by `kv`: when that key is on a session of this store object's
-    /// that does not carry it as a live term, it is a claim of unknown outcome (the session
-    /// carries it from now on, to its own deadline) or a term that ended (deleted at the
-    /// session's next flight).
-    fn own_key_seen(&self, name: &str, kv: &KeyValue) {
-        let Some(value) = LeaseValue::decode(kv.value()) else {
-            return;
-        };
-        let Some(session) = self.session_by_id(kv.lease()) else {
-            return;
-        };
-        let term = term_of(kv);
-        if !session.resolve(name, &value.holder, term) {
-            session.doom(name, term, &value.holder);
-        }
-    }
-
-    /// A renewal of `holder`'s term `term` of `name` on `session`: one flight (the session's
-    /// keep-alive and a read of the key, shared with every renewal on the session that joins
-    /// it). `Some` only when the session lived, the key is still that term's on it, and the
-    /// term's own deadline had not passed.
-    #[allow(clippy::too_many_arguments)]
-    async fn renew_on_session(
-        &self,
-        site: Site<'_>,
-        name: &str,
-        holder: &HolderToken,
-        key: &[u8],
-        session: &Arc<Session>,
-        term: u64,
-        ttl: Duration,
-    ) -> Result<Option<Grant>> {
-        match session.owned(name) {
-            Some(o) if o.term == term && !o.ended() => {}
-            // Its own deadline passed: the term ended, its key goes.
-            Some(o) if o.term == term => {
-                session.doom(name, term, holder);
-                return Ok(self.lost(name, holder));
-            }
-            _ => return Ok(self.lost(name, holder)),
-        }
-        let flown = self.fly(session, Some(name)).await?;
-        // The session ended: every name on it ended with it.
-        let Some(granted) = flown.granted else {
-            return Ok(self.lost(name, holder));
-        };
-        let live = flown
-            .kvs
-            .get(name)
-            .is_some_and(|kv| kv.lease() == session.id && term_of(kv) == term);
-        if !live {
-            // Released, forced out, or another's now.
-            session.forget(name, term);
-            return Ok(self.lost(name, holder));
-        }
-        // Its own deadline passed before the flight's keep-alive was sent: the term ended (its
-        // key goes at its sweep, `Owned::sweep_at`, or went with the flight).
-        let ended_before = |o: &crate::holder_sessions::Owned| {
-            o.since.elapsed() >= o.bound.saturating_add(flown.stamp.elapsed())
-        };
-        if session
-            .owned(name)
-            .is_none_or(|o| o.term != term || ended_before(&o))
-        {
-            return Ok(self.lost(name, holder));
-        }
-        if granted < ttl {
-            return self
-                .move_to_session(
-                    site,
-                    name,
-                    holder,
-                    key,
-                    session,
-                    term,
-                    (flown.stamp, granted),
-                    ttl,
-                )
-                .await;
-        }
-        let bound = ttl.min(granted);
-        session.renewed(name, term, flown.stamp, bound);
-        lock(&self.inner.known).insert(
-            name,
-            holder,
-            Held {
-                lease: session.id,
-                term,
-                bound,
-                since: flown.stamp,
-            },
-        );
-        Ok(Some(Grant {
-            term,
-            expires_in: flown.stamp.remaining(bound),
-        }))
-    }
-
-    /// A renewal asking a longer TTL than `from`'s: the key moves onto the store's session of
-    /// that TTL, its create revision (the term) kept, if the move lands while `from` is live
-    /// (`live`: the keep-alive's stamp and TTL; see [`move_live`](EtcdStore::move_live)).
-    #[allow(clippy::too_many_arguments)]
-    async fn move_to_session(
-        &self,
-        site: Site<'_>,
-        name: &str,
-        holder: &HolderToken,
-        key: &[u8],
-        from: &Arc<Session>,
-        term: u64,
-        live: (Stamp, Duration),
-        ttl: Duration,
-    ) -> Result<Option<Grant>> {
-        let sent = Stamp::now();
-        let current = self.current_session(ttl).filter(|s| s.id != from.id);
-        let (target, proof) = match current {
-            Some(target) => {
-                let flown = self.fly(&target, None).await?;
-                match flown.granted {
-                    Some(granted) => (target, (flown.stamp, granted)),
-                    None => return Err(site.session_ended()),
-                }
-            }
-            None => {
-                let (target, granted) = self.open_session(site, ttl).await?;
-                (target, (sent, granted))
-            }
-        };
-        let bound = ttl.min(proof.1);
-        target.claimed(name, holder, term, proof.0, bound);
-        self.arm_sweeper(&target);
-        let same_term = Compare::create_revision(
-            key.to_vec(),
-            CompareOp::Equal,
-            i64::try_from(term).unwrap_or(i64::MAX),
-        );
-        match self
-            .move_live(site, key, vec![same_term], from.id, live, target.id)
-            .await?
-        {
-            Move::Moved => {
-                from.forget(name, term);
-                target.answered(name, term);
-                lock(&self.inner.known).insert(
-                    name,
-                    holder,
-                    Held {
-                        lease: target.id,
-                        term,
-                        bound,
-                        since: proof.0,
-                    },
-                );
-                Ok(Some(Grant {
-                    term,
-                    expires_in: proof.0.remaining(bound),
-                }))
-            }
-            Move::Changed | Move::Lapsed => {
-                target.forget(name, term);
-                from.forget(name, term);
-                Ok(self.lost(name, holder))
-            }
-            Move::TargetGone(e) => {
-                target.forget(name, term);
-                self.lose_session(&target);
-                Err(site.etcd(e))
-            }
-        }
-    }
-
-    /// A renewal of a key on an etcd lease this store object did not grant (another store
-    /// object's claim under this holder token): a keep-alive of that lease, then a move onto a
-    /// longer one if the TTL asks it. That lease is never revoked (other names may hang on it).
-    #[allow(clippy::too_many_arguments)]
-    async fn renew_elsewhere(
-        &self,
-        site: Site<'_>,
-        name: &str,
-        holder: &HolderToken,
-        key: &[u8],
-        kv: &KeyValue,
-        sent: Stamp,
-        ttl: Duration,
-    ) -> Result<Option<Grant>> {
-        let Some(granted) = self.keep_alive(site, kv.lease()).await? else {
-            return Ok(self.lost(name, holder));
-        };
-        let term = term_of(kv);
-        let Some((lease, granted, since)) = self
-            .fit(site, key, kv.lease(), granted, sent, ttl, false)
-            .await?
-        else {
-            return Ok(self.lost(name, holder));
-        };
-        let bound = ttl.min(granted);
-        lock(&self.inner.known).insert(
-            name,
-            holder,
-            Held {
-                lease,
-                term,
-                bound,
-                since,
-            },
-        );
-        Ok(Some(Grant {
-            term,
-            expires_in: since.remaining(bound),
-        }))
-    }
-
-    /// A verify of a claim this store object made on one of its sessions. A claim of unknown
-    /// outcome (term 0) is read back with a flight (the session's keep-alive and a read of the
-    /// key): adopted only when the session lives and the key is this holder's on it; a known
-    /// one by a read. `Some` only within the term's own deadline.
-    async fn verify_on_session(
-        &self,
-        site: Site<'_>,
-        name: &str,
-        holder: &HolderToken,
-        held: Held,
-        session: &Arc<Session>,
-    ) -> Result<Option<Grant>> {
-        let kv = if held.term == 0 {
-            let flown = self.fly(session, Some(name)).await?;
-            if flown.granted.is_none() {
-                return Ok(self.lost(name, holder));
-            }
-            flown.kvs.get(name).cloned()
-        } else {
-            self.get_key(site, &self.key(name)).await?
-        };
-        let Some(kv) = kv.filter(|kv| kv.lease() == session.id && held_by(kv, holder)) else {
-            return Ok(self.lost(name, holder));
-        };
-        let term = term_of(&kv);
-        let known = if held.term == 0 {
-            session.resolve(name, holder, term)
-        } else {
-            held.term == term
-        };
-        let owned = session
-            .owned(name)
-            .filter(|o| known && o.term == term && !o.ended());
-        let Some(owned) = owned else {
-            return Ok(self.lost(name, holder));
-        };
-        if held.term == 0 {
-            lock(&self.inner.known).insert(name, holder, Held { term, ..held });
-        }
-        let expires_in = held
-            .since
-            .remaining(held.bound)
-            .min(owned.since.remaining(owned.bound));
-        Ok(Some(Grant { term, expires_in }))
     }
 }
 
@@ -457,69 +174,33 @@ impl LeaseStore for EtcdStore {
         let mut tries = 0;
         loop {
             let sent = Stamp::now();
-            let (session, granted) = match self.current_session(ttl) {
-                // Known to live the claim's whole TTL from before the claim (a session granted
-                // longer than asked, kept alive lately): no keep-alive needed.
-                Some(session) if session.proven_left() >= ttl => {
-                    let left = session.proven_left();
-                    (session, Some(left))
-                }
-                Some(session) => (session, None),
-                None => {
-                    let (session, granted) = self.open_session(site, ttl).await?;
-                    (session, Some(granted))
-                }
-            };
-            let bound = ttl.min(granted.unwrap_or(ttl));
-            // Remembered before the transaction is sent, so that a claim of unknown outcome is
-            // read back (`verify`) or, when nobody adopts it, deleted once its deadline passed.
-            session.begin_claim(name, holder, sent, bound);
-            let prev_held = lock(&self.inner.known).get(name, holder);
+            let (lease, granted) = self.grant(site, ttl).await?;
+            let bound = ttl.min(granted);
+            // Remembered before the transaction is sent, so that a verify after an unknown
+            // outcome counts the time left from before the etcd lease started.
             lock(&self.inner.known).insert(
                 name,
                 holder,
                 Held {
-                    lease: session.id,
+                    lease,
                     term: 0,
                     bound,
                     since: sent,
                 },
             );
-            let restore_held = |prev: Option<Held>| {
-                let mut known = lock(&self.inner.known);
-                match prev {
-                    Some(held) => known.insert(name, holder, held),
-                    None => known.remove(name, holder, None),
-                }
-            };
             let txn = Txn::new()
                 .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
                 .and_then([TxnOp::put(
                     key.clone(),
-                    LeaseValue::encode_claim(holder, instance, bound),
-                    Some(PutOptions::new().with_lease(session.id)),
-                )])
-                .or_else([TxnOp::get(key.clone(), None)]);
-            // A session granted for this claim is proven live by its grant (and one known to
-            // live the TTL already, by its last keep-alive); any other is kept alive together
-            // with the transaction (joining its flight that has not left yet), so the name lives
-            // its TTL from before the claim was sent.
-            let (alive, answer) = match granted {
-                Some(granted) => (Ok(Some(granted)), self.txn_raw(site, txn).await),
-                None => {
-                    let (flown, answer) =
-                        tokio::join!(self.fly(&session, None), self.txn_raw(site, txn));
-                    (flown.map(|f| f.granted), answer)
-                }
-            };
-            // No answer in time: the outcome is unknown, both memories stay (term 0).
-            let resp = match answer? {
+                    LeaseValue::encode(holder, instance),
+                    Some(PutOptions::new().with_lease(lease)),
+                )]);
+            let resp = match self.txn_raw(site, txn).await? {
                 Ok(resp) => resp,
-                // The session ended before the transaction landed (etcd refused it whole,
+                // The etcd lease ended before the transaction landed (etcd refused it whole,
                 // nothing was written): claim again on a new one.
                 Err(e) if lease_not_found(&e) => {
-                    self.lose_session(&session);
-                    restore_held(prev_held.filter(|h| h.lease != session.id));
+                    lock(&self.inner.known).remove(name, holder, Some(lease));
                     tries += 1;
                     if tries < GONE_TRIES {
                         continue;
@@ -529,51 +210,25 @@ impl LeaseStore for EtcdStore {
                 Err(e) => return Err(site.etcd(e)),
             };
             if !resp.succeeded() {
-                session.claim_failed(name, holder);
-                restore_held(prev_held);
-                if let Some(kv) = first_kv(&resp) {
-                    self.own_key_seen(name, &kv);
-                }
+                lock(&self.inner.known).remove(name, holder, Some(lease));
+                self.revoke_later(lease);
                 return Ok(None);
             }
             let term = revision(site, &resp)?;
-            session.claimed(name, holder, term, sent, bound);
-            self.arm_sweeper(&session);
-            return match alive {
-                Ok(Some(granted)) => {
-                    let bound = ttl.min(granted);
-                    session.renewed(name, term, sent, bound);
-                    lock(&self.inner.known).insert(
-                        name,
-                        holder,
-                        Held {
-                            lease: session.id,
-                            term,
-                            bound,
-                            since: sent,
-                        },
-                    );
-                    Ok(Some(Grant {
-                        term,
-                        expires_in: sent.remaining(bound),
-                    }))
-                }
-                // The session ended as the claim landed: nothing is held. The key (on an
-                // expired etcd lease etcd has not swept yet) is deleted now, and the claim made
-                // again on a new session.
-                Ok(None) => {
-                    lock(&self.inner.known).remove(name, holder, Some(session.id));
-                    self.delete_terms(site, &[(name.to_owned(), term)]).await;
-                    tries += 1;
-                    if tries < GONE_TRIES {
-                        continue;
-                    }
-                    Err(site.session_ended())
-                }
-                // The key is there but the session's keep-alive got no answer: the claim is
-                // read back (`verify` proves the session first: the memory keeps term 0).
-                Err(e) => Err(e),
-            };
+            lock(&self.inner.known).insert(
+                name,
+                holder,
+                Held {
+                    lease,
+                    term,
+                    bound,
+                    since: sent,
+                },
+            );
+            return Ok(Some(Grant {
+                term,
+                expires_in: sent.remaining(bound),
+            }));
         }
     }
 
@@ -586,107 +241,119 @@ impl LeaseStore for EtcdStore {
         check::renew(self, name, ttl)?;
         let site = self.site(Operation::Renew, name);
         let key = self.key(name);
-        let known = lock(&self.inner.known)
-            .get(name, holder)
-            .filter(|h| h.term > 0);
-        let on_session = known.and_then(|h| self.session_by_id(h.lease).map(|s| (s, h.term)));
-        let (session, term) = match on_session {
-            Some(found) => found,
-            // Not a claim this store object remembers on one of its sessions: read the key.
-            None => {
-                let sent = Stamp::now();
-                let kv = self
-                    .get_key(site, &key)
-                    .await?
-                    .filter(|kv| held_by(kv, holder));
-                match kv {
-                    Some(kv) => match self.session_by_id(kv.lease()) {
-                        Some(session) => (session, term_of(&kv)),
-                        None if kv.lease() != 0 => {
-                            return self
-                                .renew_elsewhere(site, name, holder, &key, &kv, sent, ttl)
-                                .await;
-                        }
-                        None => return Ok(self.lost(name, holder)),
-                    },
-                    None => return Ok(self.lost(name, holder)),
+        let known = lock(&self.inner.known).get(name, holder);
+        let sent = Stamp::now();
+        let renewed = match known {
+            // This store's own claim: the keep-alive and the check that the key still hangs on
+            // the lease go out together.
+            Some(held) if held.term > 0 => {
+                let (alive, kv) =
+                    tokio::join!(self.keep_alive(site, held.lease), self.get_key(site, &key));
+                let ours = kv?.is_some_and(|kv| kv.lease() == held.lease);
+                match alive? {
+                    Some(granted) if ours => Some((held.lease, held.term, granted)),
+                    _ => None,
                 }
             }
+            // Someone else's claim under this holder token (or an unknown outcome): read the
+            // key first, then keep its etcd lease alive.
+            _ => match self.get_key(site, &key).await? {
+                Some(kv) if kv.lease() != 0 && held_by(&kv, holder) => self
+                    .keep_alive(site, kv.lease())
+                    .await?
+                    .map(|granted| (kv.lease(), term_of(&kv), granted)),
+                _ => None,
+            },
         };
-        self.renew_on_session(site, name, holder, &key, &session, term, ttl)
-            .await
+        let Some((lease, term, granted)) = renewed else {
+            lock(&self.inner.known).remove(name, holder, None);
+            return Ok(None);
+        };
+        let Some((lease, granted, since)) = self.fit(site, &key, lease, granted, sent, ttl).await?
+        else {
+            lock(&self.inner.known).remove(name, holder, None);
+            return Ok(None);
+        };
+        let bound = ttl.min(granted);
+        lock(&self.inner.known).insert(
+            name,
+            holder,
+            Held {
+                lease,
+                term,
+                bound,
+                since,
+            },
+        );
+        Ok(Some(Grant {
+            term,
+            expires_in: since.remaining(bound),
+        }))
     }
 
     async fn release(&self, name: &str, holder: &HolderToken) -> Result<bool> {
         check::name(self, name)?;
         let site = self.site(Operation::Release, name);
         let key = self.key(name);
-        let known = lock(&self.inner.known)
-            .get(name, holder)
-            .filter(|h| h.term > 0);
-        let found = known.and_then(|h| self.session_by_id(h.lease).map(|s| (h.term, Some(s))));
-        let (term, session) = match found {
-            Some(found) => found,
-            None => match self.get_key(site, &key).await? {
-                Some(kv) if held_by(&kv, holder) => (term_of(&kv), self.session_by_id(kv.lease())),
+        let known = lock(&self.inner.known).get(name, holder);
+        let (lease, compare) = match known {
+            // The etcd lease was granted for this claim alone: the key hangs on it only while
+            // the claim lives.
+            Some(held) if held.term > 0 => (
+                held.lease,
+                Compare::lease(key.clone(), CompareOp::Equal, held.lease),
+            ),
+            _ => match self.get_key(site, &key).await? {
+                Some(kv) if held_by(&kv, holder) => (
+                    kv.lease(),
+                    Compare::mod_revision(key.clone(), CompareOp::Equal, kv.mod_revision()),
+                ),
                 _ => {
                     lock(&self.inner.known).remove(name, holder, None);
                     return Ok(false);
                 }
             },
         };
-        // On a session of this store's, the term is live until its own deadline.
-        let live = session
-            .as_ref()
-            .is_none_or(|s| s.owned(name).is_some_and(|o| o.term == term && !o.ended()));
-        let txn = Txn::new()
-            .when([Compare::create_revision(
-                key.clone(),
-                CompareOp::Equal,
-                i64::try_from(term).unwrap_or(i64::MAX),
-            )])
-            .and_then([TxnOp::delete(key, None)]);
-        // The session is never revoked: other names hang on it.
-        match self.txn(site, txn).await {
-            Ok(resp) => {
-                if let Some(session) = &session {
-                    session.forget(name, term);
-                }
-                lock(&self.inner.known).remove(name, holder, None);
-                Ok(resp.succeeded() && live)
-            }
-            Err(e) => {
-                // The term ended but its key may stay on a session that lives on: the
-                // session's next keep-alive deletes it.
-                if let Some(session) = &session {
-                    session.doom(name, term, holder);
-                }
-                Err(e)
-            }
+        let resp = self
+            .txn(
+                site,
+                Txn::new()
+                    .when([compare])
+                    .and_then([TxnOp::delete(key, None)]),
+            )
+            .await?;
+        lock(&self.inner.known).remove(name, holder, None);
+        if resp.succeeded() && lease != 0 {
+            self.revoke_later(lease);
         }
+        Ok(resp.succeeded())
     }
 
     async fn verify(&self, name: &str, holder: &HolderToken) -> Result<Option<Grant>> {
         check::name(self, name)?;
         let site = self.site(Operation::Verify, name);
-        let known = lock(&self.inner.known).get(name, holder);
-        if let Some(held) = known
-            && let Some(session) = self.session_by_id(held.lease)
-        {
-            return self
-                .verify_on_session(site, name, holder, held, &session)
-                .await;
-        }
         let Some(kv) = self.get_key(site, &self.key(name)).await? else {
-            return Ok(self.lost(name, holder));
+            lock(&self.inner.known).remove(name, holder, None);
+            return Ok(None);
         };
         if !held_by(&kv, holder) {
-            return Ok(self.lost(name, holder));
+            lock(&self.inner.known).remove(name, holder, None);
+            return Ok(None);
         }
         let term = term_of(&kv);
-        let expires_in = match self.held_time_left(site, &kv, holder).await? {
-            Some(left) => left,
-            None => return Ok(None),
+        let known = lock(&self.inner.known)
+            .get(name, holder)
+            .filter(|h| h.lease == kv.lease());
+        let expires_in = match known {
+            Some(held) => {
+                // An unknown claim read back: its term is known now.
+                lock(&self.inner.known).insert(name, holder, Held { term, ..held });
+                held.since.remaining(held.bound)
+            }
+            None => match self.held_time_left(site, &kv, holder).await? {
+                Some(left) => left,
+                None => return Ok(None),
+            },
         };
         Ok(Some(Grant { term, expires_in }))
     }
@@ -700,7 +367,7 @@ impl LeaseStore for EtcdStore {
         let known = lock(&self.inner.known).by_lease(name, kv.lease());
         let (kv, left) = match known {
             Some(held) => (kv, Some(held.since.remaining(held.bound))),
-            None => match self.time_left_of(site, &kv).await? {
+            None => match self.time_left_of(site, kv.lease()).await? {
                 Some(left) => (kv, Some(left)),
                 // Gone, or the key moved onto another etcd lease since it was read.
                 None => match self.followed(site, &kv).await? {
@@ -804,10 +471,9 @@ impl LeaseStore for EtcdStore {
         let Some(prev) = resp.take_prev_kvs().into_iter().next() else {
             return Ok(false);
         };
-        // The holder's etcd lease is not revoked: it may be a session other names hang on. The
-        // holder's next renewal reads the key and finds it gone.
-        if let Some(session) = self.session_by_id(prev.lease()) {
-            session.forget_name(name);
+        // Revoked at once, so the holder's next keep-alive fails.
+        if prev.lease() != 0 {
+            self.revoke(site, prev.lease()).await?;
         }
         Ok(true)
     }

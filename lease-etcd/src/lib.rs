@@ -25,31 +25,28 @@
 //! # The protocol
 //!
 //! Each lease name is one key, `<prefix>l/<name>` (the name as it is: etcd keys are bytes),
-//! whose value is `lease2;<TTL in ms>;<holder token>;<instance>` (the TTL the term counts; an
-//! earlier version wrote `lease1;<holder token>;<instance>`, still read). A key that exists is a live lease; a key
-//! that does not is free. Every key claimed through a store object hangs on that store
-//! object's **session** (see *Sessions* below): one etcd lease per TTL, so etcd
-//! deletes the key when the session ends, and the store deletes it when its own term ends first.
+//! whose value is `lease1;<holder token>;<instance>`. A key that exists is a live lease; a key
+//! that does not is free. Each claim grants an etcd lease and hangs the key on it, so etcd
+//! deletes the key when that lease ends.
 //!
 //! | operation | what is sent | round trips |
 //! |---|---|---|
-//! | `claim` | `Txn(if create_revision(key) == 0 then put(key, value, lease = session) else get(key))` and a keep-alive of the session, together: succeeded and the session kept alive → claimed, term = the transaction's revision (the key's create revision); failed → held | 1 (2 on the store object's first claim of a TTL, or after its session was lost: `LeaseGrant` first) |
-//! | `renew` | a keep-alive of the session and a read of the key (still this term's, on the session?), together — shared by every renewal of the session's names that joins it | 1, shared (2 when this store object did not make the claim: a read first, then a keep-alive of the key's etcd lease) |
-//! | `release` | `Txn(if create_revision(key) == term then delete(key))`; the session is not revoked | 1 (2 when this store object did not make the claim: a read first) |
-//! | `verify` | a read of the key (a claim of unknown outcome: a keep-alive of the session with it) | 1 (2 when this store object did not make the claim: `LeaseTimeToLive` for the time left) |
+//! | `claim` | `LeaseGrant(TTL)`, then `Txn(if create_revision(key) == 0 then put(key, value, lease))`: succeeded → claimed, term = the transaction's revision (the key's create revision); failed → held, and the unused etcd lease is revoked in the background | 2 |
+//! | `renew` | a keep-alive of the claim's etcd lease and a read of the key (is it still on that lease?), sent together | 1 (2 when this store object did not make the claim: a read first; 3 when the keep-alive stream of the etcd lease is not open yet and this store did not grant it) |
+//! | `release` | `Txn(if lease(key) == claim's lease then delete(key))`, then `LeaseRevoke` in the background | 1 (2 when this store object did not make the claim: a read first, and the compare is on the mod revision read) |
+//! | `verify` | a read of the key | 1 (2 when this store object did not make the claim: `LeaseTimeToLive` for the time left) |
 //! | `get` | a read of the key | as `verify` |
-//! | `force_release` | `DeleteRange(key, prev_kv)`; the holder's etcd lease is not revoked (other names hang on it): its next renewal reads the key and finds it gone | 1 |
+//! | `force_release` | `DeleteRange(key, prev_kv)`, then `LeaseRevoke` of the holder's etcd lease, so its next keep-alive fails | 2 |
 //!
 //! Every read is linearizable (etcd's default): it goes through the leader's quorum, so no
 //! member answers from a stale copy.
 //!
 //! # Expiry: the server's clock
 //!
-//! A lease ends when its session (etcd lease) ends: the leader counts the TTL from the grant or the last
+//! A lease ends when etcd's lease ends: the leader counts the TTL from the grant or the last
 //! keep-alive it took, deletes the key when it runs out, and refuses a keep-alive of an expired
 //! lease even before the key is gone — an expired lease is never revived. No process clock
-//! makes a lease live: live means the key exists. (A name's own deadline can only end it
-//! sooner, while its session lives on: see *Sessions*.)
+//! decides whether a lease is live: live means the key exists.
 //!
 //! **TTLs are whole seconds on etcd.** A requested TTL is kept on the server rounded **up** to
 //! whole seconds, and a server raises a TTL below its minimum (1.5 election timeouts, rounded
@@ -64,85 +61,24 @@
 //!
 //! **Time left** (`expires_in`) after a claim or renewal is the requested TTL (or the server's,
 //! if shorter) minus the time since the request was sent, by the boot clock: it never
-//! overstates. `verify` and `get` answer the same way for a claim this store object made. For
-//! another's, `verify` asks etcd (`LeaseTimeToLive`), which answers whole seconds rounded down
-//! — the expiry lies up to a second later. `get`, which an observer's watch judges releases
-//! against (a key that vanished before the time left last read was released, after it
-//! expired), must answer the *name's* time left, and the key hangs on its holder's session,
-//! which may be longer than the name's TTL and kept alive by its other names while the
-//! holder's store deletes the key at the name's own deadline (see *Sessions*). So a claim
-//! writes its TTL into the value, this store's watch (see *Hints*) remembers when it saw the
-//! last put of each lease key, and `get` answers the least of: that TTL counted from when the
-//! watch saw the put that wrote the key as read (etcd took the put before; the holder counts
-//! from before it sent it), while that has not run out; else the session's whole seconds less
-//! what the session's TTL exceeds the name's, at most the TTL; and in any case the session's
-//! whole seconds plus etcd's second, less that excess (the key never outlives its session).
-//! The holder's store deletes an unrenewed key a round trip after the name's deadline, so an
-//! observer sees an expiry after the time it counted, and a release in the name's last second
-//! before it. Limits: renewals write nothing, so a name renewed since the put and then left
-//! unrenewed while its session's other names keep the session alive is answered the
-//! session's time left, and its expiry may be reported as a release; a key moved onto a longer
-//! session keeps its value and counts its older TTL (early: a release may be reported as an
-//! expiry); an observer whose watch lags the put by more than a round trip beyond the delete
-//! may still report an expiry as a release.
+//! overstates. `verify` and `get` answer the same way for a claim this store object made; for
+//! another's they ask etcd (`LeaseTimeToLive`), which answers whole seconds rounded down — so
+//! the expiry lies up to a second later, and a watch judging a release against it would take
+//! one in the lease's last second for an expiry. `get` narrows that second when this store's
+//! watch (see *Hints*) saw the key put on its etcd lease (the claim, or a renewal's move onto a
+//! longer one): the lease was granted before that moment, so its TTL as granted runs out
+//! before that moment plus the TTL; `get` answers that bound when it lies within etcd's
+//! second (else a keep-alive moved the expiry since, and the whole seconds stand). It may
+//! exceed the server's time left by the time between the grant and the put reaching the watch
+//! (milliseconds; never more than etcd's second); `verify`, which a holder's deadline may rest
+//! on, keeps the whole seconds. A
+//! keep-alive that moved the expiry by less than a second may go unnoticed; then `get` is
+//! early by up to a second, as without the watch.
 //!
-//! A renewal asking a longer TTL than the name's session has moves the key onto the store's
-//! session of that TTL (`Txn(if create_revision(key) == term and lease(key) == old then put(key,
-//! ignore_value, new session))`: the key, and so its create revision and the term, stay). A
-//! shorter one keeps the longer session: the server's expiry is later than asked, the holder's
-//! deadline is not.
-//!
-//! # Sessions
-//!
-//! A store object keeps, for each TTL (in etcd's whole seconds), one etcd lease its claims hang
-//! on, whatever their holder token (the coordinator mints one per claim), as etcd's own
-//! `concurrency.Session` does for a client: granted on the first claim of that TTL, kept while
-//! it lives and carries fewer than 10,000 names (the next claim then opens another). So a claim is one transaction, and renewing every name of a session is one
-//! keep-alive. Every keep-alive of a session is a **flight**: the keep-alive, one read of the
-//! keys of the names that asked (read-only transactions of
-//! [`max_txn_ops`](EtcdConfig::max_txn_ops) gets each, all sent at once) and the deletes of the
-//! keys whose term ended (below), sent together. A claim or renewal joins the session's flight
-//! that has not left yet, and at most one flight per session is in the air: concurrent renewals
-//! share one round trip. Each name's answer is still its own: a renewal answers `Some` only when
-//! the keep-alive was accepted, the key is still its term's (same create revision) on the
-//! session, and the term's own deadline had not passed — a key released, forced out or taken
-//! by another since answers `None`, though the session lives.
-//!
-//! A claim's keep-alive goes out with its transaction, after the claim's start: the session then
-//! lives at least its TTL from before the claim was sent, which is what the holder's deadline
-//! counts on. A claim does not attach to a session whose last proof (a stamp before its last
-//! accepted keep-alive or its grant, plus its TTL) is within a second (or a quarter of the TTL)
-//! of running out: it grants a new one. A claim that landed on a session its keep-alive found
-//! gone deletes the key it made (nothing is held) and claims again on a new session, up to 3
-//! times before a temporary error.
-//!
-//! **What a session's loss means.** A session ends when no keep-alive reached etcd for its TTL
-//! (the holder's process stopped, or was cut off from etcd) or someone revoked it; etcd then
-//! deletes all its keys at once: **all its names end together**. A keep-alive answering TTL ≤ 0
-//! marks the session lost; every term on it answers `None` to renew and verify, and the next
-//! claim grants a new session. **Each name's own deadline is honoured**: its term
-//! ends when no claim or renewal of it succeeded within its TTL (counted from before the
-//! request was sent), even while its siblings keep the session alive: the session's sweeper (a
-//! task per session that carries names, asleep until the earliest of their deadlines) deletes
-//! its key then (`if create_revision == term`), as does any flight after it, and a renewal of it
-//! answers `None`. The delete counts the TTL from when the answer of the claim or last renewal
-//! arrived, a round trip after the holder's deadline, so that another store's observer, which
-//! counts it from when its watch saw the put, sees an expiry after the deadline it counts (see
-//! *Expiry: the server's clock*). Otherwise a name nobody renews any more would stay held as long as the
-//! session lives.
-//!
-//! **A release that fails** (no answer, no connection) leaves a term that ended but whose key
-//! may still hang on the living session: the store remembers it and deletes it at each of the
-//! session's flights until etcd answers. A claim of unknown outcome the engine never adopts is
-//! deleted likewise once its deadline passed (its create revision read first). Limits: the
-//! deletes of failed releases and of unknown claims ride the session's next flight (or the
-//! sweeper's next wake) — if none comes, the session, and the key, end by their TTL; a delete
-//! that fails keeps the name held until one succeeds or the session ends; and a renewal through
-//! another store object of a claim this one made keeps this one's whole session alive.
-//!
-//! [`EtcdConfig::session_slack`] (off by default) grants sessions longer than the TTL asked, so
-//! a claim within the slack of the session's last keep-alive sends none; crashed holders' names
-//! then free up to the slack later.
+//! A renewal asking a longer TTL than the claim's etcd lease has moves the key onto a new etcd
+//! lease of that TTL (`Txn(if lease(key) == old then put(key, ignore_value, new lease))`: the
+//! key, and so its create revision and the term, stay). A shorter one keeps the longer etcd
+//! lease: the server's expiry is later than asked, the holder's deadline is not.
 //!
 //! # The fencing token
 //!
@@ -189,10 +125,9 @@
 //! # Cancel safety
 //!
 //! As the store contract says: a claim whose transaction was sent and whose answer was lost
-//! may have taken effect. The store remembers the claim (its session, the stamp before it was
-//! sent) before sending the transaction, so a `verify` reads it back: a keep-alive of the
-//! session and a read of the key together, adopting it only when the session lives and the key
-//! is this holder's on it, and answering the time left from before the claim was sent. A keep-alive stream whose exchange was cut short is
+//! may have taken effect. The store remembers the etcd lease it granted for the claim before
+//! sending the transaction, so a `verify` that finds the key on that lease answers the time
+//! left from before the lease started. A keep-alive stream whose exchange was cut short is
 //! dropped, never reused, so no answer is ever taken for a later request's.
 //!
 //! # Partitions
@@ -314,7 +249,6 @@
 //!
 //! `config.rs` ([`EtcdConfig`]), `error.rs` (etcd-client errors as lease errors), `store.rs`
 //! ([`EtcdStore`]: connect, with_client, grants, keep-alives, reads and transactions),
-//! `holder_sessions.rs` (the holders' sessions and their flights),
 //! `known_leases.rs` (the memory of this store's own claims), `sessions.rs` (the owners'
 //! partition sessions), `hint_state.rs` (the hub and the watch's state the store holds),
 //! `leases.rs` (`LeaseStore`), `permits.rs` (its permit operations), `hints.rs` (the watch
@@ -326,7 +260,6 @@ mod config;
 mod error;
 mod hint_state;
 mod hints;
-mod holder_sessions;
 mod known_leases;
 mod leases;
 mod membership;

@@ -200,9 +200,8 @@ impl PermitStore for EtcdStore {
         let Some(granted) = self.keep_alive(site, kv.lease()).await? else {
             return Ok(None);
         };
-        let Some((_, granted, since)) = self
-            .fit(site, &key, kv.lease(), granted, sent, ttl, true)
-            .await?
+        let Some((_, granted, since)) =
+            self.fit(site, &key, kv.lease(), granted, sent, ttl).await?
         else {
             return Ok(None);
         };

@@ -19,10 +19,8 @@ use lease_core::{Error, Result};
 use crate::config::EtcdConfig;
 use crate::error::{Site, lease_not_found};
 use crate::hint_state::Hints;
-use crate::holder_sessions::HolderSessions;
 use crate::known_leases::KnownLeases;
 use crate::sessions::Sessions;
-use crate::wire::codec::LeaseValue;
 
 /// How many keep-alive streams (one per etcd lease renewed) a store keeps open at most; past
 /// that a renewal opens a stream for its one exchange and closes it.
@@ -34,15 +32,14 @@ pub(crate) const MOVED_TRIES: usize = 3;
 
 /// A lease store on etcd v3.
 ///
-/// One key per name under the configured prefix, hung on its holder's session (an etcd lease
-/// the store keeps per holder and TTL), so etcd deletes the key when the session's TTL runs out
-/// by the server's clock; the store deletes it when the name's own term ends first.
+/// One key per name under the configured prefix; each claim grants an etcd lease and attaches
+/// the key to it, so etcd deletes the key when the lease's TTL runs out by the server's clock.
 /// Claims are transactions comparing the key's create revision with 0 (vacant), and the key's
 /// create revision is the fencing token. See the [crate docs](crate) for the whole protocol,
 /// its guarantees and its round trips.
 ///
-/// Cloning is cheap and shares the connection, the open keep-alive streams, the sessions and
-/// the memory of this store's own claims.
+/// Cloning is cheap and shares the connection, the open keep-alive streams and the memory of
+/// this store's own claims.
 #[derive(Clone)]
 pub struct EtcdStore {
     pub(crate) inner: Arc<Inner>,
@@ -53,8 +50,6 @@ pub(crate) struct Inner {
     pub(crate) prefix: String,
     op_timeout: Duration,
     pub(crate) max_txn_ops: usize,
-    /// Added to each session's TTL ([`EtcdConfig::session_slack`]).
-    pub(crate) session_slack: Duration,
     server: String,
     /// The etcd leases this store granted and their TTL, so a first keep-alive needs no second
     /// exchange to learn it.
@@ -66,8 +61,6 @@ pub(crate) struct Inner {
     pub(crate) known: Mutex<KnownLeases>,
     /// The owners' etcd leases that partition keys hang on.
     pub(crate) sessions: Sessions,
-    /// The holders' sessions that lease keys hang on (see `holder_sessions.rs`).
-    pub(crate) holder_sessions: HolderSessions,
     /// Per (group, owner), the etcd leases this store's last batch renewal found the owner's
     /// keys on: the next renewal keeps them alive together with its read.
     pub(crate) group_leases: Mutex<HashMap<(String, String), Vec<i64>>>,
@@ -211,13 +204,11 @@ impl EtcdStore {
                 prefix: config.prefix,
                 op_timeout: config.op_timeout,
                 max_txn_ops: config.max_txn_ops,
-                session_slack: config.session_slack,
                 server,
                 grants: Mutex::default(),
                 keepers: Mutex::default(),
                 known: Mutex::default(),
                 sessions: Sessions::default(),
-                holder_sessions: HolderSessions::default(),
                 group_leases: Mutex::default(),
                 #[cfg(test)]
                 revoke_grants: std::sync::atomic::AtomicUsize::new(0),
@@ -325,7 +316,6 @@ impl EtcdStore {
     }
 
     /// Revokes `id` now; `false` when it was not granted any more.
-    #[cfg(test)]
     pub(crate) async fn revoke(&self, site: Site<'_>, id: i64) -> Result<bool> {
         self.forget_lease(id);
         let mut lease = self.inner.client.lease_client();
@@ -404,52 +394,37 @@ impl EtcdStore {
         Ok((resp.ttl() >= 0).then(|| seconds(resp.ttl())))
     }
 
-    /// The time left on the holding at `kv`, a lease key another store object claimed, for
-    /// `get`: `None` when its etcd lease is gone.
+    /// The time left on another's etcd lease `id`, for `get`; `None` when the lease is gone.
     ///
-    /// The key hangs on its holder's session, an etcd lease that may outlive the name: it
-    /// may be longer than the name's TTL ([`EtcdConfig::session_slack`], a TTL that is not
-    /// whole seconds) and kept alive by the session's other names, while the holder's store
-    /// deletes the key at the name's own deadline. So the session's time left is not the name's.
-    /// The answer is the least of:
-    ///
-    /// - when this store's watch saw the put that wrote the key as it is now (same mod
-    ///   revision: the claim, or a renewal's move), the name's TTL (in the value) counted from
-    ///   that moment: etcd took the put before it, and the holder counts from before it sent
-    ///   the put — while that has not run out;
-    /// - else the session's time left by etcd (`LeaseTimeToLive`: whole seconds rounded down)
-    ///   less what the session's TTL exceeds the name's, and at most the name's TTL: the name's
-    ///   time left if it was renewed with the session's last keep-alive;
-    /// - in either case the session's time left plus etcd's second, less that excess: the key
-    ///   never outlives its session.
-    ///
-    /// Limits: a name renewed since the put seen (renewals write nothing) and no longer renewed
-    /// while the session's other names keep it alive is answered the session's time left, later
-    /// than its own deadline: its expiry may be reported as a release. A value without a TTL
-    /// (`lease1`, an earlier version's claim on its own etcd lease) counts the etcd lease's TTL
-    /// as granted.
-    pub(crate) async fn time_left_of(
-        &self,
-        site: Site<'_>,
-        kv: &KeyValue,
-    ) -> Result<Option<Duration>> {
+    /// etcd answers whole seconds rounded down (`LeaseTimeToLive`), so the expiry lies up to a
+    /// second after the time left it reports, and an observer would take a release in that
+    /// second for an expiry. When this store's watch saw the lease key put on `id` (a claim,
+    /// or a renewal moving it onto a longer etcd lease), the lease was granted before that
+    /// moment, so its TTL as granted runs out before that moment plus the TTL: that bound is
+    /// answered, when it is consistent with etcd's answer (a keep-alive since moved the expiry
+    /// past it otherwise, and the whole seconds are answered as before) and no more than a
+    /// second past it. Limits: it may exceed the time left by the time between the grant and
+    /// the put being seen (milliseconds; never what a holder's deadline counts on: `verify`
+    /// keeps [`time_left`](Self::time_left)); a keep-alive that moved the expiry by less than
+    /// a second may go unnoticed, and then the answer is early, as etcd's whole seconds are.
+    pub(crate) async fn time_left_of(&self, site: Site<'_>, id: i64) -> Result<Option<Duration>> {
+        let asked = Stamp::now();
         let mut lease = self.inner.client.lease_client();
-        let resp = self
-            .bounded(site, lease.time_to_live(kv.lease(), None))
-            .await?;
+        let resp = self.bounded(site, lease.time_to_live(id, None)).await?;
         if resp.ttl() < 0 {
             return Ok(None);
         }
         let floor = seconds(resp.ttl());
-        let granted = seconds(resp.granted_ttl());
-        let ttl = LeaseValue::decode(kv.value())
-            .and_then(|v| v.ttl)
-            .unwrap_or(granted);
-        let seen = lock(&self.inner.hints.puts_seen)
-            .get(kv.key())
-            .filter(|(rev, _)| *rev == kv.mod_revision())
-            .map(|(_, at)| at.elapsed());
-        Ok(Some(name_time_left(floor, granted, ttl, seen)))
+        let seen = lock(&self.inner.hints.puts_seen).get(&id).copied();
+        let Some(put) = seen else {
+            return Ok(Some(floor));
+        };
+        Ok(Some(refined(
+            floor,
+            seconds(resp.granted_ttl()),
+            asked.elapsed(),
+            put.elapsed(),
+        )))
     }
 
     /// The time left on each of `ids` ([`time_left`](Self::time_left)), asked all at once.
@@ -676,25 +651,24 @@ pub(crate) fn revision(site: Site<'_>, resp: &TxnResponse) -> Result<u64> {
         .ok_or_else(|| site.malformed("a revision"))
 }
 
-/// A name's time left ([`EtcdStore::time_left_of`]) from its session's time left by etcd
-/// (`floor`, whole seconds rounded down) and TTL as granted (`granted`), the name's own TTL
-/// (`ttl`), and how long ago this store's watch saw the put that wrote its key as read
-/// (`since_put`, if it did).
-fn name_time_left(
+/// The time left on an etcd lease from etcd's whole seconds (`floor`, asked `since_ask` ago)
+/// and its TTL as granted (`granted`), first seen put on `since_put` ago (see
+/// [`EtcdStore::time_left_of`]): the grant's bound when it lies within etcd's second, else
+/// `floor`.
+fn refined(
     floor: Duration,
     granted: Duration,
-    ttl: Duration,
-    since_put: Option<Duration>,
+    since_ask: Duration,
+    since_put: Duration,
 ) -> Duration {
-    // The session lives that much longer than a name renewed with its last keep-alive.
-    let excess = granted.saturating_sub(ttl);
-    let by_session = floor
-        .saturating_add(Duration::from_secs(1))
-        .saturating_sub(excess);
-    match since_put {
-        Some(since) if since < ttl => (ttl - since).min(by_session),
-        _ => floor.saturating_sub(excess).min(ttl),
+    let from_put = granted.saturating_sub(since_put);
+    // Expiry by etcd: at least `floor` after the ask. Expiry by the grant: at most `granted`
+    // after the put. The first past the second means a keep-alive moved the expiry since.
+    let moved = floor.saturating_add(since_put) > granted.saturating_add(since_ask);
+    if moved || granted.is_zero() {
+        return floor;
     }
+    from_put.min(floor.saturating_add(Duration::from_secs(1)))
 }
 
 /// One keep-alive exchange on an open stream: the TTL, or `None` for a lease gone.
@@ -723,24 +697,17 @@ mod tests {
     }
 
     #[test]
-    fn a_name_counts_its_own_ttl_from_its_put_within_its_session() {
+    fn the_grant_bounds_etcd_whole_seconds_when_consistent() {
         let ms = Duration::from_millis;
         let s = Duration::from_secs;
-        // Claimed on a session kept alive with the claim (3 s, etcd says 2 s), put seen
-        // 100 ms ago: 2.9 s, not etcd's 2 s.
-        assert_eq!(name_time_left(s(2), s(3), s(3), Some(ms(100))), ms(2900));
-        // The put seen 2.2 s ago, etcd says 0 s: 0.8 s.
-        assert_eq!(name_time_left(s(0), s(3), s(3), Some(ms(2200))), ms(800));
-        // A session 2 s longer than the name (slack): the name's 3 s count, not the session's.
-        assert_eq!(name_time_left(s(4), s(5), s(3), Some(ms(100))), ms(2900));
-        // A session with less left than the put says (it was not kept alive with the claim):
-        // the key never outlives it.
-        assert_eq!(name_time_left(s(1), s(3), s(3), Some(ms(100))), s(2));
-        // The put seen a TTL ago or more, or not seen: the session's, less its excess, at most
-        // the TTL.
-        assert_eq!(name_time_left(s(4), s(5), s(3), Some(ms(3100))), s(2));
-        assert_eq!(name_time_left(s(9), s(10), s(3), None), s(2));
-        assert_eq!(name_time_left(s(1), s(3), s(3), None), s(1));
+        // Granted 3 s, put seen 2.2 s ago, etcd said 0 s (0.8 s left by the grant).
+        assert_eq!(refined(s(0), s(3), ms(5), ms(2200)), ms(800));
+        // The grant's bound never exceeds etcd's second.
+        assert_eq!(refined(s(1), s(3), ms(5), ms(100)), s(2));
+        // A keep-alive moved the expiry past the grant's bound: etcd's whole seconds.
+        assert_eq!(refined(s(2), s(3), ms(5), ms(2000)), s(2));
+        // No TTL as granted: etcd's whole seconds.
+        assert_eq!(refined(s(1), s(0), ms(5), ms(100)), s(1));
     }
 
     #[test]

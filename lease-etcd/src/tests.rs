@@ -1,7 +1,7 @@
 //! Tests on a real etcd (`LEASE_TEST_ETCD_URL`; they skip loudly without it) that need the
 //! store's insides: a test switch that revokes the next etcd leases granted at once (an etcd
-//! lease — a claim's session — that ended before the request hanging a key on it landed), and
-//! `fit` called with a keep-alive's proof that is too old.
+//! lease that ended before the request hanging a key on it landed), and `fit` called with a
+//! keep-alive's proof that is too old.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -56,14 +56,10 @@ async fn a_claim_whose_etcd_lease_ended_before_it_landed_claims_on_a_new_one() {
         Some(grant.term)
     );
 
-    // Every etcd lease gone: a temporary error, nothing claimed. (Another TTL, so the claim
-    // needs a session of its own.)
+    // Every etcd lease gone: a temporary error, nothing claimed.
     let other = HolderToken::mint();
     revoke_grants(&store, GONE_TRIES);
-    let e = store
-        .claim("job2", &other, "a", ttl + Duration::from_secs(1))
-        .await
-        .unwrap_err();
+    let e = store.claim("job2", &other, "a", ttl).await.unwrap_err();
     assert!(e.is_temporary(), "a permanent error: {e}");
     assert!(store.get("job2").await.unwrap().is_none());
 
@@ -142,15 +138,7 @@ async fn a_move_onto_a_longer_etcd_lease_that_may_have_landed_after_the_old_one_
     }
     let key = store.key("job");
     let fitted = store
-        .fit(
-            site,
-            &key,
-            lease,
-            granted,
-            proof,
-            Duration::from_secs(5),
-            true,
-        )
+        .fit(site, &key, lease, granted, proof, Duration::from_secs(5))
         .await
         .unwrap();
     assert_eq!(

@@ -3,72 +3,37 @@
 //!
 //! | record | value |
 //! |---|---|
-//! | lease (a claim) | `lease2;<the term's TTL, whole milliseconds>;<holder token, 32 hex digits>;<instance>` |
-//! | lease (a permit; a claim by an earlier version) | `lease1;<holder token, 32 hex digits>;<instance>` |
+//! | lease | `lease1;<holder token, 32 hex digits>;<instance>` |
 //! | partition | `part1;<owner>` |
 //! | member | `member1`, the address and the groups, each on its own line |
 //!
 //! The term of a lease and the epoch of a partition are not in the value: they are the key's
 //! create revision, which etcd keeps with every key.
-//!
-//! A claim's TTL is in its value because its key hangs on a session (an etcd lease shared by
-//! the claims of a store object, see the crate docs, *Sessions*) whose TTL may be longer: another
-//! store's `get` counts the name's own deadline from it (see *Expiry: the server's clock*). Both
-//! versions are read; a version of this crate before `lease2` reports a `lease2` value as one it
-//! did not write (its `get` of such a name fails; its claims of it find it held).
-
-use std::time::Duration;
 
 use lease_core::backend::{HolderToken, decode_groups, encode_groups};
 
 const LEASE_TAG: &str = "lease1;";
-const LEASE_TTL_TAG: &str = "lease2;";
 const PART_TAG: &str = "part1;";
 const MEMBER_TAG: &str = "member1\n";
 
-/// A lease value: who holds it, and for a claim the TTL its term counts.
+/// A lease value: who holds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct LeaseValue {
     pub(crate) holder: HolderToken,
     pub(crate) instance: String,
-    /// The claim's TTL (`lease2`); `None` for a `lease1` value.
-    pub(crate) ttl: Option<Duration>,
 }
 
 impl LeaseValue {
-    /// A `lease1` value (no TTL): a permit's.
     pub(crate) fn encode(holder: &HolderToken, instance: &str) -> Vec<u8> {
         format!("{LEASE_TAG}{};{instance}", holder.to_hex()).into_bytes()
     }
 
-    /// A `lease2` value: a claim's, with the TTL its term counts (whole milliseconds, rounded
-    /// down: never longer than the holder's).
-    pub(crate) fn encode_claim(holder: &HolderToken, instance: &str, ttl: Duration) -> Vec<u8> {
-        format!(
-            "{LEASE_TTL_TAG}{};{};{instance}",
-            ttl.as_millis(),
-            holder.to_hex()
-        )
-        .into_bytes()
-    }
-
     pub(crate) fn decode(value: &[u8]) -> Option<LeaseValue> {
-        let text = std::str::from_utf8(value).ok()?;
-        let (ttl, text) = match text.strip_prefix(LEASE_TTL_TAG) {
-            Some(rest) => {
-                let (ms, rest) = rest.split_once(';')?;
-                if ms.is_empty() || !ms.bytes().all(|b| b.is_ascii_digit()) {
-                    return None;
-                }
-                (Some(Duration::from_millis(ms.parse().ok()?)), rest)
-            }
-            None => (None, text.strip_prefix(LEASE_TAG)?),
-        };
+        let text = std::str::from_utf8(value).ok()?.strip_prefix(LEASE_TAG)?;
         let (hex, instance) = text.split_once(';')?;
         Some(LeaseValue {
             holder: HolderToken::from_hex(hex)?,
             instance: instance.to_owned(),
-            ttl,
         })
     }
 }
@@ -106,16 +71,7 @@ mod tests {
     fn records_round_trip_and_foreign_values_are_refused() {
         let h = HolderToken::mint();
         let v = LeaseValue::decode(&LeaseValue::encode(&h, "worker;7")).unwrap();
-        assert_eq!((v.holder, v.instance.as_str()), (h.clone(), "worker;7"));
-        assert_eq!(v.ttl, None);
-        let ttl = Duration::from_millis(2500);
-        let v = LeaseValue::decode(&LeaseValue::encode_claim(&h, "w;1", ttl)).unwrap();
-        assert_eq!(
-            (v.holder, v.instance.as_str(), v.ttl),
-            (h, "w;1", Some(ttl))
-        );
-        assert_eq!(LeaseValue::decode(b"lease2;;00;x"), None);
-        assert_eq!(LeaseValue::decode(b"lease2;+5;00;x"), None);
+        assert_eq!((v.holder, v.instance.as_str()), (h, "worker;7"));
         assert_eq!(LeaseValue::decode(b"hello"), None);
         assert_eq!(decode_part(&encode_part("n@1")).as_deref(), Some("n@1"));
         assert_eq!(decode_part(b"x"), None);
