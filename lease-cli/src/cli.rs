@@ -420,13 +420,6 @@ pub(crate) struct RunArgs {
     #[command(flatten)]
     pub(crate) hold: HoldArgs,
 
-    /// Lock-delay: should this holder's lease end without a release (the process killed, the
-    /// host or its network gone), nobody may claim NAME until the lease's expiry plus DURATION,
-    /// by the store's clock, e.g. 15s. A normal exit releases at once as without it. Needs a
-    /// store with lock-delay (memory, PostgreSQL, MySQL/MariaDB, SQLite); refused on others.
-    #[arg(long, value_name = "DURATION")]
-    pub(crate) lock_delay: Option<String>,
-
     /// Campaign until NAME is free instead of exiting 75 at once.
     #[arg(long)]
     pub(crate) wait: bool,
@@ -513,13 +506,6 @@ pub(crate) struct ElectArgs {
 
     #[command(flatten)]
     pub(crate) hold: HoldArgs,
-
-    /// Lock-delay: should this holder's lease end without a release (the process killed, the
-    /// host or its network gone), nobody may claim NAME until the lease's expiry plus DURATION,
-    /// by the store's clock, e.g. 15s. A normal exit releases at once as without it. Needs a
-    /// store with lock-delay (memory, PostgreSQL, MySQL/MariaDB, SQLite); refused on others.
-    #[arg(long, value_name = "DURATION")]
-    pub(crate) lock_delay: Option<String>,
 
     /// Leave out the lines on becoming leader and on CMD's end, and the note about the default
     /// store; errors are still printed.

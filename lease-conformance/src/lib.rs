@@ -484,12 +484,6 @@ macro_rules! conformance_suite {
             claims_of_different_counts_keep_each_claims_limit,
             claims_of_different_counts_keep_each_claims_limit_under_chaos,
             a_permit_release_wakes_a_waiter_at_once,
-            lock_delay_holds_a_crashed_name_until_expiry_plus_delay,
-            lock_delay_does_not_hold_a_released_name,
-            hand_over_lets_only_the_chosen_instance_claim_in_the_window,
-            hand_over_opens_to_anyone_after_the_window,
-            a_gated_name_keeps_its_term_order,
-            a_gate_does_not_hold_back_the_token_that_held_the_lease,
             wrappers_report_the_stores_capabilities_and_availability,
             capabilities_agree_with_what_the_store_does
         );

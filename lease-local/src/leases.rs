@@ -33,9 +33,6 @@ impl LeaseStore for MemoryStore {
             list_names: true,
             watch: true,
             renew_many: true,
-            // Lock-delay needs expiry; a hand-over gates a released name, with or without.
-            lock_delay: self.expiry,
-            hand_over: true,
             ..lease_core::backend::derived_capabilities(self)
         }
     }
@@ -64,48 +61,26 @@ impl LeaseStore for MemoryStore {
         ttl: Duration,
     ) -> Result<Option<Grant>> {
         check::claim(self, name, instance, ttl)?;
-        self.claim_with_gate(name, holder, instance, ttl, Duration::ZERO)
-    }
-
-    async fn claim_gated(
-        &self,
-        name: &str,
-        holder: &HolderToken,
-        instance: &str,
-        ttl: Duration,
-        lock_delay: Duration,
-    ) -> Result<Option<Grant>> {
-        check::claim_gated(self, name, instance, ttl, lock_delay)?;
-        if !self.expiry && !lock_delay.is_zero() {
-            return Err(lease_core::Error::unsupported(
-                "leases of the never-expiring store never end involuntarily, so it has no \
-                 lock-delay; leave the lock-delay unset (zero)",
-            ));
-        }
-        self.claim_with_gate(name, holder, instance, ttl, lock_delay)
-    }
-
-    async fn hand_over(
-        &self,
-        name: &str,
-        holder: &HolderToken,
-        to: &str,
-        window: Duration,
-    ) -> Result<bool> {
-        check::hand_over(self, name, to, window)?;
         let now = Instant::now();
+        let until = self.until(now, ttl);
         let mut st = self.lock();
-        match st.leases.get_mut(name) {
-            Some(r) if r.holder == *holder && r.live(now) => {
-                r.until = Until::At(now);
-                r.gate = window;
-                r.gate_for = Some(to.to_owned());
-                drop(st);
-                self.notify(&Topic::lease(name));
-                Ok(true)
-            }
-            _ => Ok(false),
-        }
+        let (term, slot) = match st.leases.get(name) {
+            Some(r) if r.live(now) => return Ok(None),
+            Some(r) => (r.term + 1, r.slot),
+            None => (1, SlotRecord::default()),
+        };
+        let rec = Record {
+            holder: holder.clone(),
+            instance: instance.to_owned(),
+            term,
+            until,
+            slot,
+        };
+        let expires_in = rec.expires_in(now);
+        st.leases.insert(name.to_owned(), rec);
+        drop(st);
+        self.notify(&Topic::lease(name));
+        Ok(Some(Grant { term, expires_in }))
     }
 
     async fn renew(
@@ -163,7 +138,7 @@ impl LeaseStore for MemoryStore {
         let mut st = self.lock();
         match st.leases.get_mut(name) {
             Some(r) if r.holder == *holder && r.live(now) => {
-                r.end_now(now);
+                r.until = Until::At(now);
                 drop(st);
                 self.notify(&Topic::lease(name));
                 Ok(true)
@@ -205,7 +180,7 @@ impl LeaseStore for MemoryStore {
         let mut st = self.lock();
         match st.leases.get_mut(name) {
             Some(r) if r.live(now) => {
-                r.end_now(now);
+                r.until = Until::At(now);
                 drop(st);
                 self.notify(&Topic::lease(name));
                 Ok(true)
@@ -237,41 +212,5 @@ impl LeaseStore for MemoryStore {
 
     fn changes(&self, topic: &Topic) -> Option<Wakeups> {
         Some(self.hub.subscribe(topic))
-    }
-}
-
-impl MemoryStore {
-    /// A claim, checked already, that sets the lock-delay `gate` in the record it writes: free
-    /// when the record's gate lets `instance` in.
-    fn claim_with_gate(
-        &self,
-        name: &str,
-        holder: &HolderToken,
-        instance: &str,
-        ttl: Duration,
-        gate: Duration,
-    ) -> Result<Option<Grant>> {
-        let now = Instant::now();
-        let until = self.until(now, ttl);
-        let mut st = self.lock();
-        let (term, slot) = match st.leases.get(name) {
-            Some(r) if !r.claimable(now, instance, holder) => return Ok(None),
-            Some(r) => (r.term + 1, r.slot),
-            None => (1, SlotRecord::default()),
-        };
-        let rec = Record {
-            holder: holder.clone(),
-            instance: instance.to_owned(),
-            term,
-            until,
-            slot,
-            gate,
-            gate_for: None,
-        };
-        let expires_in = rec.expires_in(now);
-        st.leases.insert(name.to_owned(), rec);
-        drop(st);
-        self.notify(&Topic::lease(name));
-        Ok(Some(Grant { term, expires_in }))
     }
 }

@@ -21,11 +21,6 @@ pub(crate) struct Record {
     pub(crate) term: u64,
     pub(crate) until: Until,
     pub(crate) slot: SlotRecord,
-    /// The claim gate once the lease has ended: nobody may claim until `gate` after `until`,
-    /// except the instance `gate_for` when set (a hand-over). While the lease is live, `gate`
-    /// is the lock-delay its holder declared; a release sets it to zero.
-    pub(crate) gate: Duration,
-    pub(crate) gate_for: Option<String>,
 }
 
 impl Record {
@@ -38,37 +33,6 @@ impl Record {
 
     pub(crate) fn live(&self, now: Instant) -> bool {
         !self.expires_in(now).is_zero()
-    }
-
-    /// `true` when `instance` may claim the name now under `holder`: the lease is not live,
-    /// and its gate is open (its time has passed), or names this instance, or the claim is
-    /// under the holder token of the lease that ended (that holder's own; the SQL stores need
-    /// the same rule, see lease-sql's `gates_schema_sql`).
-    pub(crate) fn claimable(&self, now: Instant, instance: &str, holder: &HolderToken) -> bool {
-        self.gate_open(now)
-            || (self.ended(now)
-                && (self.gate_for.as_deref() == Some(instance) || self.holder == *holder))
-    }
-
-    /// `true` when the lease is not live and its gate has passed: anyone may claim, and a
-    /// scheduler slot claim (which knows no exception) too.
-    pub(crate) fn gate_open(&self, now: Instant) -> bool {
-        match self.until {
-            Until::Never => false,
-            Until::At(at) => at <= now && at + self.gate <= now,
-        }
-    }
-
-    /// `true` when the lease is not live.
-    fn ended(&self, now: Instant) -> bool {
-        matches!(self.until, Until::At(at) if at <= now)
-    }
-
-    /// The lease ends gracefully now: the gate opens at once.
-    pub(crate) fn end_now(&mut self, now: Instant) {
-        self.until = Until::At(now);
-        self.gate = Duration::ZERO;
-        self.gate_for = None;
     }
 }
 

@@ -38,7 +38,7 @@ impl SlotStore for MemoryStore {
         let until = self.until(now, ttl);
         let mut st = self.lock();
         let (term, slot) = match st.leases.get(name) {
-            Some(r) if !r.gate_open(now) => return Ok(SlotClaim::Held),
+            Some(r) if r.live(now) => return Ok(SlotClaim::Held),
             Some(r) => (r.term + 1, r.slot),
             None => (1, SlotRecord::default()),
         };
@@ -58,8 +58,6 @@ impl SlotStore for MemoryStore {
                 unfinished_ms: Some(instant_ms),
                 rerun_ms: slot.rerun_ms,
             },
-            gate: Duration::ZERO,
-            gate_for: None,
         };
         let expires_in = rec.expires_in(now);
         st.leases.insert(name.to_owned(), rec);
@@ -98,7 +96,7 @@ impl SlotStore for MemoryStore {
             }
         }
         if held {
-            r.end_now(now);
+            r.until = Until::At(now);
             out.released = true;
         }
         drop(st);
@@ -145,7 +143,7 @@ impl SlotStore for MemoryStore {
         let eligible = s.unfinished_ms == Some(instant_ms)
             && s.last_ms == Some(instant_ms)
             && s.rerun_ms != Some(instant_ms)
-            && r.gate_open(now);
+            && !r.live(now);
         if !eligible {
             return Ok(None);
         }
@@ -153,8 +151,6 @@ impl SlotStore for MemoryStore {
         r.instance = instance.to_owned();
         r.term += 1;
         r.until = until;
-        r.gate = Duration::ZERO;
-        r.gate_for = None;
         r.slot.rerun_ms = Some(instant_ms);
         let grant = Grant {
             term: r.term,

@@ -480,29 +480,6 @@ impl LeaseStore for Reopenable {
         self.store()?.force_release(name).await
     }
 
-    async fn claim_gated(
-        &self,
-        name: &str,
-        holder: &HolderToken,
-        instance: &str,
-        ttl: Duration,
-        lock_delay: Duration,
-    ) -> Result<Option<Grant>> {
-        self.store()?
-            .claim_gated(name, holder, instance, ttl, lock_delay)
-            .await
-    }
-
-    async fn hand_over(
-        &self,
-        name: &str,
-        holder: &HolderToken,
-        to: &str,
-        window: Duration,
-    ) -> Result<bool> {
-        self.store()?.hand_over(name, holder, to, window).await
-    }
-
     async fn names(
         &self,
         prefix: &str,

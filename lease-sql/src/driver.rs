@@ -79,9 +79,6 @@ impl<DB: Driver> lease_core::LeaseStore for SqlStore<DB> {
             force_release: true,
             list_names: true,
             renew_many: DB::renews_many(self),
-            // Claim gates: the columns `gate_ms` and `gate_for` (see `gates_schema_sql`).
-            lock_delay: true,
-            hand_over: true,
             watch: self.inner.watch,
             max_name_bytes: self.inner.config.max_name_bytes,
             ..lease_core::backend::derived_capabilities(self)
@@ -118,42 +115,17 @@ impl<DB: Driver> lease_core::LeaseStore for SqlStore<DB> {
         ttl: Duration,
     ) -> Result<Option<Grant>> {
         lease_core::backend::check::claim(self, name, instance, ttl)?;
-        self.claim_with_gate(name, holder, instance, ttl, Duration::ZERO)
+        let ms = ttl_ms(ttl);
+        let term = DB::claim_row(self, name, &holder.to_hex(), instance, ms)
             .await
-    }
-
-    /// As `claim`, writing `lock_delay` as the row's `gate_ms`: every claim, gated or not,
-    /// honours the gate the row carries (by the database's clock).
-    async fn claim_gated(
-        &self,
-        name: &str,
-        holder: &HolderToken,
-        instance: &str,
-        ttl: Duration,
-        lock_delay: Duration,
-    ) -> Result<Option<Grant>> {
-        lease_core::backend::check::claim_gated(self, name, instance, ttl, lock_delay)?;
-        self.claim_with_gate(name, holder, instance, ttl, lock_delay)
-            .await
-    }
-
-    /// One statement: ends the holder's live lease at the database's now and writes the gate
-    /// (`gate_ms` the window, `gate_for` the successor). Hints the name as a release does.
-    async fn hand_over(
-        &self,
-        name: &str,
-        holder: &HolderToken,
-        to: &str,
-        window: Duration,
-    ) -> Result<bool> {
-        lease_core::backend::check::hand_over(self, name, to, window)?;
-        let ended = DB::hand_over_row(self, name, &holder.to_hex(), to, ttl_ms(window))
-            .await
-            .map_err(|e| e.during(Operation::HandOver, name))?;
-        if ended {
+            .map_err(|e| e.during(Operation::Claim, name))?;
+        if term.is_some() {
             self.inner.hints.wrote(&Topic::lease(name));
         }
-        Ok(ended)
+        Ok(term.map(|term| Grant {
+            term,
+            expires_in: remaining(ms),
+        }))
     }
 
     async fn renew(
@@ -351,28 +323,6 @@ impl<DB: Driver> lease_core::LeaseStore for SqlStore<DB> {
 // which implements it.
 #[allow(private_bounds)]
 impl<DB: Driver> SqlStore<DB> {
-    /// A claim, checked already, that writes the lock-delay `gate`.
-    async fn claim_with_gate(
-        &self,
-        name: &str,
-        holder: &HolderToken,
-        instance: &str,
-        ttl: Duration,
-        gate: Duration,
-    ) -> Result<Option<Grant>> {
-        let ms = ttl_ms(ttl);
-        let term = DB::claim_row(self, name, &holder.to_hex(), instance, ms, ttl_ms(gate))
-            .await
-            .map_err(|e| e.during(Operation::Claim, name))?;
-        if term.is_some() {
-            self.inner.hints.wrote(&Topic::lease(name));
-        }
-        Ok(term.map(|term| Grant {
-            term,
-            expires_in: remaining(ms),
-        }))
-    }
-
     /// Opens a transaction on the application's pool and verifies, as its first
     /// statement, that `fence` (a [`Term`](lease_core::Term) or a
     /// [`Fence`](crate::Fence)) still holds the lease. The row is locked in share mode

@@ -96,20 +96,6 @@ pub(crate) fn is_create_race(e: &sqlx::Error) -> bool {
     }
 }
 
-/// `true` when an `ALTER TABLE … ADD COLUMN` failed because the column exists: another process
-/// added it at the same moment.
-pub(crate) fn is_duplicate_column(e: &sqlx::Error) -> bool {
-    match e {
-        sqlx::Error::Database(d) => {
-            matches!(
-                code_of(d.as_ref()),
-                Code::Postgres("42701") | Code::MySql(1060)
-            ) || d.message().contains("duplicate column name")
-        }
-        _ => false,
-    }
-}
-
 /// `true` when the error says the lease table does not exist.
 pub(crate) fn is_missing_table(e: &sqlx::Error) -> bool {
     match e {

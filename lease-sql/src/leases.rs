@@ -47,27 +47,14 @@ pub(crate) trait LeaseDriver: LeaseDb {
     /// The hints of `topic` (see each database's store docs).
     fn watch(store: &SqlStore<Self>, topic: &Topic) -> Wakeups;
 
-    /// The claim: the new term, `None` when held (or gated: see
-    /// [`gates_schema_sql`](crate::gates_schema_sql)). `gate_ms` is the lock-delay the claim
-    /// writes (0: none).
+    /// The claim: the new term, `None` when held.
     fn claim_row(
         store: &SqlStore<Self>,
         name: &str,
         hex: &str,
         instance: &str,
         ms: i64,
-        gate_ms: i64,
     ) -> impl Future<Output = Result<Option<u64>>> + Send;
-
-    /// The hand-over: whether the holder's live lease ended, gated for `window_ms` except for
-    /// the instance `to`.
-    fn hand_over_row(
-        store: &SqlStore<Self>,
-        name: &str,
-        hex: &str,
-        to: &str,
-        window_ms: i64,
-    ) -> impl Future<Output = Result<bool>> + Send;
 
     /// The renewal: the term, `None` when the lease is not the holder's live.
     fn renew_row(

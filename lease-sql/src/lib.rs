@@ -152,6 +152,6 @@ pub use sqlx;
 pub use store::{Fence, SqlStore, Token};
 pub use url_params::SqlUrlParams;
 pub use wire::schema::{
-    Dialect, gates_schema_sql, members_schema_sql, partitions_schema_sql, permits_schema_sql,
-    schema_sql, sqlite_boot_clock_sql,
+    Dialect, members_schema_sql, partitions_schema_sql, permits_schema_sql, schema_sql,
+    sqlite_boot_clock_sql,
 };

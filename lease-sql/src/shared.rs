@@ -112,14 +112,9 @@ where
         if !have.is_empty() {
             lease_table_columns(self, &have)?;
         } else if inner.config.ddl == crate::Ddl::None {
-            let ddl = std::iter::once(&inner.stmts.create)
-                .chain(&inner.stmts.gates)
-                .map(String::as_str)
-                .collect::<Vec<_>>()
-                .join(";\n");
             return Err(crate::error::missing_table(
                 &inner.config.table,
-                &ddl,
+                &inner.stmts.create,
                 &inner.server,
             ));
         } else {
@@ -154,55 +149,6 @@ where
                 .with_source(e));
             }
             return Err(self.err(e, "start-up check"));
-        }
-        Ok(())
-    }
-
-    /// The claim-gate columns of the lease table, read from the catalog: each one missing is added (`ALTER TABLE`, migration `0005`) when DDL is on; when
-    /// it is off, the store is refused with the statements that add them, since every claim
-    /// writes them.
-    ///
-    /// Each dialect runs it last among its lease table's checks (SQLite before its boot clock,
-    /// whose rebase writes them), so a table wrong in other ways is refused for that first.
-    pub(crate) async fn check_gate_columns(&self) -> Result<()> {
-        let inner = &self.inner;
-        let (schema, bare) = split_table(&inner.config.table);
-        let have: Vec<String> = with_conn!(self, "start-up check", |c| {
-            sqlx::query_scalar::<DB, String>(inner.dialect.columns_sql())
-                .bind(bare)
-                .bind(schema)
-                .fetch_all(c)
-        })?;
-        let missing: Vec<&String> = crate::wire::schema::GATE_COLUMNS
-            .iter()
-            .zip(&inner.stmts.gates)
-            .filter(|(column, _)| !have.iter().any(|h| h.eq_ignore_ascii_case(column)))
-            .map(|(_, alter)| alter)
-            .collect();
-        if missing.is_empty() {
-            return Ok(());
-        }
-        if inner.config.ddl == crate::Ddl::None {
-            let alters: Vec<&str> = missing.iter().map(|s| s.as_str()).collect();
-            return Err(Error::schema(format!(
-                "the lease table `{}` lacks the claim-gate columns of this lease-sql (lock-delay \
-                 and hand-over; every claim writes them) and DDL is off; add them with the \
-                 migration 0005_claim_gates.sql, or:\n{}",
-                inner.config.table,
-                alters.join(";\n")
-            ))
-            .at_server(inner.server.as_str()));
-        }
-        for alter in missing {
-            let added = raw_conn!(self, "add the claim-gate columns", |c| {
-                sqlx::query::<DB>(alter).execute(c)
-            });
-            match added {
-                Ok(_) => {}
-                // Another process added it at the same moment.
-                Err(e) if crate::error::is_duplicate_column(&e) => {}
-                Err(e) => return Err(self.err(e, "add the claim-gate columns")),
-            }
         }
         Ok(())
     }
@@ -351,7 +297,6 @@ where
         hex: &str,
         instance: &str,
         ms: i64,
-        gate_ms: i64,
     ) -> Result<Option<u64>> {
         let row: Option<(i64,)> = match raw_conn!(write self, Operation::Claim, |c| {
             sqlx::query_as(&self.inner.stmts.claim)
@@ -359,7 +304,6 @@ where
                 .bind(hex)
                 .bind(instance)
                 .bind(ms)
-                .bind(gate_ms)
                 .fetch_optional(c)
         }) {
             Ok(row) => row,
@@ -397,26 +341,6 @@ where
             sqlx::query(&self.inner.stmts.release)
                 .bind(name)
                 .bind(hex)
-                .execute(c)
-        })?;
-        Ok(done.rows_affected() > 0)
-    }
-
-    /// PostgreSQL's and SQLite's hand-over: whether the holder's live lease ended, gated.
-    #[cfg(any(feature = "postgres", feature = "sqlite"))]
-    pub(crate) async fn shared_hand_over_row(
-        &self,
-        name: &str,
-        hex: &str,
-        to: &str,
-        window_ms: i64,
-    ) -> Result<bool> {
-        let done = with_conn!(write self, Operation::HandOver, |c| {
-            sqlx::query(&self.inner.stmts.hand_over)
-                .bind(name)
-                .bind(hex)
-                .bind(to)
-                .bind(window_ms)
                 .execute(c)
         })?;
         Ok(done.rows_affected() > 0)
@@ -806,19 +730,8 @@ where
         hex: &str,
         instance: &str,
         ms: i64,
-        gate_ms: i64,
     ) -> impl Future<Output = Result<Option<u64>>> + Send {
-        store.shared_claim_row(name, hex, instance, ms, gate_ms)
-    }
-
-    fn hand_over_row(
-        store: &SqlStore<DB>,
-        name: &str,
-        hex: &str,
-        to: &str,
-        window_ms: i64,
-    ) -> impl Future<Output = Result<bool>> + Send {
-        store.shared_hand_over_row(name, hex, to, window_ms)
+        store.shared_claim_row(name, hex, instance, ms)
     }
 
     fn renew_row(

@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use lease_sql::{
-    DEFAULT_TABLE, Dialect, SqlConfig, gates_schema_sql, members_schema_sql, partitions_schema_sql,
+    DEFAULT_TABLE, Dialect, SqlConfig, members_schema_sql, partitions_schema_sql,
     permits_schema_sql, schema_sql, sqlite_boot_clock_sql,
 };
 
@@ -53,15 +53,6 @@ fn migrations_match_the_ddl_the_store_runs() {
              is each name's counter.\n{};\n",
             dialect.as_str(),
             permits_schema_sql(dialect, &config.permits_table_name())
-        );
-        check(&path, &want);
-
-        let path = dir.join(dialect.as_str()).join("0005_claim_gates.sql");
-        let want = format!(
-            "-- The claim-gate columns of lease-sql ({}): lock-delay and hand-over. Every claim \
-             writes them:\n-- a lease-sql with claim gates refuses to start without them.\n{};\n",
-            dialect.as_str(),
-            gates_schema_sql(dialect, DEFAULT_TABLE).join(";\n")
         );
         check(&path, &want);
     }

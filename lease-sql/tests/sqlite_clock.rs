@@ -194,11 +194,6 @@ async fn leases_recorded_under_another_boot_have_expired() {
 async fn with_ddl_off_a_missing_clock_table_is_named_with_its_ddl() {
     let url = support::sqlite_url();
     old_file(&url, &HolderToken::mint()).await;
-    // Migration 0005 run, 0003 not.
-    let pool = raw(&url).await;
-    for alter in lease_sql::gates_schema_sql(Dialect::Sqlite, "leases") {
-        sqlx::query(&alter).execute(&pool).await.unwrap();
-    }
     let err = SqliteStore::connect(&url, SqlConfig::default().ddl(Ddl::None))
         .await
         .unwrap_err();

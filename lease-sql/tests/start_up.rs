@@ -15,8 +15,8 @@ use lease_core::{
     backend::{HolderToken, membership::MembershipStore, partitions::PartitionStore},
 };
 use lease_sql::{
-    Ddl, Dialect, MySqlStore, PostgresStore, SqlConfig, SqliteStore, gates_schema_sql,
-    members_schema_sql, partitions_schema_sql, schema_sql,
+    Ddl, Dialect, MySqlStore, PostgresStore, SqlConfig, SqliteStore, members_schema_sql,
+    partitions_schema_sql, schema_sql,
 };
 
 const TTL: Duration = Duration::from_secs(30);
@@ -103,11 +103,6 @@ fn check_missing(e: &lease_core::Error) {
     assert!(
         msg.contains("CREATE TABLE IF NOT EXISTS lease_missing_table"),
         "{msg}"
-    );
-    assert!(
-        msg.contains("ALTER TABLE lease_missing_table ADD COLUMN gate_ms")
-            && msg.contains("ALTER TABLE lease_missing_table ADD COLUMN gate_for"),
-        "the claim-gate columns' statements come with it: {msg}"
     );
 }
 
@@ -199,8 +194,7 @@ async fn a_name_column_that_would_merge_or_truncate_names_is_refused() {
     let table = format!("lease_fits_{suffix}");
     sqlx::query(&format!(
         "CREATE TABLE {table} (name VARBINARY(10) NOT NULL PRIMARY KEY, holder CHAR(32) NOT NULL, \
-         instance VARCHAR(128) NOT NULL, term BIGINT NOT NULL, expires_at_ms BIGINT NOT NULL, \
-         gate_ms BIGINT NOT NULL DEFAULT 0, gate_for VARCHAR(128) NULL)"
+         instance VARCHAR(128) NOT NULL, term BIGINT NOT NULL, expires_at_ms BIGINT NOT NULL)"
     ))
     .execute(&pool)
     .await
@@ -283,9 +277,6 @@ async fn a_missing_group_table_with_ddl_off_names_it_and_its_statement() {
             async move { sqlx::query(&sql).execute(&pool).await.unwrap() }
         };
         run(schema_sql(dialect, &table)).await;
-        for alter in gates_schema_sql(dialect, &table) {
-            run(alter).await;
-        }
         // SQLite's boot-clock triggers (migration 0003) need the partition and member tables:
         // those of the lease table come first, the others once their tables exist.
         let mut deferred = Vec::new();
@@ -430,11 +421,8 @@ async fn group_columns_that_would_merge_truncate_or_clamp_are_refused() {
             };
             let partition = if i == 3 { "INT" } else { "INT UNSIGNED" };
             let [_, members] = group_tables(Dialect::MySql, &config);
-            let gates = gates_schema_sql(Dialect::MySql, &table);
             for sql in [
                 schema_sql(Dialect::MySql, &table),
-                gates[0].clone(),
-                gates[1].clone(),
                 format!(
                     "CREATE TABLE {} ({group_column} NOT NULL, partition_no {partition} NOT NULL, \
                      owner {owner} NOT NULL, epoch BIGINT NOT NULL, \
@@ -469,11 +457,8 @@ async fn group_columns_that_would_merge_truncate_or_clamp_are_refused() {
         let table = format!("lease_narrowgroups_{}", support::rand_u64() >> 20);
         let config = SqlConfig::default().table(&table).unwrap().ddl(Ddl::None);
         let [partitions, _] = group_tables(Dialect::Postgres, &config);
-        let gates = gates_schema_sql(Dialect::Postgres, &table);
         for sql in [
             schema_sql(Dialect::Postgres, &table),
-            gates[0].clone(),
-            gates[1].clone(),
             partitions,
             format!(
                 "CREATE TABLE {} (service VARCHAR(255) NOT NULL, node VARCHAR(128) NOT NULL, \
@@ -515,101 +500,4 @@ where
         config.members_table_name()
     );
     sqlx::query(&sql).execute(pool).await.unwrap();
-}
-
-/// A lease table without the claim-gate columns (one made before migration 0005): with DDL off
-/// the store refuses to start (`Schema`), naming the statements that add them; with DDL on it
-/// adds them (a second store on the same table finds them there) and gated claims work.
-#[tokio::test]
-async fn a_lease_table_without_the_gate_columns_gets_them_or_is_refused() {
-    async fn check<DB: sqlx::Database, S: LeaseStore>(
-        dialect: Dialect,
-        pool: sqlx::Pool<DB>,
-        build: impl Fn(
-            SqlConfig,
-        )
-            -> std::pin::Pin<Box<dyn std::future::Future<Output = lease_core::Result<S>>>>,
-    ) where
-        for<'c> &'c sqlx::Pool<DB>: sqlx::Executor<'c, Database = DB>,
-        for<'q> <DB as sqlx::Database>::Arguments<'q>: sqlx::IntoArguments<'q, DB>,
-    {
-        let table = format!("lease_gateless_{}", support::rand_u64() >> 20);
-        let config = SqlConfig::default().table(&table).unwrap();
-        sqlx::query(&schema_sql(dialect, &table))
-            .execute(&pool)
-            .await
-            .unwrap();
-        let e = build(config.clone().ddl(Ddl::None))
-            .await
-            .map(drop)
-            .unwrap_err();
-        let msg = e.to_string();
-        assert_eq!(e.kind(), ErrorKind::Schema, "{}: {msg}", dialect.as_str());
-        assert!(!e.is_temporary(), "{msg}");
-        for alter in gates_schema_sql(dialect, &table) {
-            assert!(msg.contains(&alter), "{}: {msg}", dialect.as_str());
-        }
-        assert!(msg.contains("0005_claim_gates.sql"), "{msg}");
-        let store = build(config.clone()).await.unwrap();
-        assert!(store.capabilities().lock_delay && store.capabilities().hand_over);
-        let a = HolderToken::mint();
-        let g = store
-            .claim_gated("job", &a, "a", TTL, TTL)
-            .await
-            .unwrap()
-            .unwrap();
-        assert!(store.hand_over("job", &a, "b", TTL).await.unwrap());
-        assert_eq!(
-            store
-                .claim("job", &HolderToken::mint(), "c", TTL)
-                .await
-                .unwrap(),
-            None
-        );
-        let again = build(config.clone().ddl(Ddl::None)).await.unwrap();
-        let gb = again
-            .claim("job", &HolderToken::mint(), "b", TTL)
-            .await
-            .unwrap()
-            .unwrap();
-        assert_eq!(gb.term, g.term + 1);
-        drop((store, again));
-        sqlx::query(&format!("DROP TABLE {table}"))
-            .execute(&pool)
-            .await
-            .unwrap();
-    }
-
-    let url = support::sqlite_url();
-    let sqlite = SqliteStore::connect(&url, SqlConfig::default())
-        .await
-        .unwrap();
-    let pool = sqlite.app_pool().clone();
-    check(Dialect::Sqlite, pool, |c| {
-        let url = url.clone();
-        Box::pin(async move { SqliteStore::connect(&url, c).await })
-    })
-    .await;
-    if let Some(url) = lease_conformance::env::server_url("postgres") {
-        let store = PostgresStore::connect(&url, SqlConfig::default())
-            .await
-            .unwrap();
-        let pool = store.app_pool().clone();
-        check(Dialect::Postgres, pool, |c| {
-            let url = url.clone();
-            Box::pin(async move { PostgresStore::connect(&url, c).await })
-        })
-        .await;
-    }
-    if let Some(url) = lease_conformance::env::server_url("mysql") {
-        let store = MySqlStore::connect(&url, SqlConfig::default())
-            .await
-            .unwrap();
-        let pool = store.app_pool().clone();
-        check(Dialect::MySql, pool, |c| {
-            let url = url.clone();
-            Box::pin(async move { MySqlStore::connect(&url, c).await })
-        })
-        .await;
-    }
 }

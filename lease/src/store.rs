@@ -171,29 +171,6 @@ impl LeaseStore for Store {
         self.inner.force_release(name).await
     }
 
-    async fn claim_gated(
-        &self,
-        name: &str,
-        holder: &HolderToken,
-        instance: &str,
-        ttl: Duration,
-        lock_delay: Duration,
-    ) -> Result<Option<Grant>> {
-        self.inner
-            .claim_gated(name, holder, instance, ttl, lock_delay)
-            .await
-    }
-
-    async fn hand_over(
-        &self,
-        name: &str,
-        holder: &HolderToken,
-        to: &str,
-        window: Duration,
-    ) -> Result<bool> {
-        self.inner.hand_over(name, holder, to, window).await
-    }
-
     async fn names(&self, prefix: &str, after: Option<&str>, limit: usize) -> Result<NamePage> {
         self.inner.names(prefix, after, limit).await
     }

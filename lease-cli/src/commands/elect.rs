@@ -36,7 +36,7 @@ pub(crate) async fn elect(url: &StoreUrl, args: ElectArgs) -> Result<u8, CliErro
             eprintln_scrubbed(line);
         }
     };
-    let mut holding = prepare(url, &name, &args.hold, args.lock_delay.as_deref()).await?;
+    let mut holding = prepare(url, &name, &args.hold).await?;
     let mut watchdog = Watchdog::spawn(&cmd).await?;
     let retry = holding.coordinator.timings().retry();
     let mut failures = 0u32;

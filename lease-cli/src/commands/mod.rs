@@ -150,20 +150,16 @@ pub(crate) struct Holding {
     pub(crate) signals: StopSignals,
 }
 
-/// Checks the name, timings, instance label and lock-delay, catches stop signals, opens the
-/// store and builds the coordinator (which refuses a lock-delay the store cannot keep). A stop signal while the store opens ends `lease` with
+/// Checks the name, timings and instance label, catches stop signals, opens the store and
+/// builds the coordinator. A stop signal while the store opens ends `lease` with
 /// [`Exit::Interrupted`].
 pub(crate) async fn prepare(
     url: &StoreUrl,
     name: &str,
     hold: &HoldArgs,
-    lock_delay: Option<&str>,
 ) -> Result<Holding, CliError> {
     precheck_name(name)?;
     let timings = timings(&hold.ttl)?;
-    let lock_delay = lock_delay
-        .map(crate::duration::parse_duration)
-        .transpose()?;
     if let Some(instance) = &hold.instance {
         lease::backend::validate_instance(instance)
             .map_err(|e| CliError::lease_with(Exit::BadName, &e))?;
@@ -182,9 +178,6 @@ pub(crate) async fn prepare(
         });
     if let Some(instance) = &hold.instance {
         builder = builder.instance(instance.clone());
-    }
-    if let Some(delay) = lock_delay {
-        builder = builder.lock_delay(delay);
     }
     let coordinator = builder.build().map_err(|e| CliError::from_lease(&e))?;
     Ok(Holding {

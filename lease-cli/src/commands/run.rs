@@ -17,7 +17,7 @@ pub(crate) async fn run(url: &StoreUrl, args: RunArgs) -> Result<u8, CliError> {
     let conflict = Conflict::from_args(&args)?;
     let cmd = CmdLine::new(args.cmd)?;
     let target = target(&args.name, args.permits.as_deref())?;
-    let mut holding = prepare(url, &args.name, &args.hold, args.lock_delay.as_deref()).await?;
+    let mut holding = prepare(url, &args.name, &args.hold).await?;
     if target.permits().is_some() && !holding.coordinator.store().capabilities().permits {
         return Err(CliError::new(
             Exit::StoreRefused,

@@ -18,7 +18,6 @@ use tokio::time::{Instant, sleep, sleep_until, timeout};
 use crate::Harness;
 use crate::history::History;
 
-mod gates;
 mod groups;
 mod handover;
 mod inputs;
@@ -27,7 +26,6 @@ mod permits;
 mod renew_many;
 mod slots;
 mod wrappers;
-pub use gates::*;
 pub use groups::*;
 pub use handover::*;
 pub use inputs::*;

@@ -51,32 +51,6 @@ pub fn claim<S: LeaseStore + ?Sized>(
     validate_instance(instance)
 }
 
-/// [`LeaseStore::claim_gated`]: as [`claim`], and the lock-delay at most
-/// [`MAX_LOCK_DELAY`](crate::backend::MAX_LOCK_DELAY) (zero is no delay).
-pub fn claim_gated<S: LeaseStore + ?Sized>(
-    store: &S,
-    name: &str,
-    instance: &str,
-    ttl: Duration,
-    lock_delay: Duration,
-) -> Result<()> {
-    claim(store, name, instance, ttl)?;
-    crate::store::validate::validate_lock_delay(lock_delay)
-}
-
-/// [`LeaseStore::hand_over`]: the name, the successor's instance label, and the window from
-/// [`MIN_TTL`](crate::backend::MIN_TTL) to [`MAX_LOCK_DELAY`](crate::backend::MAX_LOCK_DELAY).
-pub fn hand_over<S: LeaseStore + ?Sized>(
-    store: &S,
-    name: &str,
-    to: &str,
-    window: Duration,
-) -> Result<()> {
-    store.validate_name(name)?;
-    validate_instance(to)?;
-    crate::store::validate::validate_hand_over_window(window)
-}
-
 /// [`PermitStore::claim_permit`](crate::backend::permits::PermitStore::claim_permit): the name, the
 /// permit count, the instance label and the lease duration.
 pub fn claim_permit<S: LeaseStore + ?Sized>(

@@ -43,8 +43,7 @@ pub use crate::store::record::{
 };
 pub use crate::store::store_ext::LeaseStoreExt;
 pub use crate::store::validate::{
-    DEFAULT_MAX_NAME_BYTES, MAX_LOCK_DELAY, MAX_TTL, MIN_TTL, ceil_millis, validate_name,
-    validate_ttl,
+    DEFAULT_MAX_NAME_BYTES, MAX_TTL, MIN_TTL, ceil_millis, validate_name, validate_ttl,
 };
 pub use crate::timings::{DRIFT_MARGIN_PERCENT, STORE_CLOCK_GRANULARITY};
 pub use url_param::{ParamError, UrlParam};

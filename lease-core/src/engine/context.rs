@@ -3,7 +3,6 @@
 //! leadership board.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -31,28 +30,6 @@ pub(crate) struct CoordShared {
     /// The renewer of this coordinator's plain leases, when they are renewed in batches
     /// ([`Renewals`](crate::coordinator::Renewals)); `None` when each term renews on its own.
     pub(crate) renewer: Option<Arc<Renewer>>,
-    /// The lock-delay this coordinator's claims declare, per name.
-    pub(crate) lock_delays: LockDelays,
-}
-
-/// The lock-delay a coordinator's claims of plain leases declare: one for every name, and
-/// others for chosen names.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct LockDelays {
-    pub(crate) all: Duration,
-    pub(crate) named: std::collections::HashMap<String, Duration>,
-}
-
-impl LockDelays {
-    /// The delay a claim of `name` declares; zero for none.
-    pub(crate) fn of(&self, name: &str) -> Duration {
-        self.named.get(name).copied().unwrap_or(self.all)
-    }
-
-    /// `true` when some claim declares a delay.
-    pub(crate) fn any(&self) -> bool {
-        !self.all.is_zero() || self.named.values().any(|d| !d.is_zero())
-    }
 }
 
 impl CoordShared {

@@ -11,7 +11,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{debug, error, info, warn};
 
 use crate::clock::{Deadline, Stamp};
-use crate::engine::context::{CoordShared, LockDelays};
+use crate::engine::context::CoordShared;
 use crate::engine::leadership::{Board, Leadership};
 use crate::engine::observer::Observer;
 use crate::engine::renewer::Renewer;
@@ -24,7 +24,7 @@ use crate::store::record::{Grant, HolderToken, validate_instance};
 use crate::store::slots::SlotClaim;
 use crate::store::store_ext::LeaseStoreExt;
 use crate::store::target::Target;
-use crate::store::validate::{MAX_TTL, validate_lock_delay};
+use crate::store::validate::MAX_TTL;
 use crate::telemetry;
 use crate::timings::Timings;
 
@@ -238,40 +238,9 @@ pub struct CoordinatorBuilder {
     fail_action: FailAction,
     on_work_error: OnWorkError,
     renewals: Renewals,
-    lock_delays: LockDelays,
 }
 
 impl CoordinatorBuilder {
-    /// The lock-delay every claim of a plain lease by this coordinator declares (default: zero,
-    /// none): should a term it wins end **involuntarily** — expire by the store's clock without
-    /// a release, because this process crashed, stalled or was cut off — nobody may claim the
-    /// name until its expiry plus `delay`, by the store's clock. A resign, a close, a dropped
-    /// term or a [`hand_over`](Term::hand_over) releases, and the name is free at once (or to
-    /// the chosen successor) as without a delay.
-    ///
-    /// The delay is carried by the claim into the lease's record, so every claimant — whatever
-    /// its own configuration, on any coordinator — honours the delay the lost holder declared;
-    /// a claimant's own delay binds only its own term. It gives a holder that is still running
-    /// but cut off, and a downstream that cannot check fencing tokens, time to notice before a
-    /// successor starts. It is no substitute for fencing: a holder paused for longer than its
-    /// TTL plus the delay still overlaps its successor, and tokens still tell them apart.
-    ///
-    /// Limits: it applies to plain leases (not permits, not scheduler slots), and needs a store
-    /// with [`Capabilities::lock_delay`](crate::backend::Capabilities::lock_delay); `build`
-    /// refuses a non-zero delay on a store without it. At most
-    /// [`MAX_LOCK_DELAY`](crate::backend::MAX_LOCK_DELAY).
-    pub fn lock_delay(mut self, delay: Duration) -> Self {
-        self.lock_delays.all = delay;
-        self
-    }
-
-    /// The lock-delay claims of `name` declare, in place of the coordinator's
-    /// ([`lock_delay`](CoordinatorBuilder::lock_delay)); zero for none on this name.
-    pub fn lock_delay_for(mut self, name: impl Into<String>, delay: Duration) -> Self {
-        self.lock_delays.named.insert(name.into(), delay);
-        self
-    }
-
     /// How the terms of plain leases are renewed (default: [`Renewals::Auto`]; see
     /// [`Renewals`]).
     pub fn renewals(mut self, renewals: Renewals) -> Self {
@@ -329,19 +298,6 @@ impl CoordinatorBuilder {
                  {MAX_TTL:?}; choose seconds to minutes"
             )));
         }
-        let delays =
-            std::iter::once(self.lock_delays.all).chain(self.lock_delays.named.values().copied());
-        for delay in delays {
-            validate_lock_delay(delay)?;
-        }
-        if self.lock_delays.any() && !self.store.capabilities().lock_delay {
-            return Err(Error::unsupported(format!(
-                "the {} store has no lock-delay; leave the lock-delay unset (zero) or use a \
-                 store that has it (Capabilities::lock_delay; in this workspace, the memory \
-                 store and the SQL stores)",
-                self.store.backend()
-            )));
-        }
         let coalesce = match self.renewals {
             Renewals::Auto => self.store.capabilities().renew_many,
             Renewals::PerTerm => false,
@@ -358,7 +314,6 @@ impl CoordinatorBuilder {
                 closing: CancellationToken::new(),
                 leadership: Board::default(),
                 renewer,
-                lock_delays: self.lock_delays,
             }),
             terms: Arc::new(Mutex::new(Terms::default())),
             on_work_error: self.on_work_error,
@@ -397,7 +352,6 @@ impl Coordinator {
             fail_action: Arc::new(default_fail_action),
             on_work_error: OnWorkError::default(),
             renewals: Renewals::default(),
-            lock_delays: LockDelays::default(),
         }
     }
 
@@ -525,17 +479,13 @@ impl Coordinator {
         let request = async {
             match claim {
                 Claim::Target(target) => match target.permits() {
-                    None => {
-                        let delay = shared.lock_delays.of(name);
-                        let grant = if delay.is_zero() {
-                            store.claim(name, &holder, instance, ttl).await?
-                        } else {
-                            store
-                                .claim_gated(name, &holder, instance, ttl, delay)
-                                .await?
-                        };
-                        Ok((grant.map(|g| (None, g)), None))
-                    }
+                    None => Ok((
+                        store
+                            .claim(name, &holder, instance, ttl)
+                            .await?
+                            .map(|g| (None, g)),
+                        None,
+                    )),
                     Some(n) => Ok((
                         permits_of(&**store)?
                             .claim_permit(name, n, &holder, instance, ttl)

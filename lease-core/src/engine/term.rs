@@ -67,8 +67,6 @@ enum Ending {
         instant_ms: i64,
         passed_ms: Option<i64>,
     },
-    /// `hand_over`: ends the lease so that for `window` only the instance `to` may claim.
-    HandOver { to: String, window: Duration },
 }
 
 struct Status {
@@ -168,9 +166,6 @@ impl TermShared {
             self.status().finish = Some(result.clone());
             return result.map(|f| f.released);
         }
-        if let Ending::HandOver { to, window } = ending {
-            return self.hand_over(&to, window).await;
-        }
         match self.permit {
             None => self.store.release(&self.name, &self.holder).await,
             Some(p) => {
@@ -178,20 +173,6 @@ impl TermShared {
                     .release_permit(&self.name, p, &self.holder)
                     .await
             }
-        }
-    }
-
-    /// Hands the lease over to `to` for `window`. An answer lost to a passing error is read
-    /// back with `verify`: when the lease is still held under this term's holder token the
-    /// hand-over did not take effect and is sent once more; otherwise the error is reported.
-    async fn hand_over(&self, to: &str, window: Duration) -> Result<bool> {
-        let store = &self.store;
-        match store.hand_over(&self.name, &self.holder, to, window).await {
-            Err(e) if e.is_temporary() => match store.verify(&self.name, &self.holder).await {
-                Ok(Some(_)) => store.hand_over(&self.name, &self.holder, to, window).await,
-                _ => Err(e),
-            },
-            answer => answer,
         }
     }
 
@@ -518,52 +499,6 @@ impl Term {
         let shared = self.shared();
         shared.end(None);
         shared.stop_and_wait().await.map(|_| ())
-    }
-
-    /// Ends the term and hands the lease over to the instance labelled `to`: the store ends the
-    /// lease (record and term kept, as a release does) so that, for `window` by the **store's**
-    /// clock, only a claim under the instance label `to` succeeds; others keep waiting, and
-    /// after the window anyone may claim. The successor's term is one more than this one's, as
-    /// for every change of hands, so fencing refuses this holder once the successor writes.
-    /// Any lock-delay this term declared is dropped: a hand-over is a graceful end.
-    ///
-    /// Returns `Ok(true)` when the lease was live and has been handed over, `Ok(false)` when
-    /// it was no longer held (lost, or already released: nothing was gated). Waits for the
-    /// store (bounded by the attempt timeout). When the answer is lost to a passing error the
-    /// term reads back with `verify`, and sends the hand-over once more if the lease is still
-    /// held; otherwise the error is returned and the lease ends by its TTL (and then any
-    /// lock-delay applies, as for a loss).
-    ///
-    /// Errors: `Unsupported` for a permit of a counted name, or when the store lacks
-    /// [`Capabilities::hand_over`](crate::backend::Capabilities::hand_over) (the term is then
-    /// left as it was); `InvalidName` for a bad label; `InvalidTimings` for a window outside
-    /// [`MIN_TTL`](crate::backend::MIN_TTL) to [`MAX_LOCK_DELAY`](crate::backend::MAX_LOCK_DELAY).
-    pub async fn hand_over(&self, to: &str, window: Duration) -> Result<bool> {
-        let shared = self.shared();
-        crate::store::record::validate_instance(to)?;
-        crate::store::validate::validate_hand_over_window(window)?;
-        if shared.permit.is_some() {
-            return Err(Error::unsupported(
-                "a permit of a counted name cannot be handed over; resign it instead",
-            ));
-        }
-        if !shared.store.capabilities().hand_over {
-            return Err(Error::unsupported(format!(
-                "the {} store cannot hand a lease over to a chosen successor; resign instead",
-                shared.store.backend()
-            )));
-        }
-        if shared.stop.is_cancelled() {
-            // Already resigned, handed over or dropped: its release is the keeper's, not ours.
-            shared.finished.cancelled().await;
-            return Ok(false);
-        }
-        shared.status().ending = Ending::HandOver {
-            to: to.to_owned(),
-            window,
-        };
-        shared.end(None);
-        shared.stop_and_wait().await
     }
 
     /// Resigns with `finish_slot` in place of the release: the keeper stops renewing, then

@@ -74,15 +74,6 @@ pub struct Capabilities {
     /// other permit operations (see [`permits`](crate::backend::permits); derived from the
     /// accessor).
     pub permits: bool,
-    /// Lock-delay: [`LeaseStore::claim_gated`](crate::LeaseStore::claim_gated) records a delay
-    /// that keeps the name unclaimable after an involuntary loss (expiry without release) until
-    /// expiry plus the delay by the store's clock, and every claim honours it (opt in; the
-    /// trait's default answers `Unsupported`).
-    pub lock_delay: bool,
-    /// Hand-over to a chosen successor:
-    /// [`LeaseStore::hand_over`](crate::LeaseStore::hand_over) ends a lease so that for a
-    /// window only the chosen instance may claim, and every claim honours it (opt in).
-    pub hand_over: bool,
     /// The longest name, in bytes.
     pub max_name_bytes: usize,
     /// How a batch renewal of partitions reaches the server (see
@@ -120,8 +111,6 @@ impl Default for Capabilities {
             force_release: false,
             list_names: false,
             permits: false,
-            lock_delay: false,
-            hand_over: false,
             max_name_bytes: DEFAULT_MAX_NAME_BYTES,
             batch_renew: BatchRenew::default(),
             renew_many: false,

@@ -275,34 +275,6 @@ impl<S: LeaseStore, H: Hook> LeaseStore for Intercept<S, H> {
         self.hook.around(call, Box::pin(op)).await
     }
 
-    /// Seen by the hook as a [`Operation::Claim`]: a gated claim is a claim.
-    async fn claim_gated(
-        &self,
-        name: &str,
-        holder: &HolderToken,
-        instance: &str,
-        ttl: Duration,
-        lock_delay: Duration,
-    ) -> Result<Option<Grant>> {
-        let call = Call::new(Operation::Claim, name).who(instance).ttl(ttl);
-        let op = self
-            .inner
-            .claim_gated(name, holder, instance, ttl, lock_delay);
-        self.hook.around(call, Box::pin(op)).await
-    }
-
-    async fn hand_over(
-        &self,
-        name: &str,
-        holder: &HolderToken,
-        to: &str,
-        window: Duration,
-    ) -> Result<bool> {
-        let call = Call::new(Operation::HandOver, name).who(to).ttl(window);
-        let op = self.inner.hand_over(name, holder, to, window);
-        self.hook.around(call, Box::pin(op)).await
-    }
-
     async fn names(&self, prefix: &str, after: Option<&str>, limit: usize) -> Result<NamePage> {
         let call = Call::new(Operation::Names, prefix);
         let op = self.inner.names(prefix, after, limit);

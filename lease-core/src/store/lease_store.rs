@@ -124,67 +124,6 @@ pub trait LeaseStore: Send + Sync + fmt::Debug + 'static {
     /// What the store knows of `name`; `None` when it was never claimed.
     async fn get(&self, name: &str) -> Result<Option<LeaseInfo>>;
 
-    /// Claims `name` as [`claim`](LeaseStore::claim) does, and records `lock_delay` in the
-    /// lease's record: should this lease end **involuntarily** (expire by the store's clock
-    /// without a release), nobody may claim the name before its expiry plus `lock_delay`, by
-    /// the store's clock. A release ([`release`](LeaseStore::release)) opens the name at once,
-    /// as today; renewals keep the delay. `lock_delay` zero is a plain claim.
-    ///
-    /// Like `claim`, it honours any gate the record carries: the lock-delay of the last holder
-    /// (declared by that holder's claim, so every claimant honours it whatever its own
-    /// configuration), or a hand-over's window ([`hand_over`](LeaseStore::hand_over)) in which
-    /// only the chosen instance may claim. A store with
-    /// [`Capabilities::lock_delay`] or [`Capabilities::hand_over`] honours gates in `claim`
-    /// too, so a claimant that sets no delay cannot slip past one. One exception, on every
-    /// store that has gates: a claim under the holder token of the lease that ended passes
-    /// its gate (that holder's own token; the engine mints a new token for every claim, so
-    /// only a direct caller of the store can do this). The gate holds back other holders.
-    ///
-    /// The term of a gated claim is one more than the last, as for every claim. An unknown
-    /// outcome is read back with [`verify`](LeaseStore::verify) under the holder token, as for
-    /// `claim`.
-    ///
-    /// The default answers `Unsupported` ([`Capabilities::lock_delay`] `false`).
-    async fn claim_gated(
-        &self,
-        name: &str,
-        holder: &HolderToken,
-        instance: &str,
-        ttl: Duration,
-        lock_delay: Duration,
-    ) -> Result<Option<Grant>> {
-        let _ = (name, holder, instance, ttl, lock_delay);
-        Err(Error::unsupported(format!(
-            "the {} store has no lock-delay; leave the lock-delay unset (zero) for this store",
-            self.backend()
-        )))
-    }
-
-    /// Ends the live lease `holder` has on `name`, as [`release`](LeaseStore::release) does
-    /// (the record and its term kept), and gates the name: until `window` has passed by the
-    /// store's clock only a claim under the instance label `to` succeeds; after it, anyone's.
-    /// The successor's term is one more than the last, as for every change of hands. Any
-    /// lock-delay the ended lease carried is dropped: a hand-over is a graceful end.
-    ///
-    /// `true` when this call ended a live lease; `false` when the lease was not live under this
-    /// holder (nothing is changed then). Like `release` it may be repeated after an unknown
-    /// outcome: once it took effect the lease is no longer live and a repeat answers `false`.
-    ///
-    /// The default answers `Unsupported` ([`Capabilities::hand_over`] `false`).
-    async fn hand_over(
-        &self,
-        name: &str,
-        holder: &HolderToken,
-        to: &str,
-        window: Duration,
-    ) -> Result<bool> {
-        let _ = (name, holder, to, window);
-        Err(Error::unsupported(format!(
-            "the {} store cannot hand a lease over to a chosen successor; release it instead",
-            self.backend()
-        )))
-    }
-
     /// Ends whoever's live lease on `name`: an administrator's break. **Unsafe**: the holder
     /// may still be working. The record and its term are kept, so the next claim still gets a
     /// higher term and a fenced resource refuses the old holder. `true` when a live lease was
@@ -366,25 +305,6 @@ macro_rules! forward_lease_store {
             }
             async fn force_release(&self, name: &str) -> Result<bool> {
                 (**self).force_release(name).await
-            }
-            async fn claim_gated(
-                &self,
-                name: &str,
-                holder: &HolderToken,
-                instance: &str,
-                ttl: Duration,
-                lock_delay: Duration,
-            ) -> Result<Option<Grant>> {
-                (**self).claim_gated(name, holder, instance, ttl, lock_delay).await
-            }
-            async fn hand_over(
-                &self,
-                name: &str,
-                holder: &HolderToken,
-                to: &str,
-                window: Duration,
-            ) -> Result<bool> {
-                (**self).hand_over(name, holder, to, window).await
             }
             async fn names(
                 &self,

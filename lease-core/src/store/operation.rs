@@ -24,9 +24,6 @@ pub enum Operation {
     ForceRelease,
     /// [`LeaseStore::names`](crate::LeaseStore::names).
     Names,
-    /// [`LeaseStore::hand_over`](crate::LeaseStore::hand_over). (A gated claim,
-    /// [`LeaseStore::claim_gated`](crate::LeaseStore::claim_gated), is a [`Claim`](Operation::Claim).)
-    HandOver,
     /// [`PartitionStore::acquire_partition`](crate::backend::partitions::PartitionStore::acquire_partition).
     AcquirePartition,
     /// [`PartitionStore::renew_partitions`](crate::backend::partitions::PartitionStore::renew_partitions).
@@ -82,7 +79,6 @@ impl Operation {
             Operation::Get => "get",
             Operation::ForceRelease => "force_release",
             Operation::Names => "names",
-            Operation::HandOver => "hand_over",
             Operation::AcquirePartition => "acquire_partition",
             Operation::RenewPartitions => "renew_partitions",
             Operation::ReleasePartitions => "release_partitions",

@@ -70,32 +70,6 @@ pub fn validate_ttl(ttl: Duration) -> Result<()> {
     Ok(())
 }
 
-/// The longest lock-delay and the longest hand-over window a store accepts: one hour. A
-/// name gated longer is, to its users, a name that is down.
-pub const MAX_LOCK_DELAY: Duration = Duration::from_secs(60 * 60);
-
-/// Checks a lock-delay: zero (none) up to [`MAX_LOCK_DELAY`].
-pub(crate) fn validate_lock_delay(delay: Duration) -> Result<()> {
-    if delay > MAX_LOCK_DELAY {
-        return Err(Error::invalid_timings(format!(
-            "lock-delay {delay:?} exceeds the maximum {MAX_LOCK_DELAY:?}; a lock-delay is a few \
-             seconds, long enough for a cut-off holder to notice its loss"
-        )));
-    }
-    Ok(())
-}
-
-/// Checks a hand-over window: at least [`MIN_TTL`], at most [`MAX_LOCK_DELAY`].
-pub(crate) fn validate_hand_over_window(window: Duration) -> Result<()> {
-    if window < MIN_TTL || window > MAX_LOCK_DELAY {
-        return Err(Error::invalid_timings(format!(
-            "hand-over window {window:?} is outside {MIN_TTL:?} to {MAX_LOCK_DELAY:?}; give the \
-             successor a few seconds to claim"
-        )));
-    }
-    Ok(())
-}
-
 /// Milliseconds in `d`, rounded up, as stores keep them.
 pub fn ceil_millis(d: Duration) -> u64 {
     let ms = d.as_millis();

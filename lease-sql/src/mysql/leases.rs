@@ -35,7 +35,6 @@ impl LeaseDriver for MySql {
         hex: &str,
         instance: &str,
         ms: i64,
-        gate_ms: i64,
     ) -> Result<Option<u64>> {
         let stmt = if store.inner.nowait_claims.load(Ordering::Relaxed) {
             &store.inner.stmts.claim_nowait
@@ -45,24 +44,13 @@ impl LeaseDriver for MySql {
         let mut attempt = 0;
         let done = loop {
             let r = raw_conn!(store, lease_core::layer::Operation::Claim, |c| {
-                // In the order of the statement's `?` (see `statements.rs`): the new row, the
-                // gate's test, then each assignment's holder test and value.
                 sqlx::query(stmt)
                     .bind(name)
                     .bind(hex)
                     .bind(instance)
                     .bind(ms)
-                    .bind(gate_ms)
-                    .bind(instance)
-                    .bind(hex)
-                    .bind(hex)
                     .bind(hex)
                     .bind(instance)
-                    .bind(hex)
-                    .bind(hex)
-                    .bind(gate_ms)
-                    .bind(hex)
-                    .bind(hex)
                     .bind(ms)
                     .execute(c)
             });
@@ -160,25 +148,6 @@ impl LeaseDriver for MySql {
         let q = sqlx::query(&store.inner.stmts.release).bind(name).bind(hex);
         Ok(store
             .exec(lease_core::layer::Operation::Release, q)
-            .await?
-            .last_insert_id()
-            > 0)
-    }
-
-    async fn hand_over_row(
-        store: &MySqlStore,
-        name: &str,
-        hex: &str,
-        to: &str,
-        window_ms: i64,
-    ) -> Result<bool> {
-        let q = sqlx::query(&store.inner.stmts.hand_over)
-            .bind(window_ms)
-            .bind(to)
-            .bind(name)
-            .bind(hex);
-        Ok(store
-            .exec(lease_core::layer::Operation::HandOver, q)
             .await?
             .last_insert_id()
             > 0)

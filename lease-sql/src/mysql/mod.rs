@@ -56,22 +56,13 @@ type MySqlColumn = (
 ///
 /// ```sql
 /// -- claim: never INSERT IGNORE, which turns a too-long name into a truncating warning
-/// -- (:gate: the lock-delay of claim_gated, 0 for claim). The first assignment decides on the
-/// -- row as it was (not live, and the claim gate open, or the hand-over's chosen instance, or
-/// -- the holder token of the lease that ended); the later ones read the new holder: it is the
-/// -- claimant's exactly when the claim passed.
-/// INSERT INTO leases (name, holder, instance, term, expires_at_ms, gate_ms, gate_for)
-/// VALUES (?, ?, ?, LAST_INSERT_ID(1), :now + ?, :gate, NULL)
+/// INSERT INTO leases (name, holder, instance, term, expires_at_ms)
+/// VALUES (?, ?, ?, LAST_INSERT_ID(1), :now + ?)
 /// ON DUPLICATE KEY UPDATE
-///   holder = IF(expires_at_ms <= :now AND (expires_at_ms + gate_ms <= :now
-///     OR CAST(gate_for AS BINARY) = CAST(:instance AS BINARY) OR holder = :holder), :holder, holder),
-///   instance = IF(expires_at_ms <= :now AND holder = :holder, ?, instance),
-///   term = IF(expires_at_ms <= :now AND holder = :holder, LAST_INSERT_ID(term + 1),
-///     term + LAST_INSERT_ID(0)),
-///   gate_ms = IF(expires_at_ms <= :now AND holder = :holder, :gate, gate_ms),
-///   gate_for = IF(expires_at_ms <= :now AND holder = :holder, NULL, gate_for),
-///   expires_at_ms = IF(expires_at_ms <= :now AND holder = :holder, :now + ?, expires_at_ms);
-///   -- assigned last
+///   holder = IF(expires_at_ms <= :now, ?, holder),
+///   instance = IF(expires_at_ms <= :now, ?, instance),
+///   term = IF(expires_at_ms <= :now, LAST_INSERT_ID(term + 1), term + LAST_INSERT_ID(0)),
+///   expires_at_ms = IF(expires_at_ms <= :now, :now + ?, expires_at_ms);  -- assigned last
 /// -- LAST_INSERT_ID() = 0: held; otherwise the new term. On MariaDB 10.3 or later the claim
 /// -- runs as `SET STATEMENT innodb_lock_wait_timeout = 0 FOR INSERT …`: a row locked by a
 /// -- verified transaction fails it at once (1205), answered as held.
@@ -79,11 +70,8 @@ type MySqlColumn = (
 ///  WHERE name = ? AND holder = ? AND expires_at_ms > :now;               -- renew
 /// -- (:now is fixed when the statement starts: a renewal that waited for the row's lock and
 /// -- lands after a later one of the same holder never moves the expiry back)
-/// UPDATE leases SET expires_at_ms = 0, gate_ms = 0, gate_for = NULL, term = LAST_INSERT_ID(term)
+/// UPDATE leases SET expires_at_ms = 0, term = LAST_INSERT_ID(term)
 ///  WHERE name = ? AND holder = ? AND expires_at_ms > :now;               -- release
-/// UPDATE leases SET gate_ms = :window, gate_for = :to, term = LAST_INSERT_ID(term),
-///        expires_at_ms = :now
-///  WHERE name = ? AND holder = ? AND expires_at_ms > :now;               -- hand_over
 /// SELECT term, expires_at_ms - :now FROM leases
 ///  WHERE name = ? AND holder = ? AND expires_at_ms > :now;               -- verify
 /// SELECT term FROM leases WHERE name = ? AND holder = ? AND term = ?
@@ -121,9 +109,7 @@ type MySqlColumn = (
 /// SET @lease_sql_batch = NULL;
 /// ```
 ///
-/// Scheduler slots ([`SlotStore`](lease_core::backend::slots::SlotStore)), on the same row (a
-/// slot claim waits out a claim gate whole, with no exception, and writes
-/// `gate_ms = 0, gate_for = NULL` as well). In the
+/// Scheduler slots ([`SlotStore`](lease_core::backend::slots::SlotStore)), on the same row. In the
 /// finish, `held`, `rec` and `took` stand for the conditions below, written out in the statement
 /// (one `?` per use); an `UPDATE` assigns left to right, so each assignment reads only columns
 /// assigned after it.
@@ -140,7 +126,7 @@ type MySqlColumn = (
 /// -- or over the record read:
 /// UPDATE leases SET holder = ?, instance = ?, term = LAST_INSERT_ID(term + 1),
 ///        expires_at_ms = :now + ?, slot_ms = :instant, unfinished_slot_ms = :instant
-///  WHERE name = ? AND term = :term_read AND expires_at_ms + gate_ms <= :now;  -- the whole gate
+///  WHERE name = ? AND term = :term_read AND expires_at_ms <= :now;
 /// -- LAST_INSERT_ID() = 0: another replica's write matched first (held); else the new term
 ///
 /// -- finish_slot, with
@@ -160,7 +146,7 @@ type MySqlColumn = (
 /// UPDATE leases SET holder = ?, instance = ?, term = LAST_INSERT_ID(term + 1),
 ///        expires_at_ms = :now + ?, rerun_slot_ms = :instant
 ///  WHERE name = ? AND unfinished_slot_ms = :instant AND slot_ms = :instant
-///    AND (rerun_slot_ms IS NULL OR rerun_slot_ms <> :instant) AND expires_at_ms + gate_ms <= :now;
+///    AND (rerun_slot_ms IS NULL OR rerun_slot_ms <> :instant) AND expires_at_ms <= :now;
 /// -- unfinished: one statement for all the names (one ? each; 4096 names a statement at most)
 /// SELECT name, unfinished_slot_ms FROM leases
 ///  WHERE name IN (?, ?, …) AND slot_ms = unfinished_slot_ms
@@ -383,7 +369,6 @@ impl SqlStore<MySql> {
                 (t, w)
             }),
         )?;
-        self.check_gate_columns().await?;
         self.check_replication().await
     }
 

@@ -25,25 +25,14 @@ pub(crate) fn statements(t: &str) -> Statements {
     let now = dialect.expiry_ms();
     let s = Statements {
         renew_many: renew_many(t, now),
-        // The claim gate is decided once, by the first assignment (holder), on the row as it
-        // was: not live, and the gate open, or naming the claimant's instance, or the claimant
-        // holding the token of the lease that ended. Every later assignment tests
-        // `expires_at_ms <= now AND holder = <the claimant's token>`: holder now reads the new
-        // value, and it is the claimant's exactly when the claim passed (when the old holder
-        // was the claimant's own token and the lease was not live, the claim passed too);
-        // expires_at_ms, assigned last, still reads the old expiry. gate_for compares byte for
-        // byte (utf8mb4_bin pads on MariaDB: "b" = "b ").
         claim: format!(
-            "INSERT INTO {t} (name, holder, instance, term, expires_at_ms, gate_ms, gate_for) \
-                     VALUES (?, ?, ?, LAST_INSERT_ID(1), {now} + ?, ?, NULL) \
+            "INSERT INTO {t} (name, holder, instance, term, expires_at_ms) \
+                     VALUES (?, ?, ?, LAST_INSERT_ID(1), {now} + ?) \
                      ON DUPLICATE KEY UPDATE \
-                     holder = IF(expires_at_ms <= {now} AND (expires_at_ms + gate_ms <= {now} \
-                     OR CAST(gate_for AS BINARY) = CAST(? AS BINARY) OR holder = ?), ?, holder), \
-                     instance = IF(expires_at_ms <= {now} AND holder = ?, ?, instance), \
-                     term = IF(expires_at_ms <= {now} AND holder = ?, LAST_INSERT_ID(term + 1), term + LAST_INSERT_ID(0)), \
-                     gate_ms = IF(expires_at_ms <= {now} AND holder = ?, ?, gate_ms), \
-                     gate_for = IF(expires_at_ms <= {now} AND holder = ?, NULL, gate_for), \
-                     expires_at_ms = IF(expires_at_ms <= {now} AND holder = ?, {now} + ?, expires_at_ms)"
+                     holder = IF(expires_at_ms <= {now}, ?, holder), \
+                     instance = IF(expires_at_ms <= {now}, ?, instance), \
+                     term = IF(expires_at_ms <= {now}, LAST_INSERT_ID(term + 1), term + LAST_INSERT_ID(0)), \
+                     expires_at_ms = IF(expires_at_ms <= {now}, {now} + ?, expires_at_ms)"
         ),
         claim_nowait: String::new(),
         renew: format!(
@@ -51,23 +40,13 @@ pub(crate) fn statements(t: &str) -> Statements {
                      term = LAST_INSERT_ID(term) \
                      WHERE name = ? AND holder = ? AND expires_at_ms > {now}"
         ),
-        // A release is a graceful end: its gate opens at once (lock-delay dropped).
         release: format!(
-            "UPDATE {t} SET expires_at_ms = 0, gate_ms = 0, gate_for = NULL, \
-                     term = LAST_INSERT_ID(term) \
+            "UPDATE {t} SET expires_at_ms = 0, term = LAST_INSERT_ID(term) \
                      WHERE name = ? AND holder = ? AND expires_at_ms > {now}"
         ),
         force_release: format!(
-            "UPDATE {t} SET expires_at_ms = 0, gate_ms = 0, gate_for = NULL, \
-                     term = LAST_INSERT_ID(term) \
+            "UPDATE {t} SET expires_at_ms = 0, term = LAST_INSERT_ID(term) \
                      WHERE name = ? AND expires_at_ms > {now}"
-        ),
-        // Ends the holder's live lease now, gated for the window (`gate_ms`) except for the
-        // instance `gate_for`. The WHERE is evaluated before any assignment.
-        hand_over: format!(
-            "UPDATE {t} SET gate_ms = ?, gate_for = ?, term = LAST_INSERT_ID(term), \
-                     expires_at_ms = {now} \
-                     WHERE name = ? AND holder = ? AND expires_at_ms > {now}"
         ),
         verify: format!(
             "SELECT term, expires_at_ms - {now} FROM {t} \
@@ -86,7 +65,6 @@ pub(crate) fn statements(t: &str) -> Statements {
         names: crate::wire::names_statement(dialect, t),
         now: format!("SELECT {now}"),
         create: schema_sql(dialect, t),
-        gates: crate::wire::schema::gates_schema_sql(dialect, t),
         hint_channel: String::new(),
         slots: slots(t, now),
         groups: groups(t),
@@ -164,13 +142,10 @@ fn slots(t: &str, now: &str) -> SlotStatements {
              VALUES (?, ?, ?, LAST_INSERT_ID(1), {now} + ?, ?, ?) \
              ON DUPLICATE KEY UPDATE term = term + LAST_INSERT_ID(0)"
         ),
-        // A slot claim waits out a claim gate whole (no exception for a hand-over's
-        // successor) and writes none. The WHERE is evaluated before any assignment.
         update: format!(
             "UPDATE {t} SET holder = ?, instance = ?, term = LAST_INSERT_ID(term + 1), \
-             expires_at_ms = {now} + ?, slot_ms = ?, unfinished_slot_ms = ?, \
-             gate_ms = 0, gate_for = NULL \
-             WHERE name = ? AND term = ? AND expires_at_ms + gate_ms <= {now}"
+             expires_at_ms = {now} + ?, slot_ms = ?, unfinished_slot_ms = ? \
+             WHERE name = ? AND term = ? AND expires_at_ms <= {now}"
         ),
         // LAST_INSERT_ID = 1 + 2·recorded + 4·passed taken + 8·released (0: no row matched),
         // evaluated first, on the record as it was, whether or not the row then changes.
@@ -185,10 +160,9 @@ fn slots(t: &str, now: &str) -> SlotStatements {
         finish_write: String::new(),
         rerun: format!(
             "UPDATE {t} SET holder = ?, instance = ?, term = LAST_INSERT_ID(term + 1), \
-             expires_at_ms = {now} + ?, rerun_slot_ms = ?, gate_ms = 0, gate_for = NULL \
+             expires_at_ms = {now} + ?, rerun_slot_ms = ? \
              WHERE name = ? AND unfinished_slot_ms = ? AND slot_ms = ? \
-             AND (rerun_slot_ms IS NULL OR rerun_slot_ms <> ?) \
-             AND expires_at_ms + gate_ms <= {now}"
+             AND (rerun_slot_ms IS NULL OR rerun_slot_ms <> ?) AND expires_at_ms <= {now}"
         ),
         unfinished: format!(
             "SELECT name, unfinished_slot_ms FROM {t} WHERE name IN ({NAMES_MARKER}) \

@@ -53,16 +53,12 @@ use crate::wire::schema::Dialect;
 /// -- lock without waiting: a row locked by a verified transaction fails it at once (55P03),
 /// -- answered as held.
 /// WITH busy AS (SELECT 1 FROM leases WHERE name = $1 FOR UPDATE NOWAIT)
-/// -- $5: the lock-delay (claim_gated; 0 for claim). Not live, and the claim gate open, or the
-/// -- hand-over's chosen instance, or the holder token of the lease that ended.
-/// INSERT INTO leases AS l (name, holder, instance, term, expires_at_ms, gate_ms, gate_for)
-/// SELECT $1, $2, $3, 1, :now + $4, $5, NULL FROM (SELECT count(*) FROM busy) AS b
+/// INSERT INTO leases AS l (name, holder, instance, term, expires_at_ms)
+/// SELECT $1, $2, $3, 1, :now + $4 FROM (SELECT count(*) FROM busy) AS b
 /// ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, instance = excluded.instance,
-///        term = l.term + 1, expires_at_ms = excluded.expires_at_ms,
-///        gate_ms = excluded.gate_ms, gate_for = NULL
-///  WHERE l.expires_at_ms <= :now AND (l.expires_at_ms + l.gate_ms <= :now
-///        OR l.gate_for = excluded.instance OR l.holder = excluded.holder)
-/// RETURNING term;                          -- no row: held (or gated)
+///        term = l.term + 1, expires_at_ms = excluded.expires_at_ms
+///  WHERE l.expires_at_ms <= :now
+/// RETURNING term;                          -- no row: held
 /// -- renew
 /// UPDATE leases SET expires_at_ms = :now + $3
 ///  WHERE name = $1 AND holder = $2 AND expires_at_ms > :now RETURNING term;
@@ -80,12 +76,8 @@ use crate::wire::schema::Dialect;
 ///             WHERE l.name = k.name AND l.expires_at_ms > n.now RETURNING l.name, l.term)
 /// SELECT u.name::text, u.term, 0::int8 FROM u
 /// UNION ALL SELECT s.name::text, NULL::int8, 1::int8 FROM s;
-/// -- release (keeps the row and its term; a graceful end opens the gate)
-/// UPDATE leases SET expires_at_ms = 0, gate_ms = 0, gate_for = NULL
-///  WHERE name = $1 AND holder = $2 AND expires_at_ms > :now;
-/// -- hand_over ($3 the successor's instance, $4 the window)
-/// UPDATE leases SET expires_at_ms = :now, gate_ms = $4, gate_for = $3
-///  WHERE name = $1 AND holder = $2 AND expires_at_ms > :now;
+/// -- release (keeps the row and its term)
+/// UPDATE leases SET expires_at_ms = 0 WHERE name = $1 AND holder = $2 AND expires_at_ms > :now;
 /// -- verify
 /// SELECT term, expires_at_ms - :now FROM leases
 ///  WHERE name = $1 AND holder = $2 AND expires_at_ms > :now;
@@ -94,9 +86,7 @@ use crate::wire::schema::Dialect;
 ///    AND expires_at_ms > :now FOR SHARE;
 /// ```
 ///
-/// Scheduler slots ([`SlotStore`](lease_core::backend::slots::SlotStore)), on the same row (a
-/// slot claim waits out a claim gate whole, with no exception, and writes
-/// `gate_ms = 0, gate_for = NULL` as well):
+/// Scheduler slots ([`SlotStore`](lease_core::backend::slots::SlotStore)), on the same row:
 ///
 /// ```sql
 /// -- claim_slot ($5: the instant): a read, then one write with the term read compared
@@ -108,7 +98,7 @@ use crate::wire::schema::Dialect;
 /// ON CONFLICT (name) DO NOTHING RETURNING term;           -- no record was read
 /// UPDATE leases SET holder = $2, instance = $3, term = term + 1, expires_at_ms = :now + $4,
 ///        slot_ms = $5, unfinished_slot_ms = $5
-///  WHERE name = $1 AND term = $6 AND expires_at_ms + gate_ms <= :now  -- the whole gate
+///  WHERE name = $1 AND term = $6 AND expires_at_ms <= :now
 /// RETURNING term;                                          -- $6: the term read
 /// -- no row: another replica's write matched first (held); superseded: unfinished_slot_ms read
 ///
@@ -131,7 +121,7 @@ use crate::wire::schema::Dialect;
 /// UPDATE leases SET holder = $2, instance = $3, term = term + 1, expires_at_ms = :now + $4,
 ///        rerun_slot_ms = $5
 ///  WHERE name = $1 AND unfinished_slot_ms = $5 AND slot_ms = $5
-///    AND (rerun_slot_ms IS NULL OR rerun_slot_ms <> $5) AND expires_at_ms + gate_ms <= :now
+///    AND (rerun_slot_ms IS NULL OR rerun_slot_ms <> $5) AND expires_at_ms <= :now
 /// RETURNING term;
 /// -- unfinished: one statement for all the names ($1: text[])
 /// SELECT name, unfinished_slot_ms FROM leases
@@ -398,7 +388,6 @@ impl SqlStore<Postgres> {
             .bind(schema)
             .fetch_optional(c))?;
         crate::store::name_width(self, width.map(|(t, w)| (t, w.map(i64::from))))?;
-        self.check_gate_columns().await?;
         self.check_replication().await
     }
 

@@ -74,7 +74,6 @@ fn with_notify(s: Statements, t: &str, n: &Notify<'_>) -> Statements {
         claim,
         release: released(&s.release),
         force_release: released(&s.force_release),
-        hand_over: released(&s.hand_over),
         hint_channel: n.channel.to_owned(),
         permits,
         groups: GroupStatements {
@@ -98,15 +97,12 @@ fn plain(t: &str) -> Statements {
         // only as far as it is read).
         claim: format!(
             "WITH busy AS (SELECT 1 FROM {t} WHERE name = $1 FOR UPDATE NOWAIT) \
-             INSERT INTO {t} AS l (name, holder, instance, term, expires_at_ms, gate_ms, \
-             gate_for) \
-             SELECT $1, $2, $3, 1, {now} + $4, $5, NULL FROM (SELECT count(*) FROM busy) AS b \
+             INSERT INTO {t} AS l (name, holder, instance, term, expires_at_ms) \
+             SELECT $1, $2, $3, 1, {now} + $4 FROM (SELECT count(*) FROM busy) AS b \
              ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, \
              instance = excluded.instance, term = l.term + 1, \
-             expires_at_ms = excluded.expires_at_ms, gate_ms = excluded.gate_ms, \
-             gate_for = NULL \
-             WHERE l.expires_at_ms <= {now} AND (l.expires_at_ms + l.gate_ms <= {now} \
-             OR l.gate_for = excluded.instance OR l.holder = excluded.holder) \
+             expires_at_ms = excluded.expires_at_ms \
+             WHERE l.expires_at_ms <= {now} \
              RETURNING term"
         ),
         verify_locking: format!(
@@ -163,9 +159,7 @@ fn plain(t: &str) -> Statements {
                  slot_ms = CASE WHEN f.took THEN $4 ELSE l.slot_ms END, \
                  unfinished_slot_ms = CASE WHEN f.rec AND f.fin THEN NULL \
                  ELSE l.unfinished_slot_ms END, \
-                 expires_at_ms = CASE WHEN f.held THEN 0 ELSE l.expires_at_ms END, \
-                 gate_ms = CASE WHEN f.held THEN 0 ELSE l.gate_ms END, \
-                 gate_for = CASE WHEN f.held THEN NULL ELSE l.gate_for END \
+                 expires_at_ms = CASE WHEN f.held THEN 0 ELSE l.expires_at_ms END \
                  FROM f WHERE l.name = f.name AND (f.held OR (f.rec AND f.fin))) \
                  SELECT rec, took, held FROM f"
             ),

@@ -171,12 +171,8 @@ impl SqlStore<Sqlite> {
             };
             if let Some(expiry) = &rebase {
                 for (i, t) in tables.iter().enumerate() {
-                    // The lease table's claim gates were measured on the old clock too: a gate
-                    // of a holder gone with its boot protects nothing, and one of a file from
-                    // before cannot exist (the columns are new).
-                    let gates = if i == 0 { ", gate_ms = 0, gate_for = NULL" } else { "" };
                     let rebased = sqlx::query(&format!(
-                        "UPDATE {t} SET expires_at_ms = {expiry}{gates} WHERE expires_at_ms <> 0"
+                        "UPDATE {t} SET expires_at_ms = {expiry} WHERE expires_at_ms <> 0"
                     ))
                     .execute(&mut *c)
                     .await;

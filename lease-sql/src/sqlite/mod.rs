@@ -245,7 +245,6 @@ impl SqlStore<Sqlite> {
         .bind(schema)
         .fetch_optional(c))?;
         crate::store::name_width(self, column.map(|(t,)| (t, None)))?;
-        self.check_gate_columns().await?;
         self.check_boot_clock().await
     }
 

@@ -15,15 +15,12 @@ pub(crate) fn statements(t: &str) -> Statements {
         // No row lock first: SQLite has none (verified transactions hold the file's write
         // lock).
         claim: format!(
-            "INSERT INTO {t} AS l (name, holder, instance, term, expires_at_ms, gate_ms, \
-             gate_for) \
-             VALUES ($1, $2, $3, 1, {now} + $4, $5, NULL) \
+            "INSERT INTO {t} AS l (name, holder, instance, term, expires_at_ms) \
+             VALUES ($1, $2, $3, 1, {now} + $4) \
              ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, \
              instance = excluded.instance, term = l.term + 1, \
-             expires_at_ms = excluded.expires_at_ms, gate_ms = excluded.gate_ms, \
-             gate_for = NULL \
-             WHERE l.expires_at_ms <= {now} AND (l.expires_at_ms + l.gate_ms <= {now} \
-             OR l.gate_for = excluded.instance OR l.holder = excluded.holder) \
+             expires_at_ms = excluded.expires_at_ms \
+             WHERE l.expires_at_ms <= {now} \
              RETURNING term"
         ),
         // It runs on the application's connection, where the temporary clock table does not
@@ -68,9 +65,7 @@ pub(crate) fn statements(t: &str) -> Statements {
                  slot_ms = CASE WHEN $2 THEN $3 ELSE slot_ms END, \
                  unfinished_slot_ms = CASE WHEN $4 THEN NULL \
                  ELSE unfinished_slot_ms END, \
-                 expires_at_ms = CASE WHEN $5 THEN 0 ELSE expires_at_ms END, \
-                 gate_ms = CASE WHEN $5 THEN 0 ELSE gate_ms END, \
-                 gate_for = CASE WHEN $5 THEN NULL ELSE gate_for END \
+                 expires_at_ms = CASE WHEN $5 THEN 0 ELSE expires_at_ms END \
                  WHERE name = $1"
             ),
             unfinished: returning::unfinished(t, now, "name IN (SELECT value FROM json_each($1))"),
@@ -92,14 +87,12 @@ fn renumber(s: Statements, f: impl Fn(String) -> String) -> Statements {
         renew_many: f(s.renew_many),
         release: f(s.release),
         force_release: f(s.force_release),
-        hand_over: f(s.hand_over),
         verify: f(s.verify),
         verify_locking: f(s.verify_locking),
         get: f(s.get),
         names: s.names,
         now: s.now,
         create: s.create,
-        gates: s.gates,
         hint_channel: s.hint_channel,
         groups: s.groups,
         permits: PermitStatements {

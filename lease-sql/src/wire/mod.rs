@@ -40,11 +40,6 @@ pub(crate) struct Statements {
     pub(crate) renew_many: String,
     pub(crate) release: String,
     pub(crate) force_release: String,
-    /// The hand-over: `$1` name, `$2` holder, `$3` the successor's instance, `$4` the window
-    /// in milliseconds; ends the holder's live lease with the gate written (see
-    /// [`LeaseStore::hand_over`](lease_core::LeaseStore::hand_over)). Counted as the release
-    /// is (MySQL: through `LAST_INSERT_ID`).
-    pub(crate) hand_over: String,
     pub(crate) verify: String,
     pub(crate) verify_locking: String,
     pub(crate) get: String,
@@ -52,9 +47,6 @@ pub(crate) struct Statements {
     pub(crate) names: String,
     pub(crate) now: String,
     pub(crate) create: String,
-    /// The `ALTER TABLE` statements of the claim-gate columns (see
-    /// [`gates_schema_sql`](schema::gates_schema_sql)), run at start-up when they are missing.
-    pub(crate) gates: Vec<String>,
     /// PostgreSQL's `NOTIFY` channel, when its statements send hints (empty otherwise).
     #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     pub(crate) hint_channel: String,

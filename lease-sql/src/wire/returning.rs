@@ -22,22 +22,13 @@ pub(crate) fn statements(dialect: Dialect, t: &str) -> Statements {
         ),
         // Each dialect writes its own.
         renew_many: String::new(),
-        // A release is a graceful end: its gate opens at once (lock-delay dropped).
         release: format!(
-            "UPDATE {t} SET expires_at_ms = 0, gate_ms = 0, gate_for = NULL \
+            "UPDATE {t} SET expires_at_ms = 0 \
              WHERE name = $1 AND holder = $2 AND expires_at_ms > {now}"
         ),
         force_release: format!(
-            "UPDATE {t} SET expires_at_ms = 0, gate_ms = 0, gate_for = NULL \
-             WHERE name = $1 AND expires_at_ms > {now}"
+            "UPDATE {t} SET expires_at_ms = 0 WHERE name = $1 AND expires_at_ms > {now}"
         ),
-        // Ends the holder's live lease now, gated for the window: only `$3` claims before
-        // now + window.
-        hand_over: format!(
-            "UPDATE {t} SET expires_at_ms = {now}, gate_ms = $4, gate_for = $3 \
-             WHERE name = $1 AND holder = $2 AND expires_at_ms > {now}"
-        ),
-        gates: super::schema::gates_schema_sql(dialect, t),
         verify: format!(
             "SELECT term, expires_at_ms - {now} FROM {t} \
              WHERE name = $1 AND holder = $2 AND expires_at_ms > {now}"
@@ -54,21 +45,17 @@ pub(crate) fn statements(dialect: Dialect, t: &str) -> Statements {
                  VALUES ($1, $2, $3, 1, {now} + $4, $5, $5) \
                  ON CONFLICT (name) DO NOTHING RETURNING term"
             ),
-            // A slot claim waits out a claim gate whole (no exception for a hand-over's
-            // successor) and writes none.
             update: format!(
                 "UPDATE {t} SET holder = $2, instance = $3, term = term + 1, \
-                 expires_at_ms = {now} + $4, slot_ms = $5, unfinished_slot_ms = $5, \
-                 gate_ms = 0, gate_for = NULL \
-                 WHERE name = $1 AND term = $6 AND expires_at_ms + gate_ms <= {now} \
-                 RETURNING term"
+                 expires_at_ms = {now} + $4, slot_ms = $5, unfinished_slot_ms = $5 \
+                 WHERE name = $1 AND term = $6 AND expires_at_ms <= {now} RETURNING term"
             ),
             rerun: format!(
                 "UPDATE {t} SET holder = $2, instance = $3, term = term + 1, \
-                 expires_at_ms = {now} + $4, rerun_slot_ms = $5, gate_ms = 0, gate_for = NULL \
+                 expires_at_ms = {now} + $4, rerun_slot_ms = $5 \
                  WHERE name = $1 AND unfinished_slot_ms = $5 AND slot_ms = $5 \
                  AND (rerun_slot_ms IS NULL OR rerun_slot_ms <> $5) \
-                 AND expires_at_ms + gate_ms <= {now} RETURNING term"
+                 AND expires_at_ms <= {now} RETURNING term"
             ),
             last: format!(
                 "SELECT slot_ms, unfinished_slot_ms, rerun_slot_ms FROM {t} WHERE name = $1"

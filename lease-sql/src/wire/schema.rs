@@ -119,42 +119,6 @@ pub fn schema_sql(dialect: Dialect, table: &str) -> String {
     )
 }
 
-/// The columns of the claim gates (lock-delay and hand-over), added to a lease table by
-/// [`gates_schema_sql`].
-pub(crate) const GATE_COLUMNS: [&str; 2] = ["gate_ms", "gate_for"];
-
-/// The `ALTER TABLE` statements that give the lease table `table` its claim-gate columns
-/// (migration `0005`), in order: `gate_ms` (the gate's length in milliseconds, counted from
-/// the expiry: the holder's lock-delay while the lease is live, the window of a hand-over once
-/// it is handed over; 0 once released) and `gate_for` (the instance label a hand-over lets in
-/// during the window; NULL otherwise). A name is claimable when `expires_at_ms + gate_ms <=
-/// now`, or when `expires_at_ms <= now` and the claimant is the instance `gate_for` (or holds
-/// the holder token of the lease that ended).
-///
-/// A table made by [`schema_sql`] lacks them: the store adds them at start-up unless DDL is
-/// off, and refuses to start without them when it is off (every claim writes them).
-///
-/// ```
-/// use lease_sql::{Dialect, gates_schema_sql};
-/// let sql = gates_schema_sql(Dialect::Postgres, "leases");
-/// assert_eq!(sql.len(), 2);
-/// assert!(sql[0].contains("ADD COLUMN gate_ms BIGINT NOT NULL DEFAULT 0"));
-/// ```
-pub fn gates_schema_sql(dialect: Dialect, table: &str) -> Vec<String> {
-    let (big, instance) = match dialect {
-        Dialect::Postgres => ("BIGINT", "TEXT"),
-        Dialect::MySql => (
-            "BIGINT",
-            "VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin",
-        ),
-        Dialect::Sqlite => ("INTEGER", "TEXT"),
-    };
-    vec![
-        format!("ALTER TABLE {table} ADD COLUMN gate_ms {big} NOT NULL DEFAULT 0"),
-        format!("ALTER TABLE {table} ADD COLUMN gate_for {instance} NULL"),
-    ]
-}
-
 /// The `CREATE TABLE IF NOT EXISTS` statement for the partition table `table` (by default the
 /// lease table's name then `_partitions`, see
 /// [`SqlConfig::partitions_table_name`](crate::SqlConfig::partitions_table_name)) in `dialect`.
